@@ -1,0 +1,34 @@
+// Automatic Gaussian bandwidth ("sigma auto") by held-out VAMP-2 score (ALGORITHMS.md sec. 1).
+//
+// The plain median heuristic is too wide on multi-basin systems (Duffing: 0.76 basin accuracy
+// at the median vs 0.98 at sigma = 0.5). SelectBandwidth scores a grid of fractions of the
+// median pairwise distance: for each candidate, features from a Nystrom basis on the training
+// half, VAMP-2 score of the leading singular functions evaluated on the held-out half.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/common/types.h"
+
+namespace cmestream {
+
+struct BandwidthSelectionOptions {
+  std::vector<double> median_fractions = {0.0625, 0.125, 0.25, 0.5, 1.0};
+  int rank = 4;          // singular functions in the VAMP-2 score
+  uint64_t seed = 1;
+};
+
+struct BandwidthSelection {
+  double chosen = 0;
+  double median_distance = 0;
+  std::vector<double> candidates;
+  std::vector<double> scores;  // held-out VAMP-2 per candidate
+};
+
+// x, y: warm-up pairs (n x d each, n >= 20). Deterministic given options.seed.
+BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x,
+                                   const Eigen::Ref<const RowMatrixXd>& y,
+                                   const BandwidthSelectionOptions& options);
+
+}  // namespace cmestream

@@ -1,0 +1,126 @@
+// Compressed online conditional mean embedding (seed paper 004; ALGORITHMS.md section 1).
+//
+// WHAT THIS OBJECT REPRESENTS
+//   The CME operator C: H -> H with C phi(x) ~ E[phi(Y) | X = x], learned by constant-step (or
+//   decaying-step) SGD on R(C) = E||phi(Y) - C phi(X)||^2 + lambda ||C||_HS^2 from a stream of
+//   pairs (x_t, y_t), kept in the compressed form C = Psi W Phi^T over an X-dictionary
+//   (m_x atoms) and a Y-dictionary (m_y atoms), W in R^{m_y x m_x}. Each sample either
+//   compresses into the current span (error <= epsilon) or admits the cheapest side(s)
+//   (one-sided admission). At the cap max_dict a would-be admission is forced into a
+//   projection and counted.
+//
+// INITIAL VALUE
+//   Empty dictionaries, samples() == 0, C = 0.
+//
+// COST
+//   Observe: O(m^2) per pair, no heap allocation (scratch buffers are sized to max_dict at
+//   construction). Refactorize: O(m^3), call off the hot path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/common/types.h"
+
+namespace cmestream {
+
+class CompressedCme {
+ public:
+  struct Options {
+    int dim = 0;                 // state dimension d >= 1
+    double sigma = 0.4;          // Gaussian kernel bandwidth, > 0
+    double eta = 0.1;            // SGD step, 0 < eta, eta*lambda < 1
+    double lambda = 1e-3;        // HS regularizer, >= 0
+    double epsilon = 1e-3;       // compression budget on ||C~ - Pi C~||_HS, >= 0
+    int max_dict = 1000;         // cap on m_x and on m_y, >= 1
+    bool one_sided = true;       // admit only the cheapest side (ALGORITHMS.md "one-sided")
+    // Relative jitter gamma = jitter * k(x,x) added to both Gram diagonals.
+    double jitter = 1e-6;
+    // Re-factorize the Gram inverses (Cholesky) when ||G G^-1 - I||_F exceeds this.
+    double drift_tolerance = 1e-3;
+    // Step schedule eta_t = eta / (1 + t/step_decay_samples)^step_decay_power (0 = constant).
+    double step_decay_samples = 0;
+    double step_decay_power = 0.5;
+    bool averaging = false;      // Polyak-Ruppert running mean of W, used by the views
+
+    // OK or InvalidArgument("Violated constraint: ...").
+    absl::Status Validate() const;
+  };
+
+  // Counters describing what the learner did; cumulative since construction.
+  struct Counters {
+    int64_t samples = 0;
+    int64_t compressed = 0;        // absorbed into the current span
+    int64_t admitted_x = 0;        // X atoms added
+    int64_t admitted_y = 0;        // Y atoms added
+    int64_t forced = 0;            // admissions refused by max_dict (forced projections)
+    double forced_error_sum = 0;   // sum of sqrt(err^2) of forced projections
+    int64_t refactorizations = 0;
+  };
+
+  // requires: options.Validate().ok() (checked; aborts otherwise — validate first).
+  explicit CompressedCme(const Options& options);
+
+  // Applies one pair. x, y: pointers to d doubles each, finite (the caller validates).
+  // O(m^2), no allocation.
+  void Observe(const double* x, const double* y);
+
+  // Applies n pairs, rows of x and y (n x d each). requires same shape, finite.
+  void ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y);
+
+  // Max over both sides of ||G G^-1 - I||_F (O(m^3)); cached in last_drift().
+  double MeasureInverseDrift();
+  // Recomputes both Gram inverses from a Cholesky factorization of the jittered Gram.
+  void Refactorize();
+  // Measures drift and refactorizes if above drift_tolerance. Returns the drift measured.
+  double CheckDriftAndRefactorize();
+
+  const Options& options() const { return options_; }
+  const Counters& counters() const { return counters_; }
+  int64_t samples() const { return counters_.samples; }
+  int dict_x_size() const { return mx_; }
+  int dict_y_size() const { return my_; }
+  double last_drift() const { return last_drift_; }
+
+  // Views of the live state (first m rows/cols of the capacity-sized buffers).
+  Eigen::Ref<const RowMatrixXd> x_atoms() const;   // m_x x d
+  Eigen::Ref<const RowMatrixXd> y_atoms() const;   // m_y x d
+  Eigen::Ref<const MatrixXd> W() const;            // m_y x m_x (averaged W if averaging)
+  // Index of the X atom with the largest kernel value for the most recent Observe()'d x
+  // and its successor y (-1 before any atom exists). Lets counts reuse kernel values.
+  int last_nearest_x() const { return last_nearest_x_; }
+  int last_nearest_y_in_x() const { return last_nearest_y_in_x_; }
+
+ private:
+  // (implementation-defined members)
+  Options options_;
+  Counters counters_;
+  int mx_ = 0;
+  int my_ = 0;
+  double last_drift_ = 0;
+  int last_nearest_x_ = -1;
+  int last_nearest_y_in_x_ = -1;
+  RowMatrixXd x_atoms_, y_atoms_;   // capacity max_dict x d
+  MatrixXd w_, w_avg_;              // capacity max_dict x max_dict
+  MatrixXd gx_, gy_;                // Gram matrices (jittered), capacity-sized
+  MatrixXd gx_inv_, gy_inv_;        // their inverses
+  VectorXd kx_, ky_, a_, b_, c_, kyx_, tmp_;  // scratch, capacity-sized
+};
+
+// Immutable copy of what the views need; never aliases learner buffers.
+struct CmeSnapshot {
+  int dim = 0;
+  double sigma = 1;
+  int64_t samples = 0;
+  RowMatrixXd x_atoms;  // m_x x d
+  RowMatrixXd y_atoms;  // m_y x d
+  MatrixXd W;           // m_y x m_x
+  static CmeSnapshot From(const CompressedCme& cme);
+};
+
+// E[Y | X = x] ~ sum_i beta_i y_i with beta = W k_X(x) (ALGORITHMS.md section 1). points: n x d.
+RowMatrixXd PredictConditionalMean(const CmeSnapshot& s, const Eigen::Ref<const RowMatrixXd>& points);
+
+}  // namespace cmestream

@@ -1,0 +1,35 @@
+// Koopman eigen-decomposition of a compressed CME (ALGORITHMS.md section 1, "Uses").
+//
+// With C = Psi W Phi^T, the Koopman operator restricted to H acts on g = Phi v as
+// C* Phi v = Phi (W^T K_YX) v, K_YX[i,j] = k(y_i, x_j). M = W^T K_YX is m_x x m_x.
+#pragma once
+
+#include <vector>
+
+#include "core/cme/compressed_cme.h"
+
+namespace cmestream {
+
+struct KoopmanOptions {
+  int top = 6;       // eigenpairs kept (leading by |mu|), >= 1
+  double dt = 1.0;   // sampling interval, > 0
+};
+
+// Immutable result; Evaluate() needs only this object.
+struct KoopmanDecomposition {
+  VectorXcd eigenvalues;   // k, sorted by |mu| descending (ties: larger real part first)
+  VectorXcd rates;         // log(mu)/dt
+  VectorXd timescales;     // -dt/log|mu|, +inf when |mu| >= 1
+  MatrixXcd eigenvectors;  // m_x x k; unit norm over the dictionary, first significant entry
+                           // real positive (stable across refreshes)
+  RowMatrixXd x_atoms;     // m_x x d
+  double sigma = 1;
+  double dt = 1;
+
+  // g_l(x) = sum_j v_l[j] k(x_j, x). points: n x d. Returns n x k.
+  MatrixXcd Evaluate(const Eigen::Ref<const RowMatrixXd>& points) const;
+};
+
+KoopmanDecomposition ComputeKoopman(const CmeSnapshot& snapshot, const KoopmanOptions& options);
+
+}  // namespace cmestream
