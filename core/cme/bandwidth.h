@@ -17,6 +17,9 @@ struct BandwidthSelectionOptions {
   std::vector<double> median_fractions = {0.0625, 0.125, 0.25, 0.5, 1.0};
   int rank = 4;          // singular functions in the VAMP-2 score
   uint64_t seed = 1;
+  int landmarks = 200;   // Nystrom landmarks (training x points), bounds the cost O(n p^2 + p^3)
+  double ridge = 1e-3;   // covariance ridge, relative to the mean eigenvalue
+  int median_points = 1000;  // points used for the median pairwise distance
 };
 
 struct BandwidthSelection {
@@ -25,6 +28,15 @@ struct BandwidthSelection {
   std::vector<double> candidates;
   std::vector<double> scores;  // held-out VAMP-2 per candidate
 };
+
+// Median of the pairwise distances among the first max_points rows of x.
+double MedianPairwiseDistance(const Eigen::Ref<const RowMatrixXd>& x, int max_points);
+
+// 1 + sum of the squared held-out singular values of the rank leading singular functions fitted
+// on the training pairs (the VAMP-2 score; 1 is the constant function).
+double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::Ref<const RowMatrixXd>& y_train,
+                    const Eigen::Ref<const RowMatrixXd>& x_test, const Eigen::Ref<const RowMatrixXd>& y_test,
+                    const Eigen::Ref<const RowMatrixXd>& landmarks, double sigma, int rank, double ridge);
 
 // x, y: warm-up pairs (n x d each, n >= 20). Deterministic given options.seed.
 BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x,

@@ -90,8 +90,24 @@ class CompressedCme {
   Eigen::Ref<const MatrixXd> W() const;            // m_y x m_x (averaged W if averaging)
   // Index of the X atom with the largest kernel value for the most recent Observe()'d x
   // and its successor y (-1 before any atom exists). Lets counts reuse kernel values.
+  // Cost: k_X(y) is m_x extra kernel evaluations per sample (O(m d), small next to O(m^2)).
   int last_nearest_x() const { return last_nearest_x_; }
   int last_nearest_y_in_x() const { return last_nearest_y_in_x_; }
+
+  // What the most recent Observe() did, for tests and diagnostics.
+  enum class Step { kNone, kCompressed, kAdmittedX, kAdmittedY, kAdmittedBoth, kForced };
+  Step last_step() const { return last_step_; }
+  // sqrt(err^2) of the most recent sample: the HS distance between the uncompressed SGD
+  // iterate and its projection onto span{psi_i (x) phi_j} (before any admission).
+  double last_error() const { return last_error_; }
+  // The non-averaged SGD iterate (equals W() when averaging is off).
+  Eigen::Ref<const MatrixXd> W_iterate() const;
+  // Live inverses of the jittered Grams (G + gamma I)^{-1}, m x m; for tests and diagnostics.
+  Eigen::Ref<const MatrixXd> gram_x_inverse() const;
+  Eigen::Ref<const MatrixXd> gram_y_inverse() const;
+  // Number of samples whose computed delta came out below -1e-6 (a symptom of inverse drift,
+  // detected for free on the hot path; the next CheckDriftAndRefactorize() repairs it).
+  int64_t negative_delta_events() const { return negative_delta_events_; }
 
  private:
   // (implementation-defined members)
@@ -107,6 +123,20 @@ class CompressedCme {
   MatrixXd gx_, gy_;                // Gram matrices (jittered), capacity-sized
   MatrixXd gx_inv_, gy_inv_;        // their inverses
   VectorXd kx_, ky_, a_, b_, c_, kyx_, tmp_;  // scratch, capacity-sized
+  VectorXd amb_;                    // scratch: a - b, capacity-sized
+  Step last_step_ = Step::kNone;
+  double last_error_ = 0;
+  int64_t negative_delta_events_ = 0;
+
+  double Gamma() const;             // relative jitter gamma = jitter * k(x,x) (k(x,x) = 1)
+  double StepSize() const;          // eta_t of the schedule
+  void GrowInverse(MatrixXd& g, MatrixXd& g_inv, int m, const VectorXd& k_new, const VectorXd& c,
+                   double delta_jittered);
+  void AppendRowOfW(int my, int mx, double decay, double eta);   // add-y update
+  void AppendColumnOfW(int my, int mx, double decay, double eta);  // add-x update
+  void AppendBothOfW(int my, int mx, double decay, double eta);    // paired update
+  void CompressW(int my, int mx, double decay, double eta);
+  void UpdateAverage();
 };
 
 // Immutable copy of what the views need; never aliases learner buffers.
