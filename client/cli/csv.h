@@ -1,0 +1,60 @@
+// Strict CSV reader of numeric rows for the `cmestream` tool.
+//
+// CsvReader represents a cursor over a text stream in which every data line holds exactly
+// `columns` comma-separated finite numbers. Blank lines and lines whose first non-blank
+// character is '#' are skipped (so files may carry a commented header, as `cmestream simulate`
+// writes). Fields may be surrounded by spaces or tabs; CRLF line ends are accepted.
+//
+// Errors name the source and line ("data.csv:17: expected 4 comma-separated numbers
+// (x_1..x_2,y_1..y_2), got 3 fields") so that a user can fix the file; a malformed line is
+// never partially consumed into the output.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <istream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace cmestream::cli {
+
+// Parses one data line into out[0..columns). requires: out has room for `columns` doubles.
+// Returns InvalidArgument without a location prefix ("expected ..., got ..."); the caller adds it.
+absl::Status ParseCsvLine(std::string_view line, int columns, std::string_view expected,
+                          double* out);
+
+// True for lines the reader skips: empty/blank or a '#' comment.
+bool IsSkippableLine(std::string_view line);
+
+class CsvReader {
+ public:
+  // in: not owned, must outlive the reader. name: shown in errors ("-" shows as "<stdin>").
+  // columns >= 1. expected: human description of a row, e.g. "x_1..x_2,y_1..y_2".
+  CsvReader(std::istream* in, std::string name, int columns, std::string expected);
+
+  // Appends up to max_rows rows (row-major, `columns` doubles each) to *out.
+  // ensures: returns the number of rows appended; 0 means end of input. On error *out keeps
+  // only the rows of earlier lines.
+  absl::StatusOr<size_t> ReadRows(size_t max_rows, std::vector<double>* out);
+
+  // 1-based number of the last line read.
+  int64_t line_number() const { return line_number_; }
+
+ private:
+  std::istream* in_;
+  std::string name_;
+  int columns_;
+  std::string expected_;
+  std::string line_;
+  int64_t line_number_ = 0;
+};
+
+// Reads a whole file ("-" = stdin) of rows with `columns` numbers each into a row-major vector.
+absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns,
+                                                const std::string& expected);
+
+}  // namespace cmestream::cli

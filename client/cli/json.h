@@ -1,0 +1,44 @@
+// Minimal JSON writer for the `cmestream` tool's --json output (no dependency beyond the STL).
+//
+// JsonWriter represents a document being written into a string. Commas between members and
+// elements are inserted automatically. Doubles are written with 17 significant digits (they
+// round-trip exactly); NaN and +-inf, which JSON cannot express, are written as null.
+// requires: calls form a well-nested document (Key() before every value inside an object).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cmestream::cli {
+
+class JsonWriter {
+ public:
+  JsonWriter& BeginObject();
+  JsonWriter& EndObject();
+  JsonWriter& BeginArray();
+  JsonWriter& EndArray();
+  JsonWriter& Key(std::string_view key);
+  JsonWriter& String(std::string_view value);
+  JsonWriter& Double(double value);
+  JsonWriter& Int(int64_t value);
+  JsonWriter& Uint(uint64_t value);
+  JsonWriter& Bool(bool value);
+  JsonWriter& Null();
+  // {"re": re, "im": im}
+  JsonWriter& Complex(double re, double im);
+
+  const std::string& str() const { return out_; }
+
+ private:
+  void BeforeValue();
+  std::string out_;
+  std::vector<bool> first_;  // one entry per open container: no element written yet
+  bool after_key_ = false;
+};
+
+// JSON string literal for `s` (quotes included), escaping control characters.
+std::string JsonQuote(std::string_view s);
+
+}  // namespace cmestream::cli

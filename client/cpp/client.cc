@@ -1,0 +1,349 @@
+#include "client/cpp/client.h"
+
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace cmestream::client {
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+absl::Status ClientOptions::Validate() const {
+  if (target.empty()) return absl::InvalidArgumentError("target: expected HOST:PORT, got ''");
+  if (!(timeout_seconds > 0) || !std::isfinite(timeout_seconds)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout_seconds: expected a finite value > 0, got ", timeout_seconds));
+  }
+  if (max_message_bytes < (4 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes: expected >= 4 MiB, got ", max_message_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IngestStream::Options::Validate() const {
+  if (batch_pairs < 1 || batch_pairs > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_pairs: expected in [1, 1000000], got ", batch_pairs));
+  }
+  if (producer_id.empty() && start_offset != 0) {
+    return absl::InvalidArgumentError("start_offset: only meaningful with a producer_id");
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// IngestStream
+// ---------------------------------------------------------------------------------------------
+
+IngestStream::IngestStream(std::unique_ptr<grpc::ClientContext> context,
+                           v1::IngestService::Stub* stub, std::string model, uint32_t dim,
+                           Options options)
+    : context_(std::move(context)), model_(std::move(model)), dim_(dim),
+      options_(std::move(options)) {
+  stream_ = stub->Ingest(context_.get());
+  summary_.next_offset = options_.start_offset;
+  const size_t doubles = static_cast<size_t>(options_.batch_pairs + 1) * dim_;
+  batch_.mutable_x()->Reserve(static_cast<int>(doubles));
+  batch_.mutable_y()->Reserve(static_cast<int>(doubles));
+  batch_.mutable_states()->Reserve(static_cast<int>(doubles));
+  reader_ = std::thread([this] { ReadAcks(); });
+}
+
+IngestStream::~IngestStream() {
+  if (!closed_) {
+    // Abandoned without Finish(): cancel so that the reader thread returns.
+    context_->TryCancel();
+    if (reader_.joinable()) reader_.join();
+    stream_->Finish().ok();
+  } else if (reader_.joinable()) {
+    reader_.join();
+  }
+}
+
+void IngestStream::ReadAcks() {
+  v1::IngestAck ack;
+  while (stream_->Read(&ack)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++summary_.batches_acked;
+    summary_.pairs_applied += ack.pairs_applied();
+    summary_.producer_offset = ack.producer_offset();
+    summary_.model_samples = ack.model_samples();
+  }
+}
+
+IngestStream::Summary IngestStream::Progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return summary_;
+}
+
+absl::Status IngestStream::Fail() {
+  // A failed Write means the server ended the stream; its status says why.
+  closed_ = true;
+  stream_->WritesDone();
+  if (reader_.joinable()) reader_.join();
+  final_status_ = FromGrpcStatus(stream_->Finish());
+  if (final_status_.ok()) {
+    final_status_ = absl::UnavailableError("ingest stream closed by the server before all batches");
+  }
+  return final_status_;
+}
+
+absl::Status IngestStream::SendBatch() {
+  if (batch_pairs_filled_ == 0) return absl::OkStatus();
+  batch_.set_model(model_);
+  batch_.set_producer_id(options_.producer_id);
+  batch_.set_episode_id(options_.episode_id);
+  uint64_t offset;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    offset = summary_.next_offset;
+  }
+  batch_.set_offset(offset);
+  if (!stream_->Write(batch_)) return Fail();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++summary_.batches_sent;
+    summary_.pairs_sent += batch_pairs_filled_;
+    summary_.next_offset += batch_pairs_filled_;
+  }
+  batch_.clear_x();
+  batch_.clear_y();
+  if (mode_ == Mode::kTrajectory) {
+    // Keep the last state as the first state of the next batch: the pair that straddles
+    // the boundary is then carried by the next batch (proto: IngestBatch, trajectory form).
+    auto* states = batch_.mutable_states();
+    const int n = states->size();
+    for (uint32_t j = 0; j < dim_; ++j) states->Set(static_cast<int>(j), states->Get(n - dim_ + j));
+    states->Truncate(static_cast<int>(dim_));
+  }
+  batch_pairs_filled_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status IngestStream::AddPairs(absl::Span<const double> x, absl::Span<const double> y) {
+  if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
+  if (mode_ == Mode::kTrajectory) {
+    return absl::FailedPreconditionError("AddPairs: this stream carries trajectory states");
+  }
+  if (x.size() != y.size() || x.size() % dim_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AddPairs: expected x and y of equal size, a multiple of dim ", dim_, "; got ", x.size(),
+        " and ", y.size()));
+  }
+  mode_ = Mode::kPairs;
+  const size_t n = x.size() / dim_;
+  size_t i = 0;
+  while (i < n) {
+    const size_t take = std::min<size_t>(n - i, options_.batch_pairs - batch_pairs_filled_);
+    batch_.mutable_x()->Add(x.begin() + i * dim_, x.begin() + (i + take) * dim_);
+    batch_.mutable_y()->Add(y.begin() + i * dim_, y.begin() + (i + take) * dim_);
+    batch_pairs_filled_ += static_cast<int>(take);
+    i += take;
+    if (batch_pairs_filled_ == options_.batch_pairs) {
+      if (auto s = SendBatch(); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IngestStream::AddStates(absl::Span<const double> states) {
+  if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
+  if (mode_ == Mode::kPairs) {
+    return absl::FailedPreconditionError("AddStates: this stream carries pairs");
+  }
+  if (states.size() % dim_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AddStates: expected a multiple of dim ", dim_,
+                                                   " doubles, got ", states.size()));
+  }
+  mode_ = Mode::kTrajectory;
+  const size_t k = states.size() / dim_;
+  for (size_t i = 0; i < k; ++i) {
+    batch_.mutable_states()->Add(states.begin() + i * dim_, states.begin() + (i + 1) * dim_);
+    if (have_last_state_) ++batch_pairs_filled_;
+    have_last_state_ = true;
+    if (batch_pairs_filled_ == options_.batch_pairs) {
+      if (auto s = SendBatch(); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IngestStream::EndEpisode(const std::string& next_episode_id) {
+  if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
+  if (auto s = SendBatch(); !s.ok()) return s;
+  batch_.clear_states();
+  have_last_state_ = false;
+  options_.episode_id = next_episode_id;
+  return absl::OkStatus();
+}
+
+absl::Status IngestStream::Flush() {
+  if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
+  return SendBatch();
+}
+
+absl::StatusOr<IngestStream::Summary> IngestStream::Finish() {
+  if (closed_) {
+    if (!final_status_.ok()) return final_status_;
+    return absl::FailedPreconditionError("ingest stream already finished");
+  }
+  if (auto s = SendBatch(); !s.ok()) return s;
+  closed_ = true;
+  stream_->WritesDone();
+  if (reader_.joinable()) reader_.join();
+  final_status_ = FromGrpcStatus(stream_->Finish());
+  if (!final_status_.ok()) return final_status_;
+  Summary summary = Progress();
+  if (summary.batches_acked != summary.batches_sent) {
+    final_status_ = absl::DataLossError(absl::StrCat("ingest: sent ", summary.batches_sent,
+                                                     " batches but received ",
+                                                     summary.batches_acked, " acks"));
+    return final_status_;
+  }
+  return summary;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (auto s = options.Validate(); !s.ok()) return s;
+  return std::unique_ptr<Client>(new Client(options));
+}
+
+Client::Client(const ClientOptions& options) : options_(options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  args.SetMaxSendMessageSize(options_.max_message_bytes);
+  channel_ = grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
+  models_ = v1::ModelService::NewStub(channel_);
+  ingest_ = v1::IngestService::NewStub(channel_);
+  queries_ = v1::QueryService::NewStub(channel_);
+}
+
+void Client::SetDeadline(grpc::ClientContext* context, double extra_seconds) const {
+  const auto span = std::chrono::duration<double>(options_.timeout_seconds + extra_seconds);
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::duration_cast<std::chrono::system_clock::duration>(span));
+}
+
+absl::StatusOr<v1::ModelInfo> Client::CreateModel(const v1::ModelConfig& config) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::CreateModelRequest request;
+  *request.mutable_config() = config;
+  v1::ModelInfo reply;
+  if (auto s = FromGrpcStatus(models_->CreateModel(&context, request, &reply)); !s.ok()) return s;
+  return reply;
+}
+
+absl::StatusOr<v1::ModelInfo> Client::Describe(const std::string& name) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::GetModelRequest request;
+  request.set_name(name);
+  v1::ModelInfo reply;
+  if (auto s = FromGrpcStatus(models_->GetModel(&context, request, &reply)); !s.ok()) return s;
+  return reply;
+}
+
+absl::StatusOr<std::vector<v1::ModelInfo>> Client::List() {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ListModelsResponse reply;
+  if (auto s = FromGrpcStatus(models_->ListModels(&context, v1::ListModelsRequest(), &reply));
+      !s.ok()) {
+    return s;
+  }
+  return std::vector<v1::ModelInfo>(reply.models().begin(), reply.models().end());
+}
+
+absl::Status Client::Delete(const std::string& name) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::DeleteModelRequest request;
+  request.set_name(name);
+  v1::DeleteModelResponse reply;
+  return FromGrpcStatus(models_->DeleteModel(&context, request, &reply));
+}
+
+absl::StatusOr<v1::ProducerStatus> Client::GetProducer(const std::string& model,
+                                                       const std::string& producer_id) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::GetProducerRequest request;
+  request.set_model(model);
+  request.set_producer_id(producer_id);
+  v1::ProducerStatus reply;
+  if (auto s = FromGrpcStatus(ingest_->GetProducer(&context, request, &reply)); !s.ok()) return s;
+  return reply;
+}
+
+absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenIngest(
+    const std::string& model, uint32_t dim, const IngestStream::Options& options) {
+  if (auto s = options.Validate(); !s.ok()) return s;
+  if (dim == 0) return absl::InvalidArgumentError("OpenIngest: dim must be >= 1");
+  // No deadline: a stream lives as long as the producer has data.
+  auto context = std::make_unique<grpc::ClientContext>();
+  return std::unique_ptr<IngestStream>(
+      new IngestStream(std::move(context), ingest_.get(), model, dim, options));
+}
+
+absl::StatusOr<v1::ViewInfo> Client::Refresh(const std::string& model, bool wait,
+                                             double wait_timeout_seconds) {
+  grpc::ClientContext context;
+  SetDeadline(&context, wait ? wait_timeout_seconds : 0);
+  v1::RefreshRequest request;
+  request.set_model(model);
+  request.set_wait(wait);
+  request.set_timeout_seconds(wait_timeout_seconds);
+  v1::RefreshResponse reply;
+  if (auto s = FromGrpcStatus(queries_->Refresh(&context, request, &reply)); !s.ok()) return s;
+  return reply.view();
+}
+
+absl::StatusOr<v1::KoopmanResponse> Client::Koopman(const std::string& model, uint32_t top,
+                                                    absl::Span<const double> points) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::KoopmanRequest request;
+  request.set_model(model);
+  request.set_top(top);
+  request.mutable_points()->Add(points.begin(), points.end());
+  v1::KoopmanResponse reply;
+  if (auto s = FromGrpcStatus(queries_->GetKoopman(&context, request, &reply)); !s.ok()) return s;
+  return reply;
+}
+
+absl::StatusOr<v1::PredictResponse> Client::Predict(const std::string& model,
+                                                    absl::Span<const double> points) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::PredictRequest request;
+  request.set_model(model);
+  request.mutable_points()->Add(points.begin(), points.end());
+  v1::PredictResponse reply;
+  if (auto s = FromGrpcStatus(queries_->Predict(&context, request, &reply)); !s.ok()) return s;
+  return reply;
+}
+
+absl::StatusOr<v1::DictionaryResponse> Client::Dictionary(const std::string& model) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::DictionaryRequest request;
+  request.set_model(model);
+  v1::DictionaryResponse reply;
+  if (auto s = FromGrpcStatus(queries_->GetDictionary(&context, request, &reply)); !s.ok()) {
+    return s;
+  }
+  return reply;
+}
+
+}  // namespace cmestream::client

@@ -1,0 +1,164 @@
+// cmestream C++ client: a typed wrapper over the cmestream.v1 gRPC stubs.
+//
+// Client represents one channel to one cmestreamd. Every call has a deadline
+// (ClientOptions.timeout_seconds; Refresh with wait adds the wait timeout) and returns an
+// absl::Status / absl::StatusOr carrying the server's status code and message unchanged
+// (absl::StatusCode and grpc::StatusCode share their numbering).
+//
+// IngestStream represents one open Ingest RPC. It batches pairs (or trajectory states) into
+// IngestBatch messages of ClientOptions/IngestStream::Options.batch_pairs pairs, tracks the
+// producer offset of each batch (the index of its first pair in the producer's stream), and
+// collects the daemon's per-batch acks on a reader thread. Trajectory segments that span
+// several batches overlap by one state (the last state of batch k is the first of batch k+1),
+// so no pair is lost at a batch boundary and none crosses an episode boundary.
+//
+// Thread safety: Client is thread-safe (gRPC stubs are); an IngestStream is used by one
+// thread at a time (Progress() may be called from any thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "cmestream/v1/cmestream.grpc.pb.h"
+
+namespace cmestream::client {
+
+namespace v1 = ::cmestream::v1;
+
+// Converts a gRPC status to an absl::Status with the same code and message.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+struct ClientOptions {
+  std::string target = "127.0.0.1:50051";  // HOST:PORT of cmestreamd
+  double timeout_seconds = 30;             // deadline of unary calls, > 0
+  // Largest message the client accepts or sends. Koopman replies grow with the number of
+  // query points (16 bytes per eigenpair per point); gRPC's default 4 MB is too small for a
+  // fine grid. Range [4 MiB, 2 GiB).
+  int max_message_bytes = 256 << 20;
+  absl::Status Validate() const;
+};
+
+class IngestStream {
+ public:
+  struct Options {
+    std::string producer_id;   // empty: the daemon applies every pair without deduplication
+    uint64_t start_offset = 0; // offset of the first pair sent (in pairs), with producer_id
+    int batch_pairs = 1000;    // pairs per IngestBatch message, in [1, 1000000]
+    std::string episode_id;    // episode of trajectory segments (informational for the daemon)
+    absl::Status Validate() const;
+  };
+
+  // What the stream sent and what the daemon acknowledged. Fields start at 0.
+  struct Summary {
+    uint64_t batches_sent = 0;
+    uint64_t pairs_sent = 0;
+    uint64_t batches_acked = 0;
+    uint64_t pairs_applied = 0;      // sum of IngestAck.pairs_applied
+    uint64_t producer_offset = 0;    // from the last ack
+    uint64_t model_samples = 0;      // from the last ack
+    uint64_t next_offset = 0;        // offset the next batch would carry
+  };
+
+  ~IngestStream();
+  IngestStream(const IngestStream&) = delete;
+  IngestStream& operator=(const IngestStream&) = delete;
+
+  // Appends n pairs, x and y packed row-major (n*dim doubles each); sends full batches.
+  // requires: x.size() == y.size(), a multiple of dim; no trajectory data added to this stream.
+  // ensures: on error (server ended the stream) the stream is finished and the error returned.
+  absl::Status AddPairs(absl::Span<const double> x, absl::Span<const double> y);
+
+  // Appends states (k*dim doubles) to the current trajectory episode; consecutive states
+  // form pairs, across calls too. requires: no pairs added to this stream.
+  absl::Status AddStates(absl::Span<const double> states);
+
+  // Ends the current episode (sends what is buffered): the next AddStates starts a new episode
+  // with id `next_episode_id`, and no pair joins the two.
+  absl::Status EndEpisode(const std::string& next_episode_id);
+
+  // Sends whatever is buffered as one (short) batch.
+  absl::Status Flush();
+
+  // Flushes, half-closes, waits for all acks and returns the summary, or the stream's error.
+  // ensures: after the call the stream is closed; further Add* calls fail.
+  absl::StatusOr<Summary> Finish();
+
+  // Snapshot of the counters so far (safe from any thread).
+  Summary Progress() const;
+
+ private:
+  friend class Client;
+  IngestStream(std::unique_ptr<grpc::ClientContext> context, v1::IngestService::Stub* stub,
+               std::string model, uint32_t dim, Options options);
+  absl::Status SendBatch();
+  absl::Status Fail();
+  void ReadAcks();
+
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::IngestBatch, v1::IngestAck>> stream_;
+  std::thread reader_;
+  std::string model_;
+  uint32_t dim_;
+  Options options_;
+  enum class Mode { kUnset, kPairs, kTrajectory } mode_ = Mode::kUnset;
+  v1::IngestBatch batch_;      // reused buffer of the batch being filled
+  int batch_pairs_filled_ = 0; // pairs in batch_ (trajectory: states - 1, >= 0)
+  bool have_last_state_ = false;
+  bool closed_ = false;
+  absl::Status final_status_;
+  mutable std::mutex mu_;
+  Summary summary_;            // guarded by mu_
+};
+
+class Client {
+ public:
+  // Creates the channel (connection is lazy: errors appear on the first call).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  absl::StatusOr<v1::ModelInfo> CreateModel(const v1::ModelConfig& config);
+  absl::StatusOr<v1::ModelInfo> Describe(const std::string& name);
+  absl::StatusOr<std::vector<v1::ModelInfo>> List();
+  absl::Status Delete(const std::string& name);
+  absl::StatusOr<v1::ProducerStatus> GetProducer(const std::string& model,
+                                                 const std::string& producer_id);
+
+  // Opens an ingest stream for `model` of state dimension `dim` (from Describe).
+  absl::StatusOr<std::unique_ptr<IngestStream>> OpenIngest(const std::string& model, uint32_t dim,
+                                                           const IngestStream::Options& options);
+
+  // Requests a refresh; with wait, blocks until a view covering the current samples exists
+  // (server-side timeout `wait_timeout_seconds`; the call's deadline adds timeout_seconds).
+  absl::StatusOr<v1::ViewInfo> Refresh(const std::string& model, bool wait,
+                                       double wait_timeout_seconds = 60);
+
+  // Leading `top` eigenpairs (0: server default); eigenfunction values at `points`
+  // (n*dim packed, may be empty).
+  absl::StatusOr<v1::KoopmanResponse> Koopman(const std::string& model, uint32_t top,
+                                              absl::Span<const double> points);
+  absl::StatusOr<v1::PredictResponse> Predict(const std::string& model,
+                                              absl::Span<const double> points);
+  absl::StatusOr<v1::DictionaryResponse> Dictionary(const std::string& model);
+
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  explicit Client(const ClientOptions& options);
+  void SetDeadline(grpc::ClientContext* context, double extra_seconds = 0) const;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ModelService::Stub> models_;
+  std::unique_ptr<v1::IngestService::Stub> ingest_;
+  std::unique_ptr<v1::QueryService::Stub> queries_;
+};
+
+}  // namespace cmestream::client

@@ -1,0 +1,94 @@
+// Unit tests of the `cmestream` tool's input/output pieces: the strict CSV reader (what a user
+// sees for each kind of malformed line) and the JSON writer (round-trip precision, null for
+// non-finite values).
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "client/cli/csv.h"
+#include "client/cli/json.h"
+
+namespace cmestream::cli {
+namespace {
+
+TEST(CsvReader, ReadsRowsSkippingBlankAndCommentLines) {
+  std::istringstream in("# x1,x2,y1,y2\n1,2,3,4\n\n  \n  # note\n-0.5 , 1e-3,\t+2,7\r\n");
+  CsvReader reader(&in, "f.csv", 4, "x_1..x_2,y_1..y_2");
+  std::vector<double> out;
+  auto rows = reader.ReadRows(100, &out);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(*rows, 2u);
+  EXPECT_EQ(out, (std::vector<double>{1, 2, 3, 4, -0.5, 1e-3, 2, 7}));
+  EXPECT_EQ(*reader.ReadRows(100, &out), 0u);
+}
+
+TEST(CsvReader, ReturnsAtMostMaxRowsPerCall) {
+  std::istringstream in("1\n2\n3\n4\n5\n");
+  CsvReader reader(&in, "-", 1, "x_1");
+  std::vector<double> out;
+  EXPECT_EQ(*reader.ReadRows(2, &out), 2u);
+  EXPECT_EQ(*reader.ReadRows(2, &out), 2u);
+  EXPECT_EQ(*reader.ReadRows(2, &out), 1u);
+  EXPECT_EQ(*reader.ReadRows(2, &out), 0u);
+  EXPECT_EQ(out, (std::vector<double>{1, 2, 3, 4, 5}));
+}
+
+TEST(CsvReader, WrongColumnCountNamesFileLineAndExpectation) {
+  std::istringstream in("1,2,3,4\n# c\n1,2,3\n");
+  CsvReader reader(&in, "data.csv", 4, "x_1..x_2,y_1..y_2");
+  std::vector<double> out;
+  auto rows = reader.ReadRows(100, &out);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_EQ(rows.status().message(),
+            "data.csv:3: expected 4 comma-separated numbers (x_1..x_2,y_1..y_2), got 3 fields");
+  EXPECT_EQ(out.size(), 4u);  // only the good first line
+}
+
+TEST(CsvReader, NonNumberAndNonFiniteAreRejectedWithTheField) {
+  double v[2];
+  auto s = ParseCsvLine("1.5,abc", 2, "x", v);
+  EXPECT_EQ(s.message(), "field 2: 'abc' is not a number");
+  s = ParseCsvLine("1.5x,2", 2, "x", v);
+  EXPECT_EQ(s.message(), "field 1: '1.5x' is not a number");
+  s = ParseCsvLine("nan,2", 2, "x", v);
+  EXPECT_EQ(s.message(), "field 1: 'nan' is not a finite number");
+  s = ParseCsvLine("1,inf", 2, "x", v);
+  EXPECT_EQ(s.message(), "field 2: 'inf' is not a finite number");
+  s = ParseCsvLine("1,", 2, "x", v);
+  EXPECT_EQ(s.message(), "field 2: '' is not a number");
+  s = ParseCsvLine("1,1e999", 2, "x", v);
+  EXPECT_EQ(s.message(), "field 2: '1e999' is out of the range of a double");
+  std::istringstream in("0,1\n1,zz\n");
+  CsvReader reader(&in, "-", 2, "x");
+  std::vector<double> out;
+  EXPECT_EQ(reader.ReadRows(10, &out).status().message(), "<stdin>:2: field 2: 'zz' is not a number");
+}
+
+TEST(CsvReader, ParsesDoublesExactly) {
+  double v[1];
+  ASSERT_TRUE(ParseCsvLine("0.10000000000000001", 1, "x", v).ok());
+  EXPECT_EQ(v[0], 0.1);
+  ASSERT_TRUE(ParseCsvLine("-1.7976931348623157e308", 1, "x", v).ok());
+  EXPECT_EQ(v[0], -std::numeric_limits<double>::max());
+}
+
+TEST(JsonWriter, NestsAndSeparates) {
+  JsonWriter w;
+  w.BeginObject().Key("a").Uint(1).Key("b").BeginArray().Complex(1, -2).Null().EndArray();
+  w.Key("s").String("q\"\\\n").Key("t").Bool(true).Key("e").BeginArray().EndArray().EndObject();
+  EXPECT_EQ(w.str(),
+            R"({"a":1,"b":[{"re":1,"im":-2},null],"s":"q\"\\\n","t":true,"e":[]})");
+}
+
+TEST(JsonWriter, DoublesRoundTripAndNonFiniteIsNull) {
+  JsonWriter w;
+  w.BeginArray().Double(0.1).Double(1.0 / 3).Double(INFINITY).Double(NAN).Double(-0.0);
+  w.EndArray();
+  EXPECT_EQ(w.str(), "[0.10000000000000001,0.33333333333333331,null,null,-0]");
+  EXPECT_EQ(std::stod("0.33333333333333331"), 1.0 / 3);
+}
+
+}  // namespace
+}  // namespace cmestream::cli
