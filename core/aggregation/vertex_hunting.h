@@ -1,0 +1,28 @@
+// Vertex hunting for simplex-shaped point clouds (ALGORITHMS.md section 4, step 2; paper 003,
+// Algorithm 1 step 1(ii)): given points d_1..d_p in R^{r-1} that are noisy convex combinations of
+// r unknown vertices b_1..b_r, estimate the vertices.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/common/types.h"
+
+namespace cmestream::internal {
+
+// Successive projection algorithm (Araujo et al. 2001; Gillis & Vavasis) on the rows of
+// Y = [1, D] (p x r): repeatedly pick the row of largest residual norm and project every row
+// onto the orthogonal complement of that residual. Because (1, d_j) = sum_k w_jk (1, b_k) with w_j
+// on the simplex, the largest-norm row of a projected convex hull is a projected vertex.
+//   requires: d is p x (r-1) with p >= r >= 1, finite.
+//   ensures: returns r distinct row indices of d (in selection order). O(p r^2).
+std::vector<int> SuccessiveProjection(const Eigen::Ref<const MatrixXd>& d, int r);
+
+// Lloyd k-means with k-means++ seeding and `restarts` restarts (lowest inertia kept), equal
+// weights, deterministic given seed. Returns the centers (centers x dim).
+//   requires: points is p x dim with p >= 1; 1 <= centers; restarts >= 1.
+//   ensures: min(centers, p) rows; empty clusters are re-seeded at the farthest point.
+MatrixXd KMeansCenters(const Eigen::Ref<const MatrixXd>& points, int centers, int restarts,
+                       int max_iterations, uint64_t seed);
+
+}  // namespace cmestream::internal
