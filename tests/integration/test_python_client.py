@@ -1,0 +1,142 @@
+"""End-to-end test of the Python client (cmestream_client) against a real cmestreamd.
+
+Environment: CMESTREAMD (daemon binary), CMESTREAM (CLI binary, for `simulate`), PYTHONPATH with
+<build>/python and client/python. Ground truth: the Duffing basins from long integration
+(`cmestream simulate duffing-grid`), the one-step flow, exact deduplication counts.
+"""
+import os
+import subprocess
+import tempfile
+import unittest
+
+import grpc
+import numpy as np
+
+from cmestream_client import Client, CmestreamError
+from cmestream_client.basins import classify_basins
+from cmestream_client.testing import Daemon
+
+CLI = os.environ.get("CMESTREAM", "cmestream")
+DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
+
+
+def simulate(*args):
+    out = subprocess.run([CLI, "simulate", *args], capture_output=True, text=True,
+                         check=True).stdout
+    return np.loadtxt(out.splitlines(), delimiter=",")
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="cmestream-py-test-")
+        cls.daemon = Daemon(DAEMON, os.path.join(cls.tmp.name, "data"),
+                            refresh_interval=3600).start()
+        cls.client = Client(cls.daemon.grpc_target)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        code = cls.daemon.stop()
+        cls.tmp.cleanup()
+        assert code == 0, f"cmestreamd exited with {code} after SIGTERM"
+
+    def test_duffing_basins_from_leading_eigenfunctions(self):
+        c = self.client
+        data = simulate("duffing", "--n", "10000", "--seed", "11")
+        info = c.create_model("duffing", dim=2, sigma=0.5, dt=0.25)
+        self.assertEqual(info.config.dim, 2)
+        r = c.ingest_pairs("duffing", data[:, :2], data[:, 2:], producer="p")
+        self.assertEqual((r.pairs_sent, r.pairs_applied, r.producer_offset), (10000, 10000, 10000))
+        self.assertEqual(r.batches, 10)
+        view = c.refresh("duffing", wait=True)
+        self.assertEqual(view.samples, 10000)
+
+        grid = simulate("duffing-grid", "--n-side", "30")
+        k = c.koopman("duffing", points=grid[:, :2], top=4)
+        self.assertEqual(k.eigenvalues.shape, (4,))
+        self.assertEqual(k.eigenfunctions.shape, (4, 900))
+        self.assertAlmostEqual(abs(k.eigenvalues[0]), 1.0, delta=0.05)
+        self.assertEqual(k.samples, 10000)
+        # Basins: nearest attractor (+-1, 0) in the space of the two leading eigenfunctions.
+        labels, _ = classify_basins(c, "duffing", grid[:, :2])
+        acc = float(np.mean(labels == grid[:, 2]))
+        print(f"\nbasin accuracy {acc:.3f} (30x30 grid, 10000 samples, sigma 0.5)")
+        self.assertGreater(acc, 0.9)
+
+        x_atoms, y_atoms, sigma = c.dictionary("duffing")
+        self.assertEqual(x_atoms.shape[1], 2)
+        self.assertEqual(sigma, 0.5)
+        d = c.describe("duffing")
+        self.assertEqual(x_atoms.shape[0], d.dictionary_size)
+        self.assertEqual(y_atoms.shape[0], d.dictionary_size_y)
+        self.assertLess(d.dictionary_size, 1000)  # far smaller than the sample count
+
+        # Predictions: one d-vector per point, near the integrated flow.
+        truth = simulate("duffing", "--n", "200", "--seed", "99", "--box", "1.2")
+        pred = c.predict("duffing", truth[:, :2])
+        self.assertEqual(pred.shape, (200, 2))
+        rmse = np.sqrt(np.mean(np.sum((pred - truth[:, 2:]) ** 2, axis=1)))
+        self.assertLess(rmse, 0.1)
+
+    def test_exactly_once_with_overlapping_batches(self):
+        c = self.client
+        data = simulate("duffing", "--n", "3000", "--seed", "4")
+        x, y = data[:, :2], data[:, 2:]
+        c.create_model("dedup", dim=2, sigma=0.5)
+        r = c.ingest_pairs("dedup", x[:2000], y[:2000], producer="a", batch=300)
+        self.assertEqual((r.pairs_applied, r.producer_offset), (2000, 2000))
+        # Re-send from offset 1500 to 3000: only the last 1000 are new.
+        r = c.ingest_pairs("dedup", x[1500:], y[1500:], producer="a", offset=1500, batch=300)
+        self.assertEqual(r.pairs_sent, 1500)
+        self.assertEqual((r.pairs_applied, r.producer_offset, r.model_samples), (1000, 3000, 3000))
+        self.assertEqual(c.producer_offset("dedup", "a"), 3000)
+        # A gap (offset beyond the applied offset) is refused.
+        with self.assertRaises(CmestreamError) as e:
+            c.ingest_pairs("dedup", x[:10], y[:10], producer="a", offset=3500)
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        # Another producer is independent; no producer applies everything.
+        self.assertEqual(c.ingest_pairs("dedup", x[:100], y[:100], producer="b").pairs_applied, 100)
+        self.assertEqual(c.ingest_pairs("dedup", x[:100], y[:100]).pairs_applied, 100)
+        self.assertEqual(c.describe("dedup").samples, 3200)
+
+    def test_trajectory_equals_pairs(self):
+        c = self.client
+        pairs = simulate("double-well", "--n", "1500", "--seed", "2")
+        states = np.append(pairs[:, 0], pairs[-1, 1]).reshape(-1, 1)
+        for name in ("traj", "pairs"):
+            c.create_model(name, dim=1, sigma=0.3, dt=0.1, seed=3)
+        r = c.ingest_trajectory("traj", states, producer="t", episode="e1", batch=64)
+        self.assertEqual((r.pairs_sent, r.pairs_applied), (1500, 1500))
+        c.ingest_pairs("pairs", pairs[:, :1], pairs[:, 1:], batch=500)
+        for name in ("traj", "pairs"):
+            c.refresh(name)
+        a, b = c.koopman("traj", top=3), c.koopman("pairs", top=3)
+        np.testing.assert_allclose(a.eigenvalues, b.eigenvalues, atol=1e-9)
+
+    def test_errors_are_typed_and_bad_batches_change_nothing(self):
+        c = self.client
+        with self.assertRaises(CmestreamError) as e:
+            c.describe("missing")
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("missing", e.exception.message)
+        c.create_model("strict", dim=2, sigma=0.5)
+        good = np.zeros((5, 2))
+        bad = good.copy()
+        bad[3, 1] = np.nan
+        with self.assertRaises(CmestreamError) as e:
+            c.ingest_pairs("strict", bad, good, producer="p")
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        with self.assertRaises(CmestreamError) as e:  # wrong dimension
+            c.ingest_pairs("strict", np.zeros((4, 3)), np.zeros((4, 3)))
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        d = c.describe("strict")
+        self.assertEqual(d.samples + d.pending_warmup, 0)
+        self.assertEqual(c.producer_offset("strict", "p"), 0)
+        with self.assertRaises(CmestreamError) as e:
+            c.koopman("strict")
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
