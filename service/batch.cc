@@ -1,0 +1,83 @@
+#include "service/batch.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace cmestream::service {
+namespace {
+
+BatchCheck Reject(std::string reason, uint64_t index, const std::string& model, std::string what) {
+  BatchCheck c;
+  c.reason = std::move(reason);
+  c.status = absl::InvalidArgumentError(absl::StrCat("batch ", index, ": ", what, " (model '", model, "')"));
+  return c;
+}
+
+// First non-finite value of a packed field, or -1.
+int64_t FirstNonFinite(const google::protobuf::RepeatedField<double>& v) {
+  for (int i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v.Get(i))) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index) {
+  const std::string& model = b.model();
+  if (b.x_ids_size() > 0 || b.y_ids_size() > 0 || b.state_ids_size() > 0) {
+    return Reject("payload_form", index, model,
+                  absl::StrCat("state ids (x_ids/y_ids/state_ids) are set, expected x/y or states of dim ", dim,
+                               " for this continuous model"));
+  }
+  const bool has_pairs = b.x_size() > 0 || b.y_size() > 0;
+  const bool has_states = b.states_size() > 0;
+  if (has_pairs && has_states) {
+    return Reject("payload_form", index, model,
+                  "both x/y and states are set, expected exactly one payload form");
+  }
+  if (!has_pairs && !has_states) {
+    return Reject("empty", index, model, "no pairs: x, y and states are all empty, expected at least one pair");
+  }
+  const auto bad_size = [&](absl::string_view field, int size, absl::string_view expected) {
+    return Reject("size", index, model, absl::StrCat("field ", field, " has ", size, " values, expected ", expected));
+  };
+  const std::string multiple = absl::StrCat("a multiple of dim ", dim);
+  BatchCheck ok;
+  ok.batch.dim = dim;
+  if (has_pairs) {
+    if (b.x_size() % dim != 0) return bad_size("x", b.x_size(), multiple);
+    if (b.y_size() % dim != 0) return bad_size("y", b.y_size(), multiple);
+    if (b.y_size() != b.x_size()) return bad_size("y", b.y_size(), absl::StrCat(b.x_size(), " (as many as x)"));
+    for (const auto* field : {&b.x(), &b.y()}) {
+      const int64_t bad = FirstNonFinite(*field);
+      if (bad >= 0) {
+        return Reject("non_finite", index, model,
+                      absl::StrCat("field ", field == &b.x() ? "x" : "y", " value ", bad, " (pair ", bad / dim,
+                                   ", component ", bad % dim, ") is ", field->Get(bad), ", expected a finite number"));
+      }
+    }
+    ok.batch.n = b.x_size() / dim;
+    ok.batch.x = b.x().data();
+    ok.batch.y = b.y().data();
+  } else {
+    if (b.states_size() % dim != 0) return bad_size("states", b.states_size(), multiple);
+    if (b.states_size() < 2 * dim) {
+      return bad_size("states", b.states_size(), absl::StrCat("at least 2 states (", 2 * dim, " values)"));
+    }
+    const int64_t bad = FirstNonFinite(b.states());
+    if (bad >= 0) {
+      return Reject("non_finite", index, model,
+                    absl::StrCat("field states value ", bad, " (state ", bad / dim, ", component ", bad % dim,
+                                 ") is ", b.states(bad), ", expected a finite number"));
+    }
+    ok.batch.n = b.states_size() / dim - 1;
+    ok.batch.x = b.states().data();
+    ok.batch.y = b.states().data() + dim;
+    ok.batch.trajectory = true;
+  }
+  return ok;
+}
+
+}  // namespace cmestream::service

@@ -1,0 +1,161 @@
+#include "service/daemon.h"
+
+#include <cmath>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "prometheus/exposer.h"
+#include "service/batch_log.h"
+#include "service/data_dir.h"
+#include "service/ingestor.h"
+#include "service/metrics.h"
+#include "service/refresh.h"
+#include "service/registry.h"
+#include "service/services.h"
+
+namespace cmestream::service {
+namespace {
+
+// Splits "HOST:PORT" at the last colon ("[::1]:0" works). InvalidArgument names the flag.
+absl::Status SplitHostPort(const std::string& flag, const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --", flag, " is '", address, "', expected HOST:PORT with PORT in 0..65535"));
+  };
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return bad();
+  const std::string port_text = address.substr(colon + 1);
+  if (port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos) return bad();
+  *port = std::stoi(port_text);
+  if (*port > 65535) return bad();
+  *host = address.substr(0, colon);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DaemonOptions::Validate() const {
+  std::string host;
+  int port;
+  if (absl::Status s = SplitHostPort("listen", listen, &host, &port); !s.ok()) return s;
+  if (absl::Status s = SplitHostPort("metrics-listen", metrics_listen, &host, &port); !s.ok()) return s;
+  if (data_dir.empty()) return absl::InvalidArgumentError("flag --data-dir is empty, expected a directory path");
+  if (!std::isfinite(refresh_interval_seconds) || refresh_interval_seconds <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --refresh-interval is ", refresh_interval_seconds, ", expected seconds > 0"));
+  }
+  if (max_message_mb < 1 || max_message_mb > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --max-message-mb is ", max_message_mb, ", expected 1..1024"));
+  }
+  if (!std::isfinite(shutdown_grace_seconds) || shutdown_grace_seconds < 0) {
+    return absl::InvalidArgumentError("shutdown_grace_seconds must be >= 0");
+  }
+  if (!std::isfinite(scheduler_tick_seconds) || scheduler_tick_seconds <= 0) {
+    return absl::InvalidArgumentError("scheduler_tick_seconds must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+// Members in construction order; destruction runs in reverse, so everything that refers to
+// the metrics or the registry goes first.
+struct Daemon::Impl {
+  DaemonOptions options;
+  std::unique_ptr<DataDir> data_dir;
+  Metrics metrics;
+  NullBatchLog batch_log;  // a write-ahead log replaces this in a later issue
+  std::unique_ptr<ModelRegistry> registry;
+  std::unique_ptr<RefreshScheduler> scheduler;
+  std::unique_ptr<Ingestor> ingestor;
+  std::unique_ptr<ModelServiceImpl> model_service;
+  std::unique_ptr<IngestServiceImpl> ingest_service;
+  std::unique_ptr<QueryServiceImpl> query_service;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<grpc::Server> server;
+  std::string grpc_host, metrics_host;
+  int grpc_port = 0, metrics_port = 0;
+  bool shut_down = false;
+};
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  int requested_port = 0;
+  SplitHostPort("listen", options.listen, &impl->grpc_host, &requested_port).IgnoreError();
+  SplitHostPort("metrics-listen", options.metrics_listen, &impl->metrics_host, &requested_port).IgnoreError();
+
+  absl::StatusOr<std::unique_ptr<DataDir>> dir = DataDir::Open(options.data_dir);
+  if (!dir.ok()) return dir.status();
+  impl->data_dir = *std::move(dir);
+
+  try {
+    impl->exposer = std::make_unique<prometheus::Exposer>(options.metrics_listen, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on --metrics-listen ", options.metrics_listen, ": ", e.what()));
+  }
+  impl->exposer->RegisterCollectable(impl->metrics.registry());
+  const std::vector<int> metric_ports = impl->exposer->GetListeningPorts();
+  if (metric_ports.empty()) return absl::UnavailableError("the metrics exposer reports no listening port");
+  impl->metrics_port = metric_ports.front();
+
+  ConfigDefaults defaults;
+  defaults.refresh_interval_seconds = options.refresh_interval_seconds;
+  impl->registry = std::make_unique<ModelRegistry>(defaults, impl->metrics, impl->batch_log);
+  RefreshScheduler::Options scheduler_options;
+  scheduler_options.tick_seconds = options.scheduler_tick_seconds;
+  impl->scheduler = std::make_unique<RefreshScheduler>(*impl->registry, scheduler_options);
+  impl->ingestor = std::make_unique<Ingestor>(*impl->registry, impl->metrics);
+  impl->model_service = std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics);
+  impl->ingest_service = std::make_unique<IngestServiceImpl>(*impl->registry, *impl->ingestor, impl->metrics);
+  impl->query_service = std::make_unique<QueryServiceImpl>(*impl->registry, *impl->scheduler, impl->metrics);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &impl->grpc_port);
+  builder.SetMaxReceiveMessageSize(options.max_message_mb * 1024 * 1024);
+  builder.RegisterService(impl->model_service.get());
+  builder.RegisterService(impl->ingest_service.get());
+  builder.RegisterService(impl->query_service.get());
+  impl->scheduler->Start();
+  impl->server = builder.BuildAndStart();
+  if (!impl->server || impl->grpc_port == 0) {
+    impl->scheduler->Stop();
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on --listen ", options.listen,
+                                               " (address in use or not local?)"));
+  }
+  auto daemon = std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
+  if (absl::Status s = daemon->impl_->data_dir->WriteDaemonInfo(daemon->grpc_address(), daemon->metrics_address());
+      !s.ok()) {
+    return s;
+  }
+  return daemon;
+}
+
+Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Daemon::~Daemon() { Shutdown(); }
+
+int Daemon::grpc_port() const { return impl_->grpc_port; }
+int Daemon::metrics_port() const { return impl_->metrics_port; }
+std::string Daemon::grpc_address() const { return absl::StrCat(impl_->grpc_host, ":", impl_->grpc_port); }
+std::string Daemon::metrics_address() const { return absl::StrCat(impl_->metrics_host, ":", impl_->metrics_port); }
+std::string Daemon::ListeningLine() const {
+  return absl::StrCat("cmestreamd listening grpc=", grpc_address(), " metrics=", metrics_address());
+}
+
+void Daemon::Shutdown() {
+  if (impl_->shut_down) return;
+  impl_->shut_down = true;
+  impl_->scheduler->Stop();
+  const auto grace = std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::duration<double>(impl_->options.shutdown_grace_seconds));
+  impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
+  impl_->server->Wait();
+  impl_->exposer.reset();
+}
+
+}  // namespace cmestream::service

@@ -1,0 +1,50 @@
+// cmestreamd assembled: data dir, metrics exposer, model registry, refresh scheduler and the
+// gRPC server (health checking and reflection enabled). main() parses flags and waits for a
+// signal; tests start a Daemon in-process on port 0.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cmestream::service {
+
+struct DaemonOptions {
+  std::string listen = "127.0.0.1:50051";          // gRPC HOST:PORT; port 0 picks a free port
+  std::string metrics_listen = "127.0.0.1:9464";   // Prometheus HOST:PORT; port 0 picks one
+  std::string data_dir = "./cmestream-data";       // created if missing; locked while running
+  double refresh_interval_seconds = 2.0;           // default refresh period of new models, > 0
+  int max_message_mb = 64;                         // max gRPC receive message (MiB), 1..1024;
+                                                   // bounds one IngestBatch (64 MiB = 8M doubles)
+  double shutdown_grace_seconds = 5.0;             // in-flight RPCs get this long, then cancelled
+  double scheduler_tick_seconds = 0.05;            // refresh scheduler polling period, > 0
+
+  // OK or InvalidArgument naming the flag and the expected value.
+  absl::Status Validate() const;
+};
+
+class Daemon {
+ public:
+  // Opens the data dir, binds both ports and starts serving. Errors name what failed.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options);
+  ~Daemon();
+
+  int grpc_port() const;
+  int metrics_port() const;
+  std::string grpc_address() const;     // HOST:PORT with the selected port
+  std::string metrics_address() const;
+  // "cmestreamd listening grpc=HOST:PORT metrics=HOST:PORT" (parsed by scripts and tests).
+  std::string ListeningLine() const;
+
+  // Stops the scheduler (pending Refresh waits get UNAVAILABLE), then the gRPC server (grace
+  // period, then cancellation), then the exposer. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit Daemon(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cmestream::service

@@ -1,0 +1,63 @@
+#include "service/data_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace cmestream::service {
+
+absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot create data dir '", path, "': ", ec.message()));
+  const std::string lock_path = path + "/LOCK";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open '", lock_path, "': ", std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("data dir '", path, "' is in use by another cmestreamd (lock on ", lock_path, ")"));
+    }
+    return absl::InternalError(absl::StrCat("cannot lock '", lock_path, "': ", std::strerror(err)));
+  }
+  return std::unique_ptr<DataDir>(new DataDir(path, fd));
+}
+
+DataDir::~DataDir() {
+  if (wrote_info_) {
+    std::error_code ec;
+    std::filesystem::remove(path_ + "/daemon.json", ec);
+  }
+  ::close(lock_fd_);  // releases the flock
+}
+
+absl::Status DataDir::WriteDaemonInfo(const std::string& grpc_address, const std::string& metrics_address) {
+  const std::string final_path = path_ + "/daemon.json";
+  const std::string tmp_path = final_path + ".tmp";
+  {
+    std::ofstream out(tmp_path, std::ios::trunc);
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    out << "{\"pid\": " << ::getpid() << ", \"version\": \"0.1.0\", \"grpc\": \"" << grpc_address
+        << "\", \"metrics\": \"" << metrics_address << "\", \"started_unix_seconds\": " << std::fixed << now
+        << "}\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write '", tmp_path, "'"));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp_path, final_path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename '", tmp_path, "': ", ec.message()));
+  wrote_info_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace cmestream::service

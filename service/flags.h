@@ -1,0 +1,34 @@
+// Command-line flags of cmestreamd (hand-written: Abseil flags cannot spell --metrics-listen).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "service/daemon.h"
+
+namespace cmestream::service {
+
+inline constexpr char kUsage[] =
+    "usage: cmestreamd [--listen HOST:PORT] [--metrics-listen HOST:PORT] [--data-dir DIR]\n"
+    "                  [--refresh-interval SECONDS] [--max-message-mb MB] [--shutdown-grace SECONDS]\n"
+    "\n"
+    "  --listen HOST:PORT          gRPC address (default 127.0.0.1:50051; port 0 = any free port)\n"
+    "  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; port 0 = any)\n"
+    "  --data-dir DIR              data directory, created and locked (default ./cmestream-data)\n"
+    "  --refresh-interval SECONDS  default view refresh period of new models (default 2)\n"
+    "  --max-message-mb MB         largest gRPC message accepted, i.e. one ingest batch (default 64)\n"
+    "  --shutdown-grace SECONDS    time given to in-flight RPCs on SIGTERM/SIGINT (default 5)\n"
+    "\n"
+    "Once serving, prints one line to stdout:\n"
+    "  cmestreamd listening grpc=HOST:PORT metrics=HOST:PORT\n";
+
+struct ParsedFlags {
+  DaemonOptions options;
+  bool help = false;
+};
+
+// Accepts "--flag value" and "--flag=value". InvalidArgument names the bad flag.
+absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args);
+
+}  // namespace cmestream::service

@@ -1,0 +1,77 @@
+#include <chrono>
+
+#include "service/rpc_util.h"
+#include "service/services.h"
+
+namespace cmestream::service {
+namespace {
+
+// One Ingest stream: read a batch, apply it, write its ack, read the next. A bad batch ends
+// the stream with its status; the batches before it stay applied (as the proto documents).
+class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
+ public:
+  IngestReactor(Ingestor& ingestor, Metrics& metrics) : ingestor_(ingestor), metrics_(metrics) { StartRead(&batch_); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side (or the call was cancelled)
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<v1::IngestAck> ack = ingestor_.Apply(batch_, next_index_);
+    metrics_.ObserveRpc("Ingest", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                        static_cast<int>(ack.status().code()));
+    if (!ack.ok()) {
+      Finish(ToGrpcStatus(ack.status()));
+      return;
+    }
+    ++next_index_;
+    ack_ = *std::move(ack);
+    StartWrite(&ack_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the ack could not be written"));
+      return;
+    }
+    StartRead(&batch_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  Ingestor& ingestor_;
+  Metrics& metrics_;
+  v1::IngestBatch batch_;
+  v1::IngestAck ack_;
+  uint64_t next_index_ = 0;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestServiceImpl::Ingest(grpc::CallbackServerContext*) {
+  return new IngestReactor(ingestor_, metrics_);
+}
+
+grpc::ServerUnaryReactor* IngestServiceImpl::IngestOne(grpc::CallbackServerContext* ctx, const v1::IngestBatch* req,
+                                                       v1::IngestAck* resp) {
+  UnaryCall call(ctx, metrics_, "IngestOne");
+  absl::StatusOr<v1::IngestAck> ack = ingestor_.Apply(*req, 0);
+  if (ack.ok()) *resp = *std::move(ack);
+  return call.Finish(ack.status());
+}
+
+grpc::ServerUnaryReactor* IngestServiceImpl::GetProducer(grpc::CallbackServerContext* ctx,
+                                                         const v1::GetProducerRequest* req, v1::ProducerStatus* resp) {
+  UnaryCall call(ctx, metrics_, "GetProducer");
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  if (model.ok()) {
+    resp->set_model(req->model());
+    resp->set_producer_id(req->producer_id());
+    resp->set_applied_offset((*model)->ProducerOffset(req->producer_id()));
+  }
+  return call.Finish(model.status());
+}
+
+}  // namespace cmestream::service

@@ -1,0 +1,45 @@
+// cmestreamd: parse flags, start the daemon, print the listening line, wait for SIGTERM/SIGINT,
+// shut down cleanly and exit 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "service/daemon.h"
+#include "service/flags.h"
+
+int main(int argc, char** argv) {
+  using cmestream::service::Daemon;
+  absl::StatusOr<cmestream::service::ParsedFlags> flags =
+      cmestream::service::ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
+  if (!flags.ok()) {
+    std::cerr << "cmestreamd: " << flags.status().message() << "\n" << cmestream::service::kUsage;
+    return 2;
+  }
+  if (flags->help) {
+    std::cout << cmestream::service::kUsage;
+    return 0;
+  }
+  // Block the signals in every thread (gRPC's and the exposer's threads inherit this mask);
+  // this thread then takes them synchronously with sigwait: no async-signal-safety concerns.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(flags->options);
+  if (!daemon.ok()) {
+    std::cerr << "cmestreamd: " << daemon.status().message() << "\n";
+    return 1;
+  }
+  std::cout << (*daemon)->ListeningLine() << std::endl;  // endl flushes: scripts wait for it
+
+  int received = 0;
+  sigwait(&signals, &received);
+  std::cerr << "cmestreamd: received " << (received == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down\n";
+  (*daemon)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,149 @@
+#include "service/metrics.h"
+
+#include "grpcpp/support/status_code_enum.h"
+
+namespace cmestream::service {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+// Refresh: from a few ms (small dictionary) to tens of seconds (m = 4000, O(m^3)).
+const prometheus::Histogram::BucketBoundaries kRefreshBuckets = {0.001, 0.005, 0.02, 0.05, 0.1, 0.25,
+                                                                 0.5,   1,     2.5,  5,    10,  30};
+// RPCs: sub-millisecond queries up to waits of a minute (Refresh with wait).
+const prometheus::Histogram::BucketBoundaries kRpcBuckets = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                             0.05,   0.1,    0.25,  0.5,    1,     5,    30};
+
+const char* CodeName(int code) {
+  static const char* kNames[] = {"OK",        "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS",    "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",  "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",       "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}
+
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      samples_(BuildCounter().Name("cmestream_samples_ingested_total")
+                   .Help("Transition pairs accepted into the model (learner plus sigma warm-up buffer)")
+                   .Register(*registry_)),
+      pending_(BuildGauge().Name("cmestream_pending_warmup")
+                   .Help("Pairs buffered while sigma 'auto' is being chosen").Register(*registry_)),
+      dict_(BuildGauge().Name("cmestream_dictionary_size").Help("Dictionary atoms per side (x, y)")
+                .Register(*registry_)),
+      forced_(BuildCounter().Name("cmestream_forced_compressions_total")
+                  .Help("Admissions refused by the dictionary cap max_dict (forced projections)")
+                  .Register(*registry_)),
+      forced_error_(BuildCounter().Name("cmestream_forced_error_sum_total")
+                        .Help("Summed HS-norm error of forced projections").Register(*registry_)),
+      drift_(BuildGauge().Name("cmestream_inverse_drift")
+                 .Help("max ||G G^-1 - I||_F over both Gram inverses, measured at the last refresh")
+                 .Register(*registry_)),
+      refresh_(BuildHistogram().Name("cmestream_refresh_duration_seconds")
+                   .Help("Time to build a view (snapshot, drift check, Koopman)").Register(*registry_)),
+      view_version_(BuildGauge().Name("cmestream_view_version").Help("Version of the latest view")
+                        .Register(*registry_)),
+      view_age_(BuildGauge().Name("cmestream_view_age_seconds").Help("Seconds since the latest view was built")
+                    .Register(*registry_)),
+      view_samples_(BuildGauge().Name("cmestream_view_samples").Help("Samples the latest view reflects")
+                        .Register(*registry_)),
+      rejected_(BuildCounter().Name("cmestream_ingest_batches_rejected_total")
+                    .Help("Ingest batches refused, by reason").Register(*registry_)),
+      rpc_(BuildHistogram().Name("cmestream_rpc_duration_seconds")
+               .Help("Server-side RPC latency per method (Ingest: per batch)").Register(*registry_)),
+      rpc_completed_(BuildCounter().Name("cmestream_rpc_completed_total")
+                         .Help("RPCs (Ingest: batches) completed, by method and status code")
+                         .Register(*registry_)),
+      models_(BuildGauge().Name("cmestream_models").Help("Models in the registry").Register(*registry_).Add({})) {}
+
+void Metrics::OnUnknownModelBatch() { rejected_.Add({{"model", ""}, {"reason", "unknown_model"}}).Increment(); }
+
+void Metrics::ObserveRpc(const std::string& method, double seconds, int code) {
+  prometheus::Histogram* h;
+  {
+    std::lock_guard<std::mutex> lock(rpc_mu_);
+    auto it = rpc_hist_.find(method);
+    if (it == rpc_hist_.end()) it = rpc_hist_.emplace(method, &rpc_.Add({{"method", method}}, kRpcBuckets)).first;
+    h = it->second;
+  }
+  h->Observe(seconds);
+  // Family::Add returns the existing series for known labels; it locks internally.
+  rpc_completed_.Add({{"method", method}, {"code", CodeName(code)}}).Increment();
+}
+
+ModelMetrics::ModelMetrics(Metrics& m, std::string model)
+    : m_(m),
+      model_(std::move(model)),
+      samples_(&m.samples_.Add({{"model", model_}})),
+      pending_(&m.pending_.Add({{"model", model_}})),
+      dict_x_(&m.dict_.Add({{"model", model_}, {"side", "x"}})),
+      dict_y_(&m.dict_.Add({{"model", model_}, {"side", "y"}})),
+      forced_(&m.forced_.Add({{"model", model_}})),
+      forced_error_(&m.forced_error_.Add({{"model", model_}})),
+      drift_(&m.drift_.Add({{"model", model_}})),
+      refresh_(&m.refresh_.Add({{"model", model_}}, kRefreshBuckets)),
+      view_version_(&m.view_version_.Add({{"model", model_}})),
+      view_age_(&m.view_age_.Add({{"model", model_}})),
+      view_samples_(&m.view_samples_.Add({{"model", model_}})) {}
+
+void ModelMetrics::OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,
+                                  const LearnerGauges& g) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  samples_->Increment(static_cast<double>(pairs_applied));
+  if (forced_delta > 0) forced_->Increment(static_cast<double>(forced_delta));
+  if (forced_error_delta > 0) forced_error_->Increment(forced_error_delta);
+  pending_->Set(static_cast<double>(g.pending_warmup));
+  dict_x_->Set(g.dict_x);
+  dict_y_->Set(g.dict_y);
+}
+
+void ModelMetrics::OnRejected(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  auto it = rejected_.find(reason);
+  if (it == rejected_.end()) it = rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}})).first;
+  it->second->Increment();
+}
+
+void ModelMetrics::OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  refresh_->Observe(seconds);
+  drift_->Set(inverse_drift);
+  view_version_->Set(static_cast<double>(version));
+  view_samples_->Set(static_cast<double>(samples));
+  view_age_->Set(0);
+}
+
+void ModelMetrics::SetViewAge(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  view_age_->Set(seconds);
+}
+
+void ModelMetrics::Remove() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  removed_ = true;
+  m_.samples_.Remove(samples_);
+  m_.pending_.Remove(pending_);
+  m_.dict_.Remove(dict_x_);
+  m_.dict_.Remove(dict_y_);
+  m_.forced_.Remove(forced_);
+  m_.forced_error_.Remove(forced_error_);
+  m_.drift_.Remove(drift_);
+  m_.refresh_.Remove(refresh_);
+  m_.view_version_.Remove(view_version_);
+  m_.view_age_.Remove(view_age_);
+  m_.view_samples_.Remove(view_samples_);
+  for (auto& [reason, counter] : rejected_) m_.rejected_.Remove(counter);
+  rejected_.clear();
+}
+
+}  // namespace cmestream::service

@@ -1,0 +1,108 @@
+// Prometheus metrics of the daemon (issue 2 part 5). One Metrics object per daemon owns the
+// registry and the metric families; each model owns a ModelMetrics handle with its series.
+//
+// Series (all prefixed cmestream_):
+//   samples_ingested_total{model}            counter  pairs applied to the learner (incl. warm-up)
+//   pending_warmup{model}                    gauge    pairs buffered while sigma "auto" is chosen
+//   dictionary_size{model,side="x"|"y"}      gauge    atoms per side
+//   forced_compressions_total{model}         counter  admissions refused by max_dict
+//   forced_error_sum_total{model}            counter  summed HS error of forced projections
+//   inverse_drift{model}                     gauge    max ||G G^-1 - I||_F at the last refresh
+//   refresh_duration_seconds{model}          histogram
+//   view_version{model}, view_age_seconds{model}, view_samples{model}   gauges (age updated by
+//                                            the refresh scheduler every tick)
+//   ingest_batches_rejected_total{model,reason} counter (model="" when the model is unknown, so
+//                                            a client's typos cannot create unbounded series)
+//   rpc_duration_seconds{method}             histogram (Ingest: per batch)
+//   rpc_completed_total{method,code}         counter
+//   models                                   gauge
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace cmestream::service {
+
+class Metrics;
+
+// The series of one model. Thread-safe. Remove() (on model deletion) drops every series from
+// the exposition; later updates through a removed handle are ignored, so an RPC still holding
+// a deleted model cannot resurrect or touch a recreated model's series.
+class ModelMetrics {
+ public:
+  ModelMetrics(Metrics& metrics, std::string model);
+  ~ModelMetrics() { Remove(); }
+
+  struct LearnerGauges {
+    uint64_t pending_warmup = 0;
+    int dict_x = 0, dict_y = 0;
+  };
+  void OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,
+                      const LearnerGauges& gauges);
+  void OnRejected(const std::string& reason);
+  void OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples);
+  void SetViewAge(double seconds);
+  void Remove();
+
+ private:
+  Metrics& m_;
+  const std::string model_;
+  std::mutex mu_;
+  bool removed_ = false;
+  prometheus::Counter* samples_;
+  prometheus::Gauge* pending_;
+  prometheus::Gauge* dict_x_;
+  prometheus::Gauge* dict_y_;
+  prometheus::Counter* forced_;
+  prometheus::Counter* forced_error_;
+  prometheus::Gauge* drift_;
+  prometheus::Histogram* refresh_;
+  prometheus::Gauge* view_version_;
+  prometheus::Gauge* view_age_;
+  prometheus::Gauge* view_samples_;
+  std::map<std::string, prometheus::Counter*> rejected_;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  std::shared_ptr<ModelMetrics> ForModel(const std::string& model) {
+    return std::make_shared<ModelMetrics>(*this, model);
+  }
+  // A batch for a model that does not exist.
+  void OnUnknownModelBatch();
+  void ObserveRpc(const std::string& method, double seconds, int grpc_code);
+  void SetModelCount(size_t n) { models_.Set(static_cast<double>(n)); }
+
+ private:
+  friend class ModelMetrics;
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& samples_;
+  prometheus::Family<prometheus::Gauge>& pending_;
+  prometheus::Family<prometheus::Gauge>& dict_;
+  prometheus::Family<prometheus::Counter>& forced_;
+  prometheus::Family<prometheus::Counter>& forced_error_;
+  prometheus::Family<prometheus::Gauge>& drift_;
+  prometheus::Family<prometheus::Histogram>& refresh_;
+  prometheus::Family<prometheus::Gauge>& view_version_;
+  prometheus::Family<prometheus::Gauge>& view_age_;
+  prometheus::Family<prometheus::Gauge>& view_samples_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Histogram>& rpc_;
+  prometheus::Family<prometheus::Counter>& rpc_completed_;
+  prometheus::Gauge& models_;
+  std::mutex rpc_mu_;  // guards the lazily created per-method series below
+  std::map<std::string, prometheus::Histogram*> rpc_hist_;
+};
+
+}  // namespace cmestream::service

@@ -1,0 +1,119 @@
+// One model of the registry: its configuration, its learner state, its producers' applied
+// offsets and its latest view.
+//
+// Concurrency (why three locks):
+//   learner_mu_  serializes ingestion (SGD is sequential) and the brief snapshot taken by a
+//                refresh. Held for the whole application of a batch.
+//   stats_mu_    guards the small published copy of the counters and the producer offsets,
+//                updated at the end of each batch: GetModel/GetProducer/the scheduler read it
+//                without waiting for a batch in progress.
+//   view_mu_     guards the pointer to the latest immutable view (copying a shared_ptr is not
+//                atomic); queries copy the pointer and never wait for ingestion or refresh.
+// Different models share nothing, so they learn in parallel.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cmestream/v1/cmestream.pb.h"
+#include "core/cme/compressed_cme.h"
+#include "service/batch.h"
+#include "service/batch_log.h"
+#include "service/metrics.h"
+#include "service/model_view.h"
+
+namespace cmestream::service {
+
+class Model {
+ public:
+  // requires: `config` came from NormalizeModelConfig; `log` outlives the model.
+  Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+
+  const std::string& name() const { return config_.name(); }
+  const v1::ModelConfig& config() const { return config_; }
+  int dim() const { return static_cast<int>(config_.dim()); }
+  ModelMetrics& metrics() { return *metrics_; }
+
+  struct IngestResult {
+    uint64_t received = 0;
+    uint64_t applied = 0;
+    uint64_t producer_offset = 0;
+    uint64_t model_samples = 0;  // accepted pairs: learner samples + pending warm-up
+  };
+  // Applies a validated batch exactly once per producer (see IngestBatch in the proto): pairs
+  // before the producer's applied offset are skipped; an offset beyond it is a gap and
+  // answers FAILED_PRECONDITION with nothing applied. Empty producer_id: no de-duplication.
+  // With sigma "auto", pairs are buffered until auto_sigma_warmup of them exist; then the
+  // bandwidth is chosen (SelectBandwidth), the learner built and the buffer fed to it.
+  // Cost O(n m^2), no allocation per pair.
+  absl::StatusOr<IngestResult> Ingest(const PairBatch& batch, const std::string& producer_id, uint64_t offset,
+                                      uint64_t batch_index);
+
+  // Applied offset of a producer; 0 for a producer never seen.
+  uint64_t ProducerOffset(const std::string& producer_id) const;
+
+  // Counters as of the last completed batch or refresh.
+  struct Stats {
+    bool learner_ready = false;   // false while sigma "auto" warm-up is buffering
+    uint64_t samples = 0;
+    uint64_t pending_warmup = 0;
+    int dict_x = 0, dict_y = 0;
+    uint64_t forced = 0;
+    double forced_error_sum = 0;
+    double inverse_drift = 0;
+    uint64_t batches_applied = 0;
+  };
+  Stats stats() const;
+  v1::ModelInfo Describe() const;
+
+  // Refresh support. Snapshot() copies what the views need under the learner lock, after the
+  // drift check and re-factorization (ALGORITHMS.md §1 numerics). That check is O(m^3) and
+  // blocks this model's ingestion for its duration (a few ms at m = 200, ~0.1-0.3 s at
+  // m = 1000): it must run on the live learner, since its purpose is to repair it.
+  // Returns nullopt while there is no learner yet (warm-up).
+  struct LearnerSnapshot {
+    uint64_t samples = 0;
+    double inverse_drift = 0;
+    CmeSnapshot cme;
+  };
+  std::optional<LearnerSnapshot> Snapshot();
+
+  std::shared_ptr<const ModelView> view() const;
+  void Publish(std::shared_ptr<const ModelView> view);
+
+  // Scheduler bookkeeping (touched by the scheduler thread and Refresh requests).
+  std::atomic<bool> refresh_requested{false};
+  std::chrono::steady_clock::time_point last_refresh_attempt;  // scheduler thread only
+
+ private:
+  void FeedLearner(const double* x, const double* y);  // requires learner_mu_ held
+  void FinishWarmup();                                 // requires learner_mu_ held
+
+  const v1::ModelConfig config_;
+  const std::shared_ptr<ModelMetrics> metrics_;
+  BatchLog* const log_;
+  const double created_unix_seconds_;
+
+  std::mutex learner_mu_;
+  std::unique_ptr<CompressedCme> cme_;   // null during sigma warm-up
+  RowMatrixXd warmup_x_, warmup_y_;      // auto_sigma_warmup x d, only for sigma "auto"
+  int64_t warmup_n_ = 0;
+  v1::SigmaSelection sigma_selection_;   // written once, under learner_mu_ and stats_mu_
+
+  mutable std::mutex stats_mu_;
+  Stats stats_;
+  std::map<std::string, uint64_t> producer_offsets_;
+  v1::SigmaSelection published_sigma_;
+
+  mutable std::mutex view_mu_;
+  std::shared_ptr<const ModelView> view_;
+};
+
+}  // namespace cmestream::service

@@ -1,0 +1,52 @@
+#include "service/registry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace cmestream::service {
+
+absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConfig& config) {
+  absl::StatusOr<v1::ModelConfig> normalized = NormalizeModelConfig(config, defaults_);
+  if (!normalized.ok()) return normalized.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (models_.count(normalized->name())) {
+    return absl::AlreadyExistsError(absl::StrCat("model '", normalized->name(), "' already exists"));
+  }
+  // Allocation of the learner (O(max_dict^2)) happens under the map lock; creation is rare.
+  auto model = std::make_shared<Model>(*normalized, metrics_.ForModel(normalized->name()), &log_);
+  models_.emplace(model->name(), model);
+  metrics_.SetModelCount(models_.size());
+  return model;
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Get(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("model '", name.substr(0, 80), "' does not exist"));
+  }
+  return it->second;
+}
+
+absl::Status ModelRegistry::Delete(const std::string& name) {
+  std::shared_ptr<Model> removed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model '", name.substr(0, 80), "' does not exist"));
+    removed = std::move(it->second);
+    models_.erase(it);
+    metrics_.SetModelCount(models_.size());
+  }
+  removed->metrics().Remove();
+  return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<Model>> ModelRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<Model>> out;
+  out.reserve(models_.size());
+  for (const auto& [name, model] : models_) out.push_back(model);
+  return out;
+}
+
+}  // namespace cmestream::service

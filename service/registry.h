@@ -1,0 +1,43 @@
+// Name -> Model. The mutex guards the map only; a Model found here is used through its
+// shared_ptr, so a concurrent Delete never invalidates an RPC in flight (the model object
+// lives until the last holder lets go, its metric series are removed at Delete).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cmestream/v1/cmestream.pb.h"
+#include "service/batch_log.h"
+#include "service/metrics.h"
+#include "service/model.h"
+#include "service/model_config.h"
+
+namespace cmestream::service {
+
+class ModelRegistry {
+ public:
+  // requires: metrics and log outlive the registry.
+  ModelRegistry(ConfigDefaults defaults, Metrics& metrics, BatchLog& log)
+      : defaults_(defaults), metrics_(metrics), log_(log) {}
+
+  // InvalidArgument (bad config), AlreadyExists.
+  absl::StatusOr<std::shared_ptr<Model>> Create(const v1::ModelConfig& config);
+  // NotFound with a message naming the model.
+  absl::StatusOr<std::shared_ptr<Model>> Get(const std::string& name) const;
+  absl::Status Delete(const std::string& name);
+  // Sorted by name.
+  std::vector<std::shared_ptr<Model>> List() const;
+
+ private:
+  const ConfigDefaults defaults_;
+  Metrics& metrics_;
+  BatchLog& log_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Model>> models_;
+};
+
+}  // namespace cmestream::service

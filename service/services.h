@@ -1,0 +1,71 @@
+// The gRPC services of cmestreamd, on the callback API: handlers are thin (look up, call the
+// model/registry/scheduler, map the status once with ToGrpcStatus, record latency).
+//
+// Why the callback API: Refresh(wait=true) parks its reactor in the scheduler's waiter list
+// instead of holding a thread for up to its timeout, and Ingest is a bidi reactor that
+// processes one batch per read and acks it before reading the next (one batch in flight per
+// stream: natural back-pressure, acks in order). A batch is learned on the gRPC callback
+// thread that read it; that is CPU work, not blocking, and it keeps the ack after the apply.
+#pragma once
+
+#include "cmestream/v1/cmestream.grpc.pb.h"
+#include "service/ingestor.h"
+#include "service/metrics.h"
+#include "service/refresh.h"
+#include "service/registry.h"
+
+namespace cmestream::service {
+
+class ModelServiceImpl final : public v1::ModelService::CallbackService {
+ public:
+  ModelServiceImpl(ModelRegistry& registry, Metrics& metrics) : registry_(registry), metrics_(metrics) {}
+  grpc::ServerUnaryReactor* CreateModel(grpc::CallbackServerContext* ctx, const v1::CreateModelRequest* req,
+                                        v1::ModelInfo* resp) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* ctx, const v1::GetModelRequest* req,
+                                     v1::ModelInfo* resp) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest* req,
+                                       v1::ListModelsResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteModel(grpc::CallbackServerContext* ctx, const v1::DeleteModelRequest* req,
+                                        v1::DeleteModelResponse* resp) override;
+
+ private:
+  ModelRegistry& registry_;
+  Metrics& metrics_;
+};
+
+class IngestServiceImpl final : public v1::IngestService::CallbackService {
+ public:
+  IngestServiceImpl(ModelRegistry& registry, Ingestor& ingestor, Metrics& metrics)
+      : registry_(registry), ingestor_(ingestor), metrics_(metrics) {}
+  grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* Ingest(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* IngestOne(grpc::CallbackServerContext* ctx, const v1::IngestBatch* req,
+                                      v1::IngestAck* resp) override;
+  grpc::ServerUnaryReactor* GetProducer(grpc::CallbackServerContext* ctx, const v1::GetProducerRequest* req,
+                                        v1::ProducerStatus* resp) override;
+
+ private:
+  ModelRegistry& registry_;
+  Ingestor& ingestor_;
+  Metrics& metrics_;
+};
+
+class QueryServiceImpl final : public v1::QueryService::CallbackService {
+ public:
+  QueryServiceImpl(ModelRegistry& registry, RefreshScheduler& scheduler, Metrics& metrics)
+      : registry_(registry), scheduler_(scheduler), metrics_(metrics) {}
+  grpc::ServerUnaryReactor* Refresh(grpc::CallbackServerContext* ctx, const v1::RefreshRequest* req,
+                                    v1::RefreshResponse* resp) override;
+  grpc::ServerUnaryReactor* GetKoopman(grpc::CallbackServerContext* ctx, const v1::KoopmanRequest* req,
+                                       v1::KoopmanResponse* resp) override;
+  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const v1::PredictRequest* req,
+                                    v1::PredictResponse* resp) override;
+  grpc::ServerUnaryReactor* GetDictionary(grpc::CallbackServerContext* ctx, const v1::DictionaryRequest* req,
+                                          v1::DictionaryResponse* resp) override;
+
+ private:
+  ModelRegistry& registry_;
+  RefreshScheduler& scheduler_;
+  Metrics& metrics_;
+};
+
+}  // namespace cmestream::service

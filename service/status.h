@@ -1,0 +1,16 @@
+// The one place where absl::Status becomes grpc::Status (STYLE-EXAMPLES "Error tiers").
+#pragma once
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace cmestream::service {
+
+// Longest message sent to a client; longer ones are cut and end with "...".
+inline constexpr size_t kMaxStatusMessageBytes = 1024;
+
+// absl and gRPC share code numbering, so the code maps by value; the message is truncated so a
+// pathological input (e.g. a huge model name echoed back) cannot produce a huge trailer.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace cmestream::service
