@@ -1,0 +1,305 @@
+// π-weighted k-means, metastable clusters, coarse graining, implied timescales
+// (see metastable.h; ALGORITHMS.md section 3.4; paper 000 Algorithm 3).
+#include "core/cluster/metastable.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include <Eigen/Eigenvalues>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace cmestream {
+namespace {
+
+inline double Uniform01(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+// Squared distances of every point to every centroid: n x k, by ||x||^2 + ||c||^2 - 2 x c^T.
+MatrixXd SquaredDistances(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& c) {
+  MatrixXd d = -2.0 * (x * c.transpose());
+  d.colwise() += x.rowwise().squaredNorm();
+  d.rowwise() += c.rowwise().squaredNorm().transpose();
+  return d.cwiseMax(0.0);
+}
+
+// Samples an index with probability ∝ p (p >= 0, sum > 0).
+int SampleIndex(const VectorXd& p, std::mt19937_64& rng) {
+  const double total = p.sum();
+  double u = Uniform01(rng) * total;
+  int last_positive = -1;
+  for (int i = 0; i < p.size(); ++i) {
+    if (p[i] <= 0) continue;
+    last_positive = i;
+    if (u < p[i]) return i;
+    u -= p[i];
+  }
+  return last_positive;  // rounding at the end of the cumulative sum
+}
+
+struct Run {
+  RowMatrixXd centroids;
+  Eigen::VectorXi labels;
+  double inertia = 0;
+  int iterations = 0;
+};
+
+Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k, int max_iter,
+               double tol, std::mt19937_64& rng) {
+  const int n = static_cast<int>(x.rows());
+  Run run;
+  run.centroids.resize(k, x.cols());
+  // k-means++ seeding, with the weights: P(i) ∝ w_i D(x_i)^2 (first center ∝ w_i).
+  VectorXd best_d2 = VectorXd::Constant(n, std::numeric_limits<double>::infinity());
+  int first = SampleIndex(w, rng);
+  run.centroids.row(0) = x.row(first);
+  for (int c = 1; c < k; ++c) {
+    const VectorXd d2 = SquaredDistances(x, run.centroids.row(c - 1)).col(0);
+    best_d2 = best_d2.cwiseMin(d2);
+    VectorXd p = w.cwiseProduct(best_d2);
+    if (!(p.sum() > 0)) p = w;  // all positive-weight points coincide with centers: fall back
+    run.centroids.row(c) = x.row(SampleIndex(p, rng));
+  }
+  run.labels.resize(n);
+  double previous = std::numeric_limits<double>::infinity();
+  for (int it = 1; it <= max_iter; ++it) {
+    run.iterations = it;
+    const MatrixXd d2 = SquaredDistances(x, run.centroids);
+    run.inertia = 0;
+    for (int i = 0; i < n; ++i) {
+      Eigen::Index j = 0;
+      const double dmin = d2.row(i).minCoeff(&j);
+      run.labels[i] = static_cast<int>(j);
+      run.inertia += w[i] * dmin;
+    }
+    // Weighted means; an empty cluster is re-seeded at the worst-served point.
+    RowMatrixXd sums = RowMatrixXd::Zero(k, x.cols());
+    VectorXd mass = VectorXd::Zero(k);
+    for (int i = 0; i < n; ++i) {
+      sums.row(run.labels[i]) += w[i] * x.row(i);
+      mass[run.labels[i]] += w[i];
+    }
+    for (int c = 0; c < k; ++c) {
+      if (mass[c] > 0) {
+        run.centroids.row(c) = sums.row(c) / mass[c];
+      } else {
+        Eigen::Index worst = 0;
+        VectorXd served(n);
+        for (int i = 0; i < n; ++i) served[i] = w[i] * d2(i, run.labels[i]);
+        served.maxCoeff(&worst);
+        run.centroids.row(c) = x.row(worst);
+      }
+    }
+    if (previous - run.inertia <= tol * std::max(previous, 1e-300) && it > 1) break;
+    previous = run.inertia;
+  }
+  // Final assignment and inertia for the final centroids.
+  const MatrixXd d2 = SquaredDistances(x, run.centroids);
+  run.inertia = 0;
+  for (int i = 0; i < n; ++i) {
+    Eigen::Index j = 0;
+    const double dmin = d2.row(i).minCoeff(&j);
+    run.labels[i] = static_cast<int>(j);
+    run.inertia += w[i] * dmin;
+  }
+  return run;
+}
+
+}  // namespace
+
+absl::Status WeightedKMeansOptions::Validate() const {
+  if (k < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: k >= 1 (got ", k, ")"));
+  if (restarts < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: restarts >= 1 (got ", restarts, ")"));
+  if (max_iterations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: max_iterations >= 1 (got ", max_iterations, ")"));
+  }
+  if (!(tolerance >= 0)) return absl::InvalidArgumentError("Violated constraint: tolerance >= 0");
+  return absl::OkStatus();
+}
+
+std::string WeightedKMeansResult::BriefReport() const {
+  return absl::StrFormat("WeightedKMeans: k=%d inertia=%.6g iterations=%d best_restart=%d of %d",
+                         static_cast<int>(centroids.rows()), inertia, iterations, best_restart,
+                         static_cast<int>(restart_inertia.size()));
+}
+
+absl::StatusOr<WeightedKMeansResult> WeightedKMeans(const Eigen::Ref<const RowMatrixXd>& points,
+                                                    const Eigen::Ref<const VectorXd>& weights,
+                                                    const WeightedKMeansOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (weights.size() != points.rows()) {
+    return absl::InvalidArgumentError(absl::StrCat("weights has ", weights.size(), " entries, points has ",
+                                                   points.rows(), " rows"));
+  }
+  if (!points.allFinite()) return absl::InvalidArgumentError("points contain non-finite values");
+  int positive = 0;
+  for (Eigen::Index i = 0; i < weights.size(); ++i) {
+    if (!std::isfinite(weights[i]) || weights[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("weight ", i, " is negative or non-finite"));
+    }
+    if (weights[i] > 0) ++positive;
+  }
+  if (positive < options.k) {
+    return absl::InvalidArgumentError(absl::StrCat("k = ", options.k, " clusters but only ", positive,
+                                                   " points with positive weight"));
+  }
+  const VectorXd w = weights / weights.sum();  // scale-free inertia
+  std::mt19937_64 rng(options.seed);
+  WeightedKMeansResult best;
+  best.restart_inertia.resize(options.restarts);
+  for (int r = 0; r < options.restarts; ++r) {
+    Run run = OneRestart(points, w, options.k, options.max_iterations, options.tolerance, rng);
+    best.restart_inertia[r] = run.inertia;
+    if (best.best_restart < 0 || run.inertia < best.inertia) {
+      best.centroids = std::move(run.centroids);
+      best.labels = std::move(run.labels);
+      best.inertia = run.inertia;
+      best.iterations = run.iterations;
+      best.best_restart = r;
+    }
+  }
+  return best;
+}
+
+Eigen::VectorXi NearestCentroid(const Eigen::Ref<const RowMatrixXd>& centroids,
+                                const Eigen::Ref<const RowMatrixXd>& points) {
+  Eigen::VectorXi labels(points.rows());
+  if (points.rows() == 0) return labels;
+  const MatrixXd d2 = SquaredDistances(points, centroids);
+  for (Eigen::Index i = 0; i < points.rows(); ++i) {
+    Eigen::Index j = 0;
+    d2.row(i).minCoeff(&j);
+    labels[i] = static_cast<int>(j);
+  }
+  return labels;
+}
+
+VectorXd MetastableClusters::Masses() const {
+  VectorXd m = VectorXd::Zero(num_clusters());
+  for (Eigen::Index i = 0; i < weights_.size(); ++i) m[kmeans_.labels[i]] += weights_[i];
+  return m;
+}
+
+Eigen::VectorXi MetastableClusters::Label(const StateEmbedding& embedding,
+                                          const Eigen::Ref<const RowMatrixXd>& points) const {
+  return NearestCentroid(kmeans_.centroids, embedding.Embed(points));
+}
+
+absl::StatusOr<MetastableClusters> ComputeMetastableClusters(
+    const StateEmbedding& embedding, const Eigen::Ref<const RowMatrixXd>& representatives,
+    const Eigen::Ref<const VectorXd>& weights, const WeightedKMeansOptions& options) {
+  if (absl::Status s = embedding.features().ValidatePoints(representatives); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("representatives: ", s.message()));
+  }
+  MetastableClusters out;
+  out.representatives_ = representatives;
+  out.embedded_ = embedding.Embed(representatives);
+  absl::StatusOr<WeightedKMeansResult> km = WeightedKMeans(out.embedded_, weights, options);
+  if (!km.ok()) return km.status();
+  out.kmeans_ = *std::move(km);
+  out.weights_ = weights / weights.sum();
+  return out;
+}
+
+absl::StatusOr<CoarseGrainedChain> CoarseGrain(const CountsSnapshot& counts,
+                                               const Eigen::Ref<const Eigen::VectorXi>& labels, int k) {
+  if (k < 1) return absl::InvalidArgumentError(absl::StrCat("k must be >= 1 (got ", k, ")"));
+  if (labels.size() < counts.num_states()) {
+    return absl::InvalidArgumentError(absl::StrCat("labels has ", labels.size(), " entries, need ",
+                                                   counts.num_states()));
+  }
+  for (int i = 0; i < counts.num_states(); ++i) {
+    if (labels[i] >= k) {
+      return absl::InvalidArgumentError(absl::StrCat("label of state ", i, " is ", labels[i], " >= k = ", k));
+    }
+  }
+  CoarseGrainedChain out;
+  MatrixXd c = MatrixXd::Zero(k, k);
+  for (const CountTriplet& t : counts.Triplets()) {
+    if (labels[t.i] < 0 || labels[t.j] < 0) continue;
+    c(labels[t.i], labels[t.j]) += t.value;
+  }
+  out.transition = MatrixXd::Zero(k, k);
+  out.visited.assign(k, false);
+  for (int a = 0; a < k; ++a) {
+    const double row = c.row(a).sum();
+    if (row > 0) {
+      out.transition.row(a) = c.row(a) / row;
+      out.visited[a] = true;
+    }
+  }
+  const VectorXd pi = counts.Stationary();
+  out.masses = VectorXd::Zero(k);
+  for (int i = 0; i < counts.num_states(); ++i) {
+    if (labels[i] >= 0) out.masses[labels[i]] += pi[i];
+  }
+  return out;
+}
+
+absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot& counts, double dt,
+                                                           int count) {
+  if (!(dt > 0) || !std::isfinite(dt)) return absl::InvalidArgumentError(absl::StrCat("dt must be > 0 (got ", dt, ")"));
+  if (count < 0) return absl::InvalidArgumentError("count must be >= 0");
+  std::vector<int> states;
+  std::vector<int> index(counts.num_states(), -1);
+  for (int i = 0; i < counts.num_states(); ++i) {
+    if (counts.visits()[i] > 0) {
+      index[i] = static_cast<int>(states.size());
+      states.push_back(i);
+    }
+  }
+  if (states.empty()) return absl::FailedPreconditionError("no transitions counted yet");
+  const int p = static_cast<int>(states.size());
+  MatrixXd t = MatrixXd::Zero(p, p);
+  for (const CountTriplet& e : counts.Triplets()) {
+    if (index[e.i] >= 0 && index[e.j] >= 0) t(index[e.i], index[e.j]) += e.value;
+  }
+  for (int a = 0; a < p; ++a) {
+    const double row = t.row(a).sum();
+    if (row > 0) t.row(a) /= row;  // a row can lose all mass only if it leads to unvisited states
+  }
+  Eigen::EigenSolver<MatrixXd> es(t, /*computeEigenvectors=*/false);
+  VectorXd mod = es.eigenvalues().cwiseAbs();
+  std::sort(mod.data(), mod.data() + mod.size(), std::greater<double>());
+  ImpliedTimescales out;
+  const int m = std::max(0, std::min<int>(count, static_cast<int>(mod.size()) - 1));
+  out.eigenvalue_moduli = mod.segment(1, m);
+  out.timescales.resize(m);
+  for (int l = 0; l < m; ++l) {
+    const double lam = out.eigenvalue_moduli[l];
+    out.timescales[l] = lam >= 1 ? std::numeric_limits<double>::infinity()
+                        : lam <= 0 ? 0.0
+                                   : -dt / std::log(lam);
+  }
+  return out;
+}
+
+double WeightedMisclassification(const Eigen::Ref<const Eigen::VectorXi>& truth,
+                                 const Eigen::Ref<const Eigen::VectorXi>& predicted,
+                                 const Eigen::Ref<const VectorXd>& weights, int k) {
+  // confusion[a][b] = π(truth a, predicted b); mass[a] = π(Ω_a).
+  MatrixXd confusion = MatrixXd::Zero(k, k);
+  VectorXd mass = VectorXd::Zero(k);
+  for (Eigen::Index i = 0; i < truth.size(); ++i) {
+    confusion(truth[i], predicted[i]) += weights[i];
+    mass[truth[i]] += weights[i];
+  }
+  std::vector<int> perm(k);
+  std::iota(perm.begin(), perm.end(), 0);
+  double best = std::numeric_limits<double>::infinity();
+  do {
+    double rate = 0;
+    for (int a = 0; a < k; ++a) {
+      if (mass[a] > 0) rate += (mass[a] - confusion(a, perm[a])) / mass[a];
+    }
+    best = std::min(best, rate);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return best;
+}
+
+}  // namespace cmestream

@@ -1,0 +1,120 @@
+// Random Fourier and one-hot feature maps (see feature_map.h).
+#include "core/embedding/feature_map.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace cmestream {
+namespace {
+
+constexpr double kTwoPi = 6.283185307179586476925286766559;
+
+// Uniform in [0, 1) from the top 53 bits: identical on every standard library.
+inline double Uniform01(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+// Standard normal by Box–Muller (both outputs used), deterministic across builds.
+class Normal {
+ public:
+  double operator()(std::mt19937_64& rng) {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = 1.0 - Uniform01(rng);  // (0, 1]: log is finite
+    const double u2 = Uniform01(rng);
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = r * std::sin(kTwoPi * u2);
+    has_spare_ = true;
+    return r * std::cos(kTwoPi * u2);
+  }
+
+ private:
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<FeatureMap> FeatureMap::Rff(int dim, int num_features, double sigma, uint64_t seed) {
+  if (dim < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: dim >= 1 (got ", dim, ")"));
+  if (num_features < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Violated constraint: num_features >= 1 (got ", num_features, ")"));
+  }
+  if (!(sigma > 0) || !std::isfinite(sigma)) {
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: sigma > 0, finite (got ", sigma, ")"));
+  }
+  FeatureMap f;
+  f.kind_ = Kind::kRff;
+  f.dim_ = dim;
+  f.n_ = num_features;
+  f.sigma_ = sigma;
+  f.seed_ = seed;
+  f.omega_.resize(dim, num_features);
+  f.beta_.resize(num_features);
+  std::mt19937_64 rng(seed);
+  Normal normal;
+  // Column-by-column so that feature k depends only on the seed and k (not on N).
+  for (int k = 0; k < num_features; ++k) {
+    for (int a = 0; a < dim; ++a) f.omega_(a, k) = normal(rng) / sigma;
+  }
+  for (int k = 0; k < num_features; ++k) f.beta_[k] = kTwoPi * Uniform01(rng);
+  return f;
+}
+
+absl::StatusOr<FeatureMap> FeatureMap::OneHot(int num_states) {
+  if (num_states < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Violated constraint: num_states >= 1 (got ", num_states, ")"));
+  }
+  FeatureMap f;
+  f.kind_ = Kind::kOneHot;
+  f.dim_ = 1;
+  f.n_ = num_states;
+  return f;
+}
+
+absl::Status FeatureMap::ValidatePoints(const Eigen::Ref<const RowMatrixXd>& points) const {
+  if (points.cols() != input_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat("points have ", points.cols(),
+                                                   " columns, expected ", input_dim()));
+  }
+  for (Eigen::Index t = 0; t < points.rows(); ++t) {
+    for (Eigen::Index a = 0; a < points.cols(); ++a) {
+      const double v = points(t, a);
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError(absl::StrCat("point ", t, " has a non-finite coordinate"));
+      }
+      if (kind_ == Kind::kOneHot && (v != std::floor(v) || v < 0 || v >= n_)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("point ", t, ": state id ", v, " is not an integer in [0, ", n_, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void FeatureMap::Map(const Eigen::Ref<const RowMatrixXd>& points, Eigen::Ref<RowMatrixXd> h) const {
+  if (kind_ == Kind::kOneHot) {
+    h.setZero();
+    for (Eigen::Index t = 0; t < points.rows(); ++t) h(t, static_cast<Eigen::Index>(points(t, 0))) = 1.0;
+    return;
+  }
+  h.noalias() = points * omega_;
+  const double scale = std::sqrt(2.0 / n_);
+  for (Eigen::Index t = 0; t < h.rows(); ++t) {
+    for (Eigen::Index k = 0; k < n_; ++k) h(t, k) = scale * std::cos(h(t, k) + beta_[k]);
+  }
+}
+
+RowMatrixXd FeatureMap::Map(const Eigen::Ref<const RowMatrixXd>& points) const {
+  RowMatrixXd h(points.rows(), n_);
+  Map(points, h);
+  return h;
+}
+
+}  // namespace cmestream
