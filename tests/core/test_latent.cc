@@ -1,0 +1,161 @@
+// Tests of the multi-view latent-state model (ALGORITHMS.md section 5) against HMMs with known
+// stationary weights and emission densities.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/latent/latent_model.h"
+#include "core/systems/hmm.h"
+
+namespace cmestream {
+namespace {
+
+RowMatrixXd AsRows(const VectorXd& v) { return Eigen::Map<const RowMatrixXd>(v.data(), v.size(), 1); }
+
+// Permutation perm (estimated component perm[h] <-> true state h) minimizing the weight error.
+std::vector<int> MatchByWeights(const VectorXd& est, const VectorXd& truth) {
+  std::vector<int> perm(truth.size()), best;
+  std::iota(perm.begin(), perm.end(), 0);
+  double best_err = 1e300;
+  do {
+    double e = 0;
+    for (int h = 0; h < truth.size(); ++h) e += std::abs(est[perm[h]] - truth[h]);
+    if (e < best_err) {
+      best_err = e;
+      best = perm;
+    }
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return best;
+}
+
+LatentModel FitOn(const RowMatrixXd& obs, const MultiViewAccumulator::Options& o, int k) {
+  MultiViewAccumulator acc(o);
+  EXPECT_TRUE(acc.ObserveBatch(obs).ok());
+  LatentModel::FitOptions fo;
+  fo.k = k;
+  auto m = LatentModel::Fit(acc.TakeSnapshot(), fo);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+systems::DiscreteHmm ThreeStateFourSymbols() {
+  systems::DiscreteHmm h;
+  const VectorXd pi = (VectorXd(3) << 1.0 / 6, 2.0 / 6, 3.0 / 6).finished();
+  h.transition = 0.7 * MatrixXd::Identity(3, 3) + 0.3 * VectorXd::Ones(3) * pi.transpose();
+  h.emission.resize(3, 4);
+  h.emission << 0.7, 0.1, 0.1, 0.1,  //
+      0.1, 0.6, 0.2, 0.1,            //
+      0.05, 0.05, 0.2, 0.7;
+  return h;
+}
+
+TEST(LatentModel, MomentsMatchBruteForceAndEpisodesDoNotMix) {
+  MultiViewAccumulator::Options o;
+  o.features.kind = LatentFeatureOptions::Kind::kOneHot;
+  o.features.num_symbols = 3;
+  o.reservoir_size = 100;
+  o.batch = 2;
+  MultiViewAccumulator acc(o);
+  const VectorXd e1 = (VectorXd(5) << 0, 1, 2, 2, 0).finished();
+  const VectorXd e2 = (VectorXd(3) << 1, 1, 0).finished();
+  ASSERT_TRUE(acc.ObserveBatch(AsRows(e1)).ok());
+  acc.StartEpisode();
+  ASSERT_TRUE(acc.ObserveBatch(AsRows(e2)).ok());
+  EXPECT_EQ(acc.triples(), 3 + 1);
+  const auto s = acc.TakeSnapshot();
+  MatrixXd ab = MatrixXd::Zero(3, 3), cb = ab, ca = ab;
+  for (const VectorXd* e : {&e1, &e2}) {
+    for (int t = 1; t + 1 < e->size(); ++t) {
+      const int a = (*e)[t - 1], c = (*e)[t], b = (*e)[t + 1];
+      ab(a, b) += 1;
+      cb(c, b) += 1;
+      ca(c, a) += 1;
+    }
+  }
+  EXPECT_EQ(s.C_ab, ab);
+  EXPECT_EQ(s.C_cb, cb);
+  EXPECT_EQ(s.C_ca, ca);
+  ASSERT_EQ(s.reservoir.rows(), 4);
+  EXPECT_EQ(s.reservoir.row(3), (RowMatrixXd(1, 3) << 1, 1, 0).finished());
+  // Bad input changes nothing.
+  for (double v : {3.0, 0.5, -1.0, std::nan("")}) EXPECT_EQ(acc.Observe(&v).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(acc.TakeSnapshot().C_ab, ab);
+  EXPECT_EQ(acc.triples(), 4);
+  LatentModel::FitOptions fo;
+  fo.k = 4;
+  EXPECT_EQ(LatentModel::Fit(s, fo).status().code(), absl::StatusCode::kInvalidArgument);
+  fo.k = 2;
+  EXPECT_EQ(LatentModel::Fit(s, fo).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Delta kernel on a discrete HMM: the component embeddings are the emission rows.
+TEST(LatentModel, DeltaKernelRecoversEmissionMatrix) {
+  const auto hmm = ThreeStateFourSymbols();
+  MultiViewAccumulator::Options o;
+  o.features.kind = LatentFeatureOptions::Kind::kOneHot;
+  o.features.num_symbols = 4;
+  o.reservoir_size = 100000;
+  const LatentModel m = FitOn(AsRows(hmm.Simulate(200000, 3)), o, 3);
+  const VectorXd pi = hmm.StationaryWeights();
+  const auto perm = MatchByWeights(m.weights(), pi);
+  const RowMatrixXd symbols = (RowMatrixXd(4, 1) << 0, 1, 2, 3).finished();
+  const MatrixXd dens = *m.Density(symbols);
+  double max_err = 0;
+  for (int h = 0; h < 3; ++h) {
+    EXPECT_NEAR(m.weights()[perm[h]], pi[h], 0.03) << m.summary().BriefReport();
+    for (int a = 0; a < 4; ++a) max_err = std::max(max_err, std::abs(dens(a, perm[h]) - hmm.emission(h, a)));
+  }
+  std::printf("delta kernel: max emission error %.4f, weights %s\n", max_err, m.summary().BriefReport().c_str());
+  EXPECT_LT(max_err, 0.05);
+  const MatrixXd post = *m.Posterior(symbols);
+  for (int a = 0; a < 4; ++a) EXPECT_NEAR(post.row(a).sum(), 1.0, 1e-12);
+  // Symbol 3 is emitted almost only by state 2.
+  EXPECT_GT(post(3, perm[2]), 0.8);
+}
+
+// Paper 001 section 7: Gaussian / shifted-Gamma emissions, unbalanced weights (1/6, 2/6, 3/6).
+TEST(LatentModel, GaussianGammaMixtureWeightsAndDensities) {
+  const auto hmm = systems::HmmMixture::Default();
+  const VectorXd pi = hmm.StationaryWeights();
+  const VectorXd all = hmm.Simulate(100000, 11);
+  MultiViewAccumulator::Options o;
+  o.features.num_features = 200;
+  o.features.sigma = 1.0;
+  o.reservoir_size = 100000;
+  const VectorXd grid = VectorXd::LinSpaced(321, -6.0, 10.0);
+  const double dx = grid[1] - grid[0];
+  const MatrixXd truth = hmm.EmissionDensities(grid);
+  double err_res[2], err_rff[2];
+  const int64_t sizes[2] = {10000, 100000};
+  for (int i = 0; i < 2; ++i) {
+    const LatentModel m = FitOn(AsRows(all.head(sizes[i])), o, 3);
+    const auto perm = MatchByWeights(m.weights(), pi);
+    const MatrixXd res = *m.ReservoirDensity(AsRows(grid), 0.25);
+    const MatrixXd rff = *m.DensityNormalizedOnGrid(AsRows(grid), dx);
+    err_res[i] = err_rff[i] = 0;
+    for (int h = 0; h < 3; ++h) {
+      // Paper 001's weighted L2 error (with the grid cell so it approximates the L2 norm).
+      err_res[i] += pi[h] * std::sqrt((res.col(perm[h]) - truth.col(h)).squaredNorm() * dx);
+      err_rff[i] += pi[h] * std::sqrt((rff.col(perm[h]) - truth.col(h)).squaredNorm() * dx);
+      if (i == 1) EXPECT_NEAR(m.weights()[perm[h]], pi[h], 0.03) << m.summary().BriefReport();
+    }
+    std::printf("n=%ld weights %.4f %.4f %.4f (raw sum %.4f); weighted L2 density error: reservoir %.4f, RFF %.4f\n",
+                static_cast<long>(sizes[i]), m.weights()[perm[0]], m.weights()[perm[1]], m.weights()[perm[2]],
+                m.raw_weights().sum(), err_res[i], err_rff[i]);
+    if (i == 1) {
+      // Posterior at the component modes picks the right state.
+      const RowMatrixXd q = (RowMatrixXd(3, 1) << -3.0, 0.0, 5.0).finished();
+      const MatrixXd post = *m.Posterior(q);
+      for (int h = 0; h < 3; ++h) EXPECT_GT(post(h, perm[h]), 0.9) << post;
+    }
+  }
+  EXPECT_LT(err_res[1], 0.8 * err_res[0]);
+  EXPECT_LT(err_res[1], 0.1);
+}
+
+}  // namespace
+}  // namespace cmestream
