@@ -412,8 +412,10 @@ absl::StatusOr<MatrixXd> LatentModel::BinnedDensity(double lo, double hi, int bi
   return MatrixXd(out / (width * static_cast<double>(res_x_.rows())));
 }
 
-absl::StatusOr<MatrixXd> LatentModel::Posterior(const Eigen::Ref<const RowMatrixXd>& points) const {
-  absl::StatusOr<MatrixXd> p = Density(points);
+absl::StatusOr<MatrixXd> LatentModel::Posterior(const Eigen::Ref<const RowMatrixXd>& points,
+                                                double readout_bandwidth) const {
+  if (readout_bandwidth < 0) return absl::InvalidArgumentError("readout_bandwidth must be >= 0");
+  absl::StatusOr<MatrixXd> p = readout_bandwidth > 0 ? ReservoirDensity(points, readout_bandwidth) : Density(points);
   if (!p.ok()) return p;
   for (Eigen::Index i = 0; i < p->rows(); ++i) {
     VectorXd row = p->row(i).transpose().cwiseMax(0.0).cwiseProduct(weights_);

@@ -164,8 +164,11 @@ class LatentModel {
   // Binned (delta-kernel) read-out for d = 1: bins equal cells on [lo, hi); bins x k densities.
   absl::StatusOr<MatrixXd> BinnedDensity(double lo, double hi, int bins) const;
   // Posterior P(h | x) ∝ pi_h max(p(x|h), 0) (n x k rows on the simplex; uniform when all
-  // densities are <= 0).
-  absl::StatusOr<MatrixXd> Posterior(const Eigen::Ref<const RowMatrixXd>& points) const;
+  // densities are <= 0). readout_bandwidth == 0: p from Density() (O(D k) per point);
+  // > 0: from ReservoirDensity() with that bandwidth (O(reservoir) per point, sharper: the RFF
+  // read-out's noise floor leaks mass between components).
+  absl::StatusOr<MatrixXd> Posterior(const Eigen::Ref<const RowMatrixXd>& points,
+                                     double readout_bandwidth = 0) const;
   const Summary& summary() const { return summary_; }
 
  private:

@@ -134,7 +134,10 @@ TEST(LatentModel, GaussianGammaMixtureWeightsAndDensities) {
   for (int i = 0; i < 2; ++i) {
     const LatentModel m = FitOn(AsRows(all.head(sizes[i])), o, 3);
     const auto perm = MatchByWeights(m.weights(), pi);
-    const MatrixXd res = *m.ReservoirDensity(AsRows(grid), 0.25);
+    // Reservoir read-out with a narrow smoothing kernel (0.1): its bias is small, so the
+    // error tracks the estimation error (0.039 -> 0.024 measured); wider kernels hit a bias
+    // floor (0.25: 0.053 -> 0.049).
+    const MatrixXd res = *m.ReservoirDensity(AsRows(grid), 0.1);
     const MatrixXd rff = *m.DensityNormalizedOnGrid(AsRows(grid), dx);
     err_res[i] = err_rff[i] = 0;
     for (int h = 0; h < 3; ++h) {
@@ -150,11 +153,20 @@ TEST(LatentModel, GaussianGammaMixtureWeightsAndDensities) {
       // Posterior at the component modes picks the right state.
       const RowMatrixXd q = (RowMatrixXd(3, 1) << -3.0, 0.0, 5.0).finished();
       const MatrixXd post = *m.Posterior(q);
-      for (int h = 0; h < 3; ++h) EXPECT_GT(post(h, perm[h]), 0.9) << post;
+      const MatrixXd post_res = *m.Posterior(q, 0.25);
+      for (int h = 0; h < 3; ++h) {
+        int arg;
+        post.row(h).maxCoeff(&arg);
+        EXPECT_EQ(arg, perm[h]) << post;
+        EXPECT_GT(post_res(h, perm[h]), 0.9) << post_res;
+      }
     }
   }
-  EXPECT_LT(err_res[1], 0.8 * err_res[0]);
-  EXPECT_LT(err_res[1], 0.1);
+  EXPECT_LT(err_res[1], 0.75 * err_res[0]);
+  EXPECT_LT(err_res[1], 0.035);
+  // The RFF read-out (sigma = 1) compares a smoothed density with the true one: a floor, as
+  // ALGORITHMS.md section 5 reports; it must still be a sane estimate.
+  EXPECT_LT(err_rff[1], 0.35);
 }
 
 }  // namespace
