@@ -1,0 +1,206 @@
+// Weighted k-means, metastable clusters, coarse graining and implied timescales
+// (ALGORITHMS.md section 3.4; paper 000 Algorithm 3) against planted truth.
+#include "core/cluster/metastable.h"
+
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "core/systems/four_well.h"
+
+namespace cmestream {
+namespace {
+
+TEST(WeightedKMeans, RecoversPlantedBlobsDeterministically) {
+  std::mt19937_64 rng(4);
+  std::normal_distribution<double> g(0.0, 0.1);
+  const int per = 50;
+  RowMatrixXd x(3 * per, 2);
+  Eigen::VectorXi truth(3 * per);
+  const double cx[3] = {0, 3, 0}, cy[3] = {0, 0, 3};
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < per; ++i) {
+      x.row(c * per + i) << cx[c] + g(rng), cy[c] + g(rng);
+      truth[c * per + i] = c;
+    }
+  const VectorXd w = VectorXd::Ones(3 * per);
+  WeightedKMeansOptions o;
+  o.k = 3;
+  o.seed = 9;
+  const WeightedKMeansResult a = *WeightedKMeans(x, w, o);
+  const WeightedKMeansResult b = *WeightedKMeans(x, w, o);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.centroids, b.centroids);
+  EXPECT_DOUBLE_EQ(WeightedMisclassification(truth, a.labels, w, 3), 0.0);
+  EXPECT_LE(a.inertia, a.restart_inertia.minCoeff() + 1e-15);
+  EXPECT_GE(a.iterations, 1);
+  // Inertia of the planted partition: the per-point variance 2 * 0.1^2 (weights normalized).
+  EXPECT_NEAR(a.inertia, 0.02, 0.006);
+  EXPECT_EQ(NearestCentroid(a.centroids, x.topRows(1))[0], a.labels[0]);
+}
+
+TEST(WeightedKMeans, OneClusterIsTheWeightedMeanAndBadInputIsRejected) {
+  RowMatrixXd x(3, 1);
+  x << 0, 1, 10;
+  VectorXd w(3);
+  w << 1, 3, 0;  // the far point has no weight
+  WeightedKMeansOptions o;
+  o.k = 1;
+  const WeightedKMeansResult r = *WeightedKMeans(x, w, o);
+  EXPECT_NEAR(r.centroids(0, 0), 0.75, 1e-14);
+  EXPECT_NEAR(r.inertia, 0.25 * 0.75 * 0.75 + 0.75 * 0.25 * 0.25, 1e-14);
+  o.k = 3;  // only two points with positive weight
+  EXPECT_EQ(WeightedKMeans(x, w, o).status().code(), absl::StatusCode::kInvalidArgument);
+  w[0] = -1;
+  o.k = 1;
+  EXPECT_EQ(WeightedKMeans(x, w, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Misclassification, BestPermutationAndPerClusterNormalization) {
+  Eigen::VectorXi truth(4), pred(4);
+  truth << 0, 0, 1, 1;
+  pred << 1, 1, 0, 1;  // swapped labels, one error in cluster 1
+  VectorXd w(4);
+  w << 1, 1, 3, 1;
+  // With 0<->1 swapped, cluster 1 (mass 4) has its weight-1 point wrong: 1/4; the identity
+  // permutation would cost 1 + 3/4.
+  EXPECT_DOUBLE_EQ(WeightedMisclassification(truth, pred, w, 2), 0.25);
+}
+
+// Counts of a trajectory over state ids.
+CountsSnapshot CountPath(const std::vector<int>& path, int p) {
+  TransitionCounts::Options o;
+  o.max_states = p;
+  TransitionCounts c(o);
+  for (size_t t = 0; t + 1 < path.size(); ++t) c.Add(path[t], path[t + 1]);
+  return c.Snapshot();
+}
+
+TEST(MetastableClusters, LumpableBlocksAreRecoveredExactly) {
+  const std::vector<int> sizes = {5, 8, 7};
+  const systems::FiniteChain chain = systems::LumpableBlockChain(sizes, 0.9, 12);
+  const int p = 20;
+  const std::vector<int> path = systems::SampleChain(chain.P, 50000, 0, 13);
+  EmbeddingMoments m(std::make_shared<const FeatureMap>(*FeatureMap::OneHot(p)), {});
+  for (size_t t = 0; t + 1 < path.size(); ++t) {
+    const double x = path[t], y = path[t + 1];
+    m.Observe(&x, &y);
+  }
+  StateEmbedding::Options eo;
+  eo.rank = 3;
+  const StateEmbedding e = *ComputeStateEmbedding(m.Snapshot(), eo);
+  const CountsSnapshot counts = CountPath(path, p);
+  RowMatrixXd ids(p, 1);
+  for (int i = 0; i < p; ++i) ids(i, 0) = i;
+  WeightedKMeansOptions ko;
+  ko.k = 3;
+  ko.seed = 1;
+  const MetastableClusters cl = *ComputeMetastableClusters(e, ids, counts.visits(), ko);
+  EXPECT_DOUBLE_EQ(WeightedMisclassification(chain.blocks, cl.labels(), chain.pi, 3), 0.0);
+  EXPECT_EQ(cl.Label(e, ids), cl.labels());
+
+  // Coarse-grained chain: Q (0.9 on the diagonal, 0.05 off it) and block masses.
+  const CoarseGrainedChain cg = *CoarseGrain(counts, cl.labels(), 3);
+  const VectorXd masses = cl.Masses();
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_NEAR(cg.transition.row(a).sum(), 1.0, 1e-12);
+    EXPECT_NEAR(cg.transition(a, a), 0.9, 0.01);
+    EXPECT_NEAR(cg.masses[a], masses[a], 1e-12);
+    EXPECT_NEAR(masses[a], 1.0 / 3.0, 0.03);  // Q is doubly stochastic: uniform block masses
+  }
+  // Implied timescales: P has eigenvalues 1, 0.85, 0.85, then 0 (rank 3).
+  const ImpliedTimescales its = *ComputeImpliedTimescales(counts, 0.5, 3);
+  EXPECT_NEAR(its.eigenvalue_moduli[0], 0.85, 0.02);
+  EXPECT_NEAR(its.eigenvalue_moduli[1], 0.85, 0.02);
+  EXPECT_LT(its.eigenvalue_moduli[2], 0.1);
+  EXPECT_NEAR(its.timescales[0], -0.5 / std::log(0.85), 0.4);
+}
+
+TEST(MetastableClusters, FourWellClustersMatchTheWells) {
+  const systems::FourWellOptions fw;
+  const systems::Transitions data = systems::SimulateFourWell(60000, 17, fw);
+  EmbeddingMoments m(std::make_shared<const FeatureMap>(*FeatureMap::Rff(1, 256, 0.4, 3)), {});
+  ASSERT_TRUE(m.ObserveBatch(data.x, data.y).ok());
+  StateEmbedding::Options eo;
+  eo.rank = 4;
+  const StateEmbedding e = *ComputeStateEmbedding(m.Snapshot(), eo);
+
+  // Representative states: bin centers of a 100-bin grid, weights = visit counts (the role
+  // dictionary atoms play for continuous models).
+  const int bins = 100;
+  const double lo = -2.5, hi = 2.5, width = (hi - lo) / bins;
+  auto bin = [&](double x) { return std::clamp(static_cast<int>((x - lo) / width), 0, bins - 1); };
+  TransitionCounts::Options co;
+  co.max_states = bins;
+  TransitionCounts counts(co);
+  for (Eigen::Index t = 0; t < data.x.rows(); ++t) counts.Add(bin(data.x(t, 0)), bin(data.y(t, 0)));
+  const CountsSnapshot cs = counts.Snapshot();
+  RowMatrixXd centers(cs.num_states(), 1);
+  for (int i = 0; i < cs.num_states(); ++i) centers(i, 0) = lo + (i + 0.5) * width;
+  WeightedKMeansOptions ko;
+  ko.k = 4;
+  ko.seed = 5;
+  const MetastableClusters cl = *ComputeMetastableClusters(e, centers, cs.visits(), ko);
+  const Eigen::VectorXi wells = systems::FourWellIndex(centers, fw);
+  const double miss = WeightedMisclassification(wells, cl.labels(), cs.visits(), 4);
+  std::printf("%s; misclassification %.4f\n", cl.kmeans().BriefReport().c_str(), miss);
+  EXPECT_LE(miss, 0.02);
+
+  // Diffusion distances: points of different wells are far apart, points of one well close.
+  const RowMatrixXd psi = e.Embed(data.x.topRows(2000));
+  const Eigen::VectorXi w = systems::FourWellIndex(data.x.topRows(2000), fw);
+  double intra = 0, inter = 0;
+  int n_intra = 0, n_inter = 0;
+  for (int a = 0; a < 2000; a += 7)
+    for (int b = a + 1; b < 2000; b += 5) {
+      const double d = (psi.row(a) - psi.row(b)).norm();
+      if (w[a] == w[b]) { intra += d; ++n_intra; } else { inter += d; ++n_inter; }
+    }
+  ASSERT_GT(n_intra, 0);
+  ASSERT_GT(n_inter, 0);
+  const double ratio = (inter / n_inter) / (intra / n_intra);
+  std::printf("mean inter-well / intra-well embedding distance: %.2f\n", ratio);
+  EXPECT_GT(ratio, 5.0);
+
+  // Coarse-grained chain: metastable wells keep most of their mass over one lag.
+  const CoarseGrainedChain cg = *CoarseGrain(cs, cl.labels(), 4);
+  for (int a = 0; a < 4; ++a) EXPECT_GT(cg.transition(a, a), 0.9);
+  EXPECT_NEAR(cg.masses.sum(), 1.0, 1e-12);
+  // Implied timescales of the binned chain vs the true ones (-tau / log λ): a fine MSM at a
+  // short lag underestimates them slightly (measured 2-4 %); allow 15 %.
+  const ImpliedTimescales its = *ComputeImpliedTimescales(cs, fw.tau, 3);
+  const VectorXd truth = systems::FourWellEigenvalues(4, fw);
+  for (int l = 0; l < 3; ++l) {
+    const double t_true = -fw.tau / std::log(truth[l + 1]);
+    std::printf("timescale %d: counts %.3f true %.3f\n", l + 2, its.timescales[l], t_true);
+    EXPECT_NEAR(its.timescales[l] / t_true, 1.0, 0.15);
+  }
+}
+
+TEST(MetastableClusters, TwoDimensionalMultiWellClusters) {
+  const systems::MultiWell2dOptions mw;
+  const systems::Transitions data = systems::SimulateMultiWell2d(30000, 8, mw);
+  EmbeddingMoments m(std::make_shared<const FeatureMap>(*FeatureMap::Rff(2, 256, 0.4, 4)), {});
+  ASSERT_TRUE(m.ObserveBatch(data.x, data.y).ok());
+  StateEmbedding::Options eo;
+  eo.rank = 4;
+  const StateEmbedding e = *ComputeStateEmbedding(m.Snapshot(), eo);
+  const VectorXd truth = systems::MultiWell2dEigenvalues(4, mw);
+  std::printf("2-D singular values %.4f %.4f %.4f %.4f; truth %.4f %.4f %.4f %.4f\n",
+              e.singular_values()[0], e.singular_values()[1], e.singular_values()[2],
+              e.singular_values()[3], truth[0], truth[1], truth[2], truth[3]);
+  for (int k = 1; k < 4; ++k) EXPECT_NEAR(e.singular_values()[k], truth[k], 0.05);
+  // Representatives: the first 1500 sampled states, equal weights (empirical π).
+  const RowMatrixXd reps = data.x.topRows(1500);
+  WeightedKMeansOptions ko;
+  ko.k = 4;
+  const MetastableClusters cl = *ComputeMetastableClusters(e, reps, VectorXd::Ones(1500), ko);
+  const double miss = WeightedMisclassification(systems::MultiWell2dIndex(reps), cl.labels(),
+                                                VectorXd::Ones(1500), 4);
+  std::printf("2-D misclassification %.4f\n", miss);
+  EXPECT_LE(miss, 0.05);
+}
+
+}  // namespace
+}  // namespace cmestream
