@@ -117,8 +117,8 @@ class CliTest(unittest.TestCase):
         rmse = np.sqrt(np.mean(np.sum((pred - truth) ** 2, axis=1)))
         rmse_static = np.sqrt(np.mean(np.sum((inner - truth) ** 2, axis=1)))
         print(f"\npredict rmse {rmse:.4f} vs no-motion {rmse_static:.4f}", file=sys.stderr)
-        self.assertLess(rmse, 0.1)
-        self.assertLess(rmse, 0.35 * rmse_static)
+        self.assertLess(rmse, 0.06)
+        self.assertLess(rmse, 0.25 * rmse_static)
 
         # describe --json: the contract's keys.
         d = self.json("model", "describe", "duffing")

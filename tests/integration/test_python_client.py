@@ -127,8 +127,9 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(CmestreamError) as e:
             c.ingest_pairs("strict", bad, good, producer="p")
         self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
-        with self.assertRaises(CmestreamError) as e:  # wrong dimension
-            c.ingest_pairs("strict", np.zeros((4, 3)), np.zeros((4, 3)))
+        # Wrong dimension: 9 doubles per side are not whole 2-d states.
+        with self.assertRaises(CmestreamError) as e:
+            c.ingest_pairs("strict", np.zeros((3, 3)), np.zeros((3, 3)))
         self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
         d = c.describe("strict")
         self.assertEqual(d.samples + d.pending_warmup, 0)
