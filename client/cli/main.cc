@@ -493,10 +493,13 @@ class ProgressReporter {
     if (now - last_ < std::chrono::seconds(1)) return;
     last_ = now;
     const double elapsed = Seconds();
-    std::fprintf(stderr, "%singest: %llu pairs sent, %llu applied, %.0f pairs/s%s",
+    // The rate counts acknowledged pairs: sending can run ahead of the daemon by whatever
+    // gRPC flow control buffers.
+    std::fprintf(stderr, "%singest: %llu pairs sent, %llu acknowledged (%llu applied), %.0f pairs/s%s",
                  tty_ ? "\r" : "", static_cast<unsigned long long>(s.pairs_sent),
+                 static_cast<unsigned long long>(s.pairs_acked),
                  static_cast<unsigned long long>(s.pairs_applied),
-                 elapsed > 0 ? s.pairs_sent / elapsed : 0.0, tty_ ? "" : "\n");
+                 elapsed > 0 ? s.pairs_acked / elapsed : 0.0, tty_ ? "" : "\n");
     printed_ = true;
   }
   void Done() {
@@ -548,7 +551,10 @@ int Ingest(Context& ctx, const Args& args) {
     if (!rows.ok()) return FailUsage(cmd, rows.status().message());
     all = std::move(*rows);
   } else {
-    reader = std::make_unique<CsvReader>(&std::cin, "-", columns, expected);
+    // std::cin is synchronized with stdio (slow line by line); read the descriptor directly.
+    file.open("/dev/stdin");
+    if (!file) return FailUsage(cmd, "cannot open standard input");
+    reader = std::make_unique<CsvReader>(&file, "-", columns, expected);
   }
 
   auto stream = ctx.client->OpenIngest(model, static_cast<uint32_t>(d), options);

@@ -71,6 +71,7 @@ void IngestStream::ReadAcks() {
   while (stream_->Read(&ack)) {
     std::lock_guard<std::mutex> lock(mu_);
     ++summary_.batches_acked;
+    summary_.pairs_acked += ack.pairs_received();
     summary_.pairs_applied += ack.pairs_applied();
     summary_.producer_offset = ack.producer_offset();
     summary_.model_samples = ack.model_samples();

@@ -62,6 +62,7 @@ class IngestStream {
     uint64_t batches_sent = 0;
     uint64_t pairs_sent = 0;
     uint64_t batches_acked = 0;
+    uint64_t pairs_acked = 0;        // sum of IngestAck.pairs_received
     uint64_t pairs_applied = 0;      // sum of IngestAck.pairs_applied
     uint64_t producer_offset = 0;    // from the last ack
     uint64_t model_samples = 0;      // from the last ack
