@@ -272,10 +272,14 @@ absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnaps
                                       " (only that many singular values)");
   }
   const VectorXd gaps = e.SingularValueGaps();
-  if (gaps.size() > 0) {
+  if (gaps.size() > 1) {
+    // σ_1 ≈ 1 belongs to the constant function; a rank-1 embedding is constant, so the
+    // suggestion looks at the gaps after σ_2, σ_3, ... only.
     Eigen::Index best = 0;
-    gaps.maxCoeff(&best);
-    e.summary_.suggested_rank = static_cast<int>(best) + 1;
+    gaps.tail(gaps.size() - 1).maxCoeff(&best);
+    e.summary_.suggested_rank = static_cast<int>(best) + 2;
+  } else if (gaps.size() == 1) {
+    e.summary_.suggested_rank = 2;
   } else {
     e.summary_.suggested_rank = available;
   }

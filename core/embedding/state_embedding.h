@@ -119,7 +119,7 @@ class StateEmbedding {
     int kept_x = -1;            // J
     int kept_y = -1;            // J~
     int rank = -1;              // r actually used
-    int suggested_rank = -1;    // argmax_k (σ_k - σ_{k+1}) over k >= 1
+    int suggested_rank = -1;    // argmax_k (σ_k - σ_{k+1}) over k >= 2 (σ_1 is the constant)
     double samples_weight = -1; // n
     double seconds_eigen = -1;
     double seconds_svd = -1;
