@@ -90,7 +90,8 @@ class Model {
 
   // Scheduler bookkeeping (touched by the scheduler thread and Refresh requests).
   std::atomic<bool> refresh_requested{false};
-  std::chrono::steady_clock::time_point last_refresh_attempt;  // scheduler thread only
+  // Starts at creation, so the first interval-triggered view comes refresh_interval after it.
+  std::chrono::steady_clock::time_point last_refresh_attempt = std::chrono::steady_clock::now();  // scheduler only
 
  private:
   void FeedLearner(const double* x, const double* y);  // requires learner_mu_ held

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -287,6 +288,10 @@ TEST_F(DaemonTest, LearnsDuffingAndServesKoopmanPredictionsAndDictionary) {
     move2 += (truth - x).squaredNorm();
   }
   const double rms_err = std::sqrt(err2 / points.rows()), rms_move = std::sqrt(move2 / points.rows());
+  std::cerr << "measured: m_x=" << info.dictionary_size() << " m_y=" << info.dictionary_size_y() << " of " << n
+            << " samples, leading |mu|=" << lead << ", mu_1=" << k.eigenvalues(1).re() << "+" << k.eigenvalues(1).im()
+            << "i, rms forecast error " << rms_err << " vs rms motion " << rms_move
+            << ", refresh " << refreshed.view().build_seconds() << " s\n";
   EXPECT_LT(rms_err, 0.15) << "rms prediction error";
   EXPECT_LT(rms_err, 0.5 * rms_move) << "must beat the 'no motion' forecast by 2x";
 

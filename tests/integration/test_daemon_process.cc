@@ -2,6 +2,7 @@
 // gRPC (incl. the health service), /metrics over HTTP, the data-dir lock, and a clean exit 0
 // on SIGTERM.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@ struct Process {
     Process p;
     p.pid = ::fork();
     if (p.pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a crashed test
       ::dup2(fds[1], STDOUT_FILENO);
       ::close(fds[0]);
       ::close(fds[1]);
@@ -136,7 +138,8 @@ TEST(DaemonProcessTest, ServesOnPortZeroAndExitsCleanlyOnSigterm) {
   {
     grpc::GenericStub generic(channel);
     grpc::ClientContext ctx;
-    grpc::ByteBuffer request;  // HealthCheckRequest{service: ""} encodes to zero bytes
+    grpc::Slice empty("");  // HealthCheckRequest{service: ""} encodes to zero bytes
+    grpc::ByteBuffer request(&empty, 1);
     grpc::ByteBuffer response;
     grpc::Status s;
     std::mutex mu;
