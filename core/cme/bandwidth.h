@@ -3,7 +3,18 @@
 // The plain median heuristic is too wide on multi-basin systems (Duffing: 0.76 basin accuracy
 // at the median vs 0.98 at sigma = 0.5). SelectBandwidth scores a grid of fractions of the
 // median pairwise distance: for each candidate, features from a Nystrom basis on the training
-// half, VAMP-2 score of the leading singular functions evaluated on the held-out half.
+// half, VAMP-2 score of the leading singular functions evaluated on the held-out half
+// (Wu & Noe 2020: fit the singular functions on one half, re-whiten and score on the other).
+// The candidate with the highest held-out score wins (ties: the earlier, smaller candidate).
+//
+// WHAT IT PICKS (2000 warm-up pairs, default options; tests/core/test_bandwidth.cc):
+//   Duffing (box [-2,2]^2, dt 0.25): median ~2.03, chooses 0.25 x median ~0.51 for seeds 1..6;
+//     basin accuracy 0.979 at n = 20000 (the median itself: 0.76). The map is deterministic,
+//     so all true singular values are 1 and the scores saturate near 1 + rank (5.0000 at 0.25x,
+//     4.9999 at 0.125x, 4.9993 at 0.5x, 4.968 at 1x): the differences are small but stable.
+//   Double well (beta 3, dt 0.1): chooses 0.5 x median (or 1 x when the warm-up trajectory has
+//     not crossed the barrier and the median is small), sigma ~0.31-0.47.
+// COST: O(n p^2 + p^3) per candidate with p = landmarks; ~0.3 s for n = 2000, 5 candidates.
 #pragma once
 
 #include <cstdint>
