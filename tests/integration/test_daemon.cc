@@ -292,8 +292,8 @@ TEST_F(DaemonTest, LearnsDuffingAndServesKoopmanPredictionsAndDictionary) {
             << " samples, leading |mu|=" << lead << ", mu_1=" << k.eigenvalues(1).re() << "+" << k.eigenvalues(1).im()
             << "i, rms forecast error " << rms_err << " vs rms motion " << rms_move
             << ", refresh " << refreshed.view().build_seconds() << " s\n";
-  EXPECT_LT(rms_err, 0.15) << "rms prediction error";
-  EXPECT_LT(rms_err, 0.5 * rms_move) << "must beat the 'no motion' forecast by 2x";
+  EXPECT_LT(rms_err, 0.08) << "rms prediction error";  // measured 0.027
+  EXPECT_LT(rms_err, 0.25 * rms_move) << "must beat the no-motion forecast by 4x";  // measured 0.11x
 
   // Dictionary atoms: as many as described, each a point of the stream's box.
   v1::DictionaryResponse d;
