@@ -105,4 +105,61 @@ absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int col
   return out;
 }
 
+absl::Status ParseIdLine(std::string_view line, int columns, std::string_view expected,
+                         int64_t* out) {
+  line = Trim(line);
+  int fields = 1;
+  for (char c : line) fields += (c == ',');
+  if (fields != columns) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", columns,
+                                                   " comma-separated integers (", std::string(expected),
+                                                   "), got ", fields, " field",
+                                                   fields == 1 ? "" : "s"));
+  }
+  size_t pos = 0;
+  for (int k = 0; k < columns; ++k) {
+    size_t end = line.find(',', pos);
+    if (end == std::string_view::npos) end = line.size();
+    std::string_view field = Trim(line.substr(pos, end - pos));
+    std::string_view digits = field;
+    if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);  // from_chars rejects '+'
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size()) {
+      if (ec == std::errc::result_out_of_range) {
+        return absl::InvalidArgumentError(absl::StrCat("field ", k + 1, ": '", Shorten(field),
+                                                       "' is out of the range of a 64-bit integer"));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is not an integer"));
+    }
+    out[k] = value;
+    pos = end + 1;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> ReadIdCsvFile(const std::string& path, int columns,
+                                                   const std::string& expected) {
+  std::ifstream file(path == "-" ? "/dev/stdin" : path);
+  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
+  const std::string name = path == "-" ? "<stdin>" : path;
+  std::vector<int64_t> out;
+  std::string line;
+  int64_t line_number = 0;
+  while (std::getline(file, line)) {
+    ++line_number;
+    if (IsSkippableLine(line)) continue;
+    const size_t base = out.size();
+    out.resize(base + columns);
+    if (auto s = ParseIdLine(line, columns, expected, out.data() + base); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ":", line_number, ": ", s.message()));
+    }
+  }
+  if (file.bad()) {
+    return absl::DataLossError(absl::StrCat(name, ":", line_number + 1, ": read error"));
+  }
+  return out;
+}
+
 }  // namespace cmestream::cli

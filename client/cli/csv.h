@@ -57,4 +57,16 @@ class CsvReader {
 absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns,
                                                 const std::string& expected);
 
+// Integer rows (state ids of discrete models). Like ParseCsvLine, but every field must be a
+// decimal integer in the range of int64 ("3", "-1", "+7"; not "3.0", "1e2"): an id is an
+// index, so a float that happens to be integral is refused rather than silently truncated.
+// The range [0, P) is the daemon's to check (it knows P). requires: out has `columns` slots.
+absl::Status ParseIdLine(std::string_view line, int columns, std::string_view expected,
+                         int64_t* out);
+
+// Reads a whole file ("-" = stdin, read to its end) of integer rows into a row-major vector.
+// Errors name file:line ("ids.csv:3: field 2: '2.5' is not an integer").
+absl::StatusOr<std::vector<int64_t>> ReadIdCsvFile(const std::string& path, int columns,
+                                                   const std::string& expected);
+
 }  // namespace cmestream::cli

@@ -29,7 +29,11 @@
 #include "client/cli/csv.h"
 #include "client/cli/json.h"
 #include "client/cpp/client.h"
+#include "absl/strings/str_format.h"
 #include "core/systems/duffing.h"
+#include "core/systems/four_well.h"
+#include "core/systems/hmm.h"
+#include "core/systems/soft_aggregation_chain.h"
 
 namespace cmestream::cli {
 namespace {
@@ -47,7 +51,9 @@ Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:500
 --timeout is the deadline of each request in seconds (default 30).
 
 commands:
-  model create NAME --dim D [options]   create a model (see `cmestream model create --help`)
+  model create NAME --dim D [options]   create a continuous model (see `cmestream model create --help`)
+  model create NAME --states P [options]
+                                        create a discrete model over state ids 0..P-1
   model describe NAME [--json]          config, samples seen, dictionary size, view, sigma choice
   model list [--json]                   all models
   model delete NAME                     delete a model
@@ -59,15 +65,28 @@ commands:
   predict NAME --points FILE [--json]   one-step forecast E[Y | X = point] per point
   dictionary NAME [--json]              dictionary atoms
   producer NAME --producer ID [--json]  a producer's applied offset
-  simulate duffing|double-well|duffing-grid [--n N] [--seed S]
-                                        write simulated data as CSV (no server needed)
+  counts NAME [--json]                  transition counts, visits, stationary weights
+  embedding NAME [--points FILE] [--json]
+                                        low-rank state embedding and singular values
+  clusters NAME [--points FILE] [--json]
+                                        metastable clusters, coarse-grained chain, timescales
+  aggregation NAME [--json]             soft state aggregation (U, V, anchors, partition)
+  latent NAME [--points FILE] [--json]  latent-state weights, densities, posteriors
+  forecast NAME --window FILE [--horizon H] [--json]
+                                        predictive-state forecast after a recent window
+  simulate SYSTEM [options]             write simulated data as CSV (no server needed):
+                                        duffing, double-well, duffing-grid, four-well,
+                                        multi-well-2d, soft-aggregation, hmm-mixture,
+                                        hmm-binary, kalman (see `cmestream simulate --help`)
 
 exit status: 0 ok, 1 server error, 2 usage or input error
 )";
 
-const char kCreateUsage[] = R"(usage: cmestream model create NAME --dim D [options]
+const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --states P) [options]
 
-  --dim D              state dimension (required, >= 1)
+  --dim D              state dimension of a continuous model (>= 1)
+  --states P           discrete model over state ids 0..P-1: ingest takes ids (CSV 'i,j', or
+                       one id per line with --trajectory) and keeps counts directly (no kernel)
   --sigma S|auto       Gaussian kernel bandwidth; 'auto' (default) picks it on the first
                        --warmup pairs by a held-out VAMP-2 score and records the choice
   --eta E              SGD step (default 0.1)
@@ -82,7 +101,79 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME --dim D [optio
   --step-decay N       eta_t = eta / (1 + t/N)^p (default 0 = constant step)
   --step-decay-power P p above (default 0.5)
   --averaging          Polyak-Ruppert averaging of the operator
+  --forgetting G       per-sample decay of every streaming statistic, in (0, 1] (default 1 = none)
+ state embedding and metastable clusters (ALGORITHMS.md sections 2-3):
+  --rff N              random Fourier features (continuous; default 256)
+  --rank R             embedding rank r (default 4)
+  --clusters K         metastable clusters (default 2)
+ soft state aggregation (section 4), off unless --meta is given:
+  --meta R             meta-states r
+  --anchor-threshold D anchor threshold delta0 (default 0.1)
+  --vertex-hunting V   spa (default) or kmeans-spa
+ multi-view latent-state model (section 5), off unless --latent is given:
+  --latent K           latent states k (needs trajectory ingestion: --trajectory)
+  --tensor-restarts L  robust tensor power method restarts (default 20)
+  --tensor-iterations N  power iterations per restart (default 30)
+  --reservoir S        third-moment reservoir size (default 20000)
+ predictive-state model (section 6), off unless --window is given:
+  --window L           history/future window length k (needs --trajectory ingestion)
+  --ridge1 X           stage-1 ridge lambda1 (default 1e-3)
+  --ridge2 Y           stage-2 ridge lambda2 (default 1e-6)
   --json               print the created model as JSON
+)";
+
+const char kCountsUsage[] = R"(usage: cmestream counts NAME [--json]
+
+Transition counts N[i,j] over the model's discretization (dictionary atoms of a continuous
+model, state ids of a discrete one), visit counts and stationary weights.
+JSON: {"counts": [[i, j, count]...], "visits": [...], "stationary": [...], "num_states",
+       "states": [[x_1..x_d] per state] (continuous only), "view_version", "samples"}
+)";
+
+const char kEmbeddingUsage[] = R"(usage: cmestream embedding NAME [--points FILE] [--json]
+
+Rank-r state embedding Psi(x) of each query point (FILE: one point x_1..x_d per line, or one
+state id per line for discrete models) and the singular values (with their gaps, to choose r).
+JSON: {"embedding": [[r numbers] per point], "singular_values", "singular_value_gaps", "rank",
+       "view_version", "samples"}
+)";
+
+const char kClustersUsage[] = R"(usage: cmestream clusters NAME [--points FILE] [--json]
+
+Metastable clusters: representatives (atoms or states) with weight and label, the label of each
+query point (FILE as for embedding), the K x K coarse-grained transition matrix, cluster masses
+and the implied timescales of the count-based chain.
+JSON: {"representatives": [{"coordinates"|"id", "weight", "label"}...], "point_labels",
+       "transition_matrix": [[K] x K], "masses", "timescales", "clusters", "inertia",
+       "view_version", "samples"}
+)";
+
+const char kAggregationUsage[] = R"(usage: cmestream aggregation NAME [--json]
+
+Soft state aggregation (model created with --meta R): disaggregation V (p x r, columns sum to
+1), aggregation U (p x r), anchor rows per meta-state, hard partition and excluded states.
+JSON: {"states": [ids] or [[coordinates]...] in row order, "state_ids", "V", "U",
+       "anchors": [[row indices] per meta-state], "partition", "excluded",
+       "distance_to_empirical", "meta_states", "view_version", "samples"}
+)";
+
+const char kLatentUsage[] = R"(usage: cmestream latent NAME [--points FILE] [--json]
+
+Multi-view latent-state model (model created with --latent K): mixing weights, each component's
+density at the query points (FILE as for embedding) and the posterior over latent states.
+JSON: {"weights": [k], "densities": [[n values] per component], "posteriors": [[k] per point],
+       "latent_states", "view_version", "samples"}
+)";
+
+const char kForecastUsage[] = R"(usage: cmestream forecast NAME --window FILE [--horizon H] [--json]
+
+Predictive-state forecast (model created with --window L) of the next H (default 1)
+observations after the recent observations in FILE (one per line, oldest first; state ids for
+discrete models).
+JSON, continuous: {"forecast": [[d numbers] per step] (expected values), "dim", "state", ...}
+JSON, discrete:   {"forecast": [most likely id per step], "expected": [sum_a a p(a) per step],
+                   "distribution": [[P probabilities] per step], "state", ...}
+Both carry "horizon", "view_version", "samples".
 )";
 
 const char kIngestUsage[] = R"(usage: cmestream ingest NAME --csv FILE [--producer ID] [--trajectory] [options]
@@ -129,7 +220,8 @@ line). JSON: {"predictions": [[y_1,...,y_d] per point], "dim", "view_version", "
 
 const char kSimulateUsage[] = R"(usage: cmestream simulate SYSTEM [options]
 
-Writes simulated data as CSV on standard output (a '#' header line names the columns).
+Writes simulated data as CSV on standard output (a '#' header line names the columns); with
+--truth FILE the systems that have one write their ground truth to FILE as JSON.
   duffing        transitions x1,x2,y1,y2 of the unforced Duffing oscillator (delta 0.5, beta -1,
                  alpha 1) from uniform starts in [-box,box]^2, y = flow of x over dt
   double-well    transitions x,y of overdamped Langevin dynamics in V(x) = (x^2-1)^2 (beta 3)
@@ -141,6 +233,20 @@ options:
   --dt T         sampling interval (default 0.25 for duffing, 0.1 for double-well)
   --box B        half-width of the Duffing box (default 2)
   --n-side K     grid side for duffing-grid (default 50)
+
+  four-well      pairs x,y of the 1-D four-well diffusion (paper 000 sec. 5.1) at lag --tau
+                 (default 0.1); --trajectory: one state per line; --truth: barriers, eigenvalues
+  multi-well-2d  pairs x1,x2,y1,y2 of the 2-D four-well diffusion; --trajectory, --tau, --truth
+  soft-aggregation --states P --meta R [--anchors-per-meta A] [--hard]
+                 transitions i,j of a chain P = U V^T with A (default 3) anchor states per
+                 meta-state; --trajectory: one id per line; --truth: {"U","V","anchors",...}
+  hmm-mixture    one observation per line of a 3-state HMM with Gaussian and shifted-Gamma
+                 emissions (paper 001 sec. 7); --truth: weights, emissions, densities on a grid
+  hmm-binary     one observation id (0/1) per line of the 2-state learning/forgetting chain
+                 (paper 002 sec. 5; --learn, --forget, --guess, --slip); --truth: transition,
+                 emission
+  kalman         one observation per line of a 2-D damped-rotation linear-Gaussian model;
+                 --truth: A, C, Q, R
 )";
 
 // ---------------------------------------------------------------------------------------------
@@ -270,6 +376,21 @@ void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   if (c.has_step_decay_samples()) w.Key("step_decay_samples").Double(c.step_decay_samples());
   if (c.has_step_decay_power()) w.Key("step_decay_power").Double(c.step_decay_power());
   if (c.has_averaging()) w.Key("averaging").Bool(c.averaging());
+  w.Key("num_states").Uint(c.num_states());
+  if (c.has_forgetting()) w.Key("forgetting").Double(c.forgetting());
+  if (c.has_rff_features()) w.Key("rff_features").Uint(c.rff_features());
+  if (c.has_rank()) w.Key("rank").Uint(c.rank());
+  if (c.has_clusters()) w.Key("clusters").Uint(c.clusters());
+  if (c.has_meta_states()) w.Key("meta_states").Uint(c.meta_states());
+  if (c.has_anchor_threshold()) w.Key("anchor_threshold").Double(c.anchor_threshold());
+  if (!c.vertex_hunting().empty()) w.Key("vertex_hunting").String(c.vertex_hunting());
+  if (c.has_latent_states()) w.Key("latent_states").Uint(c.latent_states());
+  if (c.has_tensor_restarts()) w.Key("tensor_restarts").Uint(c.tensor_restarts());
+  if (c.has_tensor_iterations()) w.Key("tensor_iterations").Uint(c.tensor_iterations());
+  if (c.has_reservoir()) w.Key("reservoir").Uint(c.reservoir());
+  if (c.has_window()) w.Key("window").Uint(c.window());
+  if (c.has_ridge_stage1()) w.Key("ridge_stage1").Double(c.ridge_stage1());
+  if (c.has_ridge_stage2()) w.Key("ridge_stage2").Double(c.ridge_stage2());
   w.EndObject();
 }
 
@@ -277,6 +398,7 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.BeginObject();
   w.Key("name").String(m.config().name());
   w.Key("dim").Uint(m.config().dim());
+  w.Key("num_states").Uint(m.config().num_states());
   w.Key("samples").Uint(m.samples());
   w.Key("pending_warmup").Uint(m.pending_warmup());
   w.Key("dictionary_size").Uint(m.dictionary_size());
@@ -315,7 +437,11 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
 void PrintModel(const v1::ModelInfo& m) {
   const auto& c = m.config();
   const auto& s = m.sigma_selection();
-  std::cout << "model " << c.name() << "  dim " << c.dim() << "\n";
+  if (c.num_states() > 0) {
+    std::cout << "model " << c.name() << "  discrete, " << c.num_states() << " states\n";
+  } else {
+    std::cout << "model " << c.name() << "  dim " << c.dim() << "\n";
+  }
   std::cout << "  samples           " << m.samples();
   if (m.pending_warmup() > 0) std::cout << " (+" << m.pending_warmup() << " buffered for sigma auto)";
   std::cout << ", batches " << m.batches_applied() << "\n";
@@ -341,6 +467,17 @@ void PrintModel(const v1::ModelInfo& m) {
   std::cout << "  config            eta " << Num(c.eta()) << ", lambda " << Num(c.lambda())
             << ", epsilon " << Num(c.epsilon()) << ", max_dict " << c.max_dict() << ", dt "
             << Num(c.dt()) << ", seed " << c.seed() << "\n";
+  std::cout << "  views             rank " << c.rank() << ", clusters " << c.clusters();
+  if (c.num_states() == 0) std::cout << ", rff " << c.rff_features();
+  if (c.meta_states() > 0) {
+    std::cout << "; aggregation " << c.meta_states() << " meta-states (delta0 "
+              << Num(c.anchor_threshold()) << ", "
+              << (c.vertex_hunting().empty() ? "spa" : c.vertex_hunting()) << ")";
+  }
+  if (c.latent_states() > 0) std::cout << "; latent " << c.latent_states() << " states";
+  if (c.window() > 0) std::cout << "; predictive window " << c.window();
+  if (c.has_forgetting() && c.forgetting() < 1) std::cout << "; forgetting " << Num(c.forgetting());
+  std::cout << "\n";
   const auto& v = m.view();
   if (v.version() == 0) {
     std::cout << "  view              none yet\n";
@@ -388,7 +525,9 @@ int ModelCreate(Context& ctx, const Args& args) {
   v1::ModelConfig config;
   config.set_name(args.positional[0]);
   auto dim = args.Value("dim");
-  if (!dim) return FailUsage("model create", "--dim D is required");
+  if (!dim && !args.Value("states")) {
+    return FailUsage("model create", "--dim D is required (or --states P for a discrete model)");
+  }
   // Every numeric flag is parsed before anything is sent.
   absl::Status bad;
   auto num = [&](const char* flag, auto setter) {
@@ -422,6 +561,29 @@ int ModelCreate(Context& ctx, const Args& args) {
   num("step-decay", [&](double v) { config.set_step_decay_samples(v); });
   num("step-decay-power", [&](double v) { config.set_step_decay_power(v); });
   if (args.Has("averaging")) config.set_averaging(true);
+  uint("states", UINT32_MAX, [&](uint64_t v) { config.set_num_states(static_cast<uint32_t>(v)); });
+  num("forgetting", [&](double v) { config.set_forgetting(v); });
+  uint("rff", UINT32_MAX, [&](uint64_t v) { config.set_rff_features(static_cast<uint32_t>(v)); });
+  uint("rank", UINT32_MAX, [&](uint64_t v) { config.set_rank(static_cast<uint32_t>(v)); });
+  uint("clusters", UINT32_MAX, [&](uint64_t v) { config.set_clusters(static_cast<uint32_t>(v)); });
+  uint("meta", UINT32_MAX, [&](uint64_t v) { config.set_meta_states(static_cast<uint32_t>(v)); });
+  num("anchor-threshold", [&](double v) { config.set_anchor_threshold(v); });
+  if (auto v = args.Value("vertex-hunting")) {
+    if (*v != "spa" && *v != "kmeans-spa" && bad.ok()) {
+      bad = absl::InvalidArgumentError(
+          absl::StrCat("--vertex-hunting: expected spa or kmeans-spa, got '", *v, "'"));
+    }
+    config.set_vertex_hunting(*v);
+  }
+  uint("latent", UINT32_MAX, [&](uint64_t v) { config.set_latent_states(static_cast<uint32_t>(v)); });
+  uint("tensor-restarts", UINT32_MAX,
+       [&](uint64_t v) { config.set_tensor_restarts(static_cast<uint32_t>(v)); });
+  uint("tensor-iterations", UINT32_MAX,
+       [&](uint64_t v) { config.set_tensor_iterations(static_cast<uint32_t>(v)); });
+  uint("reservoir", UINT32_MAX, [&](uint64_t v) { config.set_reservoir(static_cast<uint32_t>(v)); });
+  uint("window", UINT32_MAX, [&](uint64_t v) { config.set_window(static_cast<uint32_t>(v)); });
+  num("ridge1", [&](double v) { config.set_ridge_stage1(v); });
+  num("ridge2", [&](double v) { config.set_ridge_stage2(v); });
   if (!bad.ok()) return FailUsage("model create", bad.message());
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model create", s.message());
   auto info = ctx.client->CreateModel(config);
@@ -515,6 +677,56 @@ class ProgressReporter {
   Clock::time_point last_ = Clock::now();
 };
 
+void PrintIngestSummary(const Args& args, const std::string& model, const IngestStream::Options& options,
+                        const IngestStream::Summary& summary, double seconds);
+
+// Discrete models: rows of integer state ids, `i,j` pairs or (--trajectory) one id per line.
+// The whole input (standard input too) is read and checked for integers before anything is
+// sent; the daemon checks the range [0, P) and refuses a batch with an id outside it, naming
+// the id, without applying any of that batch.
+int IngestIds(Context& ctx, const Args& args, const std::string& model, const std::string& csv,
+              bool trajectory, const IngestStream::Options& options, uint32_t num_states) {
+  const std::string cmd = "ingest";
+  const int columns = trajectory ? 1 : 2;
+  const std::string expected =
+      trajectory ? absl::StrCat("one state id in [0, ", num_states, ")")
+                 : absl::StrCat("i,j with state ids in [0, ", num_states, ")");
+  auto rows = ReadIdCsvFile(csv, columns, expected);
+  if (!rows.ok()) return FailUsage(cmd, rows.status().message());
+  auto stream = ctx.client->OpenDiscreteIngest(model, options);
+  if (!stream.ok()) return Fail(cmd, stream.status());
+  ProgressReporter progress(!args.Has("quiet"));
+  const size_t chunk = static_cast<size_t>(options.batch_pairs);
+  if (trajectory) {
+    for (size_t i = 0; i < rows->size(); i += chunk) {
+      const size_t n = std::min(chunk, rows->size() - i);
+      if (auto s = (*stream)->AddStateIds(absl::MakeConstSpan(rows->data() + i, n)); !s.ok()) {
+        return Fail(cmd, s);
+      }
+      progress.Maybe((*stream)->Progress());
+    }
+  } else {
+    std::vector<int64_t> x, y;
+    const size_t total = rows->size() / 2;
+    for (size_t i = 0; i < total; i += chunk) {
+      const size_t n = std::min(chunk, total - i);
+      x.resize(n);
+      y.resize(n);
+      for (size_t k = 0; k < n; ++k) {
+        x[k] = (*rows)[2 * (i + k)];
+        y[k] = (*rows)[2 * (i + k) + 1];
+      }
+      if (auto s = (*stream)->AddIdPairs(x, y); !s.ok()) return Fail(cmd, s);
+      progress.Maybe((*stream)->Progress());
+    }
+  }
+  auto summary = (*stream)->Finish();
+  progress.Done();
+  if (!summary.ok()) return Fail(cmd, summary.status());
+  PrintIngestSummary(args, model, options, *summary, progress.Seconds());
+  return 0;
+}
+
 int Ingest(Context& ctx, const Args& args) {
   const std::string cmd = "ingest";
   if (int rc = NeedName(args, cmd, kIngestUsage)) return rc;
@@ -536,6 +748,9 @@ int Ingest(Context& ctx, const Args& args) {
   // input is read).
   auto info = ctx.client->Describe(model);
   if (!info.ok()) return Fail(cmd, info.status());
+  if (info->config().num_states() > 0) {
+    return IngestIds(ctx, args, model, *csv, trajectory, options, info->config().num_states());
+  }
   const int d = static_cast<int>(info->config().dim());
   const int columns = trajectory ? d : 2 * d;
   const std::string expected =
@@ -601,7 +816,13 @@ int Ingest(Context& ctx, const Args& args) {
   auto summary = (*stream)->Finish();
   progress.Done();
   if (!summary.ok()) return Fail(cmd, summary.status());
-  const double seconds = progress.Seconds();
+  PrintIngestSummary(args, model, options, *summary, progress.Seconds());
+  return 0;
+}
+
+void PrintIngestSummary(const Args& args, const std::string& model, const IngestStream::Options& options,
+                        const IngestStream::Summary& s, double seconds) {
+  const IngestStream::Summary* summary = &s;
   const double rate = seconds > 0 ? summary->pairs_sent / seconds : 0;
   if (args.Has("json")) {
     JsonWriter w;
@@ -630,7 +851,6 @@ int Ingest(Context& ctx, const Args& args) {
     std::cout << "; model samples " << summary->model_samples << "; " << Num(seconds) << " s ("
               << Num(rate) << " pairs/s)\n";
   }
-  return 0;
 }
 
 int Refresh(Context& ctx, const Args& args) {
@@ -840,6 +1060,448 @@ int Producer(Context& ctx, const Args& args) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Views of ALGORITHMS.md sections 2-6 (counts, embedding, clusters, aggregation, latent,
+// forecast). Every JSON reply carries view_version and samples (WriteViewJson).
+// ---------------------------------------------------------------------------------------------
+
+// Query points of a model: vectors of its dimension (continuous) or state ids (discrete).
+struct QueryPoints {
+  bool discrete = false;
+  int dim = 0;                 // continuous models
+  int64_t num_states = 0;      // discrete models
+  std::vector<double> points;  // n*dim
+  std::vector<int64_t> ids;    // n
+  size_t count() const { return discrete ? ids.size() : (dim > 0 ? points.size() / dim : 0); }
+};
+
+// Describes `model` (a server error sets *server_error) and reads FILE if `path` is set:
+// one point x_1..x_d per line, or one state id per line for discrete models.
+absl::StatusOr<QueryPoints> LoadQueryPoints(Context& ctx, const std::string& model,
+                                            const std::optional<std::string>& path,
+                                            bool* server_error) {
+  auto info = ctx.client->Describe(model);
+  if (!info.ok()) {
+    *server_error = true;
+    return info.status();
+  }
+  QueryPoints q;
+  q.discrete = info->config().num_states() > 0;
+  q.dim = static_cast<int>(info->config().dim());
+  q.num_states = info->config().num_states();
+  if (!path) return q;
+  if (q.discrete) {
+    auto ids = ReadIdCsvFile(*path, 1, absl::StrCat("one state id in [0, ", q.num_states, ")"));
+    if (!ids.ok()) return ids.status();
+    q.ids = std::move(*ids);
+  } else {
+    auto pts = ReadCsvFile(*path, q.dim, absl::StrCat("one point x_1..x_", q.dim));
+    if (!pts.ok()) return pts.status();
+    q.points = std::move(*pts);
+  }
+  return q;
+}
+
+// Writes a packed row-major array as a list of `cols`-lists.
+template <typename Container>
+void WriteRowsJson(JsonWriter& w, const Container& a, int cols) {
+  w.BeginArray();
+  for (int i = 0; cols > 0 && i + cols <= static_cast<int>(a.size()); i += cols) {
+    w.BeginArray();
+    for (int j = 0; j < cols; ++j) w.Double(a[i + j]);
+    w.EndArray();
+  }
+  w.EndArray();
+}
+
+template <typename Container>
+void WriteListJson(JsonWriter& w, const Container& a) {
+  w.BeginArray();
+  for (double v : a) w.Double(v);
+  w.EndArray();
+}
+
+void PrintViewLine(const std::string& what, const std::string& model, const v1::ViewInfo& v) {
+  std::cout << "# " << what << " of '" << model << "', view version " << v.version() << ", "
+            << v.samples() << " samples\n";
+}
+
+void PrintVector(const char* label, const google::protobuf::RepeatedField<double>& a) {
+  std::cout << label;
+  for (double v : a) std::cout << " " << Num(v);
+  std::cout << "\n";
+}
+
+#define CMESTREAM_LOAD_POINTS(q, cmd, model, path)                                             \
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());               \
+  bool server_error_ = false;                                                                 \
+  auto q##_or = LoadQueryPoints(ctx, model, path, &server_error_);                            \
+  if (!q##_or.ok()) {                                                                         \
+    return server_error_ ? Fail(cmd, q##_or.status()) : FailUsage(cmd, q##_or.status().message()); \
+  }                                                                                           \
+  QueryPoints& q = *q##_or
+
+int Counts(Context& ctx, const Args& args) {
+  const std::string cmd = "counts";
+  if (int rc = NeedName(args, cmd, kCountsUsage)) return rc;
+  const std::string model = args.positional[0];
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  auto r = ctx.client->Counts(model);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int d = static_cast<int>(r->dim());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("num_states").Uint(r->num_states());
+    w.Key("counts").BeginArray();
+    for (const auto& c : r->counts()) {
+      w.BeginArray().Uint(c.from()).Uint(c.to()).Double(c.count()).EndArray();
+    }
+    w.EndArray();
+    w.Key("visits");
+    WriteListJson(w, r->visits());
+    w.Key("stationary");
+    WriteListJson(w, r->stationary());
+    if (d > 0) {
+      w.Key("dim").Uint(r->dim());
+      w.Key("states");
+      WriteRowsJson(w, r->state_coordinates(), d);
+    }
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("transition counts", model, r->view());
+  std::cout << "# " << r->num_states() << " states, " << r->counts_size() << " non-zero counts\n";
+  std::printf("%8s %12s %12s%s\n", "state", "visits", "stationary", d > 0 ? "  coordinates" : "");
+  for (int i = 0; i < static_cast<int>(r->num_states()); ++i) {
+    std::printf("%8d %12.6g %12.6g", i, i < r->visits_size() ? r->visits(i) : 0.0,
+                i < r->stationary_size() ? r->stationary(i) : 0.0);
+    for (int j = 0; d > 0 && (i + 1) * d <= r->state_coordinates_size() && j < d; ++j) {
+      std::printf(j ? ",%.6g" : "  %.6g", r->state_coordinates(i * d + j));
+    }
+    std::printf("\n");
+  }
+  std::printf("%8s %8s %12s\n", "from", "to", "count");
+  for (const auto& c : r->counts()) std::printf("%8u %8u %12.6g\n", c.from(), c.to(), c.count());
+  return 0;
+}
+
+int Embedding(Context& ctx, const Args& args) {
+  const std::string cmd = "embedding";
+  if (int rc = NeedName(args, cmd, kEmbeddingUsage)) return rc;
+  const std::string model = args.positional[0];
+  CMESTREAM_LOAD_POINTS(q, cmd, model, args.Value("points"));
+  auto r = ctx.client->Embedding(model, q.points, q.ids);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int rank = static_cast<int>(r->rank());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("rank").Uint(r->rank());
+    w.Key("embedding");
+    WriteRowsJson(w, r->embedding(), rank);
+    w.Key("singular_values");
+    WriteListJson(w, r->singular_values());
+    w.Key("singular_value_gaps");
+    WriteListJson(w, r->singular_value_gaps());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("state embedding", model, r->view());
+  std::cout << "# rank " << rank << "\n";
+  PrintVector("# singular values", r->singular_values());
+  PrintVector("# gaps           ", r->singular_value_gaps());
+  for (int i = 0; rank > 0 && (i + 1) * rank <= r->embedding_size(); ++i) {
+    for (int j = 0; j < rank; ++j) std::printf(j ? ",%.17g" : "%.17g", r->embedding(i * rank + j));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int Clusters(Context& ctx, const Args& args) {
+  const std::string cmd = "clusters";
+  if (int rc = NeedName(args, cmd, kClustersUsage)) return rc;
+  const std::string model = args.positional[0];
+  CMESTREAM_LOAD_POINTS(q, cmd, model, args.Value("points"));
+  auto r = ctx.client->Clusters(model, q.points, q.ids);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int k = static_cast<int>(r->clusters());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("clusters").Uint(r->clusters());
+    w.Key("representatives").BeginArray();
+    for (const auto& rep : r->representatives()) {
+      w.BeginObject();
+      if (q.discrete) {
+        w.Key("id").Int(rep.id());
+      } else {
+        w.Key("id").Int(rep.id());
+        w.Key("coordinates");
+        WriteListJson(w, rep.coordinates());
+      }
+      w.Key("weight").Double(rep.weight());
+      w.Key("label").Uint(rep.label());
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("point_labels").BeginArray();
+    for (uint32_t l : r->point_labels()) w.Uint(l);
+    w.EndArray();
+    w.Key("transition_matrix");
+    WriteRowsJson(w, r->transition_matrix(), k);
+    w.Key("masses");
+    WriteListJson(w, r->masses());
+    w.Key("timescales");
+    WriteListJson(w, r->timescales());
+    w.Key("inertia").Double(r->inertia());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("metastable clusters", model, r->view());
+  std::cout << "# " << k << " clusters; coarse-grained transition matrix (row = from):\n";
+  std::printf("%8s %10s", "cluster", "mass");
+  for (int j = 0; j < k; ++j) std::printf(" %10d", j);
+  std::printf("\n");
+  for (int i = 0; i < k; ++i) {
+    std::printf("%8d %10.4g", i, i < r->masses_size() ? r->masses(i) : 0.0);
+    for (int j = 0; j < k && i * k + j < r->transition_matrix_size(); ++j) {
+      std::printf(" %10.4g", r->transition_matrix(i * k + j));
+    }
+    std::printf("\n");
+  }
+  PrintVector("# implied timescales", r->timescales());
+  std::printf("%8s %8s %12s  %s\n", "rep", "label", "weight", q.discrete ? "" : "coordinates");
+  for (const auto& rep : r->representatives()) {
+    std::printf("%8lld %8u %12.6g ", static_cast<long long>(rep.id()), rep.label(), rep.weight());
+    for (int j = 0; j < rep.coordinates_size(); ++j) {
+      std::printf(j ? ",%.6g" : " %.6g", rep.coordinates(j));
+    }
+    std::printf("\n");
+  }
+  if (r->point_labels_size() > 0) {
+    std::cout << "# labels of the " << r->point_labels_size() << " query points:\n";
+    for (uint32_t l : r->point_labels()) std::cout << l << "\n";
+  }
+  return 0;
+}
+
+int Aggregation(Context& ctx, const Args& args) {
+  const std::string cmd = "aggregation";
+  if (int rc = NeedName(args, cmd, kAggregationUsage)) return rc;
+  const std::string model = args.positional[0];
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  auto r = ctx.client->Aggregation(model);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int m = static_cast<int>(r->meta_states());
+  const int d = static_cast<int>(r->dim());
+  const int p = r->state_ids_size();
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("meta_states").Uint(r->meta_states());
+    // states: ids for discrete models, atom coordinates for continuous ones (row order).
+    w.Key("states");
+    if (d > 0 && r->state_coordinates_size() == p * d) {
+      WriteRowsJson(w, r->state_coordinates(), d);
+    } else {
+      w.BeginArray();
+      for (int64_t id : r->state_ids()) w.Int(id);
+      w.EndArray();
+    }
+    w.Key("state_ids").BeginArray();
+    for (int64_t id : r->state_ids()) w.Int(id);
+    w.EndArray();
+    w.Key("V");
+    WriteRowsJson(w, r->v(), m);
+    w.Key("U");
+    WriteRowsJson(w, r->u(), m);
+    w.Key("anchors").BeginArray();
+    for (const auto& a : r->anchors()) {
+      w.BeginArray();
+      for (uint32_t i : a.indices()) w.Uint(i);
+      w.EndArray();
+    }
+    w.EndArray();
+    w.Key("partition").BeginArray();
+    for (uint32_t l : r->partition()) w.Uint(l);
+    w.EndArray();
+    w.Key("excluded").BeginArray();
+    for (int64_t id : r->excluded()) w.Int(id);
+    w.EndArray();
+    w.Key("distance_to_empirical").Double(r->distance_to_empirical());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("soft state aggregation", model, r->view());
+  std::cout << "# " << p << " states, " << m << " meta-states; mean row TV |U V^T - P_hat| = "
+            << Num(r->distance_to_empirical()) << "\n";
+  for (int k = 0; k < r->anchors_size(); ++k) {
+    std::cout << "# anchors of meta-state " << k << " (rows):";
+    for (uint32_t i : r->anchors(k).indices()) std::cout << " " << i;
+    std::cout << "\n";
+  }
+  if (r->excluded_size() > 0) {
+    std::cout << "# excluded (no incoming transitions):";
+    for (int64_t id : r->excluded()) std::cout << " " << id;
+    std::cout << "\n";
+  }
+  std::printf("%6s %8s %5s", "row", "state", "meta");
+  for (int k = 0; k < m; ++k) std::printf(" %9s", absl::StrCat("V", k).c_str());
+  for (int k = 0; k < m; ++k) std::printf(" %9s", absl::StrCat("U", k).c_str());
+  std::printf("\n");
+  for (int i = 0; i < p; ++i) {
+    std::printf("%6d %8lld %5d", i, static_cast<long long>(r->state_ids(i)),
+                i < r->partition_size() ? static_cast<int>(r->partition(i)) : -1);
+    for (int k = 0; k < m && (i + 1) * m <= r->v_size(); ++k) std::printf(" %9.4g", r->v(i * m + k));
+    for (int k = 0; k < m && (i + 1) * m <= r->u_size(); ++k) std::printf(" %9.4g", r->u(i * m + k));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int Latent(Context& ctx, const Args& args) {
+  const std::string cmd = "latent";
+  if (int rc = NeedName(args, cmd, kLatentUsage)) return rc;
+  const std::string model = args.positional[0];
+  CMESTREAM_LOAD_POINTS(q, cmd, model, args.Value("points"));
+  auto r = ctx.client->Latent(model, q.points, q.ids);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int k = static_cast<int>(r->latent_states());
+  const int n = static_cast<int>(q.count());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("latent_states").Uint(r->latent_states());
+    w.Key("weights");
+    WriteListJson(w, r->weights());
+    // densities: k lists of n values (wire layout [h*n + i]).
+    w.Key("densities");
+    if (n > 0) WriteRowsJson(w, r->densities(), n);
+    else w.BeginArray().EndArray();
+    w.Key("posteriors");
+    WriteRowsJson(w, r->posteriors(), k);
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("latent-state model", model, r->view());
+  std::cout << "# " << k << " latent states\n";
+  PrintVector("# weights", r->weights());
+  if (n > 0) {
+    std::printf("%8s", "point");
+    for (int h = 0; h < k; ++h) std::printf(" %12s", absl::StrCat("density", h).c_str());
+    for (int h = 0; h < k; ++h) std::printf(" %12s", absl::StrCat("posterior", h).c_str());
+    std::printf("\n");
+    for (int i = 0; i < n; ++i) {
+      std::printf("%8d", i);
+      for (int h = 0; h < k; ++h) {
+        std::printf(" %12.6g", h * n + i < r->densities_size() ? r->densities(h * n + i) : NAN);
+      }
+      for (int h = 0; h < k; ++h) {
+        std::printf(" %12.6g", i * k + h < r->posteriors_size() ? r->posteriors(i * k + h) : NAN);
+      }
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
+
+int Forecast(Context& ctx, const Args& args) {
+  const std::string cmd = "forecast";
+  if (int rc = NeedName(args, cmd, kForecastUsage)) return rc;
+  const std::string model = args.positional[0];
+  auto window = args.Value("window");
+  if (!window) return FailUsage(cmd, "--window FILE is required (recent observations, oldest first)");
+  uint32_t horizon = 1;
+  if (auto h = args.Value("horizon")) {
+    auto v = ParseUint("horizon", *h);
+    if (!v.ok() || *v < 1 || *v > 100000) return FailUsage(cmd, "--horizon: expected an integer in [1, 100000]");
+    horizon = static_cast<uint32_t>(*v);
+  }
+  CMESTREAM_LOAD_POINTS(q, cmd, model, window);
+  auto r = ctx.client->Forecast(model, q.points, q.ids, horizon);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int H = static_cast<int>(horizon);
+  // Discrete: P probabilities per step; the forecast is the most likely id, and the expected
+  // id sum_a a p(a) is reported too (for binary observations it is P(o = 1)).
+  const int P = q.discrete && H > 0 ? r->distribution_size() / H : 0;
+  std::vector<int64_t> most_likely;
+  std::vector<double> expected;
+  if (q.discrete) {
+    for (int t = 0; t < H && P > 0; ++t) {
+      int best = 0;
+      double e = 0;
+      for (int a = 0; a < P; ++a) {
+        const double pa = r->distribution(t * P + a);
+        if (pa > r->distribution(t * P + best)) best = a;
+        e += a * pa;
+      }
+      most_likely.push_back(best);
+      expected.push_back(e);
+    }
+  }
+  const int d = q.discrete ? 0 : static_cast<int>(r->dim() > 0 ? r->dim() : q.dim);
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("horizon").Uint(horizon);
+    w.Key("forecast");
+    if (q.discrete) {
+      w.BeginArray();
+      for (int64_t a : most_likely) w.Int(a);
+      w.EndArray();
+      w.Key("expected");
+      WriteListJson(w, expected);
+      w.Key("distribution");
+      WriteRowsJson(w, r->distribution(), P);
+    } else {
+      w.Key("dim").Uint(d);
+      WriteRowsJson(w, r->forecast(), d);
+    }
+    w.Key("state");
+    WriteListJson(w, r->state());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("forecast", model, r->view());
+  for (int t = 0; t < H; ++t) {
+    std::printf("%4d", t + 1);
+    if (q.discrete) {
+      if (t < static_cast<int>(most_likely.size())) {
+        std::printf("  most likely %lld  expected %.6g  p:", static_cast<long long>(most_likely[t]),
+                    expected[t]);
+        for (int a = 0; a < P; ++a) std::printf(" %.6g", r->distribution(t * P + a));
+      }
+    } else {
+      for (int j = 0; j < d && t * d + j < r->forecast_size(); ++j) {
+        std::printf(j ? ",%.17g" : "  %.17g", r->forecast(t * d + j));
+      }
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+#undef CMESTREAM_LOAD_POINTS
+
 void WriteRows(const char* header, const RowMatrixXd& a, const RowMatrixXd* b) {
   std::string out = header;
   out += '\n';
@@ -863,6 +1525,159 @@ void WriteRows(const char* header, const RowMatrixXd& a, const RowMatrixXd* b) {
     }
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) return absl::NotFoundError(absl::StrCat(path, ": cannot open for writing"));
+  out << text << "\n";
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+std::string VectorJson(const VectorXd& v) {
+  std::string s = "[";
+  for (Eigen::Index i = 0; i < v.size(); ++i) absl::StrAppend(&s, i ? "," : "", absl::StrFormat("%.17g", v[i]));
+  return s + "]";
+}
+
+// Writes integer ids, one row of `cols` per line.
+void WriteIdRows(const char* header, const std::vector<int>& a, const std::vector<int>* b) {
+  std::string out = header;
+  out += '\n';
+  for (size_t i = 0; i < a.size(); ++i) {
+    absl::StrAppend(&out, a[i]);
+    if (b) absl::StrAppend(&out, ",", (*b)[i]);
+    out += '\n';
+    if (out.size() > (1 << 20)) {
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      out.clear();
+    }
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+// Simulators of ALGORITHMS.md sections 3-6 (four-well, multi-well-2d, soft-aggregation,
+// hmm-mixture, hmm-binary, kalman). Returns -1 for a system it does not know.
+int SimulateViewSystems(const std::string& system, const Args& args, uint64_t n, uint64_t seed) {
+  const std::string cmd = "simulate";
+  const bool trajectory = args.Has("trajectory");
+  const std::optional<std::string> truth = args.Value("truth");
+  auto write_truth = [&](const std::string& json) -> int {
+    if (!truth) return 0;
+    if (auto s = WriteTextFile(*truth, json); !s.ok()) return FailUsage(cmd, s.message());
+    return 0;
+  };
+  auto positive = [&](const char* flag, double* out) -> absl::Status {
+    if (auto v = args.Value(flag)) {
+      auto p = ParseDouble(flag, *v);
+      if (!p.ok() || *p <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected a number > 0, got '", *v, "'"));
+      }
+      *out = *p;
+    }
+    return absl::OkStatus();
+  };
+  auto uint_in = [&](const char* flag, uint64_t lo, uint64_t hi, int* out) -> absl::Status {
+    if (auto v = args.Value(flag)) {
+      auto p = ParseUint(flag, *v);
+      if (!p.ok() || *p < lo || *p > hi) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag, ": expected an integer in [", lo, ", ", hi, "], got '", *v, "'"));
+      }
+      *out = static_cast<int>(*p);
+    }
+    return absl::OkStatus();
+  };
+  const int64_t count = static_cast<int64_t>(n);
+  if (system == "four-well") {
+    systems::FourWellOptions o;
+    if (auto s = positive("tau", &o.tau); !s.ok()) return FailUsage(cmd, s.message());
+    const auto t = systems::SimulateFourWell(count, seed, o);
+    if (trajectory) {
+      RowMatrixXd states(t.x.rows() + 1, 1);
+      states.topRows(t.x.rows()) = t.x;
+      states(t.x.rows(), 0) = t.y(t.y.rows() - 1, 0);
+      WriteRows("# x  (four-well diffusion, one state per line, lag tau)", states, nullptr);
+    } else {
+      WriteRows("# x,y  (four-well diffusion V = 4 cos^2(pi x) + 5 (x/2)^8, beta 1; y = state after tau)",
+                t.x, &t.y);
+    }
+    return write_truth(absl::StrCat("{\"system\":\"four-well\",\"tau\":", absl::StrFormat("%.17g", o.tau),
+                                    ",\"barriers\":", VectorJson(systems::FourWellBarriers(o)),
+                                    ",\"eigenvalues\":", VectorJson(systems::FourWellEigenvalues(5, o)),
+                                    "}"));
+  }
+  if (system == "multi-well-2d") {
+    systems::MultiWell2dOptions o;
+    if (auto s = positive("tau", &o.tau); !s.ok()) return FailUsage(cmd, s.message());
+    const auto t = systems::SimulateMultiWell2d(count, seed, o);
+    if (trajectory) {
+      RowMatrixXd states(t.x.rows() + 1, 2);
+      states.topRows(t.x.rows()) = t.x;
+      states.row(t.x.rows()) = t.y.row(t.y.rows() - 1);
+      WriteRows("# x1,x2  (2-D multi-well diffusion, one state per line, lag tau)", states, nullptr);
+    } else {
+      WriteRows("# x1,x2,y1,y2  (2-D multi-well diffusion, wells near (+-0.5, +-0.5))", t.x, &t.y);
+    }
+    return write_truth(absl::StrCat("{\"system\":\"multi-well-2d\",\"tau\":", absl::StrFormat("%.17g", o.tau),
+                                    ",\"eigenvalues\":", VectorJson(systems::MultiWell2dEigenvalues(5, o)),
+                                    "}"));
+  }
+  if (system == "soft-aggregation") {
+    systems::SoftAggregationChainOptions o;
+    o.seed = seed;
+    if (!args.Value("states") || !args.Value("meta")) {
+      return FailUsage(cmd, "soft-aggregation: --states P and --meta R are required");
+    }
+    for (auto s : {uint_in("states", 2, 1000000, &o.states), uint_in("meta", 1, 1000000, &o.meta_states),
+                   uint_in("anchors-per-meta", 1, 1000000, &o.anchors_per_meta)}) {
+      if (!s.ok()) return FailUsage(cmd, s.message());
+    }
+    o.hard = args.Has("hard");
+    auto chain = systems::MakeSoftAggregationChain(o);
+    if (!chain.ok()) return FailUsage(cmd, chain.status().message());
+    // The trajectory's generator is seeded apart from the chain's (same user seed).
+    const auto t = systems::SimulateSoftAggregationChain(*chain, count, seed ^ 0x9E3779B97F4A7C15ull);
+    if (trajectory) {
+      std::vector<int> states = t.from;
+      if (!t.to.empty()) states.push_back(t.to.back());
+      WriteIdRows("# state id, one per line (chain P = U V^T)", states, nullptr);
+    } else {
+      WriteIdRows("# i,j  (transitions of the chain P = U V^T)", t.from, &t.to);
+    }
+    return write_truth(chain->GroundTruthJson());
+  }
+  if (system == "hmm-mixture") {
+    const auto hmm = systems::HmmMixture::Default();
+    const VectorXd obs = hmm.Simulate(count, seed);
+    RowMatrixXd rows = obs;
+    WriteRows("# x  (3-state HMM, Gaussian and shifted-Gamma emissions; one observation per line)",
+              rows, nullptr);
+    return write_truth(hmm.GroundTruthJson(VectorXd::LinSpaced(221, -7.0, 15.0)));
+  }
+  if (system == "hmm-binary") {
+    double learn = 0.05, forget = 0.03, guess = 0.25, slip = 0.15;
+    for (auto [flag, v] : {std::pair{"learn", &learn}, std::pair{"forget", &forget},
+                           std::pair{"guess", &guess}, std::pair{"slip", &slip}}) {
+      if (auto s = positive(flag, v); !s.ok()) return FailUsage(cmd, s.message());
+      if (*v >= 1) return FailUsage(cmd, absl::StrCat("--", flag, ": expected a probability < 1"));
+    }
+    const auto hmm = systems::DiscreteHmm::BinaryLearningChain(learn, forget, guess, slip);
+    const VectorXd obs = hmm.Simulate(count, seed);
+    std::vector<int> ids(obs.size());
+    for (Eigen::Index i = 0; i < obs.size(); ++i) ids[i] = static_cast<int>(obs[i]);
+    WriteIdRows("# observation id (0 wrong, 1 correct; 2-state learning/forgetting HMM)", ids, nullptr);
+    return write_truth(hmm.GroundTruthJson());
+  }
+  if (system == "kalman") {
+    const auto ssm = systems::LinearGaussianSsm::Default();
+    const RowMatrixXd obs = ssm.Simulate(count, seed);
+    WriteRows("# o  (linear-Gaussian state-space model; one observation per line)", obs, nullptr);
+    return write_truth(ssm.GroundTruthJson());
+  }
+  return -1;
 }
 
 int Simulate(const Args& args) {
@@ -899,6 +1714,7 @@ int Simulate(const Args& args) {
     if (!p.ok() || *p <= 0) return FailUsage(cmd, "--box: expected a number > 0");
     box = *p;
   }
+  if (int rc = SimulateViewSystems(system, args, n, seed); rc >= 0) return rc;
   if (system == "duffing") {
     systems::DuffingOptions o;
     if (dt) o.dt = *dt;
@@ -931,7 +1747,8 @@ int Simulate(const Args& args) {
     return 0;
   }
   return FailUsage(cmd, absl::StrCat("unknown system '", system,
-                                     "' (expected duffing, double-well or duffing-grid)"));
+                                     "' (expected duffing, double-well, duffing-grid, four-well, multi-well-2d, "
+                                     "soft-aggregation, hmm-mixture, hmm-binary or kalman)"));
 }
 
 int Run(int argc, char** argv) {
@@ -984,7 +1801,9 @@ int Run(int argc, char** argv) {
       usage = kCreateUsage;
       spec.values = {"dim", "sigma", "eta", "lambda", "epsilon", "max-dict", "dt", "seed",
                      "warmup", "refresh-interval", "refresh-every", "step-decay",
-                     "step-decay-power"};
+                     "step-decay-power", "states", "forgetting", "rff", "rank", "clusters",
+                     "meta", "anchor-threshold", "vertex-hunting", "latent", "tensor-restarts",
+                     "tensor-iterations", "reservoir", "window", "ridge1", "ridge2"};
       spec.switches = {"averaging", "json"};
     } else if (command == "model describe" || command == "model list") {
       spec.switches = {"json"};
@@ -1013,9 +1832,23 @@ int Run(int argc, char** argv) {
   } else if (command == "producer") {
     spec.values = {"producer"};
     spec.switches = {"json"};
+  } else if (command == "counts" || command == "aggregation") {
+    usage = command == "counts" ? kCountsUsage : kAggregationUsage;
+    spec.switches = {"json"};
+  } else if (command == "embedding" || command == "clusters" || command == "latent") {
+    usage = command == "embedding" ? kEmbeddingUsage
+            : command == "clusters" ? kClustersUsage : kLatentUsage;
+    spec.values = {"points"};
+    spec.switches = {"json"};
+  } else if (command == "forecast") {
+    usage = kForecastUsage;
+    spec.values = {"window", "horizon"};
+    spec.switches = {"json"};
   } else if (command == "simulate") {
     usage = kSimulateUsage;
-    spec.values = {"n", "seed", "dt", "box", "n-side"};
+    spec.values = {"n", "seed", "dt", "box", "n-side", "tau", "truth", "states", "meta",
+                   "anchors-per-meta", "learn", "forget", "guess", "slip"};
+    spec.switches = {"trajectory", "hard"};
   } else if (command == "help") {
     std::cout << kMainUsage;
     return 0;
@@ -1048,6 +1881,12 @@ int Run(int argc, char** argv) {
   if (command == "predict") return Predict(ctx, *args);
   if (command == "dictionary") return Dictionary(ctx, *args);
   if (command == "producer") return Producer(ctx, *args);
+  if (command == "counts") return Counts(ctx, *args);
+  if (command == "embedding") return Embedding(ctx, *args);
+  if (command == "clusters") return Clusters(ctx, *args);
+  if (command == "aggregation") return Aggregation(ctx, *args);
+  if (command == "latent") return Latent(ctx, *args);
+  if (command == "forecast") return Forecast(ctx, *args);
   return Simulate(*args);
 }
 

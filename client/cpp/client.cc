@@ -52,6 +52,12 @@ IngestStream::IngestStream(std::unique_ptr<grpc::ClientContext> context,
   batch_.mutable_x()->Reserve(static_cast<int>(doubles));
   batch_.mutable_y()->Reserve(static_cast<int>(doubles));
   batch_.mutable_states()->Reserve(static_cast<int>(doubles));
+  if (dim_ == 0) {
+    const int ids = options_.batch_pairs + 1;
+    batch_.mutable_x_ids()->Reserve(ids);
+    batch_.mutable_y_ids()->Reserve(ids);
+    batch_.mutable_state_ids()->Reserve(ids);
+  }
   reader_ = std::thread([this] { ReadAcks(); });
 }
 
@@ -115,7 +121,14 @@ absl::Status IngestStream::SendBatch() {
   }
   batch_.clear_x();
   batch_.clear_y();
-  if (mode_ == Mode::kTrajectory) {
+  batch_.clear_x_ids();
+  batch_.clear_y_ids();
+  if (mode_ == Mode::kTrajectory && discrete()) {
+    auto* ids = batch_.mutable_state_ids();
+    const int64_t last = ids->Get(ids->size() - 1);
+    ids->Clear();
+    ids->Add(last);
+  } else if (mode_ == Mode::kTrajectory) {
     // Keep the last state as the first state of the next batch: the pair that straddles
     // the boundary is then carried by the next batch (proto: IngestBatch, trajectory form).
     auto* states = batch_.mutable_states();
@@ -129,6 +142,9 @@ absl::Status IngestStream::SendBatch() {
 
 absl::Status IngestStream::AddPairs(absl::Span<const double> x, absl::Span<const double> y) {
   if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
+  if (discrete()) {
+    return absl::FailedPreconditionError("AddPairs: this stream carries state ids (AddIdPairs)");
+  }
   if (mode_ == Mode::kTrajectory) {
     return absl::FailedPreconditionError("AddPairs: this stream carries trajectory states");
   }
@@ -155,6 +171,9 @@ absl::Status IngestStream::AddPairs(absl::Span<const double> x, absl::Span<const
 
 absl::Status IngestStream::AddStates(absl::Span<const double> states) {
   if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
+  if (discrete()) {
+    return absl::FailedPreconditionError("AddStates: this stream carries state ids (AddStateIds)");
+  }
   if (mode_ == Mode::kPairs) {
     return absl::FailedPreconditionError("AddStates: this stream carries pairs");
   }
@@ -175,10 +194,57 @@ absl::Status IngestStream::AddStates(absl::Span<const double> states) {
   return absl::OkStatus();
 }
 
+absl::Status IngestStream::AddIdPairs(absl::Span<const int64_t> x_ids,
+                                      absl::Span<const int64_t> y_ids) {
+  if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
+  if (!discrete()) return absl::FailedPreconditionError("AddIdPairs: this stream carries vectors");
+  if (mode_ == Mode::kTrajectory) {
+    return absl::FailedPreconditionError("AddIdPairs: this stream carries trajectory ids");
+  }
+  if (x_ids.size() != y_ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AddIdPairs: expected x_ids and y_ids of equal size, got ", x_ids.size(), " and ",
+        y_ids.size()));
+  }
+  mode_ = Mode::kPairs;
+  const size_t n = x_ids.size();
+  size_t i = 0;
+  while (i < n) {
+    const size_t take = std::min<size_t>(n - i, options_.batch_pairs - batch_pairs_filled_);
+    batch_.mutable_x_ids()->Add(x_ids.begin() + i, x_ids.begin() + i + take);
+    batch_.mutable_y_ids()->Add(y_ids.begin() + i, y_ids.begin() + i + take);
+    batch_pairs_filled_ += static_cast<int>(take);
+    i += take;
+    if (batch_pairs_filled_ == options_.batch_pairs) {
+      if (auto s = SendBatch(); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IngestStream::AddStateIds(absl::Span<const int64_t> ids) {
+  if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
+  if (!discrete()) return absl::FailedPreconditionError("AddStateIds: this stream carries vectors");
+  if (mode_ == Mode::kPairs) {
+    return absl::FailedPreconditionError("AddStateIds: this stream carries pairs");
+  }
+  mode_ = Mode::kTrajectory;
+  for (int64_t id : ids) {
+    batch_.mutable_state_ids()->Add(id);
+    if (have_last_state_) ++batch_pairs_filled_;
+    have_last_state_ = true;
+    if (batch_pairs_filled_ == options_.batch_pairs) {
+      if (auto s = SendBatch(); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status IngestStream::EndEpisode(const std::string& next_episode_id) {
   if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
   if (auto s = SendBatch(); !s.ok()) return s;
   batch_.clear_states();
+  batch_.clear_state_ids();
   have_last_state_ = false;
   options_.episode_id = next_episode_id;
   return absl::OkStatus();
@@ -297,6 +363,14 @@ absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenIngest(
       new IngestStream(std::move(context), ingest_.get(), model, dim, options));
 }
 
+absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenDiscreteIngest(
+    const std::string& model, const IngestStream::Options& options) {
+  if (auto s = options.Validate(); !s.ok()) return s;
+  auto context = std::make_unique<grpc::ClientContext>();
+  return std::unique_ptr<IngestStream>(
+      new IngestStream(std::move(context), ingest_.get(), model, /*dim=*/0, options));
+}
+
 absl::StatusOr<v1::ViewInfo> Client::Refresh(const std::string& model, bool wait,
                                              double wait_timeout_seconds) {
   grpc::ClientContext context;
@@ -345,6 +419,72 @@ absl::StatusOr<v1::DictionaryResponse> Client::Dictionary(const std::string& mod
     return s;
   }
   return reply;
+}
+
+template <typename Response, typename Request, typename Method>
+absl::StatusOr<Response> Client::Query(Method method, const Request& request) const {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  Response reply;
+  if (auto s = FromGrpcStatus((queries_.get()->*method)(&context, request, &reply)); !s.ok()) {
+    return s;
+  }
+  return reply;
+}
+
+absl::StatusOr<v1::CountsResponse> Client::Counts(const std::string& model) {
+  v1::CountsRequest request;
+  request.set_model(model);
+  return Query<v1::CountsResponse>(&v1::QueryService::Stub::GetCounts, request);
+}
+
+absl::StatusOr<v1::EmbeddingResponse> Client::Embedding(const std::string& model,
+                                                        absl::Span<const double> points,
+                                                        absl::Span<const int64_t> state_ids) {
+  v1::EmbeddingRequest request;
+  request.set_model(model);
+  request.mutable_points()->Add(points.begin(), points.end());
+  request.mutable_state_ids()->Add(state_ids.begin(), state_ids.end());
+  return Query<v1::EmbeddingResponse>(&v1::QueryService::Stub::GetEmbedding, request);
+}
+
+absl::StatusOr<v1::ClustersResponse> Client::Clusters(const std::string& model,
+                                                      absl::Span<const double> points,
+                                                      absl::Span<const int64_t> state_ids) {
+  v1::ClustersRequest request;
+  request.set_model(model);
+  request.mutable_points()->Add(points.begin(), points.end());
+  request.mutable_state_ids()->Add(state_ids.begin(), state_ids.end());
+  return Query<v1::ClustersResponse>(&v1::QueryService::Stub::GetClusters, request);
+}
+
+absl::StatusOr<v1::AggregationResponse> Client::Aggregation(const std::string& model) {
+  v1::AggregationRequest request;
+  request.set_model(model);
+  return Query<v1::AggregationResponse>(&v1::QueryService::Stub::GetAggregation, request);
+}
+
+absl::StatusOr<v1::LatentResponse> Client::Latent(const std::string& model,
+                                                  absl::Span<const double> points,
+                                                  absl::Span<const int64_t> state_ids) {
+  v1::LatentRequest request;
+  request.set_model(model);
+  request.mutable_points()->Add(points.begin(), points.end());
+  request.mutable_state_ids()->Add(state_ids.begin(), state_ids.end());
+  return Query<v1::LatentResponse>(&v1::QueryService::Stub::GetLatent, request);
+}
+
+absl::StatusOr<v1::ForecastResponse> Client::Forecast(const std::string& model,
+                                                      absl::Span<const double> window,
+                                                      absl::Span<const int64_t> window_ids,
+                                                      uint32_t horizon) {
+  if (horizon < 1) return absl::InvalidArgumentError("horizon: expected >= 1, got 0");
+  v1::ForecastRequest request;
+  request.set_model(model);
+  request.mutable_window()->Add(window.begin(), window.end());
+  request.mutable_window_ids()->Add(window_ids.begin(), window_ids.end());
+  request.set_horizon(horizon);
+  return Query<v1::ForecastResponse>(&v1::QueryService::Stub::Forecast, request);
 }
 
 }  // namespace cmestream::client

@@ -12,6 +12,10 @@
 // several batches overlap by one state (the last state of batch k is the first of batch k+1),
 // so no pair is lost at a batch boundary and none crosses an episode boundary.
 //
+// Discrete models (ModelConfig.num_states > 0) take state ids instead of vectors: a stream
+// opened with Client::OpenDiscreteIngest carries AddIdPairs (x_ids/y_ids) or AddStateIds
+// (state_ids, a trajectory; batches overlap by one id exactly as vector trajectories do).
+//
 // Thread safety: Client is thread-safe (gRPC stubs are); an IngestStream is used by one
 // thread at a time (Progress() may be called from any thread).
 #pragma once
@@ -82,6 +86,14 @@ class IngestStream {
   // form pairs, across calls too. requires: no pairs added to this stream.
   absl::Status AddStates(absl::Span<const double> states);
 
+  // Discrete streams: n pairs of state ids (x_ids[i] -> y_ids[i]). requires x_ids.size() ==
+  // y_ids.size(); a stream from OpenDiscreteIngest carrying no trajectory ids. The range
+  // [0, P) is checked by the daemon (INVALID_ARGUMENT naming the id; the batch is not applied).
+  absl::Status AddIdPairs(absl::Span<const int64_t> x_ids, absl::Span<const int64_t> y_ids);
+
+  // Discrete streams: appends state ids to the current trajectory episode.
+  absl::Status AddStateIds(absl::Span<const int64_t> ids);
+
   // Ends the current episode (sends what is buffered): the next AddStates starts a new episode
   // with id `next_episode_id`, and no pair joins the two.
   absl::Status EndEpisode(const std::string& next_episode_id);
@@ -98,8 +110,10 @@ class IngestStream {
 
  private:
   friend class Client;
+  // dim == 0: a discrete stream (ids instead of vectors).
   IngestStream(std::unique_ptr<grpc::ClientContext> context, v1::IngestService::Stub* stub,
                std::string model, uint32_t dim, Options options);
+  bool discrete() const { return dim_ == 0; }
   absl::Status SendBatch();
   absl::Status Fail();
   void ReadAcks();
@@ -136,6 +150,10 @@ class Client {
   absl::StatusOr<std::unique_ptr<IngestStream>> OpenIngest(const std::string& model, uint32_t dim,
                                                            const IngestStream::Options& options);
 
+  // Opens an ingest stream of state ids for discrete `model` (ModelConfig.num_states > 0).
+  absl::StatusOr<std::unique_ptr<IngestStream>> OpenDiscreteIngest(
+      const std::string& model, const IngestStream::Options& options);
+
   // Requests a refresh; with wait, blocks until a view covering the current samples exists
   // (server-side timeout `wait_timeout_seconds`; the call's deadline adds timeout_seconds).
   absl::StatusOr<v1::ViewInfo> Refresh(const std::string& model, bool wait,
@@ -149,11 +167,36 @@ class Client {
                                               absl::Span<const double> points);
   absl::StatusOr<v1::DictionaryResponse> Dictionary(const std::string& model);
 
+  // Views of ALGORITHMS.md sections 2-6. Query points are `points` (n*dim packed) for
+  // continuous models or `state_ids` for discrete ones; either may be empty. Every call fails
+  // with FAILED_PRECONDITION before the model's first refresh and NOT_FOUND for an unknown
+  // model; the replies are returned unchanged (see the proto for their layouts).
+  absl::StatusOr<v1::CountsResponse> Counts(const std::string& model);
+  absl::StatusOr<v1::EmbeddingResponse> Embedding(const std::string& model,
+                                                  absl::Span<const double> points,
+                                                  absl::Span<const int64_t> state_ids = {});
+  absl::StatusOr<v1::ClustersResponse> Clusters(const std::string& model,
+                                                absl::Span<const double> points,
+                                                absl::Span<const int64_t> state_ids = {});
+  absl::StatusOr<v1::AggregationResponse> Aggregation(const std::string& model);
+  absl::StatusOr<v1::LatentResponse> Latent(const std::string& model,
+                                            absl::Span<const double> points,
+                                            absl::Span<const int64_t> state_ids = {});
+  // Forecast of the next `horizon` (>= 1) observations after the window (oldest first):
+  // `window` (k*dim doubles) for continuous models, `window_ids` for discrete ones.
+  absl::StatusOr<v1::ForecastResponse> Forecast(const std::string& model,
+                                                absl::Span<const double> window,
+                                                absl::Span<const int64_t> window_ids,
+                                                uint32_t horizon);
+
   const ClientOptions& options() const { return options_; }
 
  private:
   explicit Client(const ClientOptions& options);
   void SetDeadline(grpc::ClientContext* context, double extra_seconds = 0) const;
+  // One unary QueryService call with the deadline (defined in client.cc, used only there).
+  template <typename Response, typename Request, typename Method>
+  absl::StatusOr<Response> Query(Method method, const Request& request) const;
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -3,6 +3,8 @@
 Requires the generated stubs (`cmestream.v1.cmestream_pb2`, built into <build>/python by the CMake
 target cmestream_proto_python) on sys.path, plus Debian's python3-grpcio and python3-numpy.
 """
-from .client import Client, CmestreamError, IngestResult, KoopmanResult
+from .client import (AggregationResult, Client, ClustersResult, CmestreamError, CountsResult,
+                     EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LatentResult)
 
-__all__ = ["Client", "CmestreamError", "IngestResult", "KoopmanResult"]
+__all__ = ["AggregationResult", "Client", "ClustersResult", "CmestreamError", "CountsResult",
+           "EmbeddingResult", "ForecastResult", "IngestResult", "KoopmanResult", "LatentResult"]

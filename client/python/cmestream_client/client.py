@@ -3,7 +3,9 @@
 Every error the daemon returns is raised as CmestreamError carrying the gRPC status code
 (`code`, a grpc.StatusCode) and the server's message (`message`), e.g.
     CmestreamError: NOT_FOUND: model 'x' not found
-Point sets are (n, d) arrays; a 1-D array of length d is one point.
+Point sets are (n, d) arrays; a 1-D array of length d is one point. Discrete models
+(created with num_states=P) take integer state ids instead: ingest_ids / ingest_state_ids, and
+the `state_ids=` argument of the view queries.
 """
 from __future__ import annotations
 
@@ -46,6 +48,90 @@ class KoopmanResult:
     dt: float
     view_version: int
     samples: int
+
+
+@dataclasses.dataclass
+class CountsResult:
+    entries: np.ndarray      # (nnz, 3): from, to, count (float: counts decay with forgetting)
+    visits: np.ndarray       # (num_states,)
+    stationary: np.ndarray   # (num_states,)
+    num_states: int
+    states: np.ndarray       # (num_states, d) atom coordinates; (num_states, 0) when discrete
+    view_version: int
+    samples: int
+
+    def dense(self) -> np.ndarray:
+        """The count matrix N as a (num_states, num_states) array."""
+        n = np.zeros((self.num_states, self.num_states))
+        for i, j, c in self.entries:
+            n[int(i), int(j)] += c
+        return n
+
+
+@dataclasses.dataclass
+class EmbeddingResult:
+    embedding: np.ndarray            # (n, r): Psi(x) per query point
+    singular_values: np.ndarray      # descending
+    singular_value_gaps: np.ndarray  # sigma_i - sigma_{i+1}
+    view_version: int
+    samples: int
+
+
+@dataclasses.dataclass
+class ClustersResult:
+    ids: np.ndarray                # (m,) representative atom index or state id
+    coordinates: np.ndarray        # (m, d) representative atoms (continuous), (m, 0) discrete
+    weights: np.ndarray            # (m,) stationary weight of each representative
+    labels: np.ndarray             # (m,) cluster of each representative
+    point_labels: np.ndarray       # (n,) cluster of each query point
+    transition_matrix: np.ndarray  # (K, K) coarse-grained
+    masses: np.ndarray             # (K,)
+    timescales: np.ndarray         # implied timescales of the count-based chain
+    inertia: float
+    view_version: int
+    samples: int
+
+
+@dataclasses.dataclass
+class AggregationResult:
+    state_ids: np.ndarray     # (p,) row order
+    coordinates: np.ndarray   # (p, d) continuous models; (p, 0) discrete
+    V: np.ndarray             # (p, r), columns sum to 1
+    U: np.ndarray             # (p, r)
+    anchors: list             # r arrays of row indices
+    partition: np.ndarray     # (p,)
+    excluded: np.ndarray      # state ids with no incoming transitions
+    distance_to_empirical: float
+    view_version: int
+    samples: int
+
+
+@dataclasses.dataclass
+class LatentResult:
+    weights: np.ndarray     # (k,)
+    densities: np.ndarray   # (k, n): component h at point i
+    posteriors: np.ndarray  # (n, k)
+    view_version: int
+    samples: int
+
+
+@dataclasses.dataclass
+class ForecastResult:
+    forecast: np.ndarray      # (H, d) expected observations
+    distribution: np.ndarray  # (H, P) discrete models; (H, 0) continuous
+    state: np.ndarray         # filtered predictive state
+    view_version: int
+    samples: int
+
+
+def _ids(ids) -> np.ndarray:
+    a = np.asarray(ids)
+    if a.ndim != 1:
+        a = a.reshape(-1)
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        if not np.all(np.equal(np.mod(a, 1), 0)):
+            raise ValueError("state ids: expected integers")
+    return a.astype(np.int64)
 
 
 def _points(points, dim: Optional[int] = None) -> np.ndarray:
@@ -94,10 +180,13 @@ class Client:
 
     # -- models ------------------------------------------------------------------------------
 
-    def create_model(self, name: str, dim: int, sigma=None, **config) -> pb.ModelInfo:
+    def create_model(self, name: str, dim: int = 0, sigma=None, **config) -> pb.ModelInfo:
         """Creates a model. sigma: a bandwidth > 0, or None / "auto" for the automatic choice.
         Other keyword arguments are ModelConfig fields (eta, lambda_ or **{"lambda": ...},
-        epsilon, max_dict, dt, seed, auto_sigma_warmup, refresh_interval_seconds, ...)."""
+        epsilon, max_dict, dt, seed, auto_sigma_warmup, refresh_interval_seconds, num_states
+        (discrete model, dim 0), forgetting, rff_features, rank, clusters, meta_states,
+        anchor_threshold, vertex_hunting, latent_states, tensor_restarts, tensor_iterations,
+        reservoir, window, ridge_stage1, ridge_stage2)."""
         if "lambda_" in config:
             config["lambda"] = config.pop("lambda_")
         cfg = pb.ModelConfig(name=name, dim=dim, **config)
@@ -181,6 +270,40 @@ class Client:
 
         return self._stream(batches())
 
+    def ingest_ids(self, model: str, x_ids, y_ids, producer: Optional[str] = None,
+                   offset: int = 0, batch: int = 1000) -> IngestResult:
+        """Discrete models: streams pairs of state ids (x_ids[i] -> y_ids[i]). The daemon
+        refuses a batch holding an id outside [0, P) (INVALID_ARGUMENT naming the id)."""
+        x, y = _ids(x_ids), _ids(y_ids)
+        if x.shape != y.shape:
+            raise ValueError(f"x_ids and y_ids: expected equal lengths, got {x.size} and {y.size}")
+        if batch < 1:
+            raise ValueError("batch: expected >= 1")
+
+        def batches():
+            for start in range(0, x.size, batch):
+                xs, ys = x[start:start + batch], y[start:start + batch]
+                yield pb.IngestBatch(model=model, producer_id=producer or "",
+                                     offset=offset + start if producer else 0,
+                                     x_ids=xs.tolist(), y_ids=ys.tolist()), xs.size
+
+        return self._stream(batches())
+
+    def ingest_state_ids(self, model: str, ids, producer: Optional[str] = None, offset: int = 0,
+                         episode: str = "", batch: int = 1000) -> IngestResult:
+        """Discrete models: streams one trajectory of state ids (consecutive ids are pairs)."""
+        s = _ids(ids)
+        n_pairs = max(s.size - 1, 0)
+
+        def batches():
+            for start in range(0, n_pairs, batch):
+                seg = s[start:min(start + batch, n_pairs) + 1]
+                yield pb.IngestBatch(model=model, producer_id=producer or "",
+                                     offset=offset + start if producer else 0,
+                                     state_ids=seg.tolist(), episode_id=episode), seg.size - 1
+
+        return self._stream(batches())
+
     # -- queries -----------------------------------------------------------------------------
 
     def refresh(self, model: str, wait: bool = True, timeout: float = 60.0) -> pb.ViewInfo:
@@ -219,3 +342,108 @@ class Client:
         d = max(r.dim, 1)
         return (np.array(r.x_atoms, dtype=np.float64).reshape(-1, d),
                 np.array(r.y_atoms, dtype=np.float64).reshape(-1, d), r.sigma)
+
+    # -- views of ALGORITHMS.md sections 2-6 -------------------------------------------------
+
+    @staticmethod
+    def _query_points(req, points, state_ids) -> int:
+        """Fills points or state_ids of a request; returns the number of query points."""
+        if points is not None and state_ids is not None:
+            raise ValueError("give points (continuous models) or state_ids (discrete), not both")
+        if points is not None:
+            p = _points(points)
+            req.points.extend(p.ravel())
+            return p.shape[0]
+        if state_ids is not None:
+            ids = _ids(state_ids)
+            req.state_ids.extend(ids.tolist())
+            return ids.size
+        return 0
+
+    def counts(self, model: str) -> CountsResult:
+        r = self._call(self._queries.GetCounts, pb.CountsRequest(model=model))
+        # `from` is a Python keyword: the field is read with getattr.
+        entries = np.array([(getattr(c, "from"), c.to, c.count) for c in r.counts],
+                           dtype=np.float64).reshape(-1, 3)
+        coords = (np.array(r.state_coordinates, dtype=np.float64).reshape(-1, r.dim) if r.dim
+                  else np.zeros((r.num_states, 0)))
+        return CountsResult(entries=entries, visits=np.array(r.visits, dtype=np.float64),
+                            stationary=np.array(r.stationary, dtype=np.float64),
+                            num_states=r.num_states, states=coords,
+                            view_version=r.view.version, samples=r.view.samples)
+
+    def embedding(self, model: str, points=None, state_ids=None) -> EmbeddingResult:
+        req = pb.EmbeddingRequest(model=model)
+        self._query_points(req, points, state_ids)
+        r = self._call(self._queries.GetEmbedding, req)
+        return EmbeddingResult(
+            embedding=np.array(r.embedding, dtype=np.float64).reshape(-1, max(r.rank, 1)),
+            singular_values=np.array(r.singular_values, dtype=np.float64),
+            singular_value_gaps=np.array(r.singular_value_gaps, dtype=np.float64),
+            view_version=r.view.version, samples=r.view.samples)
+
+    def clusters(self, model: str, points=None, state_ids=None) -> ClustersResult:
+        req = pb.ClustersRequest(model=model)
+        self._query_points(req, points, state_ids)
+        r = self._call(self._queries.GetClusters, req)
+        reps = list(r.representatives)
+        d = len(reps[0].coordinates) if reps else 0
+        k = r.clusters
+        return ClustersResult(
+            ids=np.array([x.id for x in reps], dtype=np.int64),
+            coordinates=np.array([list(x.coordinates) for x in reps],
+                                 dtype=np.float64).reshape(len(reps), d),
+            weights=np.array([x.weight for x in reps], dtype=np.float64),
+            labels=np.array([x.label for x in reps], dtype=np.int64),
+            point_labels=np.array(r.point_labels, dtype=np.int64),
+            transition_matrix=np.array(r.transition_matrix, dtype=np.float64).reshape(k, k),
+            masses=np.array(r.masses, dtype=np.float64),
+            timescales=np.array(r.timescales, dtype=np.float64), inertia=r.inertia,
+            view_version=r.view.version, samples=r.view.samples)
+
+    def aggregation(self, model: str) -> AggregationResult:
+        r = self._call(self._queries.GetAggregation, pb.AggregationRequest(model=model))
+        p, m = len(r.state_ids), max(r.meta_states, 1)
+        return AggregationResult(
+            state_ids=np.array(r.state_ids, dtype=np.int64),
+            coordinates=(np.array(r.state_coordinates, dtype=np.float64).reshape(p, r.dim)
+                         if r.dim and len(r.state_coordinates) == p * r.dim
+                         else np.zeros((p, 0))),
+            V=np.array(r.V, dtype=np.float64).reshape(-1, m),
+            U=np.array(r.U, dtype=np.float64).reshape(-1, m),
+            anchors=[np.array(a.indices, dtype=np.int64) for a in r.anchors],
+            partition=np.array(r.partition, dtype=np.int64),
+            excluded=np.array(r.excluded, dtype=np.int64),
+            distance_to_empirical=r.distance_to_empirical,
+            view_version=r.view.version, samples=r.view.samples)
+
+    def latent(self, model: str, points=None, state_ids=None) -> LatentResult:
+        req = pb.LatentRequest(model=model)
+        n = self._query_points(req, points, state_ids)
+        r = self._call(self._queries.GetLatent, req)
+        k = r.latent_states
+        return LatentResult(
+            weights=np.array(r.weights, dtype=np.float64),
+            densities=np.array(r.densities, dtype=np.float64).reshape(k, n),
+            posteriors=np.array(r.posteriors, dtype=np.float64).reshape(n, k),
+            view_version=r.view.version, samples=r.view.samples)
+
+    def forecast(self, model: str, window=None, window_ids=None,
+                 horizon: int = 1) -> ForecastResult:
+        """Forecast of the next `horizon` observations after `window` (rows, oldest first) or,
+        for discrete models, `window_ids`."""
+        if horizon < 1:
+            raise ValueError("horizon: expected >= 1")
+        req = pb.ForecastRequest(model=model, horizon=horizon)
+        if window is not None:
+            req.window.extend(_points(np.asarray(window, dtype=np.float64).reshape(
+                len(window), -1)).ravel())
+        if window_ids is not None:
+            req.window_ids.extend(_ids(window_ids).tolist())
+        r = self._call(self._queries.Forecast, req)
+        dist = np.array(r.distribution, dtype=np.float64)
+        return ForecastResult(
+            forecast=np.array(r.forecast, dtype=np.float64).reshape(horizon, -1),
+            distribution=dist.reshape(horizon, -1) if dist.size else np.zeros((horizon, 0)),
+            state=np.array(r.state, dtype=np.float64),
+            view_version=r.view.version, samples=r.view.samples)
