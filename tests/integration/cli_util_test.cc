@@ -2,6 +2,8 @@
 // sees for each kind of malformed line) and the JSON writer (round-trip precision, null for
 // non-finite values).
 #include <cmath>
+#include <cstdint>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -72,6 +74,46 @@ TEST(CsvReader, ParsesDoublesExactly) {
   EXPECT_EQ(v[0], 0.1);
   ASSERT_TRUE(ParseCsvLine("-1.7976931348623157e308", 1, "x", v).ok());
   EXPECT_EQ(v[0], -std::numeric_limits<double>::max());
+}
+
+TEST(IdCsv, ParsesIntegersAndRefusesEverythingElse) {
+  int64_t out[2] = {-7, -7};
+  EXPECT_TRUE(ParseIdLine(" 3 ,\t+17\r", 2, "i,j", out).ok());
+  EXPECT_EQ(out[0], 3);
+  EXPECT_EQ(out[1], 17);
+  // Negative ids parse (the daemon owns the range check and names the id).
+  EXPECT_TRUE(ParseIdLine("-1,9223372036854775807", 2, "i,j", out).ok());
+  EXPECT_EQ(out[0], -1);
+  EXPECT_EQ(out[1], INT64_MAX);
+  // An integral-looking float is not an id: no silent truncation.
+  auto s = ParseIdLine("1,2.0", 2, "i,j", out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "field 2: '2.0' is not an integer");
+  EXPECT_EQ(ParseIdLine("1e2,2", 2, "i,j", out).message(), "field 1: '1e2' is not an integer");
+  EXPECT_EQ(ParseIdLine("1,", 2, "i,j", out).message(), "field 2: '' is not an integer");
+  EXPECT_EQ(ParseIdLine("99999999999999999999,1", 2, "i,j", out).message(),
+            "field 1: '99999999999999999999' is out of the range of a 64-bit integer");
+  EXPECT_EQ(ParseIdLine("1,2,3", 2, "i,j", out).message(),
+            "expected 2 comma-separated integers (i,j), got 3 fields");
+}
+
+TEST(IdCsv, ReadsFileWithFileAndLineInErrors) {
+  const std::string path = ::testing::TempDir() + "/ids.csv";
+  {
+    std::ofstream f(path);
+    f << "# i,j\n0,1\n\n1,2\n2,x\n";
+  }
+  auto bad = ReadIdCsvFile(path, 2, "i,j");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), path + ":5: field 2: 'x' is not an integer");
+  {
+    std::ofstream f(path);
+    f << "# i,j\n0,1\n\n1,2\n";
+  }
+  auto good = ReadIdCsvFile(path, 2, "i,j");
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(*good, (std::vector<int64_t>{0, 1, 1, 2}));
+  EXPECT_EQ(ReadIdCsvFile(path + ".missing", 1, "id").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(JsonWriter, NestsAndSeparates) {
