@@ -1462,6 +1462,7 @@ int Forecast(Context& ctx, const Args& args) {
     w.Key("model").String(model);
     WriteViewJson(w, r->view());
     w.Key("horizon").Uint(horizon);
+    if (!q.discrete) w.Key("dim").Uint(d);
     w.Key("forecast");
     if (q.discrete) {
       w.BeginArray();
@@ -1472,7 +1473,6 @@ int Forecast(Context& ctx, const Args& args) {
       w.Key("distribution");
       WriteRowsJson(w, r->distribution(), P);
     } else {
-      w.Key("dim").Uint(d);
       WriteRowsJson(w, r->forecast(), d);
     }
     w.Key("state");

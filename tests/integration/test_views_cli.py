@@ -174,7 +174,7 @@ class ViewsCliTest(unittest.TestCase):
             for perm in itertools.permutations(range(r)))
         print(f"\naggregation: mean TV error of V columns {perm_err:.4f}, distance to "
               f"empirical {a['distance_to_empirical']:.4f}", file=sys.stderr)
-        self.assertLess(perm_err, 0.05)
+        self.assertLess(perm_err, 0.04)  # ~3 sqrt(p/n); measured 0.018
         self.assertLess(a["distance_to_empirical"], 0.1)
 
         # Clusters of a discrete model: representatives are the states, masses sum to 1.
@@ -283,8 +283,8 @@ class ViewsCliTest(unittest.TestCase):
                       for perm in itertools.permutations(range(4)))
         print(f"\nfour-well: pi-weighted misclassification {err:.4f} (grid), {rep_err:.4f} "
               f"(representatives); masses {np.round(cl['masses'], 3)}", file=sys.stderr)
-        self.assertLess(err, 0.05)
-        self.assertLess(rep_err, 0.05)
+        self.assertLess(err, 0.02)  # measured 0.001
+        self.assertLess(rep_err, 0.02)
         T = np.array(cl["transition_matrix"])
         self.assertEqual(T.shape, (4, 4))
         np.testing.assert_allclose(T.sum(axis=1), 1, atol=1e-9)
@@ -344,8 +344,63 @@ class ViewsCliTest(unittest.TestCase):
             base.append(np.abs(marginal - exact[0]).max())
         print(f"\nhmm-binary: max |forecast - exact filter| per window {np.round(errs, 3)}; "
               f"marginal predictor {np.round(base, 3)}", file=sys.stderr)
-        self.assertLess(np.mean(errs), 0.05)
-        self.assertLess(np.mean(errs), 0.5 * np.mean(base))
+        # Measured: mean 0.003 (marginal predictor 0.18).
+        self.assertLess(np.mean(errs), 0.02)
+        self.assertLess(np.mean(errs), 0.1 * np.mean(base))
+
+    # -- predictive state (issue 5): linear-Gaussian model vs the Kalman filter ------------------
+
+    def test_kalman_forecast_close_to_kalman_filter(self):
+        n, k = 20000, 3
+        data, truth_path = self.path("kal.csv"), self.path("kal_truth.json")
+        simulate("kalman", "--n", str(n), "--seed", "7", out=data, truth=truth_path)
+        with open(truth_path) as f:
+            t = json.load(f)
+        A, C, Q, R = (np.array(t[key]) for key in ("A", "C", "Q", "R"))
+        P0 = Q.copy()
+        for _ in range(5000):  # stationary state covariance P = A P A^T + Q
+            P0 = A @ P0 @ A.T + Q
+
+        def kalman(window, horizon):
+            """E[o_{t+h} | window] from the stationary prior: the best any k-window can do."""
+            m, P = np.zeros(A.shape[0]), P0.copy()
+            for o in window:
+                S = C @ P @ C.T + R
+                K = P @ C.T @ np.linalg.inv(S)
+                m, P = m + K @ (np.atleast_1d(o) - C @ m), P - K @ C @ P
+                m, P = A @ m, A @ P @ A.T + Q
+            out = []
+            for _ in range(horizon):
+                out.append(C @ m)
+                m = A @ m
+            return np.array(out)
+
+        obs = load_rows(data)[:, 0]
+        self.cli("model", "create", "kal", "--dim", "1", "--sigma", "1", "--window", str(k))
+        self.assertEqual(self.json("ingest", "kal", "--csv", data, "--trajectory")["pairs_applied"],
+                         n - 1)
+        self.json("refresh", "kal", "--wait")
+        learned, exact, actual = [], [], []
+        for s in np.random.default_rng(0).integers(0, n - k - 1, 40):
+            window = obs[s:s + k]
+            f = self.json("forecast", "kal", "--window", self.write("kal_w.csv", window.reshape(-1, 1)),
+                          "--horizon", "2")
+            self.check_view_keys(f, n - 1)
+            self.assertEqual(f["dim"], 1)
+            fc = np.array(f["forecast"])
+            self.assertEqual(fc.shape, (2, 1))
+            learned.append(fc[0, 0])
+            exact.append(kalman(window, 1)[0, 0])
+            actual.append(obs[s + k])
+        learned, exact, actual = map(np.array, (learned, exact, actual))
+        rmse = lambda a: float(np.sqrt(np.mean((a - actual) ** 2)))
+        dev = float(np.sqrt(np.mean((learned - exact) ** 2)))
+        print(f"\nkalman: one-step RMSE learned {rmse(learned):.3f}, Kalman filter {rmse(exact):.3f}, "
+              f"mean {rmse(0 * actual):.3f}; RMS deviation from the filter {dev:.3f}", file=sys.stderr)
+        # Measured: 0.593 vs 0.550 (mean 0.966); deviation 0.17 against a spread of 0.81.
+        self.assertLess(rmse(learned), 1.2 * rmse(exact))
+        self.assertLess(rmse(learned), 0.75 * rmse(0 * actual))
+        self.assertLess(dev, 0.3 * np.std(exact))
 
     # -- latent-state model (issue 5): HMM mixture weights --------------------------------------
 
@@ -371,7 +426,8 @@ class ViewsCliTest(unittest.TestCase):
         np.testing.assert_allclose(post.sum(axis=1), 1, atol=1e-6)
         print(f"\nhmm-mixture: weights {np.round(np.sort(w), 3)} vs truth "
               f"{np.round(np.sort(truth['weights']), 3)}", file=sys.stderr)
-        np.testing.assert_allclose(np.sort(w), np.sort(truth["weights"]), atol=0.1)
+        # Measured: within 0.005 of (1/6, 1/3, 1/2).
+        np.testing.assert_allclose(np.sort(w), np.sort(truth["weights"]), atol=0.04)
 
     # -- Python client: discrete ingestion and views as numpy arrays ------------------------------
 
