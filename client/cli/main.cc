@@ -1365,8 +1365,9 @@ int Aggregation(Context& ctx, const Args& args) {
   for (int i = 0; i < p; ++i) {
     std::printf("%6d %8lld %5d", i, static_cast<long long>(r->state_ids(i)),
                 i < r->partition_size() ? static_cast<int>(r->partition(i)) : -1);
-    for (int k = 0; k < m && (i + 1) * m <= r->v_size(); ++k) std::printf(" %9.4g", r->v(i * m + k));
-    for (int k = 0; k < m && (i + 1) * m <= r->u_size(); ++k) std::printf(" %9.4g", r->u(i * m + k));
+    // "+ 0.0" prints an exact zero of a clipped entry as 0, not -0.
+    for (int k = 0; k < m && (i + 1) * m <= r->v_size(); ++k) std::printf(" %9.4g", r->v(i * m + k) + 0.0);
+    for (int k = 0; k < m && (i + 1) * m <= r->u_size(); ++k) std::printf(" %9.4g", r->u(i * m + k) + 0.0);
     std::printf("\n");
   }
   return 0;
