@@ -226,6 +226,27 @@ class ViewsCliTest(unittest.TestCase):
         self.assertEqual(sorted((int(i), int(j), cnt) for i, j, cnt in c["counts"]),
                          [(0, 1, 1.0), (1, 2, 1.0), (2, 3, 1.0), (3, 4, 1.0), (4, 0, 1.0)])
 
+    def test_discrete_trajectory_batches_keep_every_pair_exactly_once(self):
+        # Odd batch size: each batch boundary must carry its straddling pair (the C++ client
+        # repeats the last id), and a re-sent file with the same producer applies nothing.
+        ids = np.random.default_rng(3).integers(0, 5, 500)
+        path = self.write("traj_ids.csv", ids.reshape(-1, 1), fmt="%d")
+        self.cli("model", "create", "traj5", "--states", "5", "--rank", "2", "--clusters", "2")
+        first = self.json("ingest", "traj5", "--csv", path, "--trajectory", "--batch", "7",
+                          "--producer", "t")
+        self.assertEqual(first["pairs_applied"], 499)
+        again = self.json("ingest", "traj5", "--csv", path, "--trajectory", "--batch", "7",
+                          "--producer", "t")
+        self.assertEqual(again["pairs_applied"], 0)
+        self.json("refresh", "traj5", "--wait")
+        c = self.json("counts", "traj5")
+        exact = np.zeros((5, 5))
+        np.add.at(exact, (ids[:-1], ids[1:]), 1)
+        got = np.zeros((5, 5))
+        for i, j, cnt in c["counts"]:
+            got[int(i), int(j)] += cnt
+        np.testing.assert_array_equal(got, exact)
+
     def test_queries_before_first_refresh_fail_with_failed_precondition(self):
         self.cli("model", "create", "early_d", "--states", "4", "--rank", "2", "--clusters", "2",
                  "--meta", "2")
