@@ -80,4 +80,58 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index) {
   return ok;
 }
 
+BatchCheck ValidateDiscreteBatch(const v1::IngestBatch& b, uint32_t num_states, uint64_t index) {
+  const std::string& model = b.model();
+  if (b.x_size() > 0 || b.y_size() > 0 || b.states_size() > 0) {
+    return Reject("payload_form", index, model,
+                  absl::StrCat("vectors (x/y/states) are set, expected state ids x_ids/y_ids or state_ids for this "
+                               "discrete model (num_states ", num_states, ")"));
+  }
+  const bool has_pairs = b.x_ids_size() > 0 || b.y_ids_size() > 0;
+  const bool has_states = b.state_ids_size() > 0;
+  if (has_pairs && has_states) {
+    return Reject("payload_form", index, model, "both x_ids/y_ids and state_ids are set, expected exactly one payload form");
+  }
+  if (!has_pairs && !has_states) {
+    return Reject("empty", index, model, "no pairs: x_ids, y_ids and state_ids are all empty, expected at least one pair");
+  }
+  const auto check_ids = [&](absl::string_view field, const google::protobuf::RepeatedField<int64_t>& ids) -> BatchCheck {
+    for (int i = 0; i < ids.size(); ++i) {
+      const int64_t v = ids.Get(i);
+      if (v < 0 || v >= static_cast<int64_t>(num_states)) {
+        return Reject("state_id", index, model,
+                      absl::StrCat("field ", field, " value ", i, " is ", v, ", expected a state id in [0, ", num_states, ")"));
+      }
+    }
+    return BatchCheck{};
+  };
+  BatchCheck ok;
+  ok.batch.dim = 0;
+  if (has_pairs) {
+    if (b.y_ids_size() != b.x_ids_size()) {
+      return Reject("size", index, model, absl::StrCat("field y_ids has ", b.y_ids_size(), " values, expected ",
+                                                       b.x_ids_size(), " (as many as x_ids)"));
+    }
+    for (auto [field, ids] : {std::pair<const char*, const google::protobuf::RepeatedField<int64_t>*>{"x_ids", &b.x_ids()},
+                              {"y_ids", &b.y_ids()}}) {
+      BatchCheck c = check_ids(field, *ids);
+      if (!c.status.ok()) return c;
+    }
+    ok.batch.n = b.x_ids_size();
+    ok.batch.x_ids = b.x_ids().data();
+    ok.batch.y_ids = b.y_ids().data();
+  } else {
+    if (b.state_ids_size() < 2) {
+      return Reject("size", index, model, absl::StrCat("field state_ids has ", b.state_ids_size(), " values, expected at least 2"));
+    }
+    BatchCheck c = check_ids("state_ids", b.state_ids());
+    if (!c.status.ok()) return c;
+    ok.batch.n = b.state_ids_size() - 1;
+    ok.batch.x_ids = b.state_ids().data();
+    ok.batch.y_ids = b.state_ids().data() + 1;
+    ok.batch.trajectory = true;
+  }
+  return ok;
+}
+
 }  // namespace cmestream::service

@@ -11,13 +11,15 @@ absl::StatusOr<v1::IngestAck> Ingestor::Apply(const v1::IngestBatch& batch, uint
     metrics_.OnUnknownModelBatch();
     return absl::NotFoundError(absl::StrCat("batch ", batch_index, ": ", model.status().message()));
   }
-  BatchCheck check = ValidateBatch(batch, (*model)->dim(), batch_index);
+  const uint32_t num_states = (*model)->config().num_states();
+  BatchCheck check = num_states > 0 ? ValidateDiscreteBatch(batch, num_states, batch_index)
+                                    : ValidateBatch(batch, (*model)->dim(), batch_index);
   if (!check.status.ok()) {
     (*model)->metrics().OnRejected(check.reason);
     return check.status;
   }
   absl::StatusOr<Model::IngestResult> result =
-      (*model)->Ingest(check.batch, batch.producer_id(), batch.offset(), batch_index);
+      (*model)->Ingest(check.batch, batch.producer_id(), batch.offset(), batch_index, batch.episode_id());
   if (!result.ok()) {
     (*model)->metrics().OnRejected(
         result.status().code() == absl::StatusCode::kFailedPrecondition ? "offset_gap" : "log_error");

@@ -46,6 +46,8 @@ Metrics::Metrics()
                  .Register(*registry_)),
       refresh_(BuildHistogram().Name("cmestream_refresh_duration_seconds")
                    .Help("Time to build a view (snapshot, drift check, Koopman)").Register(*registry_)),
+      view_build_(BuildHistogram().Name("cmestream_view_build_seconds")
+                      .Help("Time to build one sub-view of a refresh, by view").Register(*registry_)),
       view_version_(BuildGauge().Name("cmestream_view_version").Help("Version of the latest view")
                         .Register(*registry_)),
       view_age_(BuildGauge().Name("cmestream_view_age_seconds").Help("Seconds since the latest view was built")
@@ -121,6 +123,16 @@ void ModelMetrics::OnRefresh(double seconds, double inverse_drift, uint64_t vers
   view_age_->Set(0);
 }
 
+void ModelMetrics::OnViewBuilt(const std::string& view, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  auto it = view_build_.find(view);
+  if (it == view_build_.end()) {
+    it = view_build_.emplace(view, &m_.view_build_.Add({{"model", model_}, {"view", view}}, kRefreshBuckets)).first;
+  }
+  it->second->Observe(seconds);
+}
+
 void ModelMetrics::SetViewAge(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   if (removed_) return;
@@ -144,6 +156,8 @@ void ModelMetrics::Remove() {
   m_.view_samples_.Remove(view_samples_);
   for (auto& [reason, counter] : rejected_) m_.rejected_.Remove(counter);
   rejected_.clear();
+  for (auto& [view, histogram] : view_build_) m_.view_build_.Remove(histogram);
+  view_build_.clear();
 }
 
 }  // namespace cmestream::service

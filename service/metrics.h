@@ -9,6 +9,7 @@
 //   forced_error_sum_total{model}            counter  summed HS error of forced projections
 //   inverse_drift{model}                     gauge    max ||G G^-1 - I||_F at the last refresh
 //   refresh_duration_seconds{model}          histogram
+//   view_build_seconds{model,view}           histogram  per sub-view build time in a refresh
 //   view_version{model}, view_age_seconds{model}, view_samples{model}   gauges (age updated by
 //                                            the refresh scheduler every tick)
 //   ingest_batches_rejected_total{model,reason} counter (model="" when the model is unknown, so
@@ -50,6 +51,9 @@ class ModelMetrics {
   void OnRejected(const std::string& reason);
   void OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples);
   void SetViewAge(double seconds);
+  // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
+  // "latent", "predictive") in a refresh.
+  void OnViewBuilt(const std::string& view, double seconds);
   void Remove();
 
  private:
@@ -69,6 +73,7 @@ class ModelMetrics {
   prometheus::Gauge* view_age_;
   prometheus::Gauge* view_samples_;
   std::map<std::string, prometheus::Counter*> rejected_;
+  std::map<std::string, prometheus::Histogram*> view_build_;
 };
 
 class Metrics {
@@ -94,6 +99,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& forced_error_;
   prometheus::Family<prometheus::Gauge>& drift_;
   prometheus::Family<prometheus::Histogram>& refresh_;
+  prometheus::Family<prometheus::Histogram>& view_build_;
   prometheus::Family<prometheus::Gauge>& view_version_;
   prometheus::Family<prometheus::Gauge>& view_age_;
   prometheus::Family<prometheus::Gauge>& view_samples_;

@@ -1,6 +1,8 @@
 #include "service/model.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "core/cme/bandwidth.h"
@@ -17,12 +19,47 @@ double UnixNow() {
 
 Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log)
     : config_(std::move(config)), metrics_(std::move(metrics)), log_(log), created_unix_seconds_(UnixNow()) {
-  if (IsAutoSigma(config_)) {
+  TransitionCounts::Options counts;
+  counts.max_states = discrete() ? static_cast<int>(config_.num_states()) : static_cast<int>(config_.max_dict());
+  counts.forgetting = config_.forgetting();
+  counts_ = std::make_unique<TransitionCounts>(counts);
+  if (config_.window() > 0) {
+    PredictiveStateAccumulator::Options o;
+    o.history_length = static_cast<int>(config_.window());
+    if (discrete()) {
+      o.kind = PredictiveStateAccumulator::Kind::kDiscrete;
+      o.num_symbols = static_cast<int>(config_.num_states());
+      o.max_history_states = 1 << 23;  // NormalizeModelConfig bounds the statistics' size
+    } else {
+      o.kind = PredictiveStateAccumulator::Kind::kLinearGaussian;
+      o.dim = dim();
+      o.future_length = static_cast<int>(config_.window());
+    }
+    predictive_ = std::make_unique<PredictiveStateAccumulator>(o);
+  }
+  episode_last_.assign(discrete() ? 1 : config_.dim(), 0.0);
+  id_scratch_.assign(1, 0.0);
+  if (discrete()) {
+    if (config_.latent_states() > 0) {
+      MultiViewAccumulator::Options o;
+      o.features.kind = LatentFeatureOptions::Kind::kOneHot;
+      o.features.dim = 1;
+      o.features.num_symbols = static_cast<int>(config_.num_states());
+      o.features.seed = config_.seed();
+      o.reservoir_size = static_cast<int>(config_.reservoir());
+      o.reservoir_seed = config_.seed() + 7;
+      o.batch = std::max(1, std::min(32, 16384 / o.features.size()));
+      latent_ = std::make_unique<MultiViewAccumulator>(o);
+    }
+    stats_.learner_ready = true;
+    sigma_selection_.set_automatic(false);
+  } else if (IsAutoSigma(config_)) {
     warmup_x_.resize(config_.auto_sigma_warmup(), config_.dim());
     warmup_y_.resize(config_.auto_sigma_warmup(), config_.dim());
     sigma_selection_.set_automatic(true);
   } else {
     cme_ = std::make_unique<CompressedCme>(CmeOptionsFor(config_, config_.sigma()));
+    CreateSigmaDependent(config_.sigma());
     sigma_selection_.set_automatic(false);
     sigma_selection_.set_chosen(config_.sigma());
     stats_.learner_ready = true;
@@ -30,9 +67,39 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
   published_sigma_ = sigma_selection_;
 }
 
+void Model::CreateSigmaDependent(double sigma) {
+  absl::StatusOr<FeatureMap> features =
+      FeatureMap::Rff(dim(), static_cast<int>(config_.rff_features()), sigma, config_.seed());
+  // NormalizeModelConfig guarantees valid arguments; a failure here is a programming error.
+  if (!features.ok()) std::abort();
+  EmbeddingMoments::Options mo;
+  mo.forgetting = config_.forgetting();
+  moments_ = std::make_unique<EmbeddingMoments>(std::make_shared<const FeatureMap>(*std::move(features)), mo);
+  if (config_.latent_states() > 0) {
+    MultiViewAccumulator::Options o;
+    o.features.kind = LatentFeatureOptions::Kind::kRandomFourier;
+    o.features.dim = dim();
+    o.features.num_features = static_cast<int>(config_.rff_features());
+    o.features.sigma = sigma;
+    o.features.seed = config_.seed();
+    o.reservoir_size = static_cast<int>(config_.reservoir());
+    o.reservoir_seed = config_.seed() + 7;
+    o.batch = std::max(1, std::min(32, 16384 / o.features.size()));
+    latent_ = std::make_unique<MultiViewAccumulator>(o);
+  }
+}
+
+void Model::FeedPair(const double* x, const double* y) {
+  cme_->Observe(x, y);
+  // The CME has just computed k_X(x) and k_X(y); reuse its nearest atoms (ALGORITHMS.md §2).
+  const int i = cme_->last_nearest_x(), j = cme_->last_nearest_y_in_x();
+  if (i >= 0 && j >= 0) counts_->Add(i, j);
+  moments_->Observe(x, y);
+}
+
 void Model::FeedLearner(const double* x, const double* y) {
   if (cme_) {
-    cme_->Observe(x, y);
+    FeedPair(x, y);
     return;
   }
   const int d = dim();
@@ -53,14 +120,56 @@ void Model::FinishWarmup() {
   for (double s : sel.scores) sigma_selection_.add_scores(s);
   sigma_selection_.set_warmup_pairs(static_cast<uint32_t>(warmup_n_));
   cme_ = std::make_unique<CompressedCme>(CmeOptionsFor(config_, sel.chosen));
-  cme_->ObserveBatch(warmup_x_, warmup_y_);
+  CreateSigmaDependent(sel.chosen);
+  // The buffered pairs feed the counts and moments too (the latent model, which needs the
+  // pairs' order, starts with the next trajectory batch).
+  for (int64_t t = 0; t < warmup_n_; ++t) FeedPair(warmup_x_.row(t).data(), warmup_y_.row(t).data());
   warmup_x_.resize(0, 0);  // the buffer is never needed again
   warmup_y_.resize(0, 0);
   warmup_n_ = 0;
 }
 
+void Model::ObserveSequence(const double* state) {
+  // Inputs were validated with the batch, so these cannot fail.
+  if (latent_) (void)latent_->Observe(state);
+  if (predictive_) (void)predictive_->Observe(state);
+}
+
+void Model::FeedTrajectory(const PairBatch& batch, int64_t first, const std::string& producer_id,
+                           const std::string& episode_id) {
+  const int w = static_cast<int>(episode_last_.size());
+  // State k of the batch (k = 0..n) as w doubles; discrete ids go through id_scratch_.
+  const auto state = [&](int64_t k) -> const double* {
+    if (batch.discrete()) {
+      id_scratch_[0] = static_cast<double>(k < batch.n ? batch.x_ids[k] : batch.y_ids[batch.n - 1]);
+      return id_scratch_.data();
+    }
+    return k < batch.n ? batch.x_at(k) : batch.y_at(batch.n - 1);
+  };
+  const double* start = state(first);
+  bool continues = episode_open_ && producer_id == episode_producer_ && episode_id == episode_id_;
+  for (int j = 0; continues && j < w; ++j) continues = start[j] == episode_last_[j];
+  if (!continues) {
+    if (latent_) latent_->StartEpisode();
+    if (predictive_) predictive_->StartEpisode();
+    ObserveSequence(start);
+  }
+  for (int64_t k = first + 1; k <= batch.n; ++k) ObserveSequence(state(k));
+  const double* last = state(batch.n);
+  for (int j = 0; j < w; ++j) episode_last_[j] = last[j];
+  if (!episode_open_ || episode_producer_ != producer_id) episode_producer_ = producer_id;
+  if (episode_id_ != episode_id) episode_id_ = episode_id;
+  episode_open_ = true;
+}
+
+uint64_t Model::SamplesLocked() const {
+  if (discrete()) return static_cast<uint64_t>(counts_->samples());
+  return cme_ ? static_cast<uint64_t>(cme_->samples()) : 0;
+}
+
 absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const std::string& producer_id,
-                                                  uint64_t offset, uint64_t batch_index) {
+                                                  uint64_t offset, uint64_t batch_index,
+                                                  const std::string& episode_id) {
   std::lock_guard<std::mutex> learner_lock(learner_mu_);
   IngestResult r;
   r.received = static_cast<uint64_t>(batch.n);
@@ -89,12 +198,20 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
 
   const CompressedCme::Counters before = cme_ ? cme_->counters() : CompressedCme::Counters{};
   const bool had_learner = cme_ != nullptr;
-  for (int64_t i = first; i < batch.n; ++i) FeedLearner(batch.x_at(i), batch.y_at(i));
+  if (batch.discrete()) {
+    for (int64_t i = first; i < batch.n; ++i) counts_->Add(static_cast<int>(batch.x_ids[i]), static_cast<int>(batch.y_ids[i]));
+  } else {
+    for (int64_t i = first; i < batch.n; ++i) FeedLearner(batch.x_at(i), batch.y_at(i));
+  }
+  if (batch.trajectory && first < batch.n && (latent_ || predictive_ || config_.latent_states() > 0)) {
+    FeedTrajectory(batch, first, producer_id, episode_id);
+  }
   r.applied = static_cast<uint64_t>(batch.n - first);
 
   Stats s;
-  s.learner_ready = cme_ != nullptr;
+  s.learner_ready = cme_ != nullptr || discrete();
   s.pending_warmup = static_cast<uint64_t>(warmup_n_);
+  if (discrete()) s.samples = SamplesLocked();
   uint64_t forced_delta = 0;
   double forced_error_delta = 0;
   if (cme_) {
@@ -154,11 +271,17 @@ v1::ModelInfo Model::Describe() const {
 
 std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   std::lock_guard<std::mutex> learner_lock(learner_mu_);
-  if (!cme_) return std::nullopt;
+  if (!cme_ && !discrete()) return std::nullopt;
   LearnerSnapshot snap;
-  snap.inverse_drift = cme_->CheckDriftAndRefactorize();
-  snap.cme = CmeSnapshot::From(*cme_);
-  snap.samples = static_cast<uint64_t>(cme_->samples());
+  if (cme_) {
+    snap.inverse_drift = cme_->CheckDriftAndRefactorize();
+    snap.cme = CmeSnapshot::From(*cme_);
+  }
+  snap.samples = SamplesLocked();
+  snap.counts = counts_->Snapshot();
+  if (moments_) snap.moments = moments_->Snapshot();
+  if (latent_) snap.latent = latent_->TakeSnapshot();
+  if (predictive_) snap.predictive = predictive_->TakeSnapshot();
   std::lock_guard<std::mutex> stats_lock(stats_mu_);
   stats_.inverse_drift = snap.inverse_drift;
   return snap;

@@ -20,10 +20,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "core/cme/compressed_cme.h"
+#include "core/counts/transition_counts.h"
+#include "core/embedding/state_embedding.h"
+#include "core/latent/latent_model.h"
+#include "core/predictive/predictive_state.h"
 #include "service/batch.h"
 #include "service/batch_log.h"
 #include "service/metrics.h"
@@ -38,7 +43,8 @@ class Model {
 
   const std::string& name() const { return config_.name(); }
   const v1::ModelConfig& config() const { return config_; }
-  int dim() const { return static_cast<int>(config_.dim()); }
+  int dim() const { return static_cast<int>(config_.dim()); }  // 0 for discrete models
+  bool discrete() const { return config_.num_states() > 0; }
   ModelMetrics& metrics() { return *metrics_; }
 
   struct IngestResult {
@@ -52,9 +58,17 @@ class Model {
   // answers FAILED_PRECONDITION with nothing applied. Empty producer_id: no de-duplication.
   // With sigma "auto", pairs are buffered until auto_sigma_warmup of them exist; then the
   // bandwidth is chosen (SelectBandwidth), the learner built and the buffer fed to it.
-  // Cost O(n m^2), no allocation per pair.
+  // Every applied pair also feeds, in the same pass, the transition counts (continuous: the
+  // nearest X atoms of x and y that the CME just computed; discrete: the ids) and, for
+  // continuous models, the RFF embedding moments (from the end of the sigma warm-up on,
+  // buffered pairs included). Trajectory batches also feed the latent (latent_states > 0)
+  // and predictive-state (window > 0) accumulators, state by state. A trajectory batch
+  // continues the current episode iff the previous trajectory batch applied to this model came
+  // from the same producer_id with the same episode_id and ended with this batch's first
+  // applied state (the client repeats it); otherwise it starts a new episode.
+  // Cost O(n (m^2 + N^2)), no allocation per pair except a first-seen count entry.
   absl::StatusOr<IngestResult> Ingest(const PairBatch& batch, const std::string& producer_id, uint64_t offset,
-                                      uint64_t batch_index);
+                                      uint64_t batch_index, const std::string& episode_id = "");
 
   // Applied offset of a producer; 0 for a producer never seen.
   uint64_t ProducerOffset(const std::string& producer_id) const;
@@ -78,10 +92,15 @@ class Model {
   // blocks this model's ingestion for its duration (a few ms at m = 200, ~0.1-0.3 s at
   // m = 1000): it must run on the live learner, since its purpose is to repair it.
   // Returns nullopt while there is no learner yet (warm-up).
+  // Discrete models have no learner: cme is empty and inverse_drift 0.
   struct LearnerSnapshot {
     uint64_t samples = 0;
     double inverse_drift = 0;
-    CmeSnapshot cme;
+    std::optional<CmeSnapshot> cme;
+    CountsSnapshot counts;
+    std::optional<EmbeddingMomentsSnapshot> moments;          // continuous only
+    std::optional<MultiViewAccumulator::Snapshot> latent;     // latent_states > 0 (after warm-up)
+    std::optional<PredictiveStateAccumulator::Snapshot> predictive;  // window > 0
   };
   std::optional<LearnerSnapshot> Snapshot();
 
@@ -95,7 +114,15 @@ class Model {
 
  private:
   void FeedLearner(const double* x, const double* y);  // requires learner_mu_ held
+  void FeedPair(const double* x, const double* y);     // CME + counts + moments; learner_mu_ held
   void FinishWarmup();                                 // requires learner_mu_ held
+  void CreateSigmaDependent(double sigma);             // moments + latent (continuous); learner_mu_
+  // Feeds the states first..n of a trajectory batch to the sequence accumulators, applying
+  // the episode rule. requires learner_mu_ held.
+  void FeedTrajectory(const PairBatch& batch, int64_t first, const std::string& producer_id,
+                      const std::string& episode_id);
+  void ObserveSequence(const double* state);           // one state to latent + predictive
+  uint64_t SamplesLocked() const;                      // requires learner_mu_ held
 
   const v1::ModelConfig config_;
   const std::shared_ptr<ModelMetrics> metrics_;
@@ -107,6 +134,15 @@ class Model {
   RowMatrixXd warmup_x_, warmup_y_;      // auto_sigma_warmup x d, only for sigma "auto"
   int64_t warmup_n_ = 0;
   v1::SigmaSelection sigma_selection_;   // written once, under learner_mu_ and stats_mu_
+  std::unique_ptr<TransitionCounts> counts_;
+  std::unique_ptr<EmbeddingMoments> moments_;          // continuous, once sigma is known
+  std::unique_ptr<MultiViewAccumulator> latent_;       // latent_states > 0 (continuous: once sigma is known)
+  std::unique_ptr<PredictiveStateAccumulator> predictive_;  // window > 0
+  // Episode rule (see Ingest): identity and last state of the last trajectory batch applied.
+  bool episode_open_ = false;
+  std::string episode_producer_, episode_id_;
+  std::vector<double> episode_last_;     // d values (discrete: the id)
+  std::vector<double> id_scratch_;       // 1 value: a discrete id as a double
 
   mutable std::mutex stats_mu_;
   Stats stats_;

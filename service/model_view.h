@@ -12,8 +12,17 @@
 #include <memory>
 
 #include "cmestream/v1/cmestream.pb.h"
+#include <string>
+#include <vector>
+
+#include "core/aggregation/soft_aggregation.h"
+#include "core/cluster/metastable.h"
 #include "core/cme/compressed_cme.h"
+#include "core/counts/transition_counts.h"
+#include "core/embedding/state_embedding.h"
 #include "core/koopman/koopman.h"
+#include "core/latent/latent_model.h"
+#include "core/predictive/predictive_state.h"
 
 namespace cmestream::service {
 
@@ -28,12 +37,50 @@ struct CmeView {
   double inverse_drift = 0;  // measured just before the snapshot
 };
 
+// A sub-view that may be missing: `value` is set on success; otherwise `error` says why (not
+// enough data yet, a numerical failure, or the feature is off and how to enable it). Queries
+// answer FAILED_PRECONDITION "model 'x': <what> not available: <error>".
+template <class T>
+struct SubView {
+  std::shared_ptr<const T> value;
+  std::string error;
+};
+
+// Transition counts over the discretization; continuous models also carry the coordinates of
+// state i (X atom i), num_states x d.
+struct CountsView {
+  CountsSnapshot counts;
+  RowMatrixXd coordinates;
+};
+
+// Metastable clusters over the representative states (those with visits > 0).
+struct ClustersView {
+  MetastableClusters clusters;
+  std::vector<int64_t> ids;          // representative i: atom index or state id
+  RowMatrixXd coordinates;           // continuous: representative i's atom (rows as ids)
+  VectorXd weights;                  // stationary weight per representative
+  Eigen::VectorXi labels;            // cluster per representative
+  CoarseGrainedChain coarse;
+  VectorXd timescales;               // implied timescales of the count-based chain at lag dt
+};
+
+struct AggregationView {
+  AggregationResult result;
+  RowMatrixXd coordinates;           // continuous: atom of each row (p_kept x d)
+};
+
 struct ModelView {
   uint64_t version = 0;   // 1, 2, ... per model
   uint64_t samples = 0;   // learner samples the view reflects
   std::chrono::steady_clock::time_point built_at;
   double build_seconds = 0;
-  std::shared_ptr<const CmeView> cme;  // set once the learner exists
+  std::shared_ptr<const CmeView> cme;  // set once the learner exists (never for discrete models)
+  SubView<CountsView> counts;
+  SubView<StateEmbedding> embedding;
+  SubView<ClustersView> clusters;
+  SubView<AggregationView> aggregation;
+  SubView<LatentModel> latent;
+  SubView<PredictiveStateModel> predictive;
 
   v1::ViewInfo Info() const {
     v1::ViewInfo info;

@@ -12,6 +12,7 @@ namespace {
 constexpr double kDefaultRefreshTimeoutSeconds = 60;
 constexpr double kMaxRefreshTimeoutSeconds = 3600;
 constexpr uint32_t kDefaultTop = 6;
+constexpr uint32_t kMaxHorizon = 1000;
 
 absl::Status NoViewYet(const Model& model) {
   const Model::Stats s = model.stats();
@@ -26,6 +27,11 @@ absl::Status NoViewYet(const Model& model) {
 
 // The latest view with its CME part, or FailedPrecondition.
 absl::StatusOr<std::shared_ptr<const ModelView>> RequireView(const Model& model) {
+  if (model.discrete()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", model.name(), "' is discrete (num_states ", model.config().num_states(),
+        "): it has no kernel CME; GetKoopman, Predict and GetDictionary serve continuous models (dim >= 1)"));
+  }
   std::shared_ptr<const ModelView> view = model.view();
   if (!view || !view->cme) return NoViewYet(model);
   return view;
@@ -46,6 +52,79 @@ absl::StatusOr<int64_t> CheckPoints(const google::protobuf::RepeatedField<double
     }
   }
   return points.size() / d;
+}
+
+// The latest view (any model kind), or FailedPrecondition.
+absl::StatusOr<std::shared_ptr<const ModelView>> AnyView(const Model& model) {
+  std::shared_ptr<const ModelView> view = model.view();
+  if (!view) return NoViewYet(model);
+  return view;
+}
+
+// The value of a sub-view, or FailedPrecondition with the reason kept at refresh.
+template <class T>
+absl::StatusOr<std::shared_ptr<const T>> Require(const Model& model, const SubView<T>& sub, absl::string_view what) {
+  if (sub.value) return sub.value;
+  return absl::FailedPreconditionError(absl::StrCat("model '", model.name(), "': ", what, " not available: ", sub.error));
+}
+
+// Query points of either kind as rows: continuous `points` (n*d doubles, finite) or discrete
+// `ids` (ids in [0, P), as n x 1 doubles). The field of the other kind must be empty.
+absl::StatusOr<RowMatrixXd> QueryRows(const google::protobuf::RepeatedField<double>& points,
+                                      const google::protobuf::RepeatedField<int64_t>& ids, const Model& model,
+                                      absl::string_view points_field = "points",
+                                      absl::string_view ids_field = "state_ids") {
+  if (model.discrete()) {
+    const uint32_t p = model.config().num_states();
+    if (!points.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("field ", points_field, " has ", points.size(),
+                                                     " values, expected none: model '", model.name(),
+                                                     "' is discrete; send ", ids_field, " in [0, ", p, ")"));
+    }
+    RowMatrixXd rows(ids.size(), 1);
+    for (int i = 0; i < ids.size(); ++i) {
+      if (ids.Get(i) < 0 || ids.Get(i) >= static_cast<int64_t>(p)) {
+        return absl::InvalidArgumentError(absl::StrCat("field ", ids_field, " value ", i, " is ", ids.Get(i),
+                                                       ", expected a state id in [0, ", p, ") of model '",
+                                                       model.name(), "'"));
+      }
+      rows(i, 0) = static_cast<double>(ids.Get(i));
+    }
+    return rows;
+  }
+  if (!ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("field ", ids_field, " has ", ids.size(),
+                                                   " values, expected none: model '", model.name(),
+                                                   "' is continuous (dim ", model.dim(), "); send ", points_field));
+  }
+  const int d = model.dim();
+  if (points.size() % d != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("field ", points_field, " has ", points.size(),
+                                                   " values, expected a multiple of dim ", d, " of model '",
+                                                   model.name(), "'"));
+  }
+  for (int i = 0; i < points.size(); ++i) {
+    if (!std::isfinite(points.Get(i))) {
+      return absl::InvalidArgumentError(absl::StrCat("field ", points_field, " value ", i, " (point ", i / d,
+                                                     ", component ", i % d, ") is ", points.Get(i),
+                                                     ", expected a finite number"));
+    }
+  }
+  return RowMatrixXd(Eigen::Map<const RowMatrixXd>(points.data(), points.size() / d, d));
+}
+
+// Appends a matrix in row-major order.
+template <class M>
+void AddRowMajor(const M& m, google::protobuf::RepeatedField<double>* out) {
+  out->Reserve(out->size() + static_cast<int>(m.size()));
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) out->Add(m(i, j));
+  }
+}
+
+template <class V>
+void AddAll(const V& v, google::protobuf::RepeatedField<double>* out) {
+  for (int64_t i = 0; i < v.size(); ++i) out->Add(v(i));
 }
 
 Eigen::Map<const RowMatrixXd> AsRows(const google::protobuf::RepeatedField<double>& v, int64_t n, int d) {
@@ -166,6 +245,166 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetDictionary(grpc::CallbackServerCo
   resp->set_sigma(s.sigma);
   resp->mutable_x_atoms()->Add(s.x_atoms.data(), s.x_atoms.data() + s.x_atoms.size());
   resp->mutable_y_atoms()->Add(s.y_atoms.data(), s.y_atoms.data() + s.y_atoms.size());
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* QueryServiceImpl::GetCounts(grpc::CallbackServerContext* ctx, const v1::CountsRequest* req,
+                                                      v1::CountsResponse* resp) {
+  UnaryCall call(ctx, metrics_, "GetCounts");
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  if (!model.ok()) return call.Finish(model.status());
+  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
+  if (!view.ok()) return call.Finish(view.status());
+  absl::StatusOr<std::shared_ptr<const CountsView>> c = Require(**model, (*view)->counts, "counts");
+  if (!c.ok()) return call.Finish(c.status());
+  const CountsSnapshot& counts = (*c)->counts;
+  *resp->mutable_view() = (*view)->Info();
+  resp->set_num_states(static_cast<uint32_t>(counts.num_states()));
+  for (const CountTriplet& t : counts.Triplets()) {
+    v1::CountEntry* e = resp->add_counts();
+    e->set_from(static_cast<uint32_t>(t.i));
+    e->set_to(static_cast<uint32_t>(t.j));
+    e->set_count(t.value);
+  }
+  AddAll(counts.visits(), resp->mutable_visits());
+  AddAll(counts.Stationary(), resp->mutable_stationary());
+  resp->set_dim((*model)->config().dim());
+  AddRowMajor((*c)->coordinates, resp->mutable_state_coordinates());
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* QueryServiceImpl::GetEmbedding(grpc::CallbackServerContext* ctx,
+                                                         const v1::EmbeddingRequest* req, v1::EmbeddingResponse* resp) {
+  UnaryCall call(ctx, metrics_, "GetEmbedding");
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  if (!model.ok()) return call.Finish(model.status());
+  absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
+  if (!points.ok()) return call.Finish(points.status());
+  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
+  if (!view.ok()) return call.Finish(view.status());
+  absl::StatusOr<std::shared_ptr<const StateEmbedding>> e = Require(**model, (*view)->embedding, "embedding");
+  if (!e.ok()) return call.Finish(e.status());
+  *resp->mutable_view() = (*view)->Info();
+  resp->set_rank(static_cast<uint32_t>((*e)->rank()));
+  if (points->rows() > 0) AddRowMajor((*e)->Embed(*points), resp->mutable_embedding());
+  AddAll((*e)->singular_values(), resp->mutable_singular_values());
+  AddAll((*e)->SingularValueGaps(), resp->mutable_singular_value_gaps());
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* QueryServiceImpl::GetClusters(grpc::CallbackServerContext* ctx,
+                                                        const v1::ClustersRequest* req, v1::ClustersResponse* resp) {
+  UnaryCall call(ctx, metrics_, "GetClusters");
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  if (!model.ok()) return call.Finish(model.status());
+  absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
+  if (!points.ok()) return call.Finish(points.status());
+  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
+  if (!view.ok()) return call.Finish(view.status());
+  absl::StatusOr<std::shared_ptr<const ClustersView>> c = Require(**model, (*view)->clusters, "clusters");
+  if (!c.ok()) return call.Finish(c.status());
+  const ClustersView& cv = **c;
+  *resp->mutable_view() = (*view)->Info();
+  const int k = cv.clusters.num_clusters();
+  resp->set_clusters(static_cast<uint32_t>(k));
+  for (size_t i = 0; i < cv.ids.size(); ++i) {
+    v1::Representative* r = resp->add_representatives();
+    if (cv.coordinates.rows() > 0) {
+      for (int64_t j = 0; j < cv.coordinates.cols(); ++j) r->add_coordinates(cv.coordinates(static_cast<int64_t>(i), j));
+    }
+    r->set_id(cv.ids[i]);
+    r->set_weight(cv.weights(static_cast<int64_t>(i)));
+    r->set_label(static_cast<uint32_t>(cv.labels(static_cast<int64_t>(i))));
+  }
+  if (points->rows() > 0) {
+    // The clusters were built from this view's embedding (same ModelView).
+    const Eigen::VectorXi labels = cv.clusters.Label(*(*view)->embedding.value, *points);
+    for (int64_t i = 0; i < labels.size(); ++i) resp->add_point_labels(static_cast<uint32_t>(labels(i)));
+  }
+  AddRowMajor(cv.coarse.transition, resp->mutable_transition_matrix());
+  AddAll(cv.coarse.masses, resp->mutable_masses());
+  AddAll(cv.timescales, resp->mutable_timescales());
+  resp->set_inertia(cv.clusters.kmeans().inertia);
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* QueryServiceImpl::GetAggregation(grpc::CallbackServerContext* ctx,
+                                                           const v1::AggregationRequest* req,
+                                                           v1::AggregationResponse* resp) {
+  UnaryCall call(ctx, metrics_, "GetAggregation");
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  if (!model.ok()) return call.Finish(model.status());
+  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
+  if (!view.ok()) return call.Finish(view.status());
+  absl::StatusOr<std::shared_ptr<const AggregationView>> a = Require(**model, (*view)->aggregation, "aggregation");
+  if (!a.ok()) return call.Finish(a.status());
+  const AggregationResult& r = (*a)->result;
+  *resp->mutable_view() = (*view)->Info();
+  resp->set_meta_states(static_cast<uint32_t>(r.V.cols()));
+  for (int s : r.states) resp->add_state_ids(s);
+  resp->set_dim((*model)->config().dim());
+  AddRowMajor((*a)->coordinates, resp->mutable_state_coordinates());
+  AddRowMajor(r.V, resp->mutable_v());
+  AddRowMajor(r.U, resp->mutable_u());
+  for (const std::vector<int>& rows : r.anchors) {
+    v1::IndexList* list = resp->add_anchors();
+    for (int i : rows) list->add_indices(static_cast<uint32_t>(i));
+  }
+  for (int k : r.partition) resp->add_partition(static_cast<uint32_t>(k));
+  for (int s : r.excluded_states) resp->add_excluded(s);
+  resp->set_distance_to_empirical(r.mean_row_tv_to_empirical);
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContext* ctx, const v1::LatentRequest* req,
+                                                      v1::LatentResponse* resp) {
+  UnaryCall call(ctx, metrics_, "GetLatent");
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  if (!model.ok()) return call.Finish(model.status());
+  absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
+  if (!points.ok()) return call.Finish(points.status());
+  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
+  if (!view.ok()) return call.Finish(view.status());
+  absl::StatusOr<std::shared_ptr<const LatentModel>> l = Require(**model, (*view)->latent, "latent model");
+  if (!l.ok()) return call.Finish(l.status());
+  *resp->mutable_view() = (*view)->Info();
+  resp->set_latent_states(static_cast<uint32_t>((*l)->k()));
+  AddAll((*l)->weights(), resp->mutable_weights());
+  if (points->rows() > 0) {
+    absl::StatusOr<MatrixXd> density = (*l)->Density(*points);  // n x k
+    if (!density.ok()) return call.Finish(density.status());
+    AddRowMajor(density->transpose(), resp->mutable_densities());  // [h*n + i]
+    absl::StatusOr<MatrixXd> posterior = (*l)->Posterior(*points);
+    if (!posterior.ok()) return call.Finish(posterior.status());
+    AddRowMajor(*posterior, resp->mutable_posteriors());
+  }
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext* ctx, const v1::ForecastRequest* req,
+                                                     v1::ForecastResponse* resp) {
+  UnaryCall call(ctx, metrics_, "Forecast");
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  if (!model.ok()) return call.Finish(model.status());
+  const uint32_t horizon = req->horizon() == 0 ? 1 : req->horizon();
+  if (horizon > kMaxHorizon) {
+    return call.Finish(absl::InvalidArgumentError(
+        absl::StrCat("field horizon is ", req->horizon(), ", expected 0 (default 1) to ", kMaxHorizon)));
+  }
+  absl::StatusOr<RowMatrixXd> window = QueryRows(req->window(), req->window_ids(), **model, "window", "window_ids");
+  if (!window.ok()) return call.Finish(window.status());
+  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
+  if (!view.ok()) return call.Finish(view.status());
+  absl::StatusOr<std::shared_ptr<const PredictiveStateModel>> m =
+      Require(**model, (*view)->predictive, "predictive-state model");
+  if (!m.ok()) return call.Finish(m.status());
+  absl::StatusOr<PredictiveStateModel::Forecast> f = (*m)->ForecastFrom(*window, static_cast<int>(horizon));
+  if (!f.ok()) return call.Finish(f.status());
+  *resp->mutable_view() = (*view)->Info();
+  resp->set_dim(static_cast<uint32_t>((*m)->obs_dim()));
+  AddRowMajor(f->mean, resp->mutable_forecast());
+  AddRowMajor(f->distribution, resp->mutable_distribution());
+  AddAll(f->state, resp->mutable_state());
   return call.Finish(absl::OkStatus());
 }
 

@@ -1,8 +1,11 @@
 #include "service/refresh.h"
 
 #include <algorithm>
+#include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "service/model_config.h"
 
 namespace cmestream::service {
 namespace {
@@ -13,6 +16,233 @@ bool Covers(const std::shared_ptr<const ModelView>& view, uint64_t target) {
   return view != nullptr && view->samples >= target;
 }
 
+std::string StatusText(const absl::Status& s) { return std::string(s.message()); }
+
+// Times `build` and records it in the per-view histogram.
+template <class F>
+void Timed(Model& model, const char* view, F build) {
+  const auto start = std::chrono::steady_clock::now();
+  build();
+  model.metrics().OnViewBuilt(view, Seconds(std::chrono::steady_clock::now() - start));
+}
+
+// Discrete models: the one-hot moments are the counts themselves (ALGORITHMS.md §3 with the
+// delta kernel): S_x = diag(n_i), S_y = diag(column sums), P_h = N. Built at refresh instead of
+// streamed, so a discrete model keeps no dense P x P accumulator.
+absl::StatusOr<EmbeddingMomentsSnapshot> OneHotMoments(const CountsSnapshot& counts, int p) {
+  absl::StatusOr<FeatureMap> features = FeatureMap::OneHot(p);
+  if (!features.ok()) return features.status();
+  EmbeddingMomentsSnapshot m;
+  m.features = std::make_shared<const FeatureMap>(*std::move(features));
+  m.Sx = MatrixXd::Zero(p, p);
+  m.Sy = MatrixXd::Zero(p, p);
+  m.Ph = MatrixXd::Zero(p, p);
+  for (const CountTriplet& t : counts.Triplets()) {
+    m.Ph(t.i, t.j) += t.value;
+    m.Sx(t.i, t.i) += t.value;
+    m.Sy(t.j, t.j) += t.value;
+  }
+  m.n = counts.total_weight();
+  m.samples = counts.samples();
+  return m;
+}
+
+void BuildCounts(const v1::ModelConfig& config, Model::LearnerSnapshot& snap, ModelView& view) {
+  auto counts = std::make_shared<CountsView>();
+  counts->counts = snap.counts;
+  if (snap.cme) {
+    const int k = counts->counts.num_states();
+    counts->coordinates = snap.cme->x_atoms.topRows(std::min<int64_t>(k, snap.cme->x_atoms.rows()));
+  }
+  if (counts->counts.samples() == 0) {
+    view.counts.error = "no transitions counted yet";
+    return;
+  }
+  (void)config;
+  view.counts.value = std::move(counts);
+}
+
+void BuildEmbedding(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, ModelView& view) {
+  absl::StatusOr<EmbeddingMomentsSnapshot> moments = absl::FailedPreconditionError("no moments");
+  if (config.num_states() > 0) {
+    if (config.num_states() > kMaxDenseStates) {
+      view.embedding.error = absl::StrCat("the embedding of a discrete model needs a dense num_states x num_states ",
+                                          "eigendecomposition; num_states is ", config.num_states(),
+                                          ", supported up to ", kMaxDenseStates);
+      return;
+    }
+    moments = OneHotMoments(snap.counts, static_cast<int>(config.num_states()));
+  } else if (snap.moments) {
+    moments = *snap.moments;
+  }
+  if (!moments.ok()) {
+    view.embedding.error = StatusText(moments.status());
+    return;
+  }
+  if (moments->n <= 0) {
+    view.embedding.error = "no transitions yet";
+    return;
+  }
+  StateEmbedding::Options options;
+  options.rank = static_cast<int>(config.rank());
+  absl::StatusOr<StateEmbedding> e = ComputeStateEmbedding(*moments, options);
+  if (!e.ok()) {
+    view.embedding.error = StatusText(e.status());
+    return;
+  }
+  view.embedding.value = std::make_shared<const StateEmbedding>(*std::move(e));
+}
+
+void BuildClusters(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, ModelView& view) {
+  if (!view.embedding.value) {
+    view.clusters.error = absl::StrCat("the embedding is not available: ", view.embedding.error);
+    return;
+  }
+  const CountsSnapshot& counts = snap.counts;
+  const int states = counts.num_states();
+  auto out = std::make_shared<ClustersView>();
+  // Representatives: states (atoms or ids) with visits > 0, weighted by their visits.
+  const int d = snap.cme ? snap.cme->dim : 1;
+  std::vector<int> rows;
+  for (int i = 0; i < states; ++i) {
+    if (counts.visits()(i) > 0 && (!snap.cme || i < snap.cme->x_atoms.rows())) rows.push_back(i);
+  }
+  const int k = static_cast<int>(config.clusters());
+  if (static_cast<int>(rows.size()) < k) {
+    view.clusters.error = absl::StrCat("clusters needs at least clusters = ", k, " visited states, has ", rows.size());
+    return;
+  }
+  RowMatrixXd reps(rows.size(), d);
+  VectorXd weights(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (snap.cme) {
+      reps.row(r) = snap.cme->x_atoms.row(rows[r]);
+    } else {
+      reps(r, 0) = rows[r];
+    }
+    weights(r) = counts.visits()(rows[r]);
+    out->ids.push_back(rows[r]);
+  }
+  WeightedKMeansOptions km;
+  km.k = k;
+  km.seed = config.seed();
+  absl::StatusOr<MetastableClusters> c = ComputeMetastableClusters(*view.embedding.value, reps, weights, km);
+  if (!c.ok()) {
+    view.clusters.error = StatusText(c.status());
+    return;
+  }
+  out->clusters = *std::move(c);
+  out->coordinates = snap.cme ? reps : RowMatrixXd();
+  out->weights = out->clusters.weights();
+  out->labels = out->clusters.labels();
+  // Every state gets a label for coarse graining: unvisited ones are dropped (-1).
+  Eigen::VectorXi all = Eigen::VectorXi::Constant(states, -1);
+  for (size_t r = 0; r < rows.size(); ++r) all(rows[r]) = out->labels(r);
+  absl::StatusOr<CoarseGrainedChain> coarse = CoarseGrain(counts, all, k);
+  if (!coarse.ok()) {
+    view.clusters.error = StatusText(coarse.status());
+    return;
+  }
+  out->coarse = *std::move(coarse);
+  if (states <= static_cast<int>(kMaxDenseStates)) {
+    absl::StatusOr<ImpliedTimescales> ts = ComputeImpliedTimescales(counts, config.dt(), std::max(k, 1));
+    if (ts.ok()) out->timescales = ts->timescales;
+  }
+  view.clusters.value = std::move(out);
+}
+
+void BuildAggregation(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, ModelView& view) {
+  if (config.meta_states() == 0) {
+    view.aggregation.error = "the model was created without meta-states (meta_states 0); create it with "
+                             "meta_states R > 0 (CLI: --meta R)";
+    return;
+  }
+  const CountsSnapshot& counts = snap.counts;
+  std::vector<TransitionCount> triplets;
+  for (const CountTriplet& t : counts.Triplets()) triplets.push_back({t.i, t.j, t.value});
+  SoftAggregation::Options o;
+  o.meta_states = static_cast<int>(config.meta_states());
+  o.anchor_threshold = config.anchor_threshold();
+  o.vertex_hunting = config.vertex_hunting() == "kmeans-spa" ? SoftAggregation::VertexHunting::kKMeansThenSpa
+                                                            : SoftAggregation::VertexHunting::kSpa;
+  o.kmeans_centers = std::max(o.kmeans_centers, o.meta_states);
+  o.seed = config.seed();
+  if (counts.num_states() < o.meta_states) {
+    view.aggregation.error = absl::StrCat("needs at least meta_states = ", o.meta_states, " states with data, has ",
+                                          counts.num_states());
+    return;
+  }
+  absl::StatusOr<AggregationResult> r = FitSoftAggregation(counts.num_states(), triplets, o);
+  if (!r.ok()) {
+    view.aggregation.error = StatusText(r.status());
+    return;
+  }
+  auto out = std::make_shared<AggregationView>();
+  out->result = *std::move(r);
+  if (snap.cme) {
+    const int d = snap.cme->dim;
+    out->coordinates.resize(static_cast<int64_t>(out->result.states.size()), d);
+    for (size_t i = 0; i < out->result.states.size(); ++i) {
+      const int s = out->result.states[i];
+      if (s < snap.cme->x_atoms.rows()) {
+        out->coordinates.row(static_cast<int64_t>(i)) = snap.cme->x_atoms.row(s);
+      } else {
+        out->coordinates.row(static_cast<int64_t>(i)).setConstant(std::numeric_limits<double>::quiet_NaN());
+      }
+    }
+  }
+  view.aggregation.value = std::move(out);
+}
+
+void BuildLatent(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, ModelView& view) {
+  if (config.latent_states() == 0) {
+    view.latent.error = "the model was created without latent states (latent_states 0); create it with "
+                        "latent_states K > 0 (CLI: --latent K) and ingest trajectories";
+    return;
+  }
+  if (!snap.latent) {
+    view.latent.error = "no trajectory data yet (the latent model learns from trajectory batches only)";
+    return;
+  }
+  LatentModel::FitOptions o;
+  o.k = static_cast<int>(config.latent_states());
+  o.restarts = static_cast<int>(config.tensor_restarts());
+  o.iterations = static_cast<int>(config.tensor_iterations());
+  o.seed = config.seed();
+  absl::StatusOr<LatentModel> m = LatentModel::Fit(*snap.latent, o);
+  if (!m.ok()) {
+    view.latent.error = absl::StrCat(StatusText(m.status()), " (", snap.latent->triples,
+                                     " triples from trajectory batches so far)");
+    return;
+  }
+  view.latent.value = std::make_shared<const LatentModel>(*std::move(m));
+}
+
+void BuildPredictive(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, ModelView& view) {
+  if (config.window() == 0) {
+    view.predictive.error = "the model was created without a predictive-state window (window 0); create it "
+                            "with window L > 0 (CLI: --window L) and ingest trajectories";
+    return;
+  }
+  if (!snap.predictive) {
+    view.predictive.error = "no trajectory data yet";
+    return;
+  }
+  PredictiveStateModel::FitOptions o;
+  o.lambda1 = config.ridge_stage1();
+  o.lambda2 = config.ridge_stage2();
+  if (config.num_states() == 0) {
+    o.rank = std::min<int>(static_cast<int>(config.rank()), static_cast<int>(config.dim() * config.window()));
+  }
+  absl::StatusOr<PredictiveStateModel> m = PredictiveStateModel::Fit(*snap.predictive, o);
+  if (!m.ok()) {
+    view.predictive.error = absl::StrCat(StatusText(m.status()), " (", snap.predictive->windows,
+                                         " windows from trajectory batches so far)");
+    return;
+  }
+  view.predictive.value = std::make_shared<const PredictiveStateModel>(*std::move(m));
+}
+
 }  // namespace
 
 std::shared_ptr<const ModelView> RefreshModel(Model& model) {
@@ -20,19 +250,43 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
   std::optional<Model::LearnerSnapshot> snap = model.Snapshot();  // the only step under the lock
   if (!snap) return nullptr;
 
-  auto cme = std::make_shared<CmeView>();
-  cme->snapshot = std::move(snap->cme);
-  cme->inverse_drift = snap->inverse_drift;
-  KoopmanOptions koopman;
-  koopman.top = std::max(1, std::min<int>(kStoredEigenpairs, static_cast<int>(cme->snapshot.x_atoms.rows())));
-  koopman.dt = model.config().dt();
-  if (cme->snapshot.x_atoms.rows() > 0) cme->koopman = ComputeKoopman(cme->snapshot, koopman);
-
   auto view = std::make_shared<ModelView>();
+  if (snap->cme) {
+    Timed(model, "koopman", [&] {
+      auto cme = std::make_shared<CmeView>();
+      cme->snapshot = *snap->cme;
+      cme->inverse_drift = snap->inverse_drift;
+      KoopmanOptions koopman;
+      koopman.top = std::max(1, std::min<int>(kStoredEigenpairs, static_cast<int>(cme->snapshot.x_atoms.rows())));
+      koopman.dt = model.config().dt();
+      if (cme->snapshot.x_atoms.rows() > 0) cme->koopman = ComputeKoopman(cme->snapshot, koopman);
+      view->cme = std::move(cme);
+    });
+  }
+  // Each sub-view succeeds or fails on its own; a failure keeps its reason for the queries.
+  const v1::ModelConfig& config = model.config();
+  Timed(model, "counts", [&] { BuildCounts(config, *snap, *view); });
+  Timed(model, "embedding", [&] { BuildEmbedding(config, *snap, *view); });
+  Timed(model, "clusters", [&] { BuildClusters(config, *snap, *view); });
+  if (config.meta_states() > 0) {
+    Timed(model, "aggregation", [&] { BuildAggregation(config, *snap, *view); });
+  } else {
+    BuildAggregation(config, *snap, *view);  // records how to enable it
+  }
+  if (config.latent_states() > 0) {
+    Timed(model, "latent", [&] { BuildLatent(config, *snap, *view); });
+  } else {
+    BuildLatent(config, *snap, *view);
+  }
+  if (config.window() > 0) {
+    Timed(model, "predictive", [&] { BuildPredictive(config, *snap, *view); });
+  } else {
+    BuildPredictive(config, *snap, *view);
+  }
+
   const std::shared_ptr<const ModelView> previous = model.view();
   view->version = previous ? previous->version + 1 : 1;
   view->samples = snap->samples;
-  view->cme = std::move(cme);
   view->built_at = std::chrono::steady_clock::now();
   view->build_seconds = Seconds(view->built_at - start);
   model.Publish(view);

@@ -61,6 +61,18 @@ class QueryServiceImpl final : public v1::QueryService::CallbackService {
                                     v1::PredictResponse* resp) override;
   grpc::ServerUnaryReactor* GetDictionary(grpc::CallbackServerContext* ctx, const v1::DictionaryRequest* req,
                                           v1::DictionaryResponse* resp) override;
+  grpc::ServerUnaryReactor* GetCounts(grpc::CallbackServerContext* ctx, const v1::CountsRequest* req,
+                                      v1::CountsResponse* resp) override;
+  grpc::ServerUnaryReactor* GetEmbedding(grpc::CallbackServerContext* ctx, const v1::EmbeddingRequest* req,
+                                         v1::EmbeddingResponse* resp) override;
+  grpc::ServerUnaryReactor* GetClusters(grpc::CallbackServerContext* ctx, const v1::ClustersRequest* req,
+                                        v1::ClustersResponse* resp) override;
+  grpc::ServerUnaryReactor* GetAggregation(grpc::CallbackServerContext* ctx, const v1::AggregationRequest* req,
+                                           v1::AggregationResponse* resp) override;
+  grpc::ServerUnaryReactor* GetLatent(grpc::CallbackServerContext* ctx, const v1::LatentRequest* req,
+                                      v1::LatentResponse* resp) override;
+  grpc::ServerUnaryReactor* Forecast(grpc::CallbackServerContext* ctx, const v1::ForecastRequest* req,
+                                     v1::ForecastResponse* resp) override;
 
  private:
   ModelRegistry& registry_;
