@@ -277,7 +277,7 @@ class ViewsCliTest(unittest.TestCase):
             barriers = np.array(json.load(f)["barriers"])
         self.assertEqual(load_rows(data).shape, (n, 2))
         self.cli("model", "create", "fw", "--dim", "1", "--sigma", "0.25", "--rff", "256",
-                 "--rank", "4", "--clusters", "4", "--seed", "3")
+                 "--rank", "4", "--clusters", "4", "--meta", "4", "--seed", "3")
         self.assertEqual(self.json("ingest", "fw", "--csv", data)["pairs_applied"], n)
         self.json("refresh", "fw", "--wait")
 
@@ -327,6 +327,22 @@ class ViewsCliTest(unittest.TestCase):
         d = np.linalg.norm(emb[core][:, None] - emb[core][None], axis=2)
         same = well[core][:, None] == well[core][None]
         self.assertLess(np.median(d[same]), 0.5 * np.median(d[~same]))
+
+        # Aggregation of a continuous model: rows are dictionary atoms, returned with their
+        # coordinates; with r = 4 the anchors of each meta-state sit in one well, a different
+        # well for each meta-state.
+        a = self.json("aggregation", "fw")
+        self.check_view_keys(a, n)
+        coords = np.array(a["states"])
+        self.assertEqual(coords.shape, (len(a["state_ids"]), 1))
+        V = np.array(a["V"])
+        np.testing.assert_allclose(V.sum(axis=0), np.ones(4), atol=1e-9)
+        anchor_wells = [set(np.searchsorted(barriers, coords[rows, 0]).tolist())
+                        for rows in a["anchors"]]
+        print(f"four-well aggregation: anchor wells per meta-state {anchor_wells}, distance to "
+              f"empirical {a['distance_to_empirical']:.3f}", file=sys.stderr)
+        self.assertTrue(all(len(w) == 1 for w in anchor_wells), anchor_wells)
+        self.assertEqual(set().union(*anchor_wells), {0, 1, 2, 3})
 
         c = self.json("counts", "fw")
         self.check_view_keys(c, n)
