@@ -202,7 +202,7 @@ class ViewsCliTest(unittest.TestCase):
             p = self.cli("ingest", "ids5", "--csv", path, check=False)
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertIn("INVALID_ARGUMENT", p.stderr)
-            self.assertIn(bad_id, p.stderr)
+            self.assertRegex(p.stderr.replace("[0, 5)", ""), rf"(?<![\d-]){bad_id}\b")
             self.assertEqual(self.json("model", "describe", "ids5")["samples"], 0)
         # Trajectory form: an id out of range is refused too.
         traj = self.path("ids_traj_bad.csv")
@@ -210,7 +210,9 @@ class ViewsCliTest(unittest.TestCase):
             f.write("0\n1\n5\n2\n")
         p = self.cli("ingest", "ids5", "--csv", traj, "--trajectory", check=False)
         self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("5", p.stderr.split("INVALID_ARGUMENT")[0])
+        # The message names the id (not just the range [0, 5) it violates).
+        self.assertRegex(p.stderr.replace("[0, 5)", ""), r"\b5\b")
+        self.assertIn("INVALID_ARGUMENT", p.stderr)
         self.assertEqual(self.json("model", "describe", "ids5")["samples"], 0)
         # Not an integer: refused by the CLI with file:line, nothing sent.
         frac = self.path("ids_frac.csv")
