@@ -39,6 +39,7 @@ absl::StatusOr<std::shared_ptr<const ModelView>> RequireView(const Model& model)
 
 // Query points: a multiple of the model's dimension, finite. Returns the number of points.
 absl::StatusOr<int64_t> CheckPoints(const google::protobuf::RepeatedField<double>& points, const Model& model) {
+  if (model.discrete()) return RequireView(model).status();  // the CME queries' refusal, not a dim of 0
   const int d = model.dim();
   if (points.size() % d != 0) {
     return absl::InvalidArgumentError(absl::StrCat("field points has ", points.size(),

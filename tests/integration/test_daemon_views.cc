@@ -1,0 +1,591 @@
+// Integration tests of the views of issues 3-5 through the real daemon (service::Daemon
+// in-process on loopback port 0, generated gRPC stubs): transition counts, embedding,
+// metastable clusters, soft aggregation, latent model and predictive-state forecasts, for
+// discrete and continuous models. Numbers are asserted against ground truth: exact counts,
+// known blocks and anchors, the four wells, the forward filter, the mixture weights.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cmestream/v1/cmestream.grpc.pb.h"
+#include "core/cluster/metastable.h"
+#include "core/systems/four_well.h"
+#include "core/systems/hmm.h"
+#include "core/systems/soft_aggregation_chain.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "service/daemon.h"
+#include "tests/integration/daemon_test_util.h"
+
+namespace cmestream {
+namespace {
+
+namespace v1 = ::cmestream::v1;
+using ::cmestream::testing::HttpGet;
+
+class DaemonViewsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_dir_ = std::filesystem::temp_directory_path() /
+                ("cmestreamd-views-" + std::to_string(::getpid()) + "-" +
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    service::DaemonOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "127.0.0.1:0";
+    options.data_dir = data_dir_.string();
+    options.refresh_interval_seconds = 3600;  // views only on explicit Refresh
+    options.scheduler_tick_seconds = 0.01;
+    options.shutdown_grace_seconds = 1;
+    absl::StatusOr<std::unique_ptr<service::Daemon>> daemon = service::Daemon::Start(options);
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = *std::move(daemon);
+    auto channel = grpc::CreateChannel(daemon_->grpc_address(), grpc::InsecureChannelCredentials());
+    models_ = v1::ModelService::NewStub(channel);
+    ingest_ = v1::IngestService::NewStub(channel);
+    query_ = v1::QueryService::NewStub(channel);
+  }
+  void TearDown() override {
+    if (daemon_) daemon_->Shutdown();
+    std::filesystem::remove_all(data_dir_);
+  }
+
+  grpc::Status Create(const v1::ModelConfig& config, v1::ModelInfo* info = nullptr) {
+    grpc::ClientContext ctx;
+    v1::CreateModelRequest req;
+    *req.mutable_config() = config;
+    v1::ModelInfo ignored;
+    return models_->CreateModel(&ctx, req, info ? info : &ignored);
+  }
+  v1::ModelInfo Describe(const std::string& name) {
+    grpc::ClientContext ctx;
+    v1::GetModelRequest req;
+    req.set_name(name);
+    v1::ModelInfo info;
+    EXPECT_TRUE(models_->GetModel(&ctx, req, &info).ok());
+    return info;
+  }
+  grpc::Status IngestOne(const v1::IngestBatch& batch) {
+    grpc::ClientContext ctx;
+    v1::IngestAck ack;
+    return ingest_->IngestOne(&ctx, batch, &ack);
+  }
+  grpc::Status RefreshWait(const std::string& model) {
+    grpc::ClientContext ctx;
+    v1::RefreshRequest req;
+    req.set_model(model);
+    req.set_wait(true);
+    v1::RefreshResponse resp;
+    return query_->Refresh(&ctx, req, &resp);
+  }
+  // Sends id pairs from[t] -> to[t] in batches of `chunk`.
+  void IngestIdPairs(const std::string& model, const std::vector<int>& from, const std::vector<int>& to,
+                     size_t chunk = 20000) {
+    for (size_t b = 0; b < from.size(); b += chunk) {
+      v1::IngestBatch batch;
+      batch.set_model(model);
+      for (size_t t = b; t < std::min(from.size(), b + chunk); ++t) {
+        batch.add_x_ids(from[t]);
+        batch.add_y_ids(to[t]);
+      }
+      ASSERT_TRUE(IngestOne(batch).ok());
+    }
+  }
+  // Sends a trajectory in segments of `chunk` states; each segment after the first repeats
+  // the previous segment's last state (the episode rule).
+  template <class Add>
+  void IngestTrajectory(const std::string& model, int64_t n, int64_t chunk, Add add_state) {
+    for (int64_t b = 0; b + 1 < n; b += chunk) {
+      v1::IngestBatch batch;
+      batch.set_model(model);
+      batch.set_producer_id("p");
+      batch.set_offset(static_cast<uint64_t>(b));
+      batch.set_episode_id("e");
+      for (int64_t t = b; t <= std::min(n - 1, b + chunk); ++t) add_state(batch, t);
+      grpc::Status s = IngestOne(batch);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+  }
+
+  std::filesystem::path data_dir_;
+  std::unique_ptr<service::Daemon> daemon_;
+  std::unique_ptr<v1::ModelService::Stub> models_;
+  std::unique_ptr<v1::IngestService::Stub> ingest_;
+  std::unique_ptr<v1::QueryService::Stub> query_;
+};
+
+v1::ModelConfig Discrete(const std::string& name, uint32_t p) {
+  v1::ModelConfig c;
+  c.set_name(name);
+  c.set_num_states(p);
+  return c;
+}
+
+// Labels a[i] and b[i] define the same partition.
+bool SamePartition(const std::vector<int>& a, const std::vector<int>& b) {
+  if (a.size() != b.size()) return false;
+  std::map<int, int> ab, ba;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (ab.emplace(a[i], b[i]).first->second != b[i]) return false;
+    if (ba.emplace(b[i], a[i]).first->second != a[i]) return false;
+  }
+  return true;
+}
+
+TEST_F(DaemonViewsTest, ConfigValidationNamesTheField) {
+  struct Case {
+    std::function<void(v1::ModelConfig&)> edit;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::ModelConfig& c) { c.set_forgetting(1.5); }, "field forgetting is 1.5, expected in [1e-06, 1]"},
+      {[](v1::ModelConfig& c) { c.set_vertex_hunting("magic"); }, "field vertex_hunting is 'magic'"},
+      {[](v1::ModelConfig& c) { c.set_dim(2); }, "field dim is 2, expected 0 for a discrete model"},
+      {[](v1::ModelConfig& c) { c.set_window(17); }, "field window is 17, expected 0 (off) .. 16"},
+      {[](v1::ModelConfig& c) { c.set_meta_states(9); }, "field meta_states is 9, expected <= num_states 5"},
+      {[](v1::ModelConfig& c) { c.set_latent_states(6); }, "field latent_states is 6"},
+      {[](v1::ModelConfig& c) { c.set_num_states(200000); }, "field num_states is 200000, expected 1..100000"},
+  };
+  for (const Case& k : cases) {
+    v1::ModelConfig c = Discrete("bad", 5);
+    k.edit(c);
+    grpc::Status s = Create(c);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << k.field;
+    EXPECT_NE(s.error_message().find(k.field), std::string::npos) << s.error_message();
+  }
+  // Discrete PSR statistics bound: 100^3 histories * (100^2 + ...) doubles.
+  v1::ModelConfig big = Discrete("big", 100);
+  big.set_window(3);
+  grpc::Status s = Create(big);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("num_states^window"), std::string::npos) << s.error_message();
+  v1::ModelConfig cont;
+  cont.set_name("c");
+  cont.set_dim(1);
+  cont.set_rff_features(5000);
+  s = Create(cont);
+  EXPECT_NE(s.error_message().find("field rff_features is 5000, expected 1..4096"), std::string::npos)
+      << s.error_message();
+
+  // Defaults are filled in and reported.
+  v1::ModelInfo info;
+  ASSERT_TRUE(Create(Discrete("ok", 5), &info).ok());
+  EXPECT_EQ(info.config().dim(), 0u);
+  EXPECT_EQ(info.config().forgetting(), 1.0);
+  EXPECT_EQ(info.config().rank(), 4u);
+  EXPECT_EQ(info.config().clusters(), 2u);
+  EXPECT_EQ(info.config().meta_states(), 0u);
+  EXPECT_EQ(info.config().vertex_hunting(), "spa");
+  EXPECT_EQ(info.config().tensor_restarts(), 20u);
+  EXPECT_EQ(info.config().reservoir(), 20000u);
+  EXPECT_EQ(info.config().ridge_stage1(), 1e-3);
+  EXPECT_EQ(info.dictionary_size(), 0u);
+}
+
+// Lumpable chain with 3 blocks: exact counts, clusters = blocks, aggregation partition =
+// blocks, bad ids refused with the model unchanged, queries before the view and of disabled
+// features refused with the reason.
+TEST_F(DaemonViewsTest, DiscreteLumpableChain) {
+  const systems::FiniteChain chain = systems::LumpableBlockChain({4, 5, 3}, 0.9, 7);
+  const int p = 12;
+  const std::vector<int> states = systems::SampleChain(chain.P, 40000, 0, 3);
+  const std::vector<int> from(states.begin(), states.end() - 1), to(states.begin() + 1, states.end());
+  v1::ModelConfig c = Discrete("lump", p);
+  c.set_rank(3);
+  c.set_clusters(3);
+  c.set_meta_states(3);
+  c.set_dt(0.5);
+  ASSERT_TRUE(Create(c).ok());
+
+  {  // Before any view.
+    grpc::ClientContext ctx;
+    v1::CountsRequest req;
+    req.set_model("lump");
+    v1::CountsResponse resp;
+    grpc::Status s = query_->GetCounts(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(s.error_message().find("has no view yet"), std::string::npos) << s.error_message();
+  }
+  IngestIdPairs("lump", from, to);
+  {  // Out-of-range id: INVALID_ARGUMENT naming batch, field, index, value, range; nothing applied.
+    v1::IngestBatch bad;
+    bad.set_model("lump");
+    for (int i = 0; i < 5; ++i) {
+      bad.add_x_ids(i);
+      bad.add_y_ids(i == 3 ? p : i);
+    }
+    grpc::Status s = IngestOne(bad);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("batch 0: field y_ids value 3 is 12, expected a state id in [0, 12)"),
+              std::string::npos)
+        << s.error_message();
+    v1::IngestBatch mixed;
+    mixed.set_model("lump");
+    mixed.add_x_ids(0);
+    mixed.add_y_ids(1);
+    mixed.add_x(0.5);
+    s = IngestOne(mixed);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  EXPECT_EQ(Describe("lump").samples(), from.size());
+  ASSERT_TRUE(RefreshWait("lump").ok());
+
+  {  // Counts equal what was sent, exactly.
+    MatrixXd truth = MatrixXd::Zero(p, p);
+    for (size_t t = 0; t < from.size(); ++t) truth(from[t], to[t]) += 1;
+    grpc::ClientContext ctx;
+    v1::CountsRequest req;
+    req.set_model("lump");
+    v1::CountsResponse resp;
+    ASSERT_TRUE(query_->GetCounts(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.view().samples(), from.size());
+    EXPECT_EQ(resp.num_states(), static_cast<uint32_t>(p));
+    MatrixXd got = MatrixXd::Zero(p, p);
+    for (const v1::CountEntry& e : resp.counts()) got(e.from(), e.to()) = e.count();
+    EXPECT_EQ(got, truth);
+    ASSERT_EQ(resp.visits_size(), p);
+    for (int i = 0; i < p; ++i) EXPECT_EQ(resp.visits(i), truth.row(i).sum());
+    EXPECT_NEAR(std::accumulate(resp.stationary().begin(), resp.stationary().end(), 0.0), 1.0, 1e-12);
+    EXPECT_EQ(resp.state_coordinates_size(), 0);
+  }
+  std::vector<int> blocks(chain.blocks.data(), chain.blocks.data() + p);
+  {  // Clusters equal the blocks; coarse-grained chain is the block chain (stay 0.9).
+    grpc::ClientContext ctx;
+    v1::ClustersRequest req;
+    req.set_model("lump");
+    for (int i = 0; i < p; ++i) req.add_state_ids(i);
+    v1::ClustersResponse resp;
+    grpc::Status s = query_->GetClusters(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(resp.clusters(), 3u);
+    ASSERT_EQ(resp.representatives_size(), p);
+    std::vector<int> labels, point_labels(resp.point_labels().begin(), resp.point_labels().end());
+    for (const v1::Representative& r : resp.representatives()) {
+      EXPECT_EQ(r.id(), static_cast<int64_t>(labels.size()));
+      EXPECT_EQ(r.coordinates_size(), 0);
+      labels.push_back(static_cast<int>(r.label()));
+    }
+    EXPECT_TRUE(SamePartition(labels, blocks));
+    EXPECT_EQ(point_labels, labels);
+    ASSERT_EQ(resp.transition_matrix_size(), 9);
+    for (int a = 0; a < 3; ++a) EXPECT_NEAR(resp.transition_matrix(a * 3 + a), 0.9, 0.02);
+    EXPECT_NEAR(resp.masses(0) + resp.masses(1) + resp.masses(2), 1.0, 1e-12);
+    // Implied timescales at lag dt = 0.5 of the rank-3 chain: the block chain's eigenvalue
+    // 0.9 - 0.05 = 0.85 (twice) -> -0.5 / log 0.85 = 3.08.
+    ASSERT_GE(resp.timescales_size(), 2);
+    EXPECT_NEAR(resp.timescales(0), -0.5 / std::log(0.85), 0.4);
+    EXPECT_NEAR(resp.timescales(1), -0.5 / std::log(0.85), 0.4);
+  }
+  {  // Aggregation: V columns sum to 1, partition = blocks, every state an anchor of its block.
+    grpc::ClientContext ctx;
+    v1::AggregationRequest req;
+    req.set_model("lump");
+    v1::AggregationResponse resp;
+    grpc::Status s = query_->GetAggregation(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(resp.meta_states(), 3u);
+    ASSERT_EQ(resp.state_ids_size(), p);
+    ASSERT_EQ(resp.v_size(), p * 3);
+    for (int k = 0; k < 3; ++k) {
+      double sum = 0;
+      for (int i = 0; i < p; ++i) sum += resp.v(i * 3 + k);
+      EXPECT_NEAR(sum, 1.0, 1e-9);
+    }
+    std::vector<int> partition(resp.partition().begin(), resp.partition().end());
+    EXPECT_TRUE(SamePartition(partition, blocks));
+    size_t anchors = 0;
+    for (const v1::IndexList& l : resp.anchors()) anchors += l.indices_size();
+    EXPECT_EQ(anchors, static_cast<size_t>(p));
+    EXPECT_EQ(resp.excluded_size(), 0);
+  }
+  {  // Embedding: one r-vector per state id; bad ids refused.
+    grpc::ClientContext ctx;
+    v1::EmbeddingRequest req;
+    req.set_model("lump");
+    req.add_state_ids(0);
+    req.add_state_ids(11);
+    v1::EmbeddingResponse resp;
+    ASSERT_TRUE(query_->GetEmbedding(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.rank(), 3u);
+    EXPECT_EQ(resp.embedding_size(), 2 * 3);
+    EXPECT_NEAR(resp.singular_values(0), 1.0, 1e-6);
+    EXPECT_EQ(resp.singular_value_gaps_size(), resp.singular_values_size() - 1);
+    grpc::ClientContext ctx2;
+    req.add_state_ids(-1);
+    grpc::Status s = query_->GetEmbedding(&ctx2, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("field state_ids value 2 is -1, expected a state id in [0, 12)"),
+              std::string::npos)
+        << s.error_message();
+  }
+  {  // Features not enabled, and CME queries on a discrete model.
+    grpc::ClientContext ctx;
+    v1::LatentRequest req;
+    req.set_model("lump");
+    v1::LatentResponse resp;
+    grpc::Status s = query_->GetLatent(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(s.error_message().find("model 'lump': latent model not available: the model was created without "
+                                     "latent states (latent_states 0); create it with latent_states K > 0 (CLI: --latent K)"),
+              std::string::npos)
+        << s.error_message();
+    grpc::ClientContext ctx2;
+    v1::ForecastRequest f;
+    f.set_model("lump");
+    v1::ForecastResponse fr;
+    s = query_->Forecast(&ctx2, f, &fr);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(s.error_message().find("--window L"), std::string::npos) << s.error_message();
+    grpc::ClientContext ctx3;
+    v1::KoopmanRequest k;
+    k.set_model("lump");
+    v1::KoopmanResponse kr;
+    s = query_->GetKoopman(&ctx3, k, &kr);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(s.error_message().find("is discrete"), std::string::npos) << s.error_message();
+  }
+  // Per-view build times are exported.
+  const std::string metrics = HttpGet(daemon_->metrics_port(), "/metrics");
+  EXPECT_NE(metrics.find("cmestream_view_build_seconds_count{model=\"lump\",view=\"aggregation\"}"), std::string::npos);
+  EXPECT_NE(metrics.find("cmestream_view_build_seconds_count{model=\"lump\",view=\"clusters\"}"), std::string::npos);
+}
+
+// Soft aggregation chain P = U V^T with 3 anchors per meta-state: the anchors are recovered.
+TEST_F(DaemonViewsTest, DiscreteSoftAggregationAnchors) {
+  systems::SoftAggregationChainOptions o;
+  o.states = 30;
+  o.meta_states = 3;
+  o.anchors_per_meta = 3;
+  o.seed = 5;
+  const systems::SoftAggregationChain chain = *systems::MakeSoftAggregationChain(o);
+  const systems::DiscreteTransitions t = systems::SimulateSoftAggregationChain(chain, 300000, 9);
+  v1::ModelConfig c = Discrete("soft", 30);
+  c.set_meta_states(3);
+  c.set_clusters(3);
+  ASSERT_TRUE(Create(c).ok());
+  IngestIdPairs("soft", t.from, t.to, 50000);
+  ASSERT_TRUE(RefreshWait("soft").ok());
+  grpc::ClientContext ctx;
+  v1::AggregationRequest req;
+  req.set_model("soft");
+  v1::AggregationResponse resp;
+  grpc::Status s = query_->GetAggregation(&ctx, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::set<std::set<int>> got, truth;
+  for (const v1::IndexList& l : resp.anchors()) {
+    std::set<int> ids;
+    for (uint32_t row : l.indices()) ids.insert(static_cast<int>(resp.state_ids(static_cast<int>(row))));
+    got.insert(ids);
+  }
+  for (const std::vector<int>& a : chain.anchors) truth.insert(std::set<int>(a.begin(), a.end()));
+  EXPECT_EQ(got, truth);
+  for (int k = 0; k < 3; ++k) {
+    double sum = 0;
+    for (int i = 0; i < resp.state_ids_size(); ++i) sum += resp.v(i * 3 + k);
+    EXPECT_NEAR(sum, 1.0, 1e-9);
+  }
+  std::printf("soft aggregation: distance to empirical %.4f\n", resp.distance_to_empirical());
+}
+
+// Continuous four-well diffusion: clusters of the dictionary atoms match the wells.
+TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
+  const systems::FourWellOptions fw;
+  const systems::Transitions data = systems::SimulateFourWell(30000, 17, fw);
+  v1::ModelConfig c;
+  c.set_name("wells");
+  c.set_dim(1);
+  c.set_sigma(0.4);
+  c.set_rank(4);
+  c.set_clusters(4);
+  c.set_meta_states(4);
+  c.set_dt(fw.tau);
+  ASSERT_TRUE(Create(c).ok());
+  {  // Embedding before any view: FAILED_PRECONDITION.
+    grpc::ClientContext ctx;
+    v1::EmbeddingRequest req;
+    req.set_model("wells");
+    v1::EmbeddingResponse resp;
+    EXPECT_EQ(query_->GetEmbedding(&ctx, req, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  for (int64_t b = 0; b < data.x.rows(); b += 5000) {
+    v1::IngestBatch batch;
+    batch.set_model("wells");
+    for (int64_t t = b; t < std::min<int64_t>(data.x.rows(), b + 5000); ++t) {
+      batch.add_x(data.x(t, 0));
+      batch.add_y(data.y(t, 0));
+    }
+    ASSERT_TRUE(IngestOne(batch).ok());
+  }
+  ASSERT_TRUE(RefreshWait("wells").ok());
+  const v1::ModelInfo info = Describe("wells");
+
+  grpc::ClientContext ctx;
+  v1::ClustersRequest req;
+  req.set_model("wells");
+  for (double x : {-1.5, -0.5, 0.5, 1.5}) req.add_points(x);
+  v1::ClustersResponse resp;
+  grpc::Status s = query_->GetClusters(&ctx, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const int m = resp.representatives_size();
+  ASSERT_GE(m, 4);
+  EXPECT_LE(m, static_cast<int>(info.dictionary_size()));
+  RowMatrixXd atoms(m, 1);
+  VectorXd weights(m);
+  Eigen::VectorXi labels(m);
+  for (int i = 0; i < m; ++i) {
+    ASSERT_EQ(resp.representatives(i).coordinates_size(), 1);
+    atoms(i, 0) = resp.representatives(i).coordinates(0);
+    weights(i) = resp.representatives(i).weight();
+    labels(i) = static_cast<int>(resp.representatives(i).label());
+  }
+  const double miss = WeightedMisclassification(systems::FourWellIndex(atoms, fw), labels, weights, 4);
+  std::printf("four-well: %d atoms, pi-weighted misclassification %.4f\n", m, miss);
+  EXPECT_LE(miss, 0.05);
+  // The four well centers get four different labels.
+  ASSERT_EQ(resp.point_labels_size(), 4);
+  std::set<uint32_t> distinct(resp.point_labels().begin(), resp.point_labels().end());
+  EXPECT_EQ(distinct.size(), 4u);
+  for (int a = 0; a < 4; ++a) EXPECT_GT(resp.transition_matrix(a * 4 + a), 0.85);
+
+  {  // Embedding shapes; points of the wrong kind refused.
+    grpc::ClientContext ctx2;
+    v1::EmbeddingRequest e;
+    e.set_model("wells");
+    for (double x : {-1.5, -0.5, 0.5}) e.add_points(x);
+    v1::EmbeddingResponse er;
+    ASSERT_TRUE(query_->GetEmbedding(&ctx2, e, &er).ok());
+    EXPECT_EQ(er.rank(), 4u);
+    EXPECT_EQ(er.embedding_size(), 3 * 4);
+    grpc::ClientContext ctx3;
+    e.add_state_ids(1);
+    EXPECT_EQ(query_->GetEmbedding(&ctx3, e, &er).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {  // Aggregation rows carry the atoms' coordinates.
+    grpc::ClientContext ctx2;
+    v1::AggregationRequest a;
+    a.set_model("wells");
+    v1::AggregationResponse ar;
+    s = query_->GetAggregation(&ctx2, a, &ar);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(ar.dim(), 1u);
+    EXPECT_EQ(ar.state_coordinates_size(), ar.state_ids_size());
+    for (int k = 0; k < 4; ++k) {
+      double sum = 0;
+      for (int i = 0; i < ar.state_ids_size(); ++i) sum += ar.v(i * 4 + k);
+      EXPECT_NEAR(sum, 1.0, 1e-9);
+    }
+  }
+}
+
+// Binary learning HMM (paper 002 section 5) as trajectory batches into a discrete model with a
+// predictive-state window: forecasts close to the exact forward filter.
+TEST_F(DaemonViewsTest, DiscreteHmmForecastMatchesForwardFilter) {
+  const auto hmm = systems::DiscreteHmm::BinaryLearningChain();
+  const VectorXd train = hmm.Simulate(100000, 1);
+  v1::ModelConfig c = Discrete("bkt", 2);
+  c.set_window(3);
+  c.set_clusters(1);
+  ASSERT_TRUE(Create(c).ok());
+  IngestTrajectory("bkt", train.size(), 10000,
+                   [&](v1::IngestBatch& b, int64_t t) { b.add_state_ids(static_cast<int64_t>(train(t))); });
+  EXPECT_EQ(Describe("bkt").samples(), static_cast<uint64_t>(train.size() - 1));
+  ASSERT_TRUE(RefreshWait("bkt").ok());
+
+  const VectorXd test = hmm.Simulate(3000, 99);
+  double max_err = 0, mean_err = 0;
+  int count = 0;
+  for (int start = 0; start + 21 <= test.size(); start += 150, ++count) {
+    const int len = 20;
+    VectorXd window(len + 1);
+    window << test.segment(start, len), 0.0;  // the last entry is a placeholder for row len
+    const double exact = hmm.OneStepPredictions(window)(len, 1);
+    grpc::ClientContext ctx;
+    v1::ForecastRequest req;
+    req.set_model("bkt");
+    for (int i = 0; i < len; ++i) req.add_window_ids(static_cast<int64_t>(window(i)));
+    req.set_horizon(2);
+    v1::ForecastResponse resp;
+    grpc::Status s = query_->Forecast(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(resp.distribution_size(), 2 * 2);
+    EXPECT_NEAR(resp.distribution(0) + resp.distribution(1), 1.0, 1e-9);
+    ASSERT_EQ(resp.forecast_size(), 2);
+    EXPECT_NEAR(resp.forecast(0), resp.distribution(1), 1e-9);  // E[o] = P(o = 1)
+    const double err = std::abs(resp.distribution(1) - exact);
+    max_err = std::max(max_err, err);
+    mean_err += err;
+  }
+  mean_err /= count;
+  std::printf("binary HMM forecast vs forward filter over %d windows: mean |dp| %.4f, max %.4f\n", count, mean_err,
+              max_err);
+  EXPECT_LT(mean_err, 0.01);
+  EXPECT_LT(max_err, 0.02);
+  {  // Horizon limit and window ids validated.
+    grpc::ClientContext ctx;
+    v1::ForecastRequest req;
+    req.set_model("bkt");
+    req.set_horizon(1001);
+    v1::ForecastResponse resp;
+    EXPECT_EQ(query_->Forecast(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    grpc::ClientContext ctx2;
+    req.set_horizon(1);
+    req.add_window_ids(2);
+    grpc::Status s = query_->Forecast(&ctx2, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("field window_ids value 0 is 2"), std::string::npos) << s.error_message();
+  }
+}
+
+// Three-state HMM with Gaussian / shifted-Gamma emissions (paper 001 section 7) as one
+// trajectory: the latent model's weights are near the stationary weights (1/6, 2/6, 3/6).
+TEST_F(DaemonViewsTest, ContinuousHmmMixtureLatentWeights) {
+  const auto hmm = systems::HmmMixture::Default();
+  const VectorXd pi = hmm.StationaryWeights();
+  const VectorXd obs = hmm.Simulate(40000, 11);
+  v1::ModelConfig c;
+  c.set_name("mix");
+  c.set_dim(1);
+  c.set_sigma(1.0);
+  c.set_rff_features(200);
+  c.set_latent_states(3);
+  c.set_reservoir(20000);
+  ASSERT_TRUE(Create(c).ok());
+  IngestTrajectory("mix", obs.size(), 8000, [&](v1::IngestBatch& b, int64_t t) { b.add_states(obs(t)); });
+  ASSERT_TRUE(RefreshWait("mix").ok());
+  grpc::ClientContext ctx;
+  v1::LatentRequest req;
+  req.set_model("mix");
+  for (double x : {-3.0, 0.5, 5.0, 7.0}) req.add_points(x);
+  v1::LatentResponse resp;
+  grpc::Status s = query_->GetLatent(&ctx, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.latent_states(), 3u);
+  std::vector<double> w(resp.weights().begin(), resp.weights().end()), truth(pi.data(), pi.data() + 3);
+  std::sort(w.begin(), w.end());
+  std::sort(truth.begin(), truth.end());
+  std::printf("latent weights %.3f %.3f %.3f (truth %.3f %.3f %.3f)\n", w[0], w[1], w[2], truth[0], truth[1], truth[2]);
+  for (int h = 0; h < 3; ++h) EXPECT_NEAR(w[h], truth[h], 0.04);
+  ASSERT_EQ(resp.densities_size(), 3 * 4);
+  ASSERT_EQ(resp.posteriors_size(), 4 * 3);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(resp.posteriors(i * 3) + resp.posteriors(i * 3 + 1) + resp.posteriors(i * 3 + 2), 1.0, 1e-9);
+  }
+  // The component that owns x = -3 (N(-3, 0.8^2), weight 1/6) is not the one that owns x = 5.
+  auto argmax = [&](int i) {
+    int best = 0;
+    for (int h = 1; h < 3; ++h)
+      if (resp.posteriors(i * 3 + h) > resp.posteriors(i * 3 + best)) best = h;
+    return best;
+  };
+  EXPECT_NE(argmax(0), argmax(2));
+}
+
+}  // namespace
+}  // namespace cmestream
