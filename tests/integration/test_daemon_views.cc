@@ -22,7 +22,12 @@
 #include "core/systems/soft_aggregation_chain.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "service/batch.h"
+#include "service/batch_log.h"
 #include "service/daemon.h"
+#include "service/metrics.h"
+#include "service/model.h"
+#include "service/model_config.h"
 #include "tests/integration/daemon_test_util.h"
 
 namespace cmestream {
@@ -585,6 +590,48 @@ TEST_F(DaemonViewsTest, ContinuousHmmMixtureLatentWeights) {
     return best;
   };
   EXPECT_NE(argmax(0), argmax(2));
+}
+
+// The episode rule, observed through the predictive-state statistics of a Model: with window
+// H = 1 a discrete window spans H + 2 = 3 observations, so an episode of L states adds L - 2.
+TEST(ModelEpisodes, TrajectoryBatchesContinueOnlyTheSameEpisode) {
+  v1::ModelConfig in;
+  in.set_name("ep");
+  in.set_num_states(2);
+  in.set_window(1);
+  const absl::StatusOr<v1::ModelConfig> config = service::NormalizeModelConfig(in, {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  service::Metrics metrics;
+  service::NullBatchLog log;
+  service::Model model(*config, metrics.ForModel("ep"), &log);
+  uint64_t index = 0;
+  auto send = [&](const std::string& episode, uint64_t offset, std::vector<int64_t> states) {
+    v1::IngestBatch b;
+    b.set_model("ep");
+    b.set_producer_id("p");
+    b.set_episode_id(episode);
+    b.set_offset(offset);
+    for (int64_t s : states) b.add_state_ids(s);
+    const service::BatchCheck check = service::ValidateDiscreteBatch(b, 2, index);
+    ASSERT_TRUE(check.status.ok()) << check.status;
+    ASSERT_TRUE(model.Ingest(check.batch, "p", offset, index++, episode).ok());
+  };
+  auto windows = [&] { return model.Snapshot()->predictive->windows; };
+  send("e", 0, {0, 1, 0, 1});
+  EXPECT_EQ(windows(), 2);
+  send("e", 3, {1, 0, 1});  // same producer and episode, starts with the last state: continues
+  EXPECT_EQ(windows(), 4);
+  send("e", 3, {1, 0, 1});  // re-sent: every pair a duplicate, nothing applied
+  EXPECT_EQ(windows(), 4);
+  send("f", 5, {1, 1, 0});  // another episode id: new episode
+  EXPECT_EQ(windows(), 5);
+  send("f", 7, {1, 0, 0});  // same episode id but a different first state: new episode
+  EXPECT_EQ(windows(), 6);
+  // Offset 8 overlaps one applied pair: the first applied state is state 1 (= 0, the last
+  // state applied), so the episode continues with the states 1, 1.
+  send("f", 8, {0, 0, 1, 1});
+  EXPECT_EQ(windows(), 8);
+  EXPECT_EQ(model.stats().samples, 3u + 2u + 2u + 2u + 2u);
 }
 
 }  // namespace
