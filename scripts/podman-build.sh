@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds (and smoke-tests) the cmestreamd container image with Debian's podman on a machine
+# without a Docker engine or a reachable image registry:
+#   1. podman + runc from Debian, a containers.conf that selects runc and sane ulimits;
+#   2. a local debian:bookworm-slim base image made with debootstrap (once);
+#   3. podman build of ./Dockerfile, then a run that checks the daemon starts and answers.
+# With Docker available, `docker build -t cmestream:0.1.0 .` does the same as step 3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+IMAGE="${IMAGE:-cmestream:0.1.0}"
+MIRROR="${MIRROR:-http://deb.debian.org/debian}"
+WORK="${WORK:-/var/tmp/cmestream-podman}"
+mkdir -p "$WORK"
+
+for p in podman runc debootstrap; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || {
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q podman runc debootstrap; break; }
+done
+
+export CONTAINERS_CONF="$WORK/containers.conf"
+cat >"$CONTAINERS_CONF" <<'CONF'
+[containers]
+default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
+[engine]
+runtime = "runc"
+CONF
+
+if ! podman image exists localhost/debian:bookworm-slim; then
+  echo "podman-build: making the base image with debootstrap ($MIRROR)"
+  rm -rf "$WORK/rootfs"
+  debootstrap --variant=minbase bookworm "$WORK/rootfs" "$MIRROR" >"$WORK/debootstrap.log"
+  tar -C "$WORK/rootfs" -c . | podman import - localhost/debian:bookworm-slim
+  rm -rf "$WORK/rootfs"
+fi
+
+podman build -t "$IMAGE" .
+
+echo "podman-build: smoke test"
+cid=$(podman run -d --rm "$IMAGE")
+trap 'podman stop -t 5 "$cid" >/dev/null 2>&1 || true' EXIT
+for _ in $(seq 50); do
+  podman logs "$cid" 2>/dev/null | grep -q "cmestreamd listening" && break
+  sleep 0.2
+done
+podman logs "$cid" | grep "cmestreamd listening"
+podman exec "$cid" cmestream --server 127.0.0.1:50051 model list
+podman exec "$cid" id
+echo "podman-build: OK ($IMAGE)"
