@@ -33,7 +33,15 @@ if ! podman image exists localhost/debian:bookworm-slim; then
   rm -rf "$WORK/rootfs"
 fi
 
-podman build -t "$IMAGE" .
+# Build from the committed tree (git archive HEAD), not from whatever the work tree holds.
+CONTEXT="$WORK/context"
+rm -rf "$CONTEXT" && mkdir -p "$CONTEXT"
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  git archive HEAD | tar -x -C "$CONTEXT"
+else
+  tar --exclude='./build*' -c . | tar -x -C "$CONTEXT"
+fi
+podman build -t "$IMAGE" "$CONTEXT"
 
 echo "podman-build: smoke test"
 cid=$(podman run -d --rm "$IMAGE")
