@@ -48,6 +48,11 @@
 
 namespace cmestream {
 
+namespace io {
+class Reader;
+class Writer;
+}  // namespace io
+
 class CompressedCme {
  public:
   struct Options {
@@ -130,6 +135,14 @@ class CompressedCme {
   // Number of samples whose computed delta came out below -1e-6 (a symptom of inverse drift,
   // detected for free on the hot path; the next CheckDriftAndRefactorize() repairs it).
   int64_t negative_delta_events() const { return negative_delta_events_; }
+
+  // Snapshot support (core/io/learner_serialization.cc; object tag "CCME", version 1). Writes
+  // the full per-sample state (no flush, no re-factorization), so that Deserialize() followed
+  // by the same calls gives results bit-identical to never having stopped. Deserialize bounds
+  // every dimension by the stored options before allocating; errors are DataLoss naming the
+  // source and offset (a bad tag or an unknown version are named as such).
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<CompressedCme> Deserialize(io::Reader& r);
 
  private:
   // (implementation-defined members)

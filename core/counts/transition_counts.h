@@ -33,9 +33,15 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/common/types.h"
 
 namespace cmestream {
+
+namespace io {
+class Reader;
+class Writer;
+}  // namespace io
 
 struct CountTriplet {
   int i = 0;
@@ -132,6 +138,14 @@ class TransitionCounts {
   double Visits(int i) const;
 
   CountsSnapshot Snapshot() const;
+
+  // Snapshot support (core/io/learner_serialization.cc; object tag "CNTS", version 1). Writes
+  // the full per-sample state (no flush, no re-factorization), so that Deserialize() followed
+  // by the same calls gives results bit-identical to never having stopped. Deserialize bounds
+  // every dimension by the stored options before allocating; errors are DataLoss naming the
+  // source and offset (a bad tag or an unknown version are named as such).
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<TransitionCounts> Deserialize(io::Reader& r);
 
  private:
   struct Entry {

@@ -19,6 +19,11 @@
 
 namespace cmestream {
 
+namespace io {
+class Reader;
+class Writer;
+}  // namespace io
+
 // Immutable copy of the moments; never aliases the accumulator. Values are true (forgotten)
 // sums: S_x = sum_t w_t h(x_t) h(x_t)^T etc., n = sum_t w_t, w_t = gamma^(T - t).
 struct EmbeddingMomentsSnapshot {
@@ -72,6 +77,14 @@ class EmbeddingMoments {
   const Options& options() const { return options_; }
   int64_t samples() const { return samples_; }   // including buffered pairs
   int buffered() const { return buffered_; }
+
+  // Snapshot support (core/io/learner_serialization.cc; object tag "EMOM", version 1). Writes
+  // the full per-sample state (no flush, no re-factorization), so that Deserialize() followed
+  // by the same calls gives results bit-identical to never having stopped. Deserialize bounds
+  // every dimension by the stored options before allocating; errors are DataLoss naming the
+  // source and offset (a bad tag or an unknown version are named as such).
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<EmbeddingMoments> Deserialize(io::Reader& r);
 
  private:
   void Rescale();

@@ -38,6 +38,11 @@
 
 namespace cmestream {
 
+namespace io {
+class Reader;
+class Writer;
+}  // namespace io
+
 // Finite feature map of the latent model.
 struct LatentFeatureOptions {
   enum class Kind { kRandomFourier, kOneHot };
@@ -101,6 +106,15 @@ class MultiViewAccumulator {
   };
   // O(D^2 + r d); includes the triples not yet flushed.
   Snapshot TakeSnapshot() const;
+
+  // Snapshot support (core/io/learner_serialization.cc; object tag "MVAC", version 1). Writes
+  // the full per-sample state (pending
+  // triples, reservoir, the reservoir RNG's std::mt19937_64 state) (no flush), so that Deserialize() followed by the same
+  // calls gives results bit-identical to never having stopped. Deserialize bounds every
+  // dimension by the stored options before allocating; errors are DataLoss naming the source
+  // and offset (a bad tag or an unknown version are named as such).
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<MultiViewAccumulator> Deserialize(io::Reader& r);
 
  private:
   void Flush();

@@ -47,6 +47,11 @@
 
 namespace cmestream {
 
+namespace io {
+class Reader;
+class Writer;
+}  // namespace io
+
 class PredictiveStateAccumulator {
  public:
   enum class Kind { kDiscrete, kLinearGaussian };
@@ -93,6 +98,15 @@ class PredictiveStateAccumulator {
     VectorXd sum_e;   // sum of psi (discrete, S) or of e (linear-Gaussian, p(F+1)): initial state
   };
   Snapshot TakeSnapshot() const;
+
+  // Snapshot support (core/io/learner_serialization.cc; object tag "PSAC", version 1). Writes
+  // the full per-sample state (ring buffer
+  // and episode position included) (no flush), so that Deserialize() followed by the same
+  // calls gives results bit-identical to never having stopped. Deserialize bounds every
+  // dimension by the stored options before allocating; errors are DataLoss naming the source
+  // and offset (a bad tag or an unknown version are named as such).
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<PredictiveStateAccumulator> Deserialize(io::Reader& r);
 
  private:
   void AddWindow();

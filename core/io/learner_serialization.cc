@@ -1,0 +1,490 @@
+// Serialize()/Deserialize() of the streaming learners (declared in their headers; framing in
+// core/io/binary_io.h). Kept in one file so that the on-disk layout of every learner can be
+// read in one place. Each object: fourcc tag, version 1, then the options (what the
+// constructor needs), the scalars, then the live blocks of the buffers.
+// Capacity-sized buffers are written as their live blocks only: outside the live block they
+// hold zeros both in a fresh object and in the running one (the learners only write inside
+// it), and the round-trip test compares the re-serialized state after further samples.
+// Scratch buffers that are recomputed before every read are not stored.
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/cme/compressed_cme.h"
+#include "core/counts/transition_counts.h"
+#include "core/embedding/state_embedding.h"
+#include "core/io/binary_io.h"
+#include "core/latent/latent_model.h"
+#include "core/predictive/predictive_state.h"
+
+namespace cmestream {
+namespace {
+
+constexpr uint32_t kCmeTag = io::Fourcc("CCME");
+constexpr uint32_t kCountsTag = io::Fourcc("CNTS");
+constexpr uint32_t kMomentsTag = io::Fourcc("EMOM");
+constexpr uint32_t kLatentTag = io::Fourcc("MVAC");
+constexpr uint32_t kPredictiveTag = io::Fourcc("PSAC");
+constexpr uint32_t kVersion = 1;
+
+// Options that fail Validate() cannot come from a file we wrote.
+absl::Status BadOptions(io::Reader& r, const char* name, const absl::Status& s) {
+  return r.Fail(absl::StrCat(name, " options are invalid: ", s.message()));
+}
+
+uint64_t Doubles(int64_t n) { return static_cast<uint64_t>(n) * 8; }
+
+// An int32 field that must lie in [lo, hi].
+int Int(io::Reader& r, const char* what, int64_t lo, int64_t hi) {
+  const uint64_t at = r.offset();
+  const int32_t v = r.I32(what);
+  if (r.ok() && (v < lo || v > hi)) {
+    r.Fail(absl::StrCat(what, " is ", v, " (field at offset ", at, "), expected ", lo, "..", hi));
+  }
+  return v;
+}
+
+int64_t NonNegative(io::Reader& r, const char* what) {
+  const int64_t v = r.I64(what);
+  if (r.ok() && v < 0) r.Fail(absl::StrCat(what, " is ", v, ", expected >= 0"));
+  return v;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// CompressedCme
+
+void CompressedCme::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kCmeTag, kVersion);
+  const Options& o = options_;
+  w.I32(o.dim);
+  w.F64(o.sigma);
+  w.F64(o.eta);
+  w.F64(o.lambda);
+  w.F64(o.epsilon);
+  w.I32(o.max_dict);
+  w.Bool(o.one_sided);
+  w.F64(o.jitter);
+  w.F64(o.drift_tolerance);
+  w.F64(o.step_decay_samples);
+  w.F64(o.step_decay_power);
+  w.Bool(o.averaging);
+  const Counters& c = counters_;
+  w.I64(c.samples);
+  w.I64(c.compressed);
+  w.I64(c.admitted_x);
+  w.I64(c.admitted_y);
+  w.I64(c.forced);
+  w.F64(c.forced_error_sum);
+  w.I64(c.refactorizations);
+  w.I32(mx_);
+  w.I32(my_);
+  w.F64(last_drift_);
+  w.I32(last_nearest_x_);
+  w.I32(last_nearest_y_in_x_);
+  w.U8(static_cast<uint8_t>(last_step_));
+  w.F64(last_error_);
+  w.I64(negative_delta_events_);
+  w.Matrix(x_atoms_.topRows(mx_));
+  w.Matrix(y_atoms_.topRows(my_));
+  w.Matrix(w_.topLeftCorner(my_, mx_));
+  if (o.averaging) w.Matrix(w_avg_.topLeftCorner(my_, mx_));
+  w.Matrix(gx_.topLeftCorner(mx_, mx_));
+  w.Matrix(gy_.topLeftCorner(my_, my_));
+  w.Matrix(gx_inv_.topLeftCorner(mx_, mx_));
+  w.Matrix(gy_inv_.topLeftCorner(my_, my_));
+  w.EndObject(h);
+}
+
+absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kCmeTag, kVersion, "CompressedCme", &version)) return r.status();
+  Options o;
+  o.dim = r.I32("cme dim");
+  o.sigma = r.F64("cme sigma");
+  o.eta = r.F64("cme eta");
+  o.lambda = r.F64("cme lambda");
+  o.epsilon = r.F64("cme epsilon");
+  o.max_dict = r.I32("cme max_dict");
+  o.one_sided = r.Bool("cme one_sided");
+  o.jitter = r.F64("cme jitter");
+  o.drift_tolerance = r.F64("cme drift_tolerance");
+  o.step_decay_samples = r.F64("cme step_decay_samples");
+  o.step_decay_power = r.F64("cme step_decay_power");
+  o.averaging = r.Bool("cme averaging");
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "CompressedCme", s);
+  const int64_t cap = o.max_dict;
+  // 6 (7 with averaging) cap^2 buffers, the atoms and the scratch vectors, as in the constructor.
+  if (!r.Reserve(Doubles((o.averaging ? 7 : 6) * cap * cap + 2 * cap * o.dim + 8 * cap), "CompressedCme buffers")) {
+    return r.status();
+  }
+  Counters c;
+  c.samples = NonNegative(r, "cme samples");
+  c.compressed = NonNegative(r, "cme compressed");
+  c.admitted_x = NonNegative(r, "cme admitted_x");
+  c.admitted_y = NonNegative(r, "cme admitted_y");
+  c.forced = NonNegative(r, "cme forced");
+  c.forced_error_sum = r.F64("cme forced_error_sum");
+  c.refactorizations = NonNegative(r, "cme refactorizations");
+  const int mx = Int(r, "cme dictionary size m_x", 0, cap);
+  const int my = Int(r, "cme dictionary size m_y", 0, cap);
+  const double last_drift = r.F64("cme last_drift");
+  const int nearest_x = Int(r, "cme last_nearest_x", -1, cap - 1);
+  const int nearest_y = Int(r, "cme last_nearest_y_in_x", -1, cap - 1);
+  const uint8_t step = r.U8("cme last_step");
+  if (r.ok() && step > static_cast<uint8_t>(Step::kForced)) r.Fail(absl::StrCat("cme last_step is ", int{step}, ", expected 0..5"));
+  const double last_error = r.F64("cme last_error");
+  const int64_t negative = NonNegative(r, "cme negative_delta_events");
+  if (!r.ok()) return r.status();
+
+  CompressedCme cme(o);
+  cme.counters_ = c;
+  cme.mx_ = mx;
+  cme.my_ = my;
+  cme.last_drift_ = last_drift;
+  cme.last_nearest_x_ = nearest_x;
+  cme.last_nearest_y_in_x_ = nearest_y;
+  cme.last_step_ = static_cast<Step>(step);
+  cme.last_error_ = last_error;
+  cme.negative_delta_events_ = negative;
+  r.MatrixInto("cme x_atoms", cme.x_atoms_.topRows(mx));
+  r.MatrixInto("cme y_atoms", cme.y_atoms_.topRows(my));
+  r.MatrixInto("cme W", cme.w_.topLeftCorner(my, mx));
+  if (o.averaging) r.MatrixInto("cme W average", cme.w_avg_.topLeftCorner(my, mx));
+  r.MatrixInto("cme Gram X", cme.gx_.topLeftCorner(mx, mx));
+  r.MatrixInto("cme Gram Y", cme.gy_.topLeftCorner(my, my));
+  r.MatrixInto("cme Gram X inverse", cme.gx_inv_.topLeftCorner(mx, mx));
+  r.MatrixInto("cme Gram Y inverse", cme.gy_inv_.topLeftCorner(my, my));
+  if (!r.EndObject("CompressedCme")) return r.status();
+  return cme;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TransitionCounts
+
+void TransitionCounts::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kCountsTag, kVersion);
+  w.I32(options_.max_states);
+  w.F64(options_.forgetting);
+  w.I32(options_.row_reserve);
+  w.I32(num_states_);
+  w.I64(samples_);
+  w.I64(nnz_);
+  w.F64(scale_);
+  w.F64(total_stored_);
+  w.Doubles(visits_stored_.data(), num_states_);
+  for (int i = 0; i < num_states_; ++i) {
+    const std::vector<Entry>& row = rows_[i];
+    w.U64(row.size());
+    for (const Entry& e : row) {
+      w.I32(e.j);
+      w.F64(e.stored);
+    }
+  }
+  w.EndObject(h);
+}
+
+absl::StatusOr<TransitionCounts> TransitionCounts::Deserialize(io::Reader& r) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kCountsTag, kVersion, "TransitionCounts", &version)) return r.status();
+  Options o;
+  o.max_states = r.I32("counts max_states");
+  o.forgetting = r.F64("counts forgetting");
+  o.row_reserve = r.I32("counts row_reserve");
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "TransitionCounts", s);
+  // rows_ (one empty vector each) and visits_stored_.
+  if (!r.Reserve(static_cast<uint64_t>(o.max_states) * (sizeof(std::vector<Entry>) + 8), "TransitionCounts rows")) {
+    return r.status();
+  }
+  const int num_states = Int(r, "counts num_states", 0, o.max_states);
+  const int64_t samples = NonNegative(r, "counts samples");
+  const int64_t nnz = NonNegative(r, "counts nonzeros");
+  const double scale = r.F64("counts scale");
+  const double total = r.F64("counts total_stored");
+  if (!r.ok()) return r.status();
+  if (!(scale >= 1)) return r.Fail(absl::StrCat("counts scale is ", scale, ", expected >= 1"));
+  TransitionCounts t(o);
+  t.num_states_ = num_states;
+  t.samples_ = samples;
+  t.nnz_ = nnz;
+  t.scale_ = scale;
+  t.total_stored_ = total;
+  r.Doubles("counts visits", num_states, t.visits_stored_.data());
+  int64_t seen = 0;
+  for (int i = 0; i < num_states && r.ok(); ++i) {
+    const int64_t n = r.Count("counts row length", 0, num_states);
+    // Each entry is 12 bytes on disk: bounded by the bytes left before reserving.
+    if (!r.ok() || n * 12 > static_cast<int64_t>(r.remaining())) {
+      return r.Fail(absl::StrCat("counts row ", i, " claims ", n, " entries, more than the bytes left"));
+    }
+    std::vector<Entry>& row = t.rows_[i];
+    row.reserve(std::max<int64_t>(n, o.row_reserve));
+    int prev = -1;
+    for (int64_t k = 0; k < n; ++k) {
+      const int j = Int(r, "counts column", 0, num_states - 1);
+      const double stored = r.F64("counts value");
+      if (r.ok() && j <= prev) {
+        return r.Fail(absl::StrCat("counts row ", i, ": columns not increasing (", prev, " then ", j, ")"));
+      }
+      prev = j;
+      row.push_back(Entry{j, stored});
+    }
+    seen += n;
+  }
+  if (r.ok() && seen != nnz) return r.Fail(absl::StrCat("counts hold ", seen, " entries but the header says ", nnz));
+  if (!r.EndObject("TransitionCounts")) return r.status();
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// EmbeddingMoments
+
+void EmbeddingMoments::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kMomentsTag, kVersion);
+  const bool rff = features_->kind() == FeatureMap::Kind::kRff;
+  w.Bool(rff);
+  w.I32(features_->input_dim());
+  w.I32(features_->num_features());
+  w.F64(features_->sigma());
+  w.U64(features_->seed());
+  // Two generated values, to detect a generator that differs from the writer's.
+  w.F64(rff ? features_->omega()(0, 0) : 0.0);
+  w.F64(rff ? features_->beta()(features_->num_features() - 1) : 0.0);
+  w.I32(options_.batch_size);
+  w.F64(options_.forgetting);
+  w.I64(samples_);
+  w.F64(scale_);
+  w.F64(n_stored_);
+  w.I32(buffered_);
+  w.Matrix(sx_);
+  w.Matrix(sy_);
+  w.Matrix(ph_);
+  if (rff) {
+    w.Matrix(xbuf_.topRows(buffered_));
+    w.Matrix(ybuf_.topRows(buffered_));
+  }
+  w.EndObject(h);
+}
+
+absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kMomentsTag, kVersion, "EmbeddingMoments", &version)) return r.status();
+  const bool rff = r.Bool("moments feature kind");
+  const int dim = Int(r, "moments input dim", 1, 1 << 20);
+  const int n = Int(r, "moments num_features", 1, 1 << 20);
+  const double sigma = r.F64("moments sigma");
+  const uint64_t seed = r.U64("moments seed");
+  const double omega00 = r.F64("moments omega check");
+  const double beta_last = r.F64("moments beta check");
+  Options o;
+  o.batch_size = Int(r, "moments batch_size", 1, 1 << 20);
+  o.forgetting = r.F64("moments forgetting");
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "EmbeddingMoments", s);
+  const int64_t nn = n;
+  const int64_t b = rff ? o.batch_size : 0;
+  if (!r.Reserve(Doubles(3 * nn * nn + b * (2 * dim + 2 * nn + 1) + (rff ? dim * nn + nn : 0)),
+                 "EmbeddingMoments buffers")) {
+    return r.status();
+  }
+  absl::StatusOr<FeatureMap> map = rff ? FeatureMap::Rff(dim, n, sigma, seed) : FeatureMap::OneHot(n);
+  if (!map.ok()) return r.Fail(absl::StrCat("moments feature map: ", map.status().message()));
+  if (rff && (map->omega()(0, 0) != omega00 || map->beta()(n - 1) != beta_last)) {
+    return r.Fail("moments: the random Fourier features regenerated from the seed differ from the ones that "
+                  "wrote this snapshot (different generator build); cannot continue bit-exactly");
+  }
+  const int64_t samples = NonNegative(r, "moments samples");
+  const double scale = r.F64("moments scale");
+  const double n_stored = r.F64("moments n");
+  const int buffered = Int(r, "moments buffered", 0, rff ? o.batch_size - 1 : 0);
+  if (!r.ok()) return r.status();
+  EmbeddingMoments m(std::make_shared<const FeatureMap>(*std::move(map)), o);
+  m.samples_ = samples;
+  m.scale_ = scale;
+  m.n_stored_ = n_stored;
+  m.buffered_ = buffered;
+  r.MatrixInto("moments S_x", m.sx_);
+  r.MatrixInto("moments S_y", m.sy_);
+  r.MatrixInto("moments P_h", m.ph_);
+  if (rff) {
+    r.MatrixInto("moments x buffer", m.xbuf_.topRows(buffered));
+    r.MatrixInto("moments y buffer", m.ybuf_.topRows(buffered));
+  }
+  if (!r.EndObject("EmbeddingMoments")) return r.status();
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// MultiViewAccumulator
+
+void MultiViewAccumulator::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kLatentTag, kVersion);
+  const LatentFeatureOptions& f = options_.features;
+  w.U8(f.kind == LatentFeatureOptions::Kind::kOneHot ? 1 : 0);
+  w.I32(f.dim);
+  w.I32(f.num_features);
+  w.F64(f.sigma);
+  w.I32(f.num_symbols);
+  w.U64(f.seed);
+  w.I32(options_.reservoir_size);
+  w.U64(options_.reservoir_seed);
+  w.I32(options_.batch);
+  w.I64(triples_);
+  w.I64(in_episode_);
+  w.I32(slot_);
+  w.I32(pending_);
+  w.I64(reservoir_fill_);
+  std::ostringstream rng;
+  rng << rng_;
+  w.String(rng.str());
+  w.Matrix(feat_);
+  w.Matrix(raw_);
+  w.Matrix(pa_.leftCols(pending_));
+  w.Matrix(pb_.leftCols(pending_));
+  w.Matrix(pc_.leftCols(pending_));
+  w.Matrix(c_ab_);
+  w.Matrix(c_cb_);
+  w.Matrix(c_ca_);
+  w.Matrix(reservoir_.topRows(reservoir_fill_));
+  w.EndObject(h);
+}
+
+absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reader& r) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kLatentTag, kVersion, "MultiViewAccumulator", &version)) return r.status();
+  Options o;
+  const uint8_t kind = r.U8("latent feature kind");
+  if (r.ok() && kind > 1) r.Fail(absl::StrCat("latent feature kind is ", int{kind}, ", expected 0 (RFF) or 1 (one-hot)"));
+  o.features.kind = kind == 1 ? LatentFeatureOptions::Kind::kOneHot : LatentFeatureOptions::Kind::kRandomFourier;
+  o.features.dim = r.I32("latent dim");
+  o.features.num_features = r.I32("latent num_features");
+  o.features.sigma = r.F64("latent sigma");
+  o.features.num_symbols = r.I32("latent num_symbols");
+  o.features.seed = r.U64("latent seed");
+  o.reservoir_size = r.I32("latent reservoir_size");
+  o.reservoir_seed = r.U64("latent reservoir_seed");
+  o.batch = r.I32("latent batch");
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "MultiViewAccumulator", s);
+  const int64_t D = o.features.size(), d = o.features.dim;
+  if (!r.Reserve(Doubles(3 * D + 3 * d + 3 * D * o.batch + 3 * D * D + int64_t{o.reservoir_size} * 3 * d +
+                         (o.features.kind == LatentFeatureOptions::Kind::kOneHot ? 0 : d * D + D)),
+                 "MultiViewAccumulator buffers")) {
+    return r.status();
+  }
+  const int64_t triples = NonNegative(r, "latent triples");
+  const int64_t in_episode = NonNegative(r, "latent in_episode");
+  const int slot = Int(r, "latent slot", 0, 2);
+  const int pending = Int(r, "latent pending", 0, o.batch - 1);
+  const int64_t fill = r.Count("latent reservoir fill", 0, o.reservoir_size);
+  const std::string rng_text = r.String("latent rng state", 1 << 16);
+  if (!r.ok()) return r.status();
+  MultiViewAccumulator m(o);
+  m.triples_ = triples;
+  m.in_episode_ = in_episode;
+  m.slot_ = slot;
+  m.pending_ = pending;
+  m.reservoir_fill_ = fill;
+  std::istringstream rng(rng_text);
+  rng >> m.rng_;
+  if (rng.fail()) return r.Fail("latent rng state does not parse as a std::mt19937_64 state");
+  r.MatrixInto("latent features ring", m.feat_);
+  r.MatrixInto("latent raw ring", m.raw_);
+  r.MatrixInto("latent pending a", m.pa_.leftCols(pending));
+  r.MatrixInto("latent pending b", m.pb_.leftCols(pending));
+  r.MatrixInto("latent pending c", m.pc_.leftCols(pending));
+  r.MatrixInto("latent C_ab", m.c_ab_);
+  r.MatrixInto("latent C_cb", m.c_cb_);
+  r.MatrixInto("latent C_ca", m.c_ca_);
+  r.MatrixInto("latent reservoir", m.reservoir_.topRows(fill));
+  if (!r.EndObject("MultiViewAccumulator")) return r.status();
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PredictiveStateAccumulator
+
+void PredictiveStateAccumulator::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kPredictiveTag, kVersion);
+  const Options& o = options_;
+  w.U8(o.kind == Kind::kDiscrete ? 0 : 1);
+  w.I32(o.num_symbols);
+  w.I32(o.dim);
+  w.I32(o.history_length);
+  w.I32(o.future_length);
+  w.I32(o.max_history_states);
+  w.I64(windows_);
+  w.I64(observations_);
+  w.I64(in_episode_);
+  w.I32(ring_pos_);
+  w.Matrix(ring_);
+  if (o.kind == Kind::kDiscrete) {
+    w.Matrix(stats_.a_diag);
+    w.Matrix(stats_.B_psi);
+    w.Matrix(stats_.B_xi);
+    w.Matrix(stats_.pair_counts);
+  } else {
+    w.Matrix(stats_.A);
+    w.Matrix(stats_.B_e);
+    w.Matrix(stats_.E);
+  }
+  w.Matrix(stats_.sum_e);
+  w.EndObject(h);
+}
+
+absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deserialize(io::Reader& r) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kPredictiveTag, kVersion, "PredictiveStateAccumulator", &version)) return r.status();
+  Options o;
+  const uint8_t kind = r.U8("predictive kind");
+  if (r.ok() && kind > 1) r.Fail(absl::StrCat("predictive kind is ", int{kind}, ", expected 0 (discrete) or 1"));
+  o.kind = kind == 0 ? Kind::kDiscrete : Kind::kLinearGaussian;
+  o.num_symbols = r.I32("predictive num_symbols");
+  o.dim = r.I32("predictive dim");
+  o.history_length = r.I32("predictive history_length");
+  o.future_length = r.I32("predictive future_length");
+  o.max_history_states = r.I32("predictive max_history_states");
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "PredictiveStateAccumulator", s);
+  int64_t values = 0, window_len = 0;
+  if (o.kind == Kind::kDiscrete) {
+    int64_t dh = 1;
+    for (int i = 0; i < o.history_length; ++i) dh *= o.num_symbols;  // Validate bounds S^H
+    const int64_t S = o.num_symbols;
+    values = dh * (1 + S + S * S) + S * S + S;
+    window_len = o.history_length + 2;
+  } else {
+    const int64_t p = o.dim, H = o.history_length, F = o.future_length;
+    values = p * H * p * H + p * H * p * (F + 1) + 2 * p * (F + 1) * p * (F + 1) + 2 * p * (F + 1) + p * H;
+    window_len = H + F + 1;
+  }
+  if (!r.Reserve(Doubles(values + window_len * o.dim), "PredictiveStateAccumulator statistics")) return r.status();
+  const int64_t windows = NonNegative(r, "predictive windows");
+  const int64_t observations = NonNegative(r, "predictive observations");
+  const int64_t in_episode = NonNegative(r, "predictive in_episode");
+  const int ring_pos = Int(r, "predictive ring position", 0, window_len - 1);
+  if (!r.ok()) return r.status();
+  PredictiveStateAccumulator a(o);
+  a.windows_ = windows;
+  a.observations_ = observations;
+  a.in_episode_ = in_episode;
+  a.ring_pos_ = ring_pos;
+  r.MatrixInto("predictive ring", a.ring_);
+  if (o.kind == Kind::kDiscrete) {
+    r.MatrixInto("predictive diag(A)", a.stats_.a_diag);
+    r.MatrixInto("predictive B_psi", a.stats_.B_psi);
+    r.MatrixInto("predictive B_xi", a.stats_.B_xi);
+    r.MatrixInto("predictive pair counts", a.stats_.pair_counts);
+  } else {
+    r.MatrixInto("predictive A", a.stats_.A);
+    r.MatrixInto("predictive B_e", a.stats_.B_e);
+    r.MatrixInto("predictive E", a.stats_.E);
+  }
+  r.MatrixInto("predictive sum_e", a.stats_.sum_e);
+  if (!r.EndObject("PredictiveStateAccumulator")) return r.status();
+  return a;
+}
+
+}  // namespace cmestream

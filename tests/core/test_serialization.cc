@@ -1,0 +1,378 @@
+// Round trips and corruption of the learners' binary serialization (core/io/binary_io.h,
+// core/io/learner_serialization.cc).
+//
+// The round-trip contract is bit-exact continuation: feed n1 samples, serialize, deserialize,
+// feed n2 more samples into both the original and the copy; then the two serialize to the
+// same bytes (every double bit-identical). n1 is chosen so that partial batch buffers,
+// pending triples, a used reservoir RNG and a pending forgetting rescale are all in flight.
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "core/cme/compressed_cme.h"
+#include "core/counts/transition_counts.h"
+#include "core/embedding/state_embedding.h"
+#include "core/io/binary_io.h"
+#include "core/latent/latent_model.h"
+#include "core/predictive/predictive_state.h"
+#include "gtest/gtest.h"
+
+namespace cmestream {
+namespace {
+
+// A noisy nonlinear 2-D map: x' = 0.9 [sin(x1) + 0.5 x2, cos(x0)] + 0.1 noise.
+RowMatrixXd Trajectory(int n, int d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.1);
+  RowMatrixXd x(n + 1, d);
+  for (int a = 0; a < d; ++a) x(0, a) = noise(rng);
+  for (int t = 0; t < n; ++t) {
+    for (int a = 0; a < d; ++a) {
+      x(t + 1, a) = 0.9 * (a % 2 == 0 ? std::sin(x(t, (a + 1) % d)) + 0.5 * x(t, a) : std::cos(x(t, 0))) + noise(rng);
+    }
+  }
+  return x;
+}
+
+template <typename T>
+std::string Bytes(const T& object) {
+  io::Writer w;
+  object.Serialize(w);
+  return w.Release();
+}
+
+template <typename T>
+T RoundTrip(const T& object) {
+  const std::string bytes = Bytes(object);
+  io::Reader r(bytes, "test");
+  absl::StatusOr<T> copy = T::Deserialize(r);
+  EXPECT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(r.remaining(), 0u);
+  return *std::move(copy);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer/Reader primitives.
+
+TEST(BinaryIo, LittleEndianFixedWidthAndBitExactDoubles) {
+  io::Writer w;
+  w.U32(0x01020304u);
+  w.U64(0x0102030405060708ull);
+  w.F64(-0.0);
+  w.F64(std::nextafter(1.0, 2.0));
+  w.F64(std::numeric_limits<double>::quiet_NaN());
+  const std::string& b = w.data();
+  ASSERT_EQ(b.size(), 4u + 8u + 24u);
+  EXPECT_EQ(static_cast<uint8_t>(b[0]), 0x04);  // least significant byte first
+  EXPECT_EQ(static_cast<uint8_t>(b[3]), 0x01);
+  EXPECT_EQ(static_cast<uint8_t>(b[4]), 0x08);
+  io::Reader r(b, "prim");
+  EXPECT_EQ(r.U32("a"), 0x01020304u);
+  EXPECT_EQ(r.U64("b"), 0x0102030405060708ull);
+  const double z = r.F64("c");
+  EXPECT_TRUE(std::signbit(z));
+  EXPECT_EQ(r.F64("d"), std::nextafter(1.0, 2.0));
+  EXPECT_TRUE(std::isnan(r.F64("e")));
+  EXPECT_TRUE(r.ok());
+  r.U8("past the end");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("prim: offset 36: truncated: reading past the end"), std::string::npos)
+      << r.status();
+}
+
+TEST(BinaryIo, HugeLengthPrefixIsRejectedBeforeAllocating) {
+  io::Writer w;
+  w.U64(uint64_t{1} << 62);  // a string "length" of 4 EiB
+  io::Reader r(w.data(), "huge");
+  EXPECT_TRUE(r.String("name", 1 << 20).empty());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("name is 4611686018427387904, expected 0..1048576"), std::string::npos)
+      << r.status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// CompressedCme
+
+CompressedCme::Options CmeOptions(bool averaging, int max_dict) {
+  CompressedCme::Options o;
+  o.dim = 2;
+  o.sigma = 0.5;
+  o.eta = 0.2;
+  o.epsilon = max_dict < 100 ? 1e-6 : 1e-2;  // small caps: a tiny budget forces projections
+  o.max_dict = max_dict;
+  o.averaging = averaging;
+  o.step_decay_samples = averaging ? 100 : 0;
+  return o;
+}
+
+void Feed(CompressedCme& cme, const RowMatrixXd& x, int from, int to) {
+  for (int t = from; t < to; ++t) cme.Observe(x.row(t).data(), x.row(t + 1).data());
+}
+
+class CmeRoundTrip : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+
+TEST_P(CmeRoundTrip, ContinuesBitIdentically) {
+  const auto [averaging, max_dict] = GetParam();
+  const int n1 = 777, n2 = 600;
+  const RowMatrixXd x = Trajectory(n1 + n2, 2, 3);
+  CompressedCme a(CmeOptions(averaging, max_dict));
+  Feed(a, x, 0, n1);
+  ASSERT_GT(a.dict_x_size(), 5);
+  if (max_dict < 100) ASSERT_GT(a.counters().forced, 0) << "the cap must be reached to test forced steps";
+  CompressedCme b = RoundTrip(a);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  EXPECT_EQ(b.samples(), n1);
+  Feed(a, x, n1, n1 + n2);
+  Feed(b, x, n1, n1 + n2);
+  EXPECT_EQ(a.samples(), n1 + n2);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  EXPECT_EQ((a.W() - b.W()).cwiseAbs().maxCoeff(), 0.0);
+  EXPECT_EQ(a.counters().forced, b.counters().forced);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CmeRoundTrip,
+                         ::testing::Values(std::make_tuple(false, 1000), std::make_tuple(true, 1000),
+                                           std::make_tuple(false, 12)));
+
+// Re-factorization after a load must match one without the load (same inverses in, same out).
+TEST(CmeSerialization, RefactorizeAfterLoadMatches) {
+  const RowMatrixXd x = Trajectory(500, 2, 4);
+  CompressedCme a(CmeOptions(false, 1000));
+  Feed(a, x, 0, 400);
+  CompressedCme b = RoundTrip(a);
+  a.Refactorize();
+  b.Refactorize();
+  Feed(a, x, 400, 500);
+  Feed(b, x, 400, 500);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+}
+
+// ---------------------------------------------------------------------------------------------
+// TransitionCounts, with forgetting fast enough to cross several lazy rescales (w > 1e100
+// every ~332 samples at gamma = 0.5).
+
+TEST(CountsSerialization, ContinuesBitIdenticallyAcrossRescales) {
+  TransitionCounts::Options o;
+  o.max_states = 50;
+  o.forgetting = 0.5;
+  TransitionCounts a(o);
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> id(0, 29);
+  for (int t = 0; t < 1000; ++t) a.Add(id(rng), id(rng));
+  TransitionCounts b = RoundTrip(a);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  for (int t = 0; t < 700; ++t) {
+    const int i = id(rng), j = id(rng);
+    a.Add(i, j);
+    b.Add(i, j);
+  }
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  EXPECT_EQ(a.total_weight(), b.total_weight());
+  // Closed form: with gamma = 1/2 the total weight is sum_{s<T} 2^-s = 2 - 2^(1-T) -> 2.
+  EXPECT_NEAR(b.total_weight(), 2.0, 1e-12);
+}
+
+// ---------------------------------------------------------------------------------------------
+// EmbeddingMoments: RFF with a partially filled batch buffer and forgetting; one-hot.
+
+TEST(MomentsSerialization, RffContinuesBitIdenticallyWithPartialBuffer) {
+  absl::StatusOr<FeatureMap> f = FeatureMap::Rff(2, 64, 0.7, 9);
+  ASSERT_TRUE(f.ok());
+  EmbeddingMoments::Options o;
+  o.batch_size = 64;
+  o.forgetting = 0.999;
+  EmbeddingMoments a(std::make_shared<const FeatureMap>(*f), o);
+  const RowMatrixXd x = Trajectory(1000, 2, 6);
+  for (int t = 0; t < 301; ++t) a.Observe(x.row(t).data(), x.row(t + 1).data());
+  ASSERT_EQ(a.buffered(), 301 % 64);
+  EmbeddingMoments b = RoundTrip(a);
+  EXPECT_EQ(b.buffered(), 301 % 64);
+  for (int t = 301; t < 1000; ++t) {
+    a.Observe(x.row(t).data(), x.row(t + 1).data());
+    b.Observe(x.row(t).data(), x.row(t + 1).data());
+  }
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  const EmbeddingMomentsSnapshot sa = a.Snapshot(), sb = b.Snapshot();
+  EXPECT_EQ((sa.Ph - sb.Ph).cwiseAbs().maxCoeff(), 0.0);
+  EXPECT_EQ(sa.n, sb.n);
+}
+
+TEST(MomentsSerialization, OneHotRoundTrip) {
+  absl::StatusOr<FeatureMap> f = FeatureMap::OneHot(5);
+  ASSERT_TRUE(f.ok());
+  EmbeddingMoments a(std::make_shared<const FeatureMap>(*f), {});
+  for (int t = 0; t < 40; ++t) {
+    const double i = t % 5, j = (t * 3) % 5;
+    a.Observe(&i, &j);
+  }
+  EmbeddingMoments b = RoundTrip(a);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  EXPECT_EQ(b.Snapshot().Ph(0, 0), 8.0);  // t = 0, 5, ..., 35: (0, 0) eight times
+}
+
+// ---------------------------------------------------------------------------------------------
+// MultiViewAccumulator: the reservoir (size 50 < triples) makes every later triple draw from
+// the RNG, so a wrong RNG state changes which rows are replaced.
+
+TEST(LatentSerialization, ContinuesBitIdenticallyWithReservoirRngAndPendingTriples) {
+  MultiViewAccumulator::Options o;
+  o.features.dim = 2;
+  o.features.num_features = 40;
+  o.features.sigma = 0.8;
+  o.reservoir_size = 50;
+  o.batch = 16;
+  MultiViewAccumulator a(o);
+  const RowMatrixXd x = Trajectory(900, 2, 7);
+  for (int t = 0; t < 405; ++t) ASSERT_TRUE(a.Observe(x.row(t).data()).ok());
+  MultiViewAccumulator b = RoundTrip(a);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  for (int t = 405; t < 900; ++t) {
+    if (t == 600) {
+      a.StartEpisode();
+      b.StartEpisode();
+    }
+    ASSERT_TRUE(a.Observe(x.row(t).data()).ok());
+    ASSERT_TRUE(b.Observe(x.row(t).data()).ok());
+  }
+  EXPECT_EQ(a.triples(), 403 + 600 - 405 + 300 - 2);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  const auto sa = a.TakeSnapshot(), sb = b.TakeSnapshot();
+  EXPECT_EQ((sa.reservoir - sb.reservoir).cwiseAbs().maxCoeff(), 0.0);
+
+  // The uninterrupted run (never serialized) ends in the same bytes as the restored one.
+  MultiViewAccumulator c(o);
+  for (int t = 0; t < 900; ++t) {
+    if (t == 600) c.StartEpisode();
+    ASSERT_TRUE(c.Observe(x.row(t).data()).ok());
+  }
+  EXPECT_EQ(Bytes(a), Bytes(c));
+}
+
+// ---------------------------------------------------------------------------------------------
+// PredictiveStateAccumulator
+
+TEST(PredictiveSerialization, DiscreteAndLinearGaussianContinueBitIdentically) {
+  {
+    PredictiveStateAccumulator::Options o;
+    o.kind = PredictiveStateAccumulator::Kind::kDiscrete;
+    o.num_symbols = 3;
+    o.history_length = 2;
+    PredictiveStateAccumulator a(o);
+    std::mt19937_64 rng(8);
+    std::uniform_int_distribution<int> s(0, 2);
+    for (int t = 0; t < 101; ++t) {
+      const double v = s(rng);
+      ASSERT_TRUE(a.Observe(&v).ok());
+    }
+    PredictiveStateAccumulator b = RoundTrip(a);
+    for (int t = 0; t < 50; ++t) {
+      const double v = s(rng);
+      ASSERT_TRUE(a.Observe(&v).ok());
+      ASSERT_TRUE(b.Observe(&v).ok());
+    }
+    EXPECT_EQ(b.windows(), 151 - 3);  // one window per observation from the 4th (H + 2 = 4) on
+    EXPECT_EQ(Bytes(a), Bytes(b));
+  }
+  {
+    PredictiveStateAccumulator::Options o;
+    o.kind = PredictiveStateAccumulator::Kind::kLinearGaussian;
+    o.dim = 2;
+    o.history_length = 2;
+    o.future_length = 2;
+    PredictiveStateAccumulator a(o);
+    const RowMatrixXd x = Trajectory(300, 2, 9);
+    for (int t = 0; t < 123; ++t) ASSERT_TRUE(a.Observe(x.row(t).data()).ok());
+    PredictiveStateAccumulator b = RoundTrip(a);
+    for (int t = 123; t < 300; ++t) {
+      ASSERT_TRUE(a.Observe(x.row(t).data()).ok());
+      ASSERT_TRUE(b.Observe(x.row(t).data()).ok());
+    }
+    EXPECT_EQ(Bytes(a), Bytes(b));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corruption: truncation at every length, bad tag, future version, inconsistent dimensions.
+
+std::string SmallCmeBytes() {
+  CompressedCme a(CmeOptions(false, 30));
+  const RowMatrixXd x = Trajectory(200, 2, 10);
+  Feed(a, x, 0, 200);
+  return Bytes(a);
+}
+
+TEST(SerializationCorruption, EveryTruncationIsDataLossNamingTheSource) {
+  const std::string bytes = SmallCmeBytes();
+  for (size_t n = 0; n < bytes.size(); n += (n < 200 ? 1 : 97)) {
+    io::Reader r(std::string_view(bytes).substr(0, n), "cme.snap");
+    absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
+    ASSERT_FALSE(c.ok()) << "length " << n;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(c.status().message().rfind("cme.snap: offset ", 0), 0u) << c.status();
+    EXPECT_NE(c.status().message().find("truncated"), std::string::npos) << c.status();
+  }
+}
+
+TEST(SerializationCorruption, BadTagAndFutureVersionAreNamed) {
+  std::string bytes = SmallCmeBytes();
+  {
+    std::string bad = bytes;
+    bad[0] = 'X';
+    io::Reader r(bad, "f");
+    absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().message(), "f: offset 0: expected CompressedCme (tag CCME), found tag XCME");
+  }
+  {
+    std::string bad = bytes;
+    bad[4] = 2;  // version 2
+    io::Reader r(bad, "f");
+    absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().message(),
+              "f: offset 0: CompressedCme (CCME) version 2 is not supported by this build (reads 1..1)");
+  }
+  {
+    // A counts object where a CME is expected.
+    TransitionCounts t({});
+    const std::string counts = Bytes(t);
+    io::Reader r(counts, "f");
+    absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("found tag CNTS"), std::string::npos) << c.status();
+  }
+}
+
+TEST(SerializationCorruption, DimensionsBeyondTheHeaderAreRejectedBeforeAllocating) {
+  std::string bytes = SmallCmeBytes();
+  // Body layout: 16-byte object header, then dim (4), sigma, eta, lambda, epsilon (32),
+  // max_dict (4) at offset 52.
+  {
+    // max_dict 30 -> 20000 (the largest valid cap: 6 * 20000^2 doubles = 19.2 GB) with a
+    // budget of 1 MiB: refused before the constructor allocates.
+    std::string bad = bytes;
+    const int32_t huge = 20000;
+    std::memcpy(&bad[52], &huge, 4);  // little-endian host
+    io::Reader r(bad, "f");
+    r.set_allocation_budget(1 << 20);
+    absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("CompressedCme buffers would allocate"), std::string::npos) << c.status();
+  }
+  {
+    // m_x larger than max_dict (30). Offset of m_x: 16 + 4 + 32 + 4 + 1 + 32 + 1 + 56 = 146.
+    std::string bad = bytes;
+    const int32_t mx = 31;
+    std::memcpy(&bad[146], &mx, 4);
+    io::Reader r(bad, "f");
+    absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("cme dictionary size m_x is 31 (field at offset 146), expected 0..30"),
+              std::string::npos)
+        << c.status();
+  }
+}
+
+}  // namespace
+}  // namespace cmestream
