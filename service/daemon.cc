@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <exception>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
+#include "service/auth.h"
 #include "service/batch_log.h"
 #include "service/data_dir.h"
 #include "service/ingestor.h"
@@ -56,6 +58,8 @@ absl::Status DaemonOptions::Validate() const {
   if (!std::isfinite(scheduler_tick_seconds) || scheduler_tick_seconds <= 0) {
     return absl::InvalidArgumentError("scheduler_tick_seconds must be > 0");
   }
+  if (absl::Status s = limits.Validate(); !s.ok()) return s;
+  if (absl::Status s = security.Validate(); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -64,6 +68,7 @@ absl::Status DaemonOptions::Validate() const {
 struct Daemon::Impl {
   DaemonOptions options;
   std::unique_ptr<DataDir> data_dir;
+  std::unique_ptr<TokenAuthenticator> auth;  // null: no --auth-tokens
   Metrics metrics;
   NullBatchLog batch_log;  // a write-ahead log replaces this in a later issue
   std::unique_ptr<ModelRegistry> registry;
@@ -87,6 +92,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   SplitHostPort("listen", options.listen, &impl->grpc_host, &requested_port).IgnoreError();
   SplitHostPort("metrics-listen", options.metrics_listen, &impl->metrics_host, &requested_port).IgnoreError();
 
+  // Security first: a bad certificate or token file fails the start before anything binds.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
+  if (!options.security.auth_tokens.empty()) {
+    std::string warning;
+    absl::StatusOr<TokenAuthenticator> auth = TokenAuthenticator::Load(options.security.auth_tokens, &warning);
+    if (!auth.ok()) return auth.status();
+    if (!warning.empty()) std::cerr << "cmestreamd: warning: " << warning << "\n";
+    impl->auth = std::make_unique<TokenAuthenticator>(*std::move(auth));
+  }
+
   absl::StatusOr<std::unique_ptr<DataDir>> dir = DataDir::Open(options.data_dir);
   if (!dir.ok()) return dir.status();
   impl->data_dir = *std::move(dir);
@@ -107,16 +123,18 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   impl->registry = std::make_unique<ModelRegistry>(defaults, impl->metrics, impl->batch_log);
   RefreshScheduler::Options scheduler_options;
   scheduler_options.tick_seconds = options.scheduler_tick_seconds;
+  impl->registry->SetLimits(options.limits);
   impl->scheduler = std::make_unique<RefreshScheduler>(*impl->registry, scheduler_options);
-  impl->ingestor = std::make_unique<Ingestor>(*impl->registry, impl->metrics);
-  impl->model_service = std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics);
-  impl->ingest_service = std::make_unique<IngestServiceImpl>(*impl->registry, *impl->ingestor, impl->metrics);
-  impl->query_service = std::make_unique<QueryServiceImpl>(*impl->registry, *impl->scheduler, impl->metrics);
+  impl->ingestor = std::make_unique<Ingestor>(*impl->registry, impl->metrics, options.limits);
+  const TokenAuthenticator* auth = impl->auth.get();
+  impl->model_service = std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics, auth);
+  impl->ingest_service = std::make_unique<IngestServiceImpl>(*impl->registry, *impl->ingestor, impl->metrics, auth);
+  impl->query_service = std::make_unique<QueryServiceImpl>(*impl->registry, *impl->scheduler, impl->metrics, auth);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &impl->grpc_port);
+  builder.AddListeningPort(options.listen, *credentials, &impl->grpc_port);
   builder.SetMaxReceiveMessageSize(options.max_message_mb * 1024 * 1024);
   builder.RegisterService(impl->model_service.get());
   builder.RegisterService(impl->ingest_service.get());
@@ -127,6 +145,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     impl->scheduler->Stop();
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on --listen ", options.listen,
                                                " (address in use or not local?)"));
+  }
+  if (const std::string notice = TransportNotice(options.security, impl->grpc_host, options.listen); !notice.empty()) {
+    std::cerr << "cmestreamd: " << notice << "\n";  // stderr: stdout carries only the listening line
   }
   auto daemon = std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
   if (absl::Status s = daemon->impl_->data_dir->WriteDaemonInfo(daemon->grpc_address(), daemon->metrics_address());

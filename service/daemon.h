@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "service/limits.h"
+#include "service/tls.h"
 
 namespace cmestream::service {
 
@@ -19,6 +21,8 @@ struct DaemonOptions {
                                                    // bounds one IngestBatch (64 MiB = 8M doubles)
   double shutdown_grace_seconds = 5.0;             // in-flight RPCs get this long, then cancelled
   double scheduler_tick_seconds = 0.05;            // refresh scheduler polling period, > 0
+  LimitOptions limits;                             // --max-batch-pairs, --max-models, ... (limits.h)
+  SecurityOptions security;                        // --tls-*, --auth-tokens (tls.h, auth.h)
 
   // OK or InvalidArgument naming the flag and the expected value.
   absl::Status Validate() const;

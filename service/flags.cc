@@ -1,6 +1,8 @@
 #include "service/flags.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -37,7 +39,30 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       return absl::OkStatus();
     };
     absl::Status s;
-    if (name == "--listen" || name == "--metrics-listen" || name == "--data-dir") {
+    const auto integer = [&](auto* target) -> absl::Status {
+      double v = 0;
+      if (absl::Status ns = number(&v); !ns.ok()) return ns;
+      if (!(v >= -2147483648.0 && v <= 2147483647.0) || v != static_cast<double>(static_cast<int64_t>(v))) {
+        return absl::InvalidArgumentError(absl::StrCat("flag ", name, " is ", v, ", expected an integer"));
+      }
+      *target = static_cast<std::remove_pointer_t<decltype(target)>>(v);
+      return absl::OkStatus();
+    };
+    if (name == "--tls-cert" || name == "--tls-key" || name == "--tls-client-ca" || name == "--auth-tokens") {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      SecurityOptions& sec = o.security;
+      (name == "--tls-cert" ? sec.tls_cert : name == "--tls-key" ? sec.tls_key
+                          : name == "--tls-client-ca" ? sec.tls_client_ca : sec.auth_tokens) = *v;
+    } else if (name == "--max-batch-pairs") {
+      s = integer(&o.limits.max_batch_pairs);
+    } else if (name == "--max-models") {
+      s = integer(&o.limits.max_models);
+    } else if (name == "--max-dim") {
+      s = integer(&o.limits.max_dim);
+    } else if (name == "--max-queued-batches") {
+      s = integer(&o.limits.max_queued_batches);
+    } else if (name == "--listen" || name == "--metrics-listen" || name == "--data-dir") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
       (name == "--listen" ? o.listen : name == "--metrics-listen" ? o.metrics_listen : o.data_dir) = *v;

@@ -10,7 +10,15 @@ namespace {
 // the stream with its status; the batches before it stay applied (as the proto documents).
 class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
  public:
-  IngestReactor(Ingestor& ingestor, Metrics& metrics) : ingestor_(ingestor), metrics_(metrics) { StartRead(&batch_); }
+  IngestReactor(grpc::CallbackServerContext* ctx, Ingestor& ingestor, Metrics& metrics, absl::Status access)
+      : ctx_(ctx), ingestor_(ingestor), metrics_(metrics) {
+    if (!access.ok()) {  // refused before reading anything (auth.h)
+      metrics_.ObserveRpc("Ingest", 0, static_cast<int>(access.code()));
+      Finish(ToGrpcStatus(access));
+      return;
+    }
+    StartRead(&batch_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client closed its side (or the call was cancelled)
@@ -22,6 +30,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
     metrics_.ObserveRpc("Ingest", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                         static_cast<int>(ack.status().code()));
     if (!ack.ok()) {
+      AddRetryTrailer(ack.status(), ctx_);
       Finish(ToGrpcStatus(ack.status()));
       return;
     }
@@ -41,6 +50,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
   void OnDone() override { delete this; }
 
  private:
+  grpc::CallbackServerContext* ctx_;
   Ingestor& ingestor_;
   Metrics& metrics_;
   v1::IngestBatch batch_;
@@ -50,13 +60,14 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestServiceImpl::Ingest(grpc::CallbackServerContext*) {
-  return new IngestReactor(ingestor_, metrics_);
+grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestServiceImpl::Ingest(grpc::CallbackServerContext* ctx) {
+  return new IngestReactor(ctx, ingestor_, metrics_, Authorize(auth_, *ctx, "Ingest"));
 }
 
 grpc::ServerUnaryReactor* IngestServiceImpl::IngestOne(grpc::CallbackServerContext* ctx, const v1::IngestBatch* req,
                                                        v1::IngestAck* resp) {
   UnaryCall call(ctx, metrics_, "IngestOne");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<v1::IngestAck> ack = ingestor_.Apply(*req, 0);
   if (ack.ok()) *resp = *std::move(ack);
   return call.Finish(ack.status());
@@ -65,6 +76,7 @@ grpc::ServerUnaryReactor* IngestServiceImpl::IngestOne(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* IngestServiceImpl::GetProducer(grpc::CallbackServerContext* ctx,
                                                          const v1::GetProducerRequest* req, v1::ProducerStatus* resp) {
   UnaryCall call(ctx, metrics_, "GetProducer");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (model.ok()) {
     resp->set_model(req->model());

@@ -11,12 +11,22 @@ absl::StatusOr<v1::IngestAck> Ingestor::Apply(const v1::IngestBatch& batch, uint
     metrics_.OnUnknownModelBatch();
     return absl::NotFoundError(absl::StrCat("batch ", batch_index, ": ", model.status().message()));
   }
+  if (absl::Status s = CheckBatchPairs(batch, (*model)->dim(), batch_index, limits_); !s.ok()) {
+    (*model)->metrics().OnRejected("batch_limit");
+    return s;
+  }
   const uint32_t num_states = (*model)->config().num_states();
   BatchCheck check = num_states > 0 ? ValidateDiscreteBatch(batch, num_states, batch_index)
                                     : ValidateBatch(batch, (*model)->dim(), batch_index);
   if (!check.status.ok()) {
     (*model)->metrics().OnRejected(check.reason);
     return check.status;
+  }
+  // Bounded wait for the learner lock: beyond --max-queued-batches the caller is told to retry.
+  absl::StatusOr<IngestQueue::Ticket> ticket = queue_.Admit((*model)->name());
+  if (!ticket.ok()) {
+    (*model)->metrics().OnRejected("queue_full");
+    return ticket.status();
   }
   absl::StatusOr<Model::IngestResult> result =
       (*model)->Ingest(check.batch, batch.producer_id(), batch.offset(), batch_index, batch.episode_id());

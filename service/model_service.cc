@@ -6,6 +6,7 @@ namespace cmestream::service {
 grpc::ServerUnaryReactor* ModelServiceImpl::CreateModel(grpc::CallbackServerContext* ctx,
                                                         const v1::CreateModelRequest* req, v1::ModelInfo* resp) {
   UnaryCall call(ctx, metrics_, "CreateModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Create(req->config());
   if (model.ok()) *resp = (*model)->Describe();
   return call.Finish(model.status());
@@ -14,6 +15,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::CreateModel(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext* ctx, const v1::GetModelRequest* req,
                                                      v1::ModelInfo* resp) {
   UnaryCall call(ctx, metrics_, "GetModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->name());
   if (model.ok()) *resp = (*model)->Describe();
   return call.Finish(model.status());
@@ -22,6 +24,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* ctx,
                                                        const v1::ListModelsRequest*, v1::ListModelsResponse* resp) {
   UnaryCall call(ctx, metrics_, "ListModels");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   for (const std::shared_ptr<Model>& model : registry_.List()) *resp->add_models() = model->Describe();
   return call.Finish(absl::OkStatus());
 }
@@ -29,6 +32,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerContext* ctx,
                                                         const v1::DeleteModelRequest* req, v1::DeleteModelResponse*) {
   UnaryCall call(ctx, metrics_, "DeleteModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   return call.Finish(registry_.Delete(req->name()));
 }
 

@@ -142,6 +142,7 @@ void SetComplex(v1::Complex* out, std::complex<double> z) {
 grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext* ctx, const v1::RefreshRequest* req,
                                                     v1::RefreshResponse* resp) {
   auto call = std::make_shared<UnaryCall>(ctx, metrics_, "Refresh");
+  if (absl::Status s = call->Authorize(auth_); !s.ok()) return call->Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> found = registry_.Get(req->model());
   if (!found.ok()) return call->Finish(found.status());
   std::shared_ptr<Model> model = *std::move(found);
@@ -181,6 +182,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerContext* ctx, const v1::KoopmanRequest* req,
                                                        v1::KoopmanResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetKoopman");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   const uint32_t top = req->top() == 0 ? kDefaultTop : req->top();
@@ -216,6 +218,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext* ctx, const v1::PredictRequest* req,
                                                     v1::PredictResponse* resp) {
   UnaryCall call(ctx, metrics_, "Predict");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<int64_t> n = CheckPoints(req->points(), **model);
@@ -236,6 +239,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* QueryServiceImpl::GetDictionary(grpc::CallbackServerContext* ctx,
                                                           const v1::DictionaryRequest* req, v1::DictionaryResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetDictionary");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<std::shared_ptr<const ModelView>> view = RequireView(**model);
@@ -252,6 +256,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetDictionary(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* QueryServiceImpl::GetCounts(grpc::CallbackServerContext* ctx, const v1::CountsRequest* req,
                                                       v1::CountsResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetCounts");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
@@ -277,6 +282,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetCounts(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* QueryServiceImpl::GetEmbedding(grpc::CallbackServerContext* ctx,
                                                          const v1::EmbeddingRequest* req, v1::EmbeddingResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetEmbedding");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
@@ -296,6 +302,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetEmbedding(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* QueryServiceImpl::GetClusters(grpc::CallbackServerContext* ctx,
                                                         const v1::ClustersRequest* req, v1::ClustersResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetClusters");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
@@ -333,6 +340,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetAggregation(grpc::CallbackServerC
                                                            const v1::AggregationRequest* req,
                                                            v1::AggregationResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetAggregation");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
@@ -360,6 +368,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetAggregation(grpc::CallbackServerC
 grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContext* ctx, const v1::LatentRequest* req,
                                                       v1::LatentResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetLatent");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
@@ -385,6 +394,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext* ctx, const v1::ForecastRequest* req,
                                                      v1::ForecastResponse* resp) {
   UnaryCall call(ctx, metrics_, "Forecast");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   const uint32_t horizon = req->horizon() == 0 ? 1 : req->horizon();

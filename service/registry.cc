@@ -5,11 +5,17 @@
 namespace cmestream::service {
 
 absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConfig& config) {
+  if (absl::Status s = CheckModelConfigLimits(config, limits_); !s.ok()) return s;  // names --max-dim
   absl::StatusOr<v1::ModelConfig> normalized = NormalizeModelConfig(config, defaults_);
   if (!normalized.ok()) return normalized.status();
   std::lock_guard<std::mutex> lock(mu_);
   if (models_.count(normalized->name())) {
     return absl::AlreadyExistsError(absl::StrCat("model '", normalized->name(), "' already exists"));
+  }
+  if (models_.size() >= static_cast<size_t>(limits_.max_models)) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot create model '", normalized->name(), "': this daemon holds ",
+                                                     models_.size(), " models, its limit (--max-models ",
+                                                     limits_.max_models, "); delete a model first"));
   }
   // Allocation of the learner (O(max_dict^2)) happens under the map lock; creation is rare.
   auto model = std::make_shared<Model>(*normalized, metrics_.ForModel(normalized->name()), &log_);

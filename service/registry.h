@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "service/batch_log.h"
+#include "service/limits.h"
 #include "service/metrics.h"
 #include "service/model.h"
 #include "service/model_config.h"
@@ -24,7 +25,12 @@ class ModelRegistry {
   ModelRegistry(ConfigDefaults defaults, Metrics& metrics, BatchLog& log)
       : defaults_(defaults), metrics_(metrics), log_(log) {}
 
-  // InvalidArgument (bad config), AlreadyExists.
+  // --max-models and --max-dim, enforced by Create (default: LimitOptions' defaults).
+  // requires: called before the registry is shared between threads.
+  void SetLimits(const LimitOptions& limits) { limits_ = limits; }
+
+  // InvalidArgument (bad config, dim above --max-dim), AlreadyExists, ResourceExhausted (the
+  // registry already holds --max-models models).
   absl::StatusOr<std::shared_ptr<Model>> Create(const v1::ModelConfig& config);
   // NotFound with a message naming the model.
   absl::StatusOr<std::shared_ptr<Model>> Get(const std::string& name) const;
@@ -36,6 +42,7 @@ class ModelRegistry {
   const ConfigDefaults defaults_;
   Metrics& metrics_;
   BatchLog& log_;
+  LimitOptions limits_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Model>> models_;
 };

@@ -7,6 +7,8 @@
 #include "absl/status/status.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/server_context.h"
+#include "service/auth.h"
+#include "service/limits.h"
 #include "service/metrics.h"
 #include "service/status.h"
 
@@ -16,20 +18,27 @@ namespace cmestream::service {
 class UnaryCall {
  public:
   UnaryCall(grpc::CallbackServerContext* ctx, Metrics& metrics, const char* method)
-      : reactor_(ctx->DefaultReactor()), metrics_(metrics), method_(method),
+      : ctx_(ctx), reactor_(ctx->DefaultReactor()), metrics_(metrics), method_(method),
         start_(std::chrono::steady_clock::now()) {}
 
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+
+  // The per-RPC access check (auth.h): OK when `auth` is null or the caller's token has the
+  // scope this method requires. Handlers call it first: `if (auto s = call.Authorize(auth_);
+  // !s.ok()) return call.Finish(s);`
+  absl::Status Authorize(const TokenAuthenticator* auth) const { return service::Authorize(auth, *ctx_, method_); }
 
   // Finishes the call (exactly once). Safe to call from any thread.
   grpc::ServerUnaryReactor* Finish(const absl::Status& status) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     metrics_.ObserveRpc(method_, seconds, static_cast<int>(status.code()));
+    AddRetryTrailer(status, ctx_);
     reactor_->Finish(ToGrpcStatus(status));
     return reactor_;
   }
 
  private:
+  grpc::CallbackServerContext* ctx_;
   grpc::ServerUnaryReactor* reactor_;
   Metrics& metrics_;
   const char* method_;

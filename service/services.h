@@ -9,6 +9,7 @@
 #pragma once
 
 #include "cmestream/v1/cmestream.grpc.pb.h"
+#include "service/auth.h"
 #include "service/ingestor.h"
 #include "service/metrics.h"
 #include "service/refresh.h"
@@ -18,7 +19,9 @@ namespace cmestream::service {
 
 class ModelServiceImpl final : public v1::ModelService::CallbackService {
  public:
-  ModelServiceImpl(ModelRegistry& registry, Metrics& metrics) : registry_(registry), metrics_(metrics) {}
+  // `auth` null: no authentication (every handler starts with UnaryCall::Authorize).
+  ModelServiceImpl(ModelRegistry& registry, Metrics& metrics, const TokenAuthenticator* auth = nullptr)
+      : registry_(registry), metrics_(metrics), auth_(auth) {}
   grpc::ServerUnaryReactor* CreateModel(grpc::CallbackServerContext* ctx, const v1::CreateModelRequest* req,
                                         v1::ModelInfo* resp) override;
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* ctx, const v1::GetModelRequest* req,
@@ -31,12 +34,14 @@ class ModelServiceImpl final : public v1::ModelService::CallbackService {
  private:
   ModelRegistry& registry_;
   Metrics& metrics_;
+  const TokenAuthenticator* auth_;
 };
 
 class IngestServiceImpl final : public v1::IngestService::CallbackService {
  public:
-  IngestServiceImpl(ModelRegistry& registry, Ingestor& ingestor, Metrics& metrics)
-      : registry_(registry), ingestor_(ingestor), metrics_(metrics) {}
+  IngestServiceImpl(ModelRegistry& registry, Ingestor& ingestor, Metrics& metrics,
+                    const TokenAuthenticator* auth = nullptr)
+      : registry_(registry), ingestor_(ingestor), metrics_(metrics), auth_(auth) {}
   grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* Ingest(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* IngestOne(grpc::CallbackServerContext* ctx, const v1::IngestBatch* req,
                                       v1::IngestAck* resp) override;
@@ -47,12 +52,14 @@ class IngestServiceImpl final : public v1::IngestService::CallbackService {
   ModelRegistry& registry_;
   Ingestor& ingestor_;
   Metrics& metrics_;
+  const TokenAuthenticator* auth_;
 };
 
 class QueryServiceImpl final : public v1::QueryService::CallbackService {
  public:
-  QueryServiceImpl(ModelRegistry& registry, RefreshScheduler& scheduler, Metrics& metrics)
-      : registry_(registry), scheduler_(scheduler), metrics_(metrics) {}
+  QueryServiceImpl(ModelRegistry& registry, RefreshScheduler& scheduler, Metrics& metrics,
+                   const TokenAuthenticator* auth = nullptr)
+      : registry_(registry), scheduler_(scheduler), metrics_(metrics), auth_(auth) {}
   grpc::ServerUnaryReactor* Refresh(grpc::CallbackServerContext* ctx, const v1::RefreshRequest* req,
                                     v1::RefreshResponse* resp) override;
   grpc::ServerUnaryReactor* GetKoopman(grpc::CallbackServerContext* ctx, const v1::KoopmanRequest* req,
@@ -78,6 +85,7 @@ class QueryServiceImpl final : public v1::QueryService::CallbackService {
   ModelRegistry& registry_;
   RefreshScheduler& scheduler_;
   Metrics& metrics_;
+  const TokenAuthenticator* auth_;
 };
 
 }  // namespace cmestream::service

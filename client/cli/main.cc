@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -45,10 +46,14 @@ using client::IngestStream;
 constexpr int kExitServer = 1;
 constexpr int kExitUsage = 2;
 
-const char kMainUsage[] = R"(usage: cmestream [--server HOST:PORT] [--timeout S] COMMAND [ARGS] [--help]
+const char kMainUsage[] = R"(usage: cmestream [--server HOST:PORT] [--timeout S] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+                 [--token-file FILE] COMMAND [ARGS] [--help]
 
 Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051.
 --timeout is the deadline of each request in seconds (default 30).
+--tls-ca FILE: connect with TLS, trusting this PEM CA; --tls-cert/--tls-key: PEM client certificate
+and key (daemons started with --tls-client-ca). --token-file FILE: bearer token (first line);
+default $CMESTREAM_TOKEN. These flags go before COMMAND.
 
 commands:
   model create NAME --dim D [options]   create a continuous model (see `cmestream model create --help`)
@@ -497,6 +502,7 @@ void PrintJson(const JsonWriter& w) { std::cout << w.str() << "\n"; }
 struct Context {
   std::string server;
   double timeout = 30;
+  std::string tls_ca, tls_cert, tls_key, token;
   std::unique_ptr<Client> client;
 };
 
@@ -504,6 +510,10 @@ absl::Status ConnectClient(Context& ctx) {
   client::ClientOptions options;
   options.target = ctx.server;
   options.timeout_seconds = ctx.timeout;
+  options.tls_ca_file = ctx.tls_ca;
+  options.tls_cert_file = ctx.tls_cert;
+  options.tls_key_file = ctx.tls_key;
+  options.token = ctx.token;
   auto c = Client::Connect(options);
   if (!c.ok()) return c.status();
   ctx.client = std::move(*c);
@@ -1757,6 +1767,8 @@ int Run(int argc, char** argv) {
   Context ctx;
   const char* env = std::getenv("CMESTREAM_SERVER");
   ctx.server = env && *env ? env : "127.0.0.1:50051";
+  if (const char* token = std::getenv("CMESTREAM_TOKEN"); token != nullptr) ctx.token = token;
+  std::string token_file;
 
   // Global flags before the command word.
   size_t i = 0;
@@ -1775,6 +1787,21 @@ int Run(int argc, char** argv) {
         ctx.timeout = *v;
       }
       ++i;
+    } else if (a == "--tls-ca" || a == "--tls-cert" || a == "--tls-key" || a == "--token-file" ||
+               a.rfind("--tls-ca=", 0) == 0 || a.rfind("--tls-cert=", 0) == 0 || a.rfind("--tls-key=", 0) == 0 ||
+               a.rfind("--token-file=", 0) == 0) {
+      const size_t eq = a.find('=');
+      const std::string flag = a.substr(0, eq);
+      std::string value;
+      if (eq != std::string::npos) {
+        value = a.substr(eq + 1);
+      } else {
+        if (i + 1 >= argv_s.size()) return FailUsage("", flag + " needs a value");
+        value = argv_s[++i];
+      }
+      if (value.empty()) return FailUsage("", flag + ": expected a file name");
+      (flag == "--tls-ca" ? ctx.tls_ca : flag == "--tls-cert" ? ctx.tls_cert : flag == "--tls-key" ? ctx.tls_key
+                                                                                            : token_file) = value;
     } else if (a.rfind("--server=", 0) == 0) {
       ctx.server = a.substr(9);
     } else if (a.rfind("--timeout=", 0) == 0) {
@@ -1789,6 +1816,15 @@ int Run(int argc, char** argv) {
     std::cout << kMainUsage;
     return help ? 0 : kExitUsage;
   }
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    std::string line;
+    if (!in || !std::getline(in, line)) return FailUsage("", "--token-file: cannot read a token from '" + token_file + "'");
+    ctx.token = std::string(absl::StripAsciiWhitespace(line));
+    if (ctx.token.empty()) return FailUsage("", "--token-file: '" + token_file + "' starts with an empty line");
+  }
+  if (ctx.tls_cert.empty() != ctx.tls_key.empty()) return FailUsage("", "--tls-cert and --tls-key go together");
+  if (!ctx.tls_cert.empty() && ctx.tls_ca.empty()) return FailUsage("", "--tls-cert needs --tls-ca (TLS)");
   std::string command = argv_s[i++];
   const char* usage = kMainUsage;
   CommandSpec spec;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,15 @@ absl::Status ClientOptions::Validate() const {
   if (!(timeout_seconds > 0) || !std::isfinite(timeout_seconds)) {
     return absl::InvalidArgumentError(
         absl::StrCat("timeout_seconds: expected a finite value > 0, got ", timeout_seconds));
+  }
+  if (tls_cert_file.empty() != tls_key_file.empty()) {
+    return absl::InvalidArgumentError("tls_cert_file and tls_key_file go together (client certificate and its key)");
+  }
+  if (!tls_cert_file.empty() && tls_ca_file.empty()) {
+    return absl::InvalidArgumentError("a client certificate needs TLS: set tls_ca_file too");
+  }
+  if (token.find_first_of("\r\n") != std::string::npos) {
+    return absl::InvalidArgumentError("token: contains a line break");
   }
   if (max_message_bytes < (4 << 20)) {
     return absl::InvalidArgumentError(
@@ -280,22 +291,59 @@ absl::StatusOr<IngestStream::Summary> IngestStream::Finish() {
 // Client
 // ---------------------------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  if (auto s = options.Validate(); !s.ok()) return s;
-  return std::unique_ptr<Client>(new Client(options));
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const char* what, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, ": cannot read '", path, "'"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' is not a PEM file"));
+  }
+  return text.str();
 }
 
-Client::Client(const ClientOptions& options) : options_(options) {
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (auto s = options.Validate(); !s.ok()) return s;
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options.tls_ca_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    absl::StatusOr<std::string> ca = ReadPem("TLS CA", options.tls_ca_file);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    if (!options.tls_cert_file.empty()) {
+      absl::StatusOr<std::string> cert = ReadPem("TLS client certificate", options.tls_cert_file);
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadPem("TLS client key", options.tls_key_file);
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *cert;
+      ssl.pem_private_key = *key;
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return std::unique_ptr<Client>(new Client(options, std::move(credentials)));
+}
+
+Client::Client(const ClientOptions& options, std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : options_(options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
   args.SetMaxSendMessageSize(options_.max_message_bytes);
-  channel_ = grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(options_.target, credentials, args);
   models_ = v1::ModelService::NewStub(channel_);
   ingest_ = v1::IngestService::NewStub(channel_);
   queries_ = v1::QueryService::NewStub(channel_);
 }
 
+void Client::Authenticate(grpc::ClientContext* context) const {
+  if (!options_.token.empty()) context->AddMetadata("authorization", "Bearer " + options_.token);
+}
+
 void Client::SetDeadline(grpc::ClientContext* context, double extra_seconds) const {
+  Authenticate(context);
   const auto span = std::chrono::duration<double>(options_.timeout_seconds + extra_seconds);
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::duration_cast<std::chrono::system_clock::duration>(span));
@@ -359,6 +407,7 @@ absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenIngest(
   if (dim == 0) return absl::InvalidArgumentError("OpenIngest: dim must be >= 1");
   // No deadline: a stream lives as long as the producer has data.
   auto context = std::make_unique<grpc::ClientContext>();
+  Authenticate(context.get());
   return std::unique_ptr<IngestStream>(
       new IngestStream(std::move(context), ingest_.get(), model, dim, options));
 }
@@ -367,6 +416,7 @@ absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenDiscreteIngest(
     const std::string& model, const IngestStream::Options& options) {
   if (auto s = options.Validate(); !s.ok()) return s;
   auto context = std::make_unique<grpc::ClientContext>();
+  Authenticate(context.get());
   return std::unique_ptr<IngestStream>(
       new IngestStream(std::move(context), ingest_.get(), model, /*dim=*/0, options));
 }

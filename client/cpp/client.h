@@ -48,6 +48,14 @@ struct ClientOptions {
   // query points (16 bytes per eigenpair per point); gRPC's default 4 MB is too small for a
   // fine grid. Range [4 MiB, 2 GiB).
   int max_message_bytes = 256 << 20;
+  // Transport security (all PEM files; empty = off). tls_ca_file turns TLS on and is the CA
+  // the daemon's certificate must chain to; tls_cert_file + tls_key_file add a client
+  // certificate (for a daemon started with --tls-client-ca). Read by Client::Connect.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Bearer token sent as `authorization: Bearer TOKEN` on every call (empty: none).
+  std::string token;
   absl::Status Validate() const;
 };
 
@@ -192,7 +200,8 @@ class Client {
   const ClientOptions& options() const { return options_; }
 
  private:
-  explicit Client(const ClientOptions& options);
+  Client(const ClientOptions& options, std::shared_ptr<grpc::ChannelCredentials> credentials);
+  void Authenticate(grpc::ClientContext* context) const;  // adds the bearer token, if any
   void SetDeadline(grpc::ClientContext* context, double extra_seconds = 0) const;
   // One unary QueryService call with the deadline (defined in client.cc, used only there).
   template <typename Response, typename Request, typename Method>

@@ -10,6 +10,8 @@ the `state_ids=` argument of the view queries.
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from typing import Iterator, Optional, Sequence
 
 import grpc
@@ -149,16 +151,62 @@ def _complex(values) -> np.ndarray:
     return np.array([complex(c.re, c.im) for c in values], dtype=np.complex128)
 
 
+def _retry_after(error, attempt: int) -> Optional[float]:
+    """Seconds to wait before retrying `error`, or None if it is not retryable: only
+    RESOURCE_EXHAUSTED with the daemon's `retry-after-ms` trailer (a full ingest queue; other
+    RESOURCE_EXHAUSTED answers such as --max-models are not transient). Exponential backoff from
+    the hint, capped at 5 s."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    hint = None
+    for key, value in (error.trailing_metadata() or ()):
+        if key == "retry-after-ms":
+            try:
+                hint = int(value)
+            except ValueError:
+                return None
+    if hint is None:
+        return None
+    return min(5.0, hint / 1000.0 * (2 ** attempt))
+
+
 class Client:
     """One channel to one cmestreamd. `timeout` is the deadline of each unary call in seconds."""
 
-    def __init__(self, target: str = "127.0.0.1:50051", timeout: float = 30.0):
+    def __init__(self, target: str = "127.0.0.1:50051", timeout: float = 30.0,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None, token: Optional[str] = None,
+                 max_retries: int = 5):
+        """`tls_ca` (PEM file) turns TLS on; `tls_cert`/`tls_key` add a client certificate.
+        `token` is sent as `authorization: Bearer TOKEN` on every call (default: the
+        environment variable CMESTREAM_TOKEN). Unary calls refused with RESOURCE_EXHAUSTED and
+        a `retry-after-ms` hint (a model's ingest queue is full) are retried up to
+        `max_retries` times, waiting at least the hint, doubling from attempt to attempt."""
         self.target = target
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(target, options=[
+        self.max_retries = max_retries
+        options = [
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
             ("grpc.max_send_message_length", _MAX_MESSAGE),
-        ])
+        ]
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        if tls_cert is not None and tls_ca is None:
+            raise ValueError("a client certificate needs TLS: pass tls_ca too")
+        if tls_ca is not None:
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=read(tls_ca),
+                private_key=read(tls_key) if tls_key else None,
+                certificate_chain=read(tls_cert) if tls_cert else None)
+            self._channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
+        if token is None:
+            token = os.environ.get("CMESTREAM_TOKEN") or None
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._models = pb_grpc.ModelServiceStub(self._channel)
         self._ingest = pb_grpc.IngestServiceStub(self._channel)
         self._queries = pb_grpc.QueryServiceStub(self._channel)
@@ -173,10 +221,17 @@ class Client:
         self.close()
 
     def _call(self, method, request, timeout=None):
-        try:
-            return method(request, timeout=self.timeout if timeout is None else timeout)
-        except grpc.RpcError as e:  # every RpcError raised by a call is also a grpc.Call
-            raise CmestreamError(e.code(), e.details()) from None
+        attempt = 0
+        while True:
+            try:
+                return method(request, timeout=self.timeout if timeout is None else timeout,
+                              metadata=self._metadata)
+            except grpc.RpcError as e:  # every RpcError raised by a call is also a grpc.Call
+                wait = _retry_after(e, attempt)
+                if wait is None or attempt >= self.max_retries:
+                    raise CmestreamError(e.code(), e.details()) from None
+                time.sleep(wait)
+                attempt += 1
 
     # -- models ------------------------------------------------------------------------------
 
@@ -221,7 +276,7 @@ class Client:
                 yield b
 
         try:
-            for ack in self._ingest.Ingest(counted()):
+            for ack in self._ingest.Ingest(counted(), metadata=self._metadata):
                 result.batches += 1
                 result.pairs_applied += ack.pairs_applied
                 result.producer_offset = ack.producer_offset

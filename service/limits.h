@@ -1,0 +1,102 @@
+// Resource limits of cmestreamd and the per-model ingest queue (issue 6, part 4: "bad input
+// or too much of it never exhausts the daemon").
+//
+// What is bounded, and where:
+//   --max-message-mb       one gRPC message (gRPC itself answers RESOURCE_EXHAUSTED)
+//   --max-batch-pairs      pairs in one IngestBatch (INVALID_ARGUMENT: retrying cannot help,
+//                          the client must split the batch)
+//   --max-models           models in the registry (RESOURCE_EXHAUSTED at CreateModel)
+//   --max-dim              ModelConfig.dim (INVALID_ARGUMENT at CreateModel)
+//   --max-queued-batches   batches of one model waiting for its learner lock (RESOURCE_EXHAUSTED
+//                          with trailing metadata "retry-after-ms" and the hint in the message)
+// Every message names the limit's value and its flag.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cmestream/v1/cmestream.pb.h"
+#include "grpcpp/server_context.h"
+
+namespace cmestream::service {
+
+struct LimitOptions {
+  int64_t max_batch_pairs = 1000000;  // --max-batch-pairs, >= 1
+  int max_models = 1000;              // --max-models, >= 1
+  int max_dim = 4096;                 // --max-dim, 1..kMaxDim (model_config.h)
+  int max_queued_batches = 64;        // --max-queued-batches, >= 0 (0: no batch ever waits)
+  int retry_after_ms = 100;           // hint sent with a full-queue refusal, >= 1
+
+  // OK or InvalidArgument naming the flag and the expected range.
+  absl::Status Validate() const;
+};
+
+// Trailing-metadata key of the retry hint (milliseconds, decimal) sent with RESOURCE_EXHAUSTED
+// when a model's ingest queue is full. Clients wait at least that long before retrying.
+inline constexpr char kRetryAfterMetadataKey[] = "retry-after-ms";
+
+// Number of pairs `batch` claims from its field sizes alone (before validation, so it is
+// cheap and safe on any message): max of x/dim, y/dim, states/dim - 1, x_ids, y_ids,
+// state_ids - 1, never negative. dim <= 0 counts vector fields as d = 1.
+int64_t ClaimedPairs(const v1::IngestBatch& batch, int dim);
+
+// OK, or InvalidArgument "batch 3: 2000000 pairs, more than this daemon accepts in one batch
+// (--max-batch-pairs 1000000); split it into smaller batches".
+absl::Status CheckBatchPairs(const v1::IngestBatch& batch, int dim, uint64_t batch_index,
+                             const LimitOptions& limits);
+
+// OK, or InvalidArgument naming dim, its value and --max-dim. (The model count is checked by
+// the registry under its lock: ModelRegistry::SetLimits.)
+absl::Status CheckModelConfigLimits(const v1::ModelConfig& config, const LimitOptions& limits);
+
+// ResourceExhausted for a full queue; carries the hint as a status payload that
+// AddRetryTrailer turns into trailing metadata.
+absl::Status QueueFullError(const std::string& model, int waiting, const LimitOptions& limits);
+// If `status` carries a retry hint, adds it as trailing metadata "retry-after-ms" to `ctx`.
+// Call before finishing the RPC.
+void AddRetryTrailer(const absl::Status& status, grpc::ServerContextBase* ctx);
+
+// Admission to a model's learner lock. Represents, per model name, the number of batches that
+// are between admission and the end of their application (at most one applies, the others
+// wait for Model's learner lock on a gRPC thread). Admit refuses when max_queued_batches are
+// already waiting, so the memory and threads held by waiting batches are bounded.
+// Thread-safe; O(log #models) per call under one short mutex.
+class IngestQueue {
+ public:
+  explicit IngestQueue(const LimitOptions& limits) : limits_(limits) {}
+
+  // RAII admission: releases its place when destroyed.
+  class Ticket {
+   public:
+    Ticket() = default;
+    Ticket(Ticket&& other) noexcept : queue_(other.queue_), model_(std::move(other.model_)) { other.queue_ = nullptr; }
+    Ticket& operator=(Ticket&&) = delete;
+    ~Ticket();
+
+   private:
+    friend class IngestQueue;
+    Ticket(IngestQueue* queue, std::string model) : queue_(queue), model_(std::move(model)) {}
+    IngestQueue* queue_ = nullptr;
+    std::string model_;
+  };
+
+  // ensures: ok => the caller holds a place until the ticket is destroyed;
+  //          else ResourceExhausted (QueueFullError), nothing held.
+  absl::StatusOr<Ticket> Admit(const std::string& model);
+
+  // Batches of `model` admitted and not yet released (for tests).
+  int InFlight(const std::string& model) const;
+
+ private:
+  void Release(const std::string& model);
+
+  const LimitOptions limits_;
+  mutable std::mutex mu_;
+  std::map<std::string, int> in_flight_;  // entries removed at 0: the map holds busy models only
+};
+
+}  // namespace cmestream::service

@@ -1,0 +1,239 @@
+// Limits and backpressure of cmestreamd (issue 6, part 4): --max-batch-pairs, --max-models,
+// --max-dim, --max-queued-batches, each with its status code and a message naming the limit
+// and its flag, and nothing applied on refusal. The daemon runs in-process on loopback port 0.
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cmestream/v1/cmestream.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "service/daemon.h"
+#include "service/flags.h"
+#include "service/limits.h"
+
+namespace cmestream {
+namespace {
+
+namespace v1 = ::cmestream::v1;
+using ::testing::HasSubstr;
+
+class LimitsTest : public ::testing::Test {
+ protected:
+  void Start(const service::LimitOptions& limits) {
+    data_dir_ = std::filesystem::temp_directory_path() /
+                ("cmestreamd-limits-" + std::to_string(::getpid()) + "-" +
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    service::DaemonOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "127.0.0.1:0";
+    options.data_dir = data_dir_.string();
+    options.refresh_interval_seconds = 3600;
+    options.shutdown_grace_seconds = 1;
+    options.limits = limits;
+    absl::StatusOr<std::unique_ptr<service::Daemon>> daemon = service::Daemon::Start(options);
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = *std::move(daemon);
+    channel_ = grpc::CreateChannel(daemon_->grpc_address(), grpc::InsecureChannelCredentials());
+    models_ = v1::ModelService::NewStub(channel_);
+    ingest_ = v1::IngestService::NewStub(channel_);
+  }
+  void TearDown() override {
+    if (daemon_) daemon_->Shutdown();
+    std::filesystem::remove_all(data_dir_);
+  }
+  grpc::Status Create(const std::string& name, uint32_t dim, uint32_t max_dict = 1000) {
+    grpc::ClientContext ctx;
+    v1::CreateModelRequest req;
+    req.mutable_config()->set_name(name);
+    req.mutable_config()->set_dim(dim);
+    req.mutable_config()->set_sigma(0.3);
+    req.mutable_config()->set_max_dict(max_dict);
+    v1::ModelInfo info;
+    return models_->CreateModel(&ctx, req, &info);
+  }
+  uint64_t Samples(const std::string& name) {
+    grpc::ClientContext ctx;
+    v1::GetModelRequest req;
+    req.set_name(name);
+    v1::ModelInfo info;
+    EXPECT_TRUE(models_->GetModel(&ctx, req, &info).ok());
+    return info.samples();
+  }
+  // n pairs of a 1-D rotation-like map on [0, 1): x_i = frac(i * golden), y = frac(x + 0.1).
+  static v1::IngestBatch Pairs(const std::string& model, int n, int64_t seed = 0) {
+    v1::IngestBatch b;
+    b.set_model(model);
+    for (int i = 0; i < n; ++i) {
+      const double x = std::fmod((i + seed) * 0.6180339887, 1.0);
+      b.add_x(x);
+      b.add_y(std::fmod(x + 0.1, 1.0));
+    }
+    return b;
+  }
+
+  std::filesystem::path data_dir_;
+  std::unique_ptr<service::Daemon> daemon_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ModelService::Stub> models_;
+  std::unique_ptr<v1::IngestService::Stub> ingest_;
+};
+
+TEST_F(LimitsTest, OversizedBatchIsRefusedAndNothingApplied) {
+  service::LimitOptions limits;
+  limits.max_batch_pairs = 10;
+  Start(limits);
+  ASSERT_TRUE(Create("m", 1).ok());
+  v1::IngestAck ack;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = ingest_->IngestOne(&ctx, Pairs("m", 11), &ack);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("11 pairs"));
+    EXPECT_THAT(s.error_message(), HasSubstr("--max-batch-pairs 10"));
+  }
+  EXPECT_EQ(Samples("m"), 0u);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(ingest_->IngestOne(&ctx, Pairs("m", 10), &ack).ok());
+  }
+  EXPECT_EQ(Samples("m"), 10u);
+  // The stream: the first batch is applied, the oversized second ends the stream.
+  grpc::ClientContext ctx;
+  auto stream = ingest_->Ingest(&ctx);
+  ASSERT_TRUE(stream->Write(Pairs("m", 4)));
+  ASSERT_TRUE(stream->Read(&ack));
+  EXPECT_EQ(ack.pairs_applied(), 4u);
+  stream->Write(Pairs("m", 12));
+  stream->WritesDone();
+  while (stream->Read(&ack)) {
+  }
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("batch 1: 12 pairs"));
+  EXPECT_EQ(Samples("m"), 14u);
+}
+
+TEST_F(LimitsTest, TooManyModelsIsResourceExhaustedUntilOneIsDeleted) {
+  service::LimitOptions limits;
+  limits.max_models = 2;
+  Start(limits);
+  ASSERT_TRUE(Create("a", 1).ok());
+  ASSERT_TRUE(Create("b", 1).ok());
+  grpc::Status s = Create("c", 1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("holds 2 models"));
+  EXPECT_THAT(s.error_message(), HasSubstr("--max-models 2"));
+  grpc::ClientContext ctx;
+  v1::DeleteModelRequest del;
+  del.set_name("a");
+  v1::DeleteModelResponse resp;
+  ASSERT_TRUE(models_->DeleteModel(&ctx, del, &resp).ok());
+  EXPECT_TRUE(Create("c", 1).ok());
+}
+
+TEST_F(LimitsTest, DimAboveTheFlagIsInvalidArgument) {
+  service::LimitOptions limits;
+  limits.max_dim = 8;
+  Start(limits);
+  grpc::Status s = Create("wide", 9);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("field dim is 9"));
+  EXPECT_THAT(s.error_message(), HasSubstr("--max-dim 8"));
+  EXPECT_TRUE(Create("ok", 8).ok());
+}
+
+// Deterministic queue accounting: Q waiting + 1 applying are admitted, the next is refused
+// with the hint; releasing a place admits again.
+TEST(IngestQueueTest, AdmitsOneApplyingPlusQWaiting) {
+  service::LimitOptions limits;
+  limits.max_queued_batches = 2;
+  limits.retry_after_ms = 250;
+  service::IngestQueue queue(limits);
+  std::vector<service::IngestQueue::Ticket> held;
+  for (int i = 0; i < 3; ++i) {
+    auto t = queue.Admit("m");
+    ASSERT_TRUE(t.ok()) << i;
+    held.push_back(*std::move(t));
+  }
+  EXPECT_EQ(queue.InFlight("m"), 3);
+  auto refused = queue.Admit("m");
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("2 batches already wait"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--max-queued-batches 2"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("retry after 250 ms"));
+  EXPECT_TRUE(queue.Admit("other").ok());  // other models are not affected
+  held.pop_back();
+  EXPECT_EQ(queue.InFlight("m"), 2);
+  EXPECT_TRUE(queue.Admit("m").ok());
+  held.clear();
+  EXPECT_EQ(queue.InFlight("m"), 0);
+}
+
+// A flood of concurrent batches into one model with no waiting allowed: some are refused with
+// RESOURCE_EXHAUSTED and the retry-after-ms trailer; every accepted batch is applied whole,
+// every refused one not at all (sample count = accepted pairs exactly).
+TEST_F(LimitsTest, FullQueueIsResourceExhaustedWithRetryHint) {
+  service::LimitOptions limits;
+  limits.max_queued_batches = 0;
+  limits.retry_after_ms = 40;
+  Start(limits);
+  ASSERT_TRUE(Create("busy", 1, /*max_dict=*/200).ok());
+  constexpr int kThreads = 6, kBatchesPerThread = 3, kPairs = 20000;
+  std::atomic<int> accepted{0}, refused{0}, other{0}, hinted{0}, named{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int b = 0; b < kBatchesPerThread; ++b) {
+        grpc::ClientContext ctx;
+        v1::IngestAck ack;
+        grpc::Status s = ingest_->IngestOne(&ctx, Pairs("busy", kPairs, t * 100 + b), &ack);
+        if (s.ok()) {
+          ++accepted;
+        } else if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+          ++refused;
+          const auto& trailers = ctx.GetServerTrailingMetadata();
+          auto it = trailers.find(service::kRetryAfterMetadataKey);
+          if (it != trailers.end() && std::string(it->second.data(), it->second.size()) == "40") ++hinted;
+          if (s.error_message().find("--max-queued-batches 0") != std::string::npos) ++named;
+        } else {
+          ++other;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(refused.load(), 0) << "6 threads x 3 batches of 20000 pairs never overlapped";
+  EXPECT_GT(accepted.load(), 0);
+  EXPECT_EQ(hinted.load(), refused.load());
+  EXPECT_EQ(named.load(), refused.load());
+  EXPECT_EQ(Samples("busy"), static_cast<uint64_t>(accepted.load()) * kPairs);
+}
+
+TEST(LimitFlagsTest, ParsedValidatedAndNamed) {
+  auto f = service::ParseFlags({"--max-batch-pairs", "5", "--max-models=3", "--max-dim", "16",
+                                "--max-queued-batches=0"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.limits.max_batch_pairs, 5);
+  EXPECT_EQ(f->options.limits.max_models, 3);
+  EXPECT_EQ(f->options.limits.max_dim, 16);
+  EXPECT_EQ(f->options.limits.max_queued_batches, 0);
+  auto bad = service::ParseFlags({"--max-dim", "5000"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--max-dim is 5000, expected 1..4096"));
+  bad = service::ParseFlags({"--max-models", "2.5"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--max-models is 2.5, expected an integer"));
+  bad = service::ParseFlags({"--max-batch-pairs", "0"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--max-batch-pairs is 0, expected >= 1"));
+}
+
+}  // namespace
+}  // namespace cmestream
