@@ -113,6 +113,9 @@ class Model {
   std::chrono::steady_clock::time_point last_refresh_attempt = std::chrono::steady_clock::now();  // scheduler only
 
  private:
+  // service/snapshot.cc reads and restores the full learner state (under learner_mu_).
+  friend class ModelSnapshotCodec;
+
   void FeedLearner(const double* x, const double* y);  // requires learner_mu_ held
   void FeedPair(const double* x, const double* y);     // CME + counts + moments; learner_mu_ held
   void FinishWarmup();                                 // requires learner_mu_ held

@@ -55,4 +55,18 @@ std::vector<std::shared_ptr<Model>> ModelRegistry::List() const {
   return out;
 }
 
+absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& name, const ModelBuilder& build) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (models_.count(name)) return absl::AlreadyExistsError(absl::StrCat("model '", name, "' already exists"));
+  std::shared_ptr<ModelMetrics> metrics = metrics_.ForModel(name);
+  absl::StatusOr<std::shared_ptr<Model>> model = build(metrics, &log_);
+  if (!model.ok()) {
+    metrics->Remove();
+    return model.status();
+  }
+  models_.emplace(name, *model);
+  metrics_.SetModelCount(models_.size());
+  return model;
+}
+
 }  // namespace cmestream::service

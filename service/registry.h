@@ -3,6 +3,7 @@
 // lives until the last holder lets go, its metric series are removed at Delete).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,13 @@ class ModelRegistry {
   absl::Status Delete(const std::string& name);
   // Sorted by name.
   std::vector<std::shared_ptr<Model>> List() const;
+
+  // Snapshot restore and import (service/snapshot.h): inserts a model built by `build` from
+  // its metric series and the registry's BatchLog. AlreadyExists (naming the model) if the name
+  // is taken, or build's error; either way the registry is unchanged. Nothing is logged.
+  using ModelBuilder =
+      std::function<absl::StatusOr<std::shared_ptr<Model>>(std::shared_ptr<ModelMetrics>, BatchLog*)>;
+  absl::StatusOr<std::shared_ptr<Model>> Adopt(const std::string& name, const ModelBuilder& build);
 
  private:
   const ConfigDefaults defaults_;

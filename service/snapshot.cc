@@ -1,0 +1,567 @@
+#include "service/snapshot.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/io/binary_io.h"
+#include "service/crc32c.h"
+
+namespace cmestream::service {
+namespace {
+
+constexpr uint32_t kModelTag = io::Fourcc("MODL");
+constexpr uint32_t kSnapTag = io::Fourcc("SNAP");
+constexpr uint32_t kExportTag = io::Fourcc("EXPT");
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderBytes = 44;
+constexpr size_t kFooterBytes = 4;
+constexpr int64_t kMaxModels = 1000000;
+constexpr uint64_t kMaxConfigBytes = 1 << 20;
+constexpr uint64_t kMaxNameBytes = 4096;
+constexpr int64_t kMaxProducers = 10000000;
+
+uint64_t NowNanos() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+std::string Header(uint32_t kind, uint32_t models, uint64_t number, uint64_t covered) {
+  io::Writer w;
+  w.Bytes(kSnapshotMagic, 8);
+  w.U32(kind);
+  w.U32(kFormatVersion);
+  w.U32(models);
+  w.U64(number);
+  w.U64(NowNanos());
+  w.U64(covered);
+  return w.Release();
+}
+
+std::string Footer(uint32_t crc) {
+  io::Writer w;
+  w.U32(crc32c::Mask(crc));
+  return w.Release();
+}
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string why = ErrnoText();
+      return errno == ENOSPC || errno == EDQUOT || errno == EFBIG
+                 ? absl::ResourceExhaustedError(absl::StrCat("writing snapshot ", path, ": ", why))
+                 : absl::InternalError(absl::StrCat("writing snapshot ", path, ": ", why));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("opening directory ", dir, ": ", ErrnoText()));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat("fsync of directory ", dir, ": ", ErrnoText()));
+  return absl::OkStatus();
+}
+
+// Writes `chunks` (produced one at a time by `next`, which returns false when done) to
+// dir/name atomically: temp file in dir, fsync, rename, fsync(dir). The CRC footer is
+// appended. On error the temp file is removed and nothing else changes.
+absl::StatusOr<uint64_t> WriteAtomically(const std::string& dir, const std::string& name,
+                                         const std::function<bool(std::string*)>& next) {
+  const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
+  const std::string path = absl::StrCat(dir, "/", name);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("creating snapshot ", tmp, ": ", ErrnoText()));
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
+  absl::Status status;
+  std::string chunk;
+  while (status.ok() && next(&chunk)) {
+    crc = crc32c::Extend(crc, chunk.data(), chunk.size());
+    bytes += chunk.size();
+    status = WriteAll(fd, chunk, tmp);
+    std::string().swap(chunk);  // free the model's bytes before serializing the next one
+  }
+  if (status.ok()) status = WriteAll(fd, Footer(crc), tmp);
+  bytes += kFooterBytes;
+  if (status.ok() && ::fsync(fd) != 0) status = absl::InternalError(absl::StrCat("fsync of ", tmp, ": ", ErrnoText()));
+  ::close(fd);
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = absl::InternalError(absl::StrCat("renaming ", tmp, " to ", path, ": ", ErrnoText()));
+  }
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  if (absl::Status s = FsyncDir(dir); !s.ok()) return s;
+  return bytes;
+}
+
+bool ParseSnapshotName(const std::string& name, uint64_t* number) {
+  // snapshot-<20 digits>.snap
+  constexpr size_t kPrefix = 9, kDigits = 20;
+  if (name.size() != kPrefix + kDigits + 5 || name.compare(0, kPrefix, "snapshot-") != 0 ||
+      name.compare(kPrefix + kDigits, 5, ".snap") != 0) {
+    return false;
+  }
+  uint64_t v = 0;
+  for (size_t i = kPrefix; i < kPrefix + kDigits; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(name[i] - '0');
+  }
+  *number = v;
+  return true;
+}
+
+std::string SnapshotName(uint64_t number) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "snapshot-%020llu.snap", static_cast<unsigned long long>(number));
+  return buf;
+}
+
+// (number, path), ascending.
+std::vector<std::pair<uint64_t, std::string>> ListSnapshots(const std::string& dir) {
+  std::vector<std::pair<uint64_t, std::string>> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    uint64_t n;
+    if (ParseSnapshotName(e->d_name, &n)) out.emplace_back(n, absl::StrCat(dir, "/", e->d_name));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The stored config of the MODL object in [begin, end) (for the name, before building).
+absl::StatusOr<v1::ModelConfig> PeekConfig(const SnapshotFile& f, size_t index) {
+  const auto [begin, end] = f.model_ranges[index];
+  io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
+  uint32_t version;
+  if (!r.BeginObject(kModelTag, kFormatVersion, "model", &version)) return r.status();
+  const std::string text = r.String("model config", kMaxConfigBytes);
+  if (!r.ok()) return r.status();
+  v1::ModelConfig config;
+  if (!config.ParseFromString(text)) return r.Fail("model config is not a valid ModelConfig message");
+  return config;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// One model
+
+ModelImage ModelSnapshotCodec::Encode(Model& m) {
+  io::Writer w;
+  ModelImage image;
+  image.name = m.name();
+  std::lock_guard<std::mutex> learner_lock(m.learner_mu_);
+  image.applied_sequence = m.applied_sequence();
+  const size_t h = w.BeginObject(kModelTag, kFormatVersion);
+  w.String(m.config_.SerializeAsString());
+  w.U64(image.applied_sequence);
+  {
+    std::lock_guard<std::mutex> stats_lock(m.stats_mu_);
+    w.U64(m.stats_.batches_applied);
+    w.U64(m.producer_offsets_.size());
+    for (const auto& [producer, offset] : m.producer_offsets_) {
+      w.String(producer);
+      w.U64(offset);
+    }
+  }
+  w.String(m.sigma_selection_.SerializeAsString());
+  w.I64(m.warmup_n_);
+  if (m.warmup_n_ > 0) {
+    w.Matrix(m.warmup_x_.topRows(m.warmup_n_));
+    w.Matrix(m.warmup_y_.topRows(m.warmup_n_));
+  }
+  w.Bool(m.episode_open_);
+  w.String(m.episode_producer_);
+  w.String(m.episode_id_);
+  w.Doubles(m.episode_last_.data(), static_cast<int64_t>(m.episode_last_.size()));
+  w.Bool(m.cme_ != nullptr);
+  if (m.cme_) m.cme_->Serialize(w);
+  m.counts_->Serialize(w);
+  w.Bool(m.moments_ != nullptr);
+  if (m.moments_) m.moments_->Serialize(w);
+  w.Bool(m.latent_ != nullptr);
+  if (m.latent_) m.latent_->Serialize(w);
+  w.Bool(m.predictive_ != nullptr);
+  if (m.predictive_) m.predictive_->Serialize(w);
+  w.EndObject(h);
+  image.bytes = w.Release();
+  return image;
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r, const ConfigDefaults& defaults,
+                                                                  const std::string& rename,
+                                                                  std::shared_ptr<ModelMetrics> metrics,
+                                                                  BatchLog* log) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kModelTag, kFormatVersion, "model", &version)) return r.status();
+  const std::string config_text = r.String("model config", kMaxConfigBytes);
+  if (!r.ok()) return r.status();
+  v1::ModelConfig stored;
+  if (!stored.ParseFromString(config_text)) return r.Fail("model config is not a valid ModelConfig message");
+  if (!rename.empty()) stored.set_name(rename);
+  absl::StatusOr<v1::ModelConfig> config = NormalizeModelConfig(stored, defaults);
+  if (!config.ok()) {
+    if (!rename.empty()) return config.status();
+    return r.Fail(absl::StrCat("model config is invalid: ", config.status().message()));
+  }
+  const uint64_t applied = r.U64("model applied sequence");
+  const uint64_t batches = r.U64("model batches applied");
+  const int64_t producers = r.Count("model producer count", 0, kMaxProducers);
+  std::map<std::string, uint64_t> offsets;
+  for (int64_t i = 0; i < producers && r.ok(); ++i) {
+    std::string id = r.String("producer id", kMaxNameBytes);
+    offsets[std::move(id)] = r.U64("producer offset");
+  }
+  v1::SigmaSelection sigma;
+  if (!sigma.ParseFromString(r.String("model sigma selection", kMaxConfigBytes)) && r.ok()) {
+    return r.Fail("model sigma selection is not a valid SigmaSelection message");
+  }
+  const bool discrete = config->num_states() > 0;
+  const int d = discrete ? 1 : static_cast<int>(config->dim());
+  const int64_t warmup_cap = (!discrete && IsAutoSigma(*config)) ? config->auto_sigma_warmup() : 0;
+  const int64_t warmup_n = r.Count("model warm-up pairs", 0, std::max<int64_t>(0, warmup_cap - 1));
+  if (!r.ok()) return r.status();
+
+  // Builds the fresh model (allocating per the validated config), then overwrites its state.
+  auto model = std::make_shared<Model>(*config, std::move(metrics), log);
+  Model& m = *model;
+  if (warmup_n > 0) {
+    r.MatrixInto("model warm-up x", m.warmup_x_.topRows(warmup_n));
+    r.MatrixInto("model warm-up y", m.warmup_y_.topRows(warmup_n));
+  }
+  m.warmup_n_ = warmup_n;
+  m.episode_open_ = r.Bool("model episode open");
+  m.episode_producer_ = r.String("model episode producer", kMaxNameBytes);
+  m.episode_id_ = r.String("model episode id", kMaxNameBytes);
+  r.Doubles("model episode last state", static_cast<int64_t>(m.episode_last_.size()), m.episode_last_.data());
+  (void)d;
+  const bool has_cme = r.Bool("model has CME");
+  if (r.ok() && has_cme == discrete) {
+    return r.Fail(discrete ? "a discrete model cannot hold a CME" : "model has no CME but its config has a sigma");
+  }
+  if (has_cme) {
+    absl::StatusOr<CompressedCme> cme = CompressedCme::Deserialize(r);
+    if (!cme.ok()) return cme.status();
+    if (cme->options().dim != static_cast<int>(config->dim()) || cme->options().max_dict != static_cast<int>(config->max_dict())) {
+      return r.Fail("model CME dimensions differ from its config");
+    }
+    m.cme_ = std::make_unique<CompressedCme>(*std::move(cme));
+    m.warmup_x_.resize(0, 0);
+    m.warmup_y_.resize(0, 0);
+  } else if (!discrete && !IsAutoSigma(*config)) {
+    return r.Fail("model with a fixed sigma has no CME");
+  }
+  absl::StatusOr<TransitionCounts> counts = TransitionCounts::Deserialize(r);
+  if (!counts.ok()) return counts.status();
+  m.counts_ = std::make_unique<TransitionCounts>(*std::move(counts));
+  if (r.Bool("model has moments")) {
+    absl::StatusOr<EmbeddingMoments> moments = EmbeddingMoments::Deserialize(r);
+    if (!moments.ok()) return moments.status();
+    m.moments_ = std::make_unique<EmbeddingMoments>(*std::move(moments));
+  } else {
+    m.moments_.reset();
+  }
+  if (r.Bool("model has latent accumulator")) {
+    absl::StatusOr<MultiViewAccumulator> latent = MultiViewAccumulator::Deserialize(r);
+    if (!latent.ok()) return latent.status();
+    m.latent_ = std::make_unique<MultiViewAccumulator>(*std::move(latent));
+  } else {
+    m.latent_.reset();
+  }
+  if (r.Bool("model has predictive accumulator")) {
+    absl::StatusOr<PredictiveStateAccumulator> predictive = PredictiveStateAccumulator::Deserialize(r);
+    if (!predictive.ok()) return predictive.status();
+    m.predictive_ = std::make_unique<PredictiveStateAccumulator>(*std::move(predictive));
+  } else {
+    m.predictive_.reset();
+  }
+  if (!r.EndObject("model")) return r.status();
+
+  m.sigma_selection_ = sigma;
+  m.set_applied_sequence(applied);
+  Model::Stats s;
+  s.learner_ready = m.cme_ != nullptr || discrete;
+  s.pending_warmup = static_cast<uint64_t>(m.warmup_n_);
+  s.samples = m.SamplesLocked();
+  if (m.cme_) {
+    const CompressedCme::Counters& c = m.cme_->counters();
+    s.dict_x = m.cme_->dict_x_size();
+    s.dict_y = m.cme_->dict_y_size();
+    s.forced = static_cast<uint64_t>(c.forced);
+    s.forced_error_sum = c.forced_error_sum;
+    s.inverse_drift = m.cme_->last_drift();
+  }
+  s.batches_applied = batches;
+  m.stats_ = s;
+  m.producer_offsets_ = std::move(offsets);
+  m.published_sigma_ = sigma;
+  m.metrics().OnBatchApplied(s.samples + s.pending_warmup, s.forced, s.forced_error_sum,
+                             {s.pending_warmup, s.dict_x, s.dict_y});
+  return model;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::string& source) {
+  SnapshotFile f;
+  f.source = source;
+  if (bytes.size() < 8 || bytes.compare(0, 8, kSnapshotMagic) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not a cmestream snapshot (the file does not start with \"", kSnapshotMagic, "\")"));
+  }
+  if (bytes.size() < kHeaderBytes + kFooterBytes) {
+    return absl::DataLossError(absl::StrCat(source, ": truncated: ", bytes.size(), " bytes, a snapshot has at least ",
+                                            kHeaderBytes + kFooterBytes));
+  }
+  const size_t body = bytes.size() - kFooterBytes;
+  io::Reader footer(std::string_view(bytes).substr(body), source, body);
+  const uint32_t stored = crc32c::Unmask(footer.U32("checksum"));
+  const uint32_t computed = crc32c::Value(bytes.data(), body);
+  if (stored != computed) {
+    return absl::DataLossError(absl::StrCat(source, ": checksum mismatch over bytes [0, ", body, "): stored CRC32C 0x",
+                                            absl::Hex(stored, absl::kZeroPad8), ", computed 0x",
+                                            absl::Hex(computed, absl::kZeroPad8),
+                                            " (the file is corrupt or truncated)"));
+  }
+  io::Reader r(std::string_view(bytes).substr(0, body), source);
+  r.U64("magic");
+  const uint32_t kind = r.U32("snapshot kind");
+  if (kind != kSnapTag && kind != kExportTag) {
+    return r.Fail(absl::StrCat("unknown snapshot kind ", io::FourccName(kind), " (expected SNAP or EXPT)"));
+  }
+  const uint32_t version = r.U32("snapshot format version");
+  if (version != kFormatVersion) {
+    return r.Fail(absl::StrCat("snapshot format version ", version, " is not supported by this build (reads 1..1)"));
+  }
+  const uint32_t models = r.U32("model count");
+  if (models > kMaxModels) return r.Fail(absl::StrCat("model count ", models, " is above ", kMaxModels));
+  f.is_export = kind == kExportTag;
+  f.number = r.U64("snapshot number");
+  f.created_unix_nanos = r.U64("creation time");
+  f.covered_sequence = r.U64("covered sequence");
+  for (uint32_t i = 0; i < models && r.ok(); ++i) {
+    const uint64_t begin = r.offset();
+    uint32_t v;
+    if (!r.BeginObject(kModelTag, kFormatVersion, "model", &v)) break;
+    // Skip the body: it is decoded later, model by model.
+    const uint64_t end = begin + 16 + (io::Reader(std::string_view(bytes).substr(begin + 8, 8), source).U64("len"));
+    while (r.ok() && r.offset() < end) r.U8("model body");
+    r.EndObject("model");
+    f.model_ranges.emplace_back(begin, end);
+  }
+  if (!r.ok()) return r.status();
+  if (r.remaining() != 0) return r.Fail(absl::StrCat(r.remaining(), " unexpected bytes after the last model"));
+  f.bytes = std::move(bytes);
+  return f;
+}
+
+absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("opening snapshot ", path, ": ", ErrnoText()));
+  std::string bytes;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = ErrnoText();
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat("reading snapshot ", path, ": ", why));
+    }
+    if (n == 0) break;
+    bytes.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return ParseSnapshotBytes(std::move(bytes), path);
+}
+
+std::string ExportModel(Model& model) {
+  ModelImage image = ModelSnapshotCodec::Encode(model);
+  std::string out = Header(kExportTag, 1, 0, image.applied_sequence);
+  out += image.bytes;
+  out += Footer(crc32c::Value(out.data(), out.size()));
+  return out;
+}
+
+namespace {
+// Decodes model `index` of `f` into the registry under `rename` or its stored name.
+absl::StatusOr<std::shared_ptr<Model>> AdoptFrom(const SnapshotFile& f, size_t index, const std::string& rename,
+                                                 ModelRegistry& registry, const ConfigDefaults& defaults) {
+  absl::StatusOr<v1::ModelConfig> config = PeekConfig(f, index);
+  if (!config.ok()) return config.status();
+  const std::string name = rename.empty() ? config->name() : rename;
+  return registry.Adopt(name, [&](std::shared_ptr<ModelMetrics> metrics, BatchLog* log)
+                                  -> absl::StatusOr<std::shared_ptr<Model>> {
+    const auto [begin, end] = f.model_ranges[index];
+    io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
+    return ModelSnapshotCodec::Decode(r, defaults, rename, std::move(metrics), log);
+  });
+}
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
+                                                   ModelRegistry& registry, const ConfigDefaults& defaults) {
+  absl::StatusOr<SnapshotFile> f = ParseSnapshotBytes(std::move(bytes), "import");
+  if (!f.ok()) return f.status();
+  if (f->model_ranges.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("import: the file holds ", f->model_ranges.size(), " models, expected exactly 1 (an export)"));
+  }
+  return AdoptFrom(*f, 0, new_name, registry, defaults);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manager
+
+absl::Status SnapshotOptions::Validate() const {
+  if (dir.empty()) return absl::InvalidArgumentError("snapshot directory is empty");
+  if (!(interval_seconds >= 0) || interval_seconds > 1e7) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --snapshot-interval is ", interval_seconds, ", expected seconds in [0, 1e7] (0 = off)"));
+  }
+  if (keep < 1) return absl::InvalidArgumentError("snapshots kept must be >= 1");
+  return absl::OkStatus();
+}
+
+SnapshotManager::SnapshotManager(SnapshotOptions options, ModelRegistry& registry, ConfigDefaults defaults,
+                                 const BatchLog* log)
+    : options_(std::move(options)), registry_(registry), defaults_(defaults), log_(log) {
+  ::mkdir(options_.dir.c_str(), 0755);
+  const auto existing = ListSnapshots(options_.dir);
+  if (!existing.empty()) next_number_ = existing.back().first + 1;
+}
+
+SnapshotManager::~SnapshotManager() { Stop(); }
+
+std::vector<std::string> SnapshotManager::List() const {
+  std::vector<std::string> out;
+  for (auto& [n, path] : ListSnapshots(options_.dir)) out.push_back(path);
+  return out;
+}
+
+absl::StatusOr<LoadReport> SnapshotManager::LoadNewest() {
+  LoadReport report;
+  const auto files = ListSnapshots(options_.dir);
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(it->second);
+    absl::Status status = f.status();
+    std::vector<std::shared_ptr<Model>> adopted;
+    if (f.ok()) {
+      for (size_t i = 0; i < f->model_ranges.size() && status.ok(); ++i) {
+        absl::StatusOr<std::shared_ptr<Model>> m = AdoptFrom(*f, i, "", registry_, defaults_);
+        if (m.ok()) adopted.push_back(*m); else status = m.status();
+      }
+    }
+    if (!status.ok()) {
+      for (const auto& m : adopted) (void)registry_.Delete(m->name(), /*replay=*/true);  // all or nothing
+      std::fprintf(stderr, "cmestreamd: snapshot %s is unusable: %s; trying the previous one\n", it->second.c_str(),
+                   std::string(status.message()).c_str());
+      report.skipped.push_back(absl::StrCat(it->second, ": ", status.message()));
+      continue;
+    }
+    report.path = it->second;
+    report.number = f->number;
+    report.models = static_cast<int>(adopted.size());
+    report.covered_sequence = f->covered_sequence;
+    return report;
+  }
+  return report;
+}
+
+absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
+  std::lock_guard<std::mutex> take_lock(take_mu_);
+  const auto start = std::chrono::steady_clock::now();
+  SnapshotResult result;
+  result.number = next_number_;
+  uint64_t covered = log_ != nullptr ? log_->last_sequence() : 0;  // before listing (see header)
+  const std::vector<std::shared_ptr<Model>> models = registry_.List();
+  // Each model is copied under its own lock (its applied sequence is read under the same
+  // lock); the file is written after, off every lock. The covered sequence goes in the header,
+  // so all images are taken before the write (memory: the serialized size of all models).
+  std::vector<ModelImage> images;
+  images.reserve(models.size());
+  for (const auto& m : models) {
+    images.push_back(ModelSnapshotCodec::Encode(*m));
+    covered = std::min(covered, images.back().applied_sequence);
+  }
+  if (log_ == nullptr) covered = 0;
+  size_t next = 0;
+  bool header_done = false;
+  absl::StatusOr<uint64_t> bytes = WriteAtomically(options_.dir, SnapshotName(result.number), [&](std::string* chunk) {
+    if (!header_done) {
+      header_done = true;
+      *chunk = Header(kSnapTag, static_cast<uint32_t>(images.size()), result.number, covered);
+      return true;
+    }
+    if (next >= images.size()) return false;
+    *chunk = std::move(images[next++].bytes);
+    return true;
+  });
+  if (!bytes.ok()) return bytes.status();
+  ++next_number_;
+  result.path = absl::StrCat(options_.dir, "/", SnapshotName(result.number));
+  result.bytes = *bytes;
+  result.models = static_cast<int>(models.size());
+  result.covered_sequence = covered;
+  // Keep the newest `keep`; the WAL may drop what the oldest kept one covers.
+  auto files = ListSnapshots(options_.dir);
+  while (static_cast<int>(files.size()) > options_.keep) {
+    ::unlink(files.front().second.c_str());
+    files.erase(files.begin());
+  }
+  if (covered_ && !files.empty()) {
+    absl::StatusOr<SnapshotFile> oldest = ReadSnapshotFile(files.front().second);
+    if (oldest.ok()) covered_(oldest->covered_sequence);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+void SnapshotManager::Start() {
+  if (options_.interval_seconds <= 0 || thread_.joinable()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void SnapshotManager::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    stop_ = true;
+  }
+  loop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SnapshotManager::Loop() {
+  std::unique_lock<std::mutex> lock(loop_mu_);
+  const auto period = std::chrono::duration<double>(options_.interval_seconds);
+  while (!loop_cv_.wait_for(lock, period, [this] { return stop_; })) {
+    lock.unlock();
+    absl::StatusOr<SnapshotResult> r = TakeNow();
+    if (!r.ok()) std::fprintf(stderr, "cmestreamd: periodic snapshot failed: %s\n", std::string(r.status().message()).c_str());
+    lock.lock();
+  }
+}
+
+}  // namespace cmestream::service

@@ -1,0 +1,187 @@
+// Snapshots of cmestreamd (issue 6, part 2): the full per-sample state of every model, written
+// atomically, so that a restart is "newest valid snapshot + replay of the WAL records after
+// it" (service/recovery.h) and a model can be moved between daemons (export/import).
+//
+// FILE FORMAT (all integers little-endian, doubles as IEEE-754 bit patterns):
+//   offset  size  field
+//   0       8     magic "CMESNAP1"
+//   8       4     fourcc "SNAP" (daemon snapshot: every model) or "EXPT" (export: one model)
+//   12      4     format version (1; newer versions are refused by number)
+//   16      4     model count (<= 1e6)
+//   20      8     snapshot number (the N of snapshot-N.snap; 0 in exports)
+//   28      8     creation time, Unix nanoseconds
+//   36      8     covered WAL sequence: every WAL record <= it is in this file's state
+//                 (min of the log's last sequence when the snapshot began and each model's
+//                 applied sequence); replay starts after it
+//   44      ...   one "MODL" object per model (core/io/binary_io.h framing: tag, version,
+//                 length, body): the normalized ModelConfig (protobuf bytes), the WAL sequence
+//                 the model's state covers (Model::applied_sequence), producers' applied
+//                 offsets, σ selection, the σ warm-up buffer, the episode state, then the
+//                 learners, each its own tagged object: CCME, CNTS, EMOM, MVAC, PSAC
+//   end-4   4     masked CRC32C (service/crc32c.h) of every byte before it
+// The CRC is checked before anything is parsed: a flipped byte anywhere is DataLoss naming
+// the file and the byte range; a file that passes it is then parsed with every length bounded
+// by the header dimensions before allocating (a corrupt file never makes the loader allocate
+// more than it holds, and a hostile one is refused by tag, version or bound).
+//
+// WHY ONE FILE PER SNAPSHOT (of all models) rather than one per model: a snapshot file is then
+// a single atomic rename, a deleted model disappears from the next snapshot without any
+// per-model bookkeeping, "keep the newest 2" is a file count, and the WAL segments below
+// min(applied sequence over the file's models) are covered by exactly one file. An export is
+// the same format with one model.
+//
+// CONSISTENCY. Each model is serialized under its learner lock (a copy of bytes, O(model
+// size)) and the file is written off every lock, so ingestion of a model pauses only for its
+// own copy. The header carries the covered sequence, so all models' bytes are held in memory
+// until the file is written (TODO: stream model by model and put the covered sequence in the
+// footer, to bound memory by the largest model). The applied sequence read under the same lock is the cut: the
+// snapshot covers exactly that model's WAL records <= it.
+//
+// DIRECTORY. DATA_DIR/snapshots/snapshot-NNNNNNNNNNNNNNNNNNNN.snap (20 digits, increasing);
+// written as .snapshot-N.tmp in the same directory, fsync(file), rename, fsync(dir). After a
+// successful write all but the newest `keep` (2) are deleted, then the covered callback
+// runs (the daemon deletes WAL segments covered by the OLDEST kept snapshot, so the fallback
+// snapshot can still be replayed forward). Load tries the newest file first; a file that fails
+// (checksum, truncation, bad tag/version) is reported on stderr with its path and the
+// previous one is used.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "service/model.h"
+#include "service/model_config.h"
+#include "service/registry.h"
+
+namespace cmestream::io {
+class Reader;
+class Writer;
+}  // namespace cmestream::io
+
+namespace cmestream::service {
+
+inline constexpr char kSnapshotMagic[] = "CMESNAP1";
+
+// The serialized state of one model (a "MODL" object) and the WAL sequence it covers.
+struct ModelImage {
+  std::string name;
+  uint64_t applied_sequence = 0;
+  std::string bytes;
+};
+
+// Friend of Model: reads and restores its full state.
+class ModelSnapshotCodec {
+ public:
+  // Takes the model's learner lock, serializes everything (no flush, no re-factorization: the
+  // live state is not touched) and returns the bytes. O(model size).
+  static ModelImage Encode(Model& model);
+  // Decodes one MODL object into a new Model (not registered). `rename` (non-empty) replaces
+  // the stored name (import --name). The config is re-validated with NormalizeModelConfig.
+  // Errors: DataLoss naming the source and offset; InvalidArgument for a bad (re)name.
+  static absl::StatusOr<std::shared_ptr<Model>> Decode(io::Reader& r, const ConfigDefaults& defaults,
+                                                       const std::string& rename,
+                                                       std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+};
+
+// A parsed, checksum-verified snapshot or export file.
+struct SnapshotFile {
+  std::string source;        // path or "import"
+  bool is_export = false;
+  uint64_t number = 0;
+  uint64_t created_unix_nanos = 0;
+  uint64_t covered_sequence = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> model_ranges;  // [begin, end) of each MODL object
+  std::string bytes;         // the whole file
+};
+// Verifies magic, kind, version and CRC32C, and frames the models (not decoded yet).
+absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::string& source);
+absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path);
+
+// An export file of one model (same format, kind "EXPT"). Serialized under its learner lock.
+std::string ExportModel(Model& model);
+// Decodes an export (or a one-model snapshot) and registers it as `new_name` (or its stored
+// name). AlreadyExists if that name is taken; DataLoss for a corrupt file (with what and
+// where); InvalidArgument if the bytes are not a snapshot at all.
+absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
+                                                   ModelRegistry& registry, const ConfigDefaults& defaults);
+
+struct SnapshotOptions {
+  std::string dir;                 // DATA_DIR/snapshots, created if missing
+  double interval_seconds = 60;    // --snapshot-interval; 0 = only on demand and at shutdown
+  int keep = 2;                    // snapshots kept, >= 1
+  absl::Status Validate() const;
+};
+
+struct SnapshotResult {
+  std::string path;
+  uint64_t bytes = 0;
+  uint64_t number = 0;
+  int models = 0;
+  uint64_t covered_sequence = 0;  // every WAL record <= it is in this snapshot's state
+  double seconds = 0;
+};
+
+struct LoadReport {
+  std::string path;                  // the snapshot used; empty if none
+  uint64_t number = 0;
+  int models = 0;
+  uint64_t covered_sequence = 0;     // replay the WAL after this (0: from the start)
+  std::vector<std::string> skipped;  // "PATH: reason" for each unusable newer snapshot
+};
+
+class SnapshotManager {
+ public:
+  // requires: registry outlives the manager.
+  // `log` (may be null: no WAL) gives the last sequence at the start of a snapshot.
+  SnapshotManager(SnapshotOptions options, ModelRegistry& registry, ConfigDefaults defaults, const BatchLog* log);
+  ~SnapshotManager();
+
+  // Loads the newest valid snapshot into the (empty) registry: see DIRECTORY. A directory with
+  // no snapshot is not an error (report.path empty). Each unusable file is printed to stderr
+  // ("cmestreamd: snapshot PATH is unusable: REASON; trying the previous one").
+  absl::StatusOr<LoadReport> LoadNewest();
+
+  // Called after each durable snapshot with the smallest applied sequence covered by the
+  // OLDEST snapshot kept (WAL segments wholly below it may be deleted: Wal::Rotate() then
+  // Wal::DeleteSegmentsCoveredBy(S)). Set before Start().
+  void SetCoveredCallback(std::function<void(uint64_t)> callback) { covered_ = std::move(callback); }
+
+  // Writes a snapshot of every model now (serialized per model under its lock, written off
+  // it). Thread-safe: concurrent calls are serialized.
+  absl::StatusOr<SnapshotResult> TakeNow();
+
+  // Periodic snapshots every interval_seconds (when > 0) on a background thread; Stop() joins
+  // it. Stop() does not take a final snapshot: the daemon calls TakeNow() at clean shutdown
+  // after the server stopped accepting batches.
+  void Start();
+  void Stop();
+
+  // Existing snapshot paths, oldest first.
+  std::vector<std::string> List() const;
+  const SnapshotOptions& options() const { return options_; }
+
+ private:
+  void Loop();
+
+  const SnapshotOptions options_;
+  ModelRegistry& registry_;
+  const ConfigDefaults defaults_;
+  const BatchLog* const log_;
+  std::function<void(uint64_t)> covered_;
+  std::mutex take_mu_;                   // one snapshot at a time
+  uint64_t next_number_ = 1;             // guarded by take_mu_
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cmestream::service

@@ -1,0 +1,156 @@
+// Snapshots in-process (service/snapshot.h): a model restored from a snapshot or moved by
+// export/import continues bit-identically (compared through its serialized bytes); a corrupt
+// newest snapshot is reported by path and the previous one is used; import refuses a taken
+// name (ALREADY_EXISTS) and a corrupt file (DATA_LOSS).
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "service/batch_log.h"
+#include "service/metrics.h"
+#include "service/registry.h"
+#include "service/snapshot.h"
+
+namespace cmestream::service {
+namespace {
+
+// A trajectory batch of n states of a noisy 2-D rotation, deterministic in `seed`.
+v1::IngestBatch Batch(int n, uint64_t seed, const std::string& model) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0, 0.05);
+  v1::IngestBatch b;
+  b.set_model(model);
+  double x0 = 1, x1 = 0;
+  for (int t = 0; t < n; ++t) {
+    b.add_states(x0);
+    b.add_states(x1);
+    const double a = 0.3;
+    const double y0 = std::cos(a) * x0 - std::sin(a) * x1 + noise(rng), y1 = std::sin(a) * x0 + std::cos(a) * x1 + noise(rng);
+    x0 = y0;
+    x1 = y1;
+  }
+  return b;
+}
+
+void Apply(Model& m, const v1::IngestBatch& b) {
+  BatchCheck check = ValidateBatch(b, 2, 0);
+  ASSERT_TRUE(check.status.ok()) << check.status;
+  ASSERT_TRUE(m.Ingest(check.batch, "p", 0, 0).ok());
+}
+
+v1::ModelConfig Config(const std::string& name) {
+  v1::ModelConfig c;
+  c.set_name(name);
+  c.set_dim(2);
+  c.set_latent_states(2);
+  c.set_window(2);
+  c.set_rff_features(32);
+  c.set_auto_sigma_warmup(100);
+  return c;
+}
+
+class SnapshotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("cmestream-snap-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  NullBatchLog log_;
+  Metrics metrics_a_, metrics_b_;
+  ConfigDefaults defaults_;
+};
+
+TEST_F(SnapshotTest, RestoredModelContinuesBitIdentically) {
+  ModelRegistry a(defaults_, metrics_a_, log_);
+  std::shared_ptr<Model> ma = *a.Create(Config("m"));
+  Apply(*ma, Batch(301, 1, "m"));  // past the σ warm-up (100), mid RFF batch
+  SnapshotManager sa({dir_.string(), 0, 2}, a, defaults_, nullptr);
+  absl::StatusOr<SnapshotResult> taken = sa.TakeNow();
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(taken->models, 1);
+
+  ModelRegistry b(defaults_, metrics_b_, log_);
+  SnapshotManager sb({dir_.string(), 0, 2}, b, defaults_, nullptr);
+  absl::StatusOr<LoadReport> loaded = sb.LoadNewest();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->path, taken->path);
+  std::shared_ptr<Model> mb = *b.Get("m");
+  EXPECT_EQ(mb->ProducerOffset("p"), ma->ProducerOffset("p"));
+  EXPECT_EQ(ModelSnapshotCodec::Encode(*ma).bytes, ModelSnapshotCodec::Encode(*mb).bytes);
+  v1::IngestBatch more = Batch(257, 2, "m");
+  more.set_offset(300);
+  for (Model* m : {ma.get(), mb.get()}) {
+    BatchCheck check = ValidateBatch(more, 2, 1);
+    ASSERT_TRUE(m->Ingest(check.batch, "p", 300, 1).ok());
+  }
+  EXPECT_EQ(ModelSnapshotCodec::Encode(*ma).bytes, ModelSnapshotCodec::Encode(*mb).bytes);
+  EXPECT_EQ(mb->stats().samples, 556u);
+}
+
+TEST_F(SnapshotTest, CorruptNewestFallsBackToPreviousAndKeepsTwo) {
+  ModelRegistry a(defaults_, metrics_a_, log_);
+  std::shared_ptr<Model> ma = *a.Create(Config("m"));
+  SnapshotManager sa({dir_.string(), 0, 2}, a, defaults_, nullptr);
+  Apply(*ma, Batch(150, 1, "m"));
+  ASSERT_TRUE(sa.TakeNow().ok());
+  ASSERT_TRUE(sa.TakeNow().ok());
+  absl::StatusOr<SnapshotResult> third = sa.TakeNow();
+  ASSERT_TRUE(third.ok());
+  ASSERT_EQ(sa.List().size(), 2u);
+  {  // flip one byte in the middle of the newest
+    std::fstream f(third->path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(third->bytes / 2));
+    f.put('\x5a');
+  }
+  absl::StatusOr<SnapshotFile> bad = ReadSnapshotFile(third->path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find(third->path + ": checksum mismatch"), std::string::npos) << bad.status();
+  ModelRegistry b(defaults_, metrics_b_, log_);
+  SnapshotManager sb({dir_.string(), 0, 2}, b, defaults_, nullptr);
+  absl::StatusOr<LoadReport> loaded = sb.LoadNewest();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->path, sa.List().front());
+  ASSERT_EQ(loaded->skipped.size(), 1u);
+  EXPECT_EQ(loaded->skipped[0].rfind(third->path, 0), 0u);
+  EXPECT_EQ(ModelSnapshotCodec::Encode(*ma).bytes, ModelSnapshotCodec::Encode(**b.Get("m")).bytes);
+}
+
+TEST_F(SnapshotTest, ExportImportRefusesTakenNamesAndCorruptFiles) {
+  ModelRegistry a(defaults_, metrics_a_, log_);
+  std::shared_ptr<Model> ma = *a.Create(Config("m"));
+  Apply(*ma, Batch(120, 3, "m"));
+  const std::string file = ExportModel(*ma);
+  ModelRegistry b(defaults_, metrics_b_, log_);
+  absl::StatusOr<std::shared_ptr<Model>> imported = ImportModel(file, "", b, defaults_);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  absl::StatusOr<std::shared_ptr<Model>> again = ImportModel(file, "", b, defaults_);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(again.status().message(), "model 'm' already exists");
+  absl::StatusOr<std::shared_ptr<Model>> renamed = ImportModel(file, "m2", b, defaults_);
+  ASSERT_TRUE(renamed.ok()) << renamed.status();
+  EXPECT_EQ((*renamed)->name(), "m2");
+  std::string corrupt = file;
+  corrupt[corrupt.size() / 3] ^= 1;
+  absl::StatusOr<std::shared_ptr<Model>> bad = ImportModel(corrupt, "m3", b, defaults_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(b.Get("m3").ok());
+  absl::StatusOr<std::shared_ptr<Model>> junk = ImportModel("hello", "m4", b, defaults_);
+  EXPECT_EQ(junk.status().code(), absl::StatusCode::kInvalidArgument);
+  // Both continue identically.
+  v1::IngestBatch more = Batch(90, 4, "m");
+  for (Model* m : {ma.get(), imported->get()}) {
+    BatchCheck check = ValidateBatch(more, 2, 1);
+    ASSERT_TRUE(m->Ingest(check.batch, "p", 119, 1).ok());
+  }
+  EXPECT_EQ(ModelSnapshotCodec::Encode(*ma).bytes, ModelSnapshotCodec::Encode(**imported).bytes);
+}
+
+}  // namespace
+}  // namespace cmestream::service
