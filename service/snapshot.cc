@@ -367,7 +367,7 @@ absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::st
     if (!r.BeginObject(kModelTag, kFormatVersion, "model", &v)) break;
     // Skip the body: it is decoded later, model by model.
     const uint64_t end = begin + 16 + (io::Reader(std::string_view(bytes).substr(begin + 8, 8), source).U64("len"));
-    while (r.ok() && r.offset() < end) r.U8("model body");
+    r.Skip(end - r.offset(), "model body");
     r.EndObject("model");
     f.model_ranges.emplace_back(begin, end);
   }

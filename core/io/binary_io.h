@@ -110,6 +110,12 @@ class Reader {
   int32_t I32(const char* what) { return static_cast<int32_t>(U32(what)); }
   int64_t I64(const char* what) { return static_cast<int64_t>(U64(what)); }
   double F64(const char* what);
+  // Skips n bytes (bounded like a read).
+  bool Skip(uint64_t n, const char* what) {
+    if (!Need(n, what)) return false;
+    pos_ += n;
+    return true;
+  }
   // A u64 count in [lo, hi] (else an error naming `what`, the value and the range).
   int64_t Count(const char* what, int64_t lo, int64_t hi);
   // Length-prefixed string of at most max_len bytes.
