@@ -1,13 +1,16 @@
 // The durability hook of the ingestion path. Every accepted batch passes through exactly one
 // BatchLog::Append, after validation and de-duplication and before any pair is applied or
-// acknowledged; a write-ahead log (later issue) implements it. The daemon uses NullBatchLog
-// until then: nothing survives a restart.
+// acknowledged; model creation and deletion pass through AppendModelCreated/Deleted before
+// they take effect. The daemon's implementation is the write-ahead log (service/wal.h);
+// NullBatchLog (in-process tests) keeps nothing.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cmestream/v1/cmestream.pb.h"
 #include "service/batch.h"
 
 namespace cmestream::service {
@@ -18,16 +21,59 @@ class BatchLog {
   // Called under the model's ingestion lock, so entries of one model are in apply order.
   // `first` is the first pair of `batch` that will be applied (pairs before it are duplicates);
   // `producer_offset_after` is the producer's applied offset once the batch is applied.
+  // Returns the record's sequence number (0 if the log keeps no sequence).
   // A non-OK status refuses the batch: nothing is applied and the status reaches the client.
-  virtual absl::Status Append(const std::string& model, const std::string& producer_id,
-                              uint64_t producer_offset_after, const PairBatch& batch, int64_t first) = 0;
+  virtual absl::StatusOr<uint64_t> Append(const std::string& model, const std::string& producer_id,
+                                          uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
+                                          const std::string& episode_id) = 0;
+  // Called under the registry lock before a model is created (config normalized) / deleted.
+  // A non-OK status refuses the operation.
+  virtual absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) = 0;
+  virtual absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) = 0;
+  // Sequence number of the last record appended (0: none).
+  virtual uint64_t last_sequence() const = 0;
 };
 
 class NullBatchLog final : public BatchLog {
  public:
-  absl::Status Append(const std::string&, const std::string&, uint64_t, const PairBatch&, int64_t) override {
-    return absl::OkStatus();
+  absl::StatusOr<uint64_t> Append(const std::string&, const std::string&, uint64_t, const PairBatch&, int64_t,
+                                  const std::string&) override {
+    return 0;
   }
+  absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig&) override { return 0; }
+  absl::StatusOr<uint64_t> AppendModelDeleted(const std::string&) override { return 0; }
+  uint64_t last_sequence() const override { return 0; }
+};
+
+}  // namespace cmestream::service
+
+namespace cmestream::service {
+
+// Forwards to a log installed later (the daemon builds the registry, replays the write-ahead
+// log into it — replay never logs — and only then installs the log). Before Install, every
+// append fails with UNAVAILABLE rather than going unrecorded.
+class DeferredBatchLog final : public BatchLog {
+ public:
+  // requires: called once, before the log is shared between threads; `target` outlives this.
+  void Install(BatchLog* target) { target_ = target; }
+  absl::StatusOr<uint64_t> Append(const std::string& model, const std::string& producer_id, uint64_t offset_after,
+                                  const PairBatch& batch, int64_t first, const std::string& episode_id) override {
+    if (!target_) return NotOpen();
+    return target_->Append(model, producer_id, offset_after, batch, first, episode_id);
+  }
+  absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) override {
+    if (!target_) return NotOpen();
+    return target_->AppendModelCreated(config);
+  }
+  absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) override {
+    if (!target_) return NotOpen();
+    return target_->AppendModelDeleted(name);
+  }
+  uint64_t last_sequence() const override { return target_ ? target_->last_sequence() : 0; }
+
+ private:
+  static absl::Status NotOpen() { return absl::UnavailableError("the write-ahead log is not open yet"); }
+  BatchLog* target_ = nullptr;
 };
 
 }  // namespace cmestream::service

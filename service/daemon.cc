@@ -11,6 +11,7 @@
 #include "prometheus/exposer.h"
 #include "service/auth.h"
 #include "service/batch_log.h"
+#include "service/recovery.h"
 #include "service/data_dir.h"
 #include "service/ingestor.h"
 #include "service/metrics.h"
@@ -58,6 +59,10 @@ absl::Status DaemonOptions::Validate() const {
   if (!std::isfinite(scheduler_tick_seconds) || scheduler_tick_seconds <= 0) {
     return absl::InvalidArgumentError("scheduler_tick_seconds must be > 0");
   }
+  if (!std::isfinite(wal_sync_interval_ms) || wal_sync_interval_ms <= 0 || wal_sync_interval_ms > 60000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --wal-sync-interval-ms is ", wal_sync_interval_ms, ", expected milliseconds in (0, 60000]"));
+  }
   if (absl::Status s = limits.Validate(); !s.ok()) return s;
   if (absl::Status s = security.Validate(); !s.ok()) return s;
   return absl::OkStatus();
@@ -70,7 +75,8 @@ struct Daemon::Impl {
   std::unique_ptr<DataDir> data_dir;
   std::unique_ptr<TokenAuthenticator> auth;  // null: no --auth-tokens
   Metrics metrics;
-  NullBatchLog batch_log;  // a write-ahead log replaces this in a later issue
+  std::unique_ptr<Wal> wal;      // installed into batch_log after recovery
+  DeferredBatchLog batch_log;    // what the registry and models log to
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<RefreshScheduler> scheduler;
   std::unique_ptr<Ingestor> ingestor;
@@ -121,6 +127,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   ConfigDefaults defaults;
   defaults.refresh_interval_seconds = options.refresh_interval_seconds;
   impl->registry = std::make_unique<ModelRegistry>(defaults, impl->metrics, impl->batch_log);
+  // Recovery: replay the write-ahead log into the registry (before anything is served or
+  // refreshed), then log every new record to it.
+  WalOptions wal_options;
+  wal_options.dir = impl->data_dir->path() + "/wal";
+  wal_options.sync = options.wal_sync;
+  wal_options.sync_interval_ms = options.wal_sync_interval_ms;
+  absl::StatusOr<std::unique_ptr<Wal>> wal =
+      OpenAndReplayWal(wal_options, /*after_sequence=*/0, *impl->registry, impl->metrics.registry(), nullptr, nullptr);
+  if (!wal.ok()) return wal.status();
+  impl->wal = *std::move(wal);
+  impl->batch_log.Install(impl->wal.get());
   RefreshScheduler::Options scheduler_options;
   scheduler_options.tick_seconds = options.scheduler_tick_seconds;
   impl->registry->SetLimits(options.limits);
@@ -177,6 +194,7 @@ void Daemon::Shutdown() {
   impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
   impl_->server->Wait();
   impl_->exposer.reset();
+  if (impl_->wal) (void)impl_->wal->Sync();  // clean exit: nothing left in the page cache only
 }
 
 }  // namespace cmestream::service

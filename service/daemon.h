@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "service/limits.h"
+#include "service/wal_options.h"
 #include "service/tls.h"
 
 namespace cmestream::service {
@@ -23,6 +24,8 @@ struct DaemonOptions {
   double scheduler_tick_seconds = 0.05;            // refresh scheduler polling period, > 0
   LimitOptions limits;                             // --max-batch-pairs, --max-models, ... (limits.h)
   SecurityOptions security;                        // --tls-*, --auth-tokens (tls.h, auth.h)
+  WalSync wal_sync = WalSync::kAlways;             // --wal-sync always|interval|never (wal.h)
+  double wal_sync_interval_ms = 100;               // --wal-sync-interval-ms, kInterval only
 
   // OK or InvalidArgument naming the flag and the expected value.
   absl::Status Validate() const;

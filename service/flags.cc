@@ -66,6 +66,14 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
       (name == "--listen" ? o.listen : name == "--metrics-listen" ? o.metrics_listen : o.data_dir) = *v;
+    } else if (name == "--wal-sync") {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      absl::StatusOr<WalSync> sync = ParseWalSync(*v);
+      if (!sync.ok()) return sync.status();
+      o.wal_sync = *sync;
+    } else if (name == "--wal-sync-interval-ms") {
+      s = number(&o.wal_sync_interval_ms);
     } else if (name == "--refresh-interval") {
       s = number(&o.refresh_interval_seconds);
     } else if (name == "--shutdown-grace") {

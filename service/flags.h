@@ -14,6 +14,7 @@ inline constexpr char kUsage[] =
     "                  [--refresh-interval SECONDS] [--max-message-mb MB] [--shutdown-grace SECONDS]\n"
     "                  [--max-batch-pairs N] [--max-models N] [--max-dim D] [--max-queued-batches Q]\n"
     "                  [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--auth-tokens FILE]\n"
+    "                  [--wal-sync always|interval|never] [--wal-sync-interval-ms MS]\n"
     "\n"
     "  --listen HOST:PORT          gRPC address (default 127.0.0.1:50051; port 0 = any free port)\n"
     "  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; port 0 = any)\n"
@@ -30,6 +31,9 @@ inline constexpr char kUsage[] =
     "  --tls-key FILE              PEM private key of --tls-cert\n"
     "  --tls-client-ca FILE        PEM CA: require and verify client certificates signed by it\n"
     "  --auth-tokens FILE          bearer tokens, one 'TOKEN SCOPES' per line (scopes admin,write,read)\n"
+    "  --wal-sync POLICY           write-ahead log fsync: always (every batch before its ack; default),\n"
+    "                              interval (every --wal-sync-interval-ms) or never (kernel decides)\n"
+    "  --wal-sync-interval-ms MS   fsync period with --wal-sync interval (default 100)\n"
     "\n"
     "Once serving, prints one line to stdout:\n"
     "  cmestreamd listening grpc=HOST:PORT metrics=HOST:PORT\n";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/cme/bandwidth.h"
@@ -169,8 +170,10 @@ uint64_t Model::SamplesLocked() const {
 
 absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const std::string& producer_id,
                                                   uint64_t offset, uint64_t batch_index,
-                                                  const std::string& episode_id) {
+                                                  const std::string& episode_id,
+                                                  std::optional<uint64_t> replay_sequence) {
   std::lock_guard<std::mutex> learner_lock(learner_mu_);
+  if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
   IngestResult r;
   r.received = static_cast<uint64_t>(batch.n);
 
@@ -190,10 +193,16 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     offset_after = std::max(applied, offset + r.received);
   }
 
-  // The one place an accepted batch would be made durable before it is applied and acked.
+  // The one place an accepted batch is made durable before it is applied and acked (not
+  // again when it is being replayed from the log).
   if (first < batch.n) {
-    absl::Status logged = log_->Append(name(), producer_id, offset_after, batch, first);
-    if (!logged.ok()) return logged;
+    if (replay_sequence) {
+      applied_sequence_.store(*replay_sequence);
+    } else {
+      absl::StatusOr<uint64_t> logged = log_->Append(name(), producer_id, offset_after, batch, first, episode_id);
+      if (!logged.ok()) return logged.status();
+      if (*logged != 0) applied_sequence_.store(*logged);
+    }
   }
 
   const CompressedCme::Counters before = cme_ ? cme_->counters() : CompressedCme::Counters{};
@@ -278,6 +287,7 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
     snap.cme = CmeSnapshot::From(*cme_);
   }
   snap.samples = SamplesLocked();
+  snap.applied_sequence = applied_sequence_.load();
   snap.counts = counts_->Snapshot();
   if (moments_) snap.moments = moments_->Snapshot();
   if (latent_) snap.latent = latent_->TakeSnapshot();
@@ -285,6 +295,76 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   std::lock_guard<std::mutex> stats_lock(stats_mu_);
   stats_.inverse_drift = snap.inverse_drift;
   return snap;
+}
+
+absl::Status Model::MarkDeleted(const std::function<absl::Status()>& log_deletion) {
+  std::lock_guard<std::mutex> learner_lock(learner_mu_);
+  if (absl::Status s = log_deletion(); !s.ok()) return s;
+  deleted_ = true;
+  return absl::OkStatus();
+}
+
+namespace {
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void Bytes(const void* p, size_t n) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
+  }
+  // Scalars (<= 8 bytes) as one 64-bit word: one multiply per value, not per byte.
+  template <typename T>
+  void Value(const T& v) {
+    static_assert(sizeof(T) <= 8);
+    uint64_t w = 0;
+    std::memcpy(&w, &v, sizeof v);
+    h = (h ^ w) * 1099511628211ull;
+    h ^= h >> 29;
+  }
+  template <typename M>
+  void Matrix(const M& m) {
+    Value(static_cast<int64_t>(m.rows()));
+    Value(static_cast<int64_t>(m.cols()));
+    for (Eigen::Index i = 0; i < m.rows(); ++i)
+      for (Eigen::Index j = 0; j < m.cols(); ++j) Value(static_cast<double>(m(i, j)));
+  }
+};
+}  // namespace
+
+uint64_t Model::StateDigest() {
+  std::lock_guard<std::mutex> learner_lock(learner_mu_);
+  Fnv f;
+  if (cme_) {
+    f.Matrix(cme_->x_atoms());
+    f.Matrix(cme_->y_atoms());
+    f.Matrix(cme_->W());
+    f.Matrix(cme_->W_iterate());
+    f.Matrix(cme_->gram_x_inverse());
+    f.Matrix(cme_->gram_y_inverse());
+    const CompressedCme::Counters& c = cme_->counters();
+    f.Value(c.samples); f.Value(c.compressed); f.Value(c.admitted_x); f.Value(c.admitted_y);
+    f.Value(c.forced); f.Value(c.forced_error_sum); f.Value(c.refactorizations);
+  }
+  f.Value(warmup_n_);
+  for (int64_t t = 0; t < warmup_n_; ++t) {
+    f.Matrix(warmup_x_.row(t));
+    f.Matrix(warmup_y_.row(t));
+  }
+  const CountsSnapshot counts = counts_->Snapshot();
+  f.Value(counts.num_states());
+  f.Value(counts.samples());
+  f.Value(counts.total_weight());
+  for (const CountTriplet& t : counts.Triplets()) {
+    f.Value(t.i); f.Value(t.j); f.Value(t.value);
+  }
+  f.Value(SamplesLocked());
+  {
+    std::lock_guard<std::mutex> stats_lock(stats_mu_);
+    for (const auto& [producer, offset] : producer_offsets_) {
+      f.Bytes(producer.data(), producer.size());
+      f.Value(offset);
+    }
+  }
+  return f.h;
 }
 
 std::shared_ptr<const ModelView> Model::view() const {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,8 +68,29 @@ class Model {
   // from the same producer_id with the same episode_id and ended with this batch's first
   // applied state (the client repeats it); otherwise it starts a new episode.
   // Cost O(n (m^2 + N^2)), no allocation per pair except a first-seen count entry.
+  // Before anything is applied the batch (restricted to the pairs applied) is appended to the
+  // BatchLog; if that fails, nothing is applied and the log's status is returned.
+  // Replay (WAL recovery): with `replay_sequence` set, the batch is not logged again and the
+  // model's applied_sequence() becomes *replay_sequence; the computation is otherwise the same.
+  // NotFound once the model was deleted (MarkDeleted).
   absl::StatusOr<IngestResult> Ingest(const PairBatch& batch, const std::string& producer_id, uint64_t offset,
-                                      uint64_t batch_index, const std::string& episode_id = "");
+                                      uint64_t batch_index, const std::string& episode_id = "",
+                                      std::optional<uint64_t> replay_sequence = std::nullopt);
+
+  // Sequence number of the last WAL record applied to this model (its creation record at
+  // first; 0 without a WAL). Stable while the learner lock is held: Snapshot() reports it.
+  uint64_t applied_sequence() const { return applied_sequence_.load(); }
+  void set_applied_sequence(uint64_t s) { applied_sequence_.store(s); }
+
+  // Deletion: under the learner lock (so no batch of this model is logged after it), runs
+  // `log_deletion`; if that succeeds the model refuses every later Ingest with NotFound.
+  absl::Status MarkDeleted(const std::function<absl::Status()>& log_deletion);
+
+  // 64-bit FNV-1a digest of the full learner state: atoms, W (and the iterate), both Gram
+  // inverses, counters, transition counts, warm-up buffer and producer offsets. Two models
+  // with equal digests were fed the same pairs in the same order (debug and fault tests;
+  // ModelInfo.state_digest). O(m^2) under the learner lock.
+  uint64_t StateDigest();
 
   // Applied offset of a producer; 0 for a producer never seen.
   uint64_t ProducerOffset(const std::string& producer_id) const;
@@ -101,6 +123,7 @@ class Model {
     std::optional<EmbeddingMomentsSnapshot> moments;          // continuous only
     std::optional<MultiViewAccumulator::Snapshot> latent;     // latent_states > 0 (after warm-up)
     std::optional<PredictiveStateAccumulator::Snapshot> predictive;  // window > 0
+    uint64_t applied_sequence = 0;  // WAL: the snapshot covers this model's records <= it
   };
   std::optional<LearnerSnapshot> Snapshot();
 
@@ -131,6 +154,8 @@ class Model {
   const std::shared_ptr<ModelMetrics> metrics_;
   BatchLog* const log_;
   const double created_unix_seconds_;
+  std::atomic<uint64_t> applied_sequence_{0};  // written under learner_mu_
+  bool deleted_ = false;                       // guarded by learner_mu_
 
   std::mutex learner_mu_;
   std::unique_ptr<CompressedCme> cme_;   // null during sigma warm-up

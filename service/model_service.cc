@@ -18,6 +18,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->name());
   if (model.ok()) *resp = (*model)->Describe();
+  if (model.ok() && req->with_state_digest()) resp->set_state_digest((*model)->StateDigest());
   return call.Finish(model.status());
 }
 

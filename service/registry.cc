@@ -4,21 +4,34 @@
 
 namespace cmestream::service {
 
-absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConfig& config) {
-  if (absl::Status s = CheckModelConfigLimits(config, limits_); !s.ok()) return s;  // names --max-dim
-  absl::StatusOr<v1::ModelConfig> normalized = NormalizeModelConfig(config, defaults_);
+absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConfig& config,
+                                                             std::optional<uint64_t> replay_sequence) {
+  // Replay re-creates what was accepted then, whatever today's limits say.
+  if (!replay_sequence) {
+    if (absl::Status s = CheckModelConfigLimits(config, limits_); !s.ok()) return s;  // names --max-dim
+  }
+  absl::StatusOr<v1::ModelConfig> normalized =
+      replay_sequence ? absl::StatusOr<v1::ModelConfig>(config) : NormalizeModelConfig(config, defaults_);
   if (!normalized.ok()) return normalized.status();
   std::lock_guard<std::mutex> lock(mu_);
   if (models_.count(normalized->name())) {
     return absl::AlreadyExistsError(absl::StrCat("model '", normalized->name(), "' already exists"));
   }
-  if (models_.size() >= static_cast<size_t>(limits_.max_models)) {
+  if (!replay_sequence && models_.size() >= static_cast<size_t>(limits_.max_models)) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot create model '", normalized->name(), "': this daemon holds ",
                                                      models_.size(), " models, its limit (--max-models ",
                                                      limits_.max_models, "); delete a model first"));
   }
+  // Durable before the model exists: a batch can only be logged for a model found in the map.
+  uint64_t sequence = replay_sequence.value_or(0);
+  if (!replay_sequence) {
+    absl::StatusOr<uint64_t> logged = log_.AppendModelCreated(*normalized);
+    if (!logged.ok()) return logged.status();
+    sequence = *logged;
+  }
   // Allocation of the learner (O(max_dict^2)) happens under the map lock; creation is rare.
   auto model = std::make_shared<Model>(*normalized, metrics_.ForModel(normalized->name()), &log_);
+  model->set_applied_sequence(sequence);
   models_.emplace(model->name(), model);
   metrics_.SetModelCount(models_.size());
   return model;
@@ -33,12 +46,17 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Get(const std::string& nam
   return it->second;
 }
 
-absl::Status ModelRegistry::Delete(const std::string& name) {
+absl::Status ModelRegistry::Delete(const std::string& name, bool replay) {
   std::shared_ptr<Model> removed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = models_.find(name);
     if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model '", name.substr(0, 80), "' does not exist"));
+    absl::Status marked = it->second->MarkDeleted([&]() -> absl::Status {
+      if (replay) return absl::OkStatus();
+      return log_.AppendModelDeleted(name).status();
+    });
+    if (!marked.ok()) return marked;
     removed = std::move(it->second);
     models_.erase(it);
     metrics_.SetModelCount(models_.size());

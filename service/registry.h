@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,10 +33,16 @@ class ModelRegistry {
 
   // InvalidArgument (bad config, dim above --max-dim), AlreadyExists, ResourceExhausted (the
   // registry already holds --max-models models).
-  absl::StatusOr<std::shared_ptr<Model>> Create(const v1::ModelConfig& config);
+  // The normalized config is appended to the BatchLog before the model exists (a log failure
+  // refuses the creation). Replay (WAL recovery, `replay_sequence` set): `config` is the
+  // logged, already normalized config; nothing is logged again.
+  absl::StatusOr<std::shared_ptr<Model>> Create(const v1::ModelConfig& config,
+                                                std::optional<uint64_t> replay_sequence = std::nullopt);
   // NotFound with a message naming the model.
   absl::StatusOr<std::shared_ptr<Model>> Get(const std::string& name) const;
-  absl::Status Delete(const std::string& name);
+  // Logs the deletion (unless replaying) under the model's learner lock, so no batch of the
+  // model can be logged after its deletion record, then removes it.
+  absl::Status Delete(const std::string& name, bool replay = false);
   // Sorted by name.
   std::vector<std::shared_ptr<Model>> List() const;
 

@@ -190,6 +190,10 @@ Streams transitions into model NAME.
   --producer ID   exactly-once delivery: offsets count pairs from 0 in this file, and the daemon
                   skips pairs it already applied for ID, so re-running the same file with the
                   same ID applies 0 new pairs. Without it every pair is applied.
+  --resume        with --producer: ask the daemon for the producer's applied offset K
+                  (GetProducer) and send only the rest of FILE: pairs K.. (with --trajectory,
+                  states from index K on, so the first pair sent is (state K, state K+1)).
+                  Use it to continue after a crash or restart of either side.
   --episode ID    episode id of a trajectory (default: the file name)
   --batch B       pairs per message (default 1000)
   --quiet         no progress on stderr
@@ -703,6 +707,10 @@ int IngestIds(Context& ctx, const Args& args, const std::string& model, const st
                  : absl::StrCat("i,j with state ids in [0, ", num_states, ")");
   auto rows = ReadIdCsvFile(csv, columns, expected);
   if (!rows.ok()) return FailUsage(cmd, rows.status().message());
+  if (options.start_offset > 0) {  // --resume: drop what the daemon already applied
+    const size_t skip = std::min<size_t>(options.start_offset, rows->size() / columns);
+    rows->erase(rows->begin(), rows->begin() + static_cast<std::ptrdiff_t>(skip * columns));
+  }
   auto stream = ctx.client->OpenDiscreteIngest(model, options);
   if (!stream.ok()) return Fail(cmd, stream.status());
   ProgressReporter progress(!args.Has("quiet"));
@@ -758,6 +766,16 @@ int Ingest(Context& ctx, const Args& args) {
   // input is read).
   auto info = ctx.client->Describe(model);
   if (!info.ok()) return Fail(cmd, info.status());
+  if (args.Has("resume")) {
+    if (options.producer_id.empty()) return FailUsage(cmd, "--resume needs --producer ID");
+    auto producer = ctx.client->GetProducer(model, options.producer_id);
+    if (!producer.ok()) return Fail(cmd, producer.status());
+    options.start_offset = producer->applied_offset();
+    if (!args.Has("quiet") && !args.Has("json")) {
+      std::fprintf(stderr, "ingest: resuming producer '%s' at offset %llu\n", options.producer_id.c_str(),
+                   static_cast<unsigned long long>(options.start_offset));
+    }
+  }
   if (info->config().num_states() > 0) {
     return IngestIds(ctx, args, model, *csv, trajectory, options, info->config().num_states());
   }
@@ -775,11 +793,20 @@ int Ingest(Context& ctx, const Args& args) {
     auto rows = ReadCsvFile(*csv, columns, expected);
     if (!rows.ok()) return FailUsage(cmd, rows.status().message());
     all = std::move(*rows);
+    if (options.start_offset > 0) {  // --resume: pairs (or states) before the offset are applied
+      const size_t skip = std::min<size_t>(options.start_offset, all.size() / columns);
+      all.erase(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(skip * columns));
+    }
   } else {
     // std::cin is synchronized with stdio (slow line by line); read the descriptor directly.
     file.open("/dev/stdin");
     if (!file) return FailUsage(cmd, "cannot open standard input");
     reader = std::make_unique<CsvReader>(&file, "-", columns, expected);
+    if (options.start_offset > 0) {  // --resume on standard input: read past the applied rows
+      std::vector<double> discard;
+      auto n = reader->ReadRows(static_cast<size_t>(options.start_offset), &discard);
+      if (!n.ok()) return FailUsage(cmd, n.status().message());
+    }
   }
 
   auto stream = ctx.client->OpenIngest(model, static_cast<uint32_t>(d), options);
@@ -1851,7 +1878,7 @@ int Run(int argc, char** argv) {
   } else if (command == "ingest") {
     usage = kIngestUsage;
     spec.values = {"csv", "producer", "episode", "batch"};
-    spec.switches = {"trajectory", "quiet", "json"};
+    spec.switches = {"trajectory", "quiet", "json", "resume"};
   } else if (command == "refresh") {
     usage = kRefreshUsage;
     spec.values = {"wait-timeout"};

@@ -1,0 +1,595 @@
+#include "service/wal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "service/crc32c.h"
+
+namespace cmestream::service {
+namespace {
+
+void PutU32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xFFu);
+}
+void PutU64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xFFu);
+}
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+std::string Errno(int err) { return std::strerror(err); }
+
+// Disk-full-like errors are the client's signal to back off (RESOURCE_EXHAUSTED); anything
+// else is an unavailable log (UNAVAILABLE).
+absl::Status AppendError(int err, const std::string& what, const std::string& path) {
+  const std::string msg =
+      absl::StrCat("write-ahead log append failed: ", Errno(err), " (", what, " ", path, "); nothing was applied");
+  if (err == ENOSPC || err == EFBIG || err == EDQUOT) return absl::ResourceExhaustedError(msg);
+  return absl::UnavailableError(msg);
+}
+
+absl::Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open directory ", dir, ": ", Errno(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat("cannot fsync directory ", dir, ": ", Errno(err)));
+  return absl::OkStatus();
+}
+
+absl::Status ReadFile(const std::string& path, std::string* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", Errno(errno)));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot stat ", path, ": ", Errno(errno)));
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out->size()) {
+    const ssize_t r = ::read(fd, out->data() + done, out->size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int err = r < 0 ? errno : EIO;
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("cannot read ", path, ": ", Errno(err)));
+    }
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+// 0 or the errno of the failed write.
+int WriteAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+absl::Status TruncateFile(const std::string& path, uint64_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", Errno(errno)));
+  int rc = ::ftruncate(fd, static_cast<off_t>(size));
+  if (rc == 0) rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat("cannot truncate ", path, ": ", Errno(err)));
+  return absl::OkStatus();
+}
+
+absl::Status CopyFile(const std::string& from, const std::string& to) {
+  std::string data;
+  if (absl::Status s = ReadFile(from, &data); !s.ok()) return s;
+  const int fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", to, ": ", Errno(errno)));
+  int err = WriteAll(fd, data.data(), data.size());
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  if (err != 0) return absl::InternalError(absl::StrCat("cannot write ", to, ": ", Errno(err)));
+  return absl::OkStatus();
+}
+
+std::string SegmentName(uint64_t number) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%08llu.log", static_cast<unsigned long long>(number));
+  return buf;
+}
+
+// Parses "NNNNNNNN.log" (8+ digits); false for anything else (e.g. *.log.corrupt).
+bool ParseSegmentName(const std::string& name, uint64_t* number) {
+  if (name.size() < 12 || name.compare(name.size() - 4, 4, ".log") != 0) return false;
+  const std::string digits = name.substr(0, name.size() - 4);
+  if (digits.size() < 8 || digits.size() > 19 || digits.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  *number = std::stoull(digits);
+  return true;
+}
+
+bool AllZero(const std::string& data, size_t from) {
+  return std::all_of(data.begin() + static_cast<std::ptrdiff_t>(from), data.end(), [](char c) { return c == 0; });
+}
+
+// Whether a valid record with a plausible later sequence number starts anywhere in
+// data[from, end): then the bad record is damage in the middle, not a torn last write. The
+// sequence field is compared first, so the scan is O(n) with a CRC only at rare candidates.
+bool ValidRecordFollows(const std::string& data, size_t from, uint64_t prev_sequence) {
+  const uint64_t max_sequence = prev_sequence + 1 + data.size() / kWalHeaderBytes;
+  WalRecord r;
+  size_t n = 0;
+  for (size_t off = from; off + kWalHeaderBytes <= data.size(); ++off) {
+    const uint64_t seq = GetU64(data.data() + off + 9);
+    if (seq <= prev_sequence || seq > max_sequence) continue;
+    if (ParseWalRecord(data.data() + off, data.size() - off, &r, &n).ok()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status WalOptions::Validate() const {
+  if (dir.empty()) return absl::InvalidArgumentError("WAL directory is empty");
+  if (!std::isfinite(sync_interval_ms) || sync_interval_ms <= 0 || sync_interval_ms > 60000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --wal-sync-interval-ms is ", sync_interval_ms, ", expected milliseconds in (0, 60000]"));
+  }
+  if (segment_bytes < 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("WAL segment size is ", segment_bytes, " bytes, expected >= 4096"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WalSync> ParseWalSync(const std::string& text) {
+  if (text == "always") return WalSync::kAlways;
+  if (text == "interval") return WalSync::kInterval;
+  if (text == "never") return WalSync::kNever;
+  return absl::InvalidArgumentError(absl::StrCat("flag --wal-sync is '", text, "', expected always, interval or never"));
+}
+
+const char* WalSyncName(WalSync sync) {
+  switch (sync) {
+    case WalSync::kAlways: return "always";
+    case WalSync::kInterval: return "interval";
+    case WalSync::kNever: return "never";
+  }
+  return "?";
+}
+
+std::string EncodeWalRecord(WalRecordType type, uint64_t sequence, const std::string& payload) {
+  std::string out(kWalHeaderBytes + payload.size(), '\0');
+  PutU32(out.data() + 4, static_cast<uint32_t>(payload.size()));
+  out[8] = static_cast<char>(type);
+  PutU64(out.data() + 9, sequence);
+  std::memcpy(out.data() + kWalHeaderBytes, payload.data(), payload.size());
+  PutU32(out.data(), crc32c::Mask(crc32c::Value(out.data() + 8, out.size() - 8)));
+  return out;
+}
+
+absl::Status ParseWalRecord(const char* data, size_t size, WalRecord* record, size_t* record_bytes) {
+  if (size < kWalHeaderBytes) return absl::DataLossError("incomplete header");
+  const uint32_t length = GetU32(data + 4);
+  if (length > kWalMaxPayloadBytes) return absl::DataLossError(absl::StrCat("implausible length ", length));
+  if (size - kWalHeaderBytes < length) return absl::DataLossError("payload runs past end");
+  const uint32_t expected = crc32c::Unmask(GetU32(data));
+  const uint32_t actual = crc32c::Value(data + 8, kWalHeaderBytes - 8 + length);
+  if (expected != actual) return absl::DataLossError("crc mismatch");
+  const auto type = static_cast<uint8_t>(data[8]);
+  if (type < 1 || type > 3) return absl::DataLossError(absl::StrCat("unknown record type ", type));
+  record->type = static_cast<WalRecordType>(type);
+  record->sequence = GetU64(data + 9);
+  record->payload.assign(data + kWalHeaderBytes, length);
+  *record_bytes = kWalHeaderBytes + length;
+  return absl::OkStatus();
+}
+
+struct Wal::MetricSeries {
+  prometheus::Counter* bytes = nullptr;
+  prometheus::Counter* records_batch = nullptr;
+  prometheus::Counter* records_model = nullptr;
+  prometheus::Counter* failures = nullptr;
+  prometheus::Histogram* fsync = nullptr;
+  prometheus::Gauge* recovery_seconds = nullptr;
+  prometheus::Gauge* recovered_records = nullptr;
+};
+
+Wal::Wal(WalOptions options) : options_(std::move(options)) {}
+
+Wal::~Wal() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (sync_thread_.joinable()) sync_thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ >= 0) {
+    if (dirty_ && options_.sync != WalSync::kNever) (void)::fdatasync(fd_);
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64_t after_sequence,
+                                               const Visitor& visitor, WalRecoveryReport* report,
+                                               std::shared_ptr<prometheus::Registry> registry) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  const auto start = std::chrono::steady_clock::now();
+  WalRecoveryReport local;
+  WalRecoveryReport& rep = report ? *report : local;
+  rep = WalRecoveryReport{};
+  if (::mkdir(options.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create WAL directory ", options.dir, ": ", Errno(errno)));
+  }
+  auto wal = std::unique_ptr<Wal>(new Wal(options));
+
+  // Segments in numeric order.
+  std::vector<uint64_t> numbers;
+  DIR* d = ::opendir(options.dir.c_str());
+  if (!d) return absl::InternalError(absl::StrCat("cannot list WAL directory ", options.dir, ": ", Errno(errno)));
+  uint64_t max_number = 0;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    uint64_t n = 0;
+    if (ParseSegmentName(name, &n)) numbers.push_back(n);
+    // *.log.corrupt* keep their number reserved so a new segment never collides with them.
+    const size_t dot = name.find(".log.corrupt");
+    if (dot != std::string::npos && ParseSegmentName(name.substr(0, dot + 4), &n)) max_number = std::max(max_number, n);
+  }
+  ::closedir(d);
+  std::sort(numbers.begin(), numbers.end());
+  if (!numbers.empty()) max_number = std::max(max_number, numbers.back());
+
+  uint64_t prev_sequence = 0;
+  std::string data;
+  WalRecord record;
+  for (size_t si = 0; si < numbers.size(); ++si) {
+    Segment seg;
+    seg.number = numbers[si];
+    seg.path = absl::StrCat(options.dir, "/", SegmentName(seg.number));
+    if (absl::Status s = ReadFile(seg.path, &data); !s.ok()) return s;
+    ++rep.segments;
+    size_t pos = 0;
+    std::string problem;
+    size_t bad_record_bytes = 0;
+    while (pos < data.size()) {
+      size_t n = 0;
+      absl::Status s = ParseWalRecord(data.data() + pos, data.size() - pos, &record, &n);
+      if (s.ok() && prev_sequence != 0 && record.sequence != prev_sequence + 1) {
+        s = absl::DataLossError(absl::StrCat("sequence ", record.sequence, ", expected ", prev_sequence + 1));
+      }
+      if (!s.ok()) {
+        problem = std::string(s.message());
+        if (data.size() - pos >= kWalHeaderBytes) bad_record_bytes = kWalHeaderBytes + GetU32(data.data() + pos + 4);
+        break;
+      }
+      record.segment = seg.path;
+      record.offset = pos;
+      if (record.sequence > after_sequence && visitor) {
+        if (absl::Status v = visitor(record); !v.ok()) {
+          return absl::Status(v.code(), absl::StrCat("WAL replay of ", seg.path, " offset ", pos, " (sequence ",
+                                                     record.sequence, "): ", v.message()));
+        }
+        ++rep.records_visited;
+      }
+      if (seg.first_sequence == 0) seg.first_sequence = record.sequence;
+      seg.last_sequence = record.sequence;
+      prev_sequence = record.sequence;
+      ++rep.records;
+      rep.bytes += n;
+      pos += n;
+    }
+    seg.bytes = pos;
+    if (problem.empty()) {
+      wal->segments_.push_back(seg);
+      continue;
+    }
+    // A bad record at `pos`: torn tail or corruption in the middle (see wal.h RECOVERY).
+    bool later_data = false;
+    for (size_t sj = si + 1; sj < numbers.size(); ++sj) {
+      struct stat st;
+      const std::string p = absl::StrCat(options.dir, "/", SegmentName(numbers[sj]));
+      if (::stat(p.c_str(), &st) == 0 && st.st_size > 0) later_data = true;
+    }
+    (void)bad_record_bytes;
+    const bool torn = !later_data && (AllZero(data, pos) || !ValidRecordFollows(data, pos + 1, prev_sequence));
+    const uint64_t dropped_here = data.size() - pos;
+    rep.bytes_dropped = dropped_here;
+    if (torn) {
+      rep.torn_tail = true;
+      rep.problem = absl::StrCat(seg.path, " offset ", pos, ": torn tail record (", problem, "); cut, ",
+                                 dropped_here, " bytes dropped");
+      std::cerr << "cmestreamd: WAL recovery: " << rep.problem << "\n";
+    } else {
+      rep.corrupt = true;
+      const std::string saved = absl::StrCat(seg.path, ".corrupt.", static_cast<long long>(std::time(nullptr)));
+      if (absl::Status s = CopyFile(seg.path, saved); !s.ok()) return s;
+      for (size_t sj = si + 1; sj < numbers.size(); ++sj) {
+        const std::string p = absl::StrCat(options.dir, "/", SegmentName(numbers[sj]));
+        struct stat st;
+        if (::stat(p.c_str(), &st) == 0) rep.bytes_dropped += static_cast<uint64_t>(st.st_size);
+        const std::string q = absl::StrCat(p, ".corrupt.", static_cast<long long>(std::time(nullptr)));
+        if (::rename(p.c_str(), q.c_str()) != 0) {
+          return absl::InternalError(absl::StrCat("cannot rename ", p, " to ", q, ": ", Errno(errno)));
+        }
+      }
+      rep.problem = absl::StrCat(seg.path, " offset ", pos, ": corrupt record (", problem,
+                                 ") followed by more data; recovery stopped there (point in time: sequence ",
+                                 prev_sequence, "), ", rep.bytes_dropped, " bytes not applied, kept in ", saved,
+                                 later_data ? " and the later segments renamed *.corrupt.*" : "");
+      std::cerr << "cmestreamd: WAL recovery ERROR: " << rep.problem << "\n";
+    }
+    if (absl::Status s = TruncateFile(seg.path, pos); !s.ok()) return s;
+    wal->segments_.push_back(seg);
+    break;
+  }
+  if (absl::Status s = SyncDir(options.dir); !s.ok()) return s;
+  rep.last_sequence = prev_sequence;
+  wal->next_sequence_ = std::max(prev_sequence, after_sequence) + 1;
+  wal->next_segment_number_ = max_number + 1;
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  if (registry) {
+    auto m = std::make_unique<MetricSeries>();
+    m->bytes = &prometheus::BuildCounter().Name("cmestream_wal_bytes_total").Help("Bytes appended to the write-ahead log")
+                    .Register(*registry).Add({});
+    auto& records = prometheus::BuildCounter()
+                        .Name("cmestream_wal_records_total")
+                        .Help("Records appended to the write-ahead log, by kind")
+                        .Register(*registry);
+    m->records_batch = &records.Add({{"kind", "batch"}});
+    m->records_model = &records.Add({{"kind", "model"}});
+    m->failures = &prometheus::BuildCounter()
+                       .Name("cmestream_wal_append_failures_total")
+                       .Help("Appends refused because a write or fsync failed (nothing applied)")
+                       .Register(*registry)
+                       .Add({});
+    m->fsync = &prometheus::BuildHistogram()
+                    .Name("cmestream_wal_fsync_seconds")
+                    .Help("Latency of one fdatasync of the write-ahead log")
+                    .Register(*registry)
+                    .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2,
+                                                                     3e-2, 0.1, 0.3, 1});
+    auto& gauges = prometheus::BuildGauge()
+                       .Name("cmestream_wal_recovery")
+                       .Help("Last recovery: seconds spent, records replayed")
+                       .Register(*registry);
+    m->recovery_seconds = &gauges.Add({{"what", "seconds"}});
+    m->recovered_records = &gauges.Add({{"what", "records"}});
+    m->recovery_seconds->Set(rep.seconds);
+    m->recovered_records->Set(static_cast<double>(rep.records_visited));
+    wal->metrics_ = std::move(m);
+  }
+  if (options.sync == WalSync::kInterval) wal->sync_thread_ = std::thread([w = wal.get()] { w->SyncLoop(); });
+  return wal;
+}
+
+absl::Status Wal::OpenNewSegment() {
+  Segment seg;
+  seg.number = next_segment_number_++;
+  seg.path = absl::StrCat(options_.dir, "/", SegmentName(seg.number));
+  fd_ = ::open(seg.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) return AppendError(errno, "cannot create segment", seg.path);
+  // The new file's directory entry must survive a crash too.
+  if (absl::Status s = SyncDir(options_.dir); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("write-ahead log append failed: ", s.message()));
+  }
+  segments_.push_back(seg);
+  return absl::OkStatus();
+}
+
+absl::Status Wal::SyncLocked() {
+  if (fd_ < 0 || !dirty_) return absl::OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (::fdatasync(fd_) != 0) return AppendError(errno, "fdatasync of", segments_.back().path);
+  if (metrics_) metrics_->fsync->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  dirty_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Wal::CloseActive() {
+  if (fd_ < 0) return absl::OkStatus();
+  absl::Status s = options_.sync == WalSync::kNever ? absl::OkStatus() : SyncLocked();
+  ::close(fd_);
+  fd_ = -1;
+  dirty_ = false;
+  return s;
+}
+
+absl::StatusOr<uint64_t> Wal::AppendRecord(WalRecordType type, const std::string& payload) {
+  if (!failed_.ok()) return failed_;
+  if (payload.size() > kWalMaxPayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("record of ", payload.size(), " bytes exceeds the WAL limit"));
+  }
+  if (fd_ < 0) {
+    if (absl::Status s = OpenNewSegment(); !s.ok()) {
+      if (metrics_) metrics_->failures->Increment();
+      return s;
+    }
+  }
+  Segment& seg = segments_.back();
+  const uint64_t sequence = next_sequence_;
+  scratch_.resize(kWalHeaderBytes + payload.size());
+  PutU32(scratch_.data() + 4, static_cast<uint32_t>(payload.size()));
+  scratch_[8] = static_cast<char>(type);
+  PutU64(scratch_.data() + 9, sequence);
+  std::memcpy(scratch_.data() + kWalHeaderBytes, payload.data(), payload.size());
+  PutU32(scratch_.data(), crc32c::Mask(crc32c::Value(scratch_.data() + 8, scratch_.size() - 8)));
+
+  const int write_errno = WriteAll(fd_, scratch_.data(), scratch_.size());
+  absl::Status s = write_errno == 0 ? absl::OkStatus() : AppendError(write_errno, "write to", seg.path);
+  bool sync_failed = false;
+  if (s.ok() && options_.sync == WalSync::kAlways) {
+    dirty_ = true;
+    s = SyncLocked();
+    sync_failed = !s.ok();
+  }
+  if (!s.ok()) {
+    if (metrics_) metrics_->failures->Increment();
+    const absl::Status out = s;
+    // Roll back to the record start so the log stays a valid prefix; if even that fails, or
+    // fdatasync failed (page state unknown), refuse everything until a restart re-reads the disk.
+    const bool rolled_back = ::ftruncate(fd_, static_cast<off_t>(seg.bytes)) == 0;
+    if (!rolled_back || sync_failed) {
+      failed_ = absl::UnavailableError(absl::StrCat(out.message(), "; the log refuses further appends until the "
+                                                    "daemon is restarted"));
+    }
+    return out;
+  }
+  seg.bytes += scratch_.size();
+  if (seg.first_sequence == 0) seg.first_sequence = sequence;
+  seg.last_sequence = sequence;
+  ++next_sequence_;
+  if (options_.sync != WalSync::kAlways) dirty_ = true;
+  if (metrics_) {
+    metrics_->bytes->Increment(static_cast<double>(scratch_.size()));
+    (type == WalRecordType::kBatch ? metrics_->records_batch : metrics_->records_model)->Increment();
+  }
+  if (seg.bytes >= options_.segment_bytes) {
+    if (absl::Status c = CloseActive(); !c.ok()) failed_ = absl::UnavailableError(c.message());
+  }
+  return sequence;
+}
+
+absl::StatusOr<uint64_t> Wal::Append(const std::string& model, const std::string& producer_id,
+                                     uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
+                                     const std::string& episode_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::IngestBatch& b = batch_scratch_;
+  b.Clear();
+  b.set_model(model);
+  b.set_producer_id(producer_id);
+  const int64_t applied = batch.n - first;
+  if (!producer_id.empty()) b.set_offset(producer_offset_after - static_cast<uint64_t>(applied));
+  b.set_episode_id(episode_id);
+  const int d = batch.dim;
+  if (batch.discrete()) {
+    if (batch.trajectory) {
+      b.mutable_state_ids()->Add(batch.x_ids + first, batch.x_ids + batch.n + 1);  // ids first..n
+    } else {
+      b.mutable_x_ids()->Add(batch.x_ids + first, batch.x_ids + batch.n);
+      b.mutable_y_ids()->Add(batch.y_ids + first, batch.y_ids + batch.n);
+    }
+  } else if (batch.trajectory) {
+    b.mutable_states()->Add(batch.x + first * d, batch.x + (batch.n + 1) * d);  // states first..n
+  } else {
+    b.mutable_x()->Add(batch.x + first * d, batch.x + batch.n * d);
+    b.mutable_y()->Add(batch.y + first * d, batch.y + batch.n * d);
+  }
+  std::string payload;
+  if (!b.SerializeToString(&payload)) return absl::InternalError("cannot serialize a batch for the WAL");
+  return AppendRecord(WalRecordType::kBatch, payload);
+}
+
+absl::StatusOr<uint64_t> Wal::AppendModelCreated(const v1::ModelConfig& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string payload;
+  if (!config.SerializeToString(&payload)) return absl::InternalError("cannot serialize a model config for the WAL");
+  return AppendRecord(WalRecordType::kModelCreated, payload);
+}
+
+absl::StatusOr<uint64_t> Wal::AppendModelDeleted(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return AppendRecord(WalRecordType::kModelDeleted, name);
+}
+
+uint64_t Wal::last_sequence() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_sequence_ - 1;
+}
+
+absl::Status Wal::Rotate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CloseActive();
+}
+
+absl::Status Wal::Sync() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SyncLocked();
+}
+
+absl::StatusOr<int> Wal::DeleteSegmentsCoveredBy(uint64_t covered) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int deleted = 0;
+  const size_t closed = fd_ >= 0 ? segments_.size() - 1 : segments_.size();
+  std::vector<Segment> kept;
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    if (i < closed && s.last_sequence <= covered) {
+      if (::unlink(s.path.c_str()) != 0 && errno != ENOENT) {
+        return absl::InternalError(absl::StrCat("cannot delete WAL segment ", s.path, ": ", Errno(errno)));
+      }
+      ++deleted;
+    } else {
+      kept.push_back(s);
+    }
+  }
+  segments_ = std::move(kept);
+  if (deleted > 0) {
+    if (absl::Status s = SyncDir(options_.dir); !s.ok()) return s;
+  }
+  return deleted;
+}
+
+std::vector<std::string> Wal::SegmentPaths() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const Segment& s : segments_) out.push_back(s.path);
+  return out;
+}
+
+void Wal::SyncLoop() {
+  const auto period = std::chrono::duration<double, std::milli>(options_.sync_interval_ms);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    stop_cv_.wait_for(lock, period, [this] { return stop_; });
+    if (stop_ || fd_ < 0 || !dirty_) continue;
+    // fdatasync outside the lock on a duplicate descriptor, so appends go on meanwhile.
+    const int fd = ::dup(fd_);
+    const std::string path = segments_.back().path;
+    dirty_ = false;
+    lock.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    const int rc = fd >= 0 ? ::fdatasync(fd) : -1;
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    lock.lock();
+    if (rc != 0) {
+      failed_ = absl::UnavailableError(absl::StrCat("write-ahead log fdatasync of ", path, " failed: ", Errno(err),
+                                                    "; the log refuses further appends until the daemon is restarted"));
+    } else if (metrics_) {
+      metrics_->fsync->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+}
+
+}  // namespace cmestream::service

@@ -1,0 +1,187 @@
+// The write-ahead log of cmestreamd (issue 6, part 1): every accepted batch, model creation and
+// model deletion is appended here before it takes effect or is acknowledged, so a restart can
+// rebuild every model by replaying the log through the live ingestion path.
+//
+// ON DISK. DATA_DIR/wal/NNNNNNNN.log, segments numbered 00000001, 00000002, ... (8+ decimal
+// digits, ordered numerically). A segment is a sequence of records, nothing else:
+//
+//   offset  size  field
+//   0       4     masked CRC32C (crc32c::Mask) of bytes [8, 17 + length)  = type, sequence, payload
+//   4       4     length of the payload in bytes
+//   8       1     type (WalRecordType)
+//   9       8     sequence number (1, 2, 3, ... across segments, never reused)
+//   17      len   payload
+//
+// All integers are fixed-width little-endian. Payloads:
+//   kModelCreated  a serialized v1::ModelConfig, already normalized (NormalizeModelConfig)
+//   kModelDeleted  the model name (raw bytes)
+//   kBatch         a serialized v1::IngestBatch restricted to the pairs actually applied:
+//                  `offset` is that of the first applied pair (so on replay nothing is a
+//                  duplicate and the producer's applied offset comes out the same), trajectory
+//                  batches keep their first applied state, `producer_id` and `episode_id` as
+//                  sent. Replaying it through Model::Ingest is therefore the same computation.
+// A segment is rotated (closed, a new one opened) once it reaches WalOptions::segment_bytes.
+//
+// DURABILITY (WalOptions::sync): kAlways fdatasync()s every record before Append returns (a
+// batch acknowledged is on disk); kInterval fdatasync()s from a background thread every
+// sync_interval_ms (a crash of the machine — not of the process — can lose the last interval);
+// kNever leaves it to the kernel. A process crash (kill -9) loses nothing under any policy:
+// the data is in the page cache once write() returned.
+// A failed write rolls the segment back to the record start (ftruncate), so the log stays a
+// valid prefix; the caller gets RESOURCE_EXHAUSTED (ENOSPC, EFBIG, EDQUOT) or UNAVAILABLE
+// and must not apply the batch. If the rollback or an fdatasync fails, the state of the file
+// is unknown: the log refuses every later append (UNAVAILABLE) until the daemon restarts and
+// recovery re-reads what is actually on disk.
+//
+// RECOVERY (Open): segments are read in numeric order and every record checked (length within
+// the file, CRC, known type, sequence = previous + 1). At the first bad record:
+//   * torn tail — the bad record is the last thing in the last segment (an incomplete header or
+//     payload, or a CRC mismatch on a record that reaches EOF, or only zero bytes follow):
+//     reported (path, offset, bytes dropped) and cut by truncating the file there;
+//   * corruption in the middle — valid-looking data follows: reported as an error and recovery
+//     STOPS there (point-in-time recovery: the log is the prefix before the bad record). The
+//     bad segment is copied to NNNNNNNN.log.corrupt before it is truncated, and the later
+//     segments are renamed *.log.corrupt, so nothing is destroyed and none of it is ever applied.
+// Records after the cut are never passed to the visitor. New appends continue after the cut
+// in a fresh segment.
+//
+// INTERFACE FOR SNAPSHOTS. Every record has a sequence number. Model::applied_sequence() is the
+// sequence of the last record applied to a model (read it under the model's learner lock, e.g.
+// in Model::Snapshot): a snapshot of the model taken under that lock covers all of the model's
+// records <= it. A restart is then: load the snapshot, Open(options, after_sequence = S,
+// visitor) where S is the smallest applied sequence over the snapshot's models (the visitor
+// skips per model the records its snapshot already covers), and once a set of snapshots covers
+// every record <= S, call DeleteSegmentsCoveredBy(S): it removes the closed segments whose
+// records all have sequence <= S (call Rotate() first to close the active segment).
+//
+// Thread safety: all methods are thread-safe; appends are serialized by one mutex (records of
+// different models interleave; records of one model are in the order the model applied them,
+// since Model calls Append under its learner lock).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cmestream/v1/cmestream.pb.h"
+#include "prometheus/registry.h"
+#include "service/batch_log.h"
+#include "service/wal_options.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace prometheus
+
+namespace cmestream::service {
+
+enum class WalRecordType : uint8_t { kModelCreated = 1, kModelDeleted = 2, kBatch = 3 };
+
+inline constexpr size_t kWalHeaderBytes = 17;
+inline constexpr uint32_t kWalMaxPayloadBytes = 1u << 30;  // 1 GiB; above --max-message-mb's limit
+
+// One record as the recovery visitor sees it.
+struct WalRecord {
+  uint64_t sequence = 0;
+  WalRecordType type = WalRecordType::kBatch;
+  std::string payload;
+  std::string segment;     // path of its segment file
+  uint64_t offset = 0;     // byte offset of its header in the segment
+};
+
+// What Open found. `problem` is empty when every byte was a valid record.
+struct WalRecoveryReport {
+  uint64_t segments = 0;
+  uint64_t records = 0;          // valid records read (including those <= after_sequence)
+  uint64_t records_visited = 0;  // passed to the visitor
+  uint64_t bytes = 0;            // valid bytes
+  uint64_t last_sequence = 0;
+  bool torn_tail = false;        // a torn last record was cut
+  bool corrupt = false;          // corruption in the middle: stopped there (point in time)
+  std::string problem;           // "path offset N: what; B bytes dropped"
+  uint64_t bytes_dropped = 0;
+  double seconds = 0;
+};
+
+// Checks one record at data[0, size): on success sets *record (without segment/offset) and
+// *record_bytes. Exposed for the tests and the fuzz target. Errors (all InvalidArgument/
+// DataLoss with a reason): "incomplete header", "payload runs past end", "crc mismatch",
+// "unknown record type N".
+absl::Status ParseWalRecord(const char* data, size_t size, WalRecord* record, size_t* record_bytes);
+// The record bytes of (type, sequence, payload) as Append writes them (tests use it too).
+std::string EncodeWalRecord(WalRecordType type, uint64_t sequence, const std::string& payload);
+
+class Wal final : public BatchLog {
+ public:
+  using Visitor = std::function<absl::Status(const WalRecord&)>;
+
+  // Recovers the log in options.dir (see RECOVERY), passing each valid record with sequence >
+  // after_sequence to `visitor` in order, then opens a new segment for appends. A visitor error
+  // stops Open and is returned with the record's path and offset prepended. `registry` (may be
+  // null) receives the cmestream_wal_* series. Errors name the path.
+  static absl::StatusOr<std::unique_ptr<Wal>> Open(const WalOptions& options, uint64_t after_sequence,
+                                                   const Visitor& visitor, WalRecoveryReport* report,
+                                                   std::shared_ptr<prometheus::Registry> registry = nullptr);
+  ~Wal() override;
+
+  // BatchLog: append one record; returns its sequence number. See DURABILITY for errors.
+  absl::StatusOr<uint64_t> Append(const std::string& model, const std::string& producer_id,
+                                  uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
+                                  const std::string& episode_id) override;
+  absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) override;
+  absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) override;
+  uint64_t last_sequence() const override;
+
+  // Closes the active segment (synced) and starts a new one at the next append.
+  absl::Status Rotate();
+  // Deletes closed segments whose records all have sequence <= covered (see INTERFACE FOR
+  // SNAPSHOTS). Returns the number deleted. Never deletes the active segment.
+  absl::StatusOr<int> DeleteSegmentsCoveredBy(uint64_t covered);
+  // Segment paths, oldest first (tests, diagnostics).
+  std::vector<std::string> SegmentPaths() const;
+  // Flushes to disk now (used at clean shutdown with sync != always).
+  absl::Status Sync();
+
+ private:
+  struct Segment {
+    uint64_t number = 0;
+    std::string path;
+    uint64_t first_sequence = 0;  // 0 while empty
+    uint64_t last_sequence = 0;
+    uint64_t bytes = 0;
+  };
+  struct MetricSeries;
+  explicit Wal(WalOptions options);
+  absl::StatusOr<uint64_t> AppendRecord(WalRecordType type, const std::string& payload);  // requires mu_
+  absl::Status OpenNewSegment();   // requires mu_
+  absl::Status CloseActive();      // requires mu_
+  absl::Status SyncLocked();       // requires mu_
+  void SyncLoop();
+
+  const WalOptions options_;
+  mutable std::mutex mu_;
+  std::vector<Segment> segments_;   // closed ones, then the active one (if fd_ >= 0)
+  int fd_ = -1;                     // active segment, -1 if none open yet
+  uint64_t next_sequence_ = 1;
+  uint64_t next_segment_number_ = 1;
+  bool dirty_ = false;              // written since the last fdatasync
+  absl::Status failed_;             // sticky failure (see DURABILITY)
+  std::string scratch_;             // encoded record, reused
+  v1::IngestBatch batch_scratch_;   // restricted batch, reused (repeated fields keep capacity)
+  std::unique_ptr<MetricSeries> metrics_;
+
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread sync_thread_;         // kInterval only
+};
+
+}  // namespace cmestream::service
