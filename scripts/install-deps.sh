@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-grpcio python3-protobuf python3-numpy python3-matplotlib
   curl
+  openssl clang libclang-rt-14-dev   # test certificates (openssl CLI); libFuzzer targets (scripts/fuzz.sh)
 )
 
 missing=()
