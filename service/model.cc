@@ -283,7 +283,7 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   if (!cme_ && !discrete()) return std::nullopt;
   LearnerSnapshot snap;
   if (cme_) {
-    snap.inverse_drift = cme_->CheckDriftAndRefactorize();
+    snap.inverse_drift = cme_->last_drift();  // measured by the learner's periodic check
     snap.cme = CmeSnapshot::From(*cme_);
   }
   snap.samples = SamplesLocked();

@@ -109,10 +109,11 @@ class Model {
   Stats stats() const;
   v1::ModelInfo Describe() const;
 
-  // Refresh support. Snapshot() copies what the views need under the learner lock, after the
-  // drift check and re-factorization (ALGORITHMS.md §1 numerics). That check is O(m^3) and
-  // blocks this model's ingestion for its duration (a few ms at m = 200, ~0.1-0.3 s at
-  // m = 1000): it must run on the live learner, since its purpose is to repair it.
+  // Refresh support. Snapshot() copies what the views need under the learner lock and changes
+  // nothing: the Gram-inverse drift check and re-factorization (ALGORITHMS.md §1 numerics) run
+  // inside CompressedCme::Observe on a sample-count schedule, and the embedding moments fold
+  // their buffered pairs into a copy. A refresh that touched the learner would make its state
+  // depend on wall-clock timing, and WAL replay / snapshots could not reproduce it bit for bit.
   // Returns nullopt while there is no learner yet (warm-up).
   // Discrete models have no learner: cme is empty and inverse_drift 0.
   struct LearnerSnapshot {

@@ -249,6 +249,13 @@ void CompressedCme::Observe(const double* x, const double* y) {
     kyx_.head(mx_).maxCoeff(&i);
     last_nearest_y_in_x_ = static_cast<int>(i);
   }
+
+  // Periodic drift check, scheduled by sample count (see Options::drift_check_interval).
+  if (options_.drift_check_interval > 0 &&
+      ++samples_since_drift_check_ >= std::max<int64_t>(options_.drift_check_interval, mx_ + my_)) {
+    samples_since_drift_check_ = 0;
+    CheckDriftAndRefactorize();
+  }
 }
 
 void CompressedCme::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y) {
@@ -256,14 +263,19 @@ void CompressedCme::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const E
 }
 
 double CompressedCme::MeasureInverseDrift() {
+  // ||(G + gamma I) G^-1 - I||_F one column at a time into the capacity-sized scratch tmp_, so
+  // that the periodic check inside Observe() does not allocate.
   const double gamma = Gamma();
-  auto drift = [gamma](const MatrixXd& g, const MatrixXd& g_inv, int m) {
-    if (m == 0) return 0.0;
-    MatrixXd gj = g.topLeftCorner(m, m);
-    gj.diagonal().array() += gamma;
-    MatrixXd r = gj * g_inv.topLeftCorner(m, m);
-    r.diagonal().array() -= 1.0;
-    return r.norm();
+  auto drift = [this, gamma](const MatrixXd& g, const MatrixXd& g_inv, int m) {
+    double sum = 0;
+    for (int j = 0; j < m; ++j) {
+      auto r = tmp_.head(m);
+      r.noalias() = g.topLeftCorner(m, m) * g_inv.col(j).head(m);
+      r += gamma * g_inv.col(j).head(m);
+      r[j] -= 1.0;
+      sum += r.squaredNorm();
+    }
+    return std::sqrt(sum);
   };
   last_drift_ = std::max(drift(gx_, gx_inv_, mx_), drift(gy_, gy_inv_, my_));
   return last_drift_;

@@ -21,9 +21,10 @@
 //   Gram inverses are of G + gamma I with gamma = jitter * k(x,x) (relative jitter, ALGORITHMS.md
 //   section 1), grown by the block (Schur) formula. A side whose delta is below gamma is never
 //   admitted (one-sided mode). Drift ||(G + gamma I) G^-1 - I||_F is measured by
-//   MeasureInverseDrift(); CheckDriftAndRefactorize() (the service calls it at each refresh)
-//   recomputes the inverses by Cholesky when it exceeds drift_tolerance or when Observe() saw a
-//   negative delta (a free drift symptom).
+//   MeasureInverseDrift() (allocation-free, column by column); CheckDriftAndRefactorize(),
+//   which Observe() runs every max(drift_check_interval, m_x + m_y) samples, recomputes the
+//   inverses by Cholesky when the drift exceeds drift_tolerance or when Observe() saw a
+//   negative delta (a free drift symptom). The re-factorization itself allocates (rare repair).
 //
 // STEP SCHEDULE AND AVERAGING
 //   step_decay_samples = 0: constant eta (tracks drift, weights recent data more; eigenvalue
@@ -67,6 +68,11 @@ class CompressedCme {
     double jitter = 1e-6;
     // Re-factorize the Gram inverses (Cholesky) when ||G G^-1 - I||_F exceeds this.
     double drift_tolerance = 1e-3;
+    // Observe() checks the drift (and re-factorizes if needed) every
+    // max(drift_check_interval, m_x + m_y) samples: O(m^3) per check, so O(m^2) amortized.
+    // The check is part of the sample stream, not of the wall clock, so the learner's state
+    // depends only on the pairs it saw (bit-exact WAL replay and snapshots). 0 = never.
+    int64_t drift_check_interval = 1000;
     // Step schedule eta_t = eta / (1 + t/step_decay_samples)^step_decay_power (0 = constant).
     double step_decay_samples = 0;
     double step_decay_power = 0.5;
@@ -162,6 +168,7 @@ class CompressedCme {
   Step last_step_ = Step::kNone;
   double last_error_ = 0;
   int64_t negative_delta_events_ = 0;
+  int64_t samples_since_drift_check_ = 0;
 
   double Gamma() const;             // relative jitter gamma = jitter * k(x,x) (k(x,x) = 1)
   double StepSize() const;          // eta_t of the schedule

@@ -164,8 +164,14 @@ void EmbeddingMoments::Rescale() {
   scale_ = 1;
 }
 
-EmbeddingMomentsSnapshot EmbeddingMoments::Snapshot() {
-  Flush();
+EmbeddingMomentsSnapshot EmbeddingMoments::Snapshot() const {
+  if (buffered_ == 0) return SnapshotOfFlushed();
+  EmbeddingMoments copy(*this);
+  copy.Flush();
+  return copy.SnapshotOfFlushed();
+}
+
+EmbeddingMomentsSnapshot EmbeddingMoments::SnapshotOfFlushed() const {
   EmbeddingMomentsSnapshot s;
   s.features = features_;
   const double inv = 1.0 / scale_;

@@ -70,8 +70,11 @@ class EmbeddingMoments {
   absl::Status ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y);
   // Folds the buffered pairs into the moments (no-op when empty).
   void Flush();
-  // Flushes, then copies the moments out (O(N^2)).
-  EmbeddingMomentsSnapshot Snapshot();
+  // Copies the moments out, buffered pairs included (O(N^2)). Does not change this object:
+  // the buffered pairs are folded into a copy. Flushing the live accumulator here would make
+  // its floating-point summation order depend on when refreshes happen, and then neither WAL
+  // replay nor snapshot + replay would reproduce the uninterrupted model bit for bit.
+  EmbeddingMomentsSnapshot Snapshot() const;
 
   const FeatureMap& features() const { return *features_; }
   const Options& options() const { return options_; }
@@ -88,6 +91,7 @@ class EmbeddingMoments {
 
  private:
   void Rescale();
+  EmbeddingMomentsSnapshot SnapshotOfFlushed() const;  // requires buffered_ == 0
 
   std::shared_ptr<const FeatureMap> features_;
   Options options_;

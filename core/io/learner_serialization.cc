@@ -66,6 +66,7 @@ void CompressedCme::Serialize(io::Writer& w) const {
   w.Bool(o.one_sided);
   w.F64(o.jitter);
   w.F64(o.drift_tolerance);
+  w.I64(o.drift_check_interval);
   w.F64(o.step_decay_samples);
   w.F64(o.step_decay_power);
   w.Bool(o.averaging);
@@ -85,6 +86,7 @@ void CompressedCme::Serialize(io::Writer& w) const {
   w.U8(static_cast<uint8_t>(last_step_));
   w.F64(last_error_);
   w.I64(negative_delta_events_);
+  w.I64(samples_since_drift_check_);
   w.Matrix(x_atoms_.topRows(mx_));
   w.Matrix(y_atoms_.topRows(my_));
   w.Matrix(w_.topLeftCorner(my_, mx_));
@@ -109,6 +111,7 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   o.one_sided = r.Bool("cme one_sided");
   o.jitter = r.F64("cme jitter");
   o.drift_tolerance = r.F64("cme drift_tolerance");
+  o.drift_check_interval = NonNegative(r, "cme drift_check_interval");
   o.step_decay_samples = r.F64("cme step_decay_samples");
   o.step_decay_power = r.F64("cme step_decay_power");
   o.averaging = r.Bool("cme averaging");
@@ -136,6 +139,7 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   if (r.ok() && step > static_cast<uint8_t>(Step::kForced)) r.Fail(absl::StrCat("cme last_step is ", int{step}, ", expected 0..5"));
   const double last_error = r.F64("cme last_error");
   const int64_t negative = NonNegative(r, "cme negative_delta_events");
+  const int64_t since_check = NonNegative(r, "cme samples_since_drift_check");
   if (!r.ok()) return r.status();
 
   CompressedCme cme(o);
@@ -148,6 +152,7 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   cme.last_step_ = static_cast<Step>(step);
   cme.last_error_ = last_error;
   cme.negative_delta_events_ = negative;
+  cme.samples_since_drift_check_ = since_check;
   r.MatrixInto("cme x_atoms", cme.x_atoms_.topRows(mx));
   r.MatrixInto("cme y_atoms", cme.y_atoms_.topRows(my));
   r.MatrixInto("cme W", cme.w_.topLeftCorner(my, mx));

@@ -361,14 +361,14 @@ TEST(SerializationCorruption, DimensionsBeyondTheHeaderAreRejectedBeforeAllocati
     EXPECT_NE(c.status().message().find("CompressedCme buffers would allocate"), std::string::npos) << c.status();
   }
   {
-    // m_x larger than max_dict (30). Offset of m_x: 16 + 4 + 32 + 4 + 1 + 32 + 1 + 56 = 146.
+    // m_x larger than max_dict (30). Offset of m_x: 16 + 4 + 32 + 4 + 1 + 40 + 1 + 56 = 154.
     std::string bad = bytes;
     const int32_t mx = 31;
-    std::memcpy(&bad[146], &mx, 4);
+    std::memcpy(&bad[154], &mx, 4);
     io::Reader r(bad, "f");
     absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
     ASSERT_FALSE(c.ok());
-    EXPECT_NE(c.status().message().find("cme dictionary size m_x is 31 (field at offset 146), expected 0..30"),
+    EXPECT_NE(c.status().message().find("cme dictionary size m_x is 31 (field at offset 154), expected 0..30"),
               std::string::npos)
         << c.status();
   }
