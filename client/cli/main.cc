@@ -454,28 +454,34 @@ void PrintModel(const v1::ModelInfo& m) {
   std::cout << "  samples           " << m.samples();
   if (m.pending_warmup() > 0) std::cout << " (+" << m.pending_warmup() << " buffered for sigma auto)";
   std::cout << ", batches " << m.batches_applied() << "\n";
-  std::cout << "  dictionary        " << m.dictionary_size() << " x-atoms, " << m.dictionary_size_y()
-            << " y-atoms; forced compressions " << m.forced_compressions() << "\n";
-  std::cout << "  sigma             ";
-  if (s.chosen() > 0) {
-    std::cout << Num(s.chosen());
-    if (s.automatic()) {
-      std::cout << " (auto from " << s.warmup_pairs() << " warm-up pairs; median distance "
-                << Num(s.median_distance()) << "; held-out VAMP-2 score per candidate:";
-      for (int i = 0; i < s.candidates_size() && i < s.scores_size(); ++i) {
-        std::cout << " " << Num(s.candidates(i)) << ":" << Num(s.scores(i));
-      }
-      std::cout << ")";
-    }
-  } else if (c.has_sigma() && c.sigma() > 0) {
-    std::cout << Num(c.sigma());
+  const bool discrete = c.num_states() > 0;
+  if (discrete) {
+    // Discrete models have no kernel and no CME: their CME settings are unused defaults.
+    std::cout << "  config            dt " << Num(c.dt()) << ", seed " << c.seed() << "\n";
   } else {
-    std::cout << "auto (not chosen yet)";
+    std::cout << "  dictionary        " << m.dictionary_size() << " x-atoms, " << m.dictionary_size_y()
+              << " y-atoms; forced compressions " << m.forced_compressions() << "\n";
+    std::cout << "  sigma             ";
+    if (s.chosen() > 0) {
+      std::cout << Num(s.chosen());
+      if (s.automatic()) {
+        std::cout << " (auto from " << s.warmup_pairs() << " warm-up pairs; median distance "
+                  << Num(s.median_distance()) << "; held-out VAMP-2 score per candidate:";
+        for (int i = 0; i < s.candidates_size() && i < s.scores_size(); ++i) {
+          std::cout << " " << Num(s.candidates(i)) << ":" << Num(s.scores(i));
+        }
+        std::cout << ")";
+      }
+    } else if (c.has_sigma() && c.sigma() > 0) {
+      std::cout << Num(c.sigma());
+    } else {
+      std::cout << "auto (not chosen yet)";
+    }
+    std::cout << "\n";
+    std::cout << "  config            eta " << Num(c.eta()) << ", lambda " << Num(c.lambda())
+              << ", epsilon " << Num(c.epsilon()) << ", max_dict " << c.max_dict() << ", dt "
+              << Num(c.dt()) << ", seed " << c.seed() << "\n";
   }
-  std::cout << "\n";
-  std::cout << "  config            eta " << Num(c.eta()) << ", lambda " << Num(c.lambda())
-            << ", epsilon " << Num(c.epsilon()) << ", max_dict " << c.max_dict() << ", dt "
-            << Num(c.dt()) << ", seed " << c.seed() << "\n";
   std::cout << "  views             rank " << c.rank() << ", clusters " << c.clusters();
   if (c.num_states() == 0) std::cout << ", rff " << c.rff_features();
   if (c.meta_states() > 0) {
