@@ -163,7 +163,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on --listen ", options.listen,
                                                " (address in use or not local?)"));
   }
-  if (const std::string notice = TransportNotice(options.security, impl->grpc_host, options.listen); !notice.empty()) {
+  const std::string bound = absl::StrCat(impl->grpc_host, ":", impl->grpc_port);  // the port actually bound
+  if (const std::string notice = TransportNotice(options.security, impl->grpc_host, bound); !notice.empty()) {
     std::cerr << "cmestreamd: " << notice << "\n";  // stderr: stdout carries only the listening line
   }
   auto daemon = std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
