@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz with clang + ASan in build-fuzz (or $FUZZ_BUILD_DIR)
-# and runs each for N seconds (default 20) from its seed corpus tests/fuzz/corpus/<target>/.
+# and runs each from its seed corpus tests/fuzz/corpus/<target>/: for N seconds (exploration),
+# or with FUZZ_RUNS=K for exactly K inputs from the fixed seed FUZZ_SEED (default 1), which
+# is repeatable and is what scripts/test.sh (and so CI) runs.
 # New inputs go to a scratch corpus under the build dir, never into the repository; a crash
 # leaves its reproducer in build-fuzz/artifacts/ and fails the script.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
@@ -30,9 +32,16 @@ for t in "${TARGETS[@]}"; do
   seeds="tests/fuzz/corpus/$t"
   work="$BUILD/corpus/$t"
   mkdir -p "$work"
-  echo "fuzz: $t for ${SECONDS_PER_TARGET}s (seeds: $seeds)"
   # -rss_limit_mb bounds memory; -max_len keeps inputs small enough to run fast.
-  if ! "$BUILD/tests/fuzz/$t" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=1024 -max_len=65536 \
+  if [ -n "${FUZZ_RUNS:-}" ]; then
+    budget=(-runs="$FUZZ_RUNS" -seed="${FUZZ_SEED:-1}")
+    rm -rf "$work" && mkdir -p "$work"   # a repeatable run starts from the seeds only
+    echo "fuzz: $t, $FUZZ_RUNS inputs from seed ${FUZZ_SEED:-1} (seeds: $seeds)"
+  else
+    budget=(-max_total_time="$SECONDS_PER_TARGET")
+    echo "fuzz: $t for ${SECONDS_PER_TARGET}s (seeds: $seeds)"
+  fi
+  if ! "$BUILD/tests/fuzz/$t" "${budget[@]}" -rss_limit_mb=1024 -max_len=65536 \
       -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$t-" "$work" "$seeds" 2>"$BUILD/$t.log"; then
     echo "fuzz: $t FAILED, see $BUILD/$t.log and $BUILD/artifacts/" >&2
     tail -40 "$BUILD/$t.log" >&2

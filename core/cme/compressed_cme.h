@@ -56,8 +56,11 @@ class Writer;
 
 class CompressedCme {
  public:
+  // Largest state dimension accepted (the daemon's --max-dim default is lower).
+  static constexpr int kMaxDim = 65536;
+
   struct Options {
-    int dim = 0;                 // state dimension d >= 1
+    int dim = 0;                 // state dimension d, 1 <= d <= kMaxDim
     double sigma = 0.4;          // Gaussian kernel bandwidth, > 0
     double eta = 0.1;            // SGD step, 0 < eta, eta*lambda < 1
     double lambda = 1e-3;        // HS regularizer, >= 0

@@ -24,6 +24,8 @@ namespace {
 template <typename T>
 void RoundTrip(const uint8_t* data, size_t size) {
   cmestream::io::Reader r(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
+  // Below -rss_limit_mb (scripts/fuzz.sh): a buffer the budget admits must not be an OOM.
+  r.set_allocation_budget(256u << 20);
   absl::StatusOr<T> value = T::Deserialize(r);
   if (!value.ok()) {
     if (value.status().message().empty()) __builtin_trap();
