@@ -18,6 +18,10 @@
 #include "service/refresh.h"
 #include "service/registry.h"
 #include "service/services.h"
+#include "service/snapshot.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 
 namespace cmestream::service {
 namespace {
@@ -37,6 +41,45 @@ absl::Status SplitHostPort(const std::string& flag, const std::string& address, 
   *host = address.substr(0, colon);
   return absl::OkStatus();
 }
+
+// Prometheus series of the snapshot manager, fed by its observer (periodic, on-request,
+// import and shutdown snapshots alike).
+struct SnapshotMetrics {
+  explicit SnapshotMetrics(prometheus::Registry& registry)
+      : duration(prometheus::BuildHistogram()
+                     .Name("cmestream_snapshot_duration_seconds")
+                     .Help("Wall time of one snapshot of every model (serialize, write, fsync, rename)")
+                     .Register(registry)
+                     .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60})),
+        bytes(prometheus::BuildGauge()
+                  .Name("cmestream_snapshot_bytes")
+                  .Help("Size of the last snapshot file written")
+                  .Register(registry)
+                  .Add({})),
+        last_success(prometheus::BuildGauge()
+                         .Name("cmestream_snapshot_last_success_timestamp_seconds")
+                         .Help("Unix time of the last successful snapshot (0: none since start)")
+                         .Register(registry)
+                         .Add({})),
+        failures(prometheus::BuildCounter()
+                     .Name("cmestream_snapshot_failures_total")
+                     .Help("Snapshots that could not be written")
+                     .Register(registry)
+                     .Add({})) {}
+  void Observe(const absl::StatusOr<SnapshotResult>& r) {
+    if (!r.ok()) {
+      failures.Increment();
+      return;
+    }
+    duration.Observe(r->seconds);
+    bytes.Set(static_cast<double>(r->bytes));
+    last_success.SetToCurrentTime();
+  }
+  prometheus::Histogram& duration;
+  prometheus::Gauge& bytes;
+  prometheus::Gauge& last_success;
+  prometheus::Counter& failures;
+};
 
 }  // namespace
 
@@ -59,6 +102,10 @@ absl::Status DaemonOptions::Validate() const {
   if (!std::isfinite(scheduler_tick_seconds) || scheduler_tick_seconds <= 0) {
     return absl::InvalidArgumentError("scheduler_tick_seconds must be > 0");
   }
+  if (!std::isfinite(snapshot_interval_seconds) || snapshot_interval_seconds < 0 || snapshot_interval_seconds > 1e7) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --snapshot-interval is ", snapshot_interval_seconds,
+                                                   ", expected seconds in [0, 1e7] (0 = only at shutdown and on request)"));
+  }
   if (!std::isfinite(wal_sync_interval_ms) || wal_sync_interval_ms <= 0 || wal_sync_interval_ms > 60000) {
     return absl::InvalidArgumentError(
         absl::StrCat("flag --wal-sync-interval-ms is ", wal_sync_interval_ms, ", expected milliseconds in (0, 60000]"));
@@ -78,6 +125,8 @@ struct Daemon::Impl {
   std::unique_ptr<Wal> wal;      // installed into batch_log after recovery
   DeferredBatchLog batch_log;    // what the registry and models log to
   std::unique_ptr<ModelRegistry> registry;
+  std::unique_ptr<SnapshotMetrics> snapshot_metrics;
+  std::unique_ptr<SnapshotManager> snapshots;  // refers to registry, wal and snapshot_metrics
   std::unique_ptr<RefreshScheduler> scheduler;
   std::unique_ptr<Ingestor> ingestor;
   std::unique_ptr<ModelServiceImpl> model_service;
@@ -127,24 +176,59 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   ConfigDefaults defaults;
   defaults.refresh_interval_seconds = options.refresh_interval_seconds;
   impl->registry = std::make_unique<ModelRegistry>(defaults, impl->metrics, impl->batch_log);
-  // Recovery: replay the write-ahead log into the registry (before anything is served or
-  // refreshed), then log every new record to it.
+  // Recovery (service/README.md "Snapshots"): the newest valid snapshot restores the models it
+  // holds, then the write-ahead log is replayed after its covered sequence (per model, records
+  // the model's snapshot already covers are skipped), all before anything is served or
+  // refreshed; then every new record is logged. A corrupt snapshot is reported with its path
+  // and the previous one is used; with none usable the whole log is replayed.
+  SnapshotOptions snapshot_options;
+  snapshot_options.dir = impl->data_dir->path() + "/snapshots";
+  snapshot_options.interval_seconds = options.snapshot_interval_seconds;
+  if (absl::Status s = snapshot_options.Validate(); !s.ok()) return s;
+  impl->snapshots = std::make_unique<SnapshotManager>(snapshot_options, *impl->registry, defaults, &impl->batch_log);
+  absl::StatusOr<LoadReport> loaded = impl->snapshots->LoadNewest();
+  if (!loaded.ok()) return loaded.status();
+  if (loaded->path.empty()) {
+    std::cerr << "cmestreamd: no usable snapshot in " << snapshot_options.dir
+              << "; replaying the write-ahead log from its start\n";
+  } else {
+    std::cerr << "cmestreamd: loaded snapshot " << loaded->path << " (" << loaded->models
+              << " models, covered sequence " << loaded->covered_sequence << ")\n";
+  }
   WalOptions wal_options;
   wal_options.dir = impl->data_dir->path() + "/wal";
   wal_options.sync = options.wal_sync;
   wal_options.sync_interval_ms = options.wal_sync_interval_ms;
-  absl::StatusOr<std::unique_ptr<Wal>> wal =
-      OpenAndReplayWal(wal_options, /*after_sequence=*/0, *impl->registry, impl->metrics.registry(), nullptr, nullptr);
+  absl::StatusOr<std::unique_ptr<Wal>> wal = OpenAndReplayWal(wal_options, /*after_sequence=*/loaded->covered_sequence,
+                                                              *impl->registry, impl->metrics.registry(), nullptr, nullptr);
   if (!wal.ok()) return wal.status();
   impl->wal = *std::move(wal);
   impl->batch_log.Install(impl->wal.get());
+  impl->snapshot_metrics = std::make_unique<SnapshotMetrics>(*impl->metrics.registry());
+  impl->snapshots->SetObserver([m = impl->snapshot_metrics.get()](const absl::StatusOr<SnapshotResult>& r) {
+    m->Observe(r);
+  });
+  // S is the covered sequence of the OLDEST kept snapshot: the fallback snapshot must still be
+  // replayable forward, so only segments it covers go.
+  impl->snapshots->SetCoveredCallback([w = impl->wal.get()](uint64_t covered) {
+    if (absl::Status s = w->Rotate(); !s.ok()) {
+      std::cerr << "cmestreamd: warning: cannot rotate the write-ahead log after a snapshot: " << s.message() << "\n";
+      return;
+    }
+    absl::StatusOr<int> deleted = w->DeleteSegmentsCoveredBy(covered);
+    if (!deleted.ok()) {
+      std::cerr << "cmestreamd: warning: cannot delete WAL segments covered by sequence " << covered << ": "
+                << deleted.status().message() << "\n";
+    }
+  });
   RefreshScheduler::Options scheduler_options;
   scheduler_options.tick_seconds = options.scheduler_tick_seconds;
   impl->registry->SetLimits(options.limits);
   impl->scheduler = std::make_unique<RefreshScheduler>(*impl->registry, scheduler_options);
   impl->ingestor = std::make_unique<Ingestor>(*impl->registry, impl->metrics, options.limits);
   const TokenAuthenticator* auth = impl->auth.get();
-  impl->model_service = std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics, auth);
+  impl->model_service =
+      std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics, auth, impl->snapshots.get(), defaults);
   impl->ingest_service = std::make_unique<IngestServiceImpl>(*impl->registry, *impl->ingestor, impl->metrics, auth);
   impl->query_service = std::make_unique<QueryServiceImpl>(*impl->registry, *impl->scheduler, impl->metrics, auth);
 
@@ -157,9 +241,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   builder.RegisterService(impl->ingest_service.get());
   builder.RegisterService(impl->query_service.get());
   impl->scheduler->Start();
+  impl->snapshots->Start();
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->grpc_port == 0) {
     impl->scheduler->Stop();
+    impl->snapshots->Stop();
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on --listen ", options.listen,
                                                " (address in use or not local?)"));
   }
@@ -194,6 +280,17 @@ void Daemon::Shutdown() {
       std::chrono::duration<double>(impl_->options.shutdown_grace_seconds));
   impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
   impl_->server->Wait();
+  // Clean shutdown: no batch can arrive any more, so this snapshot covers everything and the
+  // next start replays (almost) nothing.
+  impl_->snapshots->Stop();
+  absl::StatusOr<SnapshotResult> last = impl_->snapshots->TakeNow();
+  if (last.ok()) {
+    std::cerr << "cmestreamd: shutdown snapshot " << last->path << " (" << last->models << " models, "
+              << last->bytes << " bytes, covered sequence " << last->covered_sequence << ")\n";
+  } else {
+    std::cerr << "cmestreamd: warning: shutdown snapshot failed (the WAL still holds everything): "
+              << last.status().message() << "\n";
+  }
   impl_->exposer.reset();
   if (impl_->wal) (void)impl_->wal->Sync();  // clean exit: nothing left in the page cache only
 }

@@ -26,6 +26,8 @@ struct DaemonOptions {
   SecurityOptions security;                        // --tls-*, --auth-tokens (tls.h, auth.h)
   WalSync wal_sync = WalSync::kAlways;             // --wal-sync always|interval|never (wal.h)
   double wal_sync_interval_ms = 100;               // --wal-sync-interval-ms, kInterval only
+  double snapshot_interval_seconds = 60;           // --snapshot-interval, [0, 1e7]; 0 = only at
+                                                   // clean shutdown and on request (snapshot.h)
 
   // OK or InvalidArgument naming the flag and the expected value.
   absl::Status Validate() const;

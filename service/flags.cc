@@ -74,6 +74,8 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       o.wal_sync = *sync;
     } else if (name == "--wal-sync-interval-ms") {
       s = number(&o.wal_sync_interval_ms);
+    } else if (name == "--snapshot-interval") {
+      s = number(&o.snapshot_interval_seconds);
     } else if (name == "--refresh-interval") {
       s = number(&o.refresh_interval_seconds);
     } else if (name == "--shutdown-grace") {

@@ -15,6 +15,7 @@ inline constexpr char kUsage[] =
     "                  [--max-batch-pairs N] [--max-models N] [--max-dim D] [--max-queued-batches Q]\n"
     "                  [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--auth-tokens FILE]\n"
     "                  [--wal-sync always|interval|never] [--wal-sync-interval-ms MS]\n"
+    "                  [--snapshot-interval SECONDS]\n"
     "\n"
     "  --listen HOST:PORT          gRPC address (default 127.0.0.1:50051; port 0 = any free port)\n"
     "  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; port 0 = any)\n"
@@ -34,6 +35,9 @@ inline constexpr char kUsage[] =
     "  --wal-sync POLICY           write-ahead log fsync: always (every batch before its ack; default),\n"
     "                              interval (every --wal-sync-interval-ms) or never (kernel decides)\n"
     "  --wal-sync-interval-ms MS   fsync period with --wal-sync interval (default 100)\n"
+    "  --snapshot-interval SECONDS snapshot every model to DATA_DIR/snapshots this often (default 60;\n"
+    "                              0 = only at clean shutdown and on request); the WAL segments the\n"
+    "                              oldest kept snapshot covers are deleted\n"
     "\n"
     "Once serving, prints one line to stdout:\n"
     "  cmestreamd listening grpc=HOST:PORT metrics=HOST:PORT\n";

@@ -1,3 +1,4 @@
+#include "absl/strings/str_cat.h"
 #include "service/rpc_util.h"
 #include "service/services.h"
 
@@ -35,6 +36,53 @@ grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerCont
   UnaryCall call(ctx, metrics_, "DeleteModel");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   return call.Finish(registry_.Delete(req->name()));
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::Snapshot(grpc::CallbackServerContext* ctx, const v1::SnapshotRequest*,
+                                                     v1::SnapshotResponse* resp) {
+  UnaryCall call(ctx, metrics_, "Snapshot");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (snapshots_ == nullptr) return call.Finish(absl::FailedPreconditionError("this server keeps no snapshots"));
+  absl::StatusOr<SnapshotResult> r = snapshots_->TakeNow();
+  if (!r.ok()) return call.Finish(r.status());
+  resp->set_path(r->path);
+  resp->set_bytes(r->bytes);
+  resp->set_covered_sequence(r->covered_sequence);
+  resp->set_models(static_cast<uint32_t>(r->models));
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::ExportModel(grpc::CallbackServerContext* ctx,
+                                                        const v1::ExportModelRequest* req,
+                                                        v1::ExportModelResponse* resp) {
+  UnaryCall call(ctx, metrics_, "ExportModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->name());
+  if (!model.ok()) return call.Finish(model.status());
+  resp->set_data(service::ExportModel(**model));
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::ImportModel(grpc::CallbackServerContext* ctx,
+                                                        const v1::ImportModelRequest* req, v1::ModelInfo* resp) {
+  UnaryCall call(ctx, metrics_, "ImportModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  absl::StatusOr<std::shared_ptr<Model>> model = service::ImportModel(req->data(), req->name(), registry_, defaults_);
+  if (!model.ok()) return call.Finish(model.status());
+  // An import is not a WAL record: the snapshot taken now is what makes the model durable. If
+  // it cannot be written the import is undone (not logged either), so an acknowledged import
+  // always survives a restart.
+  if (snapshots_ != nullptr) {
+    absl::StatusOr<SnapshotResult> r = snapshots_->TakeNow();
+    if (!r.ok()) {
+      (void)registry_.Delete((*model)->name(), /*replay=*/true);
+      return call.Finish(absl::Status(r.status().code(), absl::StrCat("import of '", (*model)->name(),
+                                                                      "' undone: the snapshot that makes it durable "
+                                                                      "failed: ", r.status().message())));
+    }
+  }
+  *resp = (*model)->Describe();
+  return call.Finish(absl::OkStatus());
 }
 
 }  // namespace cmestream::service

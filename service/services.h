@@ -14,14 +14,18 @@
 #include "service/metrics.h"
 #include "service/refresh.h"
 #include "service/registry.h"
+#include "service/snapshot.h"
 
 namespace cmestream::service {
 
 class ModelServiceImpl final : public v1::ModelService::CallbackService {
  public:
   // `auth` null: no authentication (every handler starts with UnaryCall::Authorize).
-  ModelServiceImpl(ModelRegistry& registry, Metrics& metrics, const TokenAuthenticator* auth = nullptr)
-      : registry_(registry), metrics_(metrics), auth_(auth) {}
+  // `snapshots` null: Snapshot answers FAILED_PRECONDITION and ImportModel does not snapshot
+  // (in-process tests without a data dir). `defaults` re-normalize imported configs.
+  ModelServiceImpl(ModelRegistry& registry, Metrics& metrics, const TokenAuthenticator* auth = nullptr,
+                   SnapshotManager* snapshots = nullptr, ConfigDefaults defaults = {})
+      : registry_(registry), metrics_(metrics), auth_(auth), snapshots_(snapshots), defaults_(defaults) {}
   grpc::ServerUnaryReactor* CreateModel(grpc::CallbackServerContext* ctx, const v1::CreateModelRequest* req,
                                         v1::ModelInfo* resp) override;
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* ctx, const v1::GetModelRequest* req,
@@ -30,11 +34,22 @@ class ModelServiceImpl final : public v1::ModelService::CallbackService {
                                        v1::ListModelsResponse* resp) override;
   grpc::ServerUnaryReactor* DeleteModel(grpc::CallbackServerContext* ctx, const v1::DeleteModelRequest* req,
                                         v1::DeleteModelResponse* resp) override;
+  // Admin scope (auth.h fails closed for methods it does not list). Snapshot and ImportModel
+  // write a snapshot file on the calling gRPC thread (O(total model size) of disk I/O; rare,
+  // operator-initiated calls).
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const v1::SnapshotRequest* req,
+                                     v1::SnapshotResponse* resp) override;
+  grpc::ServerUnaryReactor* ExportModel(grpc::CallbackServerContext* ctx, const v1::ExportModelRequest* req,
+                                        v1::ExportModelResponse* resp) override;
+  grpc::ServerUnaryReactor* ImportModel(grpc::CallbackServerContext* ctx, const v1::ImportModelRequest* req,
+                                        v1::ModelInfo* resp) override;
 
  private:
   ModelRegistry& registry_;
   Metrics& metrics_;
   const TokenAuthenticator* auth_;
+  SnapshotManager* snapshots_;
+  const ConfigDefaults defaults_;
 };
 
 class IngestServiceImpl final : public v1::IngestService::CallbackService {

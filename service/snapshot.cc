@@ -407,8 +407,13 @@ std::string ExportModel(Model& model) {
 
 namespace {
 // Decodes model `index` of `f` into the registry under `rename` or its stored name.
+// `rebase`: the model comes from another daemon (import), so its applied sequence (a sequence
+// of THAT daemon's log) is replaced by this log's last sequence, read under the registry lock
+// before the model is visible: none of this log's records up to it concern the model, and its
+// records from now on are above it (otherwise replay after a restart would skip them).
 absl::StatusOr<std::shared_ptr<Model>> AdoptFrom(const SnapshotFile& f, size_t index, const std::string& rename,
-                                                 ModelRegistry& registry, const ConfigDefaults& defaults) {
+                                                 ModelRegistry& registry, const ConfigDefaults& defaults,
+                                                 bool rebase = false) {
   absl::StatusOr<v1::ModelConfig> config = PeekConfig(f, index);
   if (!config.ok()) return config.status();
   const std::string name = rename.empty() ? config->name() : rename;
@@ -416,7 +421,9 @@ absl::StatusOr<std::shared_ptr<Model>> AdoptFrom(const SnapshotFile& f, size_t i
                                   -> absl::StatusOr<std::shared_ptr<Model>> {
     const auto [begin, end] = f.model_ranges[index];
     io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
-    return ModelSnapshotCodec::Decode(r, defaults, rename, std::move(metrics), log);
+    absl::StatusOr<std::shared_ptr<Model>> m = ModelSnapshotCodec::Decode(r, defaults, rename, std::move(metrics), log);
+    if (m.ok() && rebase) (*m)->set_applied_sequence(log != nullptr ? log->last_sequence() : 0);
+    return m;
   });
 }
 }  // namespace
@@ -429,7 +436,7 @@ absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std:
     return absl::InvalidArgumentError(
         absl::StrCat("import: the file holds ", f->model_ranges.size(), " models, expected exactly 1 (an export)"));
   }
-  return AdoptFrom(*f, 0, new_name, registry, defaults);
+  return AdoptFrom(*f, 0, new_name, registry, defaults, /*rebase=*/true);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -519,7 +526,10 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
     *chunk = std::move(images[next++].bytes);
     return true;
   });
-  if (!bytes.ok()) return bytes.status();
+  if (!bytes.ok()) {
+    if (observer_) observer_(bytes.status());
+    return bytes.status();
+  }
   ++next_number_;
   result.path = absl::StrCat(options_.dir, "/", SnapshotName(result.number));
   result.bytes = *bytes;
@@ -536,6 +546,7 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
     if (oldest.ok()) covered_(oldest->covered_sequence);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (observer_) observer_(result);
   return result;
 }
 

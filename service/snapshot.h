@@ -108,7 +108,9 @@ absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path);
 // An export file of one model (same format, kind "EXPT"). Serialized under its learner lock.
 std::string ExportModel(Model& model);
 // Decodes an export (or a one-model snapshot) and registers it as `new_name` (or its stored
-// name). AlreadyExists if that name is taken; DataLoss for a corrupt file (with what and
+// name). Its applied sequence becomes `registry`'s log's last sequence (the exporter's
+// sequence means nothing here); the import itself is not logged, so the daemon snapshots right
+// after an import for the model to survive a restart. AlreadyExists if that name is taken; DataLoss for a corrupt file (with what and
 // where); InvalidArgument if the bytes are not a snapshot at all.
 absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
                                                    ModelRegistry& registry, const ConfigDefaults& defaults);
@@ -153,6 +155,11 @@ class SnapshotManager {
   // OLDEST snapshot kept (WAL segments wholly below it may be deleted: Wal::Rotate() then
   // Wal::DeleteSegmentsCoveredBy(S)). Set before Start().
   void SetCoveredCallback(std::function<void(uint64_t)> callback) { covered_ = std::move(callback); }
+  // Called at the end of every TakeNow (periodic or not) with its outcome, under the snapshot
+  // lock (the daemon's metrics: duration, bytes, last success). Set before Start().
+  void SetObserver(std::function<void(const absl::StatusOr<SnapshotResult>&)> observer) {
+    observer_ = std::move(observer);
+  }
 
   // Writes a snapshot of every model now (serialized per model under its lock, written off
   // it). Thread-safe: concurrent calls are serialized.
@@ -176,6 +183,7 @@ class SnapshotManager {
   const ConfigDefaults defaults_;
   const BatchLog* const log_;
   std::function<void(uint64_t)> covered_;
+  std::function<void(const absl::StatusOr<SnapshotResult>&)> observer_;
   std::mutex take_mu_;                   // one snapshot at a time
   uint64_t next_number_ = 1;             // guarded by take_mu_
   std::mutex loop_mu_;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -62,6 +63,11 @@ commands:
   model describe NAME [--json]          config, samples seen, dictionary size, view, sigma choice
   model list [--json]                   all models
   model delete NAME                     delete a model
+  snapshot [NAME] [--json]              the daemon snapshots every model now (admin); prints the
+                                        snapshot file's path on the daemon's host
+  export NAME --out FILE                write the model's full state to FILE (admin)
+  import FILE [--name NEW]              register an exported model, as NEW or its exported name
+                                        (admin); the daemon snapshots right after
   ingest NAME --csv FILE [--producer ID] [--trajectory]
                                         stream transitions from CSV ('-' = standard input)
   refresh NAME [--wait]                 rebuild the model's view (optionally wait for it)
@@ -661,6 +667,80 @@ int ModelDelete(Context& ctx, const Args& args) {
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model delete", s.message());
   if (auto s = ctx.client->Delete(args.positional[0]); !s.ok()) return Fail("model delete", s);
   std::cout << "deleted model '" << args.positional[0] << "'\n";
+  return 0;
+}
+
+// `snapshot [NAME]`: a snapshot always holds every model (one file, one atomic rename; see
+// service/snapshot.h), so NAME only checks that the model exists on the daemon.
+int Snapshot(Context& ctx, const Args& args) {
+  if (args.positional.size() > 1) return FailUsage("snapshot", "takes at most one model name");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("snapshot", s.message());
+  if (!args.positional.empty()) {
+    if (auto info = ctx.client->Describe(args.positional[0]); !info.ok()) return Fail("snapshot", info.status());
+  }
+  auto r = ctx.client->Snapshot();
+  if (!r.ok()) return Fail("snapshot", r.status());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject()
+        .Key("path").String(r->path())
+        .Key("bytes").Uint(r->bytes())
+        .Key("covered_sequence").Uint(r->covered_sequence())
+        .Key("models").Uint(r->models())
+        .EndObject();
+    PrintJson(w);
+  } else {
+    std::cout << r->path() << "\n";
+    std::cerr << "snapshot of " << r->models() << " models, " << r->bytes() << " bytes, WAL covered through sequence "
+              << r->covered_sequence() << "\n";
+  }
+  return 0;
+}
+
+int Export(Context& ctx, const Args& args) {
+  if (int rc = NeedName(args, "export", kMainUsage)) return rc;
+  const std::optional<std::string> out = args.Value("out");
+  if (!out || out->empty()) return FailUsage("export", "--out FILE is required");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("export", s.message());
+  auto data = ctx.client->ExportModel(args.positional[0]);
+  if (!data.ok()) return Fail("export", data.status());
+  // Written to a temporary name and renamed, so FILE is never a partial export.
+  const std::string tmp = *out + ".tmp";
+  {
+    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+    file.write(data->data(), static_cast<std::streamsize>(data->size()));
+    file.close();
+    if (!file) {
+      std::remove(tmp.c_str());
+      return FailUsage("export", "cannot write '" + tmp + "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), out->c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return FailUsage("export", "cannot rename '" + tmp + "' to '" + *out + "'");
+  }
+  std::cout << "exported model '" << args.positional[0] << "' to " << *out << " (" << data->size() << " bytes)\n";
+  return 0;
+}
+
+int Import(Context& ctx, const Args& args) {
+  if (args.positional.size() != 1) return FailUsage("import", "expected one FILE (an export)");
+  const std::string& path = args.positional[0];
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return FailUsage("import", "cannot open '" + path + "'");
+  std::string data((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (file.bad()) return FailUsage("import", "cannot read '" + path + "'");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("import", s.message());
+  auto info = ctx.client->ImportModel(std::move(data), args.Value("name").value_or(""));
+  if (!info.ok()) return Fail("import " + path, info.status());
+  if (args.Has("json")) {
+    JsonWriter w;
+    WriteModelJson(w, *info);
+    PrintJson(w);
+  } else {
+    std::cout << "imported model '" << info->config().name() << "'\n";
+    PrintModel(*info);
+  }
   return 0;
 }
 
@@ -1919,6 +1999,13 @@ int Run(int argc, char** argv) {
     spec.values = {"n", "seed", "dt", "box", "n-side", "tau", "truth", "states", "meta",
                    "anchors-per-meta", "learn", "forget", "guess", "slip"};
     spec.switches = {"trajectory", "hard"};
+  } else if (command == "snapshot") {
+    spec.switches = {"json"};
+  } else if (command == "export") {
+    spec.values = {"out"};
+  } else if (command == "import") {
+    spec.values = {"name"};
+    spec.switches = {"json"};
   } else if (command == "help") {
     std::cout << kMainUsage;
     return 0;
@@ -1957,6 +2044,9 @@ int Run(int argc, char** argv) {
   if (command == "aggregation") return Aggregation(ctx, *args);
   if (command == "latent") return Latent(ctx, *args);
   if (command == "forecast") return Forecast(ctx, *args);
+  if (command == "snapshot") return Snapshot(ctx, *args);
+  if (command == "export") return Export(ctx, *args);
+  if (command == "import") return Import(ctx, *args);
   return Simulate(*args);
 }
 

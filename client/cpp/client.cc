@@ -389,6 +389,35 @@ absl::Status Client::Delete(const std::string& name) {
   return FromGrpcStatus(models_->DeleteModel(&context, request, &reply));
 }
 
+absl::StatusOr<v1::SnapshotResponse> Client::Snapshot() {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::SnapshotResponse reply;
+  if (auto s = FromGrpcStatus(models_->Snapshot(&context, v1::SnapshotRequest(), &reply)); !s.ok()) return s;
+  return reply;
+}
+
+absl::StatusOr<std::string> Client::ExportModel(const std::string& name) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ExportModelRequest request;
+  request.set_name(name);
+  v1::ExportModelResponse reply;
+  if (auto s = FromGrpcStatus(models_->ExportModel(&context, request, &reply)); !s.ok()) return s;
+  return std::move(*reply.mutable_data());
+}
+
+absl::StatusOr<v1::ModelInfo> Client::ImportModel(std::string data, const std::string& new_name) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ImportModelRequest request;
+  *request.mutable_data() = std::move(data);
+  request.set_name(new_name);
+  v1::ModelInfo reply;
+  if (auto s = FromGrpcStatus(models_->ImportModel(&context, request, &reply)); !s.ok()) return s;
+  return reply;
+}
+
 absl::StatusOr<v1::ProducerStatus> Client::GetProducer(const std::string& model,
                                                        const std::string& producer_id) {
   grpc::ClientContext context;

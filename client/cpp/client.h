@@ -151,6 +151,13 @@ class Client {
   absl::StatusOr<v1::ModelInfo> Describe(const std::string& name);
   absl::StatusOr<std::vector<v1::ModelInfo>> List();
   absl::Status Delete(const std::string& name);
+  // Admin scope. Snapshot: the daemon writes a snapshot of every model (path on its host).
+  // ExportModel: the model's full state as bytes (a one-model snapshot file). ImportModel:
+  // registers such bytes under `new_name` (empty: the exported name); ALREADY_EXISTS,
+  // DATA_LOSS (corrupt) or INVALID_ARGUMENT (not an export) otherwise.
+  absl::StatusOr<v1::SnapshotResponse> Snapshot();
+  absl::StatusOr<std::string> ExportModel(const std::string& name);
+  absl::StatusOr<v1::ModelInfo> ImportModel(std::string data, const std::string& new_name);
   absl::StatusOr<v1::ProducerStatus> GetProducer(const std::string& model,
                                                  const std::string& producer_id);
 
