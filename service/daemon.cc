@@ -199,9 +199,36 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   wal_options.dir = impl->data_dir->path() + "/wal";
   wal_options.sync = options.wal_sync;
   wal_options.sync_interval_ms = options.wal_sync_interval_ms;
+  WalRecoveryReport wal_report;
   absl::StatusOr<std::unique_ptr<Wal>> wal = OpenAndReplayWal(wal_options, /*after_sequence=*/loaded->covered_sequence,
-                                                              *impl->registry, impl->metrics.registry(), nullptr, nullptr);
+                                                              *impl->registry, impl->metrics.registry(), &wal_report,
+                                                              nullptr);
+  if (!wal.ok() && !loaded->skipped.empty()) {
+    // Typically "batch of unknown model": the records creating it were covered by a snapshot
+    // that is unusable now and have been deleted.
+    return absl::Status(wal.status().code(),
+                        absl::StrCat(wal.status().message(), "; ", loaded->skipped.size(),
+                                     " snapshot(s) were unusable and the WAL records they covered may have been "
+                                     "deleted: refusing to start with a partial state (restore a valid snapshot "
+                                     "file into ", snapshot_options.dir, ")"));
+  }
   if (!wal.ok()) return wal.status();
+  // Sequences are consecutive, so the first record on disk is last - records + 1. If it is
+  // above covered + 1, the records in between were deleted because a snapshot covered them and
+  // that snapshot is not usable now: the state would silently miss them, so refuse to start.
+  if (wal_report.records > 0) {
+    const uint64_t first = wal_report.last_sequence - wal_report.records + 1;
+    if (first > loaded->covered_sequence + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the write-ahead log in ", wal_options.dir, " starts at sequence ", first, " but ",
+          loaded->path.empty() ? std::string("no usable snapshot was found")
+                               : absl::StrCat("snapshot ", loaded->path, " covers only through ",
+                                              loaded->covered_sequence),
+          ": records ", loaded->covered_sequence + 1, "..", first - 1,
+          " were deleted after a snapshot that is now unusable; refusing to start with a partial state "
+          "(restore a valid snapshot file into ", snapshot_options.dir, ")"));
+    }
+  }
   impl->wal = *std::move(wal);
   impl->batch_log.Install(impl->wal.get());
   impl->snapshot_metrics = std::make_unique<SnapshotMetrics>(*impl->metrics.registry());

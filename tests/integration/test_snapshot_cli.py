@@ -143,19 +143,32 @@ class SnapshotCliTest(unittest.TestCase):
         newer = self.snapshot(d)
         self.assertNotEqual(older, newer)
         self.kill9(d)
-        with open(newer, "r+b") as f:  # flip one byte in the middle of the model's state
-            f.seek(os.path.getsize(newer) // 2)
-            b = f.read(1)
-            f.seek(-1, os.SEEK_CUR)
-            f.write(bytes([b[0] ^ 0x10]))
+        self.flip_byte(newer)
         d = self.daemon(data)
         try:
             log = self.log(d)
             self.assertIn(f"snapshot {newer} is unusable", log)
+            self.assertIn("checksum mismatch", log)
             self.assertIn(f"loaded snapshot {older}", log)
             self.assertSameAsReference(self._info(d))
         finally:
-            d.stop()
+            self.kill9(d)
+        # Both unusable: the WAL records the older one covered are gone, so the daemon refuses
+        # to start with a partial state (exit non-zero, naming the gap) instead of serving one.
+        self.flip_byte(older)
+        p = subprocess.run([DAEMON, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", data,
+                            "--snapshot-interval", "0"], capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(f"snapshot {older} is unusable", p.stderr)
+        self.assertIn("refusing to start with a partial state", p.stderr)
+
+    @staticmethod
+    def flip_byte(path):
+        with open(path, "r+b") as f:  # one byte in the middle of the model's state
+            f.seek(os.path.getsize(path) // 2)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([b[0] ^ 0x10]))
 
     def test_export_import_continues_identically(self):
         a = self.start_with_first_part(os.path.join(self.dir, "exp-a"))
