@@ -509,10 +509,11 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   // so all images are taken before the write (memory: the serialized size of all models).
   std::vector<ModelImage> images;
   images.reserve(models.size());
-  for (const auto& m : models) {
-    images.push_back(ModelSnapshotCodec::Encode(*m));
-    covered = std::min(covered, images.back().applied_sequence);
-  }
+  // Covered = the log's last sequence L read above, not min(applied) over the models: a record
+  // <= L was appended under its model's lock (creation/deletion under the registry lock) and
+  // applied before that lock was released, so Encode, which takes the lock later, sees it.
+  // Taking the minimum would let one idle model pin every WAL segment since its last batch.
+  for (const auto& m : models) images.push_back(ModelSnapshotCodec::Encode(*m));
   if (log_ == nullptr) covered = 0;
   size_t next = 0;
   bool header_done = false;

@@ -11,8 +11,9 @@
 //   20      8     snapshot number (the N of snapshot-N.snap; 0 in exports)
 //   28      8     creation time, Unix nanoseconds
 //   36      8     covered WAL sequence: every WAL record <= it is in this file's state
-//                 (min of the log's last sequence when the snapshot began and each model's
-//                 applied sequence); replay starts after it
+//                 (the log's last sequence when the snapshot began: each such record was
+//                 applied under its model's lock before Encode took it); replay starts after
+//                 it, skipping per model the records <= that model's applied sequence
 //   44      ...   one "MODL" object per model (core/io/binary_io.h framing: tag, version,
 //                 length, body): the normalized ModelConfig (protobuf bytes), the WAL sequence
 //                 the model's state covers (Model::applied_sequence), producers' applied
@@ -26,8 +27,8 @@
 //
 // WHY ONE FILE PER SNAPSHOT (of all models) rather than one per model: a snapshot file is then
 // a single atomic rename, a deleted model disappears from the next snapshot without any
-// per-model bookkeeping, "keep the newest 2" is a file count, and the WAL segments below
-// min(applied sequence over the file's models) are covered by exactly one file. An export is
+// per-model bookkeeping, "keep the newest 2" is a file count, and the WAL segments below the
+// file's covered sequence are covered by exactly one file. An export is
 // the same format with one model.
 //
 // CONSISTENCY. Each model is serialized under its learner lock (a copy of bytes, O(model
