@@ -14,8 +14,10 @@ import os
 import random
 import resource
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from cmestream.v1 import cmestream_pb2 as pb
 from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
+from cmestream_client import Client
 from cmestream_client.testing import Daemon
 
 CLI = os.environ.get("CMESTREAM", "cmestream")
@@ -162,6 +165,60 @@ class FaultTest(unittest.TestCase):
         finally:
             d.stop()
         self.assertEqual(kills, 3)
+        self.assertSameModel(expected, got)
+
+    def test_python_client_resumes_by_itself_after_a_restart(self):
+        # The client library's own resume: one ingest_pairs call streams the whole data set
+        # while the daemon is killed -9 and restarted on the same address; the call finishes and
+        # the model equals an uninterrupted run.
+        data = np.loadtxt(self.csv, delimiter=",", comments="#")
+        x, y = data[:, :2], data[:, 2:]
+        ref = self.daemon(os.path.join(self.dir, "py-ref"))
+        try:
+            self.create(ref)
+            with Client(ref.grpc_target) as c:
+                c.ingest_pairs("duffing", x, y, producer="p", batch=100)
+            expected = self.state(ref)
+        finally:
+            self.assertEqual(ref.stop(), 0)
+
+        with socket.socket() as probe:  # a free port that the restarted daemon can bind again
+            probe.bind(("127.0.0.1", 0))
+            listen = f"127.0.0.1:{probe.getsockname()[1]}"
+        data_dir = os.path.join(self.dir, "py-faulty")
+        d = self.daemon(data_dir, listen=listen)
+        self.create(d)
+        outcome = {}
+
+        def produce():
+            try:
+                with Client(listen, resume_timeout=60) as c:
+                    outcome["result"] = c.ingest_pairs("duffing", x, y, producer="p", batch=100)
+            except Exception as e:  # reported by the assertions below
+                outcome["error"] = e
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        s = Stubs(listen)
+        deadline = time.monotonic() + 60
+        applied = 0
+        while time.monotonic() < deadline and applied < N // 3:
+            applied = s.ingest.GetProducer(pb.GetProducerRequest(model="duffing", producer_id="p"),
+                                           timeout=10).applied_offset
+            time.sleep(0.002)
+        s.close()
+        self.kill9(d)
+        self.assertLess(applied, N, "the kill came too late to interrupt the stream")
+        time.sleep(0.5)  # the producer sees the daemon gone and starts retrying
+        d = self.daemon(data_dir, listen=listen)
+        try:
+            producer.join(timeout=120)
+            self.assertFalse(producer.is_alive())
+            self.assertNotIn("error", outcome, outcome.get("error"))
+            self.assertEqual(outcome["result"].producer_offset, N)
+            got = self.state(d)
+        finally:
+            d.stop()
         self.assertSameModel(expected, got)
 
     def test_garbage_tail_is_cut_and_reported(self):

@@ -176,18 +176,25 @@ class Client:
     def __init__(self, target: str = "127.0.0.1:50051", timeout: float = 30.0,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
                  tls_key: Optional[str] = None, token: Optional[str] = None,
-                 max_retries: int = 5):
+                 max_retries: int = 5, resume_timeout: float = 60.0):
         """`tls_ca` (PEM file) turns TLS on; `tls_cert`/`tls_key` add a client certificate.
         `token` is sent as `authorization: Bearer TOKEN` on every call (default: the
         environment variable CMESTREAM_TOKEN). Unary calls refused with RESOURCE_EXHAUSTED and
         a `retry-after-ms` hint (a model's ingest queue is full) are retried up to
-        `max_retries` times, waiting at least the hint, doubling from attempt to attempt."""
+        `max_retries` times, waiting at least the hint, doubling from attempt to attempt.
+        Ingestion with a producer id survives a daemon restart: after a transport failure
+        (UNAVAILABLE) the client keeps trying for up to `resume_timeout` seconds, asks the daemon
+        for the producer's applied offset and resumes from there (exactly once)."""
         self.target = target
         self.timeout = timeout
         self.max_retries = max_retries
+        self.resume_timeout = resume_timeout
         options = [
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
             ("grpc.max_send_message_length", _MAX_MESSAGE),
+            # Reconnect quickly after a daemon restart (gRPC's default backoff grows to 120 s).
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
         ]
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("tls_cert and tls_key go together")
@@ -289,10 +296,49 @@ class Client:
                                  f"sent {sent['batches']} batches, got {result.batches} acks")
         return result
 
+    def _resumable(self, model: str, producer: Optional[str], offset: int, n_pairs: int,
+                   batches_from) -> IngestResult:
+        """Streams `batches_from(k)` (the batches from pair k of this call on). With a producer
+        id, a transport failure (UNAVAILABLE: the daemon died or restarted) is not final: the
+        client waits for the daemon (up to resume_timeout), asks it for the producer's applied
+        offset, and streams the rest from there; the daemon's offsets make this exactly once."""
+        total = IngestResult(0, 0, 0, 0, 0)
+        start = 0
+        deadline = None
+        while True:
+            try:
+                r = self._stream(batches_from(start))
+                total.batches += r.batches
+                total.pairs_sent += r.pairs_sent
+                total.pairs_applied += r.pairs_applied
+                total.producer_offset = r.producer_offset
+                total.model_samples = r.model_samples
+                return total
+            except CmestreamError as e:
+                if not producer or e.code != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                deadline = deadline or time.monotonic() + self.resume_timeout
+            # Reconnect and ask where to resume; the daemon may still be starting.
+            while True:
+                if time.monotonic() > deadline:
+                    raise CmestreamError(grpc.StatusCode.UNAVAILABLE,
+                                         f"daemon at {self.target} unreachable for {self.resume_timeout} s "
+                                         f"while streaming producer '{producer}'")
+                time.sleep(0.2)
+                try:
+                    applied = self.producer_offset(model, producer)
+                    break
+                except CmestreamError as e:
+                    if e.code != grpc.StatusCode.UNAVAILABLE:
+                        raise
+            start = min(max(applied - offset, start), n_pairs)
+            deadline = None
+
     def ingest_pairs(self, model: str, x, y, producer: Optional[str] = None, offset: int = 0,
                      batch: int = 1000) -> IngestResult:
         """Streams pairs (x[i], y[i]) in messages of `batch` pairs. With a producer id the
-        daemon applies each pair at most once: offsets count pairs from `offset`."""
+        daemon applies each pair at most once: offsets count pairs from `offset`, and the stream
+        resumes by itself after a daemon restart (see Client)."""
         x = _points(x)
         y = _points(y, x.shape[1])
         if x.shape != y.shape:
@@ -300,14 +346,14 @@ class Client:
         if batch < 1:
             raise ValueError("batch: expected >= 1")
 
-        def batches():
-            for start in range(0, x.shape[0], batch):
+        def batches_from(first):
+            for start in range(first, x.shape[0], batch):
                 xs, ys = x[start:start + batch], y[start:start + batch]
                 yield pb.IngestBatch(model=model, producer_id=producer or "",
                                      offset=offset + start if producer else 0,
                                      x=xs.ravel(), y=ys.ravel()), xs.shape[0]
 
-        return self._stream(batches())
+        return self._resumable(model, producer, offset, x.shape[0], batches_from)
 
     def ingest_trajectory(self, model: str, states, producer: Optional[str] = None,
                           offset: int = 0, episode: str = "", batch: int = 1000) -> IngestResult:

@@ -16,8 +16,9 @@ _LISTENING = re.compile(r"cmestreamd listening grpc=(\S+) metrics=(\S+)")
 
 class Daemon:
     def __init__(self, binary: str, data_dir: str, refresh_interval: Optional[float] = None,
-                 log_path: Optional[str] = None, extra_args=()):
+                 log_path: Optional[str] = None, extra_args=(), listen: str = "127.0.0.1:0"):
         self.binary = binary
+        self.listen = listen
         self.data_dir = data_dir
         self.refresh_interval = refresh_interval
         self.log_path = log_path or os.path.join(data_dir, "cmestreamd.log")
@@ -28,7 +29,7 @@ class Daemon:
 
     def start(self, timeout: float = 20.0) -> "Daemon":
         os.makedirs(self.data_dir, exist_ok=True)
-        args = [self.binary, "--listen", "127.0.0.1:0", "--data-dir", self.data_dir,
+        args = [self.binary, "--listen", self.listen, "--data-dir", self.data_dir,
                 "--metrics-listen", "127.0.0.1:0"]
         if self.refresh_interval is not None:
             args += ["--refresh-interval", str(self.refresh_interval)]
