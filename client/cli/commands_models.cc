@@ -1,0 +1,231 @@
+// `cmestream model create|describe|list|delete`, `snapshot`, `export`, `import`.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/commands.h"
+#include "client/cli/context.h"
+#include "client/cli/csv.h"
+#include "client/cli/json.h"
+#include "client/cli/output.h"
+#include "client/cpp/client.h"
+
+namespace cmestream::cli {
+
+int ModelCreate(Context& ctx, const Args& args) {
+  if (int rc = NeedName(args, "model create", kCreateUsage)) return rc;
+  v1::ModelConfig config;
+  config.set_name(args.positional[0]);
+  auto dim = args.Value("dim");
+  if (!dim && !args.Value("states")) {
+    return FailUsage("model create", "--dim D is required (or --states P for a discrete model)");
+  }
+  // Every numeric flag is parsed before anything is sent.
+  absl::Status bad;
+  auto num = [&](const char* flag, auto setter) {
+    if (auto v = args.Value(flag); v && bad.ok()) {
+      auto d = ParseDouble(flag, *v);
+      if (!d.ok()) bad = d.status(); else setter(*d);
+    }
+  };
+  auto uint = [&](const char* flag, uint64_t max, auto setter) {
+    if (auto v = args.Value(flag); v && bad.ok()) {
+      auto d = ParseUint(flag, *v);
+      if (!d.ok()) bad = d.status();
+      else if (*d > max) bad = absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected <= ", max));
+      else setter(*d);
+    }
+  };
+  uint("dim", UINT32_MAX, [&](uint64_t v) { config.set_dim(static_cast<uint32_t>(v)); });
+  if (auto s = args.Value("sigma"); s && *s != "auto") {
+    num("sigma", [&](double v) { config.set_sigma(v); });
+  }
+  num("eta", [&](double v) { config.set_eta(v); });
+  num("lambda", [&](double v) { config.set_lambda(v); });
+  num("epsilon", [&](double v) { config.set_epsilon(v); });
+  uint("max-dict", UINT32_MAX, [&](uint64_t v) { config.set_max_dict(static_cast<uint32_t>(v)); });
+  num("dt", [&](double v) { config.set_dt(v); });
+  uint("seed", UINT64_MAX, [&](uint64_t v) { config.set_seed(v); });
+  uint("warmup", UINT32_MAX,
+       [&](uint64_t v) { config.set_auto_sigma_warmup(static_cast<uint32_t>(v)); });
+  num("refresh-interval", [&](double v) { config.set_refresh_interval_seconds(v); });
+  uint("refresh-every", UINT64_MAX, [&](uint64_t v) { config.set_refresh_every_samples(v); });
+  num("step-decay", [&](double v) { config.set_step_decay_samples(v); });
+  num("step-decay-power", [&](double v) { config.set_step_decay_power(v); });
+  if (args.Has("averaging")) config.set_averaging(true);
+  uint("states", UINT32_MAX, [&](uint64_t v) { config.set_num_states(static_cast<uint32_t>(v)); });
+  num("forgetting", [&](double v) { config.set_forgetting(v); });
+  uint("rff", UINT32_MAX, [&](uint64_t v) { config.set_rff_features(static_cast<uint32_t>(v)); });
+  uint("rank", UINT32_MAX, [&](uint64_t v) { config.set_rank(static_cast<uint32_t>(v)); });
+  uint("clusters", UINT32_MAX, [&](uint64_t v) { config.set_clusters(static_cast<uint32_t>(v)); });
+  uint("meta", UINT32_MAX, [&](uint64_t v) { config.set_meta_states(static_cast<uint32_t>(v)); });
+  num("anchor-threshold", [&](double v) { config.set_anchor_threshold(v); });
+  if (auto v = args.Value("vertex-hunting")) {
+    if (*v != "spa" && *v != "kmeans-spa" && bad.ok()) {
+      bad = absl::InvalidArgumentError(
+          absl::StrCat("--vertex-hunting: expected spa or kmeans-spa, got '", *v, "'"));
+    }
+    config.set_vertex_hunting(*v);
+  }
+  uint("latent", UINT32_MAX, [&](uint64_t v) { config.set_latent_states(static_cast<uint32_t>(v)); });
+  uint("tensor-restarts", UINT32_MAX,
+       [&](uint64_t v) { config.set_tensor_restarts(static_cast<uint32_t>(v)); });
+  uint("tensor-iterations", UINT32_MAX,
+       [&](uint64_t v) { config.set_tensor_iterations(static_cast<uint32_t>(v)); });
+  uint("reservoir", UINT32_MAX, [&](uint64_t v) { config.set_reservoir(static_cast<uint32_t>(v)); });
+  uint("window", UINT32_MAX, [&](uint64_t v) { config.set_window(static_cast<uint32_t>(v)); });
+  num("ridge1", [&](double v) { config.set_ridge_stage1(v); });
+  num("ridge2", [&](double v) { config.set_ridge_stage2(v); });
+  if (!bad.ok()) return FailUsage("model create", bad.message());
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model create", s.message());
+  auto info = ctx.client->CreateModel(config);
+  if (!info.ok()) return Fail("model create", info.status());
+  if (args.Has("json")) {
+    JsonWriter w;
+    WriteModelJson(w, *info);
+    PrintJson(w);
+  } else {
+    std::cout << "created model '" << info->config().name() << "'\n";
+    PrintModel(*info);
+  }
+  return 0;
+}
+
+int ModelDescribe(Context& ctx, const Args& args) {
+  if (int rc = NeedName(args, "model describe", kMainUsage)) return rc;
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model describe", s.message());
+  auto info = ctx.client->Describe(args.positional[0]);
+  if (!info.ok()) return Fail("model describe", info.status());
+  if (args.Has("json")) {
+    JsonWriter w;
+    WriteModelJson(w, *info);
+    PrintJson(w);
+  } else {
+    PrintModel(*info);
+  }
+  return 0;
+}
+
+int ModelList(Context& ctx, const Args& args) {
+  if (!args.positional.empty()) return FailUsage("model list", "takes no arguments");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model list", s.message());
+  auto models = ctx.client->List();
+  if (!models.ok()) return Fail("model list", models.status());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject().Key("models").BeginArray();
+    for (const auto& m : *models) WriteModelJson(w, m);
+    w.EndArray().EndObject();
+    PrintJson(w);
+  } else {
+    std::printf("%-24s %5s %10s %10s %8s\n", "NAME", "DIM", "SAMPLES", "DICT", "VIEW");
+    for (const auto& m : *models) {
+      std::printf("%-24s %5u %10llu %10u %8llu\n", m.config().name().c_str(), m.config().dim(),
+                  static_cast<unsigned long long>(m.samples()), m.dictionary_size(),
+                  static_cast<unsigned long long>(m.view().version()));
+    }
+  }
+  return 0;
+}
+
+int ModelDelete(Context& ctx, const Args& args) {
+  if (int rc = NeedName(args, "model delete", kMainUsage)) return rc;
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model delete", s.message());
+  if (auto s = ctx.client->Delete(args.positional[0]); !s.ok()) return Fail("model delete", s);
+  std::cout << "deleted model '" << args.positional[0] << "'\n";
+  return 0;
+}
+
+// `snapshot [NAME]`: a snapshot always holds every model (one file, one atomic rename; see
+// service/snapshot.h), so NAME only checks that the model exists on the daemon.
+int Snapshot(Context& ctx, const Args& args) {
+  if (args.positional.size() > 1) return FailUsage("snapshot", "takes at most one model name");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("snapshot", s.message());
+  if (!args.positional.empty()) {
+    if (auto info = ctx.client->Describe(args.positional[0]); !info.ok()) return Fail("snapshot", info.status());
+  }
+  auto r = ctx.client->Snapshot();
+  if (!r.ok()) return Fail("snapshot", r.status());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject()
+        .Key("path").String(r->path())
+        .Key("bytes").Uint(r->bytes())
+        .Key("covered_sequence").Uint(r->covered_sequence())
+        .Key("models").Uint(r->models())
+        .EndObject();
+    PrintJson(w);
+  } else {
+    std::cout << r->path() << "\n";
+    std::cerr << "snapshot of " << r->models() << " models, " << r->bytes() << " bytes, WAL covered through sequence "
+              << r->covered_sequence() << "\n";
+  }
+  return 0;
+}
+
+int Export(Context& ctx, const Args& args) {
+  if (int rc = NeedName(args, "export", kMainUsage)) return rc;
+  const std::optional<std::string> out = args.Value("out");
+  if (!out || out->empty()) return FailUsage("export", "--out FILE is required");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("export", s.message());
+  auto data = ctx.client->ExportModel(args.positional[0]);
+  if (!data.ok()) return Fail("export", data.status());
+  // Written to a temporary name and renamed, so FILE is never a partial export.
+  const std::string tmp = *out + ".tmp";
+  {
+    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+    file.write(data->data(), static_cast<std::streamsize>(data->size()));
+    file.close();
+    if (!file) {
+      std::remove(tmp.c_str());
+      return FailUsage("export", "cannot write '" + tmp + "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), out->c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return FailUsage("export", "cannot rename '" + tmp + "' to '" + *out + "'");
+  }
+  std::cout << "exported model '" << args.positional[0] << "' to " << *out << " (" << data->size() << " bytes)\n";
+  return 0;
+}
+
+int Import(Context& ctx, const Args& args) {
+  if (args.positional.size() != 1) return FailUsage("import", "expected one FILE (an export)");
+  const std::string& path = args.positional[0];
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return FailUsage("import", "cannot open '" + path + "'");
+  std::string data((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (file.bad()) return FailUsage("import", "cannot read '" + path + "'");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("import", s.message());
+  auto info = ctx.client->ImportModel(std::move(data), args.Value("name").value_or(""));
+  if (!info.ok()) return Fail("import " + path, info.status());
+  if (args.Has("json")) {
+    JsonWriter w;
+    WriteModelJson(w, *info);
+    PrintJson(w);
+  } else {
+    std::cout << "imported model '" << info->config().name() << "'\n";
+    PrintModel(*info);
+  }
+  return 0;
+}
+
+}  // namespace cmestream::cli

@@ -1,0 +1,673 @@
+// Queries of a model's view: `refresh`, `koopman`, `predict`, `dictionary`, `counts`,
+// `embedding`, `clusters`, `aggregation`, `latent`, `forecast`.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/commands.h"
+#include "client/cli/context.h"
+#include "client/cli/csv.h"
+#include "client/cli/json.h"
+#include "client/cli/output.h"
+#include "client/cpp/client.h"
+
+namespace cmestream::cli {
+
+int Refresh(Context& ctx, const Args& args) {
+  if (int rc = NeedName(args, "refresh", kRefreshUsage)) return rc;
+  double wait_timeout = 60;
+  if (auto t = args.Value("wait-timeout")) {
+    auto v = ParseDouble("wait-timeout", *t);
+    if (!v.ok() || *v <= 0) return FailUsage("refresh", "--wait-timeout: expected seconds > 0");
+    wait_timeout = *v;
+  }
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("refresh", s.message());
+  auto view = ctx.client->Refresh(args.positional[0], args.Has("wait"), wait_timeout);
+  if (!view.ok()) return Fail("refresh", view.status());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    WriteViewJson(w, *view);
+    w.EndObject();
+    PrintJson(w);
+  } else if (view->version() == 0) {
+    std::cout << "refresh requested; no view yet\n";
+  } else {
+    std::cout << "view version " << view->version() << ", " << view->samples() << " samples, built in "
+              << Num(view->build_seconds()) << " s\n";
+  }
+  return 0;
+}
+
+namespace {
+
+// Reads a points file with the model's dimension (fetched with Describe).
+absl::StatusOr<std::vector<double>> ReadPoints(Context& ctx, const std::string& model,
+                                               const std::string& path, bool* server_error) {
+  auto info = ctx.client->Describe(model);
+  if (!info.ok()) {
+    *server_error = true;
+    return info.status();
+  }
+  const int d = static_cast<int>(info->config().dim());
+  return ReadCsvFile(path, d, absl::StrCat("one point x_1..x_", d));
+}
+
+}  // namespace
+
+int Koopman(Context& ctx, const Args& args) {
+  const std::string cmd = "koopman";
+  if (int rc = NeedName(args, cmd, kKoopmanUsage)) return rc;
+  const std::string model = args.positional[0];
+  uint32_t top = 0;
+  if (auto t = args.Value("top")) {
+    auto v = ParseUint("top", *t);
+    if (!v.ok() || *v > 100000) return FailUsage(cmd, "--top: expected an integer in [0, 100000]");
+    top = static_cast<uint32_t>(*v);
+  }
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  std::vector<double> points;
+  if (auto p = args.Value("points")) {
+    bool server_error = false;
+    auto pts = ReadPoints(ctx, model, *p, &server_error);
+    if (!pts.ok()) return server_error ? Fail(cmd, pts.status()) : FailUsage(cmd, pts.status().message());
+    points = std::move(*pts);
+  }
+  auto r = ctx.client->Koopman(model, top, points);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int k = r->eigenvalues_size();
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("dt").Double(r->dt());
+    w.Key("eigenvalues").BeginArray();
+    for (const auto& c : r->eigenvalues()) w.Complex(c.re(), c.im());
+    w.EndArray();
+    w.Key("rates").BeginArray();
+    for (const auto& c : r->rates()) w.Complex(c.re(), c.im());
+    w.EndArray();
+    w.Key("timescales").BeginArray();
+    for (double t : r->timescales()) w.Double(t);
+    w.EndArray();
+    // One list per eigenpair (empty without --points), one value per point.
+    w.Key("eigenfunctions").BeginArray();
+    for (int l = 0; l < k; ++l) {
+      w.BeginArray();
+      if (l < r->eigenfunctions_size()) {
+        for (const auto& c : r->eigenfunctions(l).values()) w.Complex(c.re(), c.im());
+      }
+      w.EndArray();
+    }
+    w.EndArray();
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  std::cout << "model " << model << ": view version " << r->view().version() << ", "
+            << r->view().samples() << " samples, dt " << Num(r->dt()) << "\n";
+  std::printf("%3s %12s %12s %10s %12s %12s %12s\n", "#", "mu.re", "mu.im", "|mu|", "rate.re",
+              "rate.im", "timescale");
+  for (int l = 0; l < k; ++l) {
+    const auto& mu = r->eigenvalues(l);
+    const double re = l < r->rates_size() ? r->rates(l).re() : NAN;
+    const double im = l < r->rates_size() ? r->rates(l).im() : NAN;
+    const double ts = l < r->timescales_size() ? r->timescales(l) : NAN;
+    std::printf("%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12.6g\n", l, mu.re(), mu.im(),
+                std::hypot(mu.re(), mu.im()), re, im, ts);
+  }
+  if (!points.empty()) {
+    std::cout << "eigenfunction values at " << (r->eigenfunctions_size() ? r->eigenfunctions(0).values_size() : 0)
+              << " points: use --json\n";
+  }
+  return 0;
+}
+
+int Predict(Context& ctx, const Args& args) {
+  const std::string cmd = "predict";
+  if (int rc = NeedName(args, cmd, kPredictUsage)) return rc;
+  const std::string model = args.positional[0];
+  auto p = args.Value("points");
+  if (!p) return FailUsage(cmd, "--points FILE is required");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  bool server_error = false;
+  auto pts = ReadPoints(ctx, model, *p, &server_error);
+  if (!pts.ok()) return server_error ? Fail(cmd, pts.status()) : FailUsage(cmd, pts.status().message());
+  auto r = ctx.client->Predict(model, *pts);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int d = static_cast<int>(r->dim());
+  const int n = d > 0 ? r->predictions_size() / d : 0;
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("dim").Uint(r->dim());
+    w.Key("predictions").BeginArray();
+    for (int i = 0; i < n; ++i) {
+      w.BeginArray();
+      for (int j = 0; j < d; ++j) w.Double(r->predictions(i * d + j));
+      w.EndArray();
+    }
+    w.EndArray();
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  std::cout << "# E[Y|X=point], view version " << r->view().version() << ", "
+            << r->view().samples() << " samples\n";
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < d; ++j) std::printf(j ? ",%.17g" : "%.17g", r->predictions(i * d + j));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int Dictionary(Context& ctx, const Args& args) {
+  const std::string cmd = "dictionary";
+  if (int rc = NeedName(args, cmd, kMainUsage)) return rc;
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  auto r = ctx.client->Dictionary(args.positional[0]);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int d = static_cast<int>(r->dim());
+  auto rows = [&](JsonWriter& w, const google::protobuf::RepeatedField<double>& a) {
+    w.BeginArray();
+    for (int i = 0; d > 0 && i < a.size() / d; ++i) {
+      w.BeginArray();
+      for (int j = 0; j < d; ++j) w.Double(a.Get(i * d + j));
+      w.EndArray();
+    }
+    w.EndArray();
+  };
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(args.positional[0]);
+    WriteViewJson(w, r->view());
+    w.Key("dim").Uint(r->dim());
+    w.Key("sigma").Double(r->sigma());
+    w.Key("x_atoms");
+    rows(w, r->x_atoms());
+    w.Key("y_atoms");
+    rows(w, r->y_atoms());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  std::cout << "# x-atoms of '" << args.positional[0] << "' (" << (d ? r->x_atoms_size() / d : 0)
+            << "), sigma " << Num(r->sigma()) << ", view version " << r->view().version() << "\n";
+  for (int i = 0; d > 0 && i < r->x_atoms_size() / d; ++i) {
+    for (int j = 0; j < d; ++j) std::printf(j ? ",%.17g" : "%.17g", r->x_atoms(i * d + j));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views of ALGORITHMS.md sections 2-6 (counts, embedding, clusters, aggregation, latent,
+// forecast). Every JSON reply carries view_version and samples (WriteViewJson).
+// ---------------------------------------------------------------------------------------------
+
+
+namespace {
+
+// Query points of a model: vectors of its dimension (continuous) or state ids (discrete).
+struct QueryPoints {
+  bool discrete = false;
+  int dim = 0;                 // continuous models
+  int64_t num_states = 0;      // discrete models
+  std::vector<double> points;  // n*dim
+  std::vector<int64_t> ids;    // n
+  size_t count() const { return discrete ? ids.size() : (dim > 0 ? points.size() / dim : 0); }
+};
+
+// Describes `model` (a server error sets *server_error) and reads FILE if `path` is set:
+// one point x_1..x_d per line, or one state id per line for discrete models.
+absl::StatusOr<QueryPoints> LoadQueryPoints(Context& ctx, const std::string& model,
+                                            const std::optional<std::string>& path,
+                                            bool* server_error) {
+  auto info = ctx.client->Describe(model);
+  if (!info.ok()) {
+    *server_error = true;
+    return info.status();
+  }
+  QueryPoints q;
+  q.discrete = info->config().num_states() > 0;
+  q.dim = static_cast<int>(info->config().dim());
+  q.num_states = info->config().num_states();
+  if (!path) return q;
+  if (q.discrete) {
+    auto ids = ReadIdCsvFile(*path, 1, absl::StrCat("one state id in [0, ", q.num_states, ")"));
+    if (!ids.ok()) return ids.status();
+    q.ids = std::move(*ids);
+  } else {
+    auto pts = ReadCsvFile(*path, q.dim, absl::StrCat("one point x_1..x_", q.dim));
+    if (!pts.ok()) return pts.status();
+    q.points = std::move(*pts);
+  }
+  return q;
+}
+
+// Writes a packed row-major array as a list of `cols`-lists.
+template <typename Container>
+void WriteRowsJson(JsonWriter& w, const Container& a, int cols) {
+  w.BeginArray();
+  for (int i = 0; cols > 0 && i + cols <= static_cast<int>(a.size()); i += cols) {
+    w.BeginArray();
+    for (int j = 0; j < cols; ++j) w.Double(a[i + j]);
+    w.EndArray();
+  }
+  w.EndArray();
+}
+
+template <typename Container>
+void WriteListJson(JsonWriter& w, const Container& a) {
+  w.BeginArray();
+  for (double v : a) w.Double(v);
+  w.EndArray();
+}
+
+void PrintViewLine(const std::string& what, const std::string& model, const v1::ViewInfo& v) {
+  std::cout << "# " << what << " of '" << model << "', view version " << v.version() << ", "
+            << v.samples() << " samples\n";
+}
+
+void PrintVector(const char* label, const google::protobuf::RepeatedField<double>& a) {
+  std::cout << label;
+  for (double v : a) std::cout << " " << Num(v);
+  std::cout << "\n";
+}
+
+#define CMESTREAM_LOAD_POINTS(q, cmd, model, path)                                             \
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());               \
+  bool server_error_ = false;                                                                 \
+  auto q##_or = LoadQueryPoints(ctx, model, path, &server_error_);                            \
+  if (!q##_or.ok()) {                                                                         \
+    return server_error_ ? Fail(cmd, q##_or.status()) : FailUsage(cmd, q##_or.status().message()); \
+  }                                                                                           \
+  QueryPoints& q = *q##_or
+
+}  // namespace
+
+int Counts(Context& ctx, const Args& args) {
+  const std::string cmd = "counts";
+  if (int rc = NeedName(args, cmd, kCountsUsage)) return rc;
+  const std::string model = args.positional[0];
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  auto r = ctx.client->Counts(model);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int d = static_cast<int>(r->dim());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("num_states").Uint(r->num_states());
+    w.Key("counts").BeginArray();
+    for (const auto& c : r->counts()) {
+      w.BeginArray().Uint(c.from()).Uint(c.to()).Double(c.count()).EndArray();
+    }
+    w.EndArray();
+    w.Key("visits");
+    WriteListJson(w, r->visits());
+    w.Key("stationary");
+    WriteListJson(w, r->stationary());
+    if (d > 0) {
+      w.Key("dim").Uint(r->dim());
+      w.Key("states");
+      WriteRowsJson(w, r->state_coordinates(), d);
+    }
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("transition counts", model, r->view());
+  std::cout << "# " << r->num_states() << " states, " << r->counts_size() << " non-zero counts\n";
+  std::printf("%8s %12s %12s%s\n", "state", "visits", "stationary", d > 0 ? "  coordinates" : "");
+  for (int i = 0; i < static_cast<int>(r->num_states()); ++i) {
+    std::printf("%8d %12.6g %12.6g", i, i < r->visits_size() ? r->visits(i) : 0.0,
+                i < r->stationary_size() ? r->stationary(i) : 0.0);
+    for (int j = 0; d > 0 && (i + 1) * d <= r->state_coordinates_size() && j < d; ++j) {
+      std::printf(j ? ",%.6g" : "  %.6g", r->state_coordinates(i * d + j));
+    }
+    std::printf("\n");
+  }
+  std::printf("%8s %8s %12s\n", "from", "to", "count");
+  for (const auto& c : r->counts()) std::printf("%8u %8u %12.6g\n", c.from(), c.to(), c.count());
+  return 0;
+}
+
+int Embedding(Context& ctx, const Args& args) {
+  const std::string cmd = "embedding";
+  if (int rc = NeedName(args, cmd, kEmbeddingUsage)) return rc;
+  const std::string model = args.positional[0];
+  CMESTREAM_LOAD_POINTS(q, cmd, model, args.Value("points"));
+  auto r = ctx.client->Embedding(model, q.points, q.ids);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int rank = static_cast<int>(r->rank());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("rank").Uint(r->rank());
+    w.Key("embedding");
+    WriteRowsJson(w, r->embedding(), rank);
+    w.Key("singular_values");
+    WriteListJson(w, r->singular_values());
+    w.Key("singular_value_gaps");
+    WriteListJson(w, r->singular_value_gaps());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("state embedding", model, r->view());
+  std::cout << "# rank " << rank << "\n";
+  PrintVector("# singular values", r->singular_values());
+  PrintVector("# gaps           ", r->singular_value_gaps());
+  for (int i = 0; rank > 0 && (i + 1) * rank <= r->embedding_size(); ++i) {
+    for (int j = 0; j < rank; ++j) std::printf(j ? ",%.17g" : "%.17g", r->embedding(i * rank + j));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int Clusters(Context& ctx, const Args& args) {
+  const std::string cmd = "clusters";
+  if (int rc = NeedName(args, cmd, kClustersUsage)) return rc;
+  const std::string model = args.positional[0];
+  CMESTREAM_LOAD_POINTS(q, cmd, model, args.Value("points"));
+  auto r = ctx.client->Clusters(model, q.points, q.ids);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int k = static_cast<int>(r->clusters());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("clusters").Uint(r->clusters());
+    w.Key("representatives").BeginArray();
+    for (const auto& rep : r->representatives()) {
+      w.BeginObject();
+      if (q.discrete) {
+        w.Key("id").Int(rep.id());
+      } else {
+        w.Key("id").Int(rep.id());
+        w.Key("coordinates");
+        WriteListJson(w, rep.coordinates());
+      }
+      w.Key("weight").Double(rep.weight());
+      w.Key("label").Uint(rep.label());
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("point_labels").BeginArray();
+    for (uint32_t l : r->point_labels()) w.Uint(l);
+    w.EndArray();
+    w.Key("transition_matrix");
+    WriteRowsJson(w, r->transition_matrix(), k);
+    w.Key("masses");
+    WriteListJson(w, r->masses());
+    w.Key("timescales");
+    WriteListJson(w, r->timescales());
+    w.Key("inertia").Double(r->inertia());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("metastable clusters", model, r->view());
+  std::cout << "# " << k << " clusters; coarse-grained transition matrix (row = from):\n";
+  std::printf("%8s %10s", "cluster", "mass");
+  for (int j = 0; j < k; ++j) std::printf(" %10d", j);
+  std::printf("\n");
+  for (int i = 0; i < k; ++i) {
+    std::printf("%8d %10.4g", i, i < r->masses_size() ? r->masses(i) : 0.0);
+    for (int j = 0; j < k && i * k + j < r->transition_matrix_size(); ++j) {
+      std::printf(" %10.4g", r->transition_matrix(i * k + j));
+    }
+    std::printf("\n");
+  }
+  PrintVector("# implied timescales", r->timescales());
+  std::printf("%8s %8s %12s  %s\n", "rep", "label", "weight", q.discrete ? "" : "coordinates");
+  for (const auto& rep : r->representatives()) {
+    std::printf("%8lld %8u %12.6g ", static_cast<long long>(rep.id()), rep.label(), rep.weight());
+    for (int j = 0; j < rep.coordinates_size(); ++j) {
+      std::printf(j ? ",%.6g" : " %.6g", rep.coordinates(j));
+    }
+    std::printf("\n");
+  }
+  if (r->point_labels_size() > 0) {
+    std::cout << "# labels of the " << r->point_labels_size() << " query points:\n";
+    for (uint32_t l : r->point_labels()) std::cout << l << "\n";
+  }
+  return 0;
+}
+
+int Aggregation(Context& ctx, const Args& args) {
+  const std::string cmd = "aggregation";
+  if (int rc = NeedName(args, cmd, kAggregationUsage)) return rc;
+  const std::string model = args.positional[0];
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  auto r = ctx.client->Aggregation(model);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int m = static_cast<int>(r->meta_states());
+  const int d = static_cast<int>(r->dim());
+  const int p = r->state_ids_size();
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("meta_states").Uint(r->meta_states());
+    // states: ids for discrete models, atom coordinates for continuous ones (row order).
+    w.Key("states");
+    if (d > 0 && r->state_coordinates_size() == p * d) {
+      WriteRowsJson(w, r->state_coordinates(), d);
+    } else {
+      w.BeginArray();
+      for (int64_t id : r->state_ids()) w.Int(id);
+      w.EndArray();
+    }
+    w.Key("state_ids").BeginArray();
+    for (int64_t id : r->state_ids()) w.Int(id);
+    w.EndArray();
+    w.Key("V");
+    WriteRowsJson(w, r->v(), m);
+    w.Key("U");
+    WriteRowsJson(w, r->u(), m);
+    w.Key("anchors").BeginArray();
+    for (const auto& a : r->anchors()) {
+      w.BeginArray();
+      for (uint32_t i : a.indices()) w.Uint(i);
+      w.EndArray();
+    }
+    w.EndArray();
+    w.Key("partition").BeginArray();
+    for (uint32_t l : r->partition()) w.Uint(l);
+    w.EndArray();
+    w.Key("excluded").BeginArray();
+    for (int64_t id : r->excluded()) w.Int(id);
+    w.EndArray();
+    w.Key("distance_to_empirical").Double(r->distance_to_empirical());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("soft state aggregation", model, r->view());
+  std::cout << "# " << p << " states, " << m << " meta-states; mean row TV |U V^T - P_hat| = "
+            << Num(r->distance_to_empirical()) << "\n";
+  for (int k = 0; k < r->anchors_size(); ++k) {
+    std::cout << "# anchors of meta-state " << k << " (rows):";
+    for (uint32_t i : r->anchors(k).indices()) std::cout << " " << i;
+    std::cout << "\n";
+  }
+  if (r->excluded_size() > 0) {
+    std::cout << "# excluded (no incoming transitions):";
+    for (int64_t id : r->excluded()) std::cout << " " << id;
+    std::cout << "\n";
+  }
+  std::printf("%6s %8s %5s", "row", "state", "meta");
+  for (int k = 0; k < m; ++k) std::printf(" %9s", absl::StrCat("V", k).c_str());
+  for (int k = 0; k < m; ++k) std::printf(" %9s", absl::StrCat("U", k).c_str());
+  std::printf("\n");
+  for (int i = 0; i < p; ++i) {
+    std::printf("%6d %8lld %5d", i, static_cast<long long>(r->state_ids(i)),
+                i < r->partition_size() ? static_cast<int>(r->partition(i)) : -1);
+    // "+ 0.0" prints an exact zero of a clipped entry as 0, not -0.
+    for (int k = 0; k < m && (i + 1) * m <= r->v_size(); ++k) std::printf(" %9.4g", r->v(i * m + k) + 0.0);
+    for (int k = 0; k < m && (i + 1) * m <= r->u_size(); ++k) std::printf(" %9.4g", r->u(i * m + k) + 0.0);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int Latent(Context& ctx, const Args& args) {
+  const std::string cmd = "latent";
+  if (int rc = NeedName(args, cmd, kLatentUsage)) return rc;
+  const std::string model = args.positional[0];
+  CMESTREAM_LOAD_POINTS(q, cmd, model, args.Value("points"));
+  auto r = ctx.client->Latent(model, q.points, q.ids);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int k = static_cast<int>(r->latent_states());
+  const int n = static_cast<int>(q.count());
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("latent_states").Uint(r->latent_states());
+    w.Key("weights");
+    WriteListJson(w, r->weights());
+    // densities: k lists of n values (wire layout [h*n + i]).
+    w.Key("densities");
+    if (n > 0) WriteRowsJson(w, r->densities(), n);
+    else w.BeginArray().EndArray();
+    w.Key("posteriors");
+    WriteRowsJson(w, r->posteriors(), k);
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("latent-state model", model, r->view());
+  std::cout << "# " << k << " latent states\n";
+  PrintVector("# weights", r->weights());
+  if (n > 0) {
+    std::printf("%8s", "point");
+    for (int h = 0; h < k; ++h) std::printf(" %12s", absl::StrCat("density", h).c_str());
+    for (int h = 0; h < k; ++h) std::printf(" %12s", absl::StrCat("posterior", h).c_str());
+    std::printf("\n");
+    for (int i = 0; i < n; ++i) {
+      std::printf("%8d", i);
+      for (int h = 0; h < k; ++h) {
+        std::printf(" %12.6g", h * n + i < r->densities_size() ? r->densities(h * n + i) : NAN);
+      }
+      for (int h = 0; h < k; ++h) {
+        std::printf(" %12.6g", i * k + h < r->posteriors_size() ? r->posteriors(i * k + h) : NAN);
+      }
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
+
+int Forecast(Context& ctx, const Args& args) {
+  const std::string cmd = "forecast";
+  if (int rc = NeedName(args, cmd, kForecastUsage)) return rc;
+  const std::string model = args.positional[0];
+  auto window = args.Value("window");
+  if (!window) return FailUsage(cmd, "--window FILE is required (recent observations, oldest first)");
+  uint32_t horizon = 1;
+  if (auto h = args.Value("horizon")) {
+    auto v = ParseUint("horizon", *h);
+    if (!v.ok() || *v < 1 || *v > 100000) return FailUsage(cmd, "--horizon: expected an integer in [1, 100000]");
+    horizon = static_cast<uint32_t>(*v);
+  }
+  CMESTREAM_LOAD_POINTS(q, cmd, model, window);
+  auto r = ctx.client->Forecast(model, q.points, q.ids, horizon);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int H = static_cast<int>(horizon);
+  // Discrete: P probabilities per step; the forecast is the most likely id, and the expected
+  // id sum_a a p(a) is reported too (for binary observations it is P(o = 1)).
+  const int P = q.discrete && H > 0 ? r->distribution_size() / H : 0;
+  std::vector<int64_t> most_likely;
+  std::vector<double> expected;
+  if (q.discrete) {
+    for (int t = 0; t < H && P > 0; ++t) {
+      int best = 0;
+      double e = 0;
+      for (int a = 0; a < P; ++a) {
+        const double pa = r->distribution(t * P + a);
+        if (pa > r->distribution(t * P + best)) best = a;
+        e += a * pa;
+      }
+      most_likely.push_back(best);
+      expected.push_back(e);
+    }
+  }
+  const int d = q.discrete ? 0 : static_cast<int>(r->dim() > 0 ? r->dim() : q.dim);
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("horizon").Uint(horizon);
+    if (!q.discrete) w.Key("dim").Uint(d);
+    w.Key("forecast");
+    if (q.discrete) {
+      w.BeginArray();
+      for (int64_t a : most_likely) w.Int(a);
+      w.EndArray();
+      w.Key("expected");
+      WriteListJson(w, expected);
+      w.Key("distribution");
+      WriteRowsJson(w, r->distribution(), P);
+    } else {
+      WriteRowsJson(w, r->forecast(), d);
+    }
+    w.Key("state");
+    WriteListJson(w, r->state());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("forecast", model, r->view());
+  for (int t = 0; t < H; ++t) {
+    std::printf("%4d", t + 1);
+    if (q.discrete) {
+      if (t < static_cast<int>(most_likely.size())) {
+        std::printf("  most likely %lld  expected %.6g  p:", static_cast<long long>(most_likely[t]),
+                    expected[t]);
+        for (int a = 0; a < P; ++a) std::printf(" %.6g", r->distribution(t * P + a));
+      }
+    } else {
+      for (int j = 0; j < d && t * d + j < r->forecast_size(); ++j) {
+        std::printf(j ? ",%.17g" : "  %.17g", r->forecast(t * d + j));
+      }
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+#undef CMESTREAM_LOAD_POINTS
+
+}  // namespace cmestream::cli

@@ -1,0 +1,331 @@
+// Usage texts, argument parsing, connection setup and error exits of the `cmestream` tool.
+#include "client/cli/context.h"
+
+#include <cmath>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace cmestream::cli {
+
+const char kMainUsage[] = R"(usage: cmestream [--server HOST:PORT] [--timeout S] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+                 [--token-file FILE] COMMAND [ARGS] [--help]
+
+Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051.
+--timeout is the deadline of each request in seconds (default 30).
+--tls-ca FILE: connect with TLS, trusting this PEM CA; --tls-cert/--tls-key: PEM client certificate
+and key (daemons started with --tls-client-ca). --token-file FILE: bearer token (first line);
+default $CMESTREAM_TOKEN. These flags go before COMMAND.
+
+commands:
+  model create NAME --dim D [options]   create a continuous model (see `cmestream model create --help`)
+  model create NAME --states P [options]
+                                        create a discrete model over state ids 0..P-1
+  model describe NAME [--json]          config, samples seen, dictionary size, view, sigma choice
+  model list [--json]                   all models
+  model delete NAME                     delete a model
+  snapshot [NAME] [--json]              the daemon snapshots every model now (admin); prints the
+                                        snapshot file's path on the daemon's host
+  export NAME --out FILE                write the model's full state to FILE (admin)
+  import FILE [--name NEW]              register an exported model, as NEW or its exported name
+                                        (admin); the daemon snapshots right after
+  ingest NAME --csv FILE [--producer ID] [--trajectory]
+                                        stream transitions from CSV ('-' = standard input)
+  refresh NAME [--wait]                 rebuild the model's view (optionally wait for it)
+  koopman NAME [--top K] [--points FILE] [--json]
+                                        Koopman eigenvalues, timescales, eigenfunction values
+  predict NAME --points FILE [--json]   one-step forecast E[Y | X = point] per point
+  dictionary NAME [--json]              dictionary atoms
+  producer NAME --producer ID [--json]  a producer's applied offset
+  counts NAME [--json]                  transition counts, visits, stationary weights
+  embedding NAME [--points FILE] [--json]
+                                        low-rank state embedding and singular values
+  clusters NAME [--points FILE] [--json]
+                                        metastable clusters, coarse-grained chain, timescales
+  aggregation NAME [--json]             soft state aggregation (U, V, anchors, partition)
+  latent NAME [--points FILE] [--json]  latent-state weights, densities, posteriors
+  forecast NAME --window FILE [--horizon H] [--json]
+                                        predictive-state forecast after a recent window
+  simulate SYSTEM [options]             write simulated data as CSV (no server needed):
+                                        duffing, double-well, duffing-grid, four-well,
+                                        multi-well-2d, soft-aggregation, hmm-mixture,
+                                        hmm-binary, kalman (see `cmestream simulate --help`)
+
+exit status: 0 ok, 1 server error, 2 usage or input error
+)";
+
+const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --states P) [options]
+
+  --dim D              state dimension of a continuous model (>= 1)
+  --states P           discrete model over state ids 0..P-1: ingest takes ids (CSV 'i,j', or
+                       one id per line with --trajectory) and keeps counts directly (no kernel)
+  --sigma S|auto       Gaussian kernel bandwidth; 'auto' (default) picks it on the first
+                       --warmup pairs by a held-out VAMP-2 score and records the choice
+  --eta E              SGD step (default 0.1)
+  --lambda L           HS-norm regularizer (default 1e-3)
+  --epsilon EPS        compression budget in HS norm (default 1e-3)
+  --max-dict M         dictionary cap per side (default 1000)
+  --dt T               sampling interval, for rates and timescales (default 1)
+  --seed N             seed of all random choices (default 1)
+  --warmup N           pairs buffered for sigma auto (default 1000)
+  --refresh-interval S refresh the view every S seconds (default: the daemon's)
+  --refresh-every N    refresh the view every N samples (default off)
+  --step-decay N       eta_t = eta / (1 + t/N)^p (default 0 = constant step)
+  --step-decay-power P p above (default 0.5)
+  --averaging          Polyak-Ruppert averaging of the operator
+  --forgetting G       per-sample decay of every streaming statistic, in (0, 1] (default 1 = none)
+ state embedding and metastable clusters (ALGORITHMS.md sections 2-3):
+  --rff N              random Fourier features (continuous; default 256)
+  --rank R             embedding rank r (default 4)
+  --clusters K         metastable clusters (default 2)
+ soft state aggregation (section 4), off unless --meta is given:
+  --meta R             meta-states r
+  --anchor-threshold D anchor threshold delta0 (default 0.1)
+  --vertex-hunting V   spa (default) or kmeans-spa
+ multi-view latent-state model (section 5), off unless --latent is given:
+  --latent K           latent states k (needs trajectory ingestion: --trajectory)
+  --tensor-restarts L  robust tensor power method restarts (default 20)
+  --tensor-iterations N  power iterations per restart (default 30)
+  --reservoir S        third-moment reservoir size (default 20000)
+ predictive-state model (section 6), off unless --window is given:
+  --window L           history/future window length k (needs --trajectory ingestion)
+  --ridge1 X           stage-1 ridge lambda1 (default 1e-3)
+  --ridge2 Y           stage-2 ridge lambda2 (default 1e-6)
+  --json               print the created model as JSON
+)";
+
+const char kCountsUsage[] = R"(usage: cmestream counts NAME [--json]
+
+Transition counts N[i,j] over the model's discretization (dictionary atoms of a continuous
+model, state ids of a discrete one), visit counts and stationary weights.
+JSON: {"counts": [[i, j, count]...], "visits": [...], "stationary": [...], "num_states",
+       "states": [[x_1..x_d] per state] (continuous only), "view_version", "samples"}
+)";
+
+const char kEmbeddingUsage[] = R"(usage: cmestream embedding NAME [--points FILE] [--json]
+
+Rank-r state embedding Psi(x) of each query point (FILE: one point x_1..x_d per line, or one
+state id per line for discrete models) and the singular values (with their gaps, to choose r).
+JSON: {"embedding": [[r numbers] per point], "singular_values", "singular_value_gaps", "rank",
+       "view_version", "samples"}
+)";
+
+const char kClustersUsage[] = R"(usage: cmestream clusters NAME [--points FILE] [--json]
+
+Metastable clusters: representatives (atoms or states) with weight and label, the label of each
+query point (FILE as for embedding), the K x K coarse-grained transition matrix, cluster masses
+and the implied timescales of the count-based chain.
+JSON: {"representatives": [{"coordinates"|"id", "weight", "label"}...], "point_labels",
+       "transition_matrix": [[K] x K], "masses", "timescales", "clusters", "inertia",
+       "view_version", "samples"}
+)";
+
+const char kAggregationUsage[] = R"(usage: cmestream aggregation NAME [--json]
+
+Soft state aggregation (model created with --meta R): disaggregation V (p x r, columns sum to
+1), aggregation U (p x r), anchor rows per meta-state, hard partition and excluded states.
+JSON: {"states": [ids] or [[coordinates]...] in row order, "state_ids", "V", "U",
+       "anchors": [[row indices] per meta-state], "partition", "excluded",
+       "distance_to_empirical", "meta_states", "view_version", "samples"}
+)";
+
+const char kLatentUsage[] = R"(usage: cmestream latent NAME [--points FILE] [--json]
+
+Multi-view latent-state model (model created with --latent K): mixing weights, each component's
+density at the query points (FILE as for embedding) and the posterior over latent states.
+JSON: {"weights": [k], "densities": [[n values] per component], "posteriors": [[k] per point],
+       "latent_states", "view_version", "samples"}
+)";
+
+const char kForecastUsage[] = R"(usage: cmestream forecast NAME --window FILE [--horizon H] [--json]
+
+Predictive-state forecast (model created with --window L) of the next H (default 1)
+observations after the recent observations in FILE (one per line, oldest first; state ids for
+discrete models).
+JSON, continuous: {"forecast": [[d numbers] per step] (expected values), "dim", "state", ...}
+JSON, discrete:   {"forecast": [most likely id per step], "expected": [sum_a a p(a) per step],
+                   "distribution": [[P probabilities] per step], "state", ...}
+Both carry "horizon", "view_version", "samples".
+)";
+
+const char kIngestUsage[] = R"(usage: cmestream ingest NAME --csv FILE [--producer ID] [--trajectory] [options]
+
+Streams transitions into model NAME.
+  --csv FILE      one transition per line, x_1,...,x_d,y_1,...,y_d ('-' reads standard input).
+                  Blank lines and lines starting with '#' are ignored.
+  --trajectory    FILE holds one state x_1,...,x_d per line; consecutive rows are paired.
+  --producer ID   exactly-once delivery: offsets count pairs from 0 in this file, and the daemon
+                  skips pairs it already applied for ID, so re-running the same file with the
+                  same ID applies 0 new pairs. Without it every pair is applied.
+  --resume        with --producer: ask the daemon for the producer's applied offset K
+                  (GetProducer) and send only the rest of FILE: pairs K.. (with --trajectory,
+                  states from index K on, so the first pair sent is (state K, state K+1)).
+                  Use it to continue after a crash or restart of either side.
+  --episode ID    episode id of a trajectory (default: the file name)
+  --batch B       pairs per message (default 1000)
+  --quiet         no progress on stderr
+  --json          print the summary as JSON
+
+A FILE is validated completely before anything is sent: a malformed line stops the command
+with file:line and what was expected, and nothing is applied. Standard input is streamed and
+validated batch by batch: batches before a malformed line stay applied (the message says how
+many pairs were sent).
+)";
+
+const char kRefreshUsage[] = R"(usage: cmestream refresh NAME [--wait] [--wait-timeout S] [--json]
+
+Requests a rebuild of the model's view. With --wait, returns once a view covering every sample
+applied so far exists (the server gives up after --wait-timeout seconds, default 60).
+)";
+
+const char kKoopmanUsage[] = R"(usage: cmestream koopman NAME [--top K] [--points FILE] [--json]
+
+Leading K (default 6) Koopman eigenpairs of the model's current view: eigenvalues mu (sorted by
+|mu| descending), continuous-time rates log(mu)/dt, implied timescales -dt/log|mu|, and the
+eigenfunction values at the points of FILE (CSV, one d-dimensional point per line).
+JSON: {"eigenvalues":[{"re","im"}...], "rates":[{"re","im"}...], "timescales":[...],
+       "eigenfunctions":[[{"re","im"} per point] per eigenpair], "view_version", "samples", "dt"}
+Infinite timescales (|mu| >= 1) are null in JSON.
+)";
+
+const char kPredictUsage[] = R"(usage: cmestream predict NAME --points FILE [--json]
+
+One-step forecast E[Y | X = point] for each point of FILE (CSV, one d-dimensional point per
+line). JSON: {"predictions": [[y_1,...,y_d] per point], "dim", "view_version", "samples"}
+)";
+
+const char kSimulateUsage[] = R"(usage: cmestream simulate SYSTEM [options]
+
+Writes simulated data as CSV on standard output (a '#' header line names the columns); with
+--truth FILE the systems that have one write their ground truth to FILE as JSON.
+  duffing        transitions x1,x2,y1,y2 of the unforced Duffing oscillator (delta 0.5, beta -1,
+                 alpha 1) from uniform starts in [-box,box]^2, y = flow of x over dt
+  double-well    transitions x,y of overdamped Langevin dynamics in V(x) = (x^2-1)^2 (beta 3)
+  duffing-grid   points x1,x2,basin of a K x K grid over [-box,box]^2 with the true basin label
+                 (+1: attracted to (1,0), -1: to (-1,0))
+options:
+  --n N          pairs (default 10000)
+  --seed S       seed (default 1)
+  --dt T         sampling interval (default 0.25 for duffing, 0.1 for double-well)
+  --box B        half-width of the Duffing box (default 2)
+  --n-side K     grid side for duffing-grid (default 50)
+
+  four-well      pairs x,y of the 1-D four-well diffusion (paper 000 sec. 5.1) at lag --tau
+                 (default 0.1); --trajectory: one state per line; --truth: barriers, eigenvalues
+  multi-well-2d  pairs x1,x2,y1,y2 of the 2-D four-well diffusion; --trajectory, --tau, --truth
+  soft-aggregation --states P --meta R [--anchors-per-meta A] [--hard]
+                 transitions i,j of a chain P = U V^T with A (default 3) anchor states per
+                 meta-state; --trajectory: one id per line; --truth: {"U","V","anchors",...}
+  hmm-mixture    one observation per line of a 3-state HMM with Gaussian and shifted-Gamma
+                 emissions (paper 001 sec. 7); --truth: weights, emissions, densities on a grid
+  hmm-binary     one observation id (0/1) per line of the 2-state learning/forgetting chain
+                 (paper 002 sec. 5; --learn, --forget, --guess, --slip); --truth: transition,
+                 emission
+  kalman         one observation per line of a 2-D damped-rotation linear-Gaussian model;
+                 --truth: A, C, Q, R
+)";
+
+// ---------------------------------------------------------------------------------------------
+// Argument parsing
+// ---------------------------------------------------------------------------------------------
+
+// Parses argv[begin..) against `spec` plus the global flags. "--flag=value" and "--flag value"
+// both work; a lone "-" is a positional (standard input).
+absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, size_t begin,
+                               CommandSpec spec) {
+  spec.values.insert({"server", "timeout"});
+  spec.switches.insert("help");
+  Args args;
+  for (size_t i = begin; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "-h") {
+      args.switches.insert("help");
+      continue;
+    }
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) {
+      args.positional.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2);
+    std::optional<std::string> value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (spec.switches.count(name)) {
+      if (value) return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+      args.switches.insert(name);
+    } else if (spec.values.count(name)) {
+      if (!value) {
+        if (i + 1 >= argv.size()) {
+          return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+        }
+        value = argv[++i];
+      }
+      args.values[name] = *value;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown option --", name));
+    }
+  }
+  return args;
+}
+
+absl::StatusOr<double> ParseDouble(const std::string& flag, const std::string& text) {
+  double v;
+  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": expected a finite number, got '", text, "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<uint64_t> ParseUint(const std::string& flag, const std::string& text) {
+  uint64_t v;
+  if (!absl::SimpleAtoi(text, &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": expected a non-negative integer, got '", text, "'"));
+  }
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error exits
+// ---------------------------------------------------------------------------------------------
+
+int Fail(const std::string& command, const absl::Status& status) {
+  std::cerr << "cmestream: " << command << ": " << status.message() << " ("
+            << absl::StatusCodeToString(status.code()) << ")\n";
+  return kExitServer;
+}
+
+int FailUsage(const std::string& command, absl::string_view message) {
+  std::cerr << "cmestream: " << command << ": " << message << "\n";
+  return kExitUsage;
+}
+
+absl::Status ConnectClient(Context& ctx) {
+  client::ClientOptions options;
+  options.target = ctx.server;
+  options.timeout_seconds = ctx.timeout;
+  options.tls_ca_file = ctx.tls_ca;
+  options.tls_cert_file = ctx.tls_cert;
+  options.tls_key_file = ctx.tls_key;
+  options.token = ctx.token;
+  auto c = Client::Connect(options);
+  if (!c.ok()) return c.status();
+  ctx.client = std::move(*c);
+  return absl::OkStatus();
+}
+
+int NeedName(const Args& args, const std::string& command, const char* usage) {
+  if (args.positional.size() != 1) {
+    std::cerr << "cmestream: " << command << ": expected exactly one model NAME, got "
+              << args.positional.size() << " arguments\n"
+              << usage;
+    return kExitUsage;
+  }
+  return 0;
+}
+
+}  // namespace cmestream::cli

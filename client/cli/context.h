@@ -1,0 +1,92 @@
+// Shared pieces of the `cmestream` command-line tool: exit codes, usage texts, argument parsing,
+// the connection context every command receives, and the error exits (Fail, FailUsage).
+#ifndef CMESTREAM_CLIENT_CLI_CONTEXT_H_
+#define CMESTREAM_CLIENT_CLI_CONTEXT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "client/cpp/client.h"
+
+namespace cmestream::cli {
+
+namespace v1 = ::cmestream::v1;
+using client::Client;
+using client::IngestStream;
+
+constexpr int kExitServer = 1;
+constexpr int kExitUsage = 2;
+
+// Usage texts (defined in context.cc).
+extern const char kMainUsage[];
+extern const char kCreateUsage[];
+extern const char kCountsUsage[];
+extern const char kEmbeddingUsage[];
+extern const char kClustersUsage[];
+extern const char kAggregationUsage[];
+extern const char kLatentUsage[];
+extern const char kForecastUsage[];
+extern const char kIngestUsage[];
+extern const char kRefreshUsage[];
+extern const char kKoopmanUsage[];
+extern const char kPredictUsage[];
+extern const char kSimulateUsage[];
+
+// ---------------------------------------------------------------------------------------------
+// Argument parsing
+// ---------------------------------------------------------------------------------------------
+
+struct CommandSpec {
+  std::set<std::string> values;    // flags taking a value
+  std::set<std::string> switches;  // boolean flags
+};
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> values;
+  std::set<std::string> switches;
+  bool Has(const std::string& f) const { return switches.count(f) || values.count(f); }
+  std::optional<std::string> Value(const std::string& f) const {
+    auto it = values.find(f);
+    if (it == values.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+// Parses argv[begin..) against `spec` plus the global flags. "--flag=value" and "--flag value"
+// both work; a lone "-" is a positional (standard input).
+absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, size_t begin,
+                               CommandSpec spec);
+absl::StatusOr<double> ParseDouble(const std::string& flag, const std::string& text);
+absl::StatusOr<uint64_t> ParseUint(const std::string& flag, const std::string& text);
+
+// Prints "cmestream: COMMAND: message (CODE)" on stderr; returns kExitServer.
+int Fail(const std::string& command, const absl::Status& status);
+// Prints "cmestream: COMMAND: message" on stderr; returns kExitUsage.
+int FailUsage(const std::string& command, absl::string_view message);
+
+struct Context {
+  std::string server;
+  double timeout = 30;
+  std::string tls_ca, tls_cert, tls_key, token;
+  std::unique_ptr<Client> client;
+};
+
+absl::Status ConnectClient(Context& ctx);
+
+// Returns 0 if args carry exactly one positional (the model NAME), else prints the usage and
+// returns kExitUsage.
+int NeedName(const Args& args, const std::string& command, const char* usage);
+
+}  // namespace cmestream::cli
+
+#endif  // CMESTREAM_CLIENT_CLI_CONTEXT_H_

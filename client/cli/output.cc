@@ -1,0 +1,170 @@
+// Printing helpers shared by the `cmestream` commands.
+#include "client/cli/output.h"
+
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cmestream::cli {
+
+// ---------------------------------------------------------------------------------------------
+// Output helpers
+// ---------------------------------------------------------------------------------------------
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void WriteViewJson(JsonWriter& w, const v1::ViewInfo& view) {
+  w.Key("view_version").Uint(view.version());
+  w.Key("samples").Uint(view.samples());
+  w.Key("view_age_seconds").Double(view.age_seconds());
+  w.Key("view_build_seconds").Double(view.build_seconds());
+}
+
+void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
+  w.BeginObject();
+  w.Key("name").String(c.name());
+  w.Key("dim").Uint(c.dim());
+  if (c.has_sigma()) w.Key("sigma").Double(c.sigma()); else w.Key("sigma").String("auto");
+  if (c.has_eta()) w.Key("eta").Double(c.eta());
+  if (c.has_lambda()) w.Key("lambda").Double(c.lambda());
+  if (c.has_epsilon()) w.Key("epsilon").Double(c.epsilon());
+  if (c.has_max_dict()) w.Key("max_dict").Uint(c.max_dict());
+  if (c.has_dt()) w.Key("dt").Double(c.dt());
+  if (c.has_seed()) w.Key("seed").Uint(c.seed());
+  if (c.has_auto_sigma_warmup()) w.Key("auto_sigma_warmup").Uint(c.auto_sigma_warmup());
+  if (c.has_refresh_interval_seconds()) {
+    w.Key("refresh_interval_seconds").Double(c.refresh_interval_seconds());
+  }
+  if (c.has_refresh_every_samples()) w.Key("refresh_every_samples").Uint(c.refresh_every_samples());
+  if (c.has_step_decay_samples()) w.Key("step_decay_samples").Double(c.step_decay_samples());
+  if (c.has_step_decay_power()) w.Key("step_decay_power").Double(c.step_decay_power());
+  if (c.has_averaging()) w.Key("averaging").Bool(c.averaging());
+  w.Key("num_states").Uint(c.num_states());
+  if (c.has_forgetting()) w.Key("forgetting").Double(c.forgetting());
+  if (c.has_rff_features()) w.Key("rff_features").Uint(c.rff_features());
+  if (c.has_rank()) w.Key("rank").Uint(c.rank());
+  if (c.has_clusters()) w.Key("clusters").Uint(c.clusters());
+  if (c.has_meta_states()) w.Key("meta_states").Uint(c.meta_states());
+  if (c.has_anchor_threshold()) w.Key("anchor_threshold").Double(c.anchor_threshold());
+  if (!c.vertex_hunting().empty()) w.Key("vertex_hunting").String(c.vertex_hunting());
+  if (c.has_latent_states()) w.Key("latent_states").Uint(c.latent_states());
+  if (c.has_tensor_restarts()) w.Key("tensor_restarts").Uint(c.tensor_restarts());
+  if (c.has_tensor_iterations()) w.Key("tensor_iterations").Uint(c.tensor_iterations());
+  if (c.has_reservoir()) w.Key("reservoir").Uint(c.reservoir());
+  if (c.has_window()) w.Key("window").Uint(c.window());
+  if (c.has_ridge_stage1()) w.Key("ridge_stage1").Double(c.ridge_stage1());
+  if (c.has_ridge_stage2()) w.Key("ridge_stage2").Double(c.ridge_stage2());
+  w.EndObject();
+}
+
+void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
+  w.BeginObject();
+  w.Key("name").String(m.config().name());
+  w.Key("dim").Uint(m.config().dim());
+  w.Key("num_states").Uint(m.config().num_states());
+  w.Key("samples").Uint(m.samples());
+  w.Key("pending_warmup").Uint(m.pending_warmup());
+  w.Key("dictionary_size").Uint(m.dictionary_size());
+  w.Key("dictionary_size_y").Uint(m.dictionary_size_y());
+  w.Key("forced_compressions").Uint(m.forced_compressions());
+  w.Key("forced_error_sum").Double(m.forced_error_sum());
+  w.Key("inverse_drift").Double(m.inverse_drift());
+  w.Key("batches_applied").Uint(m.batches_applied());
+  w.Key("created_unix_seconds").Double(m.created_unix_seconds());
+  w.Key("view_version").Uint(m.view().version());
+  w.Key("view_samples").Uint(m.view().samples());
+  w.Key("view_age_seconds").Double(m.view().age_seconds());
+  w.Key("view_build_seconds").Double(m.view().build_seconds());
+  const auto& s = m.sigma_selection();
+  // sigma: the bandwidth in use; null while "auto" is still warming up.
+  if (s.chosen() > 0) w.Key("sigma").Double(s.chosen());
+  else if (m.config().has_sigma() && m.config().sigma() > 0) w.Key("sigma").Double(m.config().sigma());
+  else w.Key("sigma").Null();
+  w.Key("sigma_selection").BeginObject();
+  w.Key("automatic").Bool(s.automatic());
+  w.Key("chosen").Double(s.chosen());
+  w.Key("median_distance").Double(s.median_distance());
+  w.Key("candidates").BeginArray();
+  for (double c : s.candidates()) w.Double(c);
+  w.EndArray();
+  w.Key("scores").BeginArray();
+  for (double c : s.scores()) w.Double(c);
+  w.EndArray();
+  w.Key("warmup_pairs").Uint(s.warmup_pairs());
+  w.EndObject();
+  w.Key("config");
+  WriteConfigJson(w, m.config());
+  w.EndObject();
+}
+
+void PrintModel(const v1::ModelInfo& m) {
+  const auto& c = m.config();
+  const auto& s = m.sigma_selection();
+  if (c.num_states() > 0) {
+    std::cout << "model " << c.name() << "  discrete, " << c.num_states() << " states\n";
+  } else {
+    std::cout << "model " << c.name() << "  dim " << c.dim() << "\n";
+  }
+  std::cout << "  samples           " << m.samples();
+  if (m.pending_warmup() > 0) std::cout << " (+" << m.pending_warmup() << " buffered for sigma auto)";
+  std::cout << ", batches " << m.batches_applied() << "\n";
+  const bool discrete = c.num_states() > 0;
+  if (discrete) {
+    // Discrete models have no kernel and no CME: their CME settings are unused defaults.
+    std::cout << "  config            dt " << Num(c.dt()) << ", seed " << c.seed() << "\n";
+  } else {
+    std::cout << "  dictionary        " << m.dictionary_size() << " x-atoms, " << m.dictionary_size_y()
+              << " y-atoms; forced compressions " << m.forced_compressions() << "\n";
+    std::cout << "  sigma             ";
+    if (s.chosen() > 0) {
+      std::cout << Num(s.chosen());
+      if (s.automatic()) {
+        std::cout << " (auto from " << s.warmup_pairs() << " warm-up pairs; median distance "
+                  << Num(s.median_distance()) << "; held-out VAMP-2 score per candidate:";
+        for (int i = 0; i < s.candidates_size() && i < s.scores_size(); ++i) {
+          std::cout << " " << Num(s.candidates(i)) << ":" << Num(s.scores(i));
+        }
+        std::cout << ")";
+      }
+    } else if (c.has_sigma() && c.sigma() > 0) {
+      std::cout << Num(c.sigma());
+    } else {
+      std::cout << "auto (not chosen yet)";
+    }
+    std::cout << "\n";
+    std::cout << "  config            eta " << Num(c.eta()) << ", lambda " << Num(c.lambda())
+              << ", epsilon " << Num(c.epsilon()) << ", max_dict " << c.max_dict() << ", dt "
+              << Num(c.dt()) << ", seed " << c.seed() << "\n";
+  }
+  std::cout << "  views             rank " << c.rank() << ", clusters " << c.clusters();
+  if (c.num_states() == 0) std::cout << ", rff " << c.rff_features();
+  if (c.meta_states() > 0) {
+    std::cout << "; aggregation " << c.meta_states() << " meta-states (delta0 "
+              << Num(c.anchor_threshold()) << ", "
+              << (c.vertex_hunting().empty() ? "spa" : c.vertex_hunting()) << ")";
+  }
+  if (c.latent_states() > 0) std::cout << "; latent " << c.latent_states() << " states";
+  if (c.window() > 0) std::cout << "; predictive window " << c.window();
+  if (c.has_forgetting() && c.forgetting() < 1) std::cout << "; forgetting " << Num(c.forgetting());
+  std::cout << "\n";
+  const auto& v = m.view();
+  if (v.version() == 0) {
+    std::cout << "  view              none yet\n";
+  } else {
+    std::cout << "  view              version " << v.version() << ", " << v.samples()
+              << " samples, age " << Num(v.age_seconds()) << " s, built in "
+              << Num(v.build_seconds()) << " s\n";
+  }
+}
+
+void PrintJson(const JsonWriter& w) { std::cout << w.str() << "\n"; }
+
+}  // namespace cmestream::cli

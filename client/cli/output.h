@@ -1,0 +1,26 @@
+// Printing helpers shared by the `cmestream` commands: numbers, model descriptions (table and
+// JSON), view metadata.
+#ifndef CMESTREAM_CLIENT_CLI_OUTPUT_H_
+#define CMESTREAM_CLIENT_CLI_OUTPUT_H_
+
+#include <string>
+
+#include "client/cli/json.h"
+#include "client/cli/context.h"
+
+namespace cmestream::cli {
+
+// Formats v with "%.6g".
+std::string Num(double v);
+// Writes the "view_version" and "samples" keys.
+void WriteViewJson(JsonWriter& w, const v1::ViewInfo& view);
+void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c);
+void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m);
+// Readable description of a model on stdout.
+void PrintModel(const v1::ModelInfo& m);
+// Writes w's text and a newline on stdout.
+void PrintJson(const JsonWriter& w);
+
+}  // namespace cmestream::cli
+
+#endif  // CMESTREAM_CLIENT_CLI_OUTPUT_H_
