@@ -31,7 +31,8 @@ RUN apt-get update -q \
       libgrpc++1.51 libprotobuf32 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
       ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /var/lib/cmestream --shell /usr/sbin/nologin cmestream \
+ && groupadd --system --gid 10001 cmestream \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/cmestream --shell /usr/sbin/nologin cmestream \
  && mkdir -p /var/lib/cmestream && chown cmestream:cmestream /var/lib/cmestream
 COPY --from=build /build/service/cmestreamd /usr/local/bin/cmestreamd
 COPY --from=build /build/client/cmestream /usr/local/bin/cmestream
