@@ -4,23 +4,10 @@
 #include <cmath>
 #include <limits>
 
+#include "core/common/splitmix.h"
+
 namespace cmestream::internal {
 namespace {
-
-class SplitMix {
- public:
-  explicit SplitMix(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-
- private:
-  uint64_t state_;
-};
 
 // Index i with prefix weight crossing u * total (weights >= 0, total > 0).
 int SampleIndex(const VectorXd& w, double u) {

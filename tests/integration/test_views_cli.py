@@ -5,8 +5,7 @@ Environment (set by ctest, see tests/integration/CMakeLists.txt):
   CMESTREAMD  path of the daemon binary      CMESTREAM  path of the CLI binary
   PYTHONPATH  <build>/python:client/python
 Every number is checked against the simulators' ground truth (--truth JSON) or against values
-recomputed here from the data files. A test is skipped only when the daemon answers
-UNIMPLEMENTED for the feature it needs (the reason is printed); any other failure fails.
+recomputed here from the data files. Nothing is skipped: every failure fails.
 """
 import itertools
 import json
@@ -79,12 +78,6 @@ class ViewsCliTest(unittest.TestCase):
     def cli(self, *args, check=True, stdin=None):
         p = subprocess.run([CLI, "--server", self.daemon.grpc_target, *args], input=stdin,
                            capture_output=True, text=True, timeout=120)
-        if p.returncode == 1 and "(UNIMPLEMENTED)" in p.stderr:
-            # The only accepted reason to skip: the daemon does not serve this yet.
-            reason = f"daemon answers UNIMPLEMENTED to `cmestream {' '.join(args)}`: " \
-                     f"{p.stderr.strip()}"
-            print(f"\nSKIP: {reason}", file=sys.stderr)
-            self.skipTest(reason)
         if check and p.returncode != 0:
             self.fail(f"cmestream {' '.join(args)} exited {p.returncode}: {p.stderr}")
         return p
@@ -475,13 +468,7 @@ class ViewsCliTest(unittest.TestCase):
         from cmestream_client import Client, CmestreamError
 
         with Client(self.daemon.grpc_target) as c:
-            try:
-                c.create_model("py_d", num_states=6, rank=2, clusters=2, meta_states=2)
-            except CmestreamError as e:
-                if e.code == grpc.StatusCode.UNIMPLEMENTED:
-                    print(f"\nSKIP: daemon answers UNIMPLEMENTED: {e}", file=sys.stderr)
-                    self.skipTest(str(e))
-                raise
+            c.create_model("py_d", num_states=6, rank=2, clusters=2, meta_states=2)
             # Two blocks {0,1,2} and {3,4,5}, rare switches: a deterministic trajectory.
             rng = np.random.default_rng(1)
             traj = [0]
