@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Rewrites citations of the external design note "ALGORITHMS.md" into citations of the
-repository's own docs/algorithms.md, and removes stale "issue N" references from comments.
+repository's own docs/algorithms.md (and of ARCHITECTURE.md / STYLE-EXAMPLES.md into
+CONTRIBUTING.md), and removes stale "issue N" references from comments.
 
     scripts/dev/rewrite-citations.py            # dry run: unified diff of what would change
     scripts/dev/rewrite-citations.py --write    # apply in place
@@ -74,6 +75,11 @@ RULES = [
     (None, r"ALGORITHMS\.md" + SEP + r"section (?P<s>\d+(?:\.\d+)?)", r"{doc}\g<sep>§\g<s>"),
     (None, r"ALGORITHMS\.md" + SEP + r"sec\. (?P<s>\d+(?:\.\d+)?)", r"{doc}\g<sep>§\g<s>"),
     (None, r"ALGORITHMS\.md" + SEP + r"§(?P<s>\d+(?:\.\d+)?)", r"{doc}\g<sep>§\g<s>"),
+    # ---- other design notes outside the repository: their rules now live in CONTRIBUTING.md ----
+    (None, r'ARCHITECTURE\.md "Data flow"; STYLE-EXAMPLES(?:\.md)? item 7', r'CONTRIBUTING.md "Data flow", "Views are immutable"'),
+    (None, r'ARCHITECTURE\.md "', r'CONTRIBUTING.md "'),
+    (None, r'STYLE-EXAMPLES(?:\.md)? "Error tiers"', r'CONTRIBUTING.md "Error tiers"'),
+    (None, r"STYLE-EXAMPLES(?:\.md)? item 11", r'CONTRIBUTING.md "Binary formats"'),
     # ---- stale issue references ----
     (None, r"\(issue 6; ", r"("),
     (None, r'\(issue 6, part 4: "', r'("'),
@@ -86,7 +92,8 @@ RULES = [
 ]
 
 # What --check reports as left over.
-LEFTOVER = [re.compile(r"ALGORITHMS\.md"), re.compile(r"\bissues? [0-9]", re.IGNORECASE)]
+LEFTOVER = [re.compile(r"ALGORITHMS\.md|ARCHITECTURE\.md|STYLE-EXAMPLES|BUILD-NOTES|shared/design"),
+            re.compile(r"\bissues? [0-9]", re.IGNORECASE)]
 
 
 def repo_root():
@@ -149,9 +156,18 @@ def markdown_links(text, rel, sections):
     return re.sub(pattern, link, text)
 
 
-def check_targets(new_text, old_text, sections, equations, path):
-    """Every § and (S.T) that the rewrite introduced must exist in docs/algorithms.md."""
+def check_targets(new_text, old_text, sections, equations, path, root):
+    """Every § and (S.T) that the rewrite introduced must exist in docs/algorithms.md, and every
+    'CONTRIBUTING.md "phrase"' must name a phrase that CONTRIBUTING.md contains."""
     bad = []
+    quoted = re.findall(r'CONTRIBUTING\.md "([^"]+)"(?:, "([^"]+)")?', new_text)
+    if quoted:
+        contributing = os.path.join(root, "CONTRIBUTING.md")
+        have = " ".join(open(contributing, encoding="utf-8").read().split()) if os.path.exists(contributing) else ""
+        for phrase in (p for pair in quoted for p in pair if p):
+            phrase = " ".join(re.sub(r"\s*(?://|#)\s*", " ", phrase).split())
+            if phrase not in have:
+                bad.append(f'CONTRIBUTING.md "{phrase}"')
     for ref in set(re.findall(r"§(\d+(?:\.\d+)?)", new_text)) - set(re.findall(r"§(\d+(?:\.\d+)?)", old_text)):
         if ref not in sections:
             bad.append(f"§{ref}")
@@ -160,7 +176,7 @@ def check_targets(new_text, old_text, sections, equations, path):
         if ref not in equations:
             bad.append(f"({ref})")
     if bad:
-        sys.exit(f"rewrite-citations: {path} would cite {', '.join(sorted(bad))}, not in {DOC}")
+        sys.exit(f"rewrite-citations: {path} would cite {', '.join(sorted(bad))}, which does not exist")
 
 
 def keep_separator_width(old, new):
@@ -177,7 +193,7 @@ def keep_separator_width(old, new):
     return "\n".join(out)
 
 
-def rewrite(path, text, sections, equations):
+def rewrite(path, text, sections, equations, root):
     doc, rel = doc_citation(path)
     new = text
     for suffix, pattern, repl in RULES:
@@ -188,7 +204,7 @@ def rewrite(path, text, sections, equations):
         new = markdown_links(new, rel, sections)
     new = keep_separator_width(text, new)
     if new != text:
-        check_targets(new, text, sections, equations, path)
+        check_targets(new, text, sections, equations, path, root)
     return new
 
 
@@ -213,16 +229,18 @@ def main():
         print(f"rewrite-citations: {left} line(s) left", file=sys.stderr)
         return 1 if left else 0
 
-    changed = 0
+    # Every file is rewritten and checked in memory first: a bad target stops the run before
+    # anything is written.
+    changes = []
     for path in tracked_files(root):
-        full = os.path.join(root, path)
-        text = open(full, encoding="utf-8").read()
-        new = rewrite(path, text, sections, equations)
-        if new == text:
-            continue
-        changed += 1
+        text = open(os.path.join(root, path), encoding="utf-8").read()
+        new = rewrite(path, text, sections, equations, root)
+        if new != text:
+            changes.append((path, text, new))
+    changed = len(changes)
+    for path, text, new in changes:
         if args.write:
-            with open(full, "w", encoding="utf-8") as f:
+            with open(os.path.join(root, path), "w", encoding="utf-8") as f:
                 f.write(new)
         elif args.map:
             old_lines, new_lines = text.split("\n"), new.split("\n")
