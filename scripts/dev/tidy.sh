@@ -12,10 +12,12 @@
 #               per file with Eigen).
 #   CLANG_TIDY  clang-tidy binary (default: clang-tidy; Debian: apt-get install -y clang-tidy).
 #   LOG         where the full output goes (default: $BUILD_DIR/clang-tidy.log).
-#   FIX=1       apply the checks' fix-its (review the diff; run scripts on a clean tree).
+#   FIX=1       apply the checks' fix-its (review the diff; run it on a clean tree).
+#   SUMMARY_ONLY=1  do not run clang-tidy; summarize the existing $LOG.
 #
-# Exit status: 0 when the run completed (findings or not), non-zero if clang-tidy could not
-# run. It does not fail on findings: the checks are not enforced yet.
+# Exit status: 0 when every unit was analyzed (findings or not); 1 if clang-tidy failed on a
+# unit (a compile error: listed at the end); 2 if it could not start. Findings do not fail the
+# script: the checks are not enforced yet.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$(pwd)"
@@ -55,25 +57,28 @@ if [ ${#FILES[@]} -eq 0 ]; then
   exit 2
 fi
 
-EXTRA=(--quiet -p "$BUILD_DIR" --extra-arg=-Wno-unknown-warning-option)
-[ "${FIX:-0}" = 1 ] && EXTRA+=(--fix)
-echo "tidy.sh: ${#FILES[@]} files under ${DIRS[*]}, $JOBS job(s), log $LOG" >&2
-start=$(date +%s)
-# clang-tidy exits non-zero when the compiler reports errors; keep going and report them.
-printf '%s\n' "${FILES[@]}" |
-  xargs -P "$JOBS" -n 1 bash -c '"$0" "$@" 2>&1 || echo "tidy.sh: clang-tidy failed on ${*: -1}"' \
-    "$CLANG_TIDY" "${EXTRA[@]}" >"$LOG"
-echo "tidy.sh: done in $(( $(date +%s) - start )) s" >&2
+if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
+  EXTRA=(--quiet -p "$BUILD_DIR" --extra-arg=-Wno-unknown-warning-option)
+  [ "${FIX:-0}" = 1 ] && EXTRA+=(--fix)
+  echo "tidy.sh: ${#FILES[@]} files under ${DIRS[*]}, $JOBS job(s), log $LOG" >&2
+  start=$(date +%s)
+  # clang-tidy exits non-zero when the compiler reports errors; keep going and report them.
+  printf '%s\n' "${FILES[@]}" |
+    xargs -P "$JOBS" -n 1 bash -c '"$0" "$@" 2>&1 || echo "tidy.sh: clang-tidy failed on ${*: -1}"' \
+      "$CLANG_TIDY" "${EXTRA[@]}" >"$LOG"
+  echo "tidy.sh: done in $(( $(date +%s) - start )) s" >&2
+fi
 
 # A finding is "path:line:col: warning: message [check-name]"; a header included by several
 # units is reported once per unit, so count unique (location, check) pairs.
+findings() {
+  { grep -E '^/.*:[0-9]+:[0-9]+: (warning|error): .*\[[a-z0-9.,-]+\]$' "$LOG" || true; } |
+    sed -E 's/^([^ ]+): (warning|error): .*\[([^]]+)\]$/\1 \3/' | sort -u
+}
 echo "findings per check (unique locations):"
-grep -E '^/.*:[0-9]+:[0-9]+: (warning|error): .*\[[a-z0-9.,-]+\]$' "$LOG" |
-  sed -E 's/^([^ ]+): (warning|error): .*\[([^]]+)\]$/\1 \3/' | sort -u |
-  awk '{print $2}' | sort | uniq -c | sort -rn || true
-total=$(grep -E '^/.*:[0-9]+:[0-9]+: (warning|error): .*\[[a-z0-9.,-]+\]$' "$LOG" |
-  sed -E 's/^([^ ]+): (warning|error): .*\[([^]]+)\]$/\1 \3/' | sort -u | wc -l)
-echo "total: $total"
+findings | awk '{print $2}' | sort | uniq -c | sort -rn
+echo "total: $(findings | wc -l)"
 if grep -q '^tidy.sh: clang-tidy failed' "$LOG"; then
   grep '^tidy.sh: clang-tidy failed' "$LOG" >&2
+  exit 1
 fi
