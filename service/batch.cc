@@ -22,10 +22,35 @@ int64_t FirstNonFinite(const google::protobuf::RepeatedField<double>& v) {
   return -1;
 }
 
+// First value of a packed field with |v| > max_abs, or -1.
+int64_t FirstTooLarge(const google::protobuf::RepeatedField<double>& v, double max_abs) {
+  for (int i = 0; i < v.size(); ++i) {
+    if (std::abs(v.Get(i)) > max_abs) return i;
+  }
+  return -1;
+}
+
+// producer_id and episode_id are stored in every snapshot and WAL record: their bounds are the
+// decoders' (wire_limits.h), so what is acknowledged can always be read back.
+BatchCheck CheckIds(const v1::IngestBatch& b, uint64_t index) {
+  const auto too_long = [&](const char* field, size_t size, size_t limit) {
+    return Reject("id_length", index, b.model(),
+                  absl::StrCat("field ", field, " is ", size, " bytes long, expected at most ", limit, " bytes"));
+  };
+  if (b.producer_id().size() > kMaxProducerIdBytes) {
+    return too_long("producer_id", b.producer_id().size(), kMaxProducerIdBytes);
+  }
+  if (b.episode_id().size() > kMaxEpisodeIdBytes) {
+    return too_long("episode_id", b.episode_id().size(), kMaxEpisodeIdBytes);
+  }
+  return BatchCheck{};
+}
+
 }  // namespace
 
-BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index) {
+BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index, double max_abs) {
   const std::string& model = b.model();
+  if (BatchCheck c = CheckIds(b, index); !c.status.ok()) return c;
   if (b.x_ids_size() > 0 || b.y_ids_size() > 0 || b.state_ids_size() > 0) {
     return Reject("payload_form", index, model,
                   absl::StrCat("state ids (x_ids/y_ids/state_ids) are set, expected x/y or states of dim ", dim,
@@ -58,6 +83,15 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index) {
                                    ", component ", bad % dim, ") is ", field->Get(bad), ", expected a finite number"));
       }
     }
+    for (const auto* field : {&b.x(), &b.y()}) {
+      const int64_t big = FirstTooLarge(*field, max_abs);
+      if (big >= 0) {
+        return Reject("magnitude", index, model,
+                      absl::StrCat("field ", field == &b.x() ? "x" : "y", " value ", big, " (pair ", big / dim,
+                                   ", component ", big % dim, ") is ", field->Get(big), ", expected |value| <= ",
+                                   max_abs, " (--max-abs-value)"));
+      }
+    }
     ok.batch.n = b.x_size() / dim;
     ok.batch.x = b.x().data();
     ok.batch.y = b.y().data();
@@ -72,6 +106,12 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index) {
                     absl::StrCat("field states value ", bad, " (state ", bad / dim, ", component ", bad % dim,
                                  ") is ", b.states(bad), ", expected a finite number"));
     }
+    const int64_t big = FirstTooLarge(b.states(), max_abs);
+    if (big >= 0) {
+      return Reject("magnitude", index, model,
+                    absl::StrCat("field states value ", big, " (state ", big / dim, ", component ", big % dim,
+                                 ") is ", b.states(big), ", expected |value| <= ", max_abs, " (--max-abs-value)"));
+    }
     ok.batch.n = b.states_size() / dim - 1;
     ok.batch.x = b.states().data();
     ok.batch.y = b.states().data() + dim;
@@ -82,6 +122,7 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index) {
 
 BatchCheck ValidateDiscreteBatch(const v1::IngestBatch& b, uint32_t num_states, uint64_t index) {
   const std::string& model = b.model();
+  if (BatchCheck c = CheckIds(b, index); !c.status.ok()) return c;
   if (b.x_size() > 0 || b.y_size() > 0 || b.states_size() > 0) {
     return Reject("payload_form", index, model,
                   absl::StrCat("vectors (x/y/states) are set, expected state ids x_ids/y_ids or state_ids for this "

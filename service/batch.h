@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "cmestream/v1/cmestream.pb.h"
+#include "service/wire_limits.h"
 
 namespace cmestream::service {
 
@@ -32,25 +33,28 @@ struct PairBatch {
 };
 
 // Outcome of validation. `reason` is a short label for metrics (empty when ok):
-// "payload_form", "size", "empty", "non_finite".
+// "id_length", "payload_form", "size", "empty", "non_finite", "magnitude".
 struct BatchCheck {
   absl::Status status;
   std::string reason;
   PairBatch batch;
 };
 
-// Checks, in this order: exactly one payload form (x/y or states), sizes (x and y equal
-// multiples of dim; states a multiple of dim with >= 2 states), non-empty, every value finite.
+// Checks, in this order: producer_id / episode_id lengths (wire_limits.h), exactly one payload
+// form (x/y or states), sizes (x and y equal multiples of dim; states a multiple of dim with
+// >= 2 states), non-empty, every value finite and |value| <= max_abs (--max-abs-value; WAL
+// replay passes infinity: what was accepted then is replayed whatever today's flag says).
 // Messages name the batch index, the field and the expected value, e.g.
 // "batch 3: field x has 7 values, expected a multiple of dim 2 of model 'duffing'".
 // O(n d), reads every value once.
-BatchCheck ValidateBatch(const v1::IngestBatch& batch, int dim, uint64_t batch_index);
+BatchCheck ValidateBatch(const v1::IngestBatch& batch, int dim, uint64_t batch_index,
+                         double max_abs = kDefaultMaxAbsValue);
 
 // The same for a discrete model with `num_states` = P states: exactly one payload form
 // (x_ids/y_ids or state_ids), the continuous fields x/y/states empty, x_ids and y_ids of equal
 // length, state_ids >= 2 ids, every id in [0, P). Messages name the batch, field, index, value
 // and range, e.g. "batch 0: field y_ids value 3 is 7, expected a state id in [0, 5)".
-// Extra reason label: "state_id". O(n).
+// Extra reason label: "state_id". The id lengths are checked first, as above. O(n).
 BatchCheck ValidateDiscreteBatch(const v1::IngestBatch& batch, uint32_t num_states, uint64_t batch_index);
 
 }  // namespace cmestream::service

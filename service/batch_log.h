@@ -30,6 +30,11 @@ class BatchLog {
   // A non-OK status refuses the operation.
   virtual absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) = 0;
   virtual absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) = 0;
+  // Called under the registry lock before an imported model becomes visible: `image` is the
+  // whole export file (service/snapshot.h, kind EXPT), `name` the name it is registered under.
+  // Logged like a creation, so an acknowledged import survives any restart and the batches
+  // that follow it replay onto it.
+  virtual absl::StatusOr<uint64_t> AppendModelImported(const std::string& name, const std::string& image) = 0;
   // Sequence number of the last record appended (0: none).
   virtual uint64_t last_sequence() const = 0;
 };
@@ -42,6 +47,7 @@ class NullBatchLog final : public BatchLog {
   }
   absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig&) override { return 0; }
   absl::StatusOr<uint64_t> AppendModelDeleted(const std::string&) override { return 0; }
+  absl::StatusOr<uint64_t> AppendModelImported(const std::string&, const std::string&) override { return 0; }
   uint64_t last_sequence() const override { return 0; }
 };
 
@@ -68,6 +74,10 @@ class DeferredBatchLog final : public BatchLog {
   absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) override {
     if (!target_) return NotOpen();
     return target_->AppendModelDeleted(name);
+  }
+  absl::StatusOr<uint64_t> AppendModelImported(const std::string& name, const std::string& image) override {
+    if (!target_) return NotOpen();
+    return target_->AppendModelImported(name, image);
   }
   uint64_t last_sequence() const override { return target_ ? target_->last_sequence() : 0; }
 

@@ -1,6 +1,9 @@
 #include "service/daemon.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <exception>
 #include <iostream>
 
@@ -19,6 +22,7 @@
 #include "service/registry.h"
 #include "service/services.h"
 #include "service/snapshot.h"
+#include "service/manifest.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -81,6 +85,28 @@ struct SnapshotMetrics {
   prometheus::Counter& failures;
 };
 
+// What recovery found, as gauges set once at start (alert: cmestream_recovery_damage > 0).
+struct RecoveryMetrics {
+  explicit RecoveryMetrics(prometheus::Registry& registry)
+      : family(prometheus::BuildGauge()
+                   .Name("cmestream_recovery_damage")
+                   .Help("Damage found by the last start's recovery, by kind: skipped (damaged bytes skipped, "
+                         "nothing lost), unusable_snapshots, data_loss (accepted with --accept-data-loss)")
+                   .Register(registry)),
+        skipped(family.Add({{"kind", "skipped"}})),
+        unusable(family.Add({{"kind", "unusable_snapshots"}})),
+        loss(family.Add({{"kind", "data_loss"}})) {}
+  prometheus::Family<prometheus::Gauge>& family;
+  prometheus::Gauge& skipped;
+  prometheus::Gauge& unusable;
+  prometheus::Gauge& loss;
+};
+
+uint64_t SegmentNumber(const std::string& path) {
+  const std::string base = path.substr(path.rfind('/') + 1);
+  return std::strtoull(base.c_str(), nullptr, 10);
+}
+
 }  // namespace
 
 absl::Status DaemonOptions::Validate() const {
@@ -125,8 +151,10 @@ struct Daemon::Impl {
   std::unique_ptr<Wal> wal;      // installed into batch_log after recovery
   DeferredBatchLog batch_log;    // what the registry and models log to
   std::unique_ptr<ModelRegistry> registry;
+  std::unique_ptr<Manifest> manifest;
+  std::unique_ptr<RecoveryMetrics> recovery_metrics;
   std::unique_ptr<SnapshotMetrics> snapshot_metrics;
-  std::unique_ptr<SnapshotManager> snapshots;  // refers to registry, wal and snapshot_metrics
+  std::unique_ptr<SnapshotManager> snapshots;  // refers to registry, wal, manifest and snapshot_metrics
   std::unique_ptr<RefreshScheduler> scheduler;
   std::unique_ptr<Ingestor> ingestor;
   std::unique_ptr<ModelServiceImpl> model_service;
@@ -138,6 +166,141 @@ struct Daemon::Impl {
   int grpc_port = 0, metrics_port = 0;
   bool shut_down = false;
 };
+
+// Recovery (service/README.md "Recovery" and "Fault table"), before anything is served or
+// refreshed: the manifest says which snapshots and WAL segments must exist; the newest usable
+// snapshot restores its models; the WAL is replayed after its covered sequence (per model,
+// records the model's snapshot already covers are skipped). Anything that would lose
+// acknowledged data refuses the start, naming the file and the ways out, unless
+// --accept-data-loss. Then the manifest is rewritten to what exists now, unusable snapshots
+// are moved aside (never pruned), and the log is installed.
+absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
+  const RecoveryOptions& ro = impl.options.recovery;
+  const std::string dir = impl.data_dir->path();
+  const auto refuse = [&](const absl::Status& s) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to start: ", s.message(), ". Data dir ", dir, ". Ways out: put the missing or damaged file back "
+        "(e.g. from a backup); or start from a snapshot file kept elsewhere with --recover-from FILE; or start with "
+        "what is usable and lose the rest with --accept-data-loss (what is lost is printed)"));
+  };
+  std::vector<std::string> loss;
+  std::optional<ManifestState> manifest;
+  absl::StatusOr<ManifestState> loaded_manifest = impl.manifest->Load();
+  if (loaded_manifest.ok()) {
+    manifest = *loaded_manifest;
+  } else if (loaded_manifest.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return loaded_manifest.status();  // written by a newer version: never guess
+  } else if (loaded_manifest.status().code() != absl::StatusCode::kNotFound) {
+    if (!ro.accept_data_loss) return refuse(loaded_manifest.status());
+    loss.push_back(std::string(loaded_manifest.status().message()));
+  }
+
+  SnapshotOptions snapshot_options;
+  snapshot_options.dir = dir + "/snapshots";
+  snapshot_options.interval_seconds = impl.options.snapshot_interval_seconds;
+  if (absl::Status s = snapshot_options.Validate(); !s.ok()) return s;
+  impl.snapshots = std::make_unique<SnapshotManager>(snapshot_options, *impl.registry, defaults, &impl.batch_log,
+                                                     impl.manifest.get());
+  absl::StatusOr<LoadReport> loaded =
+      impl.snapshots->Load(manifest ? manifest->snapshots : std::vector<ManifestState::Snapshot>{}, ro.recover_from);
+  if (!loaded.ok()) return loaded.status();
+  if (loaded->path.empty()) {
+    std::cerr << "cmestreamd: no usable snapshot in " << snapshot_options.dir
+              << "; replaying the write-ahead log from its start\n";
+  } else {
+    std::cerr << "cmestreamd: loaded snapshot " << loaded->path << " (" << loaded->models
+              << " models, covered sequence " << loaded->covered_sequence << ")\n";
+  }
+
+  WalOptions wal_options;
+  wal_options.dir = dir + "/wal";
+  wal_options.sync = impl.options.wal_sync;
+  wal_options.sync_interval_ms = impl.options.wal_sync_interval_ms;
+  wal_options.accept_data_loss = ro.accept_data_loss;
+  if (manifest && ro.recover_from.empty()) {
+    wal_options.expected_first_segment = manifest->wal_first_segment;
+    wal_options.expected_last_segment = manifest->wal_last_segment;
+  }
+  // The state needs every record after the snapshot used; and when that snapshot is older
+  // than the newest one listed (a fallback), the log must reach the newest one's cut too,
+  // or the fallback would silently drop what the newer snapshot held.
+  wal_options.require_from_sequence = loaded->covered_sequence + 1;
+  if (ro.recover_from.empty() && loaded->covered_sequence < loaded->newest_listed_covered) {
+    wal_options.require_through_sequence = loaded->newest_listed_covered;
+  }
+  wal_options.on_segments_changed = [m = impl.manifest.get()](uint64_t first, uint64_t last) {
+    return m->SetWalSegments(first, last);
+  };
+  WalRecoveryReport wal_report;
+  absl::StatusOr<std::unique_ptr<Wal>> wal =
+      OpenAndReplayWal(wal_options, /*after_sequence=*/loaded->covered_sequence, *impl.registry,
+                       impl.metrics.registry(), &wal_report, nullptr);
+  if (!wal.ok()) {
+    if (wal.status().code() == absl::StatusCode::kFailedPrecondition ||
+        wal.status().code() == absl::StatusCode::kDataLoss) {
+      std::string why(wal.status().message());
+      if (!loaded->skipped.empty()) {
+        absl::StrAppend(&why, " (", loaded->skipped.size(), " newer snapshot(s) missing or unusable: ",
+                        loaded->skipped.front(), ")");
+      }
+      return refuse(absl::FailedPreconditionError(why));
+    }
+    return wal.status();
+  }
+  for (const std::string& l : wal_report.data_loss) loss.push_back(l);
+  if (!loaded->skipped.empty() && !wal_report.data_loss.empty()) {
+    for (const std::string& sk : loaded->skipped) loss.push_back(absl::StrCat("snapshot ", sk));
+  }
+  impl.wal = *std::move(wal);
+
+  // Settle what exists: unusable snapshots aside, the manifest rewritten to match.
+  if (absl::Status s = impl.snapshots->SetAside(loaded->unusable); !s.ok()) return s;
+  ManifestState now;
+  now.snapshots = impl.snapshots->Kept();
+  const std::vector<std::string> segments = impl.wal->SegmentPaths();
+  if (!segments.empty()) {
+    now.wal_first_segment = SegmentNumber(segments.front());
+    now.wal_last_segment = SegmentNumber(segments.back());
+  }
+  now.wal_first_sequence = now.snapshots.empty() ? 1 : now.snapshots.front().covered + 1;
+  if (absl::Status s = impl.manifest->Write(now); !s.ok()) return s;
+
+  impl.recovery_metrics->skipped.Set(static_cast<double>(wal_report.skipped_damage.size()));
+  impl.recovery_metrics->unusable.Set(static_cast<double>(loaded->unusable.size()));
+  impl.recovery_metrics->loss.Set(static_cast<double>(loss.size()));
+  for (const std::string& l : loss) std::cerr << "cmestreamd: DATA LOSS accepted (--accept-data-loss): " << l << "\n";
+
+  impl.batch_log.Install(impl.wal.get());
+  impl.snapshot_metrics = std::make_unique<SnapshotMetrics>(*impl.metrics.registry());
+  impl.snapshots->SetObserver([m = impl.snapshot_metrics.get()](const absl::StatusOr<SnapshotResult>& r) {
+    m->Observe(r);
+  });
+  // S is the covered sequence of the OLDEST kept snapshot: the fallback snapshot must still be
+  // replayable forward, so only segments it covers go (the manifest first stops needing them).
+  impl.snapshots->SetCoveredCallback([w = impl.wal.get(), m = impl.manifest.get()](uint64_t covered) {
+    if (absl::Status s = m->SetWalFirstSequence(covered + 1); !s.ok()) {
+      std::cerr << "cmestreamd: warning: cannot update the manifest: " << s.message() << "; WAL not pruned\n";
+      return;
+    }
+    if (absl::Status s = w->Rotate(); !s.ok()) {
+      std::cerr << "cmestreamd: warning: cannot rotate the write-ahead log after a snapshot: " << s.message() << "\n";
+      return;
+    }
+    absl::StatusOr<int> deleted = w->DeleteSegmentsCoveredBy(covered);
+    if (!deleted.ok()) {
+      std::cerr << "cmestreamd: warning: cannot delete WAL segments covered by sequence " << covered << ": "
+                << deleted.status().message() << "\n";
+    }
+  });
+  // After a fallback, a recovery from another file or accepted loss, make the state that is now
+  // served durable as a whole at once, so the next start depends on none of the damage.
+  if (!loaded->skipped.empty() || !loss.empty() || !ro.recover_from.empty()) {
+    absl::StatusOr<SnapshotResult> r = impl.snapshots->TakeNow();
+    if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("snapshot after recovery: ", r.status().message()));
+    std::cerr << "cmestreamd: snapshot after recovery " << r->path << " (" << r->models << " models)\n";
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
@@ -176,78 +339,31 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   ConfigDefaults defaults;
   defaults.refresh_interval_seconds = options.refresh_interval_seconds;
   impl->registry = std::make_unique<ModelRegistry>(defaults, impl->metrics, impl->batch_log);
-  // Recovery (service/README.md "Snapshots"): the newest valid snapshot restores the models it
-  // holds, then the write-ahead log is replayed after its covered sequence (per model, records
-  // the model's snapshot already covers are skipped), all before anything is served or
-  // refreshed; then every new record is logged. A corrupt snapshot is reported with its path
-  // and the previous one is used; with none usable the whole log is replayed.
-  SnapshotOptions snapshot_options;
-  snapshot_options.dir = impl->data_dir->path() + "/snapshots";
-  snapshot_options.interval_seconds = options.snapshot_interval_seconds;
-  if (absl::Status s = snapshot_options.Validate(); !s.ok()) return s;
-  impl->snapshots = std::make_unique<SnapshotManager>(snapshot_options, *impl->registry, defaults, &impl->batch_log);
-  absl::StatusOr<LoadReport> loaded = impl->snapshots->LoadNewest();
-  if (!loaded.ok()) return loaded.status();
-  if (loaded->path.empty()) {
-    std::cerr << "cmestreamd: no usable snapshot in " << snapshot_options.dir
-              << "; replaying the write-ahead log from its start\n";
-  } else {
-    std::cerr << "cmestreamd: loaded snapshot " << loaded->path << " (" << loaded->models
-              << " models, covered sequence " << loaded->covered_sequence << ")\n";
-  }
-  WalOptions wal_options;
-  wal_options.dir = impl->data_dir->path() + "/wal";
-  wal_options.sync = options.wal_sync;
-  wal_options.sync_interval_ms = options.wal_sync_interval_ms;
-  WalRecoveryReport wal_report;
-  absl::StatusOr<std::unique_ptr<Wal>> wal = OpenAndReplayWal(wal_options, /*after_sequence=*/loaded->covered_sequence,
-                                                              *impl->registry, impl->metrics.registry(), &wal_report,
-                                                              nullptr);
-  if (!wal.ok() && !loaded->skipped.empty()) {
-    // Typically "batch of unknown model": the records creating it were covered by a snapshot
-    // that is unusable now and have been deleted.
-    return absl::Status(wal.status().code(),
-                        absl::StrCat(wal.status().message(), "; ", loaded->skipped.size(),
-                                     " snapshot(s) were unusable and the WAL records they covered may have been "
-                                     "deleted: refusing to start with a partial state (restore a valid snapshot "
-                                     "file into ", snapshot_options.dir, ")"));
-  }
-  if (!wal.ok()) return wal.status();
-  // Sequences are consecutive, so the first record on disk is last - records + 1. If it is
-  // above covered + 1, the records in between were deleted because a snapshot covered them and
-  // that snapshot is not usable now: the state would silently miss them, so refuse to start.
-  if (wal_report.records > 0) {
-    const uint64_t first = wal_report.last_sequence - wal_report.records + 1;
-    if (first > loaded->covered_sequence + 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the write-ahead log in ", wal_options.dir, " starts at sequence ", first, " but ",
-          loaded->path.empty() ? std::string("no usable snapshot was found")
-                               : absl::StrCat("snapshot ", loaded->path, " covers only through ",
-                                              loaded->covered_sequence),
-          ": records ", loaded->covered_sequence + 1, "..", first - 1,
-          " were deleted after a snapshot that is now unusable; refusing to start with a partial state "
-          "(restore a valid snapshot file into ", snapshot_options.dir, ")"));
+  impl->manifest = std::make_unique<Manifest>(impl->data_dir->path() + "/MANIFEST");
+  impl->recovery_metrics = std::make_unique<RecoveryMetrics>(*impl->metrics.registry());
+  // While recovery replays, the port is already ours and answers health checks with
+  // NOT_SERVING (readiness probes wait; a second daemon on the port fails now, not after a
+  // long replay). The serving server takes the same port right after.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  std::string serve_address = options.listen;
+  {
+    grpc::ServerBuilder recovering_builder;
+    int port = 0;
+    recovering_builder.AddListeningPort(options.listen, *credentials, &port);
+    recovering_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    std::unique_ptr<grpc::Server> recovering = recovering_builder.BuildAndStart();
+    if (!recovering || port == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve gRPC on --listen ", options.listen, " (address in use or not local?)"));
     }
+    recovering->GetHealthCheckService()->SetServingStatus(false);
+    serve_address = absl::StrCat(impl->grpc_host, ":", port);
+    absl::Status recovered = Recover(*impl, defaults);
+    recovering->Shutdown(std::chrono::system_clock::now());
+    recovering->Wait();
+    if (!recovered.ok()) return recovered;
   }
-  impl->wal = *std::move(wal);
-  impl->batch_log.Install(impl->wal.get());
-  impl->snapshot_metrics = std::make_unique<SnapshotMetrics>(*impl->metrics.registry());
-  impl->snapshots->SetObserver([m = impl->snapshot_metrics.get()](const absl::StatusOr<SnapshotResult>& r) {
-    m->Observe(r);
-  });
-  // S is the covered sequence of the OLDEST kept snapshot: the fallback snapshot must still be
-  // replayable forward, so only segments it covers go.
-  impl->snapshots->SetCoveredCallback([w = impl->wal.get()](uint64_t covered) {
-    if (absl::Status s = w->Rotate(); !s.ok()) {
-      std::cerr << "cmestreamd: warning: cannot rotate the write-ahead log after a snapshot: " << s.message() << "\n";
-      return;
-    }
-    absl::StatusOr<int> deleted = w->DeleteSegmentsCoveredBy(covered);
-    if (!deleted.ok()) {
-      std::cerr << "cmestreamd: warning: cannot delete WAL segments covered by sequence " << covered << ": "
-                << deleted.status().message() << "\n";
-    }
-  });
   RefreshScheduler::Options scheduler_options;
   scheduler_options.tick_seconds = options.scheduler_tick_seconds;
   impl->registry->SetLimits(options.limits);
@@ -259,10 +375,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   impl->ingest_service = std::make_unique<IngestServiceImpl>(*impl->registry, *impl->ingestor, impl->metrics, auth);
   impl->query_service = std::make_unique<QueryServiceImpl>(*impl->registry, *impl->scheduler, impl->metrics, auth);
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, *credentials, &impl->grpc_port);
+  builder.AddListeningPort(serve_address, *credentials, &impl->grpc_port);
+  // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would then start and
+  // split the clients between the two. Exclusive ports make it fail to start instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_mb * 1024 * 1024);
   builder.RegisterService(impl->model_service.get());
   builder.RegisterService(impl->ingest_service.get());

@@ -13,6 +13,14 @@
 
 namespace cmestream::service {
 
+struct ConfigDefaults;  // model_config.h
+
+// What recovery may do when the data dir is damaged (service/README.md "Fault table").
+struct RecoveryOptions {
+  bool accept_data_loss = false;  // --accept-data-loss: start with what is usable, print what is lost
+  std::string recover_from;       // --recover-from FILE: base snapshot instead of the manifest's
+};
+
 struct DaemonOptions {
   std::string listen = "127.0.0.1:50051";          // gRPC HOST:PORT; port 0 picks a free port
   std::string metrics_listen = "127.0.0.1:9464";   // Prometheus HOST:PORT; port 0 picks one
@@ -28,6 +36,7 @@ struct DaemonOptions {
   double wal_sync_interval_ms = 100;               // --wal-sync-interval-ms, kInterval only
   double snapshot_interval_seconds = 60;           // --snapshot-interval, [0, 1e7]; 0 = only at
                                                    // clean shutdown and on request (snapshot.h)
+  RecoveryOptions recovery;                        // --accept-data-loss, --recover-from
 
   // OK or InvalidArgument naming the flag and the expected value.
   absl::Status Validate() const;
@@ -53,6 +62,7 @@ class Daemon {
  private:
   struct Impl;
   explicit Daemon(std::unique_ptr<Impl> impl);
+  static absl::Status Recover(Impl& impl, const ConfigDefaults& defaults);
   std::unique_ptr<Impl> impl_;
 };
 

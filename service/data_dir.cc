@@ -18,19 +18,33 @@ absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path) 
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot create data dir '", path, "': ", ec.message()));
+  const auto held_elsewhere = [&](const std::string& what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data dir '", path, "' is in use by another cmestreamd (lock on ", what, ")"));
+  };
+  const int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return absl::InternalError(absl::StrCat("cannot open data dir '", path, "': ", std::strerror(errno)));
+  if (::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(dir_fd);
+    if (err == EWOULDBLOCK) return held_elsewhere(path);
+    return absl::InternalError(absl::StrCat("cannot lock data dir '", path, "': ", std::strerror(err)));
+  }
   const std::string lock_path = path + "/LOCK";
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open '", lock_path, "': ", std::strerror(errno)));
+  if (fd < 0) {
+    const int err = errno;
+    ::close(dir_fd);
+    return absl::InternalError(absl::StrCat("cannot open '", lock_path, "': ", std::strerror(err)));
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd);
-    if (err == EWOULDBLOCK) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("data dir '", path, "' is in use by another cmestreamd (lock on ", lock_path, ")"));
-    }
+    ::close(dir_fd);
+    if (err == EWOULDBLOCK) return held_elsewhere(lock_path);
     return absl::InternalError(absl::StrCat("cannot lock '", lock_path, "': ", std::strerror(err)));
   }
-  return std::unique_ptr<DataDir>(new DataDir(path, fd));
+  return std::unique_ptr<DataDir>(new DataDir(path, fd, dir_fd));
 }
 
 DataDir::~DataDir() {
@@ -38,7 +52,8 @@ DataDir::~DataDir() {
     std::error_code ec;
     std::filesystem::remove(path_ + "/daemon.json", ec);
   }
-  ::close(lock_fd_);  // releases the flock
+  ::close(lock_fd_);  // releases the flocks
+  ::close(dir_fd_);
 }
 
 absl::Status DataDir::WriteDaemonInfo(const std::string& grpc_address, const std::string& metrics_address) {

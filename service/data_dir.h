@@ -1,7 +1,10 @@
-// The daemon's data directory. This issue keeps no model state on disk; it creates the
-// directory, takes an exclusive lock on DIR/LOCK (flock) so two daemons never share one
-// directory (the WAL and snapshots of a later issue will live here), and writes
-// DIR/daemon.json describing the running daemon (removed on clean shutdown).
+// The daemon's data directory: MANIFEST, wal/, snapshots/ (service/README.md). Opening it
+// takes an exclusive advisory lock (flock) on the directory itself, held through a descriptor
+// the daemon keeps open for its lifetime, so two daemons never share one directory. Why the
+// directory and not a lock file: the lock of a file is on its inode, so deleting DIR/LOCK
+// let a second daemon create a new LOCK and lock that; a directory cannot be replaced while
+// it holds the daemon's files. DIR/LOCK is still created (and locked) for tools that look for
+// it. DIR/daemon.json describes the running daemon (removed on clean shutdown).
 #pragma once
 
 #include <memory>
@@ -23,9 +26,10 @@ class DataDir {
   absl::Status WriteDaemonInfo(const std::string& grpc_address, const std::string& metrics_address);
 
  private:
-  DataDir(std::string path, int lock_fd) : path_(std::move(path)), lock_fd_(lock_fd) {}
+  DataDir(std::string path, int lock_fd, int dir_fd) : path_(std::move(path)), lock_fd_(lock_fd), dir_fd_(dir_fd) {}
   std::string path_;
   int lock_fd_;
+  int dir_fd_;
   bool wrote_info_ = false;
 };
 

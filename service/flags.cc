@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "service/memory_budget.h"
 
 namespace cmestream::service {
 
@@ -60,6 +61,24 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       s = integer(&o.limits.max_models);
     } else if (name == "--max-dim") {
       s = integer(&o.limits.max_dim);
+    } else if (name == "--max-abs-value") {
+      s = number(&o.limits.max_abs_value);
+    } else if (name == "--max-memory") {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      absl::StatusOr<double> bytes = ParseByteSize(*v);
+      if (!bytes.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("flag --max-memory is '", *v, "': ", bytes.status().message()));
+      }
+      o.limits.max_memory_bytes = *bytes;
+    } else if (name == "--max-query-mb") {
+      s = number(&o.limits.max_query_mb);
+    } else if (name == "--accept-data-loss") {
+      o.recovery.accept_data_loss = true;
+    } else if (name == "--recover-from") {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      o.recovery.recover_from = *v;
     } else if (name == "--max-queued-batches") {
       s = integer(&o.limits.max_queued_batches);
     } else if (name == "--listen" || name == "--metrics-listen" || name == "--data-dir") {

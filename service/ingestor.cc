@@ -17,7 +17,7 @@ absl::StatusOr<v1::IngestAck> Ingestor::Apply(const v1::IngestBatch& batch, uint
   }
   const uint32_t num_states = (*model)->config().num_states();
   BatchCheck check = num_states > 0 ? ValidateDiscreteBatch(batch, num_states, batch_index)
-                                    : ValidateBatch(batch, (*model)->dim(), batch_index);
+                                    : ValidateBatch(batch, (*model)->dim(), batch_index, limits_.max_abs_value);
   if (!check.status.ok()) {
     (*model)->metrics().OnRejected(check.reason);
     return check.status;

@@ -1,6 +1,7 @@
 #include "service/limits.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
@@ -28,6 +29,17 @@ absl::Status LimitOptions::Validate() const {
         absl::StrCat("flag --max-queued-batches is ", max_queued_batches, ", expected 0..1000000"));
   }
   if (retry_after_ms < 1) return absl::InvalidArgumentError("retry_after_ms must be >= 1");
+  if (!(max_abs_value > 0) || !std::isfinite(max_abs_value) || max_abs_value > 1e150) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --max-abs-value is ", max_abs_value, ", expected a number in (0, 1e150]"));
+  }
+  if (!(max_memory_bytes >= 0) || !std::isfinite(max_memory_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --max-memory is ", max_memory_bytes, " bytes, expected >= 0 (0: from the cgroup limit or RAM)"));
+  }
+  if (!(max_query_mb >= 1) || !std::isfinite(max_query_mb) || max_query_mb > 1e6) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --max-query-mb is ", max_query_mb, ", expected 1..1e6"));
+  }
   return absl::OkStatus();
 }
 

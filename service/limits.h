@@ -7,6 +7,9 @@
 //                          the client must split the batch)
 //   --max-models           models in the registry (RESOURCE_EXHAUSTED at CreateModel)
 //   --max-dim              ModelConfig.dim (INVALID_ARGUMENT at CreateModel)
+//   --max-abs-value        |coordinate| of ingested values (INVALID_ARGUMENT naming row/column)
+//   --max-memory           estimated footprint of all models (RESOURCE_EXHAUSTED at CreateModel)
+//   --max-query-mb         estimated working set of one query (RESOURCE_EXHAUSTED)
 //   --max-queued-batches   batches of one model waiting for its learner lock (RESOURCE_EXHAUSTED
 //                          with trailing metadata "retry-after-ms" and the hint in the message)
 // Every message names the limit's value and its flag.
@@ -21,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "grpcpp/server_context.h"
+#include "service/wire_limits.h"
 
 namespace cmestream::service {
 
@@ -30,6 +34,9 @@ struct LimitOptions {
   int max_dim = 4096;                 // --max-dim, 1..kMaxDim (model_config.h)
   int max_queued_batches = 64;        // --max-queued-batches, >= 0 (0: no batch ever waits)
   int retry_after_ms = 100;           // hint sent with a full-queue refusal, >= 1
+  double max_abs_value = kDefaultMaxAbsValue;  // --max-abs-value: |coordinate| bound, > 0
+  double max_memory_bytes = 0;        // --max-memory: model budget; 0 = from cgroup / RAM (memory_budget.h)
+  double max_query_mb = 256;          // --max-query-mb: largest estimated working set of one query
 
   // OK or InvalidArgument naming the flag and the expected range.
   absl::Status Validate() const;

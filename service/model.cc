@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/cme/bandwidth.h"
@@ -188,6 +189,12 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
           "' has applied its pairs up to offset ", applied, " (a gap of ", offset - applied,
           " pairs); expected offset <= ", applied, ": resume from GetProducer's applied_offset"));
     }
+    if (applied == 0 && offset == 0 && !producer_offsets_known(producer_id) &&
+        static_cast<int64_t>(producer_count()) >= kMaxProducersPerModel) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "batch ", batch_index, ": model '", name(), "' already tracks the offsets of ", kMaxProducersPerModel,
+          " producers, its limit; reuse a producer_id, or send without one (no de-duplication)"));
+    }
     const uint64_t duplicates = applied - offset;
     first = duplicates >= r.received ? batch.n : static_cast<int64_t>(duplicates);
     offset_after = std::max(applied, offset + r.received);
@@ -247,6 +254,16 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   return r;
 }
 
+bool Model::producer_offsets_known(const std::string& producer_id) const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return producer_offsets_.count(producer_id) > 0;
+}
+
+size_t Model::producer_count() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return producer_offsets_.size();
+}
+
 uint64_t Model::ProducerOffset(const std::string& producer_id) const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   auto it = producer_offsets_.find(producer_id);
@@ -302,69 +319,6 @@ absl::Status Model::MarkDeleted(const std::function<absl::Status()>& log_deletio
   if (absl::Status s = log_deletion(); !s.ok()) return s;
   deleted_ = true;
   return absl::OkStatus();
-}
-
-namespace {
-struct Fnv {
-  uint64_t h = 1469598103934665603ull;
-  void Bytes(const void* p, size_t n) {
-    const auto* c = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
-  }
-  // Scalars (<= 8 bytes) as one 64-bit word: one multiply per value, not per byte.
-  template <typename T>
-  void Value(const T& v) {
-    static_assert(sizeof(T) <= 8);
-    uint64_t w = 0;
-    std::memcpy(&w, &v, sizeof v);
-    h = (h ^ w) * 1099511628211ull;
-    h ^= h >> 29;
-  }
-  template <typename M>
-  void Matrix(const M& m) {
-    Value(static_cast<int64_t>(m.rows()));
-    Value(static_cast<int64_t>(m.cols()));
-    for (Eigen::Index i = 0; i < m.rows(); ++i)
-      for (Eigen::Index j = 0; j < m.cols(); ++j) Value(static_cast<double>(m(i, j)));
-  }
-};
-}  // namespace
-
-uint64_t Model::StateDigest() {
-  std::lock_guard<std::mutex> learner_lock(learner_mu_);
-  Fnv f;
-  if (cme_) {
-    f.Matrix(cme_->x_atoms());
-    f.Matrix(cme_->y_atoms());
-    f.Matrix(cme_->W());
-    f.Matrix(cme_->W_iterate());
-    f.Matrix(cme_->gram_x_inverse());
-    f.Matrix(cme_->gram_y_inverse());
-    const CompressedCme::Counters& c = cme_->counters();
-    f.Value(c.samples); f.Value(c.compressed); f.Value(c.admitted_x); f.Value(c.admitted_y);
-    f.Value(c.forced); f.Value(c.forced_error_sum); f.Value(c.refactorizations);
-  }
-  f.Value(warmup_n_);
-  for (int64_t t = 0; t < warmup_n_; ++t) {
-    f.Matrix(warmup_x_.row(t));
-    f.Matrix(warmup_y_.row(t));
-  }
-  const CountsSnapshot counts = counts_->Snapshot();
-  f.Value(counts.num_states());
-  f.Value(counts.samples());
-  f.Value(counts.total_weight());
-  for (const CountTriplet& t : counts.Triplets()) {
-    f.Value(t.i); f.Value(t.j); f.Value(t.value);
-  }
-  f.Value(SamplesLocked());
-  {
-    std::lock_guard<std::mutex> stats_lock(stats_mu_);
-    for (const auto& [producer, offset] : producer_offsets_) {
-      f.Bytes(producer.data(), producer.size());
-      f.Value(offset);
-    }
-  }
-  return f.h;
 }
 
 std::shared_ptr<const ModelView> Model::view() const {

@@ -86,14 +86,18 @@ class Model {
   // `log_deletion`; if that succeeds the model refuses every later Ingest with NotFound.
   absl::Status MarkDeleted(const std::function<absl::Status()>& log_deletion);
 
-  // 64-bit FNV-1a digest of the full learner state: atoms, W (and the iterate), both Gram
-  // inverses, counters, transition counts, warm-up buffer and producer offsets. Two models
-  // with equal digests were fed the same pairs in the same order (debug and fault tests;
-  // ModelInfo.state_digest). O(m^2) under the learner lock.
+  // 64-bit FNV-1a digest of the model's full state: every byte a snapshot keeps of it (config
+  // without the name, producers' offsets, sigma selection and warm-up buffer, episode state,
+  // CME, counts, RFF moments, latent and predictive accumulators), without the name, WAL
+  // sequence and batch count. Two models with equal digests hold the same state (fault and
+  // lifecycle tests; ModelInfo.state_digest). O(model size) under the learner lock. Defined in
+  // snapshot.cc, next to the encoder whose bytes it hashes.
   uint64_t StateDigest();
 
   // Applied offset of a producer; 0 for a producer never seen.
   uint64_t ProducerOffset(const std::string& producer_id) const;
+  bool producer_offsets_known(const std::string& producer_id) const;
+  size_t producer_count() const;  // producers whose offsets are kept (<= kMaxProducersPerModel)
 
   // Counters as of the last completed batch or refresh.
   struct Stats {

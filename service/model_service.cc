@@ -69,18 +69,8 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ImportModel(grpc::CallbackServerCont
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = service::ImportModel(req->data(), req->name(), registry_, defaults_);
   if (!model.ok()) return call.Finish(model.status());
-  // An import is not a WAL record: the snapshot taken now is what makes the model durable. If
-  // it cannot be written the import is undone (not logged either), so an acknowledged import
-  // always survives a restart.
-  if (snapshots_ != nullptr) {
-    absl::StatusOr<SnapshotResult> r = snapshots_->TakeNow();
-    if (!r.ok()) {
-      (void)registry_.Delete((*model)->name(), /*replay=*/true);
-      return call.Finish(absl::Status(r.status().code(), absl::StrCat("import of '", (*model)->name(),
-                                                                      "' undone: the snapshot that makes it durable "
-                                                                      "failed: ", r.status().message())));
-    }
-  }
+  // The import was logged as a WAL record before the model became visible (ImportModel), so
+  // it is as durable as a creation: no snapshot is needed to keep it.
   *resp = (*model)->Describe();
   return call.Finish(absl::OkStatus());
 }

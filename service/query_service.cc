@@ -1,4 +1,5 @@
 // Read-only queries: each copies the model's latest view pointer and answers from it alone.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -23,6 +24,27 @@ absl::Status NoViewYet(const Model& model) {
   return absl::FailedPreconditionError(absl::StrCat(
       "model '", model.name(), "' has no view yet: ", state, "; call Refresh (wait=true) or wait for the refresh every ",
       model.config().refresh_interval_seconds(), " s"));
+}
+
+// A query's working set grows with its points times the model's width (kernel rows, feature
+// rows, reply messages): bounded per request by --max-query-mb, so one read-only call cannot
+// take the daemon's memory. `per_point_bytes` is the handler's estimate for one point.
+absl::Status CheckQueryCost(const Model& model, int64_t points, double per_point_bytes, const LimitOptions& limits) {
+  const double bytes = static_cast<double>(points) * per_point_bytes;
+  const double budget = limits.max_query_mb * 1024 * 1024;
+  if (bytes <= budget) return absl::OkStatus();
+  const int64_t fit = static_cast<int64_t>(budget / per_point_bytes);
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "query of model '", model.name(), "' with ", points, " points would need about ",
+      static_cast<int64_t>(bytes / (1024 * 1024)), " MiB, more than this daemon allows per query (--max-query-mb ",
+      limits.max_query_mb, "); send at most ", fit, " points per call"));
+}
+
+// Width of a model's per-point work: dictionary atoms (continuous) and RFF features.
+double ModelWidth(const Model& model) {
+  const Model::Stats s = model.stats();
+  return static_cast<double>(std::max<int64_t>({s.dict_x, s.dict_y, static_cast<int64_t>(model.config().rff_features()),
+                                                static_cast<int64_t>(model.config().num_states()), 1}));
 }
 
 // The latest view with its CME part, or FailedPrecondition.
@@ -192,6 +214,10 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
   }
   absl::StatusOr<int64_t> n = CheckPoints(req->points(), **model);
   if (!n.ok()) return call.Finish(n.status());
+  // Kernel row, complex values and one reply message per eigenfunction value.
+  if (absl::Status s = CheckQueryCost(**model, *n, 16 * ModelWidth(**model) + 96.0 * top, registry_.limits()); !s.ok()) {
+    return call.Finish(s);
+  }
   absl::StatusOr<std::shared_ptr<const ModelView>> view = RequireView(**model);
   if (!view.ok()) return call.Finish(view.status());
 
@@ -223,6 +249,10 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext*
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<int64_t> n = CheckPoints(req->points(), **model);
   if (!n.ok()) return call.Finish(n.status());
+  if (absl::Status s = CheckQueryCost(**model, *n, 16 * ModelWidth(**model) + 16.0 * (*model)->dim(), registry_.limits());
+      !s.ok()) {
+    return call.Finish(s);
+  }
   absl::StatusOr<std::shared_ptr<const ModelView>> view = RequireView(**model);
   if (!view.ok()) return call.Finish(view.status());
 
@@ -287,6 +317,9 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetEmbedding(grpc::CallbackServerCon
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
   if (!points.ok()) return call.Finish(points.status());
+  if (absl::Status s = CheckQueryCost(**model, points->rows(), 24 * ModelWidth(**model), registry_.limits()); !s.ok()) {
+    return call.Finish(s);
+  }
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
   if (!view.ok()) return call.Finish(view.status());
   absl::StatusOr<std::shared_ptr<const StateEmbedding>> e = Require(**model, (*view)->embedding, "embedding");
@@ -307,6 +340,9 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetClusters(grpc::CallbackServerCont
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
   if (!points.ok()) return call.Finish(points.status());
+  if (absl::Status s = CheckQueryCost(**model, points->rows(), 24 * ModelWidth(**model), registry_.limits()); !s.ok()) {
+    return call.Finish(s);
+  }
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
   if (!view.ok()) return call.Finish(view.status());
   absl::StatusOr<std::shared_ptr<const ClustersView>> c = Require(**model, (*view)->clusters, "clusters");
@@ -373,6 +409,9 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContex
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
   if (!points.ok()) return call.Finish(points.status());
+  if (absl::Status s = CheckQueryCost(**model, points->rows(), 24 * ModelWidth(**model), registry_.limits()); !s.ok()) {
+    return call.Finish(s);
+  }
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
   if (!view.ok()) return call.Finish(view.status());
   absl::StatusOr<std::shared_ptr<const LatentModel>> l = Require(**model, (*view)->latent, "latent model");

@@ -28,11 +28,16 @@ struct ReplayStats {
   uint64_t batches = 0;
   uint64_t pairs = 0;
   uint64_t skipped = 0;  // records a model's state already covered, or of a deleted model
+  uint64_t imports = 0;
+  uint64_t lost = 0;     // records of models whose creation was lost (--accept-data-loss only)
 };
 
 // Applies one record. Errors: a record that cannot be decoded or is refused by the live path
 // (which would mean a different binary wrote the log) — recovery must not silently diverge.
-absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, ReplayStats* stats);
+// With `accept_data_loss`, a batch or deletion of a model that does not exist (its creation
+// was in data declared lost) is counted in stats->lost and skipped instead.
+absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, ReplayStats* stats,
+                             bool accept_data_loss = false);
 
 // Opens the WAL under `options`, replays every record with sequence > after_sequence into
 // `registry`, prints the recovery summary line to stderr ("cmestreamd: recovered N records

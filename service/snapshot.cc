@@ -14,6 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/io/binary_io.h"
 #include "service/crc32c.h"
+#include "service/file_util.h"
+#include "service/manifest.h"
+#include "service/wire_limits.h"
 
 namespace cmestream::service {
 namespace {
@@ -25,9 +28,7 @@ constexpr uint32_t kFormatVersion = 1;
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;
-constexpr uint64_t kMaxConfigBytes = 1 << 20;
-constexpr uint64_t kMaxNameBytes = 4096;
-constexpr int64_t kMaxProducers = 10000000;
+// Every other bound comes from service/wire_limits.h, the ones ingestion enforces.
 
 uint64_t NowNanos() {
   return static_cast<uint64_t>(
@@ -83,7 +84,8 @@ absl::Status FsyncDir(const std::string& dir) {
 // dir/name atomically: temp file in dir, fsync, rename, fsync(dir). The CRC footer is
 // appended. On error the temp file is removed and nothing else changes.
 absl::StatusOr<uint64_t> WriteAtomically(const std::string& dir, const std::string& name,
-                                         const std::function<bool(std::string*)>& next) {
+                                         const std::function<bool(std::string*)>& next,
+                                         const std::function<absl::Status(const std::string&)>& verify = nullptr) {
   const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
   const std::string path = absl::StrCat(dir, "/", name);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -102,6 +104,8 @@ absl::StatusOr<uint64_t> WriteAtomically(const std::string& dir, const std::stri
   bytes += kFooterBytes;
   if (status.ok() && ::fsync(fd) != 0) status = absl::InternalError(absl::StrCat("fsync of ", tmp, ": ", ErrnoText()));
   ::close(fd);
+  // Read back from disk and decoded before it may replace anything (verify before prune).
+  if (status.ok() && verify) status = verify(tmp);
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     status = absl::InternalError(absl::StrCat("renaming ", tmp, " to ", path, ": ", ErrnoText()));
   }
@@ -167,6 +171,75 @@ absl::StatusOr<v1::ModelConfig> PeekConfig(const SnapshotFile& f, size_t index) 
 // ---------------------------------------------------------------------------------------------
 // One model
 
+namespace {
+
+// The body of a MODL object. requires m.learner_mu_ held. With `for_digest`, the parts that
+// say where the state came from rather than what it is are left out (the name, the WAL
+// sequence it covers, the batch count), so an imported or renamed copy hashes like the
+// original.
+void WriteModelBody(io::Writer& w, const Model& m, const ModelSnapshotCodec::Access& a, bool for_digest) {
+  if (for_digest) {
+    v1::ModelConfig anonymous = *a.config;
+    anonymous.clear_name();
+    w.String(anonymous.SerializeAsString());
+  } else {
+    w.String(a.config->SerializeAsString());
+    w.U64(m.applied_sequence());
+  }
+  {
+    std::lock_guard<std::mutex> stats_lock(*a.stats_mu);
+    if (!for_digest) w.U64(a.stats->batches_applied);
+    w.U64(a.producer_offsets->size());
+    for (const auto& [producer, offset] : *a.producer_offsets) {
+      w.String(producer);
+      w.U64(offset);
+    }
+  }
+  w.String(a.sigma_selection->SerializeAsString());
+  w.I64(*a.warmup_n);
+  if (*a.warmup_n > 0) {
+    w.Matrix(a.warmup_x->topRows(*a.warmup_n));
+    w.Matrix(a.warmup_y->topRows(*a.warmup_n));
+  }
+  w.Bool(*a.episode_open);
+  w.String(*a.episode_producer);
+  w.String(*a.episode_id);
+  w.Doubles(a.episode_last->data(), static_cast<int64_t>(a.episode_last->size()));
+  w.Bool(*a.cme != nullptr);
+  if (*a.cme) (*a.cme)->Serialize(w);
+  (*a.counts)->Serialize(w);
+  w.Bool(*a.moments != nullptr);
+  if (*a.moments) (*a.moments)->Serialize(w);
+  w.Bool(*a.latent != nullptr);
+  if (*a.latent) (*a.latent)->Serialize(w);
+  w.Bool(*a.predictive != nullptr);
+  if (*a.predictive) (*a.predictive)->Serialize(w);
+}
+
+}  // namespace
+
+ModelSnapshotCodec::Access ModelSnapshotCodec::AccessOf(Model& m) {
+  Access a;
+  a.config = &m.config_;
+  a.stats_mu = &m.stats_mu_;
+  a.stats = &m.stats_;
+  a.producer_offsets = &m.producer_offsets_;
+  a.sigma_selection = &m.sigma_selection_;
+  a.warmup_n = &m.warmup_n_;
+  a.warmup_x = &m.warmup_x_;
+  a.warmup_y = &m.warmup_y_;
+  a.episode_open = &m.episode_open_;
+  a.episode_producer = &m.episode_producer_;
+  a.episode_id = &m.episode_id_;
+  a.episode_last = &m.episode_last_;
+  a.cme = &m.cme_;
+  a.counts = &m.counts_;
+  a.moments = &m.moments_;
+  a.latent = &m.latent_;
+  a.predictive = &m.predictive_;
+  return a;
+}
+
 ModelImage ModelSnapshotCodec::Encode(Model& m) {
   io::Writer w;
   ModelImage image;
@@ -174,39 +247,26 @@ ModelImage ModelSnapshotCodec::Encode(Model& m) {
   std::lock_guard<std::mutex> learner_lock(m.learner_mu_);
   image.applied_sequence = m.applied_sequence();
   const size_t h = w.BeginObject(kModelTag, kFormatVersion);
-  w.String(m.config_.SerializeAsString());
-  w.U64(image.applied_sequence);
-  {
-    std::lock_guard<std::mutex> stats_lock(m.stats_mu_);
-    w.U64(m.stats_.batches_applied);
-    w.U64(m.producer_offsets_.size());
-    for (const auto& [producer, offset] : m.producer_offsets_) {
-      w.String(producer);
-      w.U64(offset);
-    }
-  }
-  w.String(m.sigma_selection_.SerializeAsString());
-  w.I64(m.warmup_n_);
-  if (m.warmup_n_ > 0) {
-    w.Matrix(m.warmup_x_.topRows(m.warmup_n_));
-    w.Matrix(m.warmup_y_.topRows(m.warmup_n_));
-  }
-  w.Bool(m.episode_open_);
-  w.String(m.episode_producer_);
-  w.String(m.episode_id_);
-  w.Doubles(m.episode_last_.data(), static_cast<int64_t>(m.episode_last_.size()));
-  w.Bool(m.cme_ != nullptr);
-  if (m.cme_) m.cme_->Serialize(w);
-  m.counts_->Serialize(w);
-  w.Bool(m.moments_ != nullptr);
-  if (m.moments_) m.moments_->Serialize(w);
-  w.Bool(m.latent_ != nullptr);
-  if (m.latent_) m.latent_->Serialize(w);
-  w.Bool(m.predictive_ != nullptr);
-  if (m.predictive_) m.predictive_->Serialize(w);
+  WriteModelBody(w, m, AccessOf(m), /*for_digest=*/false);
   w.EndObject(h);
   image.bytes = w.Release();
   return image;
+}
+
+std::string ModelSnapshotCodec::StateBytes(Model& m) {
+  io::Writer w;
+  std::lock_guard<std::mutex> learner_lock(m.learner_mu_);
+  WriteModelBody(w, m, AccessOf(m), /*for_digest=*/true);
+  return w.Release();
+}
+
+// Declared in model.h; defined here, next to the encoder whose bytes it hashes, so that the
+// digest covers every bit of state a snapshot keeps (and nothing else) by construction.
+uint64_t Model::StateDigest() {
+  const std::string bytes = ModelSnapshotCodec::StateBytes(*this);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bit
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
 }
 
 absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r, const ConfigDefaults& defaults,
@@ -227,10 +287,10 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
   }
   const uint64_t applied = r.U64("model applied sequence");
   const uint64_t batches = r.U64("model batches applied");
-  const int64_t producers = r.Count("model producer count", 0, kMaxProducers);
+  const int64_t producers = r.Count("model producer count", 0, kMaxProducersPerModel);
   std::map<std::string, uint64_t> offsets;
   for (int64_t i = 0; i < producers && r.ok(); ++i) {
-    std::string id = r.String("producer id", kMaxNameBytes);
+    std::string id = r.String("producer id", kMaxProducerIdBytes);
     offsets[std::move(id)] = r.U64("producer offset");
   }
   v1::SigmaSelection sigma;
@@ -252,14 +312,15 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
   }
   m.warmup_n_ = warmup_n;
   m.episode_open_ = r.Bool("model episode open");
-  m.episode_producer_ = r.String("model episode producer", kMaxNameBytes);
-  m.episode_id_ = r.String("model episode id", kMaxNameBytes);
+  m.episode_producer_ = r.String("model episode producer", kMaxProducerIdBytes);
+  m.episode_id_ = r.String("model episode id", kMaxEpisodeIdBytes);
   r.Doubles("model episode last state", static_cast<int64_t>(m.episode_last_.size()), m.episode_last_.data());
   (void)d;
   const bool has_cme = r.Bool("model has CME");
-  if (r.ok() && has_cme == discrete) {
-    return r.Fail(discrete ? "a discrete model cannot hold a CME" : "model has no CME but its config has a sigma");
-  }
+  // A continuous model has its CME unless sigma is "auto" and the warm-up is still buffering
+  // (created, or fewer than auto_sigma_warmup pairs seen): that state is as valid as any.
+  if (r.ok() && discrete && has_cme) return r.Fail("a discrete model cannot hold a CME");
+  if (r.ok() && !discrete && !has_cme && !IsAutoSigma(*config)) return r.Fail("model with a fixed sigma has no CME");
   if (has_cme) {
     absl::StatusOr<CompressedCme> cme = CompressedCme::Deserialize(r);
     if (!cme.ok()) return cme.status();
@@ -269,8 +330,6 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
     m.cme_ = std::make_unique<CompressedCme>(*std::move(cme));
     m.warmup_x_.resize(0, 0);
     m.warmup_y_.resize(0, 0);
-  } else if (!discrete && !IsAutoSigma(*config)) {
-    return r.Fail("model with a fixed sigma has no CME");
   }
   absl::StatusOr<TransitionCounts> counts = TransitionCounts::Deserialize(r);
   if (!counts.ok()) return counts.status();
@@ -407,36 +466,44 @@ std::string ExportModel(Model& model) {
 
 namespace {
 // Decodes model `index` of `f` into the registry under `rename` or its stored name.
-// `rebase`: the model comes from another daemon (import), so its applied sequence (a sequence
-// of THAT daemon's log) is replaced by this log's last sequence, read under the registry lock
-// before the model is visible: none of this log's records up to it concern the model, and its
-// records from now on are above it (otherwise replay after a restart would skip them).
+// `import_image` (a live import): the model comes from another daemon, is checked against the
+// limits and logged as an import record carrying these bytes; its applied sequence becomes
+// that record's sequence (the exporter's sequence means nothing here). `replay_sequence` (WAL
+// replay of such a record): the same without logging. Neither: a restore from a snapshot of
+// this daemon, keeping the stored applied sequence.
 absl::StatusOr<std::shared_ptr<Model>> AdoptFrom(const SnapshotFile& f, size_t index, const std::string& rename,
                                                  ModelRegistry& registry, const ConfigDefaults& defaults,
-                                                 bool rebase = false) {
+                                                 const std::string* import_image = nullptr,
+                                                 std::optional<uint64_t> replay_sequence = std::nullopt) {
   absl::StatusOr<v1::ModelConfig> config = PeekConfig(f, index);
   if (!config.ok()) return config.status();
   const std::string name = rename.empty() ? config->name() : rename;
-  return registry.Adopt(name, [&](std::shared_ptr<ModelMetrics> metrics, BatchLog* log)
-                                  -> absl::StatusOr<std::shared_ptr<Model>> {
-    const auto [begin, end] = f.model_ranges[index];
-    io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
-    absl::StatusOr<std::shared_ptr<Model>> m = ModelSnapshotCodec::Decode(r, defaults, rename, std::move(metrics), log);
-    if (m.ok() && rebase) (*m)->set_applied_sequence(log != nullptr ? log->last_sequence() : 0);
-    return m;
-  });
+  return registry.Adopt(
+      name,
+      [&](std::shared_ptr<ModelMetrics> metrics, BatchLog* log) -> absl::StatusOr<std::shared_ptr<Model>> {
+        const auto [begin, end] = f.model_ranges[index];
+        io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
+        absl::StatusOr<std::shared_ptr<Model>> m =
+            ModelSnapshotCodec::Decode(r, defaults, rename, std::move(metrics), log);
+        if (m.ok() && replay_sequence) (*m)->set_applied_sequence(*replay_sequence);
+        return m;
+      },
+      import_image);
 }
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
-                                                   ModelRegistry& registry, const ConfigDefaults& defaults) {
+                                                   ModelRegistry& registry, const ConfigDefaults& defaults,
+                                                   std::optional<uint64_t> replay_sequence) {
+  // The record of a live import is the file exactly as received (validated below first).
+  const std::string image = replay_sequence ? std::string() : bytes;
   absl::StatusOr<SnapshotFile> f = ParseSnapshotBytes(std::move(bytes), "import");
   if (!f.ok()) return f.status();
   if (f->model_ranges.size() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("import: the file holds ", f->model_ranges.size(), " models, expected exactly 1 (an export)"));
   }
-  return AdoptFrom(*f, 0, new_name, registry, defaults, /*rebase=*/true);
+  return AdoptFrom(*f, 0, new_name, registry, defaults, replay_sequence ? nullptr : &image, replay_sequence);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -453,11 +520,18 @@ absl::Status SnapshotOptions::Validate() const {
 }
 
 SnapshotManager::SnapshotManager(SnapshotOptions options, ModelRegistry& registry, ConfigDefaults defaults,
-                                 const BatchLog* log)
-    : options_(std::move(options)), registry_(registry), defaults_(defaults), log_(log) {
+                                 const BatchLog* log, Manifest* manifest)
+    : options_(std::move(options)),
+      registry_(registry),
+      defaults_(defaults),
+      log_(log),
+      manifest_(manifest),
+      verify_metrics_(std::make_unique<Metrics>()) {
   ::mkdir(options_.dir.c_str(), 0755);
   const auto existing = ListSnapshots(options_.dir);
   if (!existing.empty()) next_number_ = existing.back().first + 1;
+  // Never reuse the number of a snapshot set aside as unusable.
+  for (const auto& [n, path] : ListSnapshots(options_.dir + "/unusable")) next_number_ = std::max(next_number_, n + 1);
 }
 
 SnapshotManager::~SnapshotManager() { Stop(); }
@@ -468,11 +542,31 @@ std::vector<std::string> SnapshotManager::List() const {
   return out;
 }
 
-absl::StatusOr<LoadReport> SnapshotManager::LoadNewest() {
+absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState::Snapshot>& listed,
+                                                 const std::string& recover_from) {
   LoadReport report;
-  const auto files = ListSnapshots(options_.dir);
-  for (auto it = files.rbegin(); it != files.rend(); ++it) {
-    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(it->second);
+  for (const auto& l : listed) report.newest_listed_covered = std::max(report.newest_listed_covered, l.covered);
+  // Candidates, newest first: the files present and the ones the manifest lists (a listed file
+  // that is missing is reported; a file newer than the manifest, written just before a crash
+  // cut the manifest update short, is as good as any).
+  std::vector<std::pair<uint64_t, std::string>> candidates;
+  if (!recover_from.empty()) {
+    candidates.emplace_back(0, recover_from);
+  } else {
+    candidates = ListSnapshots(options_.dir);
+    for (const auto& l : listed) {
+      uint64_t n = 0;
+      const std::string path = absl::StrCat(options_.dir, "/", l.name);
+      if (ParseSnapshotName(l.name, &n) &&
+          std::find(candidates.begin(), candidates.end(), std::make_pair(n, path)) == candidates.end()) {
+        candidates.emplace_back(n, path);
+      }
+    }
+    std::sort(candidates.begin(), candidates.end());
+    std::reverse(candidates.begin(), candidates.end());
+  }
+  for (const auto& [number, path] : candidates) {
+    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
     absl::Status status = f.status();
     std::vector<std::shared_ptr<Model>> adopted;
     if (f.ok()) {
@@ -483,12 +577,18 @@ absl::StatusOr<LoadReport> SnapshotManager::LoadNewest() {
     }
     if (!status.ok()) {
       for (const auto& m : adopted) (void)registry_.Delete(m->name(), /*replay=*/true);  // all or nothing
-      std::fprintf(stderr, "cmestreamd: snapshot %s is unusable: %s; trying the previous one\n", it->second.c_str(),
-                   std::string(status.message()).c_str());
-      report.skipped.push_back(absl::StrCat(it->second, ": ", status.message()));
+      const bool missing = status.code() == absl::StatusCode::kNotFound;
+      std::fprintf(stderr, "cmestreamd: snapshot %s is %s: %s; trying the previous one\n", path.c_str(),
+                   missing ? "missing" : "unusable", std::string(status.message()).c_str());
+      report.skipped.push_back(absl::StrCat(path, ": ", status.message()));
+      if (!missing) report.unusable.push_back(path);
+      if (!recover_from.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--recover-from ", recover_from, " is not a usable snapshot: ", status.message()));
+      }
       continue;
     }
-    report.path = it->second;
+    report.path = path;
     report.number = f->number;
     report.models = static_cast<int>(adopted.size());
     report.covered_sequence = f->covered_sequence;
@@ -497,36 +597,92 @@ absl::StatusOr<LoadReport> SnapshotManager::LoadNewest() {
   return report;
 }
 
+absl::Status SnapshotManager::SetAside(const std::vector<std::string>& paths) {
+  if (paths.empty()) return absl::OkStatus();
+  const std::string dir = options_.dir + "/unusable";
+  ::mkdir(dir.c_str(), 0755);
+  for (const std::string& path : paths) {
+    const std::string to = absl::StrCat(dir, "/", files::BaseName(path));
+    if (::rename(path.c_str(), to.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot move unusable snapshot ", path, " to ", to, ": ", ErrnoText()));
+    }
+    std::fprintf(stderr, "cmestreamd: kept unusable snapshot %s for inspection as %s\n", path.c_str(), to.c_str());
+  }
+  if (absl::Status s = files::FsyncDir(dir); !s.ok()) return s;
+  return files::FsyncDir(options_.dir);
+}
+
+std::vector<ManifestState::Snapshot> SnapshotManager::Kept() const {
+  std::vector<ManifestState::Snapshot> out;
+  for (const auto& [n, path] : ListSnapshots(options_.dir)) {
+    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+    if (f.ok()) out.push_back({files::BaseName(path), f->covered_sequence});
+  }
+  return out;
+}
+
+absl::Status SnapshotManager::VerifyFile(const std::string& path) const {
+  absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+  if (!f.ok()) return absl::InternalError(absl::StrCat("snapshot verification: ", f.status().message()));
+  NullBatchLog null_log;
+  for (size_t i = 0; i < f->model_ranges.size(); ++i) {
+    const auto [begin, end] = f->model_ranges[i];
+    io::Reader r(std::string_view(f->bytes).substr(begin, end - begin), path, begin);
+    absl::StatusOr<std::shared_ptr<Model>> m =
+        ModelSnapshotCodec::Decode(r, defaults_, "", verify_metrics_->ForModel("verify"), &null_log);
+    if (!m.ok()) {
+      return absl::InternalError(absl::StrCat("snapshot verification: model ", i, " does not decode: ",
+                                              m.status().message(), "; the snapshot was not installed"));
+    }
+    // Decoding then encoding again must give the same bytes: the decoder restores every bit
+    // the encoder wrote, so the restored model is the model that was saved.
+    const std::string again = ModelSnapshotCodec::Encode(**m).bytes;
+    if (again != std::string_view(f->bytes).substr(begin, end - begin)) {
+      size_t at = 0;
+      while (at < again.size() && begin + at < end && again[at] == f->bytes[begin + at]) ++at;
+      return absl::InternalError(absl::StrCat("snapshot verification: model '", (*m)->name(),
+                                              "' does not round-trip (first difference at byte ", begin + at,
+                                              "); the snapshot was not installed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   std::lock_guard<std::mutex> take_lock(take_mu_);
   const auto start = std::chrono::steady_clock::now();
   SnapshotResult result;
   result.number = next_number_;
-  uint64_t covered = log_ != nullptr ? log_->last_sequence() : 0;  // before listing (see header)
-  const std::vector<std::shared_ptr<Model>> models = registry_.List();
-  // Each model is copied under its own lock (its applied sequence is read under the same
-  // lock); the file is written after, off every lock. The covered sequence goes in the header,
-  // so all images are taken before the write (memory: the serialized size of all models).
+  // The cut: the models and the log's last sequence L read together under the registry lock.
+  // Every record <= L was appended under its model's lock (creation, import and deletion under
+  // the registry lock) and applied before that lock was released, so Encode, which takes the
+  // model's lock later, sees it; a model created, imported or deleted after the cut has its
+  // record above L. Taking min(applied) instead would let one idle model pin every WAL segment
+  // since its last batch.
+  uint64_t covered = 0;
+  const std::vector<std::shared_ptr<Model>> models = registry_.ListAtCut(&covered);
+  if (log_ == nullptr) covered = 0;
+  // Each model is copied under its own lock; the file is written after, off every lock. The
+  // covered sequence goes in the header, so all images are taken before the write (memory:
+  // the serialized size of all models).
   std::vector<ModelImage> images;
   images.reserve(models.size());
-  // Covered = the log's last sequence L read above, not min(applied) over the models: a record
-  // <= L was appended under its model's lock (creation/deletion under the registry lock) and
-  // applied before that lock was released, so Encode, which takes the lock later, sees it.
-  // Taking the minimum would let one idle model pin every WAL segment since its last batch.
   for (const auto& m : models) images.push_back(ModelSnapshotCodec::Encode(*m));
-  if (log_ == nullptr) covered = 0;
   size_t next = 0;
   bool header_done = false;
-  absl::StatusOr<uint64_t> bytes = WriteAtomically(options_.dir, SnapshotName(result.number), [&](std::string* chunk) {
-    if (!header_done) {
-      header_done = true;
-      *chunk = Header(kSnapTag, static_cast<uint32_t>(images.size()), result.number, covered);
-      return true;
-    }
-    if (next >= images.size()) return false;
-    *chunk = std::move(images[next++].bytes);
-    return true;
-  });
+  absl::StatusOr<uint64_t> bytes = WriteAtomically(
+      options_.dir, SnapshotName(result.number),
+      [&](std::string* chunk) {
+        if (!header_done) {
+          header_done = true;
+          *chunk = Header(kSnapTag, static_cast<uint32_t>(images.size()), result.number, covered);
+          return true;
+        }
+        if (next >= images.size()) return false;
+        *chunk = std::move(images[next++].bytes);
+        return true;
+      },
+      [this](const std::string& tmp) { return VerifyFile(tmp); });
   if (!bytes.ok()) {
     if (observer_) observer_(bytes.status());
     return bytes.status();
@@ -536,15 +692,32 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   result.bytes = *bytes;
   result.models = static_cast<int>(models.size());
   result.covered_sequence = covered;
-  // Keep the newest `keep`; the WAL may drop what the oldest kept one covers.
+  // Keep the newest `keep`. The manifest stops listing the old ones before they are deleted,
+  // then the WAL may drop what the oldest kept one covers (unusable snapshots were moved to
+  // snapshots/unusable at start and are never pruned).
   auto files = ListSnapshots(options_.dir);
+  std::vector<std::pair<uint64_t, std::string>> doomed;
   while (static_cast<int>(files.size()) > options_.keep) {
-    ::unlink(files.front().second.c_str());
+    doomed.push_back(files.front());
     files.erase(files.begin());
   }
-  if (covered_ && !files.empty()) {
-    absl::StatusOr<SnapshotFile> oldest = ReadSnapshotFile(files.front().second);
-    if (oldest.ok()) covered_(oldest->covered_sequence);
+  uint64_t oldest_covered = covered;
+  std::vector<ManifestState::Snapshot> kept;
+  for (const auto& [n, path] : files) {
+    absl::StatusOr<SnapshotFile> f = n == result.number ? absl::StatusOr<SnapshotFile>(absl::NotFoundError(""))
+                                                        : ReadSnapshotFile(path);
+    const uint64_t c = n == result.number ? covered : (f.ok() ? f->covered_sequence : 0);
+    if (n != result.number && !f.ok()) continue;  // not usable: never listed, never counted
+    kept.push_back({files::BaseName(path), c});
+    oldest_covered = std::min(oldest_covered, c);
+  }
+  absl::Status listed = manifest_ ? manifest_->SetSnapshots(kept) : absl::OkStatus();
+  if (listed.ok()) {
+    for (const auto& [n, path] : doomed) ::unlink(path.c_str());
+    if (covered_) covered_(oldest_covered);
+  } else {
+    std::fprintf(stderr, "cmestreamd: warning: cannot update the manifest after snapshot %s: %s; nothing pruned\n",
+                 result.path.c_str(), std::string(listed.message()).c_str());
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (observer_) observer_(result);

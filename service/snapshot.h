@@ -52,6 +52,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "service/model.h"
+#include "service/manifest.h"
+#include "service/metrics.h"
 #include "service/model_config.h"
 #include "service/registry.h"
 
@@ -84,6 +87,30 @@ class ModelSnapshotCodec {
   // Takes the model's learner lock, serializes everything (no flush, no re-factorization: the
   // live state is not touched) and returns the bytes. O(model size).
   static ModelImage Encode(Model& model);
+  // The model's state as bytes (the MODL body without its name, WAL sequence and batch
+  // count), under its learner lock: what Model::StateDigest hashes.
+  static std::string StateBytes(Model& model);
+  // Pointers to the private state WriteModelBody reads (snapshot.cc).
+  struct Access {
+    const v1::ModelConfig* config;
+    std::mutex* stats_mu;
+    const Model::Stats* stats;
+    const std::map<std::string, uint64_t>* producer_offsets;
+    const v1::SigmaSelection* sigma_selection;
+    const int64_t* warmup_n;
+    const RowMatrixXd* warmup_x;
+    const RowMatrixXd* warmup_y;
+    const bool* episode_open;
+    const std::string* episode_producer;
+    const std::string* episode_id;
+    const std::vector<double>* episode_last;
+    const std::unique_ptr<CompressedCme>* cme;
+    const std::unique_ptr<TransitionCounts>* counts;
+    const std::unique_ptr<EmbeddingMoments>* moments;
+    const std::unique_ptr<MultiViewAccumulator>* latent;
+    const std::unique_ptr<PredictiveStateAccumulator>* predictive;
+  };
+  static Access AccessOf(Model& model);
   // Decodes one MODL object into a new Model (not registered). `rename` (non-empty) replaces
   // the stored name (import --name). The config is re-validated with NormalizeModelConfig.
   // Errors: DataLoss naming the source and offset; InvalidArgument for a bad (re)name.
@@ -109,12 +136,16 @@ absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path);
 // An export file of one model (same format, kind "EXPT"). Serialized under its learner lock.
 std::string ExportModel(Model& model);
 // Decodes an export (or a one-model snapshot) and registers it as `new_name` (or its stored
-// name). Its applied sequence becomes `registry`'s log's last sequence (the exporter's
-// sequence means nothing here); the import itself is not logged, so the daemon snapshots right
-// after an import for the model to survive a restart. AlreadyExists if that name is taken; DataLoss for a corrupt file (with what and
-// where); InvalidArgument if the bytes are not a snapshot at all.
+// name), after checking --max-models and the memory budget. A live import is logged as a WAL
+// import record holding the whole file, under the registry lock before the model is visible
+// (like a creation), and its applied sequence is that record's: an acknowledged import
+// survives any restart, and the batches that follow it replay onto it. `replay_sequence`: WAL
+// replay of such a record (nothing logged). AlreadyExists if the name is taken; DataLoss for a
+// corrupt file (with what and where); InvalidArgument if the bytes are not a snapshot at all;
+// ResourceExhausted beyond the limits.
 absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
-                                                   ModelRegistry& registry, const ConfigDefaults& defaults);
+                                                   ModelRegistry& registry, const ConfigDefaults& defaults,
+                                                   std::optional<uint64_t> replay_sequence = std::nullopt);
 
 struct SnapshotOptions {
   std::string dir;                 // DATA_DIR/snapshots, created if missing
@@ -137,20 +168,33 @@ struct LoadReport {
   uint64_t number = 0;
   int models = 0;
   uint64_t covered_sequence = 0;     // replay the WAL after this (0: from the start)
-  std::vector<std::string> skipped;  // "PATH: reason" for each unusable newer snapshot
+  uint64_t newest_listed_covered = 0;  // the newest covered sequence the manifest lists
+  std::vector<std::string> skipped;  // "PATH: reason" for each missing or unusable newer snapshot
+  std::vector<std::string> unusable; // paths of present but unusable snapshots (to set aside)
 };
 
 class SnapshotManager {
  public:
   // requires: registry outlives the manager.
   // `log` (may be null: no WAL) gives the last sequence at the start of a snapshot.
-  SnapshotManager(SnapshotOptions options, ModelRegistry& registry, ConfigDefaults defaults, const BatchLog* log);
+  // `manifest` (may be null: tests) is told which snapshots are kept after each snapshot.
+  SnapshotManager(SnapshotOptions options, ModelRegistry& registry, ConfigDefaults defaults, const BatchLog* log,
+                  Manifest* manifest = nullptr);
   ~SnapshotManager();
 
-  // Loads the newest valid snapshot into the (empty) registry: see DIRECTORY. A directory with
-  // no snapshot is not an error (report.path empty). Each unusable file is printed to stderr
-  // ("cmestreamd: snapshot PATH is unusable: REASON; trying the previous one").
-  absl::StatusOr<LoadReport> LoadNewest();
+  // Loads the newest usable snapshot into the (empty) registry, trying the files present and
+  // the ones in `listed` (the manifest's; a listed one that is missing is reported), newest
+  // first; or exactly `recover_from` when set (FailedPrecondition if it is not usable). A
+  // directory with no snapshot is not an error (report.path empty). Each missing or unusable
+  // file is printed to stderr ("cmestreamd: snapshot PATH is unusable: REASON; trying the
+  // previous one"). Whether falling back loses data is the caller's decision (it knows the WAL).
+  absl::StatusOr<LoadReport> Load(const std::vector<ManifestState::Snapshot>& listed = {},
+                                  const std::string& recover_from = "");
+  absl::StatusOr<LoadReport> LoadNewest() { return Load(); }
+  // Moves unusable snapshot files into DIR/unusable, where retention never touches them.
+  absl::Status SetAside(const std::vector<std::string>& paths);
+  // The usable snapshot files present, oldest first, with their covered sequences.
+  std::vector<ManifestState::Snapshot> Kept() const;
 
   // Called after each durable snapshot with the smallest applied sequence covered by the
   // OLDEST snapshot kept (WAL segments wholly below it may be deleted: Wal::Rotate() then
@@ -178,11 +222,16 @@ class SnapshotManager {
 
  private:
   void Loop();
+  // Reads a written file back, decodes every model and checks that encoding it again gives
+  // the same bytes. Called before the file replaces anything.
+  absl::Status VerifyFile(const std::string& path) const;
 
   const SnapshotOptions options_;
   ModelRegistry& registry_;
   const ConfigDefaults defaults_;
   const BatchLog* const log_;
+  Manifest* const manifest_;
+  std::unique_ptr<Metrics> verify_metrics_;  // series of the throwaway models VerifyFile decodes
   std::function<void(uint64_t)> covered_;
   std::function<void(const absl::StatusOr<SnapshotResult>&)> observer_;
   std::mutex take_mu_;                   // one snapshot at a time

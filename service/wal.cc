@@ -136,23 +136,60 @@ bool ParseSegmentName(const std::string& name, uint64_t* number) {
   return true;
 }
 
+// Segment header (format version 1): magic, version, masked CRC32C of the 12 bytes before it.
+// Segments without it are read as version 0 (records from offset 0), as written before.
+constexpr char kSegmentMagic[8] = {'C', 'M', 'E', 'W', 'A', 'L', 'S', 'G'};
+
+std::string SegmentHeader() {
+  std::string h(kWalSegmentHeaderBytes, '\0');
+  std::memcpy(h.data(), kSegmentMagic, 8);
+  PutU32(h.data() + 8, kWalFormatVersion);
+  PutU32(h.data() + 12, crc32c::Mask(crc32c::Value(h.data(), 12)));
+  return h;
+}
+
 bool AllZero(const std::string& data, size_t from) {
   return std::all_of(data.begin() + static_cast<std::ptrdiff_t>(from), data.end(), [](char c) { return c == 0; });
 }
 
-// Whether a valid record with a plausible later sequence number starts anywhere in
-// data[from, end): then the bad record is damage in the middle, not a torn last write. The
-// sequence field is compared first, so the scan is O(n) with a CRC only at rare candidates.
-bool ValidRecordFollows(const std::string& data, size_t from, uint64_t prev_sequence) {
+// The first valid record with a plausible later sequence number in data[from, end), if any:
+// its sequence and offset. The sequence field is compared first, so the scan is O(n) with a
+// CRC only at rare candidates.
+bool FindNextValidRecord(const std::string& data, size_t from, uint64_t prev_sequence, uint64_t* sequence,
+                         size_t* offset) {
   const uint64_t max_sequence = prev_sequence + 1 + data.size() / kWalHeaderBytes;
   WalRecord r;
   size_t n = 0;
   for (size_t off = from; off + kWalHeaderBytes <= data.size(); ++off) {
     const uint64_t seq = GetU64(data.data() + off + 9);
     if (seq <= prev_sequence || seq > max_sequence) continue;
-    if (ParseWalRecord(data.data() + off, data.size() - off, &r, &n).ok()) return true;
+    if (ParseWalRecord(data.data() + off, data.size() - off, &r, &n).ok()) {
+      *sequence = seq;
+      *offset = off;
+      return true;
+    }
   }
   return false;
+}
+
+// Whether the record starting at `pos` has its whole header and payload in the file.
+bool RecordIsComplete(const std::string& data, size_t pos) {
+  if (data.size() - pos < kWalHeaderBytes) return false;
+  const uint64_t length = GetU32(data.data() + pos + 4);
+  return length <= kWalMaxPayloadBytes && data.size() - pos - kWalHeaderBytes >= length;
+}
+
+// A complete last record whose bytes are zero from a 512-byte file offset to the end of the
+// file: the shape a power loss leaves when the file size reached the disk but the last
+// sectors of data did not (ext4 and xfs expose unwritten blocks as zeros). Such a write never
+// completed its fdatasync, so it was not acknowledged. A bit flip in a record that was
+// written whole does not look like this, and is refused as data loss instead.
+bool ZeroFilledFromSector(const std::string& data, size_t pos) {
+  size_t z = data.size();
+  while (z > pos && data[z - 1] == 0) --z;
+  if (z == data.size()) return false;
+  const size_t sector = (z + 511) / 512 * 512;  // first sector boundary at or after z
+  return sector < data.size();  // the zero run covers a sector boundary and reaches the end
 }
 
 }  // namespace
@@ -204,7 +241,8 @@ absl::Status ParseWalRecord(const char* data, size_t size, WalRecord* record, si
   const uint32_t actual = crc32c::Value(data + 8, kWalHeaderBytes - 8 + length);
   if (expected != actual) return absl::DataLossError("crc mismatch");
   const auto type = static_cast<uint8_t>(data[8]);
-  if (type < 1 || type > 3) return absl::DataLossError(absl::StrCat("unknown record type ", type));
+  // The CRC matched, so the type byte is what a writer meant: a newer writer, not damage.
+  if (type < 1 || type > kWalMaxKnownRecordType) return absl::UnimplementedError(absl::StrCat("unknown record type ", type));
   record->type = static_cast<WalRecordType>(type);
   record->sequence = GetU64(data + 9);
   record->payload.assign(data + kWalHeaderBytes, length);
@@ -268,29 +306,117 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
   ::closedir(d);
   std::sort(numbers.begin(), numbers.end());
   if (!numbers.empty()) max_number = std::max(max_number, numbers.back());
+  // Never reuse the number of a segment the manifest knew, even if it is gone now.
+  max_number = std::max(max_number, options.expected_last_segment);
+
+  // Segments the manifest lists must all be there: a missing one is acknowledged data gone.
+  if (options.expected_last_segment > 0) {
+    std::vector<uint64_t> missing;
+    for (uint64_t n = options.expected_first_segment; n <= options.expected_last_segment; ++n) {
+      if (!std::binary_search(numbers.begin(), numbers.end(), n)) missing.push_back(n);
+    }
+    if (!missing.empty()) {
+      rep.missing_segments = missing.size();
+      const std::string what = absl::StrCat(
+          missing.size(), " WAL segment(s) listed in the manifest are missing from ", options.dir, " (",
+          SegmentName(missing.front()), missing.size() > 1 ? absl::StrCat(" .. ", SegmentName(missing.back())) : "",
+          "): the records they held are lost");
+      if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
+      std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
+      rep.data_loss.push_back(what);
+    }
+  }
 
   uint64_t prev_sequence = 0;
   std::string data;
   WalRecord record;
-  for (size_t si = 0; si < numbers.size(); ++si) {
+  bool stop = false;
+  for (size_t si = 0; si < numbers.size() && !stop; ++si) {
     Segment seg;
     seg.number = numbers[si];
     seg.path = absl::StrCat(options.dir, "/", SegmentName(seg.number));
     if (absl::Status s = ReadFile(seg.path, &data); !s.ok()) return s;
     ++rep.segments;
+    // "Last" for torn-tail purposes: no later segment holds a record byte (a crash can leave
+    // the next segment created, with its header, before anything was written to it).
+    bool last_segment = true;
+    for (size_t sj = si + 1; sj < numbers.size() && last_segment; ++sj) {
+      struct stat st;
+      const std::string p = absl::StrCat(options.dir, "/", SegmentName(numbers[sj]));
+      if (::stat(p.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > kWalSegmentHeaderBytes) last_segment = false;
+    }
     size_t pos = 0;
+    // The segment header (version 1) or none (version 0: records from offset 0).
+    if (data.size() >= 8 && std::memcmp(data.data(), kSegmentMagic, 8) == 0) {
+      if (data.size() < kWalSegmentHeaderBytes) {
+        if (!last_segment) {
+          return absl::FailedPreconditionError(
+              absl::StrCat(seg.path, ": truncated segment header, and later segments exist"));
+        }
+        data.clear();  // a crash while creating the newest segment: nothing in it was acknowledged
+        if (absl::Status s = TruncateFile(seg.path, 0); !s.ok()) return s;
+      } else {
+        if (crc32c::Unmask(GetU32(data.data() + 12)) != crc32c::Value(data.data(), 12)) {
+          return absl::FailedPreconditionError(absl::StrCat(seg.path, ": damaged segment header (checksum)"));
+        }
+        const uint32_t version = GetU32(data.data() + 8);
+        if (version > kWalFormatVersion) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              seg.path, ": WAL format version ", version, " was written by a newer cmestreamd (this one reads 0..",
+              kWalFormatVersion, "); refusing to start: run the newer version"));
+        }
+        pos = kWalSegmentHeaderBytes;
+      }
+    }
+    seg.header_bytes = pos;
     std::string problem;
-    size_t bad_record_bytes = 0;
+    uint64_t next_sequence = 0;  // of the first valid record after a bad one (0: none)
     while (pos < data.size()) {
       size_t n = 0;
       absl::Status s = ParseWalRecord(data.data() + pos, data.size() - pos, &record, &n);
+      if (s.code() == absl::StatusCode::kUnimplemented) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            seg.path, " offset ", pos, ": ", s.message(), " at sequence ", GetU64(data.data() + pos + 9),
+            " (valid checksum: written by a newer cmestreamd?); refusing to start rather than skip it: run the "
+            "version that wrote it"));
+      }
+      bool sequence_gap = false;
       if (s.ok() && prev_sequence != 0 && record.sequence != prev_sequence + 1) {
         s = absl::DataLossError(absl::StrCat("sequence ", record.sequence, ", expected ", prev_sequence + 1));
+        sequence_gap = record.sequence > prev_sequence + 1;
+      }
+      if (sequence_gap) {  // a valid record, but records before it are missing
+        next_sequence = record.sequence;
+        problem = std::string(s.message());
+        break;
       }
       if (!s.ok()) {
+        // Damaged bytes followed, in this segment, by the very next record: nothing that was
+        // appended is lost (garbage between records, not a record). Skip them with a warning;
+        // the file keeps them for inspection.
+        size_t next_offset = 0;
+        next_sequence = 0;
+        FindNextValidRecord(data, pos + 1, prev_sequence, &next_sequence, &next_offset);
+        if (next_sequence != 0 && prev_sequence != 0 && next_sequence == prev_sequence + 1) {
+          const std::string what = absl::StrCat(seg.path, " offset ", pos, ": ", next_offset - pos,
+                                                " damaged bytes (", s.message(), ") skipped; the next record (sequence ",
+                                                next_sequence, ") follows without a gap, so no record is lost");
+          std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
+          rep.skipped_damage.push_back(what);
+          pos = next_offset;
+          continue;
+        }
         problem = std::string(s.message());
-        if (data.size() - pos >= kWalHeaderBytes) bad_record_bytes = kWalHeaderBytes + GetU32(data.data() + pos + 4);
         break;
+      }
+      if (prev_sequence == 0 && options.require_from_sequence > 0 && record.sequence > options.require_from_sequence) {
+        const std::string what = absl::StrCat(
+            "the write-ahead log in ", options.dir, " starts at sequence ", record.sequence, " but the state needs "
+            "records from ", options.require_from_sequence, ": records ", options.require_from_sequence, "..",
+            record.sequence - 1, " are gone");
+        if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
+        std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
+        rep.data_loss.push_back(what);
       }
       record.segment = seg.path;
       record.offset = pos;
@@ -303,6 +429,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       }
       if (seg.first_sequence == 0) seg.first_sequence = record.sequence;
       seg.last_sequence = record.sequence;
+      if (rep.first_sequence == 0) rep.first_sequence = record.sequence;
       prev_sequence = record.sequence;
       ++rep.records;
       rep.bytes += n;
@@ -313,15 +440,35 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       wal->segments_.push_back(seg);
       continue;
     }
-    // A bad record at `pos`: torn tail or corruption in the middle (see wal.h RECOVERY).
-    bool later_data = false;
-    for (size_t sj = si + 1; sj < numbers.size(); ++sj) {
-      struct stat st;
-      const std::string p = absl::StrCat(options.dir, "/", SegmentName(numbers[sj]));
-      if (::stat(p.c_str(), &st) == 0 && st.st_size > 0) later_data = true;
+    // A bad record at `pos` (see wal.h RECOVERY): torn tail or acknowledged data lost.
+    // Valid records in later segments mean the damage is not a torn last write.
+    for (size_t sj = si + 1; sj < numbers.size() && next_sequence == 0; ++sj) {
+      std::string later;
+      if (!ReadFile(absl::StrCat(options.dir, "/", SegmentName(numbers[sj])), &later).ok()) continue;
+      const size_t from =
+          later.size() >= kWalSegmentHeaderBytes && std::memcmp(later.data(), kSegmentMagic, 8) == 0 ? kWalSegmentHeaderBytes : 0;
+      size_t unused = 0;
+      FindNextValidRecord(later, from, prev_sequence, &next_sequence, &unused);
     }
-    (void)bad_record_bytes;
-    const bool torn = !later_data && (AllZero(data, pos) || !ValidRecordFollows(data, pos + 1, prev_sequence));
+    if (next_sequence != 0 && prev_sequence != 0 && next_sequence == prev_sequence + 1) {
+      // Damage at the end of a closed segment, and the next segment starts with the very next
+      // record: nothing lost (a segment is closed after a complete record).
+      const std::string what = absl::StrCat(seg.path, " offset ", pos, ": ", data.size() - pos,
+                                            " damaged bytes at the end of a closed segment (", problem,
+                                            ") skipped; the next segment continues at sequence ", next_sequence);
+      std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
+      rep.skipped_damage.push_back(what);
+      wal->segments_.push_back(seg);
+      continue;
+    }
+    const bool complete = RecordIsComplete(data, pos);
+    // An all-zero header was never written by us (type 0 does not exist): its sector did not
+    // reach the disk, whatever came after it.
+    const bool zero_header = complete && std::all_of(data.begin() + static_cast<std::ptrdiff_t>(pos),
+                                                     data.begin() + static_cast<std::ptrdiff_t>(pos + kWalHeaderBytes),
+                                                     [](char c) { return c == 0; });
+    const bool torn = next_sequence == 0 && last_segment &&
+                      (!complete || zero_header || AllZero(data, pos) || ZeroFilledFromSector(data, pos));
     const uint64_t dropped_here = data.size() - pos;
     rep.bytes_dropped = dropped_here;
     if (torn) {
@@ -330,7 +477,19 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                                  dropped_here, " bytes dropped");
       std::cerr << "cmestreamd: WAL recovery: " << rep.problem << "\n";
     } else {
+      const std::string what =
+          next_sequence == 0
+              ? absl::StrCat(seg.path, " offset ", pos, ": the last record (sequence ", prev_sequence + 1,
+                             ") is complete but damaged (", problem,
+                             "); it was written whole, so it may have been acknowledged")
+              : absl::StrCat(seg.path, " offset ", pos, ": damaged record (", problem, "); the next valid record has "
+                             "sequence ", next_sequence, ", so records ", prev_sequence + 1, "..", next_sequence - 1,
+                             " are lost");
+      if (!options.accept_data_loss) {
+        return absl::FailedPreconditionError(absl::StrCat(what, "; refusing to start with acknowledged data missing"));
+      }
       rep.corrupt = true;
+      rep.data_loss.push_back(what);
       const std::string saved = absl::StrCat(seg.path, ".corrupt.", static_cast<long long>(std::time(nullptr)));
       if (absl::Status s = CopyFile(seg.path, saved); !s.ok()) return s;
       for (size_t sj = si + 1; sj < numbers.size(); ++sj) {
@@ -342,15 +501,23 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
           return absl::InternalError(absl::StrCat("cannot rename ", p, " to ", q, ": ", Errno(errno)));
         }
       }
-      rep.problem = absl::StrCat(seg.path, " offset ", pos, ": corrupt record (", problem,
-                                 ") followed by more data; recovery stopped there (point in time: sequence ",
-                                 prev_sequence, "), ", rep.bytes_dropped, " bytes not applied, kept in ", saved,
-                                 later_data ? " and the later segments renamed *.corrupt.*" : "");
+      rep.problem = absl::StrCat(what, "; DATA LOSS accepted (--accept-data-loss): recovery stopped there (point in "
+                                 "time: sequence ", prev_sequence, "), ", rep.bytes_dropped, " bytes not applied, kept in ",
+                                 saved, si + 1 < numbers.size() ? " and the later segments renamed *.corrupt.*" : "");
       std::cerr << "cmestreamd: WAL recovery ERROR: " << rep.problem << "\n";
     }
     if (absl::Status s = TruncateFile(seg.path, pos); !s.ok()) return s;
     wal->segments_.push_back(seg);
-    break;
+    stop = true;
+  }
+  if (options.require_through_sequence > 0 && prev_sequence < options.require_through_sequence) {
+    const std::string what = absl::StrCat(
+        "the write-ahead log in ", options.dir, " ends at sequence ", prev_sequence, " but the manifest's newest "
+        "snapshot covered sequence ", options.require_through_sequence, ": records ", prev_sequence + 1, "..",
+        options.require_through_sequence, " are gone");
+    if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
+    std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
+    rep.data_loss.push_back(what);
   }
   if (absl::Status s = SyncDir(options.dir); !s.ok()) return s;
   rep.last_sequence = prev_sequence;
@@ -399,11 +566,35 @@ absl::Status Wal::OpenNewSegment() {
   seg.path = absl::StrCat(options_.dir, "/", SegmentName(seg.number));
   fd_ = ::open(seg.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) return AppendError(errno, "cannot create segment", seg.path);
+  const auto fail = [&](absl::Status s) {
+    ::close(fd_);
+    fd_ = -1;
+    ::unlink(seg.path.c_str());
+    return s;
+  };
+  // The format version comes first, so a reader of another version never guesses.
+  const std::string header = SegmentHeader();
+  if (const int err = WriteAll(fd_, header.data(), header.size()); err != 0) {
+    return fail(AppendError(err, "write of the segment header to", seg.path));
+  }
+  if (options_.sync != WalSync::kNever && ::fdatasync(fd_) != 0) {
+    return fail(AppendError(errno, "fdatasync of", seg.path));
+  }
   // The new file's directory entry must survive a crash too.
   if (absl::Status s = SyncDir(options_.dir); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("write-ahead log append failed: ", s.message()));
+    return fail(absl::UnavailableError(absl::StrCat("write-ahead log append failed: ", s.message())));
   }
+  seg.header_bytes = header.size();
+  seg.bytes = header.size();
   segments_.push_back(seg);
+  // The manifest lists it before any record in it can be acknowledged.
+  if (options_.on_segments_changed) {
+    if (absl::Status s = options_.on_segments_changed(segments_.front().number, seg.number); !s.ok()) {
+      segments_.pop_back();
+      return fail(absl::UnavailableError(absl::StrCat("write-ahead log append failed: cannot record segment ",
+                                                      seg.path, " in the manifest: ", s.message())));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -522,6 +713,26 @@ absl::StatusOr<uint64_t> Wal::AppendModelDeleted(const std::string& name) {
   return AppendRecord(WalRecordType::kModelDeleted, name);
 }
 
+absl::StatusOr<uint64_t> Wal::AppendModelImported(const std::string& name, const std::string& image) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string payload(4, '\0');
+  PutU32(payload.data(), static_cast<uint32_t>(name.size()));
+  payload += name;
+  payload += image;
+  return AppendRecord(WalRecordType::kModelImported, payload);
+}
+
+absl::Status DecodeImportRecord(const std::string& payload, std::string* name, std::string* image) {
+  if (payload.size() < 4) return absl::DataLossError("import record shorter than its name length");
+  const uint32_t n = GetU32(payload.data());
+  if (n == 0 || n > kMaxModelNameBytes || payload.size() - 4 < n) {
+    return absl::DataLossError(absl::StrCat("import record has a bad name length ", n));
+  }
+  name->assign(payload.data() + 4, n);
+  image->assign(payload.data() + 4 + n, payload.size() - 4 - n);
+  return absl::OkStatus();
+}
+
 uint64_t Wal::last_sequence() const {
   std::lock_guard<std::mutex> lock(mu_);
   return next_sequence_ - 1;
@@ -539,24 +750,30 @@ absl::Status Wal::Sync() {
 
 absl::StatusOr<int> Wal::DeleteSegmentsCoveredBy(uint64_t covered) {
   std::lock_guard<std::mutex> lock(mu_);
-  int deleted = 0;
   const size_t closed = fd_ >= 0 ? segments_.size() - 1 : segments_.size();
-  std::vector<Segment> kept;
-  for (size_t i = 0; i < segments_.size(); ++i) {
-    const Segment& s = segments_[i];
-    if (i < closed && s.last_sequence <= covered) {
-      if (::unlink(s.path.c_str()) != 0 && errno != ENOENT) {
-        return absl::InternalError(absl::StrCat("cannot delete WAL segment ", s.path, ": ", Errno(errno)));
-      }
-      ++deleted;
-    } else {
-      kept.push_back(s);
+  // Only a prefix goes, so what remains is always the contiguous range the manifest records
+  // (an empty segment left by a crash has last_sequence 0 and must not open a hole).
+  std::vector<Segment> kept, doomed;
+  size_t i = 0;
+  for (; i < closed && segments_[i].last_sequence <= covered; ++i) doomed.push_back(segments_[i]);
+  for (; i < segments_.size(); ++i) kept.push_back(segments_[i]);
+  if (doomed.empty()) return 0;
+  // The manifest stops listing them before they go: a crash in between leaves extra files
+  // (harmless), never listed files that are missing (which would refuse the next start).
+  if (options_.on_segments_changed) {
+    const uint64_t first = kept.empty() ? 0 : kept.front().number;
+    const uint64_t last = kept.empty() ? 0 : kept.back().number;
+    if (absl::Status s = options_.on_segments_changed(first, last); !s.ok()) return s;
+  }
+  segments_ = kept;
+  int deleted = 0;
+  for (const Segment& s : doomed) {
+    if (::unlink(s.path.c_str()) != 0 && errno != ENOENT) {
+      return absl::InternalError(absl::StrCat("cannot delete WAL segment ", s.path, ": ", Errno(errno)));
     }
+    ++deleted;
   }
-  segments_ = std::move(kept);
-  if (deleted > 0) {
-    if (absl::Status s = SyncDir(options_.dir); !s.ok()) return s;
-  }
+  if (absl::Status s = SyncDir(options_.dir); !s.ok()) return s;
   return deleted;
 }
 

@@ -1,9 +1,16 @@
-// The write-ahead log of cmestreamd (issue 6, part 1): every accepted batch, model creation and
-// model deletion is appended here before it takes effect or is acknowledged, so a restart can
+// The write-ahead log of cmestreamd: every accepted batch, model creation, import and
+// deletion is appended here before it takes effect or is acknowledged, so a restart can
 // rebuild every model by replaying the log through the live ingestion path.
 //
 // ON DISK. DATA_DIR/wal/NNNNNNNN.log, segments numbered 00000001, 00000002, ... (8+ decimal
-// digits, ordered numerically). A segment is a sequence of records, nothing else:
+// digits, ordered numerically). A segment (format version 1) starts with a 16-byte header:
+//
+//   offset  size  field
+//   0       8     magic "CMEWALSG"
+//   8       4     format version (1; a newer version refuses the start, naming the file)
+//   12      4     masked CRC32C of bytes [0, 12)
+//
+// then records (segments written before the header existed, version 0, start with records):
 //
 //   offset  size  field
 //   0       4     masked CRC32C (crc32c::Mask) of bytes [8, 17 + length)  = type, sequence, payload
@@ -13,14 +20,17 @@
 //   17      len   payload
 //
 // All integers are fixed-width little-endian. Payloads:
-//   kModelCreated  a serialized v1::ModelConfig, already normalized (NormalizeModelConfig)
-//   kModelDeleted  the model name (raw bytes)
-//   kBatch         a serialized v1::IngestBatch restricted to the pairs actually applied:
-//                  `offset` is that of the first applied pair (so on replay nothing is a
-//                  duplicate and the producer's applied offset comes out the same), trajectory
-//                  batches keep their first applied state, `producer_id` and `episode_id` as
-//                  sent. Replaying it through Model::Ingest is therefore the same computation.
+//   kModelCreated   a serialized v1::ModelConfig, already normalized (NormalizeModelConfig)
+//   kModelDeleted   the model name (raw bytes)
+//   kBatch          a serialized v1::IngestBatch restricted to the pairs actually applied:
+//                   `offset` is that of the first applied pair (so on replay nothing is a
+//                   duplicate and the producer's applied offset comes out the same), trajectory
+//                   batches keep their first applied state, `producer_id` and `episode_id` as
+//                   sent. Replaying it through Model::Ingest is therefore the same computation.
+//   kModelImported  u32 name length, the name, the whole export file (service/snapshot.h)
 // A segment is rotated (closed, a new one opened) once it reaches WalOptions::segment_bytes.
+// Each new segment is recorded in the manifest (service/manifest.h) before a record in it can
+// be acknowledged, and leaves the manifest before it is deleted.
 //
 // DURABILITY (WalOptions::sync): kAlways fdatasync()s every record before Append returns (a
 // batch acknowledged is on disk); kInterval fdatasync()s from a background thread every
@@ -33,26 +43,38 @@
 // is unknown: the log refuses every later append (UNAVAILABLE) until the daemon restarts and
 // recovery re-reads what is actually on disk.
 //
-// RECOVERY (Open): segments are read in numeric order and every record checked (length within
-// the file, CRC, known type, sequence = previous + 1). At the first bad record:
-//   * torn tail — the bad record is the last thing in the last segment (an incomplete header or
-//     payload, or a CRC mismatch on a record that reaches EOF, or only zero bytes follow):
-//     reported (path, offset, bytes dropped) and cut by truncating the file there;
-//   * corruption in the middle — valid-looking data follows: reported as an error and recovery
-//     STOPS there (point-in-time recovery: the log is the prefix before the bad record). The
-//     bad segment is copied to NNNNNNNN.log.corrupt before it is truncated, and the later
-//     segments are renamed *.log.corrupt, so nothing is destroyed and none of it is ever applied.
-// Records after the cut are never passed to the visitor. New appends continue after the cut
-// in a fresh segment.
+// RECOVERY (Open): the segments the manifest lists must all exist; then segments are read in
+// numeric order and every record checked (length within the file, CRC, sequence = previous +
+// 1). A record whose CRC matches but whose type is unknown was written by a newer version:
+// the start is refused (never cut). At the first bad record:
+//   * damaged bytes followed, in the same segment or at the start of the next, by the very
+//     next sequence: nothing appended is lost (bytes that are not a record); they are skipped
+//     with a warning (WalRecoveryReport::skipped_damage) and reading goes on;
+//   * torn tail — the bad record is the last thing in the last segment and was never written
+//     whole: its header or payload runs past the end of the file, or the bytes after it are
+//     all zero, or its tail is zero from a 512-byte sector boundary to the end of the file (a
+//     power loss that persisted the file size but not the last sectors). Such a write never
+//     returned from fdatasync, so it was never acknowledged: reported (path, offset, bytes
+//     dropped) and cut;
+//   * anything else loses acknowledged records — a gap (valid records follow with a later
+//     sequence), or a last record that was written whole and then damaged. Open fails with
+//     FailedPrecondition naming the file, the offset and the sequences lost, unless
+//     accept_data_loss: then recovery stops there (point in time), the damaged segment is
+//     copied to *.log.corrupt.TIME, later segments are renamed likewise, and the loss is listed
+//     in WalRecoveryReport::data_loss.
+// Also refused unless accept_data_loss: a log that starts after require_from_sequence (the
+// records after the snapshot in use are gone) or ends before require_through_sequence (a
+// fallback to an older snapshot would drop what the newer one held).
+// New appends continue in a fresh segment.
 //
 // INTERFACE FOR SNAPSHOTS. Every record has a sequence number. Model::applied_sequence() is the
-// sequence of the last record applied to a model (read it under the model's learner lock, e.g.
-// in Model::Snapshot): a snapshot of the model taken under that lock covers all of the model's
-// records <= it. A restart is then: load the snapshot, Open(options, after_sequence = S,
-// visitor) where S is the smallest applied sequence over the snapshot's models (the visitor
-// skips per model the records its snapshot already covers), and once a set of snapshots covers
-// every record <= S, call DeleteSegmentsCoveredBy(S): it removes the closed segments whose
-// records all have sequence <= S (call Rotate() first to close the active segment).
+// sequence of the last record applied to a model (read it under the model's learner lock): a
+// snapshot of the model taken under that lock covers all of the model's records <= it. A
+// restart is then: load the snapshot, Open(options, after_sequence = S, visitor) where S is
+// the snapshot's covered sequence (the visitor skips per model the records its snapshot
+// already covers), and once a set of snapshots covers every record <= S, call
+// DeleteSegmentsCoveredBy(S): it removes the closed segments whose records all have sequence
+// <= S (call Rotate() first to close the active segment).
 //
 // Thread safety: all methods are thread-safe; appends are serialized by one mutex (records of
 // different models interleave; records of one model are in the order the model applied them,
@@ -74,6 +96,7 @@
 #include "cmestream/v1/cmestream.pb.h"
 #include "prometheus/registry.h"
 #include "service/batch_log.h"
+#include "service/wire_limits.h"
 #include "service/wal_options.h"
 
 namespace prometheus {
@@ -84,9 +107,12 @@ class Histogram;
 
 namespace cmestream::service {
 
-enum class WalRecordType : uint8_t { kModelCreated = 1, kModelDeleted = 2, kBatch = 3 };
+enum class WalRecordType : uint8_t { kModelCreated = 1, kModelDeleted = 2, kBatch = 3, kModelImported = 4 };
+inline constexpr uint8_t kWalMaxKnownRecordType = 4;
 
-inline constexpr size_t kWalHeaderBytes = 17;
+inline constexpr size_t kWalHeaderBytes = 17;         // of a record
+inline constexpr size_t kWalSegmentHeaderBytes = 16;  // of a segment (format version >= 1)
+inline constexpr uint32_t kWalFormatVersion = 1;
 inline constexpr uint32_t kWalMaxPayloadBytes = 1u << 30;  // 1 GiB; above --max-message-mb's limit
 
 // One record as the recovery visitor sees it.
@@ -106,8 +132,12 @@ struct WalRecoveryReport {
   uint64_t bytes = 0;            // valid bytes
   uint64_t last_sequence = 0;
   bool torn_tail = false;        // a torn last record was cut
-  bool corrupt = false;          // corruption in the middle: stopped there (point in time)
+  bool corrupt = false;          // data loss accepted: stopped there (point in time)
   std::string problem;           // "path offset N: what; B bytes dropped"
+  uint64_t first_sequence = 0;   // of the first valid record on disk (0: none)
+  uint64_t missing_segments = 0; // listed in the manifest but absent
+  std::vector<std::string> skipped_damage;  // damaged bytes skipped with nothing lost
+  std::vector<std::string> data_loss;       // damage accepted with --accept-data-loss
   uint64_t bytes_dropped = 0;
   double seconds = 0;
 };
@@ -115,8 +145,10 @@ struct WalRecoveryReport {
 // Checks one record at data[0, size): on success sets *record (without segment/offset) and
 // *record_bytes. Exposed for the tests and the fuzz target. Errors (all InvalidArgument/
 // DataLoss with a reason): "incomplete header", "payload runs past end", "crc mismatch",
-// "unknown record type N".
+// "unknown record type N" (Unimplemented: the CRC matched, so a newer writer wrote it).
 absl::Status ParseWalRecord(const char* data, size_t size, WalRecord* record, size_t* record_bytes);
+// Payload of a kModelImported record: u32 name length, the name, the export file.
+absl::Status DecodeImportRecord(const std::string& payload, std::string* name, std::string* image);
 // The record bytes of (type, sequence, payload) as Append writes them (tests use it too).
 std::string EncodeWalRecord(WalRecordType type, uint64_t sequence, const std::string& payload);
 
@@ -139,12 +171,14 @@ class Wal final : public BatchLog {
                                   const std::string& episode_id) override;
   absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) override;
   absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) override;
+  absl::StatusOr<uint64_t> AppendModelImported(const std::string& name, const std::string& image) override;
   uint64_t last_sequence() const override;
 
   // Closes the active segment (synced) and starts a new one at the next append.
   absl::Status Rotate();
-  // Deletes closed segments whose records all have sequence <= covered (see INTERFACE FOR
-  // SNAPSHOTS). Returns the number deleted. Never deletes the active segment.
+  // Deletes the longest prefix of closed segments whose records all have sequence <= covered
+  // (see INTERFACE FOR SNAPSHOTS), so the segments left are a contiguous range. Returns the
+  // number deleted. Never deletes the active segment.
   absl::StatusOr<int> DeleteSegmentsCoveredBy(uint64_t covered);
   // Segment paths, oldest first (tests, diagnostics).
   std::vector<std::string> SegmentPaths() const;
@@ -158,6 +192,7 @@ class Wal final : public BatchLog {
     uint64_t first_sequence = 0;  // 0 while empty
     uint64_t last_sequence = 0;
     uint64_t bytes = 0;
+    uint64_t header_bytes = 0;    // 16 (version 1) or 0 (version 0, read only)
   };
   struct MetricSeries;
   explicit Wal(WalOptions options);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "service/recovery.h"
 #include "service/registry.h"
 #include "service/wal.h"
+#include "service/manifest.h"
 
 namespace cmestream::service {
 namespace {
@@ -196,37 +198,98 @@ TEST(Wal, TornTailAtEveryByteIsCutAndNeverApplied) {
   }
 }
 
-TEST(Wal, FlippedByteInTheMiddleStopsRecoveryThere) {
+TEST(Wal, FlippedByteInTheMiddleRefusesUnlessLossIsAccepted) {
   const std::string dir = TempDir("middle");
   const std::string seg = WriteRecords(dir, 5);
   std::string data = ReadAll(seg);
   const size_t rec = EncodeWalRecord(WalRecordType::kModelDeleted, 1, "m0").size();
-  data[2 * rec + kWalHeaderBytes] ^= 0x40;  // payload of record 3
+  const size_t h = kWalSegmentHeaderBytes;
+  data[h + 2 * rec + kWalHeaderBytes] ^= 0x40;  // payload of record 3
   WriteAllTo(seg, data);
+  Collected refused;
+  auto no = Wal::Open(Options(dir), 0, refused.visitor(), nullptr);
+  ASSERT_FALSE(no.ok());
+  EXPECT_EQ(no.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(no.status().message().find("records 3..3 are lost"), std::string::npos) << no.status();
+  EXPECT_NE(no.status().message().find("offset " + std::to_string(h + 2 * rec)), std::string::npos) << no.status();
+  EXPECT_EQ(ReadAll(seg), data);  // refusing changed nothing on disk
+
+  WalOptions accept = Options(dir);
+  accept.accept_data_loss = true;
   Collected c;
   WalRecoveryReport rep;
-  auto wal = Wal::Open(Options(dir), 0, c.visitor(), &rep);
+  auto wal = Wal::Open(accept, 0, c.visitor(), &rep);
   ASSERT_TRUE(wal.ok()) << wal.status();
   ASSERT_EQ(c.records.size(), 2u);  // records 4 and 5 are valid but after the damage: not applied
   EXPECT_TRUE(rep.corrupt);
   EXPECT_FALSE(rep.torn_tail);
+  EXPECT_EQ(rep.data_loss.size(), 1u);
   EXPECT_EQ(rep.bytes_dropped, 3 * rec);
   EXPECT_NE(rep.problem.find("crc mismatch"), std::string::npos) << rep.problem;
-  EXPECT_NE(rep.problem.find("offset " + std::to_string(2 * rec)), std::string::npos) << rep.problem;
-  EXPECT_EQ(fs::file_size(seg), 2 * rec);
+  EXPECT_EQ(fs::file_size(seg), h + 2 * rec);
   // The damaged original is kept for inspection.
   int kept = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().string().find(".corrupt.") != std::string::npos) {
       ++kept;
-      EXPECT_EQ(fs::file_size(e.path()), 5 * rec);
+      EXPECT_EQ(fs::file_size(e.path()), h + 5 * rec);
     }
   }
   EXPECT_EQ(kept, 1);
   EXPECT_EQ((*wal)->last_sequence(), 2u);
 }
 
-TEST(Wal, BadTypeWithValidCrcStopsRecovery) {
+TEST(Wal, DamagedBytesWithoutAGapAreSkipped) {
+  const std::string dir = TempDir("skip");
+  const std::string seg = WriteRecords(dir, 4);
+  std::string data = ReadAll(seg);
+  const size_t rec = EncodeWalRecord(WalRecordType::kModelDeleted, 1, "m0").size();
+  data.insert(kWalSegmentHeaderBytes + 2 * rec, std::string(40, '\x13'));  // garbage between records 2 and 3
+  WriteAllTo(seg, data);
+  Collected c;
+  WalRecoveryReport rep;
+  auto wal = Wal::Open(Options(dir), 0, c.visitor(), &rep);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  ASSERT_EQ(c.records.size(), 4u);
+  EXPECT_EQ(c.records[3].payload, "m3");
+  ASSERT_EQ(rep.skipped_damage.size(), 1u);
+  EXPECT_NE(rep.skipped_damage[0].find("40 damaged bytes"), std::string::npos) << rep.skipped_damage[0];
+}
+
+TEST(Wal, ACompleteLastRecordThatIsDamagedIsNotCutAsTorn) {
+  const std::string dir = TempDir("lastflip");
+  const std::string seg = WriteRecords(dir, 3);
+  std::string data = ReadAll(seg);
+  data[data.size() - 2] ^= 0x01;  // inside the payload of the last record
+  WriteAllTo(seg, data);
+  auto no = Wal::Open(Options(dir), 0, nullptr, nullptr);
+  ASSERT_FALSE(no.ok());
+  EXPECT_NE(no.status().message().find("the last record (sequence 3) is complete but damaged"), std::string::npos)
+      << no.status();
+  // A power loss that persisted the size but not the last sector looks different: zeros from
+  // a sector boundary to the end. That write was never acknowledged and is cut.
+  const std::string big(1500, 'q');
+  const std::string dir2 = TempDir("lastzero");
+  std::string seg2;
+  {
+    auto wal = Wal::Open(Options(dir2), 0, nullptr, nullptr);
+    ASSERT_TRUE(wal.ok());
+    ASSERT_TRUE((*wal)->AppendModelDeleted("a").ok());
+    ASSERT_TRUE((*wal)->AppendModelDeleted(big).ok());
+    seg2 = (*wal)->SegmentPaths().back();
+  }
+  std::string d2 = ReadAll(seg2);
+  for (size_t i = 1024; i < d2.size(); ++i) d2[i] = 0;
+  WriteAllTo(seg2, d2);
+  Collected c;
+  WalRecoveryReport rep;
+  auto wal = Wal::Open(Options(dir2), 0, c.visitor(), &rep);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  EXPECT_EQ(c.records.size(), 1u);
+  EXPECT_TRUE(rep.torn_tail);
+}
+
+TEST(Wal, BadTypeWithValidCrcRefusesTheStartAndIsKept) {
   const std::string dir = TempDir("badtype");
   const std::string seg = WriteRecords(dir, 2);
   std::string bad = EncodeWalRecord(WalRecordType::kModelDeleted, 3, "x");
@@ -235,24 +298,66 @@ TEST(Wal, BadTypeWithValidCrcStopsRecovery) {
   for (int i = 0; i < 4; ++i) bad[i] = static_cast<char>((crc >> (8 * i)) & 0xff);
   const std::string data = ReadAll(seg) + bad + EncodeWalRecord(WalRecordType::kModelDeleted, 4, "y");
   WriteAllTo(seg, data);
-  Collected c;
-  WalRecoveryReport rep;
-  ASSERT_TRUE(Wal::Open(Options(dir), 0, c.visitor(), &rep).ok());
-  EXPECT_EQ(c.records.size(), 2u);
-  EXPECT_TRUE(rep.corrupt);
-  EXPECT_NE(rep.problem.find("unknown record type 7"), std::string::npos) << rep.problem;
+  for (bool accept : {false, true}) {  // not even --accept-data-loss cuts a record of a newer writer
+    WalOptions o = Options(dir);
+    o.accept_data_loss = accept;
+    auto wal = Wal::Open(o, 0, nullptr, nullptr);
+    ASSERT_FALSE(wal.ok());
+    EXPECT_EQ(wal.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(wal.status().message().find("unknown record type 7"), std::string::npos) << wal.status();
+    EXPECT_EQ(ReadAll(seg), data);
+  }
 }
 
-TEST(Wal, SequenceGapIsCorruption) {
+TEST(Wal, NewerSegmentVersionRefusesTheStart) {
+  const std::string dir = TempDir("newer");
+  const std::string seg = WriteRecords(dir, 2);
+  std::string data = ReadAll(seg);
+  data[8] = 2;  // format version 2
+  const uint32_t crc = crc32c::Mask(crc32c::Value(data.data(), 12));
+  for (int i = 0; i < 4; ++i) data[12 + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  WriteAllTo(seg, data);
+  auto wal = Wal::Open(Options(dir), 0, nullptr, nullptr);
+  ASSERT_FALSE(wal.ok());
+  EXPECT_NE(wal.status().message().find("WAL format version 2 was written by a newer cmestreamd"), std::string::npos)
+      << wal.status();
+}
+
+TEST(Wal, SequenceGapRefusesUnlessLossIsAccepted) {
   const std::string dir = TempDir("gap");
   const std::string seg = WriteRecords(dir, 2);
   WriteAllTo(seg, ReadAll(seg) + EncodeWalRecord(WalRecordType::kModelDeleted, 9, "z") +
                       EncodeWalRecord(WalRecordType::kModelDeleted, 10, "w"));
+  auto no = Wal::Open(Options(dir), 0, nullptr, nullptr);
+  ASSERT_FALSE(no.ok());
+  EXPECT_NE(no.status().message().find("records 3..8 are lost"), std::string::npos) << no.status();
+  WalOptions accept = Options(dir);
+  accept.accept_data_loss = true;
   Collected c;
   WalRecoveryReport rep;
-  ASSERT_TRUE(Wal::Open(Options(dir), 0, c.visitor(), &rep).ok());
+  ASSERT_TRUE(Wal::Open(accept, 0, c.visitor(), &rep).ok());
   EXPECT_EQ(c.records.size(), 2u);
   EXPECT_NE(rep.problem.find("sequence 9, expected 3"), std::string::npos) << rep.problem;
+}
+
+TEST(Wal, SegmentsListedInTheManifestMustExist) {
+  const std::string dir = TempDir("listed");
+  WriteRecords(dir, 2);  // segment 1
+  WalOptions o = Options(dir);
+  o.expected_first_segment = 1;
+  o.expected_last_segment = 3;  // 2 and 3 were listed but are gone
+  auto wal = Wal::Open(o, 0, nullptr, nullptr);
+  ASSERT_FALSE(wal.ok());
+  EXPECT_NE(wal.status().message().find("2 WAL segment(s) listed in the manifest are missing"), std::string::npos)
+      << wal.status();
+  o.accept_data_loss = true;
+  WalRecoveryReport rep;
+  auto accepted = Wal::Open(o, 0, nullptr, &rep);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  EXPECT_EQ(rep.missing_segments, 2u);
+  // New segments never reuse a number the manifest knew.
+  ASSERT_TRUE((*accepted)->AppendModelDeleted("n").ok());
+  EXPECT_NE((*accepted)->SegmentPaths().back().find("00000004.log"), std::string::npos);
 }
 
 TEST(Wal, RotationAndDeletionOfCoveredSegments) {
@@ -405,6 +510,51 @@ TEST(WalReplay, FailedAppendAppliesNothingAndSaysWhy) {
   ASSERT_TRUE(OpenAndReplayWal(Options(dir), 0, again, nullptr, &rep, nullptr).ok());
   EXPECT_TRUE(rep.problem.empty()) << rep.problem;
   EXPECT_EQ((*again.Get("m"))->StateDigest(), after);
+}
+
+
+// --- the manifest ---------------------------------------------------------------------------
+
+TEST(Manifest, RoundTripsAndRefusesDamageAndNewerVersions) {
+  ManifestState s;
+  s.snapshots = {{"snapshot-00000000000000000003.snap", 41}, {"snapshot-00000000000000000004.snap", 77}};
+  s.wal_first_segment = 5;
+  s.wal_last_segment = 9;
+  s.wal_first_sequence = 42;
+  const std::string text = EncodeManifest(s);
+  absl::StatusOr<ManifestState> back = ParseManifest(text, "M");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, s);
+  for (size_t i = 0; i < text.size(); ++i) {  // any flipped byte is caught
+    std::string bad = text;
+    bad[i] = static_cast<char>(bad[i] ^ 0x04);
+    EXPECT_FALSE(ParseManifest(bad, "M").ok()) << "byte " << i;
+  }
+  std::string newer = text;
+  newer.replace(newer.find("manifest 1"), 10, "manifest 7");
+  newer = newer.substr(0, newer.rfind("crc "));
+  ManifestState empty;
+  const std::string reencoded = EncodeManifest(empty);  // take its crc line format, recompute below
+  const uint32_t crc = crc32c::Mask(crc32c::Value(newer.data(), newer.size()));
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08x", crc);
+  newer += std::string("crc ") + hex + "\n";
+  absl::StatusOr<ManifestState> refused = ParseManifest(newer, "M");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("manifest version 7"), std::string::npos) << refused.status();
+  (void)reencoded;
+
+  const std::string dir = TempDir("manifest");
+  Manifest m(dir + "/MANIFEST");
+  EXPECT_EQ(m.Load().status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(m.Write(s).ok());
+  ASSERT_TRUE(m.SetWalSegments(6, 10).ok());
+  Manifest again(dir + "/MANIFEST");
+  absl::StatusOr<ManifestState> loaded = again.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->wal_first_segment, 6u);
+  EXPECT_EQ(loaded->snapshots.size(), 2u);
 }
 
 }  // namespace

@@ -1,0 +1,430 @@
+"""The ordinary lifecycle of cmestreamd against the real daemon: every reproduction of "nothing
+acknowledged is ever lost" is a test here. Clean restarts with models in every state, bounded ids
+and values, imports that survive kill -9, damaged or missing WAL segments and snapshots that
+refuse the start (naming the file and the way out) instead of serving a partial state, exclusive
+ports and data dirs, memory and query budgets.
+
+Environment (ctest): CMESTREAMD, PYTHONPATH=<build>/python:client/python.
+"""
+import glob
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+import unittest
+
+import grpc
+import numpy as np
+
+from cmestream.v1 import cmestream_pb2 as pb
+from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
+from cmestream_client.testing import Daemon
+
+DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
+
+# --- CRC32C (Castagnoli) and the WAL record layout (service/wal.h), to craft damage ---------
+
+_TABLE = []
+for _i in range(256):
+    _c = _i
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    _TABLE.append(_c)
+
+
+def crc32c(data: bytes) -> int:
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def mask(crc: int) -> int:
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write_bytes(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def read_text(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+SEGMENT_HEADER = 16
+RECORD_HEADER = 17
+
+
+def records(path):
+    """(offset, length, type, sequence) of each record of a segment."""
+    data = read_bytes(path)
+    pos = SEGMENT_HEADER if data[:8] == b"CMEWALSG" else 0
+    out = []
+    while pos + RECORD_HEADER <= len(data):
+        length, = struct.unpack_from("<I", data, pos + 4)
+        typ = data[pos + 8]
+        seq, = struct.unpack_from("<Q", data, pos + 9)
+        out.append((pos, length, typ, seq))
+        pos += RECORD_HEADER + length
+    return out
+
+
+def encode_record(typ: int, seq: int, payload: bytes) -> bytes:
+    body = bytes([typ]) + struct.pack("<Q", seq) + payload
+    return struct.pack("<II", mask(crc32c(body)), len(payload)) + body
+
+
+class Stubs:
+    def __init__(self, target):
+        self.channel = grpc.insecure_channel(target)
+        self.models = pb_grpc.ModelServiceStub(self.channel)
+        self.ingest = pb_grpc.IngestServiceStub(self.channel)
+        self.queries = pb_grpc.QueryServiceStub(self.channel)
+
+    def close(self):
+        self.channel.close()
+
+
+def pairs(n, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2, 2, size=(n, d))
+    y = 0.9 * x + 0.1 * rng.standard_normal((n, d))
+    return x, y
+
+
+class LifecycleTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="cmestream-life-")
+        self.dir = self.tmp.name
+        self.daemons = []
+
+    def tearDown(self):
+        for d in self.daemons:
+            d.stop()
+        self.tmp.cleanup()
+
+    def start(self, data, *extra, expect_fail=False):
+        d = Daemon(DAEMON, data, refresh_interval=0.2,
+                   log_path=os.path.join(self.dir, f"{os.path.basename(data)}-{time.monotonic_ns()}.log"),
+                   extra_args=["--snapshot-interval", "0", *extra])
+        if expect_fail:
+            with self.assertRaises(RuntimeError) as ctx:
+                d.start()
+            return str(ctx.exception)
+        d.start()
+        self.daemons.append(d)
+        return d
+
+    def kill9(self, d):
+        d.process.kill()
+        d.process.wait()
+        d.stop()
+        self.daemons.remove(d)
+
+    def term(self, d):
+        self.assertEqual(d.stop(), 0)
+        self.daemons.remove(d)
+
+    def create(self, d, name, **cfg):
+        s = Stubs(d.grpc_target)
+        try:
+            return s.models.CreateModel(pb.CreateModelRequest(config=pb.ModelConfig(name=name, **cfg)), timeout=30)
+        finally:
+            s.close()
+
+    def ingest(self, d, name, x, y, producer="p", offset=0, episode=""):
+        s = Stubs(d.grpc_target)
+        try:
+            b = pb.IngestBatch(model=name, producer_id=producer, offset=offset, episode_id=episode,
+                               x=x.ravel().tolist(), y=y.ravel().tolist())
+            return s.ingest.IngestOne(b, timeout=60)
+        finally:
+            s.close()
+
+    def digests(self, d):
+        s = Stubs(d.grpc_target)
+        try:
+            out = {}
+            for m in s.models.ListModels(pb.ListModelsRequest(), timeout=30).models:
+                info = s.models.GetModel(pb.GetModelRequest(name=m.config.name, with_state_digest=True), timeout=30)
+                out[m.config.name] = (info.state_digest, info.samples + info.pending_warmup)
+            return out
+        finally:
+            s.close()
+
+    def populated(self, data, n=3000):
+        """A daemon with a fixed-sigma model fed n pairs (WAL only: snapshots off)."""
+        d = self.start(data)
+        self.create(d, "m", dim=2, sigma=0.5, max_dict=80)
+        x, y = pairs(n)
+        for k in range(0, n, 500):
+            self.ingest(d, "m", x[k:k + 500], y[k:k + 500], offset=k)
+        return d
+
+    # --- 1. clean restart with a model in every state -------------------------------------
+
+    def test_clean_restarts_keep_models_in_every_state(self):
+        data = os.path.join(self.dir, "states")
+        d = self.start(data)
+        self.create(d, "auto_empty", dim=2)                          # sigma auto, no data
+        self.create(d, "auto_warmup", dim=2, auto_sigma_warmup=500)  # sigma auto, in warm-up
+        self.create(d, "auto_done", dim=2, auto_sigma_warmup=200, max_dict=60)
+        self.create(d, "fixed", dim=2, sigma=0.5, max_dict=60, latent_states=2, window=2)
+        self.create(d, "discrete", num_states=5, meta_states=2)
+        self.create(d, "deleted", dim=1, sigma=1.0)
+        x, y = pairs(400)
+        self.ingest(d, "auto_warmup", x[:300], y[:300])
+        self.ingest(d, "auto_done", x, y)
+        s = Stubs(d.grpc_target)
+        states = np.concatenate([x[:100], y[99:100]]).ravel().tolist()
+        s.ingest.IngestOne(pb.IngestBatch(model="fixed", producer_id="q", states=states, episode_id="e"), timeout=30)
+        s.ingest.IngestOne(pb.IngestBatch(model="discrete", x_ids=[0, 1, 2, 3], y_ids=[1, 2, 3, 4]), timeout=30)
+        s.models.DeleteModel(pb.DeleteModelRequest(name="deleted"), timeout=30)
+        s.close()
+        before = self.digests(d)
+        self.assertEqual(set(before), {"auto_empty", "auto_warmup", "auto_done", "fixed", "discrete"})
+        for restart in range(3):  # the second start loads the first's shutdown snapshot, and so on
+            self.term(d)
+            d = self.start(data)
+            self.assertEqual(self.digests(d), before, f"restart {restart}")
+        # The warm-up model still finishes its warm-up and learns after all those restarts.
+        self.ingest(d, "auto_warmup", x[300:], y[300:], producer="p2")
+        self.assertEqual(self.digests(d)["auto_warmup"][1], 400)
+
+    # --- 2. ids and values: what is acknowledged can be written and read back -------------
+
+    def test_long_ids_and_absurd_values_are_refused_and_change_nothing(self):
+        data = os.path.join(self.dir, "ids")
+        d = self.start(data)
+        self.create(d, "m", dim=2, sigma=0.5)
+        x, y = pairs(10)
+        self.ingest(d, "m", x, y, producer="p" * 256, episode="e" * 256)  # at the bound: fine
+        for field, kw in (("producer_id", dict(producer="p" * 257)), ("episode_id", dict(episode="e" * 4097))):
+            with self.assertRaises(grpc.RpcError) as ctx:
+                self.ingest(d, "m", x, y, **kw)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(f"field {field} is", ctx.exception.details())
+            self.assertIn("at most 256 bytes", ctx.exception.details())
+        for value in (1e308, -1e200, 1e13):
+            bad = x.copy()
+            bad[3, 1] = value
+            with self.assertRaises(grpc.RpcError) as ctx:
+                self.ingest(d, "m", bad, y, producer="")
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("pair 3, component 1", ctx.exception.details())
+            self.assertIn("--max-abs-value", ctx.exception.details())
+        before = self.digests(d)
+        self.assertEqual(before["m"][1], 10)
+        self.term(d)
+        d = self.start(data)  # the shutdown snapshot holds the 256-byte ids and reads back
+        self.assertEqual(self.digests(d), before)
+
+    # --- 3. unusable snapshots: refuse, never start empty ------------------------------------
+
+    def snapshot_only(self, data):
+        """Model state held only by snapshots: two clean shutdowns prune every WAL segment."""
+        d = self.populated(data)
+        before = self.digests(d)
+        self.term(d)
+        d = self.start(data)
+        self.term(d)
+        self.assertEqual([r for seg in glob.glob(os.path.join(data, "wal", "*.log")) for r in records(seg)], [])
+        return before
+
+    def test_every_snapshot_unusable_with_an_empty_wal_refuses_to_start(self):
+        data = os.path.join(self.dir, "unusable")
+        before = self.snapshot_only(data)
+        snaps = sorted(glob.glob(os.path.join(data, "snapshots", "*.snap")))
+        self.assertEqual(len(snaps), 2)
+        for path in snaps:
+            raw = bytearray(read_bytes(path))
+            raw[len(raw) // 2] ^= 0x10
+            write_bytes(path, bytes(raw))
+        log = self.start(data, expect_fail=True)
+        self.assertIn("refusing to start", log)
+        self.assertIn("--accept-data-loss", log)
+        self.assertIn("--recover-from", log)
+        # The refusal changed nothing: the files are still there for the operator.
+        self.assertEqual(sorted(glob.glob(os.path.join(data, "snapshots", "*.snap"))), snaps)
+        # The way out: accept the loss (starts empty, says so, and its new state is durable).
+        d = self.start(data, "--accept-data-loss")
+        self.assertEqual(self.digests(d), {})
+        self.assertIn("DATA LOSS", read_text(d.log_path))
+        self.assertEqual(len(glob.glob(os.path.join(data, "snapshots", "unusable", "*.snap"))), 2)
+        self.term(d)
+        self.start(data)  # and the next start needs no flag
+        del before
+
+    def test_a_newer_snapshot_version_is_kept_and_refused_by_name(self):
+        data = os.path.join(self.dir, "newer")
+        self.snapshot_only(data)
+        for path in glob.glob(os.path.join(data, "snapshots", "*.snap")):
+            raw = bytearray(read_bytes(path))
+            struct.pack_into("<I", raw, 12, 99)  # format version
+            struct.pack_into("<I", raw, len(raw) - 4, mask(crc32c(bytes(raw[:-4]))))
+            write_bytes(path, bytes(raw))
+        log = self.start(data, expect_fail=True)
+        self.assertIn("snapshot format version 99", log)
+        self.assertIn("refusing to start", log)
+
+    def test_recover_from_a_snapshot_copy(self):
+        data = os.path.join(self.dir, "copy")
+        before = self.snapshot_only(data)
+        snaps = sorted(glob.glob(os.path.join(data, "snapshots", "*.snap")))
+        copy = os.path.join(self.dir, "backup.snap")
+        shutil.copy(snaps[-1], copy)
+        for path in snaps:
+            os.remove(path)
+        self.assertIn("refusing to start", self.start(data, expect_fail=True))
+        d = self.start(data, "--recover-from", copy)
+        self.assertEqual(self.digests(d), before)
+
+    # --- 4. imports are logged ---------------------------------------------------------
+
+    def test_import_survives_kill9_and_takes_later_batches(self):
+        src = self.start(os.path.join(self.dir, "src"))
+        self.create(src, "a", dim=2, sigma=0.5, max_dict=60)
+        x, y = pairs(1000, seed=3)
+        self.ingest(src, "a", x[:500], y[:500])
+        s = Stubs(src.grpc_target)
+        image = s.models.ExportModel(pb.ExportModelRequest(name="a"), timeout=30).data
+        s.close()
+        data = os.path.join(self.dir, "dst")
+        d = self.start(data)
+        s = Stubs(d.grpc_target)
+        s.models.ImportModel(pb.ImportModelRequest(data=image, name="b"), timeout=30)
+        s.close()
+        self.kill9(d)  # right after the import: no snapshot exists
+        self.assertEqual(glob.glob(os.path.join(data, "snapshots", "*.snap")), [])
+        d = self.start(data)
+        self.ingest(d, "b", x[500:], y[500:], offset=500)
+        self.ingest(src, "a", x[500:], y[500:], offset=500)
+        expected = self.digests(src)["a"]
+        self.assertEqual(self.digests(d)["b"], expected)
+        self.kill9(d)
+        d = self.start(data)
+        self.assertEqual(self.digests(d)["b"], expected)
+        self.term(d)
+        d = self.start(data)
+        self.assertEqual(self.digests(d)["b"], expected)
+
+    # --- 5. WAL damage ------------------------------------------------------------------
+
+    def damaged_wal(self, name):
+        data = os.path.join(self.dir, name)
+        d = self.populated(data)
+        before = self.digests(d)
+        self.kill9(d)  # the WAL holds everything; no snapshot
+        segs = sorted(glob.glob(os.path.join(data, "wal", "*.log")))
+        return data, segs, before
+
+    def flip(self, path, offset):
+        raw = bytearray(read_bytes(path))
+        raw[offset] ^= 0x40
+        write_bytes(path, bytes(raw))
+
+    def test_a_flipped_byte_mid_log_refuses_then_accepting_keeps_the_prefix(self):
+        data, segs, before = self.damaged_wal("flip")
+        recs = [(seg, r) for seg in segs for r in records(seg)]
+        self.assertGreaterEqual(len(recs), 5)
+        seg, (off, length, typ, seq) = recs[2]
+        self.flip(seg, off + RECORD_HEADER + length // 2)
+        log = self.start(data, expect_fail=True)
+        self.assertIn(f"{seg} offset {off}", log)
+        self.assertIn(f"records {seq}..{seq} are lost", log)
+        self.assertIn("--accept-data-loss", log)
+        d = self.start(data, "--accept-data-loss")
+        got = self.digests(d)
+        self.assertLess(got["m"][1], before["m"][1])  # the prefix before the damage
+        self.assertIn("DATA LOSS", read_text(d.log_path))
+
+    def test_a_flipped_byte_in_the_last_complete_record_is_not_cut_as_torn(self):
+        data, segs, _ = self.damaged_wal("last")
+        off, length, typ, seq = records(segs[-1])[-1]
+        self.flip(segs[-1], off + RECORD_HEADER + length // 2)
+        log = self.start(data, expect_fail=True)
+        self.assertIn(f"the last record (sequence {seq}) is complete but damaged", log)
+
+    def test_garbage_between_records_without_a_gap_is_skipped(self):
+        data, segs, before = self.damaged_wal("garbage")
+        raw = read_bytes(segs[-1])
+        off = records(segs[-1])[1][0]
+        write_bytes(segs[-1], raw[:off] + b"\x13" * 40 + raw[off:])
+        d = self.start(data)
+        self.assertEqual(self.digests(d), before)
+        self.assertIn("damaged bytes", read_text(d.log_path))
+
+    def test_a_deleted_wal_directory_refuses_to_start(self):
+        data, _, _ = self.damaged_wal("nowal")
+        shutil.rmtree(os.path.join(data, "wal"))
+        log = self.start(data, expect_fail=True)
+        self.assertIn("listed in the manifest are missing", log)
+
+    def test_an_unknown_record_type_is_refused_not_cut(self):
+        data, segs, before = self.damaged_wal("future")
+        last_seq = records(segs[-1])[-1][3]
+        with open(segs[-1], "ab") as f:
+            f.write(encode_record(42, last_seq + 1, b"from the future"))
+        log = self.start(data, expect_fail=True)
+        self.assertIn("unknown record type 42", log)
+        self.assertIn("newer cmestreamd", log)
+        self.assertEqual(records(segs[-1])[-1][2], 42)  # still there, not cut
+
+    # --- 6. exclusive ports and data dirs -------------------------------------------------
+
+    def test_a_second_daemon_cannot_share_the_port_or_the_data_dir(self):
+        data = os.path.join(self.dir, "one")
+        d = self.start(data)
+        port = d.grpc_target.rsplit(":", 1)[1]
+        other = Daemon(DAEMON, os.path.join(self.dir, "two"), listen=f"127.0.0.1:{port}",
+                       log_path=os.path.join(self.dir, "two.log"))
+        with self.assertRaises(RuntimeError) as ctx:
+            other.start()
+        self.assertIn("cannot serve gRPC", str(ctx.exception))
+        os.remove(os.path.join(data, "LOCK"))
+        log = self.start(data, expect_fail=True)
+        self.assertIn("in use by another cmestreamd", log)
+
+    # --- 8. memory -----------------------------------------------------------------------
+
+    def test_memory_and_query_budgets(self):
+        data = os.path.join(self.dir, "mem")
+        d = self.start(data, "--max-memory", "300M", "--max-query-mb", "1")
+        made = 0
+        with self.assertRaises(grpc.RpcError) as ctx:
+            for i in range(100):
+                self.create(d, f"m{i}", dim=2, sigma=0.5)  # max_dict 1000: about 70 MiB each
+                made += 1
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("--max-memory", ctx.exception.details())
+        self.assertGreaterEqual(made, 1)
+        self.assertLess(made, 10)
+        # A query larger than --max-query-mb is refused before it allocates.
+        x, y = pairs(200)
+        self.ingest(d, "m0", x, y)
+        s = Stubs(d.grpc_target)
+        s.queries.Refresh(pb.RefreshRequest(model="m0", wait=True), timeout=60)
+        points = np.zeros((20000, 2)).ravel().tolist()
+        with self.assertRaises(grpc.RpcError) as ctx:
+            s.queries.GetKoopman(pb.KoopmanRequest(model="m0", points=points), timeout=30)
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("--max-query-mb", ctx.exception.details())
+        s.queries.GetKoopman(pb.KoopmanRequest(model="m0", points=points[:200]), timeout=30)
+        s.close()
+        # The refused model left nothing behind: a restart has exactly the models made.
+        self.kill9(d)
+        d = self.start(data, "--max-memory", "300M")
+        self.assertEqual(len(self.digests(d)), made)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
