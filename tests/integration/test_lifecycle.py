@@ -189,9 +189,13 @@ class LifecycleTest(unittest.TestCase):
         s.ingest.IngestOne(pb.IngestBatch(model="fixed", producer_id="q", states=states, episode_id="e"), timeout=30)
         s.ingest.IngestOne(pb.IngestBatch(model="discrete", x_ids=[0, 1, 2, 3], y_ids=[1, 2, 3, 4]), timeout=30)
         s.models.DeleteModel(pb.DeleteModelRequest(name="deleted"), timeout=30)
+        s.models.DeleteModel(pb.DeleteModelRequest(name="discrete"), timeout=30)  # deleted and re-created
+        s.models.CreateModel(pb.CreateModelRequest(config=pb.ModelConfig(name="discrete", num_states=4)), timeout=30)
+        s.ingest.IngestOne(pb.IngestBatch(model="discrete", state_ids=[0, 1, 2, 3, 0]), timeout=30)
         s.close()
         before = self.digests(d)
         self.assertEqual(set(before), {"auto_empty", "auto_warmup", "auto_done", "fixed", "discrete"})
+        self.assertEqual(before["discrete"][1], 4)
         for restart in range(3):  # the second start loads the first's shutdown snapshot, and so on
             self.term(d)
             d = self.start(data)
