@@ -15,7 +15,7 @@ inline constexpr char kUsage[] =
     "                  [--max-batch-pairs N] [--max-models N] [--max-dim D] [--max-queued-batches Q]\n"
     "                  [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--auth-tokens FILE]\n"
     "                  [--wal-sync always|interval|never] [--wal-sync-interval-ms MS]\n"
-    "                  [--snapshot-interval SECONDS]\n"
+    "                  [--snapshot-interval SECONDS] [--version] [--help]\n"
     "\n"
     "  --listen HOST:PORT          gRPC address (default 127.0.0.1:50051; port 0 = any free port)\n"
     "  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; port 0 = any)\n"
@@ -38,6 +38,7 @@ inline constexpr char kUsage[] =
     "  --snapshot-interval SECONDS snapshot every model to DATA_DIR/snapshots this often (default 60;\n"
     "                              0 = only at clean shutdown and on request); the WAL segments the\n"
     "                              oldest kept snapshot covers are deleted\n"
+    "  --version                   print the version and build commit, then exit\n"
     "\n"
     "Once serving, prints one line to stdout:\n"
     "  cmestreamd listening grpc=HOST:PORT metrics=HOST:PORT\n";
@@ -45,6 +46,7 @@ inline constexpr char kUsage[] =
 struct ParsedFlags {
   DaemonOptions options;
   bool help = false;
+  bool version = false;  // --version: print the version and build commit, exit 0
 };
 
 // Accepts "--flag value" and "--flag=value". InvalidArgument names the bad flag.

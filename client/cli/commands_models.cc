@@ -110,7 +110,7 @@ int ModelCreate(Context& ctx, const Args& args) {
 }
 
 int ModelDescribe(Context& ctx, const Args& args) {
-  if (int rc = NeedName(args, "model describe", kMainUsage)) return rc;
+  if (int rc = NeedName(args, "model describe", kDescribeUsage)) return rc;
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model describe", s.message());
   auto info = ctx.client->Describe(args.positional[0]);
   if (!info.ok()) return Fail("model describe", info.status());
@@ -147,7 +147,7 @@ int ModelList(Context& ctx, const Args& args) {
 }
 
 int ModelDelete(Context& ctx, const Args& args) {
-  if (int rc = NeedName(args, "model delete", kMainUsage)) return rc;
+  if (int rc = NeedName(args, "model delete", kDeleteUsage)) return rc;
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model delete", s.message());
   if (auto s = ctx.client->Delete(args.positional[0]); !s.ok()) return Fail("model delete", s);
   std::cout << "deleted model '" << args.positional[0] << "'\n";
@@ -182,7 +182,7 @@ int Snapshot(Context& ctx, const Args& args) {
 }
 
 int Export(Context& ctx, const Args& args) {
-  if (int rc = NeedName(args, "export", kMainUsage)) return rc;
+  if (int rc = NeedName(args, "export", kExportUsage)) return rc;
   const std::optional<std::string> out = args.Value("out");
   if (!out || out->empty()) return FailUsage("export", "--out FILE is required");
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("export", s.message());
@@ -205,6 +205,15 @@ int Export(Context& ctx, const Args& args) {
   }
   std::cout << "exported model '" << args.positional[0] << "' to " << *out << " (" << data->size() << " bytes)\n";
   return 0;
+}
+
+int Health(Context& ctx, const Args& args) {
+  if (args.positional.size() > 1) return FailUsage("health", "takes at most one SERVICE");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("health", s.message());
+  auto serving = ctx.client->Health(args.positional.empty() ? "" : args.positional[0]);
+  if (!serving.ok()) return Fail("health", serving.status());
+  std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
+  return *serving ? 0 : kExitServer;
 }
 
 int Import(Context& ctx, const Args& args) {

@@ -9,10 +9,11 @@
 
 namespace cmestream::cli {
 
-const char kMainUsage[] = R"(usage: cmestream [--server HOST:PORT] [--timeout S] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+const char kMainUsage[] = R"(usage: cmestream [--server HOST[:PORT]] [--timeout S] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
                  [--token-file FILE] COMMAND [ARGS] [--help]
 
-Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051.
+Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051; a server
+without a port means port 50051. `cmestream --version` prints the version and build commit.
 --timeout is the deadline of each request in seconds (default 30).
 --tls-ca FILE: connect with TLS, trusting this PEM CA; --tls-cert/--tls-key: PEM client certificate
 and key (daemons started with --tls-client-ca). --token-file FILE: bearer token (first line);
@@ -28,6 +29,7 @@ commands:
   snapshot [NAME] [--json]              the daemon snapshots every model now (admin); prints the
                                         snapshot file's path on the daemon's host
   export NAME --out FILE                write the model's full state to FILE (admin)
+  health [SERVICE]                      gRPC health check: SERVING (exit 0) or not (exit 1)
   import FILE [--name NEW]              register an exported model, as NEW or its exported name
                                         (admin); the daemon snapshots right after
   ingest NAME --csv FILE [--producer ID] [--trajectory]
@@ -93,6 +95,75 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --ridge1 X           stage-1 ridge lambda1 (default 1e-3)
   --ridge2 Y           stage-2 ridge lambda2 (default 1e-6)
   --json               print the created model as JSON
+)";
+
+const char kModelUsage[] = R"(usage: cmestream model (create|describe|list|delete) ... [--help]
+
+  model create NAME (--dim D | --states P) [options]   create a model (`model create --help`)
+  model describe NAME [--json]                        one model (`model describe --help`)
+  model list [--json]                                 every model of the daemon
+  model delete NAME                                   delete a model and its data
+)";
+
+const char kDescribeUsage[] = R"(usage: cmestream model describe NAME [--json]
+
+The model's configuration, samples seen, dictionary size, current view (version, samples it
+covers, age) and the bandwidth choice (sigma auto: candidates and scores).
+JSON: {"name", "dim", "num_states", "samples", "dictionary_size", "forced_compressions",
+       "view_version", "view_samples", "view_age_seconds", "sigma", "sigma_selection", ...}
+)";
+
+const char kListUsage[] = R"(usage: cmestream model list [--json]
+
+Every model of the daemon: name, dim, samples, dictionary size, view version.
+JSON: {"models": [one object per model, as `model describe --json` prints it...]}
+)";
+
+const char kDeleteUsage[] = R"(usage: cmestream model delete NAME
+
+Deletes model NAME and its durable state (WAL records, snapshot entry). Not reversible: use
+`cmestream export NAME --out FILE` first to keep a copy.
+)";
+
+const char kDictionaryUsage[] = R"(usage: cmestream dictionary NAME [--json]
+
+The dictionary atoms of a continuous model's current view: the input-side atoms x_i and the
+output-side atoms y_j (d coordinates each), and the kernel bandwidth.
+JSON: {"model", "dim", "sigma", "x_atoms": [[x_1..x_d]...], "y_atoms": [[y_1..y_d]...],
+       "view_version", "samples", ...}
+)";
+
+const char kProducerUsage[] = R"(usage: cmestream producer NAME --producer ID [--json]
+
+The applied offset of producer ID on model NAME: the number of pairs of that producer the
+daemon has applied (durably). `cmestream ingest --producer ID --resume` starts from it.
+JSON: {"model", "producer", "applied_offset"}
+)";
+
+const char kSnapshotUsage[] = R"(usage: cmestream snapshot [NAME] [--json]
+
+Asks the daemon to snapshot every model now (admin scope). A snapshot always holds every model;
+NAME only checks that the model exists. Prints the snapshot file's path on the daemon's host.
+JSON: {"path", "bytes", "covered_sequence", "models"}
+)";
+
+const char kExportUsage[] = R"(usage: cmestream export NAME --out FILE
+
+Writes the full state of model NAME (configuration, operator, producers' offsets) to FILE
+(admin scope). FILE is written under a temporary name and renamed: never a partial export.
+`cmestream import FILE` registers it again, on this daemon or another.
+)";
+
+const char kImportUsage[] = R"(usage: cmestream import FILE [--name NEW] [--json]
+
+Registers the model exported in FILE (admin scope), under NEW or its exported name; the
+daemon snapshots right after, so the import is durable when the command returns.
+)";
+
+const char kHealthUsage[] = R"(usage: cmestream health [SERVICE]
+
+gRPC health check (grpc.health.v1) of the daemon, or of SERVICE (e.g. cmestream.v1.QueryService).
+Prints SERVING (exit 0) or NOT_SERVING (exit 1). Needs no token: for container health checks.
 )";
 
 const char kCountsUsage[] = R"(usage: cmestream counts NAME [--json]

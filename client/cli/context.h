@@ -29,6 +29,16 @@ constexpr int kExitUsage = 2;
 // Usage texts (defined in context.cc).
 extern const char kMainUsage[];
 extern const char kCreateUsage[];
+extern const char kModelUsage[];
+extern const char kDescribeUsage[];
+extern const char kListUsage[];
+extern const char kDeleteUsage[];
+extern const char kDictionaryUsage[];
+extern const char kProducerUsage[];
+extern const char kSnapshotUsage[];
+extern const char kExportUsage[];
+extern const char kImportUsage[];
+extern const char kHealthUsage[];
 extern const char kCountsUsage[];
 extern const char kEmbeddingUsage[];
 extern const char kClustersUsage[];

@@ -11,6 +11,7 @@
 
 #include "client/cli/csv.h"
 #include "client/cli/json.h"
+#include "client/cpp/client.h"
 
 namespace cmestream::cli {
 namespace {
@@ -130,6 +131,21 @@ TEST(JsonWriter, DoublesRoundTripAndNonFiniteIsNull) {
   w.EndArray();
   EXPECT_EQ(w.str(), "[0.10000000000000001,0.33333333333333331,null,null,-0]");
   EXPECT_EQ(std::stod("0.33333333333333331"), 1.0 / 3);
+}
+
+TEST(WithDefaultPort, AddsThePortOnlyWhereThereIsNone) {
+  using client::WithDefaultPort;
+  EXPECT_EQ(WithDefaultPort("localhost"), "localhost:50051");
+  EXPECT_EQ(WithDefaultPort("10.0.0.7"), "10.0.0.7:50051");
+  EXPECT_EQ(WithDefaultPort("localhost:7000"), "localhost:7000");
+  EXPECT_EQ(WithDefaultPort("::1"), "[::1]:50051");
+  EXPECT_EQ(WithDefaultPort("[::1]"), "[::1]:50051");
+  EXPECT_EQ(WithDefaultPort("[::1]:7000"), "[::1]:7000");
+  EXPECT_EQ(WithDefaultPort("dns:///svc.ns.svc.cluster.local"), "dns:///svc.ns.svc.cluster.local:50051");
+  EXPECT_EQ(WithDefaultPort("dns:///svc:7000"), "dns:///svc:7000");
+  EXPECT_EQ(WithDefaultPort("unix:/tmp/cmestream.sock"), "unix:/tmp/cmestream.sock");
+  EXPECT_EQ(WithDefaultPort("unix:///tmp/cmestream.sock"), "unix:///tmp/cmestream.sock");
+  EXPECT_EQ(WithDefaultPort("host", 9000), "host:9000");
 }
 
 }  // namespace
