@@ -594,8 +594,8 @@ class Client:
             coordinates=(np.array(r.state_coordinates, dtype=np.float64).reshape(p, r.dim)
                          if r.dim and len(r.state_coordinates) == p * r.dim
                          else np.zeros((p, 0))),
-            V=np.array(r.V, dtype=np.float64).reshape(-1, m),
-            U=np.array(r.U, dtype=np.float64).reshape(-1, m),
+            V=np.array(r.v, dtype=np.float64).reshape(-1, m),
+            U=np.array(r.u, dtype=np.float64).reshape(-1, m),
             anchors=[np.array(a.indices, dtype=np.int64) for a in r.anchors],
             partition=np.array(r.partition, dtype=np.int64),
             excluded=np.array(r.excluded, dtype=np.int64),
