@@ -52,7 +52,8 @@ def metric_names(expr):
 
 
 def dashboard_exprs():
-    d = json.load(open(DASHBOARD))
+    with open(DASHBOARD) as f:
+        d = json.load(f)
     exprs = [t["expr"] for p in d["panels"] for t in p.get("targets", [])]
     exprs += [v["definition"] for v in d["templating"]["list"] if v.get("type") == "query"]
     return exprs
@@ -60,7 +61,8 @@ def dashboard_exprs():
 
 def alert_exprs():
     # Plain-text extraction (no PyYAML dependency): `expr:` lines, and folded `>-` blocks.
-    lines = open(ALERTS).read().splitlines()
+    with open(ALERTS) as f:
+        lines = f.read().splitlines()
     exprs = []
     for i, line in enumerate(lines):
         m = re.match(r"\s*expr:\s*(.*)$", line)

@@ -36,7 +36,8 @@ class PythonPackageTest(unittest.TestCase):
             self.assertEqual(pip.returncode, 0, pip.stdout + pip.stderr)
             self.assertIn("Successfully installed cmestream-", pip.stdout)
             # The package version is the CMake project version.
-            cmake = open(os.path.join(ROOT, "CMakeLists.txt")).read()
+            with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+                cmake = f.read()
             version = re.search(r"project\(cmestream VERSION ([0-9.]+)", cmake).group(1)
             self.assertIn(f"cmestream-{version}", pip.stdout)
 
