@@ -9,7 +9,8 @@
 #
 # Runs as any UID (OpenShift style, e.g. `--user 123456:0`): the data directory belongs to
 # group 0 and is group-writable, so whatever UID the platform assigns, in group 0, can lock and
-# write it. HEALTHCHECK (docker image format; podman: --format docker) asks the gRPC health
+# write it. (The daemon creates its files 0644: a volume written under one UID is not writable
+# under another; keep the UID stable per volume, as OpenShift does per namespace.) HEALTHCHECK (docker image format; podman: --format docker) asks the gRPC health
 # service, which needs no token.
 
 FROM debian:bookworm-slim AS build
