@@ -17,6 +17,10 @@ assert "PYTHONPATH" not in os.environ
 assert cmestream.__file__.startswith(sys.prefix), (cmestream.__file__, sys.prefix)
 assert pb.__file__.startswith(sys.prefix), pb.__file__
 assert cmestream.__version__ == os.environ["EXPECTED_VERSION"], cmestream.__version__
+# Type information ships with the package: PEP 561 marker and the stubs' .pyi.
+assert os.path.exists(os.path.join(os.path.dirname(cmestream.__file__), "py.typed"))
+assert os.path.exists(os.path.join(os.path.dirname(pb.__file__), "cmestream_pb2.pyi"))
+assert hasattr(pb.AggregationResponse(), "v") and hasattr(pb.AggregationResponse(), "u")
 import cmestream_client  # the former name still imports  # noqa: E402
 assert cmestream_client.Client is cmestream.Client
 
