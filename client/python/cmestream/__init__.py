@@ -19,9 +19,11 @@ grpc_python_plugin, python3-grpcio, python3-protobuf, python3-numpy; see client/
 from .client import (AggregationResult, Client, ClustersResult, CmestreamError, CountsResult,
                      EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LatentResult)
 from .model import Model
+from .sharded import ShardedClient
+from . import placement
 
 __version__ = "0.1.0"  # = project(cmestream VERSION) in CMakeLists.txt (a test checks)
 
 __all__ = ["AggregationResult", "Client", "ClustersResult", "CmestreamError", "CountsResult",
            "EmbeddingResult", "ForecastResult", "IngestResult", "KoopmanResult", "LatentResult",
-           "Model", "__version__"]
+           "Model", "ShardedClient", "placement", "__version__"]
