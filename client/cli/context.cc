@@ -4,8 +4,12 @@
 #include <cmath>
 #include <iostream>
 
+#include <set>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/cpp/placement.h"
 
 namespace cmestream::cli {
 
@@ -13,7 +17,9 @@ const char kMainUsage[] = R"(usage: cmestream [--server HOST[:PORT]] [--timeout 
                  [--token-file FILE] COMMAND [ARGS] [--help]
 
 Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051; a server
-without a port means port 50051. `cmestream --version` prints the version and build commit.
+without a port means port 50051. Several daemons: --server ID=HOST:PORT,ID=HOST:PORT,... (or
+HOST:PORT,HOST:PORT,...): each model's calls go to its owner by rendezvous hashing of the name
+over the IDs (as cmestream.ShardedClient in Python); `model list` lists every daemon's models. `cmestream --version` prints the version and build commit.
 --timeout is the deadline of each request in seconds (default 30).
 --tls-ca FILE: connect with TLS, trusting this PEM CA; --tls-cert/--tls-key: PEM client certificate
 and key (daemons started with --tls-client-ca). --token-file FILE: bearer token (first line);
@@ -387,6 +393,31 @@ absl::Status ConnectClient(Context& ctx) {
   if (!c.ok()) return c.status();
   ctx.client = std::move(*c);
   return absl::OkStatus();
+}
+
+absl::Status ParseServerList(Context& ctx) {
+  ctx.pods.clear();
+  if (ctx.server.find(',') == std::string::npos) return absl::OkStatus();
+  std::set<std::string> seen;
+  for (absl::string_view entry : absl::StrSplit(ctx.server, ',')) {
+    if (entry.empty()) return absl::InvalidArgumentError("--server: empty entry in the list");
+    const size_t eq = entry.find('=');
+    std::string id(eq == absl::string_view::npos ? entry : entry.substr(0, eq));
+    std::string target(eq == absl::string_view::npos ? entry : entry.substr(eq + 1));
+    if (id.empty() || target.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--server: expected ID=HOST:PORT or HOST:PORT, got '", entry, "'"));
+    }
+    if (!seen.insert(id).second) return absl::InvalidArgumentError(absl::StrCat("--server: '", id, "' twice"));
+    ctx.pods.emplace_back(std::move(id), std::move(target));
+  }
+  return absl::OkStatus();
+}
+
+void RouteToOwner(Context& ctx, const std::string& model) {
+  if (ctx.pods.empty()) return;
+  std::vector<std::string> ids;
+  for (const auto& [id, target] : ctx.pods) ids.push_back(id);
+  ctx.server = ctx.pods[client::PlacementOwner(model, ids)].second;
 }
 
 int NeedName(const Args& args, const std::string& command, const char* usage) {

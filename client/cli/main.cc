@@ -211,6 +211,21 @@ int Run(int argc, char** argv) {
     if (!v.ok() || *v <= 0) return FailUsage(command, "--timeout: expected seconds > 0");
     ctx.timeout = *v;
   }
+  if (auto s = ParseServerList(ctx); !s.ok()) return FailUsage(command, s.message());
+  if (!ctx.pods.empty()) {
+    // Several daemons: route by the model name; model list visits them all.
+    if (command == "snapshot" || command == "health") {
+      return FailUsage(command, "takes one --server (a daemon), not a list");
+    }
+    if (command == "import") {
+      auto name = args->Value("name");
+      if (!name) return FailUsage(command, "with a --server list, give --name NEW (it picks the daemon)");
+      RouteToOwner(ctx, *name);
+    } else if (command != "model list" && command != "simulate") {
+      if (args->positional.empty()) return FailUsage(command, "expected a model NAME");
+      RouteToOwner(ctx, args->positional[0]);
+    }
+  }
   if (command == "model create") return ModelCreate(ctx, *args);
   if (command == "model describe") return ModelDescribe(ctx, *args);
   if (command == "model list") return ModelList(ctx, *args);

@@ -4,10 +4,14 @@ reachable through the client and lives only on its owner, one daemon is restarte
 same port and data directory) and nothing is lost. The placement function itself: stable,
 balanced, and growing the pod set moves only models onto the new pod.
 
-Environment (ctest): CMESTREAMD, PYTHONPATH=<build>/python.
+The CLI does the same with `--server ID=HOST:PORT,...`.
+
+Environment (ctest): CMESTREAMD, CMESTREAM, PYTHONPATH=<build>/python.
 """
 import collections
+import json
 import os
+import subprocess
 import tempfile
 import unittest
 
@@ -17,6 +21,7 @@ from cmestream import Client, CmestreamError, ShardedClient, placement
 from cmestream.testing import Daemon
 
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
+CLI = os.environ.get("CMESTREAM", "cmestream")
 IDS = ["cmestreamd-0", "cmestreamd-1", "cmestreamd-2"]
 
 
@@ -91,6 +96,27 @@ class ShardingTest(unittest.TestCase):
                         m.refresh()
                         y = m.predict(np.array([[0.2]]))
                         self.assertLess(abs(y[0, 0] - 0.1), 0.1, (name, y))
+                    # The CLI routes the same way through a --server list.
+                    servers = ",".join(f"{i}={t}" for i, t in pods.items())
+
+                    def cli(*args):
+                        p = subprocess.run([CLI, "--server", servers, *args], capture_output=True,
+                                           text=True, timeout=60)
+                        self.assertEqual(p.returncode, 0, (args, p.stderr))
+                        return p.stdout
+                    listed = json.loads(cli("model", "list", "--json"))["models"]
+                    self.assertEqual(sorted(m["name"] for m in listed), names)
+                    for name in names:
+                        info = json.loads(cli("model", "describe", name, "--json"))
+                        self.assertEqual(info["samples"], data[name].shape[0], name)
+                    cli("model", "create", "via-cli", "--dim", "1", "--sigma", "0.5")
+                    with Client(pods[c.owner("via-cli")]) as direct:
+                        self.assertEqual(direct.describe("via-cli").config.dim, 1)
+                    p = subprocess.run([CLI, "--server", servers, "snapshot"], capture_output=True,
+                                       text=True)
+                    self.assertEqual(p.returncode, 2)
+                    self.assertIn("takes one --server", p.stderr)
+
                     # A call sent to a pod that does not own the model is NOT_FOUND there.
                     name = names[0]
                     other = next(i for i in IDS if i != c.owner(name))
