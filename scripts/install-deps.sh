@@ -9,6 +9,8 @@ PACKAGES=(
   libeigen3-dev libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-grpcio python3-protobuf python3-numpy python3-matplotlib
+  python3-venv python3-setuptools python3-wheel python3-pip   # pip-installable client/python (test in a venv)
+  prometheus   # promtool: `promtool check rules` on deploy/prometheus/alerts.yaml in the tests
   curl
   openssl clang libclang-rt-14-dev   # test certificates (openssl CLI); libFuzzer targets (scripts/fuzz.sh)
 )

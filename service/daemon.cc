@@ -332,6 +332,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
         absl::StrCat("cannot serve metrics on --metrics-listen ", options.metrics_listen, ": ", e.what()));
   }
   impl->exposer->RegisterCollectable(impl->metrics.registry());
+  impl->exposer->RegisterCollectable(impl->metrics.process());
   const std::vector<int> metric_ports = impl->exposer->GetListeningPorts();
   if (metric_ports.empty()) return absl::UnavailableError("the metrics exposer reports no listening port");
   impl->metrics_port = metric_ports.front();

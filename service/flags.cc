@@ -21,6 +21,10 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       out.help = true;
       continue;
     }
+    if (name == "--version") {
+      out.version = true;
+      continue;
+    }
     if (const size_t eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);

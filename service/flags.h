@@ -17,6 +17,7 @@ inline constexpr char kUsage[] =
     "                  [--wal-sync always|interval|never] [--wal-sync-interval-ms MS]\n"
     "                  [--snapshot-interval SECONDS] [--max-abs-value V] [--max-memory BYTES]\n"
     "                  [--max-query-mb MB] [--accept-data-loss] [--recover-from SNAPSHOT_FILE]\n"
+    "                  [--version] [--help]\n"
     "\n"
     "  --listen HOST:PORT          gRPC address (default 127.0.0.1:50051; port 0 = any free port)\n"
     "  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; port 0 = any)\n"
@@ -49,6 +50,7 @@ inline constexpr char kUsage[] =
     "                              WAL); what is lost is printed. Without it the daemon refuses to start\n"
     "  --recover-from FILE         start from this snapshot file (e.g. a copy kept elsewhere) instead\n"
     "                              of the manifest's; the WAL after it is replayed\n"
+    "  --version                   print the version and build commit, then exit\n"
     "\n"
     "Once serving, prints one line to stdout:\n"
     "  cmestreamd listening grpc=HOST:PORT metrics=HOST:PORT\n";
@@ -56,6 +58,7 @@ inline constexpr char kUsage[] =
 struct ParsedFlags {
   DaemonOptions options;
   bool help = false;
+  bool version = false;  // --version: print the version and build commit, exit 0
 };
 
 // Accepts "--flag value" and "--flag=value". InvalidArgument names the bad flag.

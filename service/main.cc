@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cmestream_version.h"
 #include "service/daemon.h"
 #include "service/flags.h"
 
@@ -17,6 +18,10 @@ int main(int argc, char** argv) {
   if (!flags.ok()) {
     std::cerr << "cmestreamd: " << flags.status().message() << "\n" << cmestream::service::kUsage;
     return 2;
+  }
+  if (flags->version) {
+    std::cout << "cmestreamd " << CMESTREAM_VERSION_STRING << "\n";
+    return 0;
   }
   if (flags->help) {
     std::cout << cmestream::service::kUsage;

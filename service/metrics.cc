@@ -36,6 +36,8 @@ Metrics::Metrics()
                    .Help("Pairs buffered while sigma 'auto' is being chosen").Register(*registry_)),
       dict_(BuildGauge().Name("cmestream_dictionary_size").Help("Dictionary atoms per side (x, y)")
                 .Register(*registry_)),
+      dict_budget_(BuildGauge().Name("cmestream_dictionary_budget")
+                       .Help("Dictionary cap max_dict per side (0 for discrete models)").Register(*registry_)),
       forced_(BuildCounter().Name("cmestream_forced_compressions_total")
                   .Help("Admissions refused by the dictionary cap max_dict (forced projections)")
                   .Register(*registry_)),
@@ -61,7 +63,9 @@ Metrics::Metrics()
       rpc_completed_(BuildCounter().Name("cmestream_rpc_completed_total")
                          .Help("RPCs (Ingest: batches) completed, by method and status code")
                          .Register(*registry_)),
-      models_(BuildGauge().Name("cmestream_models").Help("Models in the registry").Register(*registry_).Add({})) {}
+      models_(BuildGauge().Name("cmestream_models").Help("Models in the registry").Register(*registry_).Add({})) {
+  rejected_.Add({{"model", ""}, {"reason", "unknown_model"}});  // exists at 0 from the start
+}
 
 void Metrics::OnUnknownModelBatch() { rejected_.Add({{"model", ""}, {"reason", "unknown_model"}}).Increment(); }
 
@@ -85,13 +89,20 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model)
       pending_(&m.pending_.Add({{"model", model_}})),
       dict_x_(&m.dict_.Add({{"model", model_}, {"side", "x"}})),
       dict_y_(&m.dict_.Add({{"model", model_}, {"side", "y"}})),
+      dict_budget_(&m.dict_budget_.Add({{"model", model_}})),
       forced_(&m.forced_.Add({{"model", model_}})),
       forced_error_(&m.forced_error_.Add({{"model", model_}})),
       drift_(&m.drift_.Add({{"model", model_}})),
       refresh_(&m.refresh_.Add({{"model", model_}}, kRefreshBuckets)),
       view_version_(&m.view_version_.Add({{"model", model_}})),
       view_age_(&m.view_age_.Add({{"model", model_}})),
-      view_samples_(&m.view_samples_.Add({{"model", model_}})) {}
+      view_samples_(&m.view_samples_.Add({{"model", model_}})) {
+  // Every rejection series at 0 from the start: increase()/rate() need a sample before the
+  // first rejection to see it.
+  for (const char* reason : kRejectReasons) {
+    rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}}));
+  }
+}
 
 void ModelMetrics::OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,
                                   const LearnerGauges& g) {
@@ -139,6 +150,18 @@ void ModelMetrics::SetViewAge(double seconds) {
   view_age_->Set(seconds);
 }
 
+void ModelMetrics::SetDictionaryBudget(double max_dict) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  dict_budget_->Set(max_dict);
+}
+
+void ModelMetrics::SetNoView() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  view_age_->Set(std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count());
+}
+
 void ModelMetrics::Remove() {
   std::lock_guard<std::mutex> lock(mu_);
   if (removed_) return;
@@ -147,6 +170,7 @@ void ModelMetrics::Remove() {
   m_.pending_.Remove(pending_);
   m_.dict_.Remove(dict_x_);
   m_.dict_.Remove(dict_y_);
+  m_.dict_budget_.Remove(dict_budget_);
   m_.forced_.Remove(forced_);
   m_.forced_error_.Remove(forced_error_);
   m_.drift_.Remove(drift_);

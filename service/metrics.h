@@ -5,20 +5,31 @@
 //   samples_ingested_total{model}            counter  pairs applied to the learner (incl. warm-up)
 //   pending_warmup{model}                    gauge    pairs buffered while sigma "auto" is chosen
 //   dictionary_size{model,side="x"|"y"}      gauge    atoms per side
+//   dictionary_budget{model}                 gauge    max_dict, the cap per side (0: discrete)
 //   forced_compressions_total{model}         counter  admissions refused by max_dict
 //   forced_error_sum_total{model}            counter  summed HS error of forced projections
 //   inverse_drift{model}                     gauge    max ||G G^-1 - I||_F at the last refresh
 //   refresh_duration_seconds{model}          histogram
 //   view_build_seconds{model,view}           histogram  per sub-view build time in a refresh
 //   view_version{model}, view_age_seconds{model}, view_samples{model}   gauges (age updated by
-//                                            the refresh scheduler every tick)
-//   ingest_batches_rejected_total{model,reason} counter (model="" when the model is unknown, so
-//                                            a client's typos cannot create unbounded series)
+//                                            the refresh scheduler every tick). A model that has
+//                                            no view yet reports view_version 0 and, as its age,
+//                                            the seconds since its series were created (model
+//                                            creation, or recovery at daemon start): never 0, so
+//                                            the stale-view alert fires for a model that takes
+//                                            data but never builds a view.
+//   ingest_batches_rejected_total{model,reason} counter, one series per reason of
+//                                            kRejectReasons from the model's creation at 0 (so
+//                                            increase() sees the first rejection); model="",
+//                                            reason="unknown_model" for batches naming no model,
+//                                            so a client's typos cannot create unbounded series)
 //   rpc_duration_seconds{method}             histogram (Ingest: per batch)
 //   rpc_completed_total{method,code}         counter
 //   models                                   gauge
+// plus the process_* series of process_metrics.h (RSS, ...).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,10 +40,18 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "service/process_metrics.h"
 
 namespace cmestream::service {
 
 class Metrics;
+
+// Every `reason` label of cmestream_ingest_batches_rejected_total a model's series can carry:
+// batch validation (service/batch.h: payload_form, size, empty, non_finite, state_id), the
+// batch size limit, a full learner queue, a producer offset gap, a WAL append failure.
+inline constexpr const char* kRejectReasons[] = {"payload_form", "size",       "empty",      "non_finite",
+                                                 "state_id",     "batch_limit", "queue_full", "offset_gap",
+                                                 "log_error"};
 
 // The series of one model. Thread-safe. Remove() (on model deletion) drops every series from
 // the exposition; later updates through a removed handle are ignored, so an RPC still holding
@@ -49,8 +68,11 @@ class ModelMetrics {
   void OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,
                       const LearnerGauges& gauges);
   void OnRejected(const std::string& reason);
+  void SetDictionaryBudget(double max_dict);
   void OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples);
   void SetViewAge(double seconds);
+  // No view yet: the age is the time since these series were created (see the header comment).
+  void SetNoView();
   // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
   // "latent", "predictive") in a refresh.
   void OnViewBuilt(const std::string& view, double seconds);
@@ -61,10 +83,12 @@ class ModelMetrics {
   const std::string model_;
   std::mutex mu_;
   bool removed_ = false;
+  const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   prometheus::Counter* samples_;
   prometheus::Gauge* pending_;
   prometheus::Gauge* dict_x_;
   prometheus::Gauge* dict_y_;
+  prometheus::Gauge* dict_budget_;
   prometheus::Counter* forced_;
   prometheus::Counter* forced_error_;
   prometheus::Gauge* drift_;
@@ -80,6 +104,8 @@ class Metrics {
  public:
   Metrics();
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  // process_* series; the daemon registers it with the exposer next to registry().
+  std::shared_ptr<ProcessMetrics> process() const { return process_; }
 
   std::shared_ptr<ModelMetrics> ForModel(const std::string& model) {
     return std::make_shared<ModelMetrics>(*this, model);
@@ -92,9 +118,11 @@ class Metrics {
  private:
   friend class ModelMetrics;
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<ProcessMetrics> process_ = std::make_shared<ProcessMetrics>();
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Gauge>& pending_;
   prometheus::Family<prometheus::Gauge>& dict_;
+  prometheus::Family<prometheus::Gauge>& dict_budget_;
   prometheus::Family<prometheus::Counter>& forced_;
   prometheus::Family<prometheus::Counter>& forced_error_;
   prometheus::Family<prometheus::Gauge>& drift_;

@@ -23,6 +23,7 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
     : config_(std::move(config)), metrics_(std::move(metrics)), log_(log), created_unix_seconds_(UnixNow()) {
   TransitionCounts::Options counts;
   counts.max_states = discrete() ? static_cast<int>(config_.num_states()) : static_cast<int>(config_.max_dict());
+  metrics_->SetDictionaryBudget(discrete() ? 0 : static_cast<double>(config_.max_dict()));
   counts.forgetting = config_.forgetting();
   counts_ = std::make_unique<TransitionCounts>(counts);
   if (config_.window() > 0) {

@@ -379,7 +379,11 @@ void RefreshScheduler::RefreshDueModels() {
       model->last_refresh_attempt = now;
       view = RefreshModel(*model);
     }
-    if (view) model->metrics().SetViewAge(Seconds(Clock::now() - view->built_at));
+    if (view) {
+      model->metrics().SetViewAge(Seconds(Clock::now() - view->built_at));
+    } else {
+      model->metrics().SetNoView();  // age since creation: a view that never comes is stale
+    }
   }
 }
 

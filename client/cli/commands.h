@@ -16,6 +16,7 @@ int ModelDelete(Context& ctx, const Args& args);
 int Snapshot(Context& ctx, const Args& args);
 int Export(Context& ctx, const Args& args);
 int Import(Context& ctx, const Args& args);
+int Health(Context& ctx, const Args& args);
 
 // commands_ingest.cc
 int Ingest(Context& ctx, const Args& args);

@@ -271,7 +271,7 @@ void PrintIngestSummary(const Args& args, const std::string& model, const Ingest
 
 int Producer(Context& ctx, const Args& args) {
   const std::string cmd = "producer";
-  if (int rc = NeedName(args, cmd, kMainUsage)) return rc;
+  if (int rc = NeedName(args, cmd, kProducerUsage)) return rc;
   auto id = args.Value("producer");
   if (!id) return FailUsage(cmd, "--producer ID is required");
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());

@@ -110,7 +110,7 @@ int ModelCreate(Context& ctx, const Args& args) {
 }
 
 int ModelDescribe(Context& ctx, const Args& args) {
-  if (int rc = NeedName(args, "model describe", kMainUsage)) return rc;
+  if (int rc = NeedName(args, "model describe", kDescribeUsage)) return rc;
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model describe", s.message());
   auto info = ctx.client->Describe(args.positional[0]);
   if (!info.ok()) return Fail("model describe", info.status());
@@ -126,9 +126,18 @@ int ModelDescribe(Context& ctx, const Args& args) {
 
 int ModelList(Context& ctx, const Args& args) {
   if (!args.positional.empty()) return FailUsage("model list", "takes no arguments");
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model list", s.message());
-  auto models = ctx.client->List();
-  if (!models.ok()) return Fail("model list", models.status());
+  // One daemon, or every daemon of a --server list.
+  std::vector<std::string> targets;
+  for (const auto& [id, target] : ctx.pods) targets.push_back(target);
+  if (targets.empty()) targets.push_back(ctx.server);
+  absl::StatusOr<std::vector<v1::ModelInfo>> models = std::vector<v1::ModelInfo>();
+  for (const std::string& target : targets) {
+    ctx.server = target;
+    if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model list", s.message());
+    auto some = ctx.client->List();
+    if (!some.ok()) return Fail("model list " + target, some.status());
+    models->insert(models->end(), some->begin(), some->end());
+  }
   if (args.Has("json")) {
     JsonWriter w;
     w.BeginObject().Key("models").BeginArray();
@@ -147,7 +156,7 @@ int ModelList(Context& ctx, const Args& args) {
 }
 
 int ModelDelete(Context& ctx, const Args& args) {
-  if (int rc = NeedName(args, "model delete", kMainUsage)) return rc;
+  if (int rc = NeedName(args, "model delete", kDeleteUsage)) return rc;
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model delete", s.message());
   if (auto s = ctx.client->Delete(args.positional[0]); !s.ok()) return Fail("model delete", s);
   std::cout << "deleted model '" << args.positional[0] << "'\n";
@@ -182,7 +191,7 @@ int Snapshot(Context& ctx, const Args& args) {
 }
 
 int Export(Context& ctx, const Args& args) {
-  if (int rc = NeedName(args, "export", kMainUsage)) return rc;
+  if (int rc = NeedName(args, "export", kExportUsage)) return rc;
   const std::optional<std::string> out = args.Value("out");
   if (!out || out->empty()) return FailUsage("export", "--out FILE is required");
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("export", s.message());
@@ -205,6 +214,15 @@ int Export(Context& ctx, const Args& args) {
   }
   std::cout << "exported model '" << args.positional[0] << "' to " << *out << " (" << data->size() << " bytes)\n";
   return 0;
+}
+
+int Health(Context& ctx, const Args& args) {
+  if (args.positional.size() > 1) return FailUsage("health", "takes at most one SERVICE");
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("health", s.message());
+  auto serving = ctx.client->Health(args.positional.empty() ? "" : args.positional[0]);
+  if (!serving.ok()) return Fail("health", serving.status());
+  std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
+  return *serving ? 0 : kExitServer;
 }
 
 int Import(Context& ctx, const Args& args) {

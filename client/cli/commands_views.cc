@@ -184,7 +184,7 @@ int Predict(Context& ctx, const Args& args) {
 
 int Dictionary(Context& ctx, const Args& args) {
   const std::string cmd = "dictionary";
-  if (int rc = NeedName(args, cmd, kMainUsage)) return rc;
+  if (int rc = NeedName(args, cmd, kDictionaryUsage)) return rc;
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
   auto r = ctx.client->Dictionary(args.positional[0]);
   if (!r.ok()) return Fail(cmd, r.status());

@@ -4,15 +4,22 @@
 #include <cmath>
 #include <iostream>
 
+#include <set>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/cpp/placement.h"
 
 namespace cmestream::cli {
 
-const char kMainUsage[] = R"(usage: cmestream [--server HOST:PORT] [--timeout S] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+const char kMainUsage[] = R"(usage: cmestream [--server HOST[:PORT]] [--timeout S] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
                  [--token-file FILE] COMMAND [ARGS] [--help]
 
-Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051.
+Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051; a server
+without a port means port 50051. Several daemons: --server ID=HOST:PORT,ID=HOST:PORT,... (or
+HOST:PORT,HOST:PORT,...): each model's calls go to its owner by rendezvous hashing of the name
+over the IDs (as cmestream.ShardedClient in Python); `model list` lists every daemon's models. `cmestream --version` prints the version and build commit.
 --timeout is the deadline of each request in seconds (default 30).
 --tls-ca FILE: connect with TLS, trusting this PEM CA; --tls-cert/--tls-key: PEM client certificate
 and key (daemons started with --tls-client-ca). --token-file FILE: bearer token (first line);
@@ -28,6 +35,7 @@ commands:
   snapshot [NAME] [--json]              the daemon snapshots every model now (admin); prints the
                                         snapshot file's path on the daemon's host
   export NAME --out FILE                write the model's full state to FILE (admin)
+  health [SERVICE]                      gRPC health check: SERVING (exit 0) or not (exit 1)
   import FILE [--name NEW]              register an exported model, as NEW or its exported name
                                         (admin); the daemon snapshots right after
   ingest NAME --csv FILE [--producer ID] [--trajectory]
@@ -93,6 +101,75 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --ridge1 X           stage-1 ridge lambda1 (default 1e-3)
   --ridge2 Y           stage-2 ridge lambda2 (default 1e-6)
   --json               print the created model as JSON
+)";
+
+const char kModelUsage[] = R"(usage: cmestream model (create|describe|list|delete) ... [--help]
+
+  model create NAME (--dim D | --states P) [options]   create a model (`model create --help`)
+  model describe NAME [--json]                        one model (`model describe --help`)
+  model list [--json]                                 every model of the daemon
+  model delete NAME                                   delete a model and its data
+)";
+
+const char kDescribeUsage[] = R"(usage: cmestream model describe NAME [--json]
+
+The model's configuration, samples seen, dictionary size, current view (version, samples it
+covers, age) and the bandwidth choice (sigma auto: candidates and scores).
+JSON: {"name", "dim", "num_states", "samples", "dictionary_size", "forced_compressions",
+       "view_version", "view_samples", "view_age_seconds", "sigma", "sigma_selection", ...}
+)";
+
+const char kListUsage[] = R"(usage: cmestream model list [--json]
+
+Every model of the daemon: name, dim, samples, dictionary size, view version.
+JSON: {"models": [one object per model, as `model describe --json` prints it...]}
+)";
+
+const char kDeleteUsage[] = R"(usage: cmestream model delete NAME
+
+Deletes model NAME and its durable state (WAL records, snapshot entry). Not reversible: use
+`cmestream export NAME --out FILE` first to keep a copy.
+)";
+
+const char kDictionaryUsage[] = R"(usage: cmestream dictionary NAME [--json]
+
+The dictionary atoms of a continuous model's current view: the input-side atoms x_i and the
+output-side atoms y_j (d coordinates each), and the kernel bandwidth.
+JSON: {"model", "dim", "sigma", "x_atoms": [[x_1..x_d]...], "y_atoms": [[y_1..y_d]...],
+       "view_version", "samples", ...}
+)";
+
+const char kProducerUsage[] = R"(usage: cmestream producer NAME --producer ID [--json]
+
+The applied offset of producer ID on model NAME: the number of pairs of that producer the
+daemon has applied (durably). `cmestream ingest --producer ID --resume` starts from it.
+JSON: {"model", "producer", "applied_offset"}
+)";
+
+const char kSnapshotUsage[] = R"(usage: cmestream snapshot [NAME] [--json]
+
+Asks the daemon to snapshot every model now (admin scope). A snapshot always holds every model;
+NAME only checks that the model exists. Prints the snapshot file's path on the daemon's host.
+JSON: {"path", "bytes", "covered_sequence", "models"}
+)";
+
+const char kExportUsage[] = R"(usage: cmestream export NAME --out FILE
+
+Writes the full state of model NAME (configuration, operator, producers' offsets) to FILE
+(admin scope). FILE is written under a temporary name and renamed: never a partial export.
+`cmestream import FILE` registers it again, on this daemon or another.
+)";
+
+const char kImportUsage[] = R"(usage: cmestream import FILE [--name NEW] [--json]
+
+Registers the model exported in FILE (admin scope), under NEW or its exported name; the
+daemon snapshots right after, so the import is durable when the command returns.
+)";
+
+const char kHealthUsage[] = R"(usage: cmestream health [SERVICE]
+
+gRPC health check (grpc.health.v1) of the daemon, or of SERVICE (e.g. cmestream.v1.QueryService).
+Prints SERVING (exit 0) or NOT_SERVING (exit 1). Needs no token: for container health checks.
 )";
 
 const char kCountsUsage[] = R"(usage: cmestream counts NAME [--json]
@@ -316,6 +393,31 @@ absl::Status ConnectClient(Context& ctx) {
   if (!c.ok()) return c.status();
   ctx.client = std::move(*c);
   return absl::OkStatus();
+}
+
+absl::Status ParseServerList(Context& ctx) {
+  ctx.pods.clear();
+  if (ctx.server.find(',') == std::string::npos) return absl::OkStatus();
+  std::set<std::string> seen;
+  for (absl::string_view entry : absl::StrSplit(ctx.server, ',')) {
+    if (entry.empty()) return absl::InvalidArgumentError("--server: empty entry in the list");
+    const size_t eq = entry.find('=');
+    std::string id(eq == absl::string_view::npos ? entry : entry.substr(0, eq));
+    std::string target(eq == absl::string_view::npos ? entry : entry.substr(eq + 1));
+    if (id.empty() || target.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--server: expected ID=HOST:PORT or HOST:PORT, got '", entry, "'"));
+    }
+    if (!seen.insert(id).second) return absl::InvalidArgumentError(absl::StrCat("--server: '", id, "' twice"));
+    ctx.pods.emplace_back(std::move(id), std::move(target));
+  }
+  return absl::OkStatus();
+}
+
+void RouteToOwner(Context& ctx, const std::string& model) {
+  if (ctx.pods.empty()) return;
+  std::vector<std::string> ids;
+  for (const auto& [id, target] : ctx.pods) ids.push_back(id);
+  ctx.server = ctx.pods[client::PlacementOwner(model, ids)].second;
 }
 
 int NeedName(const Args& args, const std::string& command, const char* usage) {

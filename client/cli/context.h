@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -29,6 +30,16 @@ constexpr int kExitUsage = 2;
 // Usage texts (defined in context.cc).
 extern const char kMainUsage[];
 extern const char kCreateUsage[];
+extern const char kModelUsage[];
+extern const char kDescribeUsage[];
+extern const char kListUsage[];
+extern const char kDeleteUsage[];
+extern const char kDictionaryUsage[];
+extern const char kProducerUsage[];
+extern const char kSnapshotUsage[];
+extern const char kExportUsage[];
+extern const char kImportUsage[];
+extern const char kHealthUsage[];
 extern const char kCountsUsage[];
 extern const char kEmbeddingUsage[];
 extern const char kClustersUsage[];
@@ -76,12 +87,22 @@ int FailUsage(const std::string& command, absl::string_view message);
 
 struct Context {
   std::string server;
+  // --server ID=HOST:PORT,ID=HOST:PORT,... (or HOST:PORT,HOST:PORT: each target is its own id):
+  // several daemons, each model on the owner by rendezvous hashing (client/cpp/placement.h).
+  // Filled by RouteToOwner; empty for a single server.
+  std::vector<std::pair<std::string, std::string>> pods;
   double timeout = 30;
   std::string tls_ca, tls_cert, tls_key, token;
   std::unique_ptr<Client> client;
 };
 
 absl::Status ConnectClient(Context& ctx);
+
+// Parses a comma-separated --server list into ctx.pods (InvalidArgument on an empty entry or a
+// repeated identity). A single server leaves ctx.pods empty.
+absl::Status ParseServerList(Context& ctx);
+// With several pods: points ctx.server at the owner of `model`.
+void RouteToOwner(Context& ctx, const std::string& model);
 
 // Returns 0 if args carry exactly one positional (the model NAME), else prints the usage and
 // returns kExitUsage.

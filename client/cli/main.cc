@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
+#include "cmestream_version.h"
 #include "client/cli/context.h"
 #include "client/cli/csv.h"
 #include "client/cli/json.h"
@@ -54,6 +55,9 @@ int Run(int argc, char** argv) {
     const std::string& a = argv_s[i];
     if (a == "--help" || a == "-h") {
       help = true;
+    } else if (a == "--version") {
+      std::cout << "cmestream " << CMESTREAM_VERSION_STRING << "\n";
+      return 0;
     } else if (a == "--server" || a == "--timeout") {
       if (i + 1 >= argv_s.size()) return FailUsage("", a + " needs a value");
       if (a == "--server") {
@@ -107,8 +111,12 @@ int Run(int argc, char** argv) {
   CommandSpec spec;
   if (command == "model") {
     if (i >= argv_s.size() || argv_s[i] == "--help" || argv_s[i] == "-h") {
-      std::cout << kMainUsage;
-      return i >= argv_s.size() ? kExitUsage : 0;
+      if (i >= argv_s.size()) {
+        std::cerr << "cmestream: model: expected a subcommand\n" << kModelUsage;
+        return kExitUsage;
+      }
+      std::cout << kModelUsage;
+      return 0;
     }
     command += " " + argv_s[i++];
     if (command == "model create") {
@@ -120,10 +128,14 @@ int Run(int argc, char** argv) {
                      "tensor-iterations", "reservoir", "window", "ridge1", "ridge2"};
       spec.switches = {"averaging", "json"};
     } else if (command == "model describe" || command == "model list") {
+      usage = command == "model describe" ? kDescribeUsage : kListUsage;
       spec.switches = {"json"};
     } else if (command == "model delete") {
+      usage = kDeleteUsage;
     } else {
-      return FailUsage(command, "unknown subcommand (expected create, describe, list, delete)");
+      std::cerr << "cmestream: " << command << ": unknown subcommand (expected create, describe, list, delete)\n"
+                << kModelUsage;
+      return kExitUsage;
     }
   } else if (command == "ingest") {
     usage = kIngestUsage;
@@ -142,8 +154,10 @@ int Run(int argc, char** argv) {
     spec.values = {"points"};
     spec.switches = {"json"};
   } else if (command == "dictionary") {
+    usage = kDictionaryUsage;
     spec.switches = {"json"};
   } else if (command == "producer") {
+    usage = kProducerUsage;
     spec.values = {"producer"};
     spec.switches = {"json"};
   } else if (command == "counts" || command == "aggregation") {
@@ -164,10 +178,15 @@ int Run(int argc, char** argv) {
                    "anchors-per-meta", "learn", "forget", "guess", "slip"};
     spec.switches = {"trajectory", "hard"};
   } else if (command == "snapshot") {
+    usage = kSnapshotUsage;
     spec.switches = {"json"};
   } else if (command == "export") {
+    usage = kExportUsage;
     spec.values = {"out"};
+  } else if (command == "health") {
+    usage = kHealthUsage;
   } else if (command == "import") {
+    usage = kImportUsage;
     spec.values = {"name"};
     spec.switches = {"json"};
   } else if (command == "help") {
@@ -192,6 +211,21 @@ int Run(int argc, char** argv) {
     if (!v.ok() || *v <= 0) return FailUsage(command, "--timeout: expected seconds > 0");
     ctx.timeout = *v;
   }
+  if (auto s = ParseServerList(ctx); !s.ok()) return FailUsage(command, s.message());
+  if (!ctx.pods.empty()) {
+    // Several daemons: route by the model name; model list visits them all.
+    if (command == "snapshot" || command == "health") {
+      return FailUsage(command, "takes one --server (a daemon), not a list");
+    }
+    if (command == "import") {
+      auto name = args->Value("name");
+      if (!name) return FailUsage(command, "with a --server list, give --name NEW (it picks the daemon)");
+      RouteToOwner(ctx, *name);
+    } else if (command != "model list" && command != "simulate") {
+      if (args->positional.empty()) return FailUsage(command, "expected a model NAME");
+      RouteToOwner(ctx, args->positional[0]);
+    }
+  }
   if (command == "model create") return ModelCreate(ctx, *args);
   if (command == "model describe") return ModelDescribe(ctx, *args);
   if (command == "model list") return ModelList(ctx, *args);
@@ -211,6 +245,7 @@ int Run(int argc, char** argv) {
   if (command == "snapshot") return Snapshot(ctx, *args);
   if (command == "export") return Export(ctx, *args);
   if (command == "import") return Import(ctx, *args);
+  if (command == "health") return Health(ctx, *args);
   return Simulate(*args);
 }
 

@@ -1,5 +1,6 @@
 #include "client/cpp/client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -7,12 +8,35 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/client_unary_call.h"
+#include "grpcpp/support/byte_buffer.h"
 
 namespace cmestream::client {
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+std::string WithDefaultPort(const std::string& target, int port) {
+  std::string prefix;
+  std::string host = target;
+  if (host.rfind("dns:///", 0) == 0) {
+    prefix = "dns:///";
+    host = host.substr(prefix.size());
+  } else if (host.find("://") != std::string::npos) {
+    return target;  // another URI scheme (unix:///path, ...): gRPC's business
+  }
+  if (host.empty()) return target;
+  if (host[0] == '[') {  // "[v6]" or "[v6]:port"
+    const size_t close = host.find(']');
+    if (close == std::string::npos || close + 1 < host.size()) return target;
+    return absl::StrCat(prefix, host, ":", port);
+  }
+  const auto colons = std::count(host.begin(), host.end(), ':');
+  if (colons == 1) return target;  // host:port, or scheme:rest (unix:path, ipv4:addr)
+  if (colons > 1) return absl::StrCat(prefix, "[", host, "]:", port);  // bare IPv6 address
+  return absl::StrCat(prefix, host, ":", port);
 }
 
 absl::Status ClientOptions::Validate() const {
@@ -332,7 +356,7 @@ Client::Client(const ClientOptions& options, std::shared_ptr<grpc::ChannelCreden
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
   args.SetMaxSendMessageSize(options_.max_message_bytes);
-  channel_ = grpc::CreateCustomChannel(options_.target, credentials, args);
+  channel_ = grpc::CreateCustomChannel(WithDefaultPort(options_.target), credentials, args);
   models_ = v1::ModelService::NewStub(channel_);
   ingest_ = v1::IngestService::NewStub(channel_);
   queries_ = v1::QueryService::NewStub(channel_);
@@ -395,6 +419,34 @@ absl::StatusOr<v1::SnapshotResponse> Client::Snapshot() {
   v1::SnapshotResponse reply;
   if (auto s = FromGrpcStatus(models_->Snapshot(&context, v1::SnapshotRequest(), &reply)); !s.ok()) return s;
   return reply;
+}
+
+absl::StatusOr<bool> Client::Health(const std::string& service) {
+  // Debian's gRPC ships no generated health stubs: the two tiny messages are encoded by hand.
+  // HealthCheckRequest { string service = 1; }, HealthCheckResponse { ServingStatus status = 1; }
+  // with SERVING = 1.
+  if (service.size() > 127) return absl::InvalidArgumentError("health: service name longer than 127 bytes");
+  std::string request;
+  if (!service.empty()) {
+    request.push_back('\x0a');
+    request.push_back(static_cast<char>(service.size()));
+    request += service;
+  }
+  grpc::Slice slice(request);
+  grpc::ByteBuffer request_buffer(&slice, 1);
+  grpc::ByteBuffer response_buffer;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  const grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC);
+  grpc::Status status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel_.get(), method, &context, request_buffer, &response_buffer);
+  if (auto s = FromGrpcStatus(status); !s.ok()) return s;
+  std::vector<grpc::Slice> slices;
+  if (!response_buffer.Dump(&slices).ok()) return absl::InternalError("health: unreadable reply");
+  std::string reply;
+  for (const grpc::Slice& s : slices) reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // Field 1 varint: 0x08 then the status (absent = UNKNOWN = 0).
+  return reply.size() >= 2 && reply[0] == '\x08' && reply[1] == 1;
 }
 
 absl::StatusOr<std::string> Client::ExportModel(const std::string& name) {

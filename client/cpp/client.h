@@ -41,8 +41,17 @@ namespace v1 = ::cmestream::v1;
 // Converts a gRPC status to an absl::Status with the same code and message.
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// The daemon's default gRPC port: a target without a port goes there (gRPC itself would pick
+// 443, the HTTPS port, which cmestreamd never listens on by default).
+inline constexpr int kDefaultPort = 50051;
+
+// Appends ":50051" to a target without a port: "host" -> "host:50051", "[::1]" ->
+// "[::1]:50051", "::1" -> "[::1]:50051", "dns:///host" -> "dns:///host:50051". Targets with a
+// port, and other schemes (unix:, ipv4:, ...), are returned unchanged.
+std::string WithDefaultPort(const std::string& target, int port = kDefaultPort);
+
 struct ClientOptions {
-  std::string target = "127.0.0.1:50051";  // HOST:PORT of cmestreamd
+  std::string target = "127.0.0.1:50051";  // HOST[:PORT] of cmestreamd (default port 50051)
   double timeout_seconds = 30;             // deadline of unary calls, > 0
   // Largest message the client accepts or sends. Koopman replies grow with the number of
   // query points (16 bytes per eigenpair per point); gRPC's default 4 MB is too small for a
@@ -156,6 +165,9 @@ class Client {
   // registers such bytes under `new_name` (empty: the exported name); ALREADY_EXISTS,
   // DATA_LOSS (corrupt) or INVALID_ARGUMENT (not an export) otherwise.
   absl::StatusOr<v1::SnapshotResponse> Snapshot();
+  // grpc.health.v1.Health/Check of `service` ("" = the whole daemon): true when SERVING. The
+  // health service needs no token (container HEALTHCHECKs and probes have none).
+  absl::StatusOr<bool> Health(const std::string& service = "");
   absl::StatusOr<std::string> ExportModel(const std::string& name);
   absl::StatusOr<v1::ModelInfo> ImportModel(std::string data, const std::string& new_name);
   absl::StatusOr<v1::ProducerStatus> GetProducer(const std::string& model,

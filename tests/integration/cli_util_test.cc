@@ -11,6 +11,8 @@
 
 #include "client/cli/csv.h"
 #include "client/cli/json.h"
+#include "client/cpp/client.h"
+#include "client/cpp/placement.h"
 
 namespace cmestream::cli {
 namespace {
@@ -130,6 +132,34 @@ TEST(JsonWriter, DoublesRoundTripAndNonFiniteIsNull) {
   w.EndArray();
   EXPECT_EQ(w.str(), "[0.10000000000000001,0.33333333333333331,null,null,-0]");
   EXPECT_EQ(std::stod("0.33333333333333331"), 1.0 / 3);
+}
+
+// The same placement as client/python/cmestream/placement.py (test_sharding.py pins the same
+// values): published FNV-1a 64 and splitmix64 vectors, then the score and owner.
+TEST(Placement, MatchesTheReferenceValues) {
+  EXPECT_EQ(client::Fnv1a64(""), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(client::Fnv1a64("a"), 0xaf63dc4c8601ec8cULL);
+  EXPECT_EQ(client::Fnv1a64("foobar"), 0x85944171f73967e8ULL);
+  EXPECT_EQ(client::Mix64(0x9e3779b97f4a7c15ULL), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(client::PlacementScore("cmestreamd-0", "duffing"), 186938994056951563ULL);
+  EXPECT_EQ(client::PlacementOwner("duffing", {"cmestreamd-0", "cmestreamd-1", "cmestreamd-2"}), 2);
+  EXPECT_EQ(client::PlacementOwner("duffing", {"cmestreamd-2", "cmestreamd-1", "cmestreamd-0"}), 0);
+  EXPECT_EQ(client::PlacementOwner("x", {}), -1);
+}
+
+TEST(WithDefaultPort, AddsThePortOnlyWhereThereIsNone) {
+  using client::WithDefaultPort;
+  EXPECT_EQ(WithDefaultPort("localhost"), "localhost:50051");
+  EXPECT_EQ(WithDefaultPort("10.0.0.7"), "10.0.0.7:50051");
+  EXPECT_EQ(WithDefaultPort("localhost:7000"), "localhost:7000");
+  EXPECT_EQ(WithDefaultPort("::1"), "[::1]:50051");
+  EXPECT_EQ(WithDefaultPort("[::1]"), "[::1]:50051");
+  EXPECT_EQ(WithDefaultPort("[::1]:7000"), "[::1]:7000");
+  EXPECT_EQ(WithDefaultPort("dns:///svc.ns.svc.cluster.local"), "dns:///svc.ns.svc.cluster.local:50051");
+  EXPECT_EQ(WithDefaultPort("dns:///svc:7000"), "dns:///svc:7000");
+  EXPECT_EQ(WithDefaultPort("unix:/tmp/cmestream.sock"), "unix:/tmp/cmestream.sock");
+  EXPECT_EQ(WithDefaultPort("unix:///tmp/cmestream.sock"), "unix:///tmp/cmestream.sock");
+  EXPECT_EQ(WithDefaultPort("host", 9000), "host:9000");
 }
 
 }  // namespace

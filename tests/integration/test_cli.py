@@ -7,6 +7,7 @@ The daemon runs with a long --refresh-interval so that views change only on `ref
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,7 @@ import unittest
 
 import numpy as np
 
-from cmestream_client.testing import Daemon
+from cmestream.testing import Daemon
 
 CLI = os.environ.get("CMESTREAM", "cmestream")
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
@@ -255,6 +256,62 @@ class CliTest(unittest.TestCase):
         self.cli("model", "delete", "todelete")
         names = [m["name"] for m in self.json("model", "list")["models"]]
         self.assertNotIn("todelete", names)
+
+    def test_every_command_has_its_own_help(self):
+        main = subprocess.run([CLI, "--help"], capture_output=True, text=True).stdout
+        self.assertIn("usage: cmestream [--server", main)
+        commands = [["model"], ["model", "create"], ["model", "describe"], ["model", "list"],
+                    ["model", "delete"], ["snapshot"], ["export"], ["import"], ["ingest"],
+                    ["refresh"], ["koopman"], ["predict"], ["dictionary"], ["producer"],
+                    ["counts"], ["embedding"], ["clusters"], ["aggregation"], ["latent"],
+                    ["forecast"], ["simulate"], ["health"]]
+        seen = set()
+        for cmd in commands:
+            for flag in ("--help", "-h"):
+                p = subprocess.run([CLI, *cmd, flag], capture_output=True, text=True, timeout=30)
+                self.assertEqual(p.returncode, 0, (cmd, flag, p.stderr))
+                self.assertTrue(p.stdout.startswith("usage: cmestream " + " ".join(cmd)),
+                                (cmd, p.stdout[:80]))
+                self.assertNotEqual(p.stdout, main, cmd)
+            seen.add(p.stdout)
+        self.assertEqual(len(seen), len(commands))  # one text per command
+        # A wrong use prints that command's usage on stderr, exit 2.
+        p = subprocess.run([CLI, "model", "describe"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("expected exactly one model NAME", p.stderr)
+        self.assertIn("usage: cmestream model describe NAME", p.stderr)
+        p = subprocess.run([CLI, "model", "frobnicate"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("unknown subcommand", p.stderr)
+        self.assertIn("usage: cmestream model (create|describe|list|delete)", p.stderr)
+
+    def test_version_of_both_binaries(self):
+        cmake = open(os.path.join(os.path.dirname(__file__), "..", "..", "CMakeLists.txt")).read()
+        version = re.search(r"project\(cmestream VERSION ([0-9.]+)", cmake).group(1)
+        for binary, name in ((CLI, "cmestream"), (DAEMON, "cmestreamd")):
+            p = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertRegex(p.stdout.strip(),
+                             r"^%s %s \(([0-9a-f]{12}(-dirty)?|unknown)\)$" % (name, re.escape(version)))
+
+    def test_health(self):
+        p = self.cli("health")
+        self.assertEqual(p.stdout, "SERVING\n")
+        p = self.cli("health", "cmestream.v1.QueryService", check=False)
+        self.assertIn(p.returncode, (0, 1), p.stderr)  # registered or not: a clear answer
+        p = self.cli("health", "no.such.Service", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("NOT_FOUND", p.stderr)
+
+    def test_server_without_port_means_50051(self):
+        # Nothing here listens on 443, so a client that picked gRPC's default port would fail
+        # naming 443; ours goes to 50051 (served or refused: either way it is named or works).
+        p = subprocess.run([CLI, "--server", "127.0.0.1", "--timeout", "2", "model", "list"],
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("127.0.0.1:50051", p.stderr)
+            self.assertNotIn(":443", p.stderr)
 
     def test_simulate_grid_labels_match_the_attractors(self):
         out = subprocess.run([CLI, "simulate", "duffing-grid", "--n-side", "9"],

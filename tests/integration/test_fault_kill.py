@@ -26,8 +26,8 @@ import numpy as np
 
 from cmestream.v1 import cmestream_pb2 as pb
 from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
-from cmestream_client import Client
-from cmestream_client.testing import Daemon
+from cmestream import Client
+from cmestream.testing import Daemon
 
 CLI = os.environ.get("CMESTREAM", "cmestream")
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")

@@ -1,4 +1,4 @@
-"""End-to-end test of the Python client (cmestream_client) against a real cmestreamd.
+"""End-to-end test of the Python client (cmestream) against a real cmestreamd.
 
 Environment: CMESTREAMD (daemon binary), CMESTREAM (CLI binary, for `simulate`), PYTHONPATH with
 <build>/python and client/python. Ground truth: the Duffing basins from long integration
@@ -12,9 +12,9 @@ import unittest
 import grpc
 import numpy as np
 
-from cmestream_client import Client, CmestreamError
-from cmestream_client.basins import classify_basins
-from cmestream_client.testing import Daemon
+from cmestream import Client, CmestreamError
+from cmestream.basins import classify_basins
+from cmestream.testing import Daemon
 
 CLI = os.environ.get("CMESTREAM", "cmestream")
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
@@ -127,10 +127,25 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(CmestreamError) as e:
             c.ingest_pairs("strict", bad, good, producer="p")
         self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
-        # Wrong dimension: 9 doubles per side are not whole 2-d states.
-        with self.assertRaises(CmestreamError) as e:
+        # Wrong dimension: caught before sending, naming the expected shape (a (3, 3) array is
+        # not reinterpreted as 4.5 or 3 pairs of 2-d states).
+        with self.assertRaises(ValueError) as e:
             c.ingest_pairs("strict", np.zeros((3, 3)), np.zeros((3, 3)))
-        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("expected shape (n, 2)", str(e.exception))
+        self.assertIn("got (3, 3)", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            c.ingest_pairs("strict", np.zeros((2, 3)), np.zeros((2, 3)))
+        self.assertIn("expected shape (n, 2) or (2,) for model 'strict' (dim 2), got (2, 3)",
+                      str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            c.koopman("strict", points=np.zeros((4, 3)))
+        self.assertIn("expected shape (n, 2)", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            c.predict("strict", np.zeros(5))
+        self.assertIn("got (5,)", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            c.ingest_pairs("strict", np.zeros((2, 2), complex), np.zeros((2, 2)))
+        self.assertIn("dtype complex128", str(e.exception))
         d = c.describe("strict")
         self.assertEqual(d.samples + d.pending_warmup, 0)
         self.assertEqual(c.producer_offset("strict", "p"), 0)

@@ -20,7 +20,7 @@ import grpc
 
 from cmestream.v1 import cmestream_pb2 as pb
 from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
-from cmestream_client.testing import Daemon
+from cmestream.testing import Daemon
 
 CLI = os.environ.get("CMESTREAM", "cmestream")
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")

@@ -17,7 +17,7 @@ import unittest
 
 import numpy as np
 
-from cmestream_client.testing import Daemon
+from cmestream.testing import Daemon
 
 CLI = os.environ.get("CMESTREAM", "cmestream")
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
@@ -465,7 +465,7 @@ class ViewsCliTest(unittest.TestCase):
 
     def test_python_client_discrete_views(self):
         import grpc
-        from cmestream_client import Client, CmestreamError
+        from cmestream import Client, CmestreamError
 
         with Client(self.daemon.grpc_target) as c:
             c.create_model("py_d", num_states=6, rank=2, clusters=2, meta_states=2)

@@ -17,8 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from cmestream_client import Client  # noqa: E402
-from cmestream_client.basins import classify_basins  # noqa: E402
+from cmestream import Client  # noqa: E402
+from cmestream.basins import classify_basins  # noqa: E402
 
 
 def main():
