@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,11 @@
 namespace cmestream::service {
 
 absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path) {
+  // Files and directories of the data dir are group-writable (created 0664 / 0775 with the
+  // group bits never masked): a container restarted under another UID of the same group
+  // (OpenShift runs pods as an arbitrary UID in group 0) can still write the volume.
+  const mode_t mask = ::umask(0);
+  ::umask(mask & ~static_cast<mode_t>(S_IRWXG));
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot create data dir '", path, "': ", ec.message()));
@@ -31,7 +37,7 @@ absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path) 
     return absl::InternalError(absl::StrCat("cannot lock data dir '", path, "': ", std::strerror(err)));
   }
   const std::string lock_path = path + "/LOCK";
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664);
   if (fd < 0) {
     const int err = errno;
     ::close(dir_fd);

@@ -53,7 +53,7 @@ absl::Status FsyncDir(const std::string& dir) {
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& data) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
   if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot create ", tmp));
   size_t done = 0;
   int err = 0;

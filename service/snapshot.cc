@@ -88,7 +88,7 @@ absl::StatusOr<uint64_t> WriteAtomically(const std::string& dir, const std::stri
                                          const std::function<absl::Status(const std::string&)>& verify = nullptr) {
   const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
   const std::string path = absl::StrCat(dir, "/", name);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
   if (fd < 0) return absl::InternalError(absl::StrCat("creating snapshot ", tmp, ": ", ErrnoText()));
   uint32_t crc = 0;
   uint64_t bytes = 0;
@@ -527,7 +527,7 @@ SnapshotManager::SnapshotManager(SnapshotOptions options, ModelRegistry& registr
       log_(log),
       manifest_(manifest),
       verify_metrics_(std::make_unique<Metrics>()) {
-  ::mkdir(options_.dir.c_str(), 0755);
+  ::mkdir(options_.dir.c_str(), 0775);
   const auto existing = ListSnapshots(options_.dir);
   if (!existing.empty()) next_number_ = existing.back().first + 1;
   // Never reuse the number of a snapshot set aside as unusable.
@@ -600,7 +600,7 @@ absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState
 absl::Status SnapshotManager::SetAside(const std::vector<std::string>& paths) {
   if (paths.empty()) return absl::OkStatus();
   const std::string dir = options_.dir + "/unusable";
-  ::mkdir(dir.c_str(), 0755);
+  ::mkdir(dir.c_str(), 0775);
   for (const std::string& path : paths) {
     const std::string to = absl::StrCat(dir, "/", files::BaseName(path));
     if (::rename(path.c_str(), to.c_str()) != 0) {
