@@ -6,7 +6,8 @@ docs/benchmarks.md divides the C++ figures by.
 
 It does what tests/bench/bench_cme.cc does, on the same data: fill the dictionary to exactly
 m atoms per side (max_dict = m, epsilon 1e-7, sigma 0.1), then time pairs at the cap (each one a
-forced projection: the full O(m^2) per-pair work). Prints pairs/s per m.
+forced projection: the full O(m^2) per-pair work). Prints pairs per CPU second per m
+(and wall time per pair), single-threaded BLAS.
 
 Same data as the C++ benchmark (SimulateDuffing(40000, seed 1)):
     build/client/cli/cmestream simulate duffing --n 40000 --seed 1 > /tmp/duffing.csv
@@ -15,10 +16,15 @@ Without --pairs the script simulates the same Duffing system itself (RK4, unifor
 [-2,2]^2, dt 0.25) with numpy's generator: other points, the same per-pair work at the cap.
 """
 import argparse
+import os
 import sys
 import time
 
-import numpy as np
+# One core, like the C++ learner (a model's learning is single-threaded): no BLAS threads.
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+
+import numpy as np  # noqa: E402
 
 
 def duffing(n, seed, dt=0.25, substeps=10, box=2.0):
@@ -158,18 +164,19 @@ def main():
         source = "numpy Duffing (40000 pairs, seed 1)"
     n = len(xs)
     print(f"# numpy {np.__version__}, data: {source}")
-    print("m,pairs_per_s,us_per_pair,timed_pairs,m_x,m_y")
+    print("m,pairs_per_cpu_s,cpu_us_per_pair,wall_us_per_pair,timed_pairs,m_x,m_y")
     for m in args.m:
         cme = NumpyCme(2, sigma=0.1, eta=0.1, lam=1e-3, eps=1e-7, max_dict=m)
         i = 0
         while (cme.mx < m or cme.my < m) and cme.samples < 200 * n:
             cme.observe(xs[i], ys[i]); i = (i + 1) % n
         timed = args.timed or max(200, int(4e8 / (m * m)))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(timed):
             cme.observe(xs[i], ys[i]); i = (i + 1) % n
-        dt = time.perf_counter() - t0
-        print(f"{m},{timed / dt:.1f},{1e6 * dt / timed:.2f},{timed},{cme.mx},{cme.my}")
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        # CPU time, like Google Benchmark's CPU column (the machine may be shared).
+        print(f"{m},{timed / cpu:.1f},{1e6 * cpu / timed:.2f},{1e6 * wall / timed:.2f},{timed},{cme.mx},{cme.my}")
         sys.stdout.flush()
 
 
