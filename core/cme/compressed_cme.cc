@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/kernels/gaussian.h"
@@ -29,7 +30,7 @@ absl::Status CompressedCme::Options::Validate() const {
   if (!(eta * lambda < 1)) return Violated(absl::StrCat("eta * lambda < 1, got ", eta * lambda));
   if (!(epsilon >= 0) || !std::isfinite(epsilon)) return Violated(absl::StrCat("epsilon >= 0, got ", epsilon));
   if (max_dict < 1) return Violated(absl::StrCat("max_dict >= 1, got ", max_dict));
-  if (max_dict > 20000) return Violated(absl::StrCat("max_dict <= 20000 (memory is 6 max_dict^2 doubles), got ", max_dict));
+  if (max_dict > 20000) return Violated(absl::StrCat("max_dict <= 20000 (memory is up to 7 max_dict^2 doubles), got ", max_dict));
   if (!(jitter >= 0) || !(jitter < 1)) return Violated(absl::StrCat("0 <= jitter < 1, got ", jitter));
   if (!(drift_tolerance > 0)) return Violated(absl::StrCat("drift_tolerance > 0, got ", drift_tolerance));
   if (!(step_decay_samples >= 0) || !std::isfinite(step_decay_samples))
@@ -45,16 +46,62 @@ CompressedCme::CompressedCme(const Options& options) : options_(options) {
     std::fprintf(stderr, "CompressedCme: invalid options: %s\n", std::string(st.message()).c_str());
     std::abort();
   }
-  const int cap = options.max_dict;
-  x_atoms_ = RowMatrixXd::Zero(cap, options.dim);
-  y_atoms_ = RowMatrixXd::Zero(cap, options.dim);
-  w_ = MatrixXd::Zero(cap, cap);
-  if (options.averaging) w_avg_ = MatrixXd::Zero(cap, cap);
-  gx_ = MatrixXd::Zero(cap, cap);
-  gy_ = MatrixXd::Zero(cap, cap);
-  gx_inv_ = MatrixXd::Zero(cap, cap);
-  gy_inv_ = MatrixXd::Zero(cap, cap);
+  // No buffers yet: capacity grows with the dictionary (EnsureCapacity), so an empty learner
+  // costs only this object.
+}
+
+namespace {
+
+constexpr int kInitialCapacity = 16;
+
+// Copies the live top-left block of m into a zeroed rows x cols matrix (capacity growth).
+template <class M>
+void GrowMatrix(M& m, Eigen::Index rows, Eigen::Index cols, Eigen::Index live_rows, Eigen::Index live_cols) {
+  M grown = M::Zero(rows, cols);
+  if (live_rows > 0 && live_cols > 0) grown.topLeftCorner(live_rows, live_cols) = m.topLeftCorner(live_rows, live_cols);
+  m.swap(grown);
+}
+
+}  // namespace
+
+void CompressedCme::Reserve(int m) {
+  m = std::min(std::max(m, 0), options_.max_dict);
+  if (m <= cap_) return;
+  // Capacities follow one rule (16 * 2^k, capped at max_dict), so the capacity of a learner is
+  // a function of its dictionary size whichever way it got there (growth or Deserialize).
+  int cap = kInitialCapacity;
+  while (cap < m) cap *= 2;
+  cap = std::min(cap, options_.max_dict);
+  const int d = options_.dim;
+  GrowMatrix(x_atoms_, cap, d, mx_, d);
+  GrowMatrix(y_atoms_, cap, d, my_, d);
+  GrowMatrix(w_, cap, cap, my_, mx_);
+  if (options_.averaging) GrowMatrix(w_avg_, cap, cap, my_, mx_);
+  GrowMatrix(gx_, cap, cap, mx_, mx_);
+  GrowMatrix(gy_, cap, cap, my_, my_);
+  GrowMatrix(gx_inv_, cap, cap, mx_, mx_);
+  GrowMatrix(gy_inv_, cap, cap, my_, my_);
+  // Scratch vectors are rewritten before every read: no need to keep their contents.
   for (VectorXd* v : {&kx_, &ky_, &a_, &b_, &c_, &kyx_, &tmp_, &amb_}) *v = VectorXd::Zero(cap);
+  // ObserveBatch scratch is sized from cap on its next use.
+  for (MatrixXd* b : {&bkx_, &bky_, &bkyx_, &bc_, &bb_, &bgb_, &bz_, &bvv_, &bq_, &bvr_}) b->resize(0, 0);
+  cap_ = cap;
+}
+
+void CompressedCme::EnsureCapacity() {
+  // Room for one more atom on either side before a pair is processed.
+  const int need = std::max(mx_, my_) + 1;
+  if (need > cap_ && cap_ < options_.max_dict) Reserve(need);
+}
+
+int64_t CompressedCme::HeapBytes() const {
+  int64_t n = 0;
+  for (const RowMatrixXd* m : {&x_atoms_, &y_atoms_}) n += m->size();
+  for (const MatrixXd* m : {&w_, &w_avg_, &gx_, &gy_, &gx_inv_, &gy_inv_, &bkx_, &bky_, &bkyx_, &bc_, &bb_, &bgb_,
+                            &bz_, &bvv_, &bq_, &bvr_})
+    n += m->size();
+  for (const VectorXd* v : {&kx_, &ky_, &a_, &b_, &c_, &kyx_, &tmp_, &amb_, &bscale_, &bsum_}) n += v->size();
+  return n * static_cast<int64_t>(sizeof(double));
 }
 
 double CompressedCme::Gamma() const {
@@ -62,10 +109,30 @@ double CompressedCme::Gamma() const {
   return options_.jitter;
 }
 
-double CompressedCme::StepSize() const {
+double CompressedCme::StepSizeAt(int64_t samples) const {
   if (options_.step_decay_samples <= 0) return options_.eta;
-  const double t = static_cast<double>(counters_.samples);
+  const double t = static_cast<double>(samples);
   return options_.eta / std::pow(1.0 + t / options_.step_decay_samples, options_.step_decay_power);
+}
+
+void CompressedCme::KernelColumn(const RowMatrixXd& atoms, int m, const double* p, double* out) const {
+  // out[i] = k(atom_i, p). Squared distances term by term (no ||a||^2 + ||b||^2 - 2ab
+  // cancellation: deltas of near-duplicate points matter here), then one vectorized exp. The
+  // sequential and the batched paths both use this function on SIMD-aligned columns, so their
+  // kernel values are the same.
+  const int d = options_.dim;
+  const double scale = -1.0 / (2 * options_.sigma * options_.sigma);
+  const double* a = atoms.data();
+  for (int i = 0; i < m; ++i, a += d) {
+    double s = 0;
+    for (int k = 0; k < d; ++k) {
+      const double t = a[k] - p[k];
+      s += t * t;
+    }
+    out[i] = s * scale;
+  }
+  Eigen::Map<VectorXd> v(out, m);
+  v = v.array().exp().matrix();
 }
 
 void CompressedCme::GrowInverse(MatrixXd& g, MatrixXd& g_inv, int m, const VectorXd& k_new,
@@ -121,18 +188,73 @@ void CompressedCme::UpdateAverage() {
   avg += (w_.topLeftCorner(my_, mx_) - avg) / t;
 }
 
+CompressedCme::PairStats CompressedCme::MakeStats(double pv, double dy_raw, double pu_raw, double eta) const {
+  PairStats st;
+  const double dx_raw = 1.0 - pv;  // k(x,x) - kx^T c
+  st.negative = dx_raw < -kNegativeDeltaTolerance || dy_raw < -kNegativeDeltaTolerance;
+  st.pv = pv;
+  st.dx = std::max(0.0, dx_raw);
+  st.dy = std::max(0.0, dy_raw);
+  st.pu = std::max(0.0, pu_raw);
+  st.err2 = eta * eta * (st.pu * st.dx + st.dy * st.pv + st.dx * st.dy);
+  return st;
+}
+
+void CompressedCme::RecordStats(const PairStats& st) {
+  if (st.negative) ++negative_delta_events_;
+  last_error_ = std::sqrt(st.err2);
+}
+
+CompressedCme::Decision CompressedCme::Decide(const PairStats& st, double eta) const {
+  Decision dec;
+  const int mx = mx_, my = my_;
+  const double eta2 = eta * eta;
+  const double gamma = Gamma();
+  const double eps2 = options_.epsilon * options_.epsilon;
+  const int cap = options_.max_dict;
+  // An empty dictionary cannot absorb anything (C = 0 stays 0): the first sample always admits.
+  const bool must_admit = (mx == 0 || my == 0);
+  if (!(st.err2 > eps2 || must_admit)) return dec;
+  if (options_.one_sided) {
+    // Never add a side whose delta is below the jitter floor (numerically already in span).
+    const bool can_y = my < cap && st.dy > gamma;
+    const bool can_x = mx < cap && st.dx > gamma;
+    const double err_y = eta2 * (st.pu + st.dy) * st.dx;  // after adding phi(y) to Psi only
+    const double err_x = eta2 * st.dy * (st.pv + st.dx);  // after adding phi(x) to Phi only
+    if (!must_admit && can_y && err_y <= eps2 && (!can_x || err_x > eps2 || err_y <= err_x)) {
+      dec.choice = kY;
+    } else if (!must_admit && can_x && err_x <= eps2) {
+      dec.choice = kX;
+    } else if (can_x && can_y) {
+      dec.choice = kBoth;
+    } else {
+      // The budget binds (cap or floor): take the best feasible partial step, project the rest.
+      dec.forced = true;
+      dec.residual2 = st.err2;
+      if (can_y && err_y <= dec.residual2) { dec.choice = kY; dec.residual2 = err_y; }
+      if (can_x && err_x < dec.residual2) { dec.choice = kX; dec.residual2 = err_x; }
+    }
+  } else {
+    if (mx < cap && my < cap) {
+      dec.choice = kBoth;
+    } else {
+      dec.forced = true;
+      dec.residual2 = st.err2;
+    }
+  }
+  return dec;
+}
+
 void CompressedCme::Observe(const double* x, const double* y) {
-  const int d = options_.dim;
+  EnsureCapacity();
   const int mx = mx_;
   const int my = my_;
-  const double sigma = options_.sigma;
-  const double eta = StepSize();
+  const double eta = StepSizeAt(counters_.samples);
   const double decay = 1.0 - eta * options_.lambda;
-  const double gamma = Gamma();
 
   // kx = k_X(x), ky = k_Y(y): m kernel evaluations each.
-  for (int i = 0; i < mx; ++i) kx_[i] = GaussianKernel(x_atoms_.row(i).data(), x, d, sigma);
-  for (int j = 0; j < my; ++j) ky_[j] = GaussianKernel(y_atoms_.row(j).data(), y, d, sigma);
+  KernelColumn(x_atoms_, mx, x, kx_.data());
+  KernelColumn(y_atoms_, my, y, ky_.data());
   auto kx = kx_.head(mx);
   auto ky = ky_.head(my);
   auto a = a_.head(my);
@@ -141,58 +263,21 @@ void CompressedCme::Observe(const double* x, const double* y) {
   a.noalias() = w_.topLeftCorner(my, mx) * kx;           // C phi(x) = Psi a
   b.noalias() = gy_inv_.topLeftCorner(my, my) * ky;      // P_Y phi(y) = Psi b
   c.noalias() = gx_inv_.topLeftCorner(mx, mx) * kx;      // P_X phi(x) = Phi c
-  const double pv = kx.dot(c);                           // ||P_X phi(x)||^2
-  const double dx_raw = 1.0 - pv;                        // k(x,x) - kx^T c
-  const double dy_raw = 1.0 - ky.dot(b);
-  if (dx_raw < -kNegativeDeltaTolerance || dy_raw < -kNegativeDeltaTolerance) ++negative_delta_events_;
-  const double dx = std::max(0.0, dx_raw);
-  const double dy = std::max(0.0, dy_raw);
   // pu = (a - b)^T G_Y (a - b) = ||P_Y u||^2 for u = Psi a - phi(y).
   amb_.head(my) = a - b;
   tmp_.head(my).noalias() = gy_.topLeftCorner(my, my) * amb_.head(my);
-  const double pu = std::max(0.0, amb_.head(my).dot(tmp_.head(my)));
-  const double eta2 = eta * eta;
-  const double err2 = eta2 * (pu * dx + dy * pv + dx * dy);
-  last_error_ = std::sqrt(err2);
+  const PairStats st = MakeStats(kx.dot(c), 1.0 - ky.dot(b), amb_.head(my).dot(tmp_.head(my)), eta);
+  RecordStats(st);
+  ApplyStep(Decide(st, eta), st, x, y, eta, decay);
+}
 
-  enum Choice { kCompress, kY, kX, kBoth } choice = kCompress;
-  bool forced = false;
-  double residual2 = 0;  // error left by the chosen update
-  const double eps2 = options_.epsilon * options_.epsilon;
-  const int cap = options_.max_dict;
-  // An empty dictionary cannot absorb anything (C = 0 stays 0): the first sample always admits.
-  const bool must_admit = (mx == 0 || my == 0);
-  if (err2 > eps2 || must_admit) {
-    if (options_.one_sided) {
-      // Never add a side whose delta is below the jitter floor (numerically already in span).
-      const bool can_y = my < cap && dy > gamma;
-      const bool can_x = mx < cap && dx > gamma;
-      const double err_y = eta2 * (pu + dy) * dx;  // after adding phi(y) to Psi only
-      const double err_x = eta2 * dy * (pv + dx);  // after adding phi(x) to Phi only
-      if (!must_admit && can_y && err_y <= eps2 && (!can_x || err_x > eps2 || err_y <= err_x)) {
-        choice = kY;
-      } else if (!must_admit && can_x && err_x <= eps2) {
-        choice = kX;
-      } else if (can_x && can_y) {
-        choice = kBoth;
-      } else {
-        // The budget binds (cap or floor): take the best feasible partial step, project the rest.
-        forced = true;
-        residual2 = err2;
-        if (can_y && err_y <= residual2) { choice = kY; residual2 = err_y; }
-        if (can_x && err_x < residual2) { choice = kX; residual2 = err_x; }
-      }
-    } else {
-      if (mx < cap && my < cap) {
-        choice = kBoth;
-      } else {
-        forced = true;
-        residual2 = err2;
-      }
-    }
-  }
-
-  switch (choice) {
+void CompressedCme::ApplyStep(const Decision& dec, const PairStats& st, const double* x, const double* y,
+                              double eta, double decay) {
+  const int d = options_.dim;
+  const int mx = mx_;
+  const int my = my_;
+  const double gamma = Gamma();
+  switch (dec.choice) {
     case kCompress:
       CompressW(my, mx, decay, eta);
       break;
@@ -206,33 +291,33 @@ void CompressedCme::Observe(const double* x, const double* y) {
       AppendBothOfW(my, mx, decay, eta);
       break;
   }
-  const bool add_y = choice == kY || choice == kBoth;
-  const bool add_x = choice == kX || choice == kBoth;
+  const bool add_y = dec.choice == kY || dec.choice == kBoth;
+  const bool add_x = dec.choice == kX || dec.choice == kBoth;
   // Dictionary and inverse growth. The Schur complement of the jittered Gram is delta + gamma.
   if (add_y) {
     y_atoms_.row(my) = Eigen::Map<const Eigen::RowVectorXd>(y, d);
-    GrowInverse(gy_, gy_inv_, my, ky_, b_, dy + gamma);
+    GrowInverse(gy_, gy_inv_, my, ky_, b_, st.dy + gamma);
     if (options_.averaging) w_avg_.row(my).head(mx + (add_x ? 1 : 0)).setZero();
     my_ = my + 1;
     ++counters_.admitted_y;
   }
   if (add_x) {
     x_atoms_.row(mx) = Eigen::Map<const Eigen::RowVectorXd>(x, d);
-    GrowInverse(gx_, gx_inv_, mx, kx_, c_, dx + gamma);
+    GrowInverse(gx_, gx_inv_, mx, kx_, c_, st.dx + gamma);
     if (options_.averaging) w_avg_.col(mx).head(my_).setZero();
     mx_ = mx + 1;
     ++counters_.admitted_x;
   }
-  if (choice == kCompress && !forced) ++counters_.compressed;
-  if (forced) {
+  if (dec.choice == kCompress && !dec.forced) ++counters_.compressed;
+  if (dec.forced) {
     ++counters_.forced;
-    counters_.forced_error_sum += std::sqrt(residual2);
+    counters_.forced_error_sum += std::sqrt(dec.residual2);
   }
-  last_step_ = forced ? Step::kForced
-               : choice == kCompress ? Step::kCompressed
-               : choice == kY        ? Step::kAdmittedY
-               : choice == kX        ? Step::kAdmittedX
-                                     : Step::kAdmittedBoth;
+  last_step_ = dec.forced ? Step::kForced
+               : dec.choice == kCompress ? Step::kCompressed
+               : dec.choice == kY        ? Step::kAdmittedY
+               : dec.choice == kX        ? Step::kAdmittedX
+                                         : Step::kAdmittedBoth;
   ++counters_.samples;
   if (options_.averaging) UpdateAverage();
 
@@ -241,26 +326,31 @@ void CompressedCme::Observe(const double* x, const double* y) {
     last_nearest_x_ = mx;  // x itself is the new atom
   } else if (mx > 0) {
     Eigen::Index i;
-    kx.maxCoeff(&i);
+    kx_.head(mx).maxCoeff(&i);
     last_nearest_x_ = static_cast<int>(i);
   }
   if (mx_ > 0) {
-    for (int i = 0; i < mx_; ++i) kyx_[i] = GaussianKernel(x_atoms_.row(i).data(), y, d, sigma);
+    KernelColumn(x_atoms_, mx_, y, kyx_.data());
     Eigen::Index i;
     kyx_.head(mx_).maxCoeff(&i);
     last_nearest_y_in_x_ = static_cast<int>(i);
   }
+  AfterPairDriftSchedule();
+}
 
+int64_t CompressedCme::PairsUntilDriftCheck() const {
+  if (options_.drift_check_interval <= 0) return std::numeric_limits<int64_t>::max();
+  const int64_t period = std::max<int64_t>(options_.drift_check_interval, mx_ + my_);
+  return std::max<int64_t>(1, period - samples_since_drift_check_);
+}
+
+void CompressedCme::AfterPairDriftSchedule() {
   // Periodic drift check, scheduled by sample count (see Options::drift_check_interval).
   if (options_.drift_check_interval > 0 &&
       ++samples_since_drift_check_ >= std::max<int64_t>(options_.drift_check_interval, mx_ + my_)) {
     samples_since_drift_check_ = 0;
     CheckDriftAndRefactorize();
   }
-}
-
-void CompressedCme::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y) {
-  for (Eigen::Index i = 0; i < x.rows(); ++i) Observe(x.row(i).data(), y.row(i).data());
 }
 
 double CompressedCme::MeasureInverseDrift() {

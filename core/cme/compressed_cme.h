@@ -13,9 +13,15 @@
 //   Empty dictionaries, samples() == 0, C = 0.
 //
 // COST
-//   Observe: O(m^2) per pair, no heap allocation (scratch buffers are sized to max_dict at
-//   construction). Refactorize: O(m^3), call off the hot path. Memory: 6 max_dict^2 doubles
-//   (7 with averaging): 48 MB at max_dict = 1000. Measured: docs/benchmarks.md.
+//   Observe / ObserveBatch: O(m^2) per pair. ObserveBatch does the same arithmetic as B calls of
+//   Observe, regrouped into matrix-matrix products (ALGORITHMS.md section 9), several times
+//   faster per pair. Refactorize: O(m^3), call off the hot path.
+//   Memory follows the dictionary: the m-indexed buffers have a capacity that grows
+//   geometrically (16, 32, 64, ... capped at max_dict) when an admission needs room, so an empty
+//   learner holds no matrices and a learner with m atoms holds 6-7 cap^2 doubles, cap < 2m
+//   (plus ObserveBatch's scratch, about 10 cap x run doubles). Growth is the only allocation on
+//   the hot path: O(log max_dict) times over a learner's life; Reserve() removes even that.
+//   Measured: docs/benchmarks.md.
 //
 // NUMERICS
 //   Gram inverses are of G + gamma I with gamma = jitter * k(x,x) (relative jitter, ALGORITHMS.md
@@ -44,6 +50,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "absl/status/statusor.h"
 #include "core/common/types.h"
 
@@ -103,8 +110,26 @@ class CompressedCme {
   // O(m^2), no allocation.
   void Observe(const double* x, const double* y);
 
-  // Applies n pairs, rows of x and y (n x d each). requires same shape, finite.
-  void ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y);
+  // Applies n pairs, rows of x and y (n x d each), with results equal to n calls of Observe()
+  // up to floating-point reassociation (exactly the same admissions; W within ~1e-13 relative).
+  // Runs of pairs without admission are evaluated as matrix products against a fixed dictionary
+  // (ALGORITHMS.md section 9); an admission ends a run and is applied by Observe()'s formulas.
+  // The run lengths depend only on the position inside this call and on the stream, so a
+  // learner's state is a function of the pairs and of the batch boundaries (replaying the same
+  // batches is bit-exact). nearest_x / nearest_y: empty, or n entries that receive
+  // last_nearest_x() / last_nearest_y_in_x() as they were after each pair.
+  // requires: x, y n x dim, finite; spans empty or of size n (checked; aborts otherwise).
+  // No allocation once capacity and scratch have been sized (same batch size seen before).
+  void ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y,
+                    absl::Span<int> nearest_x = {}, absl::Span<int> nearest_y = {});
+
+  // Grows the capacity to hold m atoms per side now (m <= max_dict), so that no later
+  // admission up to m allocates. Optional: capacity also grows on demand.
+  void Reserve(int m);
+  // Current capacity (atoms per side that fit without growing) and heap bytes held by the
+  // learner's buffers (matrices, atoms, scratch).
+  int capacity() const { return cap_; }
+  int64_t HeapBytes() const;
 
   // Max over both sides of ||G G^-1 - I||_F (O(m^3)); cached in last_drift().
   double MeasureInverseDrift();
@@ -155,26 +180,65 @@ class CompressedCme {
 
  private:
   // (implementation-defined members)
+  // What a pair's statistics call for (ALGORITHMS.md section 1, one-sided admission).
+  enum Choice { kCompress, kY, kX, kBoth };
+  struct Decision {
+    Choice choice = kCompress;
+    bool forced = false;
+    double residual2 = 0;  // error left by the chosen update (forced steps)
+  };
+  // Clamped deltas, pu, pv and err^2 of one pair; negative: a delta below -1e-6 (drift symptom).
+  struct PairStats {
+    double pv = 0, dx = 0, dy = 0, pu = 0, err2 = 0;
+    bool negative = false;
+  };
+  PairStats MakeStats(double pv, double dy_raw, double pu_raw, double eta) const;
+  void RecordStats(const PairStats& st);  // last_error_, negative_delta_events_
+  Decision Decide(const PairStats& st, double eta) const;
+  // Applies a decided step with the pair's vectors in the scratch a_, amb_, b_, c_, kx_, ky_
+  // (W update, dictionary growth, counters, averaging, nearest atoms, drift schedule).
+  void ApplyStep(const Decision& dec, const PairStats& st, const double* x, const double* y, double eta,
+                 double decay);
+  // Grows capacity when an admission would not fit (no-op at max_dict).
+  void EnsureCapacity();
+  // ObserveBatch helpers (compressed_cme_batch.cc).
+  void EnsureBatchScratch(int run);
+  int ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y, int64_t t0,
+                 int len, absl::Span<int> nearest_x, absl::Span<int> nearest_y, bool* ended_early);
+  void FlushRun(int r, double scale, int64_t n0);
+  // Samples left before the scheduled drift check (>= 1), or a large number when disabled.
+  int64_t PairsUntilDriftCheck() const;
+  void AfterPairDriftSchedule();
+
   Options options_;
+  int cap_ = 0;                     // capacity of every m-indexed buffer (see COST)
   Counters counters_;
   int mx_ = 0;
   int my_ = 0;
   double last_drift_ = 0;
   int last_nearest_x_ = -1;
   int last_nearest_y_in_x_ = -1;
-  RowMatrixXd x_atoms_, y_atoms_;   // capacity max_dict x d
-  MatrixXd w_, w_avg_;              // capacity max_dict x max_dict
+  RowMatrixXd x_atoms_, y_atoms_;   // cap x d
+  MatrixXd w_, w_avg_;              // cap x cap
   MatrixXd gx_, gy_;                // Gram matrices (jittered), capacity-sized
   MatrixXd gx_inv_, gy_inv_;        // their inverses
   VectorXd kx_, ky_, a_, b_, c_, kyx_, tmp_;  // scratch, capacity-sized
   VectorXd amb_;                    // scratch: a - b, capacity-sized
+  // ObserveBatch scratch (ld = cap rounded up to 8 rows so columns stay SIMD-aligned) x run.
+  MatrixXd bkx_, bky_, bkyx_;       // kernel columns k_X(x_t), k_Y(y_t), k_X(y_t)
+  MatrixXd bc_, bb_, bgb_;          // G_X^-1 K_x, G_Y^-1 K_y, G_Y G_Y^-1 K_y
+  MatrixXd bz_;                     // 2 ld x run: [W~ K_x ; G_Y W~ K_x], then corrected in place
+  MatrixXd bvv_;                    // 2 ld x run: [v_t ; G_Y v_t], the deferred rank-1 factors
+  MatrixXd bq_;                     // run x run: Q(j,t) = c_j^T k_X(x_t), strictly upper part
+  MatrixXd bvr_;                    // ld x run: v_t scaled for the Polyak-Ruppert sum
+  VectorXd bscale_, bsum_;          // per-pair lazy scale S_t and its suffix sums
   Step last_step_ = Step::kNone;
   double last_error_ = 0;
   int64_t negative_delta_events_ = 0;
   int64_t samples_since_drift_check_ = 0;
 
   double Gamma() const;             // relative jitter gamma = jitter * k(x,x) (k(x,x) = 1)
-  double StepSize() const;          // eta_t of the schedule
+  double StepSizeAt(int64_t samples) const;  // eta_t of the schedule after `samples` pairs
   void GrowInverse(MatrixXd& g, MatrixXd& g_inv, int m, const VectorXd& k_new, const VectorXd& c,
                    double delta_jittered);
   void AppendRowOfW(int my, int mx, double decay, double eta);   // add-y update
@@ -182,6 +246,7 @@ class CompressedCme {
   void AppendBothOfW(int my, int mx, double decay, double eta);    // paired update
   void CompressW(int my, int mx, double decay, double eta);
   void UpdateAverage();
+  void KernelColumn(const RowMatrixXd& atoms, int m, const double* p, double* out) const;
 };
 
 // Immutable copy of what the views need; never aliases learner buffers.

@@ -6,6 +6,7 @@
 // hold zeros both in a fresh object and in the running one (the learners only write inside
 // it), and the round-trip test compares the re-serialized state after further samples.
 // Scratch buffers that are recomputed before every read are not stored.
+#include <algorithm>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -118,10 +119,6 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "CompressedCme", s);
   const int64_t cap = o.max_dict;
-  // 6 (7 with averaging) cap^2 buffers, the atoms and the scratch vectors, as in the constructor.
-  if (!r.Reserve(Doubles((o.averaging ? 7 : 6) * cap * cap + 2 * cap * o.dim + 8 * cap), "CompressedCme buffers")) {
-    return r.status();
-  }
   Counters c;
   c.samples = NonNegative(r, "cme samples");
   c.compressed = NonNegative(r, "cme compressed");
@@ -141,8 +138,18 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   const int64_t negative = NonNegative(r, "cme negative_delta_events");
   const int64_t since_check = NonNegative(r, "cme samples_since_drift_check");
   if (!r.ok()) return r.status();
+  // The buffers hold 6 (7 with averaging) capacity^2 matrices, the atoms and the scratch
+  // vectors; the capacity follows the dictionary size (CompressedCme::Reserve), at most max_dict.
+  const int64_t live = std::max(mx, my);
+  int64_t room = 16;
+  while (room < live) room *= 2;
+  room = std::min(room, cap);
+  if (!r.Reserve(Doubles((o.averaging ? 7 : 6) * room * room + 2 * room * o.dim + 8 * room), "CompressedCme buffers")) {
+    return r.status();
+  }
 
   CompressedCme cme(o);
+  cme.Reserve(static_cast<int>(live));  // same capacity rule as growth
   cme.counters_ = c;
   cme.mx_ = mx;
   cme.my_ = my;

@@ -1,5 +1,8 @@
 // Per-sample cost of CompressedCme::Observe at fixed dictionary sizes, and dictionary size vs
 // the compression budget epsilon on Duffing. Results and the command: docs/benchmarks.md.
+#include <algorithm>
+#include <vector>
+
 #include <benchmark/benchmark.h>
 
 #include "core/cme/compressed_cme.h"
@@ -12,22 +15,32 @@ namespace {
 // Dictionary of exactly m atoms per side (max_dict = m, tiny epsilon so it fills), then every
 // timed sample takes the forced-projection path, which does the same O(m^2) work as a regular
 // compression (three m-by-m matrix-vector products and one rank-1 update of W).
-void BM_ObserveAtDictionarySize(benchmark::State& state) {
-  const int m = static_cast<int>(state.range(0));
+// A narrow kernel keeps new points far (in feature space) from the span, so both sides fill
+// to the cap; the per-sample cost does not depend on sigma.
+CompressedCme FilledLearner(int m, const systems::Transitions& data, int* next) {
   CompressedCme::Options o;
   o.dim = 2;
   o.max_dict = m;
   o.epsilon = 1e-7;
-  // A narrow kernel keeps new points far (in feature space) from the span, so both sides fill
-  // to the cap; the per-sample cost does not depend on sigma.
   o.sigma = 0.1;
   CompressedCme cme(o);
+  const int n = static_cast<int>(data.x.rows());
+  int i = 0;
+  for (int guard = 0; guard < 200 && (cme.dict_x_size() < m || cme.dict_y_size() < m); ++guard) {
+    const int len = std::min(500, n - i);
+    cme.ObserveBatch(data.x.middleRows(i, len), data.y.middleRows(i, len));
+    i = (i + len) % n;
+  }
+  *next = i;
+  return cme;
+}
+
+// Sequential: one Observe() per pair (the pre-batching hot path).
+void BM_ObserveAtDictionarySize(benchmark::State& state) {
+  const int m = static_cast<int>(state.range(0));
   const auto data = systems::SimulateDuffing(40000, 1);
   int i = 0;
-  for (int guard = 0; guard < 200000 && (cme.dict_x_size() < m || cme.dict_y_size() < m); ++guard) {
-    cme.Observe(data.x.row(i).data(), data.y.row(i).data());
-    i = (i + 1) % 40000;
-  }
+  CompressedCme cme = FilledLearner(m, data, &i);
   for (auto _ : state) {
     cme.Observe(data.x.row(i).data(), data.y.row(i).data());
     i = (i + 1) % 40000;
@@ -36,7 +49,56 @@ void BM_ObserveAtDictionarySize(benchmark::State& state) {
   state.counters["m_x"] = cme.dict_x_size();
   state.counters["m_y"] = cme.dict_y_size();
 }
-BENCHMARK(BM_ObserveAtDictionarySize)->Arg(100)->Arg(300)->Arg(1000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ObserveAtDictionarySize)->Arg(160)->Arg(500)->Arg(1000)->Unit(benchmark::kMicrosecond);
+
+// Batched: ObserveBatch() of B pairs per call, with the per-pair nearest atoms returned (what
+// the daemon needs for the transition counts). items/s = pairs/s.
+void BM_ObserveBatchAtDictionarySize(benchmark::State& state) {
+  const int m = static_cast<int>(state.range(0));
+  const int batch = static_cast<int>(state.range(1));
+  const auto data = systems::SimulateDuffing(40000, 1);
+  int i = 0;
+  CompressedCme cme = FilledLearner(m, data, &i);
+  std::vector<int> nx(batch), ny(batch);
+  for (auto _ : state) {
+    if (i + batch > 40000) i = 0;
+    cme.ObserveBatch(data.x.middleRows(i, batch), data.y.middleRows(i, batch), absl::MakeSpan(nx), absl::MakeSpan(ny));
+    i += batch;
+  }
+  state.SetItemsProcessed(state.iterations() * batch);
+  state.counters["m_x"] = cme.dict_x_size();
+  state.counters["m_y"] = cme.dict_y_size();
+}
+BENCHMARK(BM_ObserveBatchAtDictionarySize)
+    ->ArgsProduct({{160, 500, 1000}, {64, 256, 1000}})
+    ->Unit(benchmark::kMicrosecond);
+
+// Memory that follows use: heap bytes held by an empty learner and after 200 X atoms (Duffing,
+// default options but max_dict = 1000 and epsilon 1e-4 so that 200 atoms come quickly). Before
+// capacity growth, every learner held 6-7 max_dict^2 doubles from construction (48 MB here).
+void BM_LearnerMemory(benchmark::State& state) {
+  CompressedCme::Options o;
+  o.dim = 2;
+  o.max_dict = 1000;
+  o.epsilon = 1e-4;
+  const auto data = systems::SimulateDuffing(8000, 8);
+  int64_t empty = 0, after = 0, mx = 0, cap = 0;
+  for (auto _ : state) {
+    CompressedCme cme(o);
+    empty = cme.HeapBytes() + static_cast<int64_t>(sizeof(CompressedCme));
+    for (int t = 0; t < 8000 && cme.dict_x_size() < 200; t += 50) {
+      cme.ObserveBatch(data.x.middleRows(t, 50), data.y.middleRows(t, 50));
+    }
+    after = cme.HeapBytes() + static_cast<int64_t>(sizeof(CompressedCme));
+    mx = cme.dict_x_size();
+    cap = cme.capacity();
+  }
+  state.counters["bytes_empty"] = static_cast<double>(empty);
+  state.counters["bytes_after"] = static_cast<double>(after);
+  state.counters["m_x_after"] = static_cast<double>(mx);
+  state.counters["capacity_after"] = static_cast<double>(cap);
+}
+BENCHMARK(BM_LearnerMemory)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 double BasinAccuracy(const CompressedCme& cme, double dt) {
   const int side = 30;

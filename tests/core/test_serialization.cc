@@ -135,6 +135,21 @@ INSTANTIATE_TEST_SUITE_P(Variants, CmeRoundTrip,
                          ::testing::Values(std::make_tuple(false, 1000), std::make_tuple(true, 1000),
                                            std::make_tuple(false, 12)));
 
+// The batched path continues bit-identically after a load too (snapshots are taken between
+// batches; the learner's capacity, which sets the buffers' strides, follows the same rule).
+TEST(CmeSerialization, BatchedContinuesBitIdentically) {
+  const RowMatrixXd x = Trajectory(1400, 2, 5);
+  CompressedCme a(CmeOptions(true, 1000));
+  for (int t = 0; t < 700; t += 100) a.ObserveBatch(x.middleRows(t, 100), x.middleRows(t + 1, 100));
+  CompressedCme b = RoundTrip(a);
+  for (int t = 700; t < 1300; t += 150) {
+    a.ObserveBatch(x.middleRows(t, 150), x.middleRows(t + 1, 150));
+    b.ObserveBatch(x.middleRows(t, 150), x.middleRows(t + 1, 150));
+  }
+  EXPECT_EQ(a.samples(), 1300);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+}
+
 // Re-factorization after a load must match one without the load (same inverses in, same out).
 TEST(CmeSerialization, RefactorizeAfterLoadMatches) {
   const RowMatrixXd x = Trajectory(500, 2, 4);
@@ -349,11 +364,13 @@ TEST(SerializationCorruption, DimensionsBeyondTheHeaderAreRejectedBeforeAllocati
   // Body layout: 16-byte object header, then dim (4), sigma, eta, lambda, epsilon (32),
   // max_dict (4) at offset 52.
   {
-    // max_dict 30 -> 20000 (the largest valid cap: 6 * 20000^2 doubles = 19.2 GB) with a
-    // budget of 1 MiB: refused before the constructor allocates.
+    // max_dict 30 -> 20000 and m_x -> 20000 (6 * 20000^2 doubles = 19.2 GB of buffers, which
+    // follow the dictionary size) with a budget of 1 MiB: refused before anything is allocated.
+    // (A large max_dict alone costs nothing: capacity grows with the dictionary.)
     std::string bad = bytes;
     const int32_t huge = 20000;
-    std::memcpy(&bad[52], &huge, 4);  // little-endian host
+    std::memcpy(&bad[52], &huge, 4);   // little-endian host
+    std::memcpy(&bad[154], &huge, 4);  // m_x, see the offset below
     io::Reader r(bad, "f");
     r.set_allocation_budget(1 << 20);
     absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
