@@ -12,6 +12,11 @@
 //   view_build_seconds{model,view}           histogram  per sub-view build time in a refresh
 //   view_version{model}, view_age_seconds{model}, view_samples{model}   gauges (age updated by
 //                                            the refresh scheduler every tick)
+//   spectrum_heldout_score{model}            gauge    held-out VAMP-E of the Koopman spectrum at the
+//                                            last refresh (NaN while the CME fallback serves)
+//   timescale_disagreement{model}            gauge    relative disagreement of the slowest
+//                                            timescales of koopman / count chain / embedding
+//                                            (NaN with < 2 views; warning above 0.25)
 //   ingest_batches_rejected_total{model,reason} counter (model="" when the model is unknown, so
 //                                            a client's typos cannot create unbounded series)
 //   rpc_duration_seconds{method}             histogram (Ingest: per batch)
@@ -51,6 +56,8 @@ class ModelMetrics {
   void OnRejected(const std::string& reason);
   void OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples);
   void SetViewAge(double seconds);
+  // Spectrum quality of the latest view (issue 14).
+  void OnSpectrum(double heldout_score, double timescale_disagreement);
   // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
   // "latent", "predictive") in a refresh.
   void OnViewBuilt(const std::string& view, double seconds);
@@ -72,6 +79,8 @@ class ModelMetrics {
   prometheus::Gauge* view_version_;
   prometheus::Gauge* view_age_;
   prometheus::Gauge* view_samples_;
+  prometheus::Gauge* heldout_score_;
+  prometheus::Gauge* disagreement_;
   std::map<std::string, prometheus::Counter*> rejected_;
   std::map<std::string, prometheus::Histogram*> view_build_;
 };
@@ -103,6 +112,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& view_version_;
   prometheus::Family<prometheus::Gauge>& view_age_;
   prometheus::Family<prometheus::Gauge>& view_samples_;
+  prometheus::Family<prometheus::Gauge>& heldout_score_;
+  prometheus::Family<prometheus::Gauge>& disagreement_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Family<prometheus::Counter>& rpc_completed_;

@@ -50,6 +50,12 @@ class KoopmanResult:
     dt: float
     view_version: int
     samples: int
+    # Issue 14: per eigenpair, the stationary mode (eigenvalue exactly 1) and max(0, |mu| - 1);
+    # `spectrum` is the SpectrumInfo message (estimator, epoch, held-out score, cross-view
+    # timescales, warnings).
+    stationary: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=bool))
+    excess: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    spectrum: object = None
 
 
 @dataclasses.dataclass
@@ -429,7 +435,8 @@ class Client:
         return KoopmanResult(eigenvalues=_complex(r.eigenvalues), rates=_complex(r.rates),
                              timescales=np.array(r.timescales, dtype=np.float64),
                              eigenfunctions=ef, dt=r.dt, view_version=r.view.version,
-                             samples=r.view.samples)
+                             samples=r.view.samples, stationary=np.array(r.stationary, dtype=bool),
+                             excess=np.array(r.excess, dtype=np.float64), spectrum=r.spectrum)
 
     def predict(self, model: str, points) -> np.ndarray:
         """E[Y | X = point] per point, an (n, d) array."""
