@@ -1,5 +1,7 @@
 #include "service/metrics.h"
 
+#include <limits>
+
 #include "grpcpp/support/status_code_enum.h"
 
 namespace cmestream::service {
@@ -56,6 +58,14 @@ Metrics::Metrics()
                     .Register(*registry_)),
       view_samples_(BuildGauge().Name("cmestream_view_samples").Help("Samples the latest view reflects")
                         .Register(*registry_)),
+      heldout_score_(BuildGauge().Name("cmestream_spectrum_heldout_score")
+                         .Help("Held-out VAMP-E score (contiguous blocks) of the Koopman spectrum at the last "
+                               "refresh; higher is better, NaN while the CME fallback serves")
+                         .Register(*registry_)),
+      disagreement_(BuildGauge().Name("cmestream_timescale_disagreement")
+                        .Help("Relative disagreement of the slowest timescales of the koopman, count-chain and "
+                              "embedding views at the last refresh (warning above 0.25)")
+                        .Register(*registry_)),
       rejected_(BuildCounter().Name("cmestream_ingest_batches_rejected_total")
                     .Help("Ingest batches refused, by reason").Register(*registry_)),
       rpc_(BuildHistogram().Name("cmestream_rpc_duration_seconds")
@@ -96,7 +106,11 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model)
       refresh_(&m.refresh_.Add({{"model", model_}}, kRefreshBuckets)),
       view_version_(&m.view_version_.Add({{"model", model_}})),
       view_age_(&m.view_age_.Add({{"model", model_}})),
-      view_samples_(&m.view_samples_.Add({{"model", model_}})) {
+      view_samples_(&m.view_samples_.Add({{"model", model_}})),
+      heldout_score_(&m.heldout_score_.Add({{"model", model_}})),
+      disagreement_(&m.disagreement_.Add({{"model", model_}})) {
+  heldout_score_->Set(std::numeric_limits<double>::quiet_NaN());
+  disagreement_->Set(std::numeric_limits<double>::quiet_NaN());
   // Every rejection series at 0 from the start: increase()/rate() need a sample before the
   // first rejection to see it.
   for (const char* reason : kRejectReasons) {
@@ -144,6 +158,13 @@ void ModelMetrics::OnViewBuilt(const std::string& view, double seconds) {
   it->second->Observe(seconds);
 }
 
+void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreement) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  heldout_score_->Set(heldout_score);
+  disagreement_->Set(timescale_disagreement);
+}
+
 void ModelMetrics::SetViewAge(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   if (removed_) return;
@@ -178,6 +199,8 @@ void ModelMetrics::Remove() {
   m_.view_version_.Remove(view_version_);
   m_.view_age_.Remove(view_age_);
   m_.view_samples_.Remove(view_samples_);
+  m_.heldout_score_.Remove(heldout_score_);
+  m_.disagreement_.Remove(disagreement_);
   for (auto& [reason, counter] : rejected_) m_.rejected_.Remove(counter);
   rejected_.clear();
   for (auto& [view, histogram] : view_build_) m_.view_build_.Remove(histogram);

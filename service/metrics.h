@@ -23,6 +23,11 @@
 //                                            increase() sees the first rejection); model="",
 //                                            reason="unknown_model" for batches naming no model,
 //                                            so a client's typos cannot create unbounded series)
+//   spectrum_heldout_score{model}            gauge    held-out VAMP-E of the Koopman spectrum at the
+//                                            last refresh (NaN while the CME fallback serves)
+//   timescale_disagreement{model}            gauge    relative disagreement of the slowest
+//                                            timescales of koopman / count chain / embedding
+//                                            (NaN with < 2 views; warning above 0.25)
 //   rpc_duration_seconds{method}             histogram (Ingest: per batch)
 //   rpc_completed_total{method,code}         counter
 //   models                                   gauge
@@ -47,11 +52,12 @@ namespace cmestream::service {
 class Metrics;
 
 // Every `reason` label of cmestream_ingest_batches_rejected_total a model's series can carry:
-// batch validation (service/batch.h: payload_form, size, empty, non_finite, state_id), the
+// batch validation (service/batch.h: id_length, payload_form, size, empty, non_finite,
+// magnitude, state_id), the
 // batch size limit, a full learner queue, a producer offset gap, a WAL append failure.
 inline constexpr const char* kRejectReasons[] = {"payload_form", "size",       "empty",      "non_finite",
                                                  "state_id",     "batch_limit", "queue_full", "offset_gap",
-                                                 "log_error"};
+                                                 "log_error",    "id_length",   "magnitude"};
 
 // The series of one model. Thread-safe. Remove() (on model deletion) drops every series from
 // the exposition; later updates through a removed handle are ignored, so an RPC still holding
@@ -73,6 +79,8 @@ class ModelMetrics {
   void SetViewAge(double seconds);
   // No view yet: the age is the time since these series were created (see the header comment).
   void SetNoView();
+  // Spectrum quality of the latest view (issue 14).
+  void OnSpectrum(double heldout_score, double timescale_disagreement);
   // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
   // "latent", "predictive") in a refresh.
   void OnViewBuilt(const std::string& view, double seconds);
@@ -96,6 +104,8 @@ class ModelMetrics {
   prometheus::Gauge* view_version_;
   prometheus::Gauge* view_age_;
   prometheus::Gauge* view_samples_;
+  prometheus::Gauge* heldout_score_;
+  prometheus::Gauge* disagreement_;
   std::map<std::string, prometheus::Counter*> rejected_;
   std::map<std::string, prometheus::Histogram*> view_build_;
 };
@@ -131,6 +141,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& view_version_;
   prometheus::Family<prometheus::Gauge>& view_age_;
   prometheus::Family<prometheus::Gauge>& view_samples_;
+  prometheus::Family<prometheus::Gauge>& heldout_score_;
+  prometheus::Family<prometheus::Gauge>& disagreement_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Family<prometheus::Counter>& rpc_completed_;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cme/bandwidth.h"
+#include "core/io/binary_io.h"
 #include "service/model_config.h"
 
 namespace cmestream::service {
@@ -78,6 +79,7 @@ void Model::CreateSigmaDependent(double sigma) {
   EmbeddingMoments::Options mo;
   mo.forgetting = config_.forgetting();
   moments_ = std::make_unique<EmbeddingMoments>(std::make_shared<const FeatureMap>(*std::move(features)), mo);
+  spectral_ = std::make_unique<SpectralMoments>(SpectralOptionsFor(config_, sigma));
   if (config_.latent_states() > 0) {
     MultiViewAccumulator::Options o;
     o.features.kind = LatentFeatureOptions::Kind::kRandomFourier;
@@ -98,6 +100,10 @@ void Model::FeedPair(const double* x, const double* y) {
   const int i = cme_->last_nearest_x(), j = cme_->last_nearest_y_in_x();
   if (i >= 0 && j >= 0) counts_->Add(i, j);
   moments_->Observe(x, y);
+  // The spectral basis follows the X dictionary by epochs (O(1) check; a new epoch copies the
+  // atoms, rarely). Checked per sample so the state depends only on the pairs, not on batching.
+  if (spectral_->ShouldStartEpoch(cme_->dict_x_size())) spectral_->StartEpoch(cme_->x_atoms());
+  spectral_->Observe(x, y);
 }
 
 void Model::FeedLearner(const double* x, const double* y) {
@@ -291,7 +297,10 @@ v1::ModelInfo Model::Describe() const {
     info.set_batches_applied(stats_.batches_applied);
     *info.mutable_sigma_selection() = published_sigma_;
   }
-  if (auto v = view()) *info.mutable_view() = v->Info();
+  if (auto v = view()) {
+    *info.mutable_view() = v->Info();
+    if (v->cme) *info.mutable_spectrum() = v->cme->spectrum;
+  }
   info.set_created_unix_seconds(created_unix_seconds_);
   return info;
 }
@@ -310,6 +319,7 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   if (moments_) snap.moments = moments_->Snapshot();
   if (latent_) snap.latent = latent_->TakeSnapshot();
   if (predictive_) snap.predictive = predictive_->TakeSnapshot();
+  if (spectral_) snap.spectral = spectral_->Snapshot();
   std::lock_guard<std::mutex> stats_lock(stats_mu_);
   stats_.inverse_drift = snap.inverse_drift;
   return snap;

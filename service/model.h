@@ -30,6 +30,7 @@
 #include "core/embedding/state_embedding.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
+#include "core/spectral/spectral_moments.h"
 #include "service/batch.h"
 #include "service/batch_log.h"
 #include "service/metrics.h"
@@ -128,6 +129,7 @@ class Model {
     std::optional<EmbeddingMomentsSnapshot> moments;          // continuous only
     std::optional<MultiViewAccumulator::Snapshot> latent;     // latent_states > 0 (after warm-up)
     std::optional<PredictiveStateAccumulator::Snapshot> predictive;  // window > 0
+    std::optional<SpectralMomentsSnapshot> spectral;  // continuous, once sigma is known
     uint64_t applied_sequence = 0;  // WAL: the snapshot covers this model's records <= it
   };
   std::optional<LearnerSnapshot> Snapshot();
@@ -147,7 +149,7 @@ class Model {
   void FeedLearner(const double* x, const double* y);  // requires learner_mu_ held
   void FeedPair(const double* x, const double* y);     // CME + counts + moments; learner_mu_ held
   void FinishWarmup();                                 // requires learner_mu_ held
-  void CreateSigmaDependent(double sigma);             // moments + latent (continuous); learner_mu_
+  void CreateSigmaDependent(double sigma);             // moments, spectral, latent (continuous); learner_mu_
   // Feeds the states first..n of a trajectory batch to the sequence accumulators, applying
   // the episode rule. requires learner_mu_ held.
   void FeedTrajectory(const PairBatch& batch, int64_t first, const std::string& producer_id,
@@ -171,6 +173,9 @@ class Model {
   std::unique_ptr<EmbeddingMoments> moments_;          // continuous, once sigma is known
   std::unique_ptr<MultiViewAccumulator> latent_;       // latent_states > 0 (continuous: once sigma is known)
   std::unique_ptr<PredictiveStateAccumulator> predictive_;  // window > 0
+  // Exact spectral moments over the CME's X atoms (ALGORITHMS.md section 7): continuous models,
+  // once sigma is known; fed with every pair the CME sees, its epoch follows the X dictionary.
+  std::unique_ptr<SpectralMoments> spectral_;
   // Episode rule (see Ingest): identity and last state of the last trajectory batch applied.
   bool episode_open_ = false;
   std::string episode_producer_, episode_id_;

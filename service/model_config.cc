@@ -189,4 +189,16 @@ CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& c, double sigma) {
   return o;
 }
 
+SpectralMoments::Options SpectralOptionsFor(const v1::ModelConfig& c, double sigma) {
+  SpectralMoments::Options o;
+  o.dim = static_cast<int>(c.dim());
+  o.sigma = sigma;
+  o.max_basis = static_cast<int>(c.max_dict());
+  o.forgetting = c.forgetting();
+  // One flush multiplies the lazy scale by forgetting^-B: keep B log(1/forgetting) <= 200 even
+  // at the smallest forgetting the config accepts.
+  while (o.batch_size > 1 && o.batch_size * std::log(1.0 / o.forgetting) > 200.0) o.batch_size /= 2;
+  return o;
+}
+
 }  // namespace cmestream::service

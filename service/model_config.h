@@ -4,6 +4,7 @@
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "core/cme/compressed_cme.h"
+#include "core/spectral/spectral_moments.h"
 
 namespace cmestream::service {
 
@@ -48,5 +49,11 @@ inline bool IsAutoSigma(const v1::ModelConfig& normalized) { return normalized.s
 
 // requires: `normalized` came from NormalizeModelConfig, sigma > 0.
 CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& normalized, double sigma);
+
+// The spectral moments of a continuous model (ALGORITHMS.md section 7): basis = the CME's X
+// atoms (cap max_dict), the model's forgetting; epochs restart at 10 % new atoms and serve from
+// 2000 samples; held-out blocks of 1000 samples.
+// requires: `normalized` came from NormalizeModelConfig, continuous, sigma > 0.
+SpectralMoments::Options SpectralOptionsFor(const v1::ModelConfig& normalized, double sigma);
 
 }  // namespace cmestream::service

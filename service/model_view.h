@@ -23,18 +23,28 @@
 #include "core/koopman/koopman.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
+#include "core/spectral/spectral_estimate.h"
 
 namespace cmestream::service {
 
 // Eigenpairs computed and kept per view; KoopmanRequest.top may ask for at most this many.
 inline constexpr int kStoredEigenpairs = 16;
 
+// Relative disagreement of the slowest timescales of the Koopman, count-chain and embedding
+// views above which the reply and the metrics warn (docs/user-guide.md "Which estimate").
+// The count chain and the embedding agree within 2-7 % on the four-well system, and a
+// consistent Koopman estimate within 5 % of the truth: 25 % is far outside sampling noise.
+inline constexpr double kTimescaleDisagreementThreshold = 0.25;
+
 // What the compressed CME contributes: its snapshot (Predict, GetDictionary) and the Koopman
-// decomposition of W^T K_YX (GetKoopman).
+// decomposition served by GetKoopman: the consistent spectral-moments estimate
+// (ALGORITHMS.md section 7) once its first epoch has data, else W^T K_YX of the CME.
 struct CmeView {
   CmeSnapshot snapshot;
   KoopmanDecomposition koopman;
-  double inverse_drift = 0;  // measured just before the snapshot
+  VectorXd excess;            // per eigenpair: max(0, |mu| - 1) of non-stationary modes
+  v1::SpectrumInfo spectrum;  // estimator, epoch, score, warnings, cross-view comparison
+  double inverse_drift = 0;   // measured just before the snapshot
 };
 
 // A sub-view that may be missing: `value` is set on success; otherwise `error` says why (not

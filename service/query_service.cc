@@ -221,7 +221,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
   absl::StatusOr<std::shared_ptr<const ModelView>> view = RequireView(**model);
   if (!view.ok()) return call.Finish(view.status());
 
-  const KoopmanDecomposition& k = (*view)->cme->koopman;
+  const CmeView& cme = *(*view)->cme;
+  const KoopmanDecomposition& k = cme.koopman;
   const int count = std::min<int>(static_cast<int>(top), static_cast<int>(k.eigenvalues.size()));
   *resp->mutable_view() = (*view)->Info();
   resp->set_dt(k.dt);
@@ -229,7 +230,10 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
     SetComplex(resp->add_eigenvalues(), k.eigenvalues(l));
     SetComplex(resp->add_rates(), k.rates(l));
     resp->add_timescales(k.timescales(l));
+    resp->add_stationary(l == k.stationary_index);
+    resp->add_excess(l < cme.excess.size() ? cme.excess(l) : 0.0);
   }
+  *resp->mutable_spectrum() = cme.spectrum;
   if (*n > 0 && count > 0) {
     const MatrixXcd values = k.Evaluate(AsRows(req->points(), *n, (*model)->dim()));  // n x K
     for (int l = 0; l < count; ++l) {

@@ -1,10 +1,12 @@
 #include "service/refresh.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "service/model_config.h"
 
 namespace cmestream::service {
@@ -243,6 +245,96 @@ void BuildPredictive(const v1::ModelConfig& config, const Model::LearnerSnapshot
   view.predictive.value = std::make_shared<const PredictiveStateModel>(*std::move(m));
 }
 
+// The Koopman view: the spectral-moments fit when it has data (consistent eigenvalues, exact
+// stationary mode), else the CME's W^T K_YX with a warning that says why and how it is biased.
+void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, CmeView& cme) {
+  const int top = std::max(1, kStoredEigenpairs);
+  v1::SpectrumInfo& info = cme.spectrum;
+  if (snap.spectral) {
+    SpectralFitOptions o;
+    o.top = top;
+    o.dt = config.dt();
+    // Three ridges instead of the core's five: the Rayleigh-Ritz step makes the eigenvalues
+    // nearly insensitive to r (four-well: within 0.3 % over 1e-3..1e-7), and each candidate
+    // costs two (m+1)^3 fits (docs/benchmarks.md: 175 ms at m = 160, 4.4 s at m = 500 for five).
+    o.ridge_grid = {1e-3, 1e-5, 1e-7};
+    absl::StatusOr<SpectralFit> fit = FitSpectrum(*snap.spectral, o);
+    if (fit.ok() && fit->termination == SpectralFit::Termination::kOk) {
+      cme.koopman = fit->koopman;
+      cme.excess = fit->excess;
+      info.set_estimator("spectral-moments");
+      info.set_epoch(static_cast<uint64_t>(fit->epoch));
+      info.set_epoch_samples(static_cast<uint64_t>(fit->samples));
+      info.set_epoch_weight(fit->weight);
+      info.set_ready(fit->ready);
+      info.set_basis_size(static_cast<uint32_t>(fit->koopman.x_atoms.rows()));
+      info.set_heldout_score(fit->score);
+      info.set_score_rank(static_cast<uint32_t>(fit->score_rank));
+      info.set_ridge(fit->ridge);
+      for (double r : fit->ridge_grid) info.add_ridge_grid(r);
+      for (double v : fit->ridge_scores) info.add_ridge_scores(v);
+      for (const std::string& w : fit->warnings) info.add_warnings(w);
+      return;
+    }
+    info.add_warnings(absl::StrCat("the spectral-moments estimate is not available (",
+                                   fit.ok() ? fit->message : StatusText(fit.status()),
+                                   "); showing the eigenvalues of the CME's W^T K_YX, which the ridge and the SGD "
+                                   "step shrink (timescales too fast)"));
+  }
+  info.set_estimator("cme");
+  info.set_heldout_score(std::numeric_limits<double>::quiet_NaN());
+  KoopmanOptions koopman;
+  koopman.top = std::max(1, std::min<int>(top, static_cast<int>(cme.snapshot.x_atoms.rows())));
+  koopman.dt = config.dt();
+  if (cme.snapshot.x_atoms.rows() > 0) cme.koopman = ComputeKoopman(cme.snapshot, koopman);
+  cme.excess = VectorXd::Zero(cme.koopman.eigenvalues.size());
+}
+
+// Slowest non-stationary timescale of each view and their relative disagreement (issue 14).
+void CompareTimescales(const ModelView& view, CmeView& cme) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  v1::TimescaleComparison& c = *cme.spectrum.mutable_comparison();
+  double koopman = nan;
+  const KoopmanDecomposition& kd = cme.koopman;
+  for (Eigen::Index l = 0; l < kd.timescales.size(); ++l) {
+    // The CME estimator does not identify the constant: its leading mode plays that role.
+    const bool stationary = kd.stationary_index >= 0 ? l == kd.stationary_index : l == 0;
+    if (!stationary) {
+      koopman = kd.timescales[l];
+      break;
+    }
+  }
+  const double counts = view.clusters.value && view.clusters.value->timescales.size() > 0
+                            ? view.clusters.value->timescales[0]
+                            : nan;
+  double embedding = nan;
+  if (view.embedding.value && view.embedding.value->singular_values().size() > 1) {
+    const double s = view.embedding.value->singular_values()[1];
+    embedding = s >= 1 ? std::numeric_limits<double>::infinity() : (s > 0 ? -kd.dt / std::log(s) : 0.0);
+  }
+  c.set_koopman(koopman);
+  c.set_count_chain(counts);
+  c.set_embedding(embedding);
+  c.set_threshold(kTimescaleDisagreementThreshold);
+  double lo = std::numeric_limits<double>::infinity(), hi = 0;
+  int available = 0;
+  for (double t : {koopman, counts, embedding}) {
+    if (std::isnan(t) || t <= 0) continue;
+    lo = std::min(lo, t);
+    hi = std::max(hi, t);
+    ++available;
+  }
+  const double disagreement = available >= 2 ? (hi - lo) / lo : nan;  // inf if one view is inf
+  c.set_relative_disagreement(disagreement);
+  c.set_warning(available >= 2 && !(disagreement <= kTimescaleDisagreementThreshold));
+  if (c.warning()) {
+    cme.spectrum.add_warnings(absl::StrFormat(
+        "the slowest timescales disagree by %.3g (relative, threshold %.2f): koopman %.6g, count chain %.6g, "
+        "embedding %.6g (units of time); see docs/user-guide.md",
+        disagreement, kTimescaleDisagreementThreshold, koopman, counts, embedding));
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<const ModelView> RefreshModel(Model& model) {
@@ -251,16 +343,13 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
   if (!snap) return nullptr;
 
   auto view = std::make_shared<ModelView>();
+  std::shared_ptr<CmeView> cme;  // completed (cross-view comparison) after the other views
   if (snap->cme) {
     Timed(model, "koopman", [&] {
-      auto cme = std::make_shared<CmeView>();
+      cme = std::make_shared<CmeView>();
       cme->snapshot = *snap->cme;
       cme->inverse_drift = snap->inverse_drift;
-      KoopmanOptions koopman;
-      koopman.top = std::max(1, std::min<int>(kStoredEigenpairs, static_cast<int>(cme->snapshot.x_atoms.rows())));
-      koopman.dt = model.config().dt();
-      if (cme->snapshot.x_atoms.rows() > 0) cme->koopman = ComputeKoopman(cme->snapshot, koopman);
-      view->cme = std::move(cme);
+      BuildKoopman(model.config(), *snap, *cme);
     });
   }
   // Each sub-view succeeds or fails on its own; a failure keeps its reason for the queries.
@@ -282,6 +371,12 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
     Timed(model, "predictive", [&] { BuildPredictive(config, *snap, *view); });
   } else {
     BuildPredictive(config, *snap, *view);
+  }
+
+  if (cme) {
+    CompareTimescales(*view, *cme);
+    model.metrics().OnSpectrum(cme->spectrum.heldout_score(), cme->spectrum.comparison().relative_disagreement());
+    view->cme = std::move(cme);
   }
 
   const std::shared_ptr<const ModelView> previous = model.view();

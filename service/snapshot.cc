@@ -25,6 +25,10 @@ constexpr uint32_t kModelTag = io::Fourcc("MODL");
 constexpr uint32_t kSnapTag = io::Fourcc("SNAP");
 constexpr uint32_t kExportTag = io::Fourcc("EXPT");
 constexpr uint32_t kFormatVersion = 1;
+// MODL object version: 2 adds the spectral moments (issue 14) after the predictive
+// accumulator. Version 1 objects load with a fresh spectral accumulator (its first epoch
+// starts at the next pair; the spectrum serves once that epoch has data).
+constexpr uint32_t kModelVersion = 2;
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;
@@ -158,7 +162,7 @@ absl::StatusOr<v1::ModelConfig> PeekConfig(const SnapshotFile& f, size_t index) 
   const auto [begin, end] = f.model_ranges[index];
   io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
   uint32_t version;
-  if (!r.BeginObject(kModelTag, kFormatVersion, "model", &version)) return r.status();
+  if (!r.BeginObject(kModelTag, kModelVersion, "model", &version)) return r.status();
   const std::string text = r.String("model config", kMaxConfigBytes);
   if (!r.ok()) return r.status();
   v1::ModelConfig config;
@@ -214,6 +218,8 @@ void WriteModelBody(io::Writer& w, const Model& m, const ModelSnapshotCodec::Acc
   if (*a.latent) (*a.latent)->Serialize(w);
   w.Bool(*a.predictive != nullptr);
   if (*a.predictive) (*a.predictive)->Serialize(w);
+  w.Bool(*a.spectral != nullptr);
+  if (*a.spectral) (*a.spectral)->Serialize(w);
 }
 
 }  // namespace
@@ -237,6 +243,7 @@ ModelSnapshotCodec::Access ModelSnapshotCodec::AccessOf(Model& m) {
   a.moments = &m.moments_;
   a.latent = &m.latent_;
   a.predictive = &m.predictive_;
+  a.spectral = &m.spectral_;
   return a;
 }
 
@@ -246,7 +253,7 @@ ModelImage ModelSnapshotCodec::Encode(Model& m) {
   image.name = m.name();
   std::lock_guard<std::mutex> learner_lock(m.learner_mu_);
   image.applied_sequence = m.applied_sequence();
-  const size_t h = w.BeginObject(kModelTag, kFormatVersion);
+  const size_t h = w.BeginObject(kModelTag, kModelVersion);
   WriteModelBody(w, m, AccessOf(m), /*for_digest=*/false);
   w.EndObject(h);
   image.bytes = w.Release();
@@ -274,7 +281,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
                                                                   std::shared_ptr<ModelMetrics> metrics,
                                                                   BatchLog* log) {
   uint32_t version = 0;
-  if (!r.BeginObject(kModelTag, kFormatVersion, "model", &version)) return r.status();
+  if (!r.BeginObject(kModelTag, kModelVersion, "model", &version)) return r.status();
   const std::string config_text = r.String("model config", kMaxConfigBytes);
   if (!r.ok()) return r.status();
   v1::ModelConfig stored;
@@ -355,6 +362,18 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
   } else {
     m.predictive_.reset();
   }
+  // Spectral moments: the fresh model created them iff sigma was fixed; a restored CME decides.
+  m.spectral_.reset();
+  if (version >= 2 && r.Bool("model has spectral moments")) {
+    absl::StatusOr<SpectralMoments> spectral = SpectralMoments::Deserialize(r);
+    if (!spectral.ok()) return spectral.status();
+    if (!m.cme_ || spectral->options().dim != m.cme_->options().dim) {
+      return r.Fail("model spectral moments do not match its CME (missing CME or different dim)");
+    }
+    m.spectral_ = std::make_unique<SpectralMoments>(*std::move(spectral));
+  } else if (m.cme_) {
+    m.spectral_ = std::make_unique<SpectralMoments>(SpectralOptionsFor(*config, m.cme_->options().sigma));
+  }
   if (!r.EndObject("model")) return r.status();
 
   m.sigma_selection_ = sigma;
@@ -423,7 +442,7 @@ absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::st
   for (uint32_t i = 0; i < models && r.ok(); ++i) {
     const uint64_t begin = r.offset();
     uint32_t v;
-    if (!r.BeginObject(kModelTag, kFormatVersion, "model", &v)) break;
+    if (!r.BeginObject(kModelTag, kModelVersion, "model", &v)) break;
     // Skip the body: it is decoded later, model by model.
     const uint64_t end = begin + 16 + (io::Reader(std::string_view(bytes).substr(begin + 8, 8), source).U64("len"));
     r.Skip(end - r.offset(), "model body");

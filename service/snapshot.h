@@ -109,6 +109,7 @@ class ModelSnapshotCodec {
     const std::unique_ptr<EmbeddingMoments>* moments;
     const std::unique_ptr<MultiViewAccumulator>* latent;
     const std::unique_ptr<PredictiveStateAccumulator>* predictive;
+    const std::unique_ptr<SpectralMoments>* spectral;
   };
   static Access AccessOf(Model& model);
   // Decodes one MODL object into a new Model (not registered). `rename` (non-empty) replaces

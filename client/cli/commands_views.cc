@@ -109,6 +109,14 @@ int Koopman(Context& ctx, const Args& args) {
     w.Key("timescales").BeginArray();
     for (double t : r->timescales()) w.Double(t);
     w.EndArray();
+    w.Key("stationary").BeginArray();
+    for (bool b : r->stationary()) w.Bool(b);
+    w.EndArray();
+    w.Key("excess").BeginArray();
+    for (double e : r->excess()) w.Double(e);
+    w.EndArray();
+    w.Key("spectrum");
+    WriteSpectrumJson(w, r->spectrum());
     // One list per eigenpair (empty without --points), one value per point.
     w.Key("eigenfunctions").BeginArray();
     for (int l = 0; l < k; ++l) {
@@ -132,9 +140,13 @@ int Koopman(Context& ctx, const Args& args) {
     const double re = l < r->rates_size() ? r->rates(l).re() : NAN;
     const double im = l < r->rates_size() ? r->rates(l).im() : NAN;
     const double ts = l < r->timescales_size() ? r->timescales(l) : NAN;
-    std::printf("%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12.6g\n", l, mu.re(), mu.im(),
-                std::hypot(mu.re(), mu.im()), re, im, ts);
+    const bool stationary = l < r->stationary_size() && r->stationary(l);
+    const double excess = l < r->excess_size() ? r->excess(l) : 0.0;
+    std::printf("%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12.6g%s\n", l, mu.re(), mu.im(),
+                std::hypot(mu.re(), mu.im()), re, im, ts,
+                stationary ? "  stationary" : (excess > 0 ? "  |mu| > 1 (see warnings)" : ""));
   }
+  PrintSpectrum(r->spectrum(), "");
   if (!points.empty()) {
     std::cout << "eigenfunction values at " << (r->eigenfunctions_size() ? r->eigenfunctions(0).values_size() : 0)
               << " points: use --json\n";

@@ -258,12 +258,16 @@ applied so far exists (the server gives up after --wait-timeout seconds, default
 
 const char kKoopmanUsage[] = R"(usage: cmestream koopman NAME [--top K] [--points FILE] [--json]
 
-Leading K (default 6) Koopman eigenpairs of the model's current view: eigenvalues mu (sorted by
-|mu| descending), continuous-time rates log(mu)/dt, implied timescales -dt/log|mu|, and the
-eigenfunction values at the points of FILE (CSV, one d-dimensional point per line).
+Leading K (default 6) Koopman eigenpairs of the model's current view: eigenvalues mu (the
+stationary mode first, eigenvalue exactly 1; then by |mu| descending), continuous-time rates
+log(mu)/dt, implied timescales -dt/log|mu|, and the eigenfunction values at the points of FILE
+(CSV, one d-dimensional point per line). Below the table: which estimate the spectrum comes from,
+the epoch and samples it rests on, its held-out score, the slowest timescales of the koopman,
+count-chain and embedding views side by side, and warnings (modes with |mu| > 1, disagreement).
 JSON: {"eigenvalues":[{"re","im"}...], "rates":[{"re","im"}...], "timescales":[...],
+       "stationary":[bool...], "excess":[...], "spectrum":{...},
        "eigenfunctions":[[{"re","im"} per point] per eigenpair], "view_version", "samples", "dt"}
-Infinite timescales (|mu| >= 1) are null in JSON.
+Infinite timescales (the stationary mode, |mu| >= 1) are null in JSON.
 )";
 
 const char kPredictUsage[] = R"(usage: cmestream predict NAME --points FILE [--json]

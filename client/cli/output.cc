@@ -102,7 +102,58 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.EndObject();
   w.Key("config");
   WriteConfigJson(w, m.config());
+  if (m.has_spectrum()) {
+    w.Key("spectrum");
+    WriteSpectrumJson(w, m.spectrum());
+  }
   w.EndObject();
+}
+
+void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s) {
+  w.BeginObject();
+  w.Key("estimator").String(s.estimator());
+  w.Key("epoch").Uint(s.epoch());
+  w.Key("epoch_samples").Uint(s.epoch_samples());
+  w.Key("epoch_weight").Double(s.epoch_weight());
+  w.Key("ready").Bool(s.ready());
+  w.Key("basis_size").Uint(s.basis_size());
+  w.Key("heldout_score").Double(s.heldout_score());
+  w.Key("score_rank").Uint(s.score_rank());
+  w.Key("ridge").Double(s.ridge());
+  w.Key("ridge_grid").BeginArray();
+  for (double r : s.ridge_grid()) w.Double(r);
+  w.EndArray();
+  w.Key("ridge_scores").BeginArray();
+  for (double r : s.ridge_scores()) w.Double(r);
+  w.EndArray();
+  const auto& c = s.comparison();
+  w.Key("slowest_timescales").BeginObject();
+  w.Key("koopman").Double(c.koopman());
+  w.Key("count_chain").Double(c.count_chain());
+  w.Key("embedding").Double(c.embedding());
+  w.Key("relative_disagreement").Double(c.relative_disagreement());
+  w.Key("threshold").Double(c.threshold());
+  w.Key("warning").Bool(c.warning());
+  w.EndObject();
+  w.Key("warnings").BeginArray();
+  for (const auto& text : s.warnings()) w.String(text);
+  w.EndArray();
+  w.EndObject();
+}
+
+void PrintSpectrum(const v1::SpectrumInfo& s, const std::string& indent) {
+  std::cout << indent << "estimator " << s.estimator();
+  if (s.estimator() == "spectral-moments") {
+    std::cout << ": epoch " << s.epoch() << " (" << s.epoch_samples() << " samples, " << s.basis_size()
+              << " basis atoms" << (s.ready() ? "" : ", not ready") << "), ridge " << Num(s.ridge())
+              << ", held-out VAMP-E " << Num(s.heldout_score()) << " (rank " << s.score_rank() << ")";
+  }
+  std::cout << "\n";
+  const auto& c = s.comparison();
+  std::cout << indent << "slowest timescale koopman " << Num(c.koopman()) << ", count chain " << Num(c.count_chain())
+            << ", embedding " << Num(c.embedding()) << "; disagreement " << Num(c.relative_disagreement())
+            << (c.warning() ? " (WARNING: above " : " (threshold ") << Num(c.threshold()) << ")\n";
+  for (const auto& text : s.warnings()) std::cout << indent << "warning: " << text << "\n";
 }
 
 void PrintModel(const v1::ModelInfo& m) {
@@ -162,6 +213,10 @@ void PrintModel(const v1::ModelInfo& m) {
     std::cout << "  view              version " << v.version() << ", " << v.samples()
               << " samples, age " << Num(v.age_seconds()) << " s, built in "
               << Num(v.build_seconds()) << " s\n";
+  }
+  if (m.has_spectrum()) {
+    std::cout << "  spectrum\n";
+    PrintSpectrum(m.spectrum(), "    ");
   }
 }
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <random>
 
 #include "core/kernels/gaussian.h"
 
@@ -77,17 +76,25 @@ BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x, const
                                    const BandwidthSelectionOptions& options) {
   BandwidthSelection out;
   const Eigen::Index n = x.rows();
-  std::vector<Eigen::Index> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::mt19937_64 rng(options.seed);
-  std::shuffle(idx.begin(), idx.end(), rng);
-  const RowMatrixXd xs = Rows(x, idx), ys = Rows(y, idx);
-  out.median_distance = MedianPairwiseDistance(xs, options.median_points);
-  const Eigen::Index half = n / 2;
-  const RowMatrixXd x_train = xs.topRows(half), y_train = ys.topRows(half);
-  const RowMatrixXd x_test = xs.bottomRows(n - half), y_test = ys.bottomRows(n - half);
-  const Eigen::Index p = std::min<Eigen::Index>(options.landmarks, half);
-  const RowMatrixXd landmarks = x_train.topRows(p);
+  // Held-out split by contiguous blocks, alternating train/test: pairs from one trajectory are
+  // correlated over its relaxation time, so a shuffled split puts near-copies of the training
+  // pairs into the test half and the score cannot see over-fitting (it leaks).
+  const Eigen::Index blocks = std::max<Eigen::Index>(2, std::min<Eigen::Index>(options.blocks, n / 2));
+  std::vector<Eigen::Index> train, test;
+  for (Eigen::Index t = 0; t < n; ++t) ((t * blocks / n) % 2 == 0 ? train : test).push_back(t);
+  // Median and landmarks from evenly strided points (not the first ones: in-order data would
+  // give the region the trajectory started in).
+  std::vector<Eigen::Index> strided;
+  const Eigen::Index mp = std::min<Eigen::Index>(n, options.median_points);
+  for (Eigen::Index i = 0; i < mp; ++i) strided.push_back(i * n / mp);
+  out.median_distance = MedianPairwiseDistance(Rows(x, strided), options.median_points);
+  const RowMatrixXd x_train = Rows(x, train), y_train = Rows(y, train);
+  const RowMatrixXd x_test = Rows(x, test), y_test = Rows(y, test);
+  const Eigen::Index nt = static_cast<Eigen::Index>(train.size());
+  const Eigen::Index p = std::min<Eigen::Index>(options.landmarks, nt);
+  std::vector<Eigen::Index> picks;
+  for (Eigen::Index i = 0; i < p; ++i) picks.push_back(i * nt / p);
+  const RowMatrixXd landmarks = Rows(x_train, picks);
   double best = -1;
   for (double f : options.median_fractions) {
     const double sigma = f * out.median_distance;

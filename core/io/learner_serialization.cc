@@ -16,6 +16,7 @@
 #include "core/io/binary_io.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
+#include "core/spectral/spectral_moments.h"
 
 namespace cmestream {
 namespace {
@@ -25,6 +26,7 @@ constexpr uint32_t kCountsTag = io::Fourcc("CNTS");
 constexpr uint32_t kMomentsTag = io::Fourcc("EMOM");
 constexpr uint32_t kLatentTag = io::Fourcc("MVAC");
 constexpr uint32_t kPredictiveTag = io::Fourcc("PSAC");
+constexpr uint32_t kSpectralTag = io::Fourcc("SPMO");
 constexpr uint32_t kVersion = 1;
 
 // Options that fail Validate() cannot come from a file we wrote.
@@ -497,6 +499,129 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
   r.MatrixInto("predictive sum_e", a.stats_.sum_e);
   if (!r.EndObject("PredictiveStateAccumulator")) return r.status();
   return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SpectralMoments: options, counters, basis, the live epoch's sums (full matrices, in units of
+// its scale), the buffered pairs, then the frozen previous epoch if any.
+
+void SpectralMoments::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kSpectralTag, kVersion);
+  const Options& o = options_;
+  w.I32(o.dim);
+  w.F64(o.sigma);
+  w.I32(o.max_basis);
+  w.I32(o.batch_size);
+  w.I64(o.block_length);
+  w.F64(o.forgetting);
+  w.F64(o.new_atom_fraction);
+  w.I64(o.min_epoch_samples);
+  w.I64(samples_);
+  w.I32(m_);
+  w.Matrix(basis_);
+  const auto write_epoch = [&](const Epoch& e) {
+    w.I64(e.epoch);
+    w.I64(e.samples);
+    w.I64(e.fold_samples[0]);
+    w.I64(e.fold_samples[1]);
+    w.F64(e.scale);
+    w.F64(e.n[0]);
+    w.F64(e.n[1]);
+    for (int f = 0; f < 2; ++f) {
+      w.Matrix(e.c00[f]);
+      w.Matrix(e.c01[f]);
+      w.Matrix(e.c11[f]);
+    }
+  };
+  write_epoch(live_);
+  w.I32(buffered_);
+  w.Matrix(xbuf_.topRows(buffered_));
+  w.Matrix(ybuf_.topRows(buffered_));
+  w.Bool(previous_.has_value());
+  if (previous_) {
+    w.I32(static_cast<int32_t>(previous_->basis.rows()));
+    w.Matrix(previous_->basis);
+    write_epoch(previous_->sums);
+  }
+  w.EndObject(h);
+}
+
+absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kSpectralTag, kVersion, "SpectralMoments", &version)) return r.status();
+  Options o;
+  o.dim = Int(r, "spectral dim", 1, CompressedCme::kMaxDim);
+  o.sigma = r.F64("spectral sigma");
+  o.max_basis = Int(r, "spectral max_basis", 1, 1 << 16);
+  o.batch_size = Int(r, "spectral batch_size", 1, 1 << 20);
+  o.block_length = r.I64("spectral block_length");
+  o.forgetting = r.F64("spectral forgetting");
+  o.new_atom_fraction = r.F64("spectral new_atom_fraction");
+  o.min_epoch_samples = r.I64("spectral min_epoch_samples");
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "SpectralMoments", s);
+  const int64_t samples = NonNegative(r, "spectral samples");
+  const int m = Int(r, "spectral basis size", 0, o.max_basis);
+  if (!r.ok()) return r.status();
+  const int64_t p = m + 1;
+  // Live epoch: 6 p^2 sums, scratch 2 B (p + d) + 3 B, the basis; the previous epoch is
+  // bounded separately below once its size is known.
+  if (!r.Reserve(Doubles(6 * p * p + 2 * int64_t{o.batch_size} * (p + o.dim) + 3 * o.batch_size + m * (o.dim + 1)),
+                 "SpectralMoments buffers")) {
+    return r.status();
+  }
+  SpectralMoments acc(o);
+  acc.samples_ = samples;
+  acc.m_ = m;
+  acc.basis_.resize(m, o.dim);
+  r.MatrixInto("spectral basis", acc.basis_);
+  if (!r.ok()) return r.status();
+  acc.basis_sq_ = acc.basis_.rowwise().squaredNorm();
+  const auto read_epoch = [&](Epoch& e, int64_t size) {
+    e.epoch = NonNegative(r, "spectral epoch");
+    e.samples = NonNegative(r, "spectral epoch samples");
+    e.fold_samples[0] = NonNegative(r, "spectral fold A samples");
+    e.fold_samples[1] = NonNegative(r, "spectral fold B samples");
+    e.scale = r.F64("spectral scale");
+    e.n[0] = r.F64("spectral fold A weight");
+    e.n[1] = r.F64("spectral fold B weight");
+    if (!r.ok()) return;
+    const int64_t q = e.epoch > 0 ? size : 0;
+    for (int f = 0; f < 2; ++f) {
+      e.c00[f].resize(q, q);
+      e.c01[f].resize(q, q);
+      e.c11[f].resize(q, q);
+      r.MatrixInto("spectral C00", e.c00[f]);
+      r.MatrixInto("spectral C01", e.c01[f]);
+      r.MatrixInto("spectral C11", e.c11[f]);
+    }
+  };
+  read_epoch(acc.live_, p);
+  if (!r.ok()) return r.status();
+  if (acc.live_.epoch > 0) {
+    acc.px_.resize(o.batch_size, p);
+    acc.py_.resize(o.batch_size, p);
+  }
+  acc.buffered_ = Int(r, "spectral buffered", 0, o.batch_size - 1);
+  if (r.ok() && acc.buffered_ > 0 && acc.live_.epoch == 0) r.Fail("spectral: buffered pairs without an epoch");
+  r.MatrixInto("spectral x buffer", acc.xbuf_.topRows(acc.buffered_));
+  r.MatrixInto("spectral y buffer", acc.ybuf_.topRows(acc.buffered_));
+  const bool has_previous = r.Bool("spectral has previous epoch");
+  if (!r.ok()) return r.status();
+  if (has_previous) {
+    const int pm = Int(r, "spectral previous basis size", 0, o.max_basis);
+    if (!r.ok()) return r.status();
+    const int64_t pp = pm + 1;
+    if (!r.Reserve(Doubles(6 * pp * pp + pm * o.dim), "SpectralMoments previous epoch")) return r.status();
+    Frozen frozen;
+    frozen.basis.resize(pm, o.dim);
+    r.MatrixInto("spectral previous basis", frozen.basis);
+    read_epoch(frozen.sums, pp);
+    if (!r.ok()) return r.status();
+    acc.previous_ = std::move(frozen);
+  }
+  if (!r.EndObject("SpectralMoments")) return r.status();
+  return acc;
 }
 
 }  // namespace cmestream

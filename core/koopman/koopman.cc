@@ -75,9 +75,14 @@ KoopmanDecomposition ComputeKoopman(const CmeSnapshot& snapshot, const KoopmanOp
 }
 
 MatrixXcd KoopmanDecomposition::Evaluate(const Eigen::Ref<const RowMatrixXd>& points) const {
-  if (points.rows() == 0 || x_atoms.rows() == 0) return MatrixXcd::Zero(points.rows(), eigenvectors.cols());
-  const MatrixXd k = GaussianGram(points, x_atoms, sigma);  // n x m_x
-  return k.cast<std::complex<double>>() * eigenvectors;   // g_l(x) = sum_j v_l[j] k(x_j, x)
+  const Eigen::Index cols = std::max(eigenvectors.cols(), constants.size());
+  MatrixXcd out = MatrixXcd::Zero(points.rows(), cols);
+  if (points.rows() > 0 && x_atoms.rows() > 0 && eigenvectors.cols() > 0) {
+    const MatrixXd k = GaussianGram(points, x_atoms, sigma);  // n x m_x
+    out.leftCols(eigenvectors.cols()) = k.cast<std::complex<double>>() * eigenvectors;  // sum_j v_l[j] k(x_j, x)
+  }
+  if (constants.size() > 0) out.rowwise() += constants.transpose();
+  return out;
 }
 
 }  // namespace cmestream

@@ -25,8 +25,15 @@ struct KoopmanDecomposition {
   RowMatrixXd x_atoms;     // m_x x d
   double sigma = 1;
   double dt = 1;
+  // Coefficient of the constant feature per eigenpair (k), when the basis includes the constant
+  // function (core/spectral: psi = [1, k_B]); empty for the CME's pure-kernel basis.
+  VectorXcd constants;
+  // Index of the stationary mode (the constant function, eigenvalue exactly 1), or -1 when the
+  // estimator does not identify it (the CME's W^T K_YX: the constant is not in the RKHS).
+  int stationary_index = -1;
 
-  // g_l(x) = sum_j v_l[j] k(x_j, x). points: n x d. Returns n x k.
+  // g_l(x) = c_l + sum_j v_l[j] k(x_j, x) (c_l = constants[l], 0 if empty). points: n x d.
+  // Returns n x k.
   MatrixXcd Evaluate(const Eigen::Ref<const RowMatrixXd>& points) const;
 };
 

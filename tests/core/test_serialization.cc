@@ -15,6 +15,7 @@
 #include "core/io/binary_io.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
+#include "core/spectral/spectral_moments.h"
 #include "gtest/gtest.h"
 
 namespace cmestream {
@@ -389,6 +390,91 @@ TEST(SerializationCorruption, DimensionsBeyondTheHeaderAreRejectedBeforeAllocati
               std::string::npos)
         << c.status();
   }
+}
+
+// SpectralMoments: a stream fed as the service feeds it (CME atoms -> epochs), stopped in the
+// middle of a batch, with forgetting, a frozen previous epoch and pairs in the buffer.
+struct SpectralPair {
+  CompressedCme cme;
+  SpectralMoments acc;
+};
+
+SpectralMoments::Options SpectralOptions(double forgetting) {
+  SpectralMoments::Options o;
+  o.dim = 2;
+  o.sigma = 0.5;
+  o.max_basis = 1000;
+  o.batch_size = 16;
+  o.block_length = 50;
+  o.forgetting = forgetting;
+  o.min_epoch_samples = 100;
+  return o;
+}
+
+void FeedSpectral(CompressedCme& cme, SpectralMoments& acc, const RowMatrixXd& x, int from, int to) {
+  for (int t = from; t < to; ++t) {
+    cme.Observe(x.row(t).data(), x.row(t + 1).data());
+    if (acc.ShouldStartEpoch(cme.dict_x_size())) acc.StartEpoch(cme.x_atoms());
+    acc.Observe(x.row(t).data(), x.row(t + 1).data());
+  }
+}
+
+class SpectralRoundTrip : public ::testing::TestWithParam<double> {};
+
+TEST_P(SpectralRoundTrip, ContinuesBitIdentically) {
+  const int n1 = 1003, n2 = 700;
+  const RowMatrixXd x = Trajectory(n1 + n2, 2, 12);
+  CompressedCme cme(CmeOptions(false, 1000));
+  SpectralMoments a(SpectralOptions(GetParam()));
+  {
+    // Before any epoch: an empty accumulator round-trips too.
+    SpectralMoments empty = RoundTrip(a);
+    EXPECT_EQ(Bytes(empty), Bytes(a));
+  }
+  FeedSpectral(cme, a, x, 0, n1);
+  ASSERT_GT(a.epoch(), 1);
+  ASSERT_TRUE(a.has_previous());
+  ASSERT_GT(a.buffered(), 0);
+  SpectralMoments b = RoundTrip(a);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  CompressedCme cme_b = cme;
+  FeedSpectral(cme, a, x, n1, n1 + n2);
+  FeedSpectral(cme_b, b, x, n1, n1 + n2);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  const SpectralMomentsSnapshot sa = a.Snapshot(), sb = b.Snapshot();
+  EXPECT_EQ(sa.moments.epoch, sb.moments.epoch);
+  for (int f = 0; f < 2; ++f) {
+    EXPECT_EQ((sa.moments.c01[f] - sb.moments.c01[f]).cwiseAbs().maxCoeff(), 0.0);
+    EXPECT_EQ(sa.moments.n[f], sb.moments.n[f]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Forgetting, SpectralRoundTrip, ::testing::Values(1.0, 0.999));
+
+TEST(SpectralSerialization, TruncationBadTagAndHugeBasisAreRejected) {
+  const RowMatrixXd x = Trajectory(400, 2, 13);
+  CompressedCme cme(CmeOptions(false, 1000));
+  SpectralMoments a(SpectralOptions(1.0));
+  FeedSpectral(cme, a, x, 0, 400);
+  const std::string bytes = Bytes(a);
+  for (size_t n = 0; n < bytes.size(); n += (n < 200 ? 1 : 131)) {
+    io::Reader r(std::string_view(bytes).substr(0, n), "spectral.snap");
+    absl::StatusOr<SpectralMoments> c = SpectralMoments::Deserialize(r);
+    ASSERT_FALSE(c.ok()) << "length " << n;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss);
+  }
+  std::string bad = bytes;
+  bad[0] = 'X';
+  io::Reader r(bad, "f");
+  EXPECT_EQ(SpectralMoments::Deserialize(r).status().message(),
+            "f: offset 0: expected SpectralMoments (tag SPMO), found tag XPMO");
+  // Basis size (offset 16 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 8 + 8 = 76) beyond max_basis.
+  std::string big = bytes;
+  const int32_t m = 1001;
+  std::memcpy(&big[76], &m, 4);
+  io::Reader rb(big, "f");
+  const absl::Status s = SpectralMoments::Deserialize(rb).status();
+  EXPECT_NE(s.message().find("spectral basis size is 1001 (field at offset 76), expected 0..1000"), std::string::npos) << s;
 }
 
 }  // namespace

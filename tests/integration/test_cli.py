@@ -96,9 +96,16 @@ class CliTest(unittest.TestCase):
             self.assertEqual(len(ef), len(grid))
             for v in ef:
                 self.assertEqual(set(v), {"re", "im"})
+        # The stationary mode first (eigenvalue exactly 1, issue 14), then |mu| descending; a
+        # mode beyond the unit circle (Duffing's basin indicator) carries its excess.
         mods = [abs(complex(e["re"], e["im"])) for e in k["eigenvalues"]]
-        self.assertEqual(mods, sorted(mods, reverse=True))
-        self.assertAlmostEqual(mods[0], 1.0, delta=0.05)
+        self.assertEqual(k["stationary"], [True, False, False, False])
+        self.assertEqual(mods[0], 1.0)
+        self.assertEqual(mods[1:], sorted(mods[1:], reverse=True))
+        for mu, excess in zip(mods[1:], k["excess"][1:]):
+            self.assertAlmostEqual(excess, max(0.0, mu - 1), delta=1e-12)
+        self.assertEqual(k["spectrum"]["estimator"], "spectral-moments")
+        self.assertIn("slowest_timescales", k["spectrum"])
         self.assertEqual(k["samples"], 6000)
         self.assertEqual(k["view_version"], view["view_version"])
         self.assertAlmostEqual(k["dt"], 0.25)

@@ -431,6 +431,58 @@ TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
   ASSERT_TRUE(RefreshWait("wells").ok());
   const v1::ModelInfo info = Describe("wells");
 
+  {  // Koopman (issue 14): the stationary mode named, consistent timescales, one truth across views.
+    grpc::ClientContext kctx;
+    v1::KoopmanRequest kreq;
+    kreq.set_model("wells");
+    kreq.set_top(4);
+    kreq.add_points(-1.5);
+    kreq.add_points(0.5);
+    v1::KoopmanResponse k;
+    ASSERT_TRUE(query_->GetKoopman(&kctx, kreq, &k).ok());
+    ASSERT_EQ(k.eigenvalues_size(), 4);
+    ASSERT_EQ(k.stationary_size(), 4);
+    ASSERT_EQ(k.excess_size(), 4);
+    EXPECT_TRUE(k.stationary(0));
+    EXPECT_EQ(k.eigenvalues(0).re(), 1.0);
+    EXPECT_EQ(k.eigenvalues(0).im(), 0.0);
+    EXPECT_TRUE(std::isinf(k.timescales(0)));
+    for (const auto& v : k.eigenfunctions(0).values()) EXPECT_NEAR(v.re(), 1.0, 1e-12);  // g = 1
+    const VectorXd ev = systems::FourWellEigenvalues(4, fw);
+    for (int l = 1; l < 4; ++l) {
+      EXPECT_FALSE(k.stationary(l));
+      EXPECT_EQ(k.excess(l), 0.0);
+      const double truth = -fw.tau / std::log(ev[l]);
+      EXPECT_NEAR(k.timescales(l) / truth, 1.0, 0.10) << "timescale " << l << " truth " << truth;
+    }
+    const v1::SpectrumInfo& sp = k.spectrum();
+    EXPECT_EQ(sp.estimator(), "spectral-moments");
+    EXPECT_TRUE(sp.ready());
+    EXPECT_GE(sp.epoch(), 1u);
+    EXPECT_GE(sp.epoch_samples(), 2000u);
+    EXPECT_LE(sp.epoch_samples(), 30000u);
+    EXPECT_GT(sp.basis_size(), 10u);
+    EXPECT_GT(sp.heldout_score(), 2.0);
+    EXPECT_EQ(sp.ridge_grid_size(), sp.ridge_scores_size());
+    const v1::TimescaleComparison& c = sp.comparison();
+    EXPECT_DOUBLE_EQ(c.koopman(), k.timescales(1));
+    EXPECT_GT(c.count_chain(), 0.0);
+    EXPECT_GT(c.embedding(), 0.0);
+    EXPECT_DOUBLE_EQ(c.threshold(), 0.25);
+    const double lo = std::min({c.koopman(), c.count_chain(), c.embedding()});
+    const double hi = std::max({c.koopman(), c.count_chain(), c.embedding()});
+    EXPECT_NEAR(c.relative_disagreement(), (hi - lo) / lo, 1e-12);
+    EXPECT_EQ(c.warning(), c.relative_disagreement() > 0.25);
+    std::printf("four-well koopman: timescales %.4f %.4f %.4f, score %.4f, epoch %llu (%llu samples); "
+                "slowest koopman %.4f counts %.4f embedding %.4f (disagreement %.3f)\n",
+                k.timescales(1), k.timescales(2), k.timescales(3), sp.heldout_score(),
+                static_cast<unsigned long long>(sp.epoch()), static_cast<unsigned long long>(sp.epoch_samples()),
+                c.koopman(), c.count_chain(), c.embedding(), c.relative_disagreement());
+    const v1::ModelInfo described = Describe("wells");
+    ASSERT_TRUE(described.has_spectrum());
+    EXPECT_EQ(described.spectrum().heldout_score(), sp.heldout_score());
+  }
+
   grpc::ClientContext ctx;
   v1::ClustersRequest req;
   req.set_model("wells");

@@ -47,13 +47,19 @@ class IngestResult:
 
 @dataclasses.dataclass
 class KoopmanResult:
-    eigenvalues: np.ndarray      # (k,) complex, |mu| descending
+    eigenvalues: np.ndarray      # (k,) complex: the stationary mode first, then |mu| descending
     rates: np.ndarray            # (k,) complex, log(mu)/dt
     timescales: np.ndarray       # (k,) float, -dt/log|mu| (inf for |mu| >= 1)
     eigenfunctions: np.ndarray   # (k, n) complex: eigenfunction l at point i
     dt: float
     view_version: int
     samples: int
+    # Per eigenpair: the stationary mode (eigenvalue exactly 1) and max(0, |mu| - 1); `spectrum`
+    # is the SpectrumInfo message (estimator, epoch, held-out score, cross-view timescales,
+    # warnings).
+    stationary: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=bool))
+    excess: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    spectrum: object = None
 
 
 @dataclasses.dataclass
@@ -508,7 +514,8 @@ class Client:
         return KoopmanResult(eigenvalues=_complex(r.eigenvalues), rates=_complex(r.rates),
                              timescales=np.array(r.timescales, dtype=np.float64),
                              eigenfunctions=ef, dt=r.dt, view_version=r.view.version,
-                             samples=r.view.samples)
+                             samples=r.view.samples, stationary=np.array(r.stationary, dtype=bool),
+                             excess=np.array(r.excess, dtype=np.float64), spectrum=r.spectrum)
 
     def predict(self, model: str, points: npt.ArrayLike) -> np.ndarray:
         """E[Y | X = point] per point of the (n, dim) array `points`: an (n, dim) array."""

@@ -1,0 +1,254 @@
+// Streaming spectral moments (see spectral_moments.h; ALGORITHMS.md section 7).
+#include "core/spectral/spectral_moments.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace cmestream {
+namespace {
+
+constexpr double kRescaleAt = 1e100;
+
+// Eigen's GEMM packs its operands into buffers taken from the stack below
+// EIGEN_STACK_ALLOCATION_LIMIT (128 KB) and from the heap above it. A panel holds up to
+// (inner dimension) x (tile) doubles, so tiles of kPanelDoubles / inner columns keep every
+// product on the stack: a flush never allocates (tests/core/test_spectral_allocations.cc).
+constexpr int kPanelDoubles = 12288;  // 96 KB
+
+int TileFor(int inner) { return std::max(16, kPanelDoubles / std::max(1, inner)); }
+
+// c += a * b over tiles of c; lower_only: only tiles that meet the lower triangle (the upper
+// part of a diagonal tile is written too and ignored by the readers).
+template <typename A, typename B>
+void AddProductTiled(MatrixXd& c, const A& a, const B& b, bool lower_only) {
+  const int p = static_cast<int>(c.rows()), q = static_cast<int>(c.cols());
+  const int tile = TileFor(static_cast<int>(a.cols()));
+  for (int i0 = 0; i0 < p; i0 += tile) {
+    const int rows = std::min(tile, p - i0);
+    const int jend = lower_only ? std::min(q, i0 + rows) : q;
+    for (int j0 = 0; j0 < jend; j0 += tile) {
+      const int cols = std::min(tile, q - j0);
+      c.block(i0, j0, rows, cols).noalias() += a.middleRows(i0, rows) * b.middleCols(j0, cols);
+    }
+  }
+}
+
+absl::Status Violated(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("Violated constraint: ", what));
+}
+
+}  // namespace
+
+absl::Status SpectralMoments::Options::Validate() const {
+  if (dim < 1) return Violated(absl::StrCat("dim >= 1 (got ", dim, ")"));
+  if (!(sigma > 0) || !std::isfinite(sigma)) return Violated(absl::StrCat("sigma > 0 (got ", sigma, ")"));
+  if (max_basis < 1) return Violated(absl::StrCat("max_basis >= 1 (got ", max_basis, ")"));
+  if (batch_size < 1) return Violated(absl::StrCat("batch_size >= 1 (got ", batch_size, ")"));
+  if (block_length < 1) return Violated(absl::StrCat("block_length >= 1 (got ", block_length, ")"));
+  if (!(forgetting > 0 && forgetting <= 1)) {
+    return Violated(absl::StrCat("0 < forgetting <= 1 (got ", forgetting, ")"));
+  }
+  // One flush multiplies the scale by gamma^-B; keep that far from overflow.
+  if (batch_size * std::log(1.0 / forgetting) > 200.0) {
+    return Violated(absl::StrCat("batch_size * log(1/forgetting) <= 200 (got ", batch_size, " * log(1/",
+                                 forgetting, "))"));
+  }
+  if (!(new_atom_fraction > 0 && new_atom_fraction < 1)) {
+    return Violated(absl::StrCat("0 < new_atom_fraction < 1 (got ", new_atom_fraction, ")"));
+  }
+  if (min_epoch_samples < 1) return Violated(absl::StrCat("min_epoch_samples >= 1 (got ", min_epoch_samples, ")"));
+  return absl::OkStatus();
+}
+
+SpectralMoments::SpectralMoments(const Options& options) : options_(options) {
+  const absl::Status s = options_.Validate();
+  if (!s.ok()) {
+    std::cerr << "SpectralMoments: invalid options: " << s.message() << "\n";
+    std::abort();
+  }
+  inv_gamma_ = 1.0 / options_.forgetting;
+  basis_.resize(0, options_.dim);
+  xbuf_.resize(options_.batch_size, options_.dim);
+  ybuf_.resize(options_.batch_size, options_.dim);
+  wbuf_.resize(options_.batch_size);
+  sqx_.resize(options_.batch_size);
+  sqy_.resize(options_.batch_size);
+}
+
+bool SpectralMoments::ShouldStartEpoch(int source_atoms) const {
+  const int source = std::min(source_atoms, options_.max_basis);
+  if (source <= m_) return false;
+  if (m_ == 0) return true;
+  return static_cast<double>(source - m_) > options_.new_atom_fraction * source;
+}
+
+bool SpectralMoments::Ready(const Epoch& e) const {
+  return e.epoch > 0 && e.samples >= options_.min_epoch_samples && e.fold_samples[0] > 0 && e.fold_samples[1] > 0;
+}
+
+int SpectralMoments::Fold(const Epoch& e) const {
+  return static_cast<int>((e.samples / options_.block_length) % 2);
+}
+
+void SpectralMoments::StartEpoch(const Eigen::Ref<const RowMatrixXd>& atoms) {
+  Flush();
+  if (live_.epoch > 0) {
+    const bool keep_live = Ready(live_) || !previous_ ||
+                           (!Ready(previous_->sums) && live_.samples >= previous_->sums.samples);
+    if (keep_live) previous_ = Frozen{basis_, std::move(live_)};
+  }
+  const int64_t next = std::max(live_.epoch, previous_ ? previous_->sums.epoch : 0) + 1;
+  m_ = static_cast<int>(std::min<Eigen::Index>(atoms.rows(), options_.max_basis));
+  basis_ = atoms.topRows(m_);
+  basis_sq_ = basis_.rowwise().squaredNorm();
+  live_ = Epoch{};
+  live_.epoch = next;
+  const int p = m_ + 1;
+  for (int f = 0; f < 2; ++f) {
+    live_.c00[f] = MatrixXd::Zero(p, p);
+    live_.c01[f] = MatrixXd::Zero(p, p);
+    live_.c11[f] = MatrixXd::Zero(p, p);
+  }
+  px_.resize(options_.batch_size, p);
+  py_.resize(options_.batch_size, p);
+}
+
+void SpectralMoments::Observe(const double* x, const double* y) {
+  ++samples_;
+  if (live_.epoch == 0) return;  // no basis yet: nothing to accumulate against
+  for (int a = 0; a < options_.dim; ++a) {
+    xbuf_(buffered_, a) = x[a];
+    ybuf_(buffered_, a) = y[a];
+  }
+  ++buffered_;
+  ++live_.samples;
+  // Flush when the buffer is full and at every block end, so one flush never mixes folds.
+  if (buffered_ == options_.batch_size || live_.samples % options_.block_length == 0) Flush();
+}
+
+absl::Status SpectralMoments::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x,
+                                           const Eigen::Ref<const RowMatrixXd>& y) {
+  if (x.rows() != y.rows()) return absl::InvalidArgumentError(absl::StrCat("x has ", x.rows(), " rows but y has ", y.rows()));
+  if (x.cols() != options_.dim || y.cols() != options_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("points have ", x.cols(), " and ", y.cols(),
+                                                   " components, expected dim ", options_.dim));
+  }
+  if (!x.allFinite() || !y.allFinite()) return absl::InvalidArgumentError("points must be finite");
+  for (Eigen::Index t = 0; t < x.rows(); ++t) Observe(x.row(t).data(), y.row(t).data());
+  return absl::OkStatus();
+}
+
+void SpectralMoments::Rescale(Epoch& e) const {
+  const double inv = 1.0 / e.scale;
+  for (int f = 0; f < 2; ++f) {
+    e.c00[f] *= inv;
+    e.c01[f] *= inv;
+    e.c11[f] *= inv;
+    e.n[f] *= inv;
+  }
+  e.scale = 1;
+}
+
+void SpectralMoments::Flush() {
+  if (buffered_ == 0) return;
+  FlushInto(live_, px_, py_, wbuf_, sqx_, sqy_);
+  buffered_ = 0;
+}
+
+void SpectralMoments::FlushInto(Epoch& e, RowMatrixXd& px_buf, RowMatrixXd& py_buf, VectorXd& wbuf, VectorXd& sqx,
+                                VectorXd& sqy) const {
+  const int b = buffered_;
+  // The buffered samples are the last b of the epoch and lie in one block (see Observe).
+  const int fold = static_cast<int>(((e.samples - 1) / options_.block_length) % 2);
+  if (e.scale > kRescaleAt) Rescale(e);
+  // Sample k of the block (oldest first) gets weight u * gamma^-(k+1), exactly as if the unit
+  // had grown one sample at a time; rows carry sqrt(weight) so the products are weighted sums.
+  double unit = e.scale;
+  double total = 0;
+  for (int k = 0; k < b; ++k) {
+    unit *= inv_gamma_;
+    wbuf[k] = std::sqrt(unit);
+    total += unit;
+  }
+  e.scale = unit;
+  e.n[fold] += total;
+  e.fold_samples[fold] += b;
+  auto px = px_buf.topRows(b);
+  auto py = py_buf.topRows(b);
+  // Kernel block: ||x - z||^2 = ||x||^2 + ||z||^2 - 2 x.z, the cross term one GEMM per side.
+  const auto xb = xbuf_.topRows(b);
+  const auto yb = ybuf_.topRows(b);
+  sqx.head(b) = xb.rowwise().squaredNorm();
+  sqy.head(b) = yb.rowwise().squaredNorm();
+  const int tile = TileFor(options_.dim);
+  for (int j0 = 0; j0 < m_; j0 += tile) {
+    const int cols = std::min(tile, m_ - j0);
+    px.middleCols(1 + j0, cols).noalias() = xb * basis_.middleRows(j0, cols).transpose();
+    py.middleCols(1 + j0, cols).noalias() = yb * basis_.middleRows(j0, cols).transpose();
+  }
+  const double scale = -1.0 / (2 * options_.sigma * options_.sigma);
+  for (int k = 0; k < b; ++k) {
+    const double w = wbuf[k];
+    px(k, 0) = w;
+    py(k, 0) = w;
+    for (int j = 0; j < m_; ++j) {
+      // Cancellation can make tiny distances slightly negative: clamp at 0 so k <= 1.
+      const double dx = std::max(0.0, sqx[k] + basis_sq_[j] - 2 * px(k, j + 1));
+      const double dy = std::max(0.0, sqy[k] + basis_sq_[j] - 2 * py(k, j + 1));
+      px(k, j + 1) = w * std::exp(dx * scale);
+      py(k, j + 1) = w * std::exp(dy * scale);
+    }
+  }
+  // C00 += Px^T Px, C11 += Py^T Py (lower triangles), C01 += Px^T Py: GEMM over tiles.
+  AddProductTiled(e.c00[fold], px.transpose(), px, /*lower_only=*/true);
+  AddProductTiled(e.c11[fold], py.transpose(), py, /*lower_only=*/true);
+  AddProductTiled(e.c01[fold], px.transpose(), py, /*lower_only=*/false);
+}
+
+SpectralEpochMoments SpectralMoments::Normalized(const Epoch& e) {
+  SpectralEpochMoments s;
+  s.epoch = e.epoch;
+  s.samples = e.samples;
+  const double inv = 1.0 / e.scale;
+  for (int f = 0; f < 2; ++f) {
+    s.fold_samples[f] = e.fold_samples[f];
+    s.n[f] = e.n[f] * inv;
+    if (e.c00[f].size() == 0) continue;
+    s.c00[f] = MatrixXd(e.c00[f].selfadjointView<Eigen::Lower>()) * inv;
+    s.c11[f] = MatrixXd(e.c11[f].selfadjointView<Eigen::Lower>()) * inv;
+    s.c01[f] = e.c01[f] * inv;
+  }
+  return s;
+}
+
+SpectralMomentsSnapshot SpectralMoments::Snapshot() const {
+  SpectralMomentsSnapshot s;
+  s.dim = options_.dim;
+  s.sigma = options_.sigma;
+  s.samples = samples_;
+  s.live_epoch = live_.epoch;
+  s.live_epoch_samples = live_.samples;
+  // Fold the buffered pairs into a copy of the live epoch (the learner itself is unchanged).
+  Epoch live = live_;
+  if (buffered_ > 0) {
+    RowMatrixXd px = px_, py = py_;
+    VectorXd w = wbuf_, sqx = sqx_, sqy = sqy_;
+    FlushInto(live, px, py, w, sqx, sqy);
+  }
+  if (Ready(live) || !previous_) {
+    s.basis = basis_;
+    s.moments = Normalized(live);
+    s.ready = Ready(live);
+  } else {
+    s.basis = previous_->basis;
+    s.moments = Normalized(previous_->sums);
+    s.ready = Ready(previous_->sums);
+  }
+  return s;
+}
+
+}  // namespace cmestream

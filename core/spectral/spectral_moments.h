@@ -1,0 +1,169 @@
+// Exact streaming spectral moments in a fixed kernel basis (ALGORITHMS.md section 7).
+//
+// WHAT THIS OBJECT REPRESENTS
+//   The sufficient statistics of a consistent Koopman / VAMP estimate from a stream of pairs
+//   (x_t, y_t): with features psi(x) = [1, k_B(x)^T]^T over a basis B of m X-atoms (the
+//   constant plus one Gaussian bump per atom) and weights w_t = gamma^(n - t) (forgetting),
+//       C00 = sum w psi(x) psi(x)^T,  C01 = sum w psi(x) psi(y)^T,  C11 = sum w psi(y) psi(y)^T,
+//       n_w = sum w.
+//   The sums are split by contiguous blocks of `block_length` samples into two folds (blocks
+//   alternate A, B, A, B, ...), so that the refresh can choose its regularizer by a held-out
+//   score on contiguous blocks (shuffled pairs leak on time series) and report that score; the
+//   full moments are fold A + fold B.
+//
+// EPOCHS
+//   The basis is fixed during an epoch: moments for an atom admitted at t_a would miss every
+//   sample before t_a and bias the estimate. The owner asks ShouldStartEpoch(source_atoms) after
+//   each sample (O(1)); when the atoms of the source dictionary outside the basis exceed
+//   new_atom_fraction of it, StartEpoch(source_atoms) copies the source's atoms (its first rows
+//   are the current basis, as the CME's dictionary only grows) and restarts the sums. The
+//   previous epoch is kept frozen and serves (Snapshot) until the new one is ready
+//   (>= min_epoch_samples samples and both folds non-empty). In stationary streams the
+//   dictionary saturates early, so one late epoch covers nearly everything.
+//
+// COST
+//   Observe: O(d) copy into a B x d buffer; every B samples (or at a block end) one flush: the
+//   B x m kernel block is one GEMM plus exp, the sums are two symmetric rank-B updates and one
+//   GEMM: ~3 (m+1)^2 multiply-adds per sample amortized. No heap allocation after the epoch
+//   started (scratch sized at StartEpoch). StartEpoch allocates the epoch's sums (rare).
+//   Memory: 6 (m+1)^2 doubles for the live epoch and as many for the serving previous one
+//   (12 (m+1)^2 doubles: 19 MB at m = 400, 96 MB at m = 1000).
+//
+// FORGETTING
+//   Lazy, as in EmbeddingMoments: sums are stored in units of a per-epoch scale u = gamma^-t,
+//   a sample adds weight u, reads divide by u, and the epoch's sums are renormalized when
+//   u > 1e100 (O(m^2), once every ~230/(1 - gamma) samples). A frozen previous epoch is not
+//   decayed further: the estimator uses normalized moments (C/n_w), which uniform decay leaves
+//   unchanged.
+//
+// INITIAL VALUE
+//   No epoch (epoch() == 0, basis_size() == 0); Observe before the first StartEpoch only
+//   counts the sample (there is no basis yet).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/common/types.h"
+
+namespace cmestream {
+
+namespace io {
+class Reader;
+class Writer;
+}  // namespace io
+
+// One epoch's moments, normalized to true (forgotten) sums. Fold f in {0, 1}.
+struct SpectralEpochMoments {
+  int64_t epoch = 0;          // 1, 2, ... (0: none)
+  int64_t samples = 0;        // pairs observed in this epoch
+  int64_t fold_samples[2] = {0, 0};
+  double n[2] = {0, 0};       // sum of weights per fold
+  MatrixXd c00[2], c01[2], c11[2];  // (m+1) x (m+1) each, symmetric ones full
+  double total_weight() const { return n[0] + n[1]; }
+};
+
+// Immutable copy of what the estimator needs (never aliases the accumulator).
+struct SpectralMomentsSnapshot {
+  int dim = 0;
+  double sigma = 1;
+  RowMatrixXd basis;            // m x d atoms of the serving epoch
+  SpectralEpochMoments moments; // serving epoch (the live one if ready, else the previous)
+  bool ready = false;           // serving epoch has >= min_epoch_samples and both folds
+  int64_t live_epoch = 0;       // the epoch accumulating now (may differ from moments.epoch)
+  int64_t live_epoch_samples = 0;
+  int64_t samples = 0;          // all pairs ever observed
+};
+
+class SpectralMoments {
+ public:
+  struct Options {
+    int dim = 0;                     // state dimension d, >= 1
+    double sigma = 1;                // Gaussian bandwidth of the basis bumps, > 0
+    int max_basis = 1000;            // cap on m (the CME's max_dict), >= 1
+    int batch_size = 64;             // B, pairs per GEMM flush, >= 1
+    int64_t block_length = 1000;     // L, samples per contiguous held-out block, >= 1
+    double forgetting = 1.0;         // per-sample decay gamma in (0, 1]; 1 = none
+    double new_atom_fraction = 0.1;  // epoch restart when (m_source - m) > f * m_source, (0, 1)
+    int64_t min_epoch_samples = 2000;  // an epoch serves from this many samples on, >= 1
+    // OK or InvalidArgument("Violated constraint: ...").
+    absl::Status Validate() const;
+  };
+
+  // requires: options.Validate().ok() (checked; aborts otherwise).
+  explicit SpectralMoments(const Options& options);
+
+  // True when the source dictionary (m_source atoms, whose first basis_size() rows are the
+  // basis) has outgrown the basis: m_source - m > new_atom_fraction * m_source, or there is
+  // no basis yet and m_source > 0. O(1).
+  bool ShouldStartEpoch(int source_atoms) const;
+  // Flushes the buffered pairs into the current epoch, keeps the better of (current, previous)
+  // as the serving previous epoch (a ready epoch wins; among unready ones the larger), copies
+  // the first min(rows, max_basis) atoms as the new basis and starts empty sums.
+  // requires: atoms.cols() == dim, atoms finite.
+  void StartEpoch(const Eigen::Ref<const RowMatrixXd>& atoms);
+
+  // Adds one pair. x, y: d finite doubles each (the caller validates). No allocation.
+  void Observe(const double* x, const double* y);
+  // Validates shapes and finiteness (all-or-nothing), then observes the rows in order.
+  absl::Status ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y);
+
+  // Copies the serving epoch's moments out (the buffered pairs folded into a copy: this
+  // object does not change, so refresh timing never alters the summation order).
+  SpectralMomentsSnapshot Snapshot() const;
+
+  const Options& options() const { return options_; }
+  int64_t samples() const { return samples_; }
+  int64_t epoch() const { return live_.epoch; }
+  int64_t epoch_samples() const { return live_.samples; }
+  int basis_size() const { return m_; }
+  int buffered() const { return buffered_; }
+  bool has_previous() const { return previous_.has_value(); }
+
+  // Snapshot support (core/io/learner_serialization.cc; object tag "SPMO", version 1). Writes
+  // the full state (no flush), so Deserialize followed by the same calls is bit-identical to
+  // never having stopped. Deserialize bounds every dimension by the stored options first.
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<SpectralMoments> Deserialize(io::Reader& r);
+
+ private:
+  // Live sums of one epoch in units of its scale (lower triangles for c00, c11).
+  struct Epoch {
+    int64_t epoch = 0;
+    int64_t samples = 0;
+    int64_t fold_samples[2] = {0, 0};
+    double scale = 1;       // u = gamma^-t within the epoch
+    double n[2] = {0, 0};
+    MatrixXd c00[2], c01[2], c11[2];
+  };
+  struct Frozen {
+    RowMatrixXd basis;
+    Epoch sums;
+  };
+
+  bool Ready(const Epoch& e) const;
+  int Fold(const Epoch& e) const;  // fold of the next sample of e
+  void Flush();
+  // Folds the buffered_ pairs into e using the given scratch (Flush: the members; Snapshot: copies).
+  void FlushInto(Epoch& e, RowMatrixXd& px, RowMatrixXd& py, VectorXd& w, VectorXd& sqx, VectorXd& sqy) const;
+  void Rescale(Epoch& e) const;
+  static SpectralEpochMoments Normalized(const Epoch& e);
+
+  Options options_;
+  double inv_gamma_ = 1;
+  int64_t samples_ = 0;
+  int m_ = 0;
+  RowMatrixXd basis_;            // m x d
+  VectorXd basis_sq_;            // m: squared norms of the atoms
+  Epoch live_;
+  std::optional<Frozen> previous_;
+  // Per-batch scratch (not state): sized at StartEpoch.
+  RowMatrixXd xbuf_, ybuf_;      // B x d
+  RowMatrixXd px_, py_;          // B x (m+1): sqrt(w) psi(x), sqrt(w) psi(y)
+  VectorXd wbuf_, sqx_, sqy_;    // B
+  int buffered_ = 0;
+};
+
+}  // namespace cmestream

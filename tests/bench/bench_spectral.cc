@@ -1,0 +1,69 @@
+// Per-sample cost of SpectralMoments::Observe (ALGORITHMS.md section 7) at basis sizes m = 160
+// and 500 (plus 1000), amortized over its batch flushes, and the refresh-time FitSpectrum.
+// Results and the command: docs/benchmarks.md.
+#include <random>
+
+#include <benchmark/benchmark.h>
+
+#include "core/spectral/spectral_estimate.h"
+#include "core/spectral/spectral_moments.h"
+
+namespace cmestream {
+namespace {
+
+struct Data {
+  RowMatrixXd atoms, x;
+};
+
+Data MakeData(int m, int d, int n) {
+  std::mt19937_64 rng(1);
+  std::normal_distribution<double> nd;
+  Data out;
+  out.atoms.resize(m, d);
+  out.x.resize(n + 1, d);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < d; ++j) out.atoms(i, j) = nd(rng);
+  for (int i = 0; i <= n; ++i)
+    for (int j = 0; j < d; ++j) out.x(i, j) = nd(rng);
+  return out;
+}
+
+void BM_SpectralObserve(benchmark::State& state) {
+  const int m = static_cast<int>(state.range(0)), d = 2, n = 8192;
+  const Data data = MakeData(m, d, n);
+  SpectralMoments::Options o;
+  o.dim = d;
+  o.sigma = 0.5;
+  o.max_basis = m;
+  SpectralMoments acc(o);
+  acc.StartEpoch(data.atoms);
+  int i = 0;
+  for (auto _ : state) {
+    acc.Observe(data.x.row(i).data(), data.x.row(i + 1).data());
+    i = (i + 1) % n;
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["m"] = m;
+}
+BENCHMARK(BM_SpectralObserve)->Arg(160)->Arg(500)->Arg(1000)->Unit(benchmark::kMicrosecond);
+
+void BM_FitSpectrum(benchmark::State& state) {
+  const int m = static_cast<int>(state.range(0)), d = 2, n = 5000;
+  const Data data = MakeData(m, d, n);
+  SpectralMoments::Options o;
+  o.dim = d;
+  o.sigma = 0.5;
+  o.max_basis = m;
+  SpectralMoments acc(o);
+  acc.StartEpoch(data.atoms);
+  for (int i = 0; i < n; ++i) acc.Observe(data.x.row(i).data(), data.x.row(i + 1).data());
+  const SpectralMomentsSnapshot snap = acc.Snapshot();
+  for (auto _ : state) benchmark::DoNotOptimize(FitSpectrum(snap, SpectralFitOptions{}));
+  state.counters["m"] = m;
+}
+BENCHMARK(BM_FitSpectrum)->Arg(160)->Arg(500)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace cmestream
+
+BENCHMARK_MAIN();
