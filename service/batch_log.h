@@ -18,14 +18,27 @@ namespace cmestream::service {
 class BatchLog {
  public:
   virtual ~BatchLog() = default;
-  // Called under the model's ingestion lock, so entries of one model are in apply order.
-  // `first` is the first pair of `batch` that will be applied (pairs before it are duplicates);
-  // `producer_offset_after` is the producer's applied offset once the batch is applied.
-  // Returns the record's sequence number (0 if the log keeps no sequence).
+  // Writes a batch record, not necessarily durable yet. Called in the model's ingest order
+  // (Model: one batch of a model between write and application at a time), so entries of one
+  // model are in apply order. `first` is the first pair of `batch` that will be applied (pairs
+  // before it are duplicates); `producer_offset_after` is the producer's applied offset once
+  // the batch is applied. Returns the record's sequence number (0 if the log keeps no sequence).
   // A non-OK status refuses the batch: nothing is applied and the status reaches the client.
-  virtual absl::StatusOr<uint64_t> Append(const std::string& model, const std::string& producer_id,
-                                          uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
-                                          const std::string& episode_id) = 0;
+  virtual absl::StatusOr<uint64_t> WriteBatch(const std::string& model, const std::string& producer_id,
+                                              uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
+                                              const std::string& episode_id) = 0;
+  // Blocks until the record `sequence` is durable under the log's policy (the WAL's group
+  // commit); the caller holds no model lock. Non-OK: the record must not be applied or acked.
+  virtual absl::Status WaitDurable(uint64_t /*sequence*/) { return absl::OkStatus(); }
+  // WriteBatch, then WaitDurable.
+  absl::StatusOr<uint64_t> Append(const std::string& model, const std::string& producer_id,
+                                  uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
+                                  const std::string& episode_id) {
+    absl::StatusOr<uint64_t> sequence = WriteBatch(model, producer_id, producer_offset_after, batch, first, episode_id);
+    if (!sequence.ok()) return sequence;
+    if (absl::Status s = WaitDurable(*sequence); !s.ok()) return s;
+    return sequence;
+  }
   // Called under the registry lock before a model is created (config normalized) / deleted.
   // A non-OK status refuses the operation.
   virtual absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) = 0;
@@ -41,8 +54,8 @@ class BatchLog {
 
 class NullBatchLog final : public BatchLog {
  public:
-  absl::StatusOr<uint64_t> Append(const std::string&, const std::string&, uint64_t, const PairBatch&, int64_t,
-                                  const std::string&) override {
+  absl::StatusOr<uint64_t> WriteBatch(const std::string&, const std::string&, uint64_t, const PairBatch&, int64_t,
+                                      const std::string&) override {
     return 0;
   }
   absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig&) override { return 0; }
@@ -62,10 +75,14 @@ class DeferredBatchLog final : public BatchLog {
  public:
   // requires: called once, before the log is shared between threads; `target` outlives this.
   void Install(BatchLog* target) { target_ = target; }
-  absl::StatusOr<uint64_t> Append(const std::string& model, const std::string& producer_id, uint64_t offset_after,
-                                  const PairBatch& batch, int64_t first, const std::string& episode_id) override {
+  absl::StatusOr<uint64_t> WriteBatch(const std::string& model, const std::string& producer_id, uint64_t offset_after,
+                                      const PairBatch& batch, int64_t first, const std::string& episode_id) override {
     if (!target_) return NotOpen();
-    return target_->Append(model, producer_id, offset_after, batch, first, episode_id);
+    return target_->WriteBatch(model, producer_id, offset_after, batch, first, episode_id);
+  }
+  absl::Status WaitDurable(uint64_t sequence) override {
+    if (!target_) return NotOpen();
+    return target_->WaitDurable(sequence);
   }
   absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) override {
     if (!target_) return NotOpen();

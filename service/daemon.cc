@@ -115,6 +115,9 @@ absl::Status DaemonOptions::Validate() const {
   if (absl::Status s = SplitHostPort("listen", listen, &host, &port); !s.ok()) return s;
   if (absl::Status s = SplitHostPort("metrics-listen", metrics_listen, &host, &port); !s.ok()) return s;
   if (data_dir.empty()) return absl::InvalidArgumentError("flag --data-dir is empty, expected a directory path");
+  if (ingest_threads < 0 || ingest_threads > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --ingest-threads is ", ingest_threads, ", expected 0..1024"));
+  }
   if (!std::isfinite(refresh_interval_seconds) || refresh_interval_seconds <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("flag --refresh-interval is ", refresh_interval_seconds, ", expected seconds > 0"));
@@ -369,7 +372,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   scheduler_options.tick_seconds = options.scheduler_tick_seconds;
   impl->registry->SetLimits(options.limits);
   impl->scheduler = std::make_unique<RefreshScheduler>(*impl->registry, scheduler_options);
-  impl->ingestor = std::make_unique<Ingestor>(*impl->registry, impl->metrics, options.limits);
+  impl->ingestor = std::make_unique<Ingestor>(
+      *impl->registry, impl->metrics, options.limits,
+      options.ingest_threads > 0 ? options.ingest_threads
+                                 : IngestPool::DefaultThreads(options.wal_sync == WalSync::kAlways));
   const TokenAuthenticator* auth = impl->auth.get();
   impl->model_service =
       std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics, auth, impl->snapshots.get(), defaults);

@@ -37,6 +37,8 @@ struct DaemonOptions {
   double snapshot_interval_seconds = 60;           // --snapshot-interval, [0, 1e7]; 0 = only at
                                                    // clean shutdown and on request (snapshot.h)
   RecoveryOptions recovery;                        // --accept-data-loss, --recover-from
+  int ingest_threads = 0;                          // --ingest-threads, 0..1024; 0 = the cores
+                                                   // (x4 with --wal-sync always): IngestPool
 
   // OK or InvalidArgument naming the flag and the expected value.
   absl::Status Validate() const;

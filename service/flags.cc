@@ -85,6 +85,8 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       o.recovery.recover_from = *v;
     } else if (name == "--max-queued-batches") {
       s = integer(&o.limits.max_queued_batches);
+    } else if (name == "--ingest-threads") {
+      s = integer(&o.ingest_threads);
     } else if (name == "--listen" || name == "--metrics-listen" || name == "--data-dir") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();

@@ -6,8 +6,12 @@
 namespace cmestream::service {
 namespace {
 
-// One Ingest stream: read a batch, apply it, write its ack, read the next. A bad batch ends
-// the stream with its status; the batches before it stay applied (as the proto documents).
+// One Ingest stream: read a batch, validate and queue it (Ingestor::Submit, on this gRPC
+// thread), and from the pool worker that applied it write its ack; read the next batch when
+// the ack is written. One batch of a stream is in flight at a time, so acks are in order. A bad
+// batch ends the stream with its status; the batches before it stay applied (as the proto
+// documents). The reactor lives until OnDone, which gRPC calls only after Finish, so the
+// worker's callback always finds it (and batch_, which the queued batch aliases, unchanged).
 class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
  public:
   IngestReactor(grpc::CallbackServerContext* ctx, Ingestor& ingestor, Metrics& metrics, absl::Status access)
@@ -26,7 +30,11 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
       return;
     }
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<v1::IngestAck> ack = ingestor_.Apply(batch_, next_index_);
+    ingestor_.Submit(batch_, next_index_, [this, start](absl::StatusOr<v1::IngestAck> ack) { OnApplied(start, std::move(ack)); });
+  }
+
+  // On the pool worker (or inline for a refusal before queueing).
+  void OnApplied(std::chrono::steady_clock::time_point start, absl::StatusOr<v1::IngestAck> ack) {
     metrics_.ObserveRpc("Ingest", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                         static_cast<int>(ack.status().code()));
     if (!ack.ok()) {
@@ -68,9 +76,13 @@ grpc::ServerUnaryReactor* IngestServiceImpl::IngestOne(grpc::CallbackServerConte
                                                        v1::IngestAck* resp) {
   UnaryCall call(ctx, metrics_, "IngestOne");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  absl::StatusOr<v1::IngestAck> ack = ingestor_.Apply(*req, 0);
-  if (ack.ok()) *resp = *std::move(ack);
-  return call.Finish(ack.status());
+  // Finished from the pool worker once the batch is durable and applied (req and resp live
+  // until Finish).
+  ingestor_.Submit(*req, 0, [call, resp](absl::StatusOr<v1::IngestAck> ack) mutable {
+    if (ack.ok()) *resp = *std::move(ack);
+    call.Finish(ack.status());
+  });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* IngestServiceImpl::GetProducer(grpc::CallbackServerContext* ctx,

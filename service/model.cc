@@ -180,7 +180,12 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
                                                   uint64_t offset, uint64_t batch_index,
                                                   const std::string& episode_id,
                                                   std::optional<uint64_t> replay_sequence) {
-  std::lock_guard<std::mutex> learner_lock(learner_mu_);
+  // (a) de-duplicate and write the record, (b) wait until it is durable, (c) apply it. The
+  // sequencer lock keeps one batch of this model in flight, so batches are de-duplicated
+  // against the offsets of every batch before them and applied in WAL order; the learner lock
+  // is only taken for (c), never across I/O.
+  std::lock_guard<std::mutex> sequencer(ingest_mu_);
+  std::unique_lock<std::mutex> log_lock(log_mu_);
   if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
   IngestResult r;
   r.received = static_cast<uint64_t>(batch.n);
@@ -209,16 +214,32 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
 
   // The one place an accepted batch is made durable before it is applied and acked (not
   // again when it is being replayed from the log).
+  uint64_t sequence = 0;
   if (first < batch.n) {
     if (replay_sequence) {
-      applied_sequence_.store(*replay_sequence);
+      sequence = *replay_sequence;
     } else {
-      absl::StatusOr<uint64_t> logged = log_->Append(name(), producer_id, offset_after, batch, first, episode_id);
+      // Pending before the record exists (1 <= any cut): a snapshot that reads the log's last
+      // sequence right after the write must wait for this batch (WaitAppliedThrough).
+      SetPending(1);
+      absl::StatusOr<uint64_t> logged = log_->WriteBatch(name(), producer_id, offset_after, batch, first, episode_id);
+      if (!logged.ok() || *logged == 0) SetPending(0);
       if (!logged.ok()) return logged.status();
-      if (*logged != 0) applied_sequence_.store(*logged);
+      sequence = *logged;
+      if (sequence != 0) SetPending(sequence);
+      log_lock.unlock();  // a deletion may be logged meanwhile: this record precedes it
+      // (b) without any lock another thread needs: one fdatasync covers many models' records.
+      if (absl::Status durable = log_->WaitDurable(sequence); !durable.ok()) {
+        SetPending(0);
+        return durable;
+      }
     }
   }
+  if (log_lock.owns_lock()) log_lock.unlock();
 
+  // (c) apply under the learner lock.
+  std::lock_guard<std::mutex> learner_lock(learner_mu_);
+  if (sequence != 0) applied_sequence_.store(sequence);
   const CompressedCme::Counters before = cme_ ? cme_->counters() : CompressedCme::Counters{};
   const bool had_learner = cme_ != nullptr;
   if (batch.discrete()) {
@@ -255,6 +276,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     if (!producer_id.empty()) producer_offsets_[producer_id] = offset_after;
     if (!had_learner && cme_) published_sigma_ = sigma_selection_;
   }
+  if (sequence != 0 && !replay_sequence) SetPending(0);
   metrics_->OnBatchApplied(r.applied, forced_delta, forced_error_delta, {s.pending_warmup, s.dict_x, s.dict_y});
   r.producer_offset = offset_after;
   r.model_samples = s.samples + s.pending_warmup;
@@ -325,8 +347,23 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   return snap;
 }
 
+void Model::SetPending(uint64_t sequence) {
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    pending_sequence_ = sequence;
+  }
+  pending_cv_.notify_all();
+}
+
+void Model::WaitAppliedThrough(uint64_t sequence) {
+  std::unique_lock<std::mutex> lock(pending_mu_);
+  pending_cv_.wait(lock, [&] { return pending_sequence_ == 0 || pending_sequence_ > sequence; });
+}
+
 absl::Status Model::MarkDeleted(const std::function<absl::Status()>& log_deletion) {
-  std::lock_guard<std::mutex> learner_lock(learner_mu_);
+  // The log lock only (held while a batch is de-duplicated and written, not while it waits
+  // for durability or applies), so a deletion never waits for an fdatasync of a batch.
+  std::lock_guard<std::mutex> log_lock(log_mu_);
   if (absl::Status s = log_deletion(); !s.ok()) return s;
   deleted_ = true;
   return absl::OkStatus();

@@ -1,9 +1,14 @@
 // One model of the registry: its configuration, its learner state, its producers' applied
 // offsets and its latest view.
 //
-// Concurrency (why three locks):
-//   learner_mu_  serializes ingestion (SGD is sequential) and the brief snapshot taken by a
-//                refresh. Held for the whole application of a batch.
+// Concurrency (why these locks):
+//   ingest_mu_   the per-model sequencer: held by Ingest from de-duplication to the end of the
+//                application, so one batch of the model is in flight and batches are applied
+//                in the order of their WAL records. Nothing else takes it.
+//   log_mu_      held while a batch is de-duplicated and its record written (not while it
+//                waits for durability); guards deleted_, so no record follows a deletion.
+//   learner_mu_  serializes the application of a batch (SGD is sequential) and the brief
+//                snapshot taken by a refresh or a snapshot. Never held across I/O.
 //   stats_mu_    guards the small published copy of the counters and the producer offsets,
 //                updated at the end of each batch: GetModel/GetProducer/the scheduler read it
 //                without waiting for a batch in progress.
@@ -14,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -69,8 +75,10 @@ class Model {
   // from the same producer_id with the same episode_id and ended with this batch's first
   // applied state (the client repeats it); otherwise it starts a new episode.
   // Cost O(n (m^2 + N^2)), no allocation per pair except a first-seen count entry.
-  // Before anything is applied the batch (restricted to the pairs applied) is appended to the
-  // BatchLog; if that fails, nothing is applied and the log's status is returned.
+  // Before anything is applied the batch (restricted to the pairs applied) is written to the
+  // BatchLog (under log_mu_), then made durable (BatchLog::WaitDurable, no model lock held:
+  // the WAL's group commit), then applied under learner_mu_; if the write or the durability
+  // fails, nothing is applied and the log's status is returned.
   // Replay (WAL recovery): with `replay_sequence` set, the batch is not logged again and the
   // model's applied_sequence() becomes *replay_sequence; the computation is otherwise the same.
   // NotFound once the model was deleted (MarkDeleted).
@@ -85,7 +93,15 @@ class Model {
 
   // Deletion: under the learner lock (so no batch of this model is logged after it), runs
   // `log_deletion`; if that succeeds the model refuses every later Ingest with NotFound.
+  // Never waits for a batch's fdatasync (takes log_mu_ only); a batch written before the
+  // deletion record may still be applied after it, as replay does.
   absl::Status MarkDeleted(const std::function<absl::Status()>& log_deletion);
+
+  // Returns once no batch of this model with a WAL sequence <= `sequence` is between its
+  // write and its application (or failure). The snapshot writer calls it after reading its
+  // cut S = last_sequence() and before taking the model's image, so the image covers every
+  // record of the model <= S that will ever be applied. Must not be called with learner_mu_.
+  void WaitAppliedThrough(uint64_t sequence);
 
   // 64-bit FNV-1a digest of the model's full state: every byte a snapshot keeps of it (config
   // without the name, producers' offsets, sigma selection and warm-up buffer, episode state,
@@ -156,14 +172,20 @@ class Model {
                       const std::string& episode_id);
   void ObserveSequence(const double* state);           // one state to latent + predictive
   uint64_t SamplesLocked() const;                      // requires learner_mu_ held
+  void SetPending(uint64_t sequence);                  // 0: none in flight
 
   const v1::ModelConfig config_;
   const std::shared_ptr<ModelMetrics> metrics_;
   BatchLog* const log_;
   const double created_unix_seconds_;
   std::atomic<uint64_t> applied_sequence_{0};  // written under learner_mu_
-  bool deleted_ = false;                       // guarded by learner_mu_
+  bool deleted_ = false;                       // guarded by log_mu_
 
+  std::mutex ingest_mu_;
+  std::mutex log_mu_;
+  std::mutex pending_mu_;
+  std::condition_variable pending_cv_;
+  uint64_t pending_sequence_ = 0;              // written, not yet applied; guarded by pending_mu_
   std::mutex learner_mu_;
   std::unique_ptr<CompressedCme> cme_;   // null during sigma warm-up
   RowMatrixXd warmup_x_, warmup_y_;      // auto_sigma_warmup x d, only for sigma "auto"

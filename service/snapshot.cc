@@ -673,9 +673,11 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   SnapshotResult result;
   result.number = next_number_;
   // The cut: the models and the log's last sequence L read together under the registry lock.
-  // Every record <= L was appended under its model's lock (creation, import and deletion under
-  // the registry lock) and applied before that lock was released, so Encode, which takes the
-  // model's lock later, sees it; a model created, imported or deleted after the cut has its
+  // Creation, import and deletion records <= L were appended and applied under the registry
+  // lock. A batch record is written, made durable and then applied (group commit, no model
+  // lock across the fdatasync), so a batch <= L may still be in flight: WaitAppliedThrough(L)
+  // waits for it (at most one per model) before Encode takes the model's lock, so Encode sees
+  // every record <= L of the model that was or will be applied; a model created, imported or deleted after the cut has its
   // record above L. Taking min(applied) instead would let one idle model pin every WAL segment
   // since its last batch.
   uint64_t covered = 0;
@@ -686,7 +688,10 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   // the serialized size of all models).
   std::vector<ModelImage> images;
   images.reserve(models.size());
-  for (const auto& m : models) images.push_back(ModelSnapshotCodec::Encode(*m));
+  for (const auto& m : models) {
+    m->WaitAppliedThrough(covered);
+    images.push_back(ModelSnapshotCodec::Encode(*m));
+  }
   size_t next = 0;
   bool header_done = false;
   absl::StatusOr<uint64_t> bytes = WriteAtomically(

@@ -269,9 +269,10 @@ Wal::~Wal() {
   }
   stop_cv_.notify_all();
   if (sync_thread_.joinable()) sync_thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  sync_cv_.wait(lock, [this] { return !syncing_; });
   if (fd_ >= 0) {
-    if (dirty_ && options_.sync != WalSync::kNever) (void)::fdatasync(fd_);
+    if (durable_ < next_sequence_ - 1 && options_.sync != WalSync::kNever) (void)::fdatasync(fd_);
     ::close(fd_);
     fd_ = -1;
   }
@@ -522,6 +523,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
   if (absl::Status s = SyncDir(options.dir); !s.ok()) return s;
   rep.last_sequence = prev_sequence;
   wal->next_sequence_ = std::max(prev_sequence, after_sequence) + 1;
+  wal->durable_ = wal->next_sequence_ - 1;  // what recovery read is on disk (segments truncated + synced)
   wal->next_segment_number_ = max_number + 1;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -599,27 +601,94 @@ absl::Status Wal::OpenNewSegment() {
 }
 
 absl::Status Wal::SyncLocked() {
-  if (fd_ < 0 || !dirty_) return absl::OkStatus();
+  const uint64_t target = next_sequence_ - 1;
+  if (fd_ < 0 || durable_ >= target) return absl::OkStatus();
   const auto t0 = std::chrono::steady_clock::now();
-  if (::fdatasync(fd_) != 0) return AppendError(errno, "fdatasync of", segments_.back().path);
+  if (::fdatasync(fd_) != 0) {
+    const int err = errno;
+    if (metrics_) metrics_->failures->Increment();
+    failed_ = absl::UnavailableError(absl::StrCat("write-ahead log fdatasync of ", segments_.back().path, " failed: ",
+                                                  Errno(err), "; the log refuses further appends until the daemon "
+                                                  "is restarted"));
+    sync_cv_.notify_all();
+    return failed_;
+  }
   if (metrics_) metrics_->fsync->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  dirty_ = false;
+  durable_ = target;
+  sync_cv_.notify_all();
   return absl::OkStatus();
 }
 
-absl::Status Wal::CloseActive() {
+absl::Status Wal::SyncThrough(std::unique_lock<std::mutex>& lock, uint64_t sequence) {
+  for (;;) {
+    if (durable_ >= sequence) return absl::OkStatus();
+    if (!failed_.ok()) return failed_;
+    if (syncing_) {  // follower: the running fdatasync may cover us; if not, we lead the next one
+      sync_cv_.wait(lock);
+      continue;
+    }
+    const uint64_t target = next_sequence_ - 1;  // everything written so far rides along
+    if (fd_ < 0) {  // every record is in a closed segment, synced when it was closed
+      durable_ = target;
+      continue;
+    }
+    // Leader: fdatasync on a duplicate descriptor without the lock, so other models keep
+    // appending meanwhile; CloseActive waits for it (never two fdatasyncs at once, so a
+    // failure can never be masked by a concurrent success: see GROUP COMMIT in wal.h).
+    const int fd = ::dup(fd_);
+    if (fd < 0) {
+      failed_ = absl::UnavailableError(absl::StrCat("write-ahead log: cannot dup the segment descriptor: ",
+                                                    Errno(errno), "; the log refuses further appends until the "
+                                                    "daemon is restarted"));
+      sync_cv_.notify_all();
+      return failed_;
+    }
+    const std::string path = segments_.back().path;
+    syncing_ = true;
+    lock.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    const int injected = options_.before_group_sync ? options_.before_group_sync() : 0;
+    const int rc = injected != 0 ? -1 : ::fdatasync(fd);
+    const int err = injected != 0 ? injected : errno;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::close(fd);
+    lock.lock();
+    syncing_ = false;
+    if (rc != 0) {
+      if (metrics_) metrics_->failures->Increment();
+      failed_ = absl::UnavailableError(absl::StrCat("write-ahead log fdatasync of ", path, " failed: ", Errno(err),
+                                                    "; nothing written since the last successful fdatasync is "
+                                                    "acknowledged; the log refuses further appends until the "
+                                                    "daemon is restarted"));
+    } else {
+      durable_ = std::max(durable_, target);
+      ++group_syncs_;
+      if (metrics_) metrics_->fsync->Observe(seconds);
+    }
+    sync_cv_.notify_all();
+  }
+}
+
+absl::Status Wal::CloseActive(std::unique_lock<std::mutex>& lock) {
+  sync_cv_.wait(lock, [this] { return !syncing_; });
   if (fd_ < 0) return absl::OkStatus();
   absl::Status s = options_.sync == WalSync::kNever ? absl::OkStatus() : SyncLocked();
   ::close(fd_);
   fd_ = -1;
-  dirty_ = false;
   return s;
 }
 
-absl::StatusOr<uint64_t> Wal::AppendRecord(WalRecordType type, const std::string& payload) {
+absl::StatusOr<uint64_t> Wal::AppendRecord(std::unique_lock<std::mutex>& lock, WalRecordType type,
+                                           const std::string& payload) {
   if (!failed_.ok()) return failed_;
   if (payload.size() > kWalMaxPayloadBytes) {
     return absl::InvalidArgumentError(absl::StrCat("record of ", payload.size(), " bytes exceeds the WAL limit"));
+  }
+  // Rotation happens before the next record rather than right after the one that filled the
+  // segment, so the fdatasync that closes it can wait for a group sync still running.
+  if (fd_ >= 0 && segments_.back().bytes >= options_.segment_bytes) {
+    if (absl::Status c = CloseActive(lock); !c.ok()) return failed_.ok() ? c : failed_;
+    if (!failed_.ok()) return failed_;
   }
   if (fd_ < 0) {
     if (absl::Status s = OpenNewSegment(); !s.ok()) {
@@ -637,22 +706,15 @@ absl::StatusOr<uint64_t> Wal::AppendRecord(WalRecordType type, const std::string
   PutU32(scratch_.data(), crc32c::Mask(crc32c::Value(scratch_.data() + 8, scratch_.size() - 8)));
 
   const int write_errno = WriteAll(fd_, scratch_.data(), scratch_.size());
-  absl::Status s = write_errno == 0 ? absl::OkStatus() : AppendError(write_errno, "write to", seg.path);
-  bool sync_failed = false;
-  if (s.ok() && options_.sync == WalSync::kAlways) {
-    dirty_ = true;
-    s = SyncLocked();
-    sync_failed = !s.ok();
-  }
-  if (!s.ok()) {
+  if (write_errno != 0) {
+    const absl::Status out = AppendError(write_errno, "write to", seg.path);
     if (metrics_) metrics_->failures->Increment();
-    const absl::Status out = s;
-    // Roll back to the record start so the log stays a valid prefix; if even that fails, or
-    // fdatasync failed (page state unknown), refuse everything until a restart re-reads the disk.
-    const bool rolled_back = ::ftruncate(fd_, static_cast<off_t>(seg.bytes)) == 0;
-    if (!rolled_back || sync_failed) {
+    // Roll back to the record start so the log stays a valid prefix; if even that fails,
+    // refuse everything until a restart re-reads the disk.
+    if (::ftruncate(fd_, static_cast<off_t>(seg.bytes)) != 0) {
       failed_ = absl::UnavailableError(absl::StrCat(out.message(), "; the log refuses further appends until the "
                                                     "daemon is restarted"));
+      sync_cv_.notify_all();
     }
     return out;
   }
@@ -660,21 +722,28 @@ absl::StatusOr<uint64_t> Wal::AppendRecord(WalRecordType type, const std::string
   if (seg.first_sequence == 0) seg.first_sequence = sequence;
   seg.last_sequence = sequence;
   ++next_sequence_;
-  if (options_.sync != WalSync::kAlways) dirty_ = true;
   if (metrics_) {
     metrics_->bytes->Increment(static_cast<double>(scratch_.size()));
     (type == WalRecordType::kBatch ? metrics_->records_batch : metrics_->records_model)->Increment();
   }
-  if (seg.bytes >= options_.segment_bytes) {
-    if (absl::Status c = CloseActive(); !c.ok()) failed_ = absl::UnavailableError(c.message());
-  }
   return sequence;
 }
 
-absl::StatusOr<uint64_t> Wal::Append(const std::string& model, const std::string& producer_id,
-                                     uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
-                                     const std::string& episode_id) {
+absl::Status Wal::WaitDurable(uint64_t sequence) {
+  if (options_.sync != WalSync::kAlways) return absl::OkStatus();
+  std::unique_lock<std::mutex> lock(mu_);
+  return SyncThrough(lock, sequence);
+}
+
+uint64_t Wal::group_syncs() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return group_syncs_;
+}
+
+absl::StatusOr<uint64_t> Wal::WriteBatch(const std::string& model, const std::string& producer_id,
+                                         uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
+                                         const std::string& episode_id) {
+  std::unique_lock<std::mutex> lock(mu_);
   v1::IngestBatch& b = batch_scratch_;
   b.Clear();
   b.set_model(model);
@@ -698,28 +767,36 @@ absl::StatusOr<uint64_t> Wal::Append(const std::string& model, const std::string
   }
   std::string payload;
   if (!b.SerializeToString(&payload)) return absl::InternalError("cannot serialize a batch for the WAL");
-  return AppendRecord(WalRecordType::kBatch, payload);
+  return AppendRecord(lock, WalRecordType::kBatch, payload);
 }
 
 absl::StatusOr<uint64_t> Wal::AppendModelCreated(const v1::ModelConfig& config) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::string payload;
   if (!config.SerializeToString(&payload)) return absl::InternalError("cannot serialize a model config for the WAL");
-  return AppendRecord(WalRecordType::kModelCreated, payload);
+  return AppendDurable(lock, WalRecordType::kModelCreated, payload);
 }
 
 absl::StatusOr<uint64_t> Wal::AppendModelDeleted(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return AppendRecord(WalRecordType::kModelDeleted, name);
+  std::unique_lock<std::mutex> lock(mu_);
+  return AppendDurable(lock, WalRecordType::kModelDeleted, name);
 }
 
 absl::StatusOr<uint64_t> Wal::AppendModelImported(const std::string& name, const std::string& image) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::string payload(4, '\0');
   PutU32(payload.data(), static_cast<uint32_t>(name.size()));
   payload += name;
   payload += image;
-  return AppendRecord(WalRecordType::kModelImported, payload);
+  return AppendDurable(lock, WalRecordType::kModelImported, payload);
+}
+
+absl::StatusOr<uint64_t> Wal::AppendDurable(std::unique_lock<std::mutex>& lock, WalRecordType type,
+                                            const std::string& payload) {
+  absl::StatusOr<uint64_t> sequence = AppendRecord(lock, type, payload);
+  if (!sequence.ok() || options_.sync != WalSync::kAlways) return sequence;
+  if (absl::Status s = SyncThrough(lock, *sequence); !s.ok()) return s;
+  return sequence;
 }
 
 absl::Status DecodeImportRecord(const std::string& payload, std::string* name, std::string* image) {
@@ -739,17 +816,17 @@ uint64_t Wal::last_sequence() const {
 }
 
 absl::Status Wal::Rotate() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return CloseActive();
+  std::unique_lock<std::mutex> lock(mu_);
+  return CloseActive(lock);
 }
 
 absl::Status Wal::Sync() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return SyncLocked();
+  std::unique_lock<std::mutex> lock(mu_);
+  return SyncThrough(lock, next_sequence_ - 1);
 }
 
 absl::StatusOr<int> Wal::DeleteSegmentsCoveredBy(uint64_t covered) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   const size_t closed = fd_ >= 0 ? segments_.size() - 1 : segments_.size();
   // Only a prefix goes, so what remains is always the contiguous range the manifest records
   // (an empty segment left by a crash has last_sequence 0 and must not open a hole).
@@ -789,23 +866,10 @@ void Wal::SyncLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     stop_cv_.wait_for(lock, period, [this] { return stop_; });
-    if (stop_ || fd_ < 0 || !dirty_) continue;
-    // fdatasync outside the lock on a duplicate descriptor, so appends go on meanwhile.
-    const int fd = ::dup(fd_);
-    const std::string path = segments_.back().path;
-    dirty_ = false;
-    lock.unlock();
-    const auto t0 = std::chrono::steady_clock::now();
-    const int rc = fd >= 0 ? ::fdatasync(fd) : -1;
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    lock.lock();
-    if (rc != 0) {
-      failed_ = absl::UnavailableError(absl::StrCat("write-ahead log fdatasync of ", path, " failed: ", Errno(err),
-                                                    "; the log refuses further appends until the daemon is restarted"));
-    } else if (metrics_) {
-      metrics_->fsync->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
+    if (stop_ || fd_ < 0 || durable_ >= next_sequence_ - 1 || syncing_) continue;
+    // The same leader path as group commit: outside the lock, appends go on meanwhile; a
+    // failure is sticky.
+    (void)SyncThrough(lock, next_sequence_ - 1);
   }
 }
 

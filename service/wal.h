@@ -32,8 +32,10 @@
 // Each new segment is recorded in the manifest (service/manifest.h) before a record in it can
 // be acknowledged, and leaves the manifest before it is deleted.
 //
-// DURABILITY (WalOptions::sync): kAlways fdatasync()s every record before Append returns (a
-// batch acknowledged is on disk); kInterval fdatasync()s from a background thread every
+// DURABILITY (WalOptions::sync): kAlways: a record is acknowledged only once an fdatasync
+// that started after it was written has succeeded (Append / AppendModel* return then; a batch
+// is written with WriteBatch and its caller waits with WaitDurable — see GROUP COMMIT);
+// kInterval fdatasync()s from a background thread every
 // sync_interval_ms (a crash of the machine — not of the process — can lose the last interval);
 // kNever leaves it to the kernel. A process crash (kill -9) loses nothing under any policy:
 // the data is in the page cache once write() returned.
@@ -41,7 +43,37 @@
 // valid prefix; the caller gets RESOURCE_EXHAUSTED (ENOSPC, EFBIG, EDQUOT) or UNAVAILABLE
 // and must not apply the batch. If the rollback or an fdatasync fails, the state of the file
 // is unknown: the log refuses every later append (UNAVAILABLE) until the daemon restarts and
-// recovery re-reads what is actually on disk.
+// recovery re-reads what is actually on disk. Every caller still waiting for durability
+// (WaitDurable, AppendModel*) then gets that error too and must not apply its record.
+//
+// GROUP COMMIT (kAlways). Records of all models are written in sequence order under one
+// mutex, but the fdatasync is shared, leader/follower style (as RocksDB's and PostgreSQL's
+// group commit): a caller of WaitDurable(s) whose record is not yet durable either waits for
+// the fdatasync in progress, or, if none runs, becomes the leader: it notes the last sequence
+// written so far (target), fdatasyncs a dup of the active segment's descriptor WITHOUT the
+// mutex (others keep writing), and on success marks every record <= target durable and wakes
+// the followers; a follower whose record is > target leads the next round. So one fdatasync
+// covers every record appended while the previous one ran, and no model lock is held across
+// I/O (Model writes its record, then waits here without its learner lock).
+// At most one fdatasync of the log runs at a time (rotation waits for the running one): on
+// Linux an fdatasync that fails reports a write-back error once, and a concurrent one could
+// return success for pages that were lost; serialized, "durable" only ever advances past a
+// record after an fdatasync that started after the record was written returned 0.
+//
+// A RECORD WRITTEN BUT NEVER ACKNOWLEDGED. If that fdatasync fails, the records written since
+// the last successful one (possibly of several models) stay in the file — they cannot be
+// rolled back, later bytes of other records follow them — and none is applied or acknowledged:
+// their callers get UNAVAILABLE and the log fails sticky, so NO record is written after them
+// until a restart. On restart, replay applies whichever of them reached the disk whole (and
+// cuts a torn tail). That is acceptable because nothing contradicts it: (1) no later record of
+// any model exists (the sticky failure), so nothing acknowledged was computed from a state
+// without them; (2) replaying a batch moves its producer's applied offset forward, and an
+// exactly-once producer resumes from GetProducer's applied_offset, so a retry is de-duplicated
+// rather than applied twice (a producer without producer_id has at-least-once semantics, as
+// for a crash between write and ack); (3) a creation/deletion/import that was refused this way
+// may reappear after the restart, which is what the client's retry would have done. The same
+// holds for a process crash between write and ack under any policy. A snapshot never covers
+// such a record while a batch is between write and application (Model::WaitAppliedThrough).
 //
 // RECOVERY (Open): the segments the manifest lists must all exist; then segments are read in
 // numeric order and every record checked (length within the file, CRC, sequence = previous +
@@ -77,8 +109,8 @@
 // <= S (call Rotate() first to close the active segment).
 //
 // Thread safety: all methods are thread-safe; appends are serialized by one mutex (records of
-// different models interleave; records of one model are in the order the model applied them,
-// since Model calls Append under its learner lock).
+// different models interleave; records of one model are in the order the model applies them,
+// since Model writes them in its per-model ingest order and applies them in that order).
 #pragma once
 
 #include <atomic>
@@ -165,14 +197,20 @@ class Wal final : public BatchLog {
                                                    std::shared_ptr<prometheus::Registry> registry = nullptr);
   ~Wal() override;
 
-  // BatchLog: append one record; returns its sequence number. See DURABILITY for errors.
-  absl::StatusOr<uint64_t> Append(const std::string& model, const std::string& producer_id,
+  // BatchLog: write one batch record (not yet durable); returns its sequence number. See
+  // DURABILITY for errors. Append (BatchLog) = WriteBatch + WaitDurable.
+  absl::StatusOr<uint64_t> WriteBatch(const std::string& model, const std::string& producer_id,
                                   uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
                                   const std::string& episode_id) override;
   absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) override;
   absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) override;
   absl::StatusOr<uint64_t> AppendModelImported(const std::string& name, const std::string& image) override;
   uint64_t last_sequence() const override;
+  // kAlways: returns once `sequence` is covered by a successful fdatasync (GROUP COMMIT), or the
+  // sticky failure. Other policies: OK at once.
+  absl::Status WaitDurable(uint64_t sequence) override;
+  // fdatasyncs done by group commit so far (tests: fewer than the records they covered).
+  uint64_t group_syncs() const;
 
   // Closes the active segment (synced) and starts a new one at the next append.
   absl::Status Rotate();
@@ -196,10 +234,16 @@ class Wal final : public BatchLog {
   };
   struct MetricSeries;
   explicit Wal(WalOptions options);
-  absl::StatusOr<uint64_t> AppendRecord(WalRecordType type, const std::string& payload);  // requires mu_
+  // All require `lock` to hold mu_; AppendRecord/CloseActive/SyncThrough may release it while
+  // they wait (CloseActive for a running group fdatasync, SyncThrough for its own).
+  absl::StatusOr<uint64_t> AppendRecord(std::unique_lock<std::mutex>& lock, WalRecordType type,
+                                        const std::string& payload);
+  absl::StatusOr<uint64_t> AppendDurable(std::unique_lock<std::mutex>& lock, WalRecordType type,
+                                         const std::string& payload);  // + SyncThrough under kAlways
+  absl::Status SyncThrough(std::unique_lock<std::mutex>& lock, uint64_t sequence);  // GROUP COMMIT
   absl::Status OpenNewSegment();   // requires mu_
-  absl::Status CloseActive();      // requires mu_
-  absl::Status SyncLocked();       // requires mu_
+  absl::Status CloseActive(std::unique_lock<std::mutex>& lock);
+  absl::Status SyncLocked();       // requires mu_ and no group fdatasync running
   void SyncLoop();
 
   const WalOptions options_;
@@ -208,7 +252,10 @@ class Wal final : public BatchLog {
   int fd_ = -1;                     // active segment, -1 if none open yet
   uint64_t next_sequence_ = 1;
   uint64_t next_segment_number_ = 1;
-  bool dirty_ = false;              // written since the last fdatasync
+  uint64_t durable_ = 0;            // every record <= it is covered by a successful fdatasync
+  bool syncing_ = false;            // a group fdatasync runs (without mu_)
+  uint64_t group_syncs_ = 0;
+  std::condition_variable sync_cv_; // syncing_ became false, or failed_ was set
   absl::Status failed_;             // sticky failure (see DURABILITY)
   std::string scratch_;             // encoded record, reused
   v1::IngestBatch batch_scratch_;   // restricted batch, reused (repeated fields keep capacity)

@@ -31,6 +31,10 @@ struct WalOptions {
   // and last segment numbers that now exist (the manifest records them). An error fails the
   // append that created the segment.
   std::function<absl::Status(uint64_t first, uint64_t last)> on_segments_changed;
+  // Tests only: called by the group-commit leader (wal.h GROUP COMMIT) without the WAL's lock,
+  // just before its fdatasync; a nonzero return is taken as the fdatasync's errno (fault
+  // injection), 0 lets the real fdatasync run. Unset in the daemon.
+  std::function<int()> before_group_sync;
   // OK or InvalidArgument naming the field.
   absl::Status Validate() const;
 };

@@ -7,8 +7,19 @@
 // are generated before the clock starts; the timed part is the stream from the first Write to
 // the last ack, i.e. serialization, transport and the daemon's validation and learning.
 // Results go to stdout as one line: "pairs=N dim=D batch=B seconds=T pairs_per_s=R ...".
+//
+// Concurrency (issue 11): --streams K opens K concurrent Ingest streams (producer ID-k), each
+// sending --n pairs, spread round robin over --models M models NAME-0..NAME-(M-1) (M = 1: NAME
+// itself); pairs_per_s is then the aggregate (all pairs / wall time of the slowest stream).
+// --probe P: while the streams run, another thread calls GetModel and a Koopman query with
+// 1000 points (--probe-points) on model P (refreshed once before the clock starts) in a loop
+// and the line adds their p50/p99 latencies in ms ("getmodel_p50_ms=... koopman_p99_ms=...").
+// Streams refused with RESOURCE_EXHAUSTED are counted (refused=K) rather than fatal.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -24,7 +35,7 @@ int Usage(const char* msg) {
   std::fprintf(stderr,
                "usage: cmestream_ingest_loadgen --server HOST:PORT --model NAME [--create] "
                "[--n N] [--dim D] [--batch B] [--producer ID] [--sigma S] [--epsilon EPS] "
-               "[--max-dict M]\n");
+               "[--max-dict M] [--streams K] [--models M] [--probe MODEL] [--probe-points P]\n");
   return 2;
 }
 
@@ -35,6 +46,8 @@ int main(int argc, char** argv) {
   bool create = false;
   uint64_t n = 1000000, dim = 2, batch = 1000, max_dict = 0;
   double sigma = 0.5, epsilon = 0;
+  uint64_t streams = 1, models = 1, probe_points = 1000;
+  std::string probe;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -49,6 +62,10 @@ int main(int argc, char** argv) {
     else if (a == "--max-dict") ok = absl::SimpleAtoi(next(), &max_dict);
     else if (a == "--sigma") ok = absl::SimpleAtod(next(), &sigma);
     else if (a == "--epsilon") ok = absl::SimpleAtod(next(), &epsilon);
+    else if (a == "--streams") ok = absl::SimpleAtoi(next(), &streams);
+    else if (a == "--models") ok = absl::SimpleAtoi(next(), &models);
+    else if (a == "--probe") probe = next();
+    else if (a == "--probe-points") ok = absl::SimpleAtoi(next(), &probe_points);
     else return Usage(("unknown option " + a).c_str());
     if (!ok) return Usage(("bad value for " + a).c_str());
   }
@@ -57,19 +74,23 @@ int main(int argc, char** argv) {
 
   cmestream::client::ClientOptions options;
   options.target = server;
+  if (streams == 0 || models == 0 || streams > 1000 || models > streams) return Usage("need 1 <= models <= streams <= 1000");
   auto client = cmestream::client::Client::Connect(options);
   if (!client.ok()) return Usage(std::string(client.status().message()).c_str());
+  auto model_name = [&](uint64_t k) { return models == 1 ? model : model + "-" + std::to_string(k % models); };
   if (create) {
-    cmestream::v1::ModelConfig config;
-    config.set_name(model);
-    config.set_dim(static_cast<uint32_t>(dim));
-    config.set_sigma(sigma);
-    if (epsilon > 0) config.set_epsilon(epsilon);
-    if (max_dict > 0) config.set_max_dict(static_cast<uint32_t>(max_dict));
-    auto info = (*client)->CreateModel(config);
-    if (!info.ok()) {
-      std::fprintf(stderr, "create: %s\n", std::string(info.status().ToString()).c_str());
-      return 1;
+    for (uint64_t k = 0; k < models; ++k) {
+      cmestream::v1::ModelConfig config;
+      config.set_name(model_name(k));
+      config.set_dim(static_cast<uint32_t>(dim));
+      config.set_sigma(sigma);
+      if (epsilon > 0) config.set_epsilon(epsilon);
+      if (max_dict > 0) config.set_max_dict(static_cast<uint32_t>(max_dict));
+      auto info = (*client)->CreateModel(config);
+      if (!info.ok()) {
+        std::fprintf(stderr, "create: %s\n", std::string(info.status().ToString()).c_str());
+        return 1;
+      }
     }
   }
   // Pairs from a contracting linear map plus noise inside the unit box: the dictionary
@@ -81,32 +102,85 @@ int main(int argc, char** argv) {
     x[i] = u(rng);
     y[i] = 0.9 * x[i] + 0.05 * u(rng);
   }
-  cmestream::client::IngestStream::Options so;
-  so.producer_id = producer;
-  so.batch_pairs = static_cast<int>(batch);
+  std::vector<double> probe_x(probe_points * dim);
+  for (double& v : probe_x) v = u(rng);
+  if (!probe.empty()) {
+    // A first view, so Koopman answers (a refresh needs samples: feed the probe model a little).
+    auto warm = (*client)->OpenIngest(probe, static_cast<uint32_t>(dim), {});
+    if (warm.ok()) {
+      const size_t k = std::min<uint64_t>(n, 2000) * dim;
+      (void)(*warm)->AddPairs(absl::MakeConstSpan(x.data(), k), absl::MakeConstSpan(y.data(), k));
+      (void)(*warm)->Finish();
+    }
+    if (auto v = (*client)->Refresh(probe, true); !v.ok()) {
+      std::fprintf(stderr, "probe refresh: %s\n", std::string(v.status().ToString()).c_str());
+      return 1;
+    }
+  }
+  std::atomic<uint64_t> sent{0}, applied{0};
+  std::atomic<int> refused{0}, failed{0}, running{static_cast<int>(streams)};
+  std::vector<double> getmodel_ms, koopman_ms;
   const auto start = std::chrono::steady_clock::now();
-  auto stream = (*client)->OpenIngest(model, static_cast<uint32_t>(dim), so);
-  if (!stream.ok()) {
-    std::fprintf(stderr, "open: %s\n", std::string(stream.status().ToString()).c_str());
-    return 1;
+  std::thread prober;
+  if (!probe.empty()) {
+    prober = std::thread([&] {
+      while (running.load() > 0) {
+        auto t0 = std::chrono::steady_clock::now();
+        auto info = (*client)->Describe(probe);
+        auto t1 = std::chrono::steady_clock::now();
+        auto k = (*client)->Koopman(probe, 0, probe_x);
+        auto t2 = std::chrono::steady_clock::now();
+        if (info.ok()) getmodel_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        if (k.ok()) koopman_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
   }
-  if (auto s = (*stream)->AddPairs(x, y); !s.ok()) {
-    std::fprintf(stderr, "ingest: %s\n", std::string(s.ToString()).c_str());
-    return 1;
+  std::vector<std::thread> workers;
+  for (uint64_t k = 0; k < streams; ++k) {
+    workers.emplace_back([&, k] {
+      cmestream::client::IngestStream::Options so;
+      so.producer_id = producer.empty() ? "" : producer + "-" + std::to_string(k);
+      so.batch_pairs = static_cast<int>(batch);
+      auto stream = (*client)->OpenIngest(model_name(k), static_cast<uint32_t>(dim), so);
+      absl::Status s = stream.ok() ? (*stream)->AddPairs(x, y) : stream.status();
+      absl::StatusOr<cmestream::client::IngestStream::Summary> summary =
+          s.ok() ? (*stream)->Finish() : absl::StatusOr<cmestream::client::IngestStream::Summary>(s);
+      if (summary.ok()) {
+        sent += summary->pairs_sent;
+        applied += summary->pairs_applied;
+      } else if (summary.status().code() == absl::StatusCode::kResourceExhausted) {
+        ++refused;
+      } else {
+        ++failed;
+        std::fprintf(stderr, "stream %llu: %s\n", static_cast<unsigned long long>(k),
+                     std::string(summary.status().ToString()).c_str());
+      }
+      --running;
+    });
   }
-  auto summary = (*stream)->Finish();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!summary.ok()) {
-    std::fprintf(stderr, "ingest: %s\n", std::string(summary.status().ToString()).c_str());
-    return 1;
+  for (auto& t : workers) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (prober.joinable()) prober.join();
+  if (failed.load() > 0) return 1;
+  auto pct = [](std::vector<double> v, double q) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+  };
+  auto info = (*client)->Describe(model_name(0));
+  std::printf("pairs=%llu dim=%llu batch=%llu streams=%llu models=%llu seconds=%.3f pairs_per_s=%.0f applied=%llu "
+              "dictionary=%u refused=%d",
+              static_cast<unsigned long long>(sent.load()), static_cast<unsigned long long>(dim),
+              static_cast<unsigned long long>(batch), static_cast<unsigned long long>(streams),
+              static_cast<unsigned long long>(models), seconds, static_cast<double>(sent.load()) / seconds,
+              static_cast<unsigned long long>(applied.load()), info.ok() ? info->dictionary_size() : 0u,
+              refused.load());
+  if (!probe.empty()) {
+    std::printf(" probes=%zu getmodel_p50_ms=%.2f getmodel_p99_ms=%.2f koopman_p50_ms=%.2f koopman_p99_ms=%.2f",
+                getmodel_ms.size(), pct(getmodel_ms, 0.5), pct(getmodel_ms, 0.99), pct(koopman_ms, 0.5),
+                pct(koopman_ms, 0.99));
   }
-  auto info = (*client)->Describe(model);
-  std::printf("pairs=%llu dim=%llu batch=%llu seconds=%.3f pairs_per_s=%.0f applied=%llu "
-              "dictionary=%u\n",
-              static_cast<unsigned long long>(summary->pairs_sent),
-              static_cast<unsigned long long>(dim), static_cast<unsigned long long>(batch), seconds,
-              summary->pairs_sent / seconds, static_cast<unsigned long long>(summary->pairs_applied),
-              info.ok() ? info->dictionary_size() : 0u);
+  std::printf("\n");
   return 0;
 }

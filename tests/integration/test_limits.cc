@@ -2,6 +2,7 @@
 // --max-dim, --max-queued-batches, each with its status code and a message naming the limit
 // and its flag, and nothing applied on refusal. The daemon runs in-process on loopback port 0.
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -215,6 +216,68 @@ TEST_F(LimitsTest, FullQueueIsResourceExhaustedWithRetryHint) {
   EXPECT_EQ(named.load(), refused.load());
   EXPECT_EQ(Samples("busy"), static_cast<uint64_t>(accepted.load()) * kPairs);
 }
+
+// Learning runs on the ingest pool, so the gRPC threads only validate and queue: with many
+// concurrent clients a model's queue fills at ANY --max-queued-batches, and the refusal carries
+// the retry hint (before issue 11 the handlers blocked on the learner lock, the callback
+// threads ran out, and the hint never fired at 1..4). Every accepted batch is applied whole,
+// every refused one not at all, and a GetModel issued while the flood runs answers before the
+// flood ends.
+class QueueDepthTest : public LimitsTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(QueueDepthTest, ManyClientsFillTheQueueAndGetTheRetryHint) {
+  service::LimitOptions limits;
+  limits.max_queued_batches = GetParam();
+  limits.retry_after_ms = 25;
+  Start(limits);
+  ASSERT_TRUE(Create("busy", 1, /*max_dict=*/200).ok());
+  constexpr int kClients = 48, kPairs = 20000;
+  std::atomic<int> accepted{0}, refused{0}, other{0}, hinted{0}, named{0}, finished{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      grpc::ClientContext ctx;
+      v1::IngestAck ack;
+      grpc::Status s = ingest_->IngestOne(&ctx, Pairs("busy", kPairs, t * 7), &ack);
+      if (s.ok()) {
+        ++accepted;
+        EXPECT_EQ(ack.pairs_applied(), static_cast<uint64_t>(kPairs));
+      } else if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        ++refused;
+        const auto& trailers = ctx.GetServerTrailingMetadata();
+        auto it = trailers.find(service::kRetryAfterMetadataKey);
+        if (it != trailers.end() && std::string(it->second.data(), it->second.size()) == "25") ++hinted;
+        if (s.error_message().find("--max-queued-batches " + std::to_string(GetParam())) != std::string::npos) ++named;
+      } else {
+        ++other;
+      }
+      ++finished;
+    });
+  }
+  // Admin reads are answered while the clients' batches are still being learned.
+  bool answered_during = false;
+  for (int i = 0; i < 2000 && finished.load() < kClients; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::GetModelRequest req;
+    req.set_name("busy");
+    v1::ModelInfo info;
+    ASSERT_TRUE(models_->GetModel(&ctx, req, &info).ok());
+    if (finished.load() < kClients) answered_during = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(refused.load(), 0) << kClients << " concurrent clients never filled a queue of " << GetParam();
+  EXPECT_GE(accepted.load(), GetParam() + 1);  // one applying + Q waiting were admitted at least once
+  EXPECT_EQ(hinted.load(), refused.load());
+  EXPECT_EQ(named.load(), refused.load());
+  EXPECT_EQ(accepted.load() + refused.load(), kClients);
+  EXPECT_EQ(Samples("busy"), static_cast<uint64_t>(accepted.load()) * kPairs);
+  EXPECT_TRUE(answered_during);
+}
+
+INSTANTIATE_TEST_SUITE_P(Depths, QueueDepthTest, ::testing::Values(1, 4));
 
 TEST(LimitFlagsTest, ParsedValidatedAndNamed) {
   auto f = service::ParseFlags({"--max-batch-pairs", "5", "--max-models=3", "--max-dim", "16",

@@ -1,0 +1,66 @@
+// Learning off the RPC threads (issue 11, item 3): per-key ordered work queues executed by a
+// fixed pool of worker threads.
+//
+// Each key (the daemon uses the Model) has a FIFO of tasks; at most one task of a key runs at
+// a time, in submission order, so a model's batches are de-duplicated, logged and applied in
+// the order they were accepted. Tasks of different keys run in parallel on the workers. A key
+// with work sits in one ready list; a worker takes the key at its head, runs ONE task, and puts
+// the key back at the tail if more tasks wait — a busy model cannot starve the others.
+// gRPC handlers only validate and Submit; the task completes the RPC (the callback API allows
+// Finish/StartWrite from any thread), so no gRPC thread ever waits for a learner or an
+// fdatasync, and queries and admin RPCs always find a free gRPC thread.
+// Admission (bounding what waits) is the caller's: Ingestor uses IngestQueue (limits.h).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace cmestream::service {
+
+class IngestPool {
+ public:
+  using Task = std::function<void()>;
+
+  // `threads` workers (>= 1).
+  explicit IngestPool(int threads);
+  // Runs every task already submitted, then joins the workers.
+  ~IngestPool();
+  IngestPool(const IngestPool&) = delete;
+  IngestPool& operator=(const IngestPool&) = delete;
+
+  // Appends `task` to `key`'s queue. `keep_alive` (may be null) is held until the task ran, so
+  // the key's object outlives its queue. Never blocks on other tasks. Thread-safe.
+  void Submit(const void* key, std::shared_ptr<void> keep_alive, Task task);
+
+  int threads() const { return static_cast<int>(workers_.size()); }
+  // Tasks of `key` submitted and not finished (running included). Tests, diagnostics.
+  int Pending(const void* key) const;
+
+  // Default worker count: the cores available (at least 1); with a WAL that fdatasyncs every
+  // batch (`sync_always`) 4 per core, since a worker sleeps in the group commit while its
+  // batch waits for the disk and the others should keep the cores busy meanwhile.
+  static int DefaultThreads(bool sync_always);
+
+ private:
+  struct Queue {
+    std::deque<std::pair<std::shared_ptr<void>, Task>> tasks;
+    bool running = false;  // a worker runs its head; the key is not in ready_
+  };
+  void Work();
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<const void*, Queue> queues_;  // keys with work only
+  std::deque<const void*> ready_;        // keys with tasks and none running
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace cmestream::service
