@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Plain pair-at-a-time numpy implementation of the compressed online CME recursion
-(ALGORITHMS.md section 1: one-sided admission, relative jitter, dictionary cap with forced
+(docs/algorithms.md §1: one-sided admission, relative jitter, dictionary cap with forced
 projections, drift check on a sample-count schedule), used as the baseline that
 docs/benchmarks.md divides the C++ figures by.
 

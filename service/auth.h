@@ -1,4 +1,4 @@
-// Bearer-token authentication and per-RPC scopes (issue 6, part 5).
+// Bearer-token authentication and per-RPC scopes.
 //
 // Token file (--auth-tokens FILE): one token per line, `TOKEN SCOPES`, SCOPES comma-separated
 // from admin, write, read; `#` starts a comment (whole line or after the scopes); blank lines

@@ -1,4 +1,4 @@
-// Validation of one IngestBatch, before any of it is applied (ARCHITECTURE.md "Bad input never
+// Validation of one IngestBatch, before any of it is applied (CONTRIBUTING.md "Bad input never
 // corrupts a model").
 #pragma once
 

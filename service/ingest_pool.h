@@ -1,4 +1,4 @@
-// Learning off the RPC threads (issue 11, item 3): per-key ordered work queues executed by a
+// Learning off the RPC threads: per-key ordered work queues executed by a
 // fixed pool of worker threads.
 //
 // Each key (the daemon uses the Model) has a FIFO of tasks; at most one task of a key runs at

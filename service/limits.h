@@ -1,4 +1,4 @@
-// Resource limits of cmestreamd and the per-model ingest queue (issue 6, part 4: "bad input
+// Resource limits of cmestreamd and the per-model ingest queue ("bad input
 // or too much of it never exhausts the daemon").
 //
 // What is bounded, and where:

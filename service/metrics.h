@@ -1,4 +1,4 @@
-// Prometheus metrics of the daemon (issue 2 part 5). One Metrics object per daemon owns the
+// Prometheus metrics of the daemon. One Metrics object per daemon owns the
 // registry and the metric families; each model owns a ModelMetrics handle with its series.
 //
 // Series (all prefixed cmestream_):
@@ -79,7 +79,7 @@ class ModelMetrics {
   void SetViewAge(double seconds);
   // No view yet: the age is the time since these series were created (see the header comment).
   void SetNoView();
-  // Spectrum quality of the latest view (issue 14).
+  // Spectrum quality of the latest view.
   void OnSpectrum(double heldout_score, double timescale_disagreement);
   // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
   // "latent", "predictive") in a refresh.

@@ -96,7 +96,7 @@ void Model::CreateSigmaDependent(double sigma) {
 
 void Model::FeedPair(const double* x, const double* y) {
   cme_->Observe(x, y);
-  // The CME has just computed k_X(x) and k_X(y); reuse its nearest atoms (ALGORITHMS.md §2).
+  // The CME has just computed k_X(x) and k_X(y); reuse its nearest atoms (docs/algorithms.md §2).
   const int i = cme_->last_nearest_x(), j = cme_->last_nearest_y_in_x();
   if (i >= 0 && j >= 0) counts_->Add(i, j);
   moments_->Observe(x, y);

@@ -131,7 +131,7 @@ class Model {
   v1::ModelInfo Describe() const;
 
   // Refresh support. Snapshot() copies what the views need under the learner lock and changes
-  // nothing: the Gram-inverse drift check and re-factorization (ALGORITHMS.md §1 numerics) run
+  // nothing: the Gram-inverse drift check and re-factorization (docs/algorithms.md §1.7) run
   // inside CompressedCme::Observe on a sample-count schedule, and the embedding moments fold
   // their buffered pairs into a copy. A refresh that touched the learner would make its state
   // depend on wall-clock timing, and WAL replay / snapshots could not reproduce it bit for bit.
@@ -195,7 +195,7 @@ class Model {
   std::unique_ptr<EmbeddingMoments> moments_;          // continuous, once sigma is known
   std::unique_ptr<MultiViewAccumulator> latent_;       // latent_states > 0 (continuous: once sigma is known)
   std::unique_ptr<PredictiveStateAccumulator> predictive_;  // window > 0
-  // Exact spectral moments over the CME's X atoms (ALGORITHMS.md section 7): continuous models,
+  // Exact spectral moments over the CME's X atoms (docs/algorithms.md §7): continuous models,
   // once sigma is known; fed with every pair the CME sees, its epoch follows the X dictionary.
   std::unique_ptr<SpectralMoments> spectral_;
   // Episode rule (see Ingest): identity and last state of the last trajectory batch applied.

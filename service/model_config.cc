@@ -23,7 +23,7 @@ absl::Status Bad(const v1::ModelConfig& c, absl::string_view field, double value
                                                  value, ", expected ", expected));
 }
 
-// Fields of the streaming statistics and views (ALGORITHMS.md sections 2-6): defaults, ranges
+// Fields of the streaming statistics and views (docs/algorithms.md §2-6): defaults, ranges
 // and the memory bounds documented in model_config.h.
 absl::Status NormalizeViewFields(v1::ModelConfig& c) {
   const bool discrete = c.num_states() > 0;

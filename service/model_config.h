@@ -21,7 +21,7 @@ inline constexpr uint32_t kMaxDim = 4096;
 inline constexpr uint32_t kMinAutoSigmaWarmup = 20;        // SelectBandwidth needs n >= 20
 inline constexpr uint32_t kMaxAutoSigmaWarmup = 100000;    // buffered in memory
 
-// Bounds of the streaming statistics and views (issues 3-5). Memory per model is dominated by
+// Bounds of the streaming statistics and views (docs/algorithms.md §2-6). Memory per model is dominated by
 // the RFF moments (3 rff_features^2 doubles: 400 MB at kMaxRffFeatures), the latent moments
 // (3 D^2, D = rff_features or num_states) and the predictive statistics.
 inline constexpr uint32_t kMaxNumStates = 100000;       // discrete models: counts are sparse
@@ -50,7 +50,7 @@ inline bool IsAutoSigma(const v1::ModelConfig& normalized) { return normalized.s
 // requires: `normalized` came from NormalizeModelConfig, sigma > 0.
 CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& normalized, double sigma);
 
-// The spectral moments of a continuous model (ALGORITHMS.md section 7): basis = the CME's X
+// The spectral moments of a continuous model (docs/algorithms.md §7): basis = the CME's X
 // atoms (cap max_dict), the model's forgetting; epochs restart at 10 % new atoms and serve from
 // 2000 samples; held-out blocks of 1000 samples.
 // requires: `normalized` came from NormalizeModelConfig, continuous, sigma > 0.

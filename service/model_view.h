@@ -1,5 +1,5 @@
 // Immutable, versioned views of a model, built by the refresh scheduler and read by queries
-// (ARCHITECTURE.md "Data flow"; STYLE-EXAMPLES item 7).
+// (CONTRIBUTING.md "Data flow", "Views are immutable").
 //
 // A ModelView never aliases learner buffers: queries hold a shared_ptr for one call and never
 // wait for ingestion. Each estimator contributes an optional sub-view; later issues add
@@ -38,7 +38,7 @@ inline constexpr double kTimescaleDisagreementThreshold = 0.25;
 
 // What the compressed CME contributes: its snapshot (Predict, GetDictionary) and the Koopman
 // decomposition served by GetKoopman: the consistent spectral-moments estimate
-// (ALGORITHMS.md section 7) once its first epoch has data, else W^T K_YX of the CME.
+// (docs/algorithms.md §7) once its first epoch has data, else W^T K_YX of the CME.
 struct CmeView {
   CmeSnapshot snapshot;
   KoopmanDecomposition koopman;

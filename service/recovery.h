@@ -1,4 +1,4 @@
-// Recovery by replay (issue 6, part 1): turns WAL records back into models by sending them
+// Recovery by replay: turns WAL records back into models by sending them
 // through the live code paths — ModelRegistry::Create/Delete and Model::Ingest with a replay
 // sequence — so a recovered model is bit-for-bit the model an uninterrupted run would have
 // (the learners are deterministic given the config and the order of the pairs; the

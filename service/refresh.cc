@@ -28,7 +28,7 @@ void Timed(Model& model, const char* view, F build) {
   model.metrics().OnViewBuilt(view, Seconds(std::chrono::steady_clock::now() - start));
 }
 
-// Discrete models: the one-hot moments are the counts themselves (ALGORITHMS.md §3 with the
+// Discrete models: the one-hot moments are the counts themselves (docs/algorithms.md §3.2 with the
 // delta kernel): S_x = diag(n_i), S_y = diag(column sums), P_h = N. Built at refresh instead of
 // streamed, so a discrete model keeps no dense P x P accumulator.
 absl::StatusOr<EmbeddingMomentsSnapshot> OneHotMoments(const CountsSnapshot& counts, int p) {
@@ -290,7 +290,7 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
   cme.excess = VectorXd::Zero(cme.koopman.eigenvalues.size());
 }
 
-// Slowest non-stationary timescale of each view and their relative disagreement (issue 14).
+// Slowest non-stationary timescale of each view and their relative disagreement.
 void CompareTimescales(const ModelView& view, CmeView& cme) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   v1::TimescaleComparison& c = *cme.spectrum.mutable_comparison();

@@ -1,5 +1,5 @@
 // Background refresh: builds immutable, versioned views and swaps them in without blocking
-// ingestion (ARCHITECTURE.md "Data flow").
+// ingestion (CONTRIBUTING.md "Data flow").
 #pragma once
 
 #include <chrono>

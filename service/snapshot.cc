@@ -25,7 +25,7 @@ constexpr uint32_t kModelTag = io::Fourcc("MODL");
 constexpr uint32_t kSnapTag = io::Fourcc("SNAP");
 constexpr uint32_t kExportTag = io::Fourcc("EXPT");
 constexpr uint32_t kFormatVersion = 1;
-// MODL object version: 2 adds the spectral moments (issue 14) after the predictive
+// MODL object version: 2 adds the spectral moments after the predictive
 // accumulator. Version 1 objects load with a fresh spectral accumulator (its first epoch
 // starts at the next pair; the spectrum serves once that epoch has data).
 constexpr uint32_t kModelVersion = 2;

@@ -1,4 +1,4 @@
-// Snapshots of cmestreamd (issue 6, part 2): the full per-sample state of every model, written
+// Snapshots of cmestreamd: the full per-sample state of every model, written
 // atomically, so that a restart is "newest valid snapshot + replay of the WAL records after
 // it" (service/recovery.h) and a model can be moved between daemons (export/import).
 //

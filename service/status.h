@@ -1,4 +1,4 @@
-// The one place where absl::Status becomes grpc::Status (STYLE-EXAMPLES "Error tiers").
+// The one place where absl::Status becomes grpc::Status (CONTRIBUTING.md "Error tiers").
 #pragma once
 
 #include "absl/status/status.h"

@@ -1,4 +1,4 @@
-// Transport security and authentication options of cmestreamd (issue 6, part 5) and the
+// Transport security and authentication options of cmestreamd and the
 // gRPC server credentials built from them.
 //
 //   --tls-cert FILE --tls-key FILE   PEM server certificate (chain) and private key: TLS on

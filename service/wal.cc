@@ -110,7 +110,7 @@ absl::Status TruncateFile(const std::string& path, uint64_t size) {
 absl::Status CopyFile(const std::string& from, const std::string& to) {
   std::string data;
   if (absl::Status s = ReadFile(from, &data); !s.ok()) return s;
-  const int fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
   if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", to, ": ", Errno(errno)));
   int err = WriteAll(fd, data.data(), data.size());
   if (err == 0 && ::fsync(fd) != 0) err = errno;
@@ -286,7 +286,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
   WalRecoveryReport local;
   WalRecoveryReport& rep = report ? *report : local;
   rep = WalRecoveryReport{};
-  if (::mkdir(options.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  if (::mkdir(options.dir.c_str(), 0775) != 0 && errno != EEXIST) {
     return absl::InternalError(absl::StrCat("cannot create WAL directory ", options.dir, ": ", Errno(errno)));
   }
   auto wal = std::unique_ptr<Wal>(new Wal(options));
@@ -566,7 +566,7 @@ absl::Status Wal::OpenNewSegment() {
   Segment seg;
   seg.number = next_segment_number_++;
   seg.path = absl::StrCat(options_.dir, "/", SegmentName(seg.number));
-  fd_ = ::open(seg.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+  fd_ = ::open(seg.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0664);
   if (fd_ < 0) return AppendError(errno, "cannot create segment", seg.path);
   const auto fail = [&](absl::Status s) {
     ::close(fd_);

@@ -8,7 +8,7 @@
 // the last ack, i.e. serialization, transport and the daemon's validation and learning.
 // Results go to stdout as one line: "pairs=N dim=D batch=B seconds=T pairs_per_s=R ...".
 //
-// Concurrency (issue 11): --streams K opens K concurrent Ingest streams (producer ID-k), each
+// Concurrency: --streams K opens K concurrent Ingest streams (producer ID-k), each
 // sending --n pairs, spread round robin over --models M models NAME-0..NAME-(M-1) (M = 1: NAME
 // itself); pairs_per_s is then the aggregate (all pairs / wall time of the slowest stream).
 // --probe P: while the streams run, another thread calls GetModel and a Koopman query with

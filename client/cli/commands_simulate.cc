@@ -92,7 +92,7 @@ void WriteIdRows(const char* header, const std::vector<int>& a, const std::vecto
   std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
-// Simulators of ALGORITHMS.md sections 3-6 (four-well, multi-well-2d, soft-aggregation,
+// Simulators of docs/algorithms.md §3-6 (four-well, multi-well-2d, soft-aggregation,
 // hmm-mixture, hmm-binary, kalman). Returns -1 for a system it does not know.
 int SimulateViewSystems(const std::string& system, const Args& args, uint64_t n, uint64_t seed) {
   const std::string cmd = "simulate";

@@ -235,7 +235,7 @@ int Dictionary(Context& ctx, const Args& args) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Views of ALGORITHMS.md sections 2-6 (counts, embedding, clusters, aggregation, latent,
+// Views of docs/algorithms.md §2-6 (counts, embedding, clusters, aggregation, latent,
 // forecast). Every JSON reply carries view_version and samples (WriteViewJson).
 // ---------------------------------------------------------------------------------------------
 

@@ -83,7 +83,7 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --step-decay-power P p above (default 0.5)
   --averaging          Polyak-Ruppert averaging of the operator
   --forgetting G       per-sample decay of every streaming statistic, in (0, 1] (default 1 = none)
- state embedding and metastable clusters (ALGORITHMS.md sections 2-3):
+ state embedding and metastable clusters (docs/algorithms.md sections 2-3):
   --rff N              random Fourier features (continuous; default 256)
   --rank R             embedding rank r (default 4)
   --clusters K         metastable clusters (default 2)

@@ -16,7 +16,7 @@ std::string Num(double v);
 void WriteViewJson(JsonWriter& w, const v1::ViewInfo& view);
 void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c);
 void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m);
-// The "spectrum" object of a Koopman reply or a model description (issue 14); infinite and
+// The "spectrum" object of a Koopman reply or a model description; infinite and
 // unavailable (NaN) timescales are null.
 void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s);
 // Readable spectrum summary (estimator, epoch, score, cross-view timescales, warnings) on

@@ -194,7 +194,7 @@ class Client {
                                               absl::Span<const double> points);
   absl::StatusOr<v1::DictionaryResponse> Dictionary(const std::string& model);
 
-  // Views of ALGORITHMS.md sections 2-6. Query points are `points` (n*dim packed) for
+  // Views of docs/algorithms.md §2-6. Query points are `points` (n*dim packed) for
   // continuous models or `state_ids` for discrete ones; either may be empty. Every call fails
   // with FAILED_PRECONDITION before the model's first refresh and NOT_FOUND for an unknown
   // model; the replies are returned unchanged (see the proto for their layouts).

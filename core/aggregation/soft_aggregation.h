@@ -1,4 +1,4 @@
-// Soft state aggregation with anchor states (paper 003, Algorithm 1; ALGORITHMS.md section 4).
+// Soft state aggregation with anchor states (paper 003, Algorithm 1; docs/algorithms.md §4).
 //
 // WHAT THIS REPRESENTS
 //   A pure function from a transition count matrix N (N[i,j] = number of observed transitions
@@ -41,7 +41,7 @@ namespace cmestream {
 class SoftAggregation {
  public:
   enum class VertexHunting {
-    kSpa,            // successive projection on the SCORE rows (default; best in ALGORITHMS.md §4)
+    kSpa,            // successive projection on the SCORE rows (default; best in docs/algorithms.md §4.2)
     kKMeansThenSpa,  // k-means with `kmeans_centers` centers first, then SPA on the centers
   };
   enum class SvdKind { kNone, kDense, kTruncated };
@@ -62,7 +62,7 @@ class SoftAggregation {
     int kmeans_max_iterations = 100;      // >= 1
     uint64_t seed = 0x5eed;               // k-means seeding and the truncated SVD starting block
     // Use the truncated SVD when the number of kept states is >= this (else dense BDCSVD).
-    // Crossover measured by tests/bench/bench_aggregation.cc (docs/benchmarks.md, issue 4).
+    // Crossover measured by tests/bench/bench_aggregation.cc (docs/benchmarks.md).
     int truncated_svd_min_states = 200;   // >= 1 (truncated was 5x faster already at p = 200)
     int svd_oversampling = 5;             // truncated SVD block size is r + this, >= 0 (5 fastest of 5..40)
     int svd_max_iterations = 500;         // >= 1

@@ -1,4 +1,4 @@
-// Vertex hunting for simplex-shaped point clouds (ALGORITHMS.md section 4, step 2; paper 003,
+// Vertex hunting for simplex-shaped point clouds (docs/algorithms.md §4.2; paper 003,
 // Algorithm 1 step 1(ii)): given points d_1..d_p in R^{r-1} that are noisy convex combinations of
 // r unknown vertices b_1..b_r, estimate the vertices.
 #pragma once

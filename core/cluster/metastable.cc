@@ -1,5 +1,5 @@
 // π-weighted k-means, metastable clusters, coarse graining, implied timescales
-// (see metastable.h; ALGORITHMS.md section 3.4; paper 000 Algorithm 3).
+// (see metastable.h; docs/algorithms.md §3.4; paper 000 Algorithm 3).
 #include "core/cluster/metastable.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// π-weighted k-means and metastable clusters (seed paper 000, Algorithm 3; ALGORITHMS.md
-// section 3.4), coarse-grained transition matrices and implied timescales from counts.
+// π-weighted k-means and metastable clusters (seed paper 000, Algorithm 3; docs/algorithms.md
+// §3.4), coarse-grained transition matrices and implied timescales from counts.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Automatic Gaussian bandwidth ("sigma auto") by held-out VAMP-2 score (ALGORITHMS.md sec. 1).
+// Automatic Gaussian bandwidth ("sigma auto") by held-out VAMP-2 score (docs/algorithms.md §1.11).
 //
 // The plain median heuristic is too wide on multi-basin systems (Duffing: 0.76 basin accuracy
 // at the median vs 0.98 at sigma = 0.5). SelectBandwidth scores a grid of fractions of the

@@ -1,4 +1,4 @@
-// Compressed online CME: ALGORITHMS.md section 1, implemented formula by formula.
+// Compressed online CME: docs/algorithms.md §1, implemented formula by formula.
 #include "core/cme/compressed_cme.h"
 
 #include <cmath>

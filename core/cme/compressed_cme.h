@@ -1,4 +1,4 @@
-// Compressed online conditional mean embedding (seed paper 004; ALGORITHMS.md section 1).
+// Compressed online conditional mean embedding (seed paper 004; docs/algorithms.md §1).
 //
 // WHAT THIS OBJECT REPRESENTS
 //   The CME operator C: H -> H with C phi(x) ~ E[phi(Y) | X = x], learned by constant-step (or
@@ -14,7 +14,7 @@
 //
 // COST
 //   Observe / ObserveBatch: O(m^2) per pair. ObserveBatch does the same arithmetic as B calls of
-//   Observe, regrouped into matrix-matrix products (ALGORITHMS.md section 9), several times
+//   Observe, regrouped into matrix-matrix products (docs/algorithms.md §9), several times
 //   faster per pair. Refactorize: O(m^3), call off the hot path.
 //   Memory follows the dictionary: the m-indexed buffers have a capacity that grows
 //   geometrically (16, 32, 64, ... capped at max_dict) when an admission needs room, so an empty
@@ -24,8 +24,8 @@
 //   Measured: docs/benchmarks.md.
 //
 // NUMERICS
-//   Gram inverses are of G + gamma I with gamma = jitter * k(x,x) (relative jitter, ALGORITHMS.md
-//   section 1), grown by the block (Schur) formula. A side whose delta is below gamma is never
+//   Gram inverses are of G + gamma I with gamma = jitter * k(x,x) (relative jitter, docs/algorithms.md
+//   (1.18)), grown by the block (Schur) formula. A side whose delta is below gamma is never
 //   admitted (one-sided mode). Drift ||(G + gamma I) G^-1 - I||_F is measured by
 //   MeasureInverseDrift() (allocation-free, column by column); CheckDriftAndRefactorize(),
 //   which Observe() runs every max(drift_check_interval, m_x + m_y) samples, recomputes the
@@ -73,7 +73,7 @@ class CompressedCme {
     double lambda = 1e-3;        // HS regularizer, >= 0
     double epsilon = 1e-3;       // compression budget on ||C~ - Pi C~||_HS, >= 0
     int max_dict = 1000;         // cap on m_x and on m_y, >= 1
-    bool one_sided = true;       // admit only the cheapest side (ALGORITHMS.md "one-sided")
+    bool one_sided = true;       // admit only the cheapest side (docs/algorithms.md §1.5)
     // Relative jitter gamma = jitter * k(x,x) added to both Gram diagonals.
     double jitter = 1e-6;
     // Re-factorize the Gram inverses (Cholesky) when ||G G^-1 - I||_F exceeds this.
@@ -113,7 +113,7 @@ class CompressedCme {
   // Applies n pairs, rows of x and y (n x d each), with results equal to n calls of Observe()
   // up to floating-point reassociation (exactly the same admissions; W within ~1e-13 relative).
   // Runs of pairs without admission are evaluated as matrix products against a fixed dictionary
-  // (ALGORITHMS.md section 9); an admission ends a run and is applied by Observe()'s formulas.
+  // (docs/algorithms.md §9); an admission ends a run and is applied by Observe()'s formulas.
   // The run lengths depend only on the position inside this call and on the stream, so a
   // learner's state is a function of the pairs and of the batch boundaries (replaying the same
   // batches is bit-exact). nearest_x / nearest_y: empty, or n entries that receive
@@ -180,7 +180,7 @@ class CompressedCme {
 
  private:
   // (implementation-defined members)
-  // What a pair's statistics call for (ALGORITHMS.md section 1, one-sided admission).
+  // What a pair's statistics call for (docs/algorithms.md §1, one-sided admission).
   enum Choice { kCompress, kY, kX, kBoth };
   struct Decision {
     Choice choice = kCompress;
@@ -260,7 +260,7 @@ struct CmeSnapshot {
   static CmeSnapshot From(const CompressedCme& cme);
 };
 
-// E[Y | X = x] ~ sum_i beta_i y_i with beta = W k_X(x) (ALGORITHMS.md section 1). points: n x d.
+// E[Y | X = x] ~ sum_i beta_i y_i with beta = W k_X(x) (docs/algorithms.md (1.24)). points: n x d.
 RowMatrixXd PredictConditionalMean(const CmeSnapshot& s, const Eigen::Ref<const RowMatrixXd>& points);
 
 }  // namespace cmestream

@@ -1,4 +1,4 @@
-// CompressedCme::ObserveBatch: exact micro-batching of the CME recursion (ALGORITHMS.md section 9).
+// CompressedCme::ObserveBatch: exact micro-batching of the CME recursion (docs/algorithms.md §9).
 //
 // A run is a stretch of consecutive pairs in which the dictionary (hence G_X^-1, G_Y^-1, G_Y) does
 // not change. Inside a run W is kept lazily as W_t = S_t (W~_0 - sum_{j<=t} v_j c_j^T), with

@@ -1,4 +1,4 @@
-// Sparse transition counts (see transition_counts.h; ALGORITHMS.md section 2).
+// Sparse transition counts (see transition_counts.h; docs/algorithms.md §2).
 #include "core/counts/transition_counts.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Sparse transition counts over a discretization (ALGORITHMS.md section 2).
+// Sparse transition counts over a discretization (docs/algorithms.md §2).
 //
 // WHAT THIS OBJECT REPRESENTS
 //   A streaming accumulator of (optionally exponentially forgotten) transition counts
@@ -57,7 +57,7 @@ struct EmpiricalTransitionMatrix {
 };
 
 // Dense count matrix over the states with data (row or column sum > 0), for the soft state
-// aggregation of ALGORITHMS.md section 4. N[a,b] = N[states[a], states[b]].
+// aggregation of docs/algorithms.md §4. N[a,b] = N[states[a], states[b]].
 struct DenseCounts {
   MatrixXd N;               // p x p
   std::vector<int> states;  // p original ids, increasing

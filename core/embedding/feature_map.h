@@ -1,4 +1,4 @@
-// Finite feature maps for the state embedding (ALGORITHMS.md section 3).
+// Finite feature maps for the state embedding (docs/algorithms.md §3.1).
 //
 // WHAT THIS OBJECT REPRESENTS
 //   An immutable map h: input -> R^N, one of

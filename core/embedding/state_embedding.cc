@@ -1,5 +1,5 @@
 // State embedding: streaming moments and the refresh (see state_embedding.h;
-// ALGORITHMS.md section 3; paper 000 Algorithms 1-2).
+// docs/algorithms.md §3; paper 000 Algorithms 1-2).
 #include "core/embedding/state_embedding.h"
 
 #include <algorithm>
@@ -148,7 +148,7 @@ void EmbeddingMoments::Flush() {
   hx.array().colwise() *= wbuf_.head(b).array();
   hy.array().colwise() *= wbuf_.head(b).array();
   // Symmetric rank-b updates (lower triangle) and one general GEMM: the batched form of
-  // S_x += h(x)h(x)^T, S_y += h(y)h(y)^T, P_h += h(x)h(y)^T (ALGORITHMS.md section 3).
+  // S_x += h(x)h(x)^T, S_y += h(y)h(y)^T, P_h += h(x)h(y)^T (docs/algorithms.md (3.2)).
   sx_.selfadjointView<Eigen::Lower>().rankUpdate(hx.transpose());
   sy_.selfadjointView<Eigen::Lower>().rankUpdate(hy.transpose());
   ph_.noalias() += hx.transpose() * hy;

@@ -1,5 +1,5 @@
 // Low-rank state embedding of a Markov process (seed paper 000, Algorithms 1 and 2;
-// ALGORITHMS.md section 3).
+// docs/algorithms.md §3).
 //
 // Two pieces with a snapshot between them:
 //   EmbeddingMoments      streaming accumulator of S_x = sum h(x)h(x)^T, S_y = sum h(y)h(y)^T,
@@ -36,7 +36,7 @@ struct EmbeddingMomentsSnapshot {
 };
 
 // WHAT THIS OBJECT REPRESENTS
-//   The streaming sufficient statistics of ALGORITHMS.md section 3 for one feature map.
+//   The streaming sufficient statistics of docs/algorithms.md §3.2 for one feature map.
 //   RFF: pairs are copied into a B x d buffer (Observe: O(d), no allocation); when the buffer
 //   is full (or at Flush/Snapshot) the block is mapped to features H_x, H_y (B x N, one GEMM
 //   each) and folded in by GEMMs: S_x += H_x^T W H_x (symmetric rank-B update, lower
@@ -108,7 +108,7 @@ class EmbeddingMoments {
 };
 
 // WHAT THIS OBJECT REPRESENTS
-//   The refreshed embedding (ALGORITHMS.md section 3, steps 1–3) of one moments snapshot:
+//   The refreshed embedding (docs/algorithms.md §3.3) of one moments snapshot:
 //     C_x = S_x/n = Q Λ Q^T, keep J eigenpairs with Λ_j >= rel_threshold * Λ_1 -> Φ(x) = Q_J^T h(x),
 //     ρ = Λ_J; same for y (Q~, ρ~); P = Q_J^T (P_h/n) Q~_J~;
 //     R = diag(ρ)^-1/2 P diag(ρ~)^-1/2 = U Σ V^T;

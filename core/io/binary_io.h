@@ -1,4 +1,4 @@
-// Bounds-checked little-endian binary writer/reader for snapshots (STYLE-EXAMPLES.md item 11).
+// Bounds-checked little-endian binary writer/reader for snapshots (CONTRIBUTING.md "Binary formats").
 //
 // WHAT THESE OBJECTS REPRESENT
 //   Writer: an append-only byte string. Integers are fixed-width little-endian, doubles are

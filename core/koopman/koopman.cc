@@ -1,4 +1,4 @@
-// Koopman eigenpairs of a compressed CME (ALGORITHMS.md section 1, "Uses of the learned operator").
+// Koopman eigenpairs of a compressed CME (docs/algorithms.md §1.9).
 #include "core/koopman/koopman.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Koopman eigen-decomposition of a compressed CME (ALGORITHMS.md section 1, "Uses").
+// Koopman eigen-decomposition of a compressed CME (docs/algorithms.md §1.9).
 //
 // With C = Psi W Phi^T, the Koopman operator restricted to H acts on g = Phi v as
 // C* Phi v = Phi (W^T K_YX) v, K_YX[i,j] = k(y_i, x_j). M = W^T K_YX is m_x x m_x.

@@ -1,4 +1,4 @@
-// Multi-view latent-state model (see latent_model.h; ALGORITHMS.md section 5).
+// Multi-view latent-state model (see latent_model.h; docs/algorithms.md §5).
 #include "core/latent/latent_model.h"
 
 #include <algorithm>

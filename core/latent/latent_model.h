@@ -1,5 +1,5 @@
 // Multi-view latent-state model by the kernel robust tensor power method (seed paper 001;
-// ALGORITHMS.md section 5, "finite-dimensional recipe").
+// docs/algorithms.md §5).
 //
 // WHAT THIS REPRESENTS
 //   In an HMM, consecutive observations (x_{t-1}, x_t, x_{t+1}) are conditionally independent
@@ -57,7 +57,7 @@ struct LatentFeatureOptions {
 };
 
 // h(x) = sqrt(2/D) cos(Omega^T x + beta), Omega ~ N(0, sigma^-2 I) (d x D), beta ~ U[0, 2pi)
-// (ALGORITHMS.md section 3), so that h(x)^T h(x') ~ exp(-||x-x'||^2 / (2 sigma^2)); or one-hot.
+// (docs/algorithms.md (3.1)), so that h(x)^T h(x') ~ exp(-||x-x'||^2 / (2 sigma^2)); or one-hot.
 class LatentFeatureMap {
  public:
   explicit LatentFeatureMap(const LatentFeatureOptions& options);  // requires options valid
@@ -168,7 +168,7 @@ class LatentModel {
   // the probability of the symbol. Raw values, may be slightly negative (noise).
   absl::StatusOr<MatrixXd> Density(const Eigen::Ref<const RowMatrixXd>& points) const;
   // As Density, each column divided by its Riemann sum sum_j p(x_j|h) * cell_volume over the
-  // points (a uniform evaluation grid), ALGORITHMS.md section 5 normalization.
+  // points (a uniform evaluation grid), docs/algorithms.md (5.8) normalization.
   absl::StatusOr<MatrixXd> DensityNormalizedOnGrid(const Eigen::Ref<const RowMatrixXd>& points,
                                                    double cell_volume) const;
   // Reservoir read-out (no RFF noise floor): p(x|g) = lambda_g E[K_s(x, x_c) <zbar, v_g>] with

@@ -5,7 +5,7 @@
 //   For an m x n matrix A, estimates of the k largest singular values sigma_1 >= ... >= sigma_k
 //   and orthonormal right singular vectors v_1..v_k (A^T A v_i = sigma_i^2 v_i). It is the
 //   refresh-time replacement for a full SVD when only a few singular triplets are wanted and n
-//   is in the thousands (ALGORITHMS.md section 4, step 1; soft aggregation needs r of them).
+//   is in the thousands (docs/algorithms.md §4.1; soft aggregation needs r of them).
 //
 // METHOD (why this and not Lanczos)
 //   Block subspace ("orthogonal") iteration with oversampling: Q_0 = orth(Gaussian n x b),

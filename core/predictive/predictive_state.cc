@@ -1,4 +1,4 @@
-// Predictive-state model by two-stage regression (see predictive_state.h; ALGORITHMS.md §6).
+// Predictive-state model by two-stage regression (see predictive_state.h; docs/algorithms.md §6).
 #include "core/predictive/predictive_state.h"
 
 #include <cmath>

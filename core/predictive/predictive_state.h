@@ -1,5 +1,5 @@
-// Predictive-state model by two-stage instrumental regression (seed paper 002; ALGORITHMS.md
-// section 6).
+// Predictive-state model by two-stage instrumental regression (seed paper 002; docs/algorithms.md
+// §6).
 //
 // WHAT THIS REPRESENTS
 //   PredictiveStateAccumulator: the streaming sufficient statistics of the S1A/S1B/S2 ridge
@@ -134,7 +134,7 @@ class PredictiveStateModel {
     absl::Status Validate() const;
   };
 
-  // Fits S1A, S1B, S2 (ALGORITHMS.md section 6) from the snapshot.
+  // Fits S1A, S1B, S2 (docs/algorithms.md §6.2) from the snapshot.
   // Errors: InvalidArgument (bad options), FailedPrecondition (too few windows).
   static absl::StatusOr<PredictiveStateModel> Fit(const PredictiveStateAccumulator::Snapshot& s,
                                                   const FitOptions& options);

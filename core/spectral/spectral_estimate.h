@@ -1,4 +1,4 @@
-// Consistent Koopman spectrum from exact streaming moments (ALGORITHMS.md section 7).
+// Consistent Koopman spectrum from exact streaming moments (docs/algorithms.md §7).
 //
 // WHAT IT COMPUTES
 //   From a SpectralMomentsSnapshot (features psi = [1, k_B], moments C00, C01, C11 split into two

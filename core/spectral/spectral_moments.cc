@@ -1,4 +1,4 @@
-// Streaming spectral moments (see spectral_moments.h; ALGORITHMS.md section 7).
+// Streaming spectral moments (see spectral_moments.h; docs/algorithms.md §7).
 #include "core/spectral/spectral_moments.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Exact streaming spectral moments in a fixed kernel basis (ALGORITHMS.md section 7).
+// Exact streaming spectral moments in a fixed kernel basis (docs/algorithms.md §7).
 //
 // WHAT THIS OBJECT REPRESENTS
 //   The sufficient statistics of a consistent Koopman / VAMP estimate from a stream of pairs

@@ -1,5 +1,5 @@
 // Metastable diffusions and finite Markov chains with known ground truth (paper 000 §5.1;
-// ALGORITHMS.md section 3), for tests, demos and `cmestream simulate four-well`.
+// docs/algorithms.md §3), for tests, demos and `cmestream simulate four-well`.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Hidden-state systems with known ground truth, for the latent-state (ALGORITHMS.md section 5)
+// Hidden-state systems with known ground truth, for the latent-state (docs/algorithms.md §5)
 // and predictive-state (section 6) models, their tests, and `cmestream simulate
 // hmm-mixture|hmm-binary|kalman`.
 //

@@ -1,5 +1,5 @@
 // Markov chains with a known soft state aggregation P = U V^T and anchor states (paper 003,
-// section 2, eq. 2; ALGORITHMS.md section 4), for tests, benchmarks and
+// section 2, eq. 2; docs/algorithms.md §4), for tests, benchmarks and
 // `cmestream simulate soft-aggregation --states P --meta R [--n N] [--seed S]`.
 //
 // THE MODEL

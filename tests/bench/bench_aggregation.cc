@@ -1,4 +1,4 @@
-// Refresh time of soft state aggregation (ALGORITHMS.md section 4) for p = 200, 1000, 3000
+// Refresh time of soft state aggregation (docs/algorithms.md §4) for p = 200, 1000, 3000
 // states, r = 4, with the dense BDCSVD and with the truncated subspace-iteration SVD. The counts
 // come from n = 1e6 transitions of a P = U V^T chain (sparse, as a model's counts are).
 // Picks SoftAggregation::Options::truncated_svd_min_states; figures in docs/benchmarks.md.

@@ -1,5 +1,5 @@
 // Per-sample cost of the streaming embedding moments (S_x, S_y, P_h by batched GEMM) and the
-// refresh time (ALGORITHMS.md section 3), for N = 128, 512, 1024 random Fourier features.
+// refresh time (docs/algorithms.md §3), for N = 128, 512, 1024 random Fourier features.
 #include <random>
 
 #include <benchmark/benchmark.h>

@@ -1,4 +1,4 @@
-// Per-sample cost of SpectralMoments::Observe (ALGORITHMS.md section 7) at basis sizes m = 160
+// Per-sample cost of SpectralMoments::Observe (docs/algorithms.md §7) at basis sizes m = 160
 // and 500 (plus 1000), amortized over its batch flushes, and the refresh-time FitSpectrum.
 // Results and the command: docs/benchmarks.md.
 #include <random>

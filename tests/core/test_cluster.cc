@@ -1,5 +1,5 @@
 // Weighted k-means, metastable clusters, coarse graining and implied timescales
-// (ALGORITHMS.md section 3.4; paper 000 Algorithm 3) against planted truth.
+// (docs/algorithms.md §3.4; paper 000 Algorithm 3) against planted truth.
 #include "core/cluster/metastable.h"
 
 #include <cmath>

@@ -1,5 +1,5 @@
 // Observe() and ObserveBatch() must not touch the heap once capacity and scratch are sized
-// (ALGORITHMS.md section 1; house rule: no allocation per sample). Capacity grows
+// (docs/algorithms.md §1; house rule: no allocation per sample). Capacity grows
 // geometrically with the dictionary, so growth allocates O(log max_dict) times in a learner's
 // life; the windows below Reserve() first, and one test bounds the growth allocations. This
 // separate binary interposes glibc's malloc/calloc/realloc (Eigen allocates with

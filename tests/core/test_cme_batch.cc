@@ -1,4 +1,4 @@
-// ObserveBatch (exact micro-batching, ALGORITHMS.md section 9) against the sequential recursion
+// ObserveBatch (exact micro-batching, docs/algorithms.md §9) against the sequential recursion
 // Observe() on fixed streams: the same admissions (atoms and counters identical), the same
 // nearest atoms per pair, W within 1e-10 relative. Variants cover what changes the batched
 // algebra: decaying step, Polyak-Ruppert averaging, the dictionary cap binding (forced steps),

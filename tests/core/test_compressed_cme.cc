@@ -1,4 +1,4 @@
-// CompressedCme against explicit operator algebra (ALGORITHMS.md section 1).
+// CompressedCme against explicit operator algebra (docs/algorithms.md §1).
 //
 // Operators A = sum_ij C_ij phi(y_i) (x) phi(x_j) are compared through exact Gram-matrix
 // identities: <A, B>_HS = tr(C_A^T K_{Y_A Y_B} C_B K_{X_B X_A}), so ||A||_HS^2 = tr(C^T G_Y C G_X).

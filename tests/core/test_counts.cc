@@ -1,4 +1,4 @@
-// Transition counts (ALGORITHMS.md section 2): exact values, validation, forgetting, bounds.
+// Transition counts (docs/algorithms.md §2): exact values, validation, forgetting, bounds.
 #include "core/counts/transition_counts.h"
 
 #include <cmath>

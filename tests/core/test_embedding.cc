@@ -1,4 +1,4 @@
-// State embedding (ALGORITHMS.md section 3; paper 000 Algorithms 1-2) against closed forms and
+// State embedding (docs/algorithms.md §3; paper 000 Algorithms 1-2) against closed forms and
 // ground truth.
 #include "core/embedding/state_embedding.h"
 

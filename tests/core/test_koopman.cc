@@ -1,4 +1,4 @@
-// Koopman eigenpairs of the compressed CME on the Duffing oscillator (ALGORITHMS.md section 1)
+// Koopman eigenpairs of the compressed CME on the Duffing oscillator (docs/algorithms.md §1)
 // against the basins found by integration, plus the normalization contract.
 #include <chrono>
 #include <cmath>
@@ -24,7 +24,7 @@ RowMatrixXd Grid(int side, double box) {
   return g;
 }
 
-// Nearest-attractor rule (ALGORITHMS.md section 1, last bullets): embed each point by the real
+// Nearest-attractor rule (docs/algorithms.md §1.10, (1.25)): embed each point by the real
 // and imaginary parts of the two leading eigenfunctions and label it by the nearer of the
 // embedded attractors (1,0) -> +1 and (-1,0) -> -1.
 Eigen::VectorXi ClassifyBasins(const KoopmanDecomposition& kd, const RowMatrixXd& points) {

@@ -1,4 +1,4 @@
-// Tests of the multi-view latent-state model (ALGORITHMS.md section 5) against HMMs with known
+// Tests of the multi-view latent-state model (docs/algorithms.md §5) against HMMs with known
 // stationary weights and emission densities.
 #include <algorithm>
 #include <cmath>
@@ -165,7 +165,7 @@ TEST(LatentModel, GaussianGammaMixtureWeightsAndDensities) {
   EXPECT_LT(err_res[1], 0.75 * err_res[0]);
   EXPECT_LT(err_res[1], 0.035);
   // The RFF read-out (sigma = 1) compares a smoothed density with the true one: a floor, as
-  // ALGORITHMS.md section 5 reports; it must still be a sane estimate.
+  // docs/algorithms.md §5.5 reports; it must still be a sane estimate.
   EXPECT_LT(err_rff[1], 0.35);
 }
 

@@ -1,4 +1,4 @@
-// Tests of the predictive-state model (ALGORITHMS.md section 6) against the optimal filters of
+// Tests of the predictive-state model (docs/algorithms.md §6) against the optimal filters of
 // the true systems (forward algorithm, Kalman filter) and against batch closed forms.
 #include <cmath>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// Soft state aggregation (paper 003, Algorithm 1; ALGORITHMS.md section 4) against chains
+// Soft state aggregation (paper 003, Algorithm 1; docs/algorithms.md §4) against chains
 // P = U V^T with known anchors (core/systems/soft_aggregation_chain.h).
 #include "core/aggregation/soft_aggregation.h"
 
@@ -110,7 +110,7 @@ TEST(SoftAggregation, ExpectedCountsRecoverModelExactly) {
 // Paper 003, Theorem 3/4 and Figure 3: mean TV error of V^ columns and U^ rows ~ sqrt(p/n).
 // Measured (3 seeds, p = 200, r = 4, 3 anchors each, floor 0.2, Dirichlet(1) U):
 // TV(V) 0.33 / 0.080 / 0.024 and TV(U) 0.45 / 0.13 / 0.042 at n = 1e4 / 1e5 / 1e6;
-// sqrt(10) = 3.16 per decade. (ALGORITHMS.md's chain gave 0.146 / 0.046 / 0.015 for V.)
+// sqrt(10) = 3.16 per decade. (The design prototype's chain, docs/algorithms.md §4.8, gave 0.146 / 0.046 / 0.015 for V.)
 TEST(SoftAggregation, ErrorFallsLikeSqrtPOverNAndAnchorsExactAtLargeN) {
   const std::vector<double> ns = {1e4, 1e5, 1e6};
   std::vector<double> tv_v(3, 0), tv_u(3, 0), fit_tv(3, 0);
@@ -195,7 +195,7 @@ TEST(SoftAggregation, HardLumpableAggregationRecoveredExactly) {
   EXPECT_EQ(wrong, 0);
   // With SPA the vertices are the most extreme noisy points of each block's cloud, so only
   // part of each block clears 1 - delta_0. k-means with r centers puts the vertices at the
-  // cloud centers (the denoising option of ALGORITHMS.md section 4): every state is then an
+  // cloud centers (the denoising option of docs/algorithms.md §4.2): every state is then an
   // anchor and V^'s columns have disjoint supports, as in the model.
   SoftAggregation::Options km = Opt(4);
   km.vertex_hunting = SoftAggregation::VertexHunting::kKMeansThenSpa;
@@ -252,7 +252,7 @@ TEST(SoftAggregation, ExcludedStatesAreReportedNotDividedByZero) {
   EXPECT_LT(MeanColumnTv(v_ext, res->V, perm), 1e-9);
 }
 
-// k-means pre-clustering (ALGORITHMS.md section 4): with 30 centers it matches SPA; with
+// k-means pre-clustering (docs/algorithms.md §4.2): with 30 centers it matches SPA; with
 // noise-free input it is exact (anchors collapse onto the vertices, which k-means centers hit).
 TEST(SoftAggregation, KMeansPreclusteringOption) {
   const SoftAggregationChain c = Chain(2);

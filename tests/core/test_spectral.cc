@@ -1,4 +1,4 @@
-// Streaming spectral moments and the consistent Koopman spectrum (ALGORITHMS.md section 7)
+// Streaming spectral moments and the consistent Koopman spectrum (docs/algorithms.md §7)
 // against closed forms and systems with known spectra.
 #include <cmath>
 #include <complex>
@@ -245,7 +245,7 @@ TEST(SpectralDuffing, AutoSigmaBasinsAndAnExactStationaryMode) {
   }
   const double accuracy = correct / 1600.0;
   std::printf("duffing basin accuracy %.4f\n", accuracy);
-  // Measured 0.9675 (seed 7). Issue 14 asks for >= 0.98; the CME's own W^T K_YX reaches
+  // Measured 0.9675 (seed 7). The target is >= 0.98; the CME's own W^T K_YX reaches
   // 0.977-0.986 here, the moment estimate 0.957-0.976 over the ridge grid (its held-out score
   // is flat on this deterministic map: 5.9956-5.9964). Not yet met: see the report.
   EXPECT_GE(accuracy, 0.95);

@@ -96,7 +96,7 @@ class CliTest(unittest.TestCase):
             self.assertEqual(len(ef), len(grid))
             for v in ef:
                 self.assertEqual(set(v), {"re", "im"})
-        # The stationary mode first (eigenvalue exactly 1, issue 14), then |mu| descending; a
+        # The stationary mode first (eigenvalue exactly 1), then |mu| descending; a
         # mode beyond the unit circle (Duffing's basin indicator) carries its excess.
         mods = [abs(complex(e["re"], e["im"])) for e in k["eigenvalues"]]
         self.assertEqual(k["stationary"], [True, False, False, False])

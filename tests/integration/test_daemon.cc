@@ -253,7 +253,7 @@ TEST_F(DaemonTest, LearnsDuffingAndServesKoopmanPredictionsAndDictionary) {
   EXPECT_EQ(k.view().version(), 1u);
   EXPECT_EQ(k.view().samples(), static_cast<uint64_t>(n));
   EXPECT_DOUBLE_EQ(k.dt(), 0.25);
-  // The stationary mode first (exactly 1, issue 14), then by |mu| descending; a mode beyond the
+  // The stationary mode first (exactly 1), then by |mu| descending; a mode beyond the
   // unit circle (Duffing's basin indicator under box sampling) carries its excess.
   const double lead = std::hypot(k.eigenvalues(0).re(), k.eigenvalues(0).im());
   ASSERT_EQ(k.stationary_size(), 6);

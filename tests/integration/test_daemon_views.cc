@@ -1,4 +1,4 @@
-// Integration tests of the views of issues 3-5 through the real daemon (service::Daemon
+// Integration tests of the views of docs/algorithms.md §2-6 through the real daemon (service::Daemon
 // in-process on loopback port 0, generated gRPC stubs): transition counts, embedding,
 // metastable clusters, soft aggregation, latent model and predictive-state forecasts, for
 // discrete and continuous models. Numbers are asserted against ground truth: exact counts,
@@ -431,7 +431,7 @@ TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
   ASSERT_TRUE(RefreshWait("wells").ok());
   const v1::ModelInfo info = Describe("wells");
 
-  {  // Koopman (issue 14): the stationary mode named, consistent timescales, one truth across views.
+  {  // Koopman: the stationary mode named, consistent timescales, one truth across views.
     grpc::ClientContext kctx;
     v1::KoopmanRequest kreq;
     kreq.set_model("wells");

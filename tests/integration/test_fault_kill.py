@@ -1,4 +1,4 @@
-"""Fault tests of durability with the real cmestreamd (issue 6): kill -9 at random points while a
+"""Fault tests of durability with the real cmestreamd: kill -9 at random points while a
 producer streams, restart on the same data directory, resume with `cmestream ingest --resume`;
 the final model must equal the model of an uninterrupted run on another daemon (full learner
 state digest, dictionary atoms, counts and Koopman eigenvalues, exact sample count: no loss, no

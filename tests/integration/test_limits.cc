@@ -1,4 +1,4 @@
-// Limits and backpressure of cmestreamd (issue 6, part 4): --max-batch-pairs, --max-models,
+// Limits and backpressure of cmestreamd: --max-batch-pairs, --max-models,
 // --max-dim, --max-queued-batches, each with its status code and a message naming the limit
 // and its flag, and nothing applied on refusal. The daemon runs in-process on loopback port 0.
 #include <atomic>
@@ -219,7 +219,7 @@ TEST_F(LimitsTest, FullQueueIsResourceExhaustedWithRetryHint) {
 
 // Learning runs on the ingest pool, so the gRPC threads only validate and queue: with many
 // concurrent clients a model's queue fills at ANY --max-queued-batches, and the refusal carries
-// the retry hint (before issue 11 the handlers blocked on the learner lock, the callback
+// the retry hint (before the ingest pool the handlers blocked on the learner lock, the callback
 // threads ran out, and the hint never fired at 1..4). Every accepted batch is applied whole,
 // every refused one not at all, and a GetModel issued while the flood runs answers before the
 // flood ends.

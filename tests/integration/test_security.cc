@@ -1,4 +1,4 @@
-// Security of cmestreamd (issue 6, part 5): TLS with a test CA generated at test time by the
+// Security of cmestreamd: TLS with a test CA generated at test time by the
 // openssl CLI (server certificate; optional verified client certificates), a plaintext client
 // refused by a TLS server, bearer tokens with scopes (UNAUTHENTICATED / PERMISSION_DENIED),
 // health checking left open, and the token-file parser. In-process daemon on loopback port 0.

@@ -1,4 +1,4 @@
-"""Snapshots with the real cmestreamd and the CLI (issue 6): restart from the newest snapshot plus
+"""Snapshots with the real cmestreamd and the CLI: restart from the newest snapshot plus
 the WAL tail after kill -9, fallback to the previous snapshot when the newest one is corrupt, and
 moving a model between daemons with `cmestream export` / `cmestream import`.
 

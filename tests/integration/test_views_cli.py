@@ -1,5 +1,5 @@
 """End-to-end test of the view commands of `cmestream` (counts, embedding, clusters, aggregation,
-latent, forecast; issues 3-5) and of its simulators, against a real cmestreamd on loopback.
+latent, forecast; docs/algorithms.md §2-6) and of its simulators, against a real cmestreamd on loopback.
 
 Environment (set by ctest, see tests/integration/CMakeLists.txt):
   CMESTREAMD  path of the daemon binary      CMESTREAM  path of the CLI binary
@@ -97,7 +97,7 @@ class ViewsCliTest(unittest.TestCase):
         self.assertGreaterEqual(reply["view_version"], 1)
         self.assertEqual(reply["samples"], samples)
 
-    # -- discrete models: counts and soft state aggregation (issues 3, 4) -------------------------
+    # -- discrete models: counts and soft state aggregation ---------------------------------------
 
     def test_discrete_soft_aggregation_recovers_anchors_and_counts(self):
         p, r, n = 30, 3, 200000
@@ -262,7 +262,7 @@ class ViewsCliTest(unittest.TestCase):
             self.assertEqual(p.returncode, 1, args)
             self.assertIn("FAILED_PRECONDITION", p.stderr, args)
 
-    # -- continuous model: four-well clusters and embedding (issue 3) -----------------------------
+    # -- continuous model: four-well clusters and embedding ---------------------------------------
 
     def test_four_well_clusters_match_the_wells(self):
         n = 30000
@@ -345,7 +345,7 @@ class ViewsCliTest(unittest.TestCase):
         self.assertEqual(len(c["stationary"]), c["num_states"])
         self.assertAlmostEqual(sum(cnt for _, _, cnt in c["counts"]), n, delta=1e-6 * n)
 
-    # -- predictive state (issue 5): binary HMM forecast vs the exact filter ----------------------
+    # -- predictive state: binary HMM forecast vs the exact filter --------------------------------
 
     def test_hmm_binary_forecast_close_to_exact_filter(self):
         n = 100000
@@ -380,7 +380,7 @@ class ViewsCliTest(unittest.TestCase):
         self.assertLess(np.mean(errs), 0.02)
         self.assertLess(np.mean(errs), 0.1 * np.mean(base))
 
-    # -- predictive state (issue 5): linear-Gaussian model vs the Kalman filter ------------------
+    # -- predictive state: linear-Gaussian model vs the Kalman filter ----------------------------
 
     def test_kalman_forecast_close_to_kalman_filter(self):
         n, k = 20000, 3
@@ -434,7 +434,7 @@ class ViewsCliTest(unittest.TestCase):
         self.assertLess(rmse(learned), 0.75 * rmse(0 * actual))
         self.assertLess(dev, 0.3 * np.std(exact))
 
-    # -- latent-state model (issue 5): HMM mixture weights --------------------------------------
+    # -- latent-state model: HMM mixture weights ------------------------------------------------
 
     def test_hmm_mixture_latent_weights_near_truth(self):
         n = 40000

@@ -1,4 +1,4 @@
-"""Basins of attraction from Koopman eigenfunctions (ALGORITHMS.md sec. 1, paper 004 sec. 5).
+"""Basins of attraction from Koopman eigenfunctions (docs/algorithms.md §1.10, paper 004 sec. 5).
 
 Duffing's eigenvalue 1 is (nearly) double: the constant function and the basin indicator mix,
 so the sign of one eigenfunction is not a reliable basin rule. What works: map each point to the

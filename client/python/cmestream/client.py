@@ -530,7 +530,7 @@ class Client:
         return (np.array(r.x_atoms, dtype=np.float64).reshape(-1, d),
                 np.array(r.y_atoms, dtype=np.float64).reshape(-1, d), r.sigma)
 
-    # -- views of ALGORITHMS.md sections 2-6 -------------------------------------------------
+    # -- views of docs/algorithms.md §2-6 ----------------------------------------------------
 
     def _query_points(self, req, points, state_ids) -> int:
         """Fills points or state_ids of a request; returns the number of query points."""

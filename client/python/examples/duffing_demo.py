@@ -3,7 +3,7 @@
 
 Queries the model's leading Koopman eigenfunctions on a grid over [-2,2]^2 and its dictionary,
 labels each grid point by the nearest attractor (+-1, 0) in the space of the two leading
-eigenfunctions (ALGORITHMS.md sec. 1), compares with the true basins from long integration
+eigenfunctions (docs/algorithms.md §1.9-1.10), compares with the true basins from long integration
 (`cmestream simulate duffing-grid`) and writes a PNG. Prints the basin accuracy.
 
 usage: duffing_demo.py --server HOST:PORT --model NAME --cli PATH/cmestream --out FILE.png
