@@ -75,15 +75,6 @@ absl::Status WriteAll(int fd, const std::string& data, const std::string& path) 
   return absl::OkStatus();
 }
 
-absl::Status FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("opening directory ", dir, ": ", ErrnoText()));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return absl::InternalError(absl::StrCat("fsync of directory ", dir, ": ", ErrnoText()));
-  return absl::OkStatus();
-}
-
 // Writes `chunks` (produced one at a time by `next`, which returns false when done) to
 // dir/name atomically: temp file in dir, fsync, rename, fsync(dir). The CRC footer is
 // appended. On error the temp file is removed and nothing else changes.
@@ -117,7 +108,7 @@ absl::StatusOr<uint64_t> WriteAtomically(const std::string& dir, const std::stri
     ::unlink(tmp.c_str());
     return status;
   }
-  if (absl::Status s = FsyncDir(dir); !s.ok()) return s;
+  if (absl::Status s = files::FsyncDir(dir); !s.ok()) return s;
   return bytes;
 }
 
