@@ -12,13 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/common/random.h"
 
 namespace cmestream {
 namespace {
 
-inline double Uniform01(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
+using internal::Uniform01;
 
 // Squared distances of every point to every centroid: n x k, by ||x||^2 + ||c||^2 - 2 x c^T.
 MatrixXd SquaredDistances(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& c) {
@@ -49,6 +48,20 @@ struct Run {
   int iterations = 0;
 };
 
+// Labels every point with its nearest centroid and sets the weighted inertia; returns the
+// squared distances it used (n x k).
+MatrixXd Assign(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, Run* run) {
+  MatrixXd d2 = SquaredDistances(x, run->centroids);
+  run->inertia = 0;
+  for (Eigen::Index i = 0; i < x.rows(); ++i) {
+    Eigen::Index j = 0;
+    const double dmin = d2.row(i).minCoeff(&j);
+    run->labels[i] = static_cast<int>(j);
+    run->inertia += w[i] * dmin;
+  }
+  return d2;
+}
+
 Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k, int max_iter,
                double tol, std::mt19937_64& rng) {
   const int n = static_cast<int>(x.rows());
@@ -69,14 +82,7 @@ Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k,
   double previous = std::numeric_limits<double>::infinity();
   for (int it = 1; it <= max_iter; ++it) {
     run.iterations = it;
-    const MatrixXd d2 = SquaredDistances(x, run.centroids);
-    run.inertia = 0;
-    for (int i = 0; i < n; ++i) {
-      Eigen::Index j = 0;
-      const double dmin = d2.row(i).minCoeff(&j);
-      run.labels[i] = static_cast<int>(j);
-      run.inertia += w[i] * dmin;
-    }
+    const MatrixXd d2 = Assign(x, w, &run);
     // Weighted means; an empty cluster is re-seeded at the worst-served point.
     RowMatrixXd sums = RowMatrixXd::Zero(k, x.cols());
     VectorXd mass = VectorXd::Zero(k);
@@ -99,14 +105,7 @@ Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k,
     previous = run.inertia;
   }
   // Final assignment and inertia for the final centroids.
-  const MatrixXd d2 = SquaredDistances(x, run.centroids);
-  run.inertia = 0;
-  for (int i = 0; i < n; ++i) {
-    Eigen::Index j = 0;
-    const double dmin = d2.row(i).minCoeff(&j);
-    run.labels[i] = static_cast<int>(j);
-    run.inertia += w[i] * dmin;
-  }
+  Assign(x, w, &run);
   return run;
 }
 

@@ -5,37 +5,15 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/random.h"
 
 namespace cmestream {
 namespace {
 
 constexpr double kTwoPi = 6.283185307179586476925286766559;
 
-// Uniform in [0, 1) from the top 53 bits: identical on every standard library.
-inline double Uniform01(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
-
-// Standard normal by Box–Muller (both outputs used), deterministic across builds.
-class Normal {
- public:
-  double operator()(std::mt19937_64& rng) {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double u1 = 1.0 - Uniform01(rng);  // (0, 1]: log is finite
-    const double u2 = Uniform01(rng);
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    spare_ = r * std::sin(kTwoPi * u2);
-    has_spare_ = true;
-    return r * std::cos(kTwoPi * u2);
-  }
-
- private:
-  bool has_spare_ = false;
-  double spare_ = 0;
-};
+using internal::Uniform01;
+using Normal = internal::BoxMullerNormal;
 
 }  // namespace
 

@@ -7,33 +7,15 @@
 
 #include <Eigen/Eigenvalues>
 
+#include "core/common/random.h"
+
 namespace cmestream::systems {
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-inline double Uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-// Box–Muller (both outputs used); deterministic across standard libraries.
-class Normal {
- public:
-  double operator()(std::mt19937_64& rng) {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double u1 = 1.0 - Uniform01(rng);
-    const double u2 = Uniform01(rng);
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    spare_ = r * std::sin(2 * kPi * u2);
-    has_spare_ = true;
-    return r * std::cos(2 * kPi * u2);
-  }
-
- private:
-  bool has_spare_ = false;
-  double spare_ = 0;
-};
+using internal::Uniform01;
+using Normal = internal::BoxMullerNormal;
 
 // Leading eigenvalues exp(tau mu_k) of the generator L f = -V' f' + beta^-1 f'' discretized as
 // a birth–death chain on a uniform grid with rates (D/h^2) exp(-beta (V_{i±1} - V_i)/2),

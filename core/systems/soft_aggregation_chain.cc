@@ -6,24 +6,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/common/splitmix.h"
 
 namespace cmestream::systems {
 namespace {
 
-class Rng {  // splitmix64: portable, so the same seed gives the same chain everywhere
+// splitmix64 (portable: the same seed gives the same chain everywhere), plus the gamma and
+// integer draws the chain needs.
+class Rng : public internal::SplitMix {
  public:
-  explicit Rng(uint64_t seed) : state_(seed ^ 0x6a09e667f3bcc909ULL) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double Normal() {
-    double u1 = std::max(Uniform(), 1e-300), u2 = Uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
+  explicit Rng(uint64_t seed) : SplitMix(seed ^ 0x6a09e667f3bcc909ULL) {}
   // Marsaglia-Tsang gamma(shape, 1); shape < 1 via the boost U^{1/shape}.
   double Gamma(double shape) {
     if (shape < 1) return Gamma(shape + 1) * std::pow(std::max(Uniform(), 1e-300), 1.0 / shape);
@@ -41,9 +33,6 @@ class Rng {  // splitmix64: portable, so the same seed gives the same chain ever
     }
   }
   int Below(int n) { return static_cast<int>(Uniform() * n) % n; }
-
- private:
-  uint64_t state_;
 };
 
 void DirichletRows(MatrixXd& m, double alpha, Rng& rng) {
