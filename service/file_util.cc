@@ -55,17 +55,7 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
   if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot create ", tmp));
-  size_t done = 0;
-  int err = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      err = errno;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
+  int err = WriteAll(fd, data.data(), data.size());
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   ::close(fd);
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
@@ -74,6 +64,39 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
     return ErrnoError(err, absl::StrCat("cannot write ", path));
   }
   return FsyncDir(DirName(path));
+}
+
+int WriteAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+absl::Status TruncateAndSync(const std::string& path, uint64_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot open ", path));
+  int err = ::ftruncate(fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  if (err != 0) return ErrnoError(err, absl::StrCat("cannot truncate ", path));
+  return absl::OkStatus();
+}
+
+absl::Status CopyFileSynced(const std::string& from, const std::string& to) {
+  std::string data;
+  if (absl::Status s = ReadFile(from, &data); !s.ok()) return s;
+  const int fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
+  if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot create ", to));
+  int err = WriteAll(fd, data.data(), data.size());
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  if (err != 0) return ErrnoError(err, absl::StrCat("cannot write ", to));
+  return absl::OkStatus();
 }
 
 bool Exists(const std::string& path) {

@@ -14,30 +14,20 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/binary_io.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "service/crc32c.h"
+#include "service/file_util.h"
 
 namespace cmestream::service {
 namespace {
 
-void PutU32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xFFu);
-}
-void PutU64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xFFu);
-}
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
+using io::LoadLe32;
+using io::LoadLe64;
+using io::StoreLe32;
+using io::StoreLe64;
 
 std::string Errno(int err) { return std::strerror(err); }
 
@@ -48,75 +38,6 @@ absl::Status AppendError(int err, const std::string& what, const std::string& pa
       absl::StrCat("write-ahead log append failed: ", Errno(err), " (", what, " ", path, "); nothing was applied");
   if (err == ENOSPC || err == EFBIG || err == EDQUOT) return absl::ResourceExhaustedError(msg);
   return absl::UnavailableError(msg);
-}
-
-absl::Status SyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open directory ", dir, ": ", Errno(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return absl::InternalError(absl::StrCat("cannot fsync directory ", dir, ": ", Errno(err)));
-  return absl::OkStatus();
-}
-
-absl::Status ReadFile(const std::string& path, std::string* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", Errno(errno)));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return absl::InternalError(absl::StrCat("cannot stat ", path, ": ", Errno(errno)));
-  }
-  out->resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < out->size()) {
-    const ssize_t r = ::read(fd, out->data() + done, out->size() - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      const int err = r < 0 ? errno : EIO;
-      ::close(fd);
-      return absl::InternalError(absl::StrCat("cannot read ", path, ": ", Errno(err)));
-    }
-    done += static_cast<size_t>(r);
-  }
-  ::close(fd);
-  return absl::OkStatus();
-}
-
-// 0 or the errno of the failed write.
-int WriteAll(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return errno;
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return 0;
-}
-
-absl::Status TruncateFile(const std::string& path, uint64_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", Errno(errno)));
-  int rc = ::ftruncate(fd, static_cast<off_t>(size));
-  if (rc == 0) rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return absl::InternalError(absl::StrCat("cannot truncate ", path, ": ", Errno(err)));
-  return absl::OkStatus();
-}
-
-absl::Status CopyFile(const std::string& from, const std::string& to) {
-  std::string data;
-  if (absl::Status s = ReadFile(from, &data); !s.ok()) return s;
-  const int fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", to, ": ", Errno(errno)));
-  int err = WriteAll(fd, data.data(), data.size());
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  ::close(fd);
-  if (err != 0) return absl::InternalError(absl::StrCat("cannot write ", to, ": ", Errno(err)));
-  return absl::OkStatus();
 }
 
 std::string SegmentName(uint64_t number) {
@@ -143,8 +64,8 @@ constexpr char kSegmentMagic[8] = {'C', 'M', 'E', 'W', 'A', 'L', 'S', 'G'};
 std::string SegmentHeader() {
   std::string h(kWalSegmentHeaderBytes, '\0');
   std::memcpy(h.data(), kSegmentMagic, 8);
-  PutU32(h.data() + 8, kWalFormatVersion);
-  PutU32(h.data() + 12, crc32c::Mask(crc32c::Value(h.data(), 12)));
+  StoreLe32(h.data() + 8, kWalFormatVersion);
+  StoreLe32(h.data() + 12, crc32c::Mask(crc32c::Value(h.data(), 12)));
   return h;
 }
 
@@ -161,7 +82,7 @@ bool FindNextValidRecord(const std::string& data, size_t from, uint64_t prev_seq
   WalRecord r;
   size_t n = 0;
   for (size_t off = from; off + kWalHeaderBytes <= data.size(); ++off) {
-    const uint64_t seq = GetU64(data.data() + off + 9);
+    const uint64_t seq = LoadLe64(data.data() + off + 9);
     if (seq <= prev_sequence || seq > max_sequence) continue;
     if (ParseWalRecord(data.data() + off, data.size() - off, &r, &n).ok()) {
       *sequence = seq;
@@ -175,7 +96,7 @@ bool FindNextValidRecord(const std::string& data, size_t from, uint64_t prev_seq
 // Whether the record starting at `pos` has its whole header and payload in the file.
 bool RecordIsComplete(const std::string& data, size_t pos) {
   if (data.size() - pos < kWalHeaderBytes) return false;
-  const uint64_t length = GetU32(data.data() + pos + 4);
+  const uint64_t length = LoadLe32(data.data() + pos + 4);
   return length <= kWalMaxPayloadBytes && data.size() - pos - kWalHeaderBytes >= length;
 }
 
@@ -224,27 +145,27 @@ const char* WalSyncName(WalSync sync) {
 
 std::string EncodeWalRecord(WalRecordType type, uint64_t sequence, const std::string& payload) {
   std::string out(kWalHeaderBytes + payload.size(), '\0');
-  PutU32(out.data() + 4, static_cast<uint32_t>(payload.size()));
+  StoreLe32(out.data() + 4, static_cast<uint32_t>(payload.size()));
   out[8] = static_cast<char>(type);
-  PutU64(out.data() + 9, sequence);
+  StoreLe64(out.data() + 9, sequence);
   std::memcpy(out.data() + kWalHeaderBytes, payload.data(), payload.size());
-  PutU32(out.data(), crc32c::Mask(crc32c::Value(out.data() + 8, out.size() - 8)));
+  StoreLe32(out.data(), crc32c::Mask(crc32c::Value(out.data() + 8, out.size() - 8)));
   return out;
 }
 
 absl::Status ParseWalRecord(const char* data, size_t size, WalRecord* record, size_t* record_bytes) {
   if (size < kWalHeaderBytes) return absl::DataLossError("incomplete header");
-  const uint32_t length = GetU32(data + 4);
+  const uint32_t length = LoadLe32(data + 4);
   if (length > kWalMaxPayloadBytes) return absl::DataLossError(absl::StrCat("implausible length ", length));
   if (size - kWalHeaderBytes < length) return absl::DataLossError("payload runs past end");
-  const uint32_t expected = crc32c::Unmask(GetU32(data));
+  const uint32_t expected = crc32c::Unmask(LoadLe32(data));
   const uint32_t actual = crc32c::Value(data + 8, kWalHeaderBytes - 8 + length);
   if (expected != actual) return absl::DataLossError("crc mismatch");
   const auto type = static_cast<uint8_t>(data[8]);
   // The CRC matched, so the type byte is what a writer meant: a newer writer, not damage.
   if (type < 1 || type > kWalMaxKnownRecordType) return absl::UnimplementedError(absl::StrCat("unknown record type ", type));
   record->type = static_cast<WalRecordType>(type);
-  record->sequence = GetU64(data + 9);
+  record->sequence = LoadLe64(data + 9);
   record->payload.assign(data + kWalHeaderBytes, length);
   *record_bytes = kWalHeaderBytes + length;
   return absl::OkStatus();
@@ -336,7 +257,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     Segment seg;
     seg.number = numbers[si];
     seg.path = absl::StrCat(options.dir, "/", SegmentName(seg.number));
-    if (absl::Status s = ReadFile(seg.path, &data); !s.ok()) return s;
+    if (absl::Status s = files::ReadFile(seg.path, &data); !s.ok()) return s;
     ++rep.segments;
     // "Last" for torn-tail purposes: no later segment holds a record byte (a crash can leave
     // the next segment created, with its header, before anything was written to it).
@@ -355,12 +276,12 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
               absl::StrCat(seg.path, ": truncated segment header, and later segments exist"));
         }
         data.clear();  // a crash while creating the newest segment: nothing in it was acknowledged
-        if (absl::Status s = TruncateFile(seg.path, 0); !s.ok()) return s;
+        if (absl::Status s = files::TruncateAndSync(seg.path, 0); !s.ok()) return s;
       } else {
-        if (crc32c::Unmask(GetU32(data.data() + 12)) != crc32c::Value(data.data(), 12)) {
+        if (crc32c::Unmask(LoadLe32(data.data() + 12)) != crc32c::Value(data.data(), 12)) {
           return absl::FailedPreconditionError(absl::StrCat(seg.path, ": damaged segment header (checksum)"));
         }
-        const uint32_t version = GetU32(data.data() + 8);
+        const uint32_t version = LoadLe32(data.data() + 8);
         if (version > kWalFormatVersion) {
           return absl::FailedPreconditionError(absl::StrCat(
               seg.path, ": WAL format version ", version, " was written by a newer cmestreamd (this one reads 0..",
@@ -377,7 +298,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       absl::Status s = ParseWalRecord(data.data() + pos, data.size() - pos, &record, &n);
       if (s.code() == absl::StatusCode::kUnimplemented) {
         return absl::FailedPreconditionError(absl::StrCat(
-            seg.path, " offset ", pos, ": ", s.message(), " at sequence ", GetU64(data.data() + pos + 9),
+            seg.path, " offset ", pos, ": ", s.message(), " at sequence ", LoadLe64(data.data() + pos + 9),
             " (valid checksum: written by a newer cmestreamd?); refusing to start rather than skip it: run the "
             "version that wrote it"));
       }
@@ -445,7 +366,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     // Valid records in later segments mean the damage is not a torn last write.
     for (size_t sj = si + 1; sj < numbers.size() && next_sequence == 0; ++sj) {
       std::string later;
-      if (!ReadFile(absl::StrCat(options.dir, "/", SegmentName(numbers[sj])), &later).ok()) continue;
+      if (!files::ReadFile(absl::StrCat(options.dir, "/", SegmentName(numbers[sj])), &later).ok()) continue;
       const size_t from =
           later.size() >= kWalSegmentHeaderBytes && std::memcmp(later.data(), kSegmentMagic, 8) == 0 ? kWalSegmentHeaderBytes : 0;
       size_t unused = 0;
@@ -492,7 +413,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       rep.corrupt = true;
       rep.data_loss.push_back(what);
       const std::string saved = absl::StrCat(seg.path, ".corrupt.", static_cast<long long>(std::time(nullptr)));
-      if (absl::Status s = CopyFile(seg.path, saved); !s.ok()) return s;
+      if (absl::Status s = files::CopyFileSynced(seg.path, saved); !s.ok()) return s;
       for (size_t sj = si + 1; sj < numbers.size(); ++sj) {
         const std::string p = absl::StrCat(options.dir, "/", SegmentName(numbers[sj]));
         struct stat st;
@@ -507,7 +428,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                                  saved, si + 1 < numbers.size() ? " and the later segments renamed *.corrupt.*" : "");
       std::cerr << "cmestreamd: WAL recovery ERROR: " << rep.problem << "\n";
     }
-    if (absl::Status s = TruncateFile(seg.path, pos); !s.ok()) return s;
+    if (absl::Status s = files::TruncateAndSync(seg.path, pos); !s.ok()) return s;
     wal->segments_.push_back(seg);
     stop = true;
   }
@@ -520,7 +441,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
     rep.data_loss.push_back(what);
   }
-  if (absl::Status s = SyncDir(options.dir); !s.ok()) return s;
+  if (absl::Status s = files::FsyncDir(options.dir); !s.ok()) return s;
   rep.last_sequence = prev_sequence;
   wal->next_sequence_ = std::max(prev_sequence, after_sequence) + 1;
   wal->durable_ = wal->next_sequence_ - 1;  // what recovery read is on disk (segments truncated + synced)
@@ -576,14 +497,14 @@ absl::Status Wal::OpenNewSegment() {
   };
   // The format version comes first, so a reader of another version never guesses.
   const std::string header = SegmentHeader();
-  if (const int err = WriteAll(fd_, header.data(), header.size()); err != 0) {
+  if (const int err = files::WriteAll(fd_, header.data(), header.size()); err != 0) {
     return fail(AppendError(err, "write of the segment header to", seg.path));
   }
   if (options_.sync != WalSync::kNever && ::fdatasync(fd_) != 0) {
     return fail(AppendError(errno, "fdatasync of", seg.path));
   }
   // The new file's directory entry must survive a crash too.
-  if (absl::Status s = SyncDir(options_.dir); !s.ok()) {
+  if (absl::Status s = files::FsyncDir(options_.dir); !s.ok()) {
     return fail(absl::UnavailableError(absl::StrCat("write-ahead log append failed: ", s.message())));
   }
   seg.header_bytes = header.size();
@@ -699,13 +620,13 @@ absl::StatusOr<uint64_t> Wal::AppendRecord(std::unique_lock<std::mutex>& lock, W
   Segment& seg = segments_.back();
   const uint64_t sequence = next_sequence_;
   scratch_.resize(kWalHeaderBytes + payload.size());
-  PutU32(scratch_.data() + 4, static_cast<uint32_t>(payload.size()));
+  StoreLe32(scratch_.data() + 4, static_cast<uint32_t>(payload.size()));
   scratch_[8] = static_cast<char>(type);
-  PutU64(scratch_.data() + 9, sequence);
+  StoreLe64(scratch_.data() + 9, sequence);
   std::memcpy(scratch_.data() + kWalHeaderBytes, payload.data(), payload.size());
-  PutU32(scratch_.data(), crc32c::Mask(crc32c::Value(scratch_.data() + 8, scratch_.size() - 8)));
+  StoreLe32(scratch_.data(), crc32c::Mask(crc32c::Value(scratch_.data() + 8, scratch_.size() - 8)));
 
-  const int write_errno = WriteAll(fd_, scratch_.data(), scratch_.size());
+  const int write_errno = files::WriteAll(fd_, scratch_.data(), scratch_.size());
   if (write_errno != 0) {
     const absl::Status out = AppendError(write_errno, "write to", seg.path);
     if (metrics_) metrics_->failures->Increment();
@@ -785,7 +706,7 @@ absl::StatusOr<uint64_t> Wal::AppendModelDeleted(const std::string& name) {
 absl::StatusOr<uint64_t> Wal::AppendModelImported(const std::string& name, const std::string& image) {
   std::unique_lock<std::mutex> lock(mu_);
   std::string payload(4, '\0');
-  PutU32(payload.data(), static_cast<uint32_t>(name.size()));
+  StoreLe32(payload.data(), static_cast<uint32_t>(name.size()));
   payload += name;
   payload += image;
   return AppendDurable(lock, WalRecordType::kModelImported, payload);
@@ -801,7 +722,7 @@ absl::StatusOr<uint64_t> Wal::AppendDurable(std::unique_lock<std::mutex>& lock, 
 
 absl::Status DecodeImportRecord(const std::string& payload, std::string* name, std::string* image) {
   if (payload.size() < 4) return absl::DataLossError("import record shorter than its name length");
-  const uint32_t n = GetU32(payload.data());
+  const uint32_t n = LoadLe32(payload.data());
   if (n == 0 || n > kMaxModelNameBytes || payload.size() - 4 < n) {
     return absl::DataLossError(absl::StrCat("import record has a bad name length ", n));
   }
@@ -850,7 +771,7 @@ absl::StatusOr<int> Wal::DeleteSegmentsCoveredBy(uint64_t covered) {
     }
     ++deleted;
   }
-  if (absl::Status s = SyncDir(options_.dir); !s.ok()) return s;
+  if (absl::Status s = files::FsyncDir(options_.dir); !s.ok()) return s;
   return deleted;
 }
 

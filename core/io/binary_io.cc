@@ -18,13 +18,13 @@ std::string FourccName(uint32_t tag) {
 
 void Writer::U32(uint32_t v) {
   char b[4];
-  for (int k = 0; k < 4; ++k) b[k] = static_cast<char>((v >> (8 * k)) & 0xff);
+  StoreLe32(b, v);
   out_.append(b, 4);
 }
 
 void Writer::U64(uint64_t v) {
   char b[8];
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<char>((v >> (8 * k)) & 0xff);
+  StoreLe64(b, v);
   out_.append(b, 8);
 }
 
@@ -50,7 +50,7 @@ bool Reader::Need(uint64_t n, const char* what) {
   if (!ok()) return false;
   const uint64_t end = object_ends_.empty() ? data_.size() : object_ends_.back();
   if (n > end - pos_) {
-    Fail(absl::StrCat("truncated: reading ", what, " needs ", n, " bytes, ", end - pos_, " left",
+    (void)Fail(absl::StrCat("truncated: reading ", what, " needs ", n, " bytes, ", end - pos_, " left",
                       object_ends_.empty() ? " in the file" : " in the enclosing object"));
     return false;
   }
@@ -64,29 +64,26 @@ uint8_t Reader::U8(const char* what) {
 
 bool Reader::Bool(const char* what) {
   const uint8_t v = U8(what);
-  if (v > 1) Fail(absl::StrCat(what, " is ", int{v}, ", expected a boolean 0 or 1"));
+  if (v > 1) (void)Fail(absl::StrCat(what, " is ", int{v}, ", expected a boolean 0 or 1"));
   return v == 1;
 }
 
 uint32_t Reader::U32(const char* what) {
   if (!Need(4, what)) return 0;
-  uint32_t v = 0;
-  for (int k = 0; k < 4; ++k) v |= uint32_t(uint8_t(data_[pos_ + k])) << (8 * k);
+  const uint32_t v = LoadLe32(data_.data() + pos_);
   pos_ += 4;
   return v;
 }
 
 uint64_t Reader::U64(const char* what) {
   if (!Need(8, what)) return 0;
-  uint64_t v = 0;
-  for (int k = 0; k < 8; ++k) v |= uint64_t(uint8_t(data_[pos_ + k])) << (8 * k);
+  const uint64_t v = LoadLe64(data_.data() + pos_);
   pos_ += 8;
   return v;
 }
 
 double Reader::RawF64() {
-  uint64_t v = 0;
-  for (int k = 0; k < 8; ++k) v |= uint64_t(uint8_t(data_[pos_ + k])) << (8 * k);
+  const uint64_t v = LoadLe64(data_.data() + pos_);
   pos_ += 8;
   double d;
   std::memcpy(&d, &v, 8);
@@ -104,7 +101,7 @@ int64_t Reader::Count(const char* what, int64_t lo, int64_t hi) {
   if (!ok()) return lo;
   if (v > static_cast<uint64_t>(INT64_MAX) || static_cast<int64_t>(v) < lo || static_cast<int64_t>(v) > hi) {
     pos_ = at - base_;  // report the offset of the count itself
-    Fail(absl::StrCat(what, " is ", v, ", expected ", lo, "..", hi));
+    (void)Fail(absl::StrCat(what, " is ", v, ", expected ", lo, "..", hi));
     return lo;
   }
   return static_cast<int64_t>(v);
@@ -131,7 +128,7 @@ bool Reader::CheckMatrixHeader(const char* what, int64_t rows, int64_t cols) {
   if (!ok()) return false;
   if (r != static_cast<uint64_t>(rows) || c != static_cast<uint64_t>(cols)) {
     pos_ = at - base_;
-    Fail(absl::StrCat(what, " is ", r, " x ", c, ", expected ", rows, " x ", cols, " from the header"));
+    (void)Fail(absl::StrCat(what, " is ", r, " x ", c, ", expected ", rows, " x ", cols, " from the header"));
     return false;
   }
   return Need(static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols) * 8, what);
@@ -140,7 +137,7 @@ bool Reader::CheckMatrixHeader(const char* what, int64_t rows, int64_t cols) {
 bool Reader::Reserve(uint64_t bytes, const char* what) {
   if (!ok()) return false;
   if (bytes > budget_) {
-    Fail(absl::StrCat(what, " would allocate ", bytes, " bytes, over the allocation budget of ", budget_,
+    (void)Fail(absl::StrCat(what, " would allocate ", bytes, " bytes, over the allocation budget of ", budget_,
                       " bytes left"));
     return false;
   }
@@ -156,12 +153,12 @@ bool Reader::BeginObject(uint32_t tag, uint32_t max_version, const char* name, u
   if (!ok()) return false;
   if (found != tag) {
     pos_ = at - base_;
-    Fail(absl::StrCat("expected ", name, " (tag ", FourccName(tag), "), found tag ", FourccName(found)));
+    (void)Fail(absl::StrCat("expected ", name, " (tag ", FourccName(tag), "), found tag ", FourccName(found)));
     return false;
   }
   if (v < 1 || v > max_version) {
     pos_ = at - base_;
-    Fail(absl::StrCat(name, " (", FourccName(tag), ") version ", v, " is not supported by this build (reads 1..",
+    (void)Fail(absl::StrCat(name, " (", FourccName(tag), ") version ", v, " is not supported by this build (reads 1..",
                       max_version, ")"));
     return false;
   }
@@ -174,12 +171,12 @@ bool Reader::BeginObject(uint32_t tag, uint32_t max_version, const char* name, u
 bool Reader::EndObject(const char* name) {
   if (!ok()) return false;
   if (object_ends_.empty()) {
-    Fail(absl::StrCat("internal: EndObject(", name, ") without BeginObject"));
+    (void)Fail(absl::StrCat("internal: EndObject(", name, ") without BeginObject"));
     return false;
   }
   const uint64_t end = object_ends_.back();
   if (pos_ != end) {
-    Fail(absl::StrCat(name, " has ", end - pos_, " unread bytes at its end"));
+    (void)Fail(absl::StrCat(name, " has ", end - pos_, " unread bytes at its end"));
     return false;
   }
   object_ends_.pop_back();

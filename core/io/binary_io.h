@@ -37,6 +37,25 @@ constexpr uint32_t Fourcc(const char (&s)[5]) {
 // Printable form of a tag for messages ("CCME", or hex when not printable).
 std::string FourccName(uint32_t tag);
 
+// Little-endian fixed-width integers at a position of a caller's buffer (the WAL's record
+// headers); Writer and Reader below use the same byte order.
+inline void StoreLe32(char* p, uint32_t v) {
+  for (int k = 0; k < 4; ++k) p[k] = static_cast<char>((v >> (8 * k)) & 0xff);
+}
+inline void StoreLe64(char* p, uint64_t v) {
+  for (int k = 0; k < 8; ++k) p[k] = static_cast<char>((v >> (8 * k)) & 0xff);
+}
+inline uint32_t LoadLe32(const char* p) {
+  uint32_t v = 0;
+  for (int k = 0; k < 4; ++k) v |= uint32_t(uint8_t(p[k])) << (8 * k);
+  return v;
+}
+inline uint64_t LoadLe64(const char* p) {
+  uint64_t v = 0;
+  for (int k = 0; k < 8; ++k) v |= uint64_t(uint8_t(p[k])) << (8 * k);
+  return v;
+}
+
 class Writer {
  public:
   void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
