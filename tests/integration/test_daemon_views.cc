@@ -459,6 +459,55 @@ TEST_F(DaemonViewsTest, DuffingComparisonSkipsFlaggedAndUnresolvedTimescales) {
   EXPECT_EQ(cmp.warning(), cmp.relative_disagreement() > cmp.threshold());
 }
 
+// The prequential window (service/refresh.cc ReportPrequential): a view scores the pairs after
+// it; a refresh reports the window once it holds >= 1000 pairs and then installs the new view's
+// model; a shorter window keeps the scoring view and the previous report.
+TEST_F(DaemonViewsTest, PrequentialWindowsNeedAThousandPairs) {
+  const systems::FourWellOptions fw;
+  const systems::Transitions data = systems::SimulateFourWell(23100, 21, fw);
+  v1::ModelConfig c;
+  c.set_name("preq");
+  c.set_dim(1);
+  c.set_sigma(0.27);
+  c.set_dt(fw.tau);
+  ASSERT_TRUE(Create(c).ok());
+  int64_t sent = 0;
+  const auto ingest_to = [&](int64_t end) {
+    v1::IngestBatch batch;
+    batch.set_model("preq");
+    for (; sent < end; ++sent) {
+      batch.add_x(data.x(sent, 0));
+      batch.add_y(data.y(sent, 0));
+    }
+    ASSERT_TRUE(IngestOne(batch).ok());
+    ASSERT_TRUE(RefreshWait("preq").ok());
+  };
+  const auto spectrum = [&]() { return Describe("preq").spectrum(); };
+  ingest_to(20000);  // view 1: nothing scored yet
+  EXPECT_TRUE(std::isnan(spectrum().heldout_score()));
+  EXPECT_EQ(spectrum().heldout_pairs(), 0u);
+  ingest_to(20500);  // view 2: view 1 has scored 500 pairs, too few: no report, view 1 keeps scoring
+  EXPECT_TRUE(std::isnan(spectrum().heldout_score()));
+  EXPECT_EQ(spectrum().heldout_pairs(), 0u);
+  ingest_to(21100);  // view 3: view 1's window now holds 1100 pairs: reported
+  v1::SpectrumInfo s3 = spectrum();
+  EXPECT_EQ(s3.heldout_view_version(), 1u);
+  EXPECT_EQ(s3.heldout_pairs(), 1100u);
+  EXPECT_GT(s3.heldout_score(), 2.0);
+  EXPECT_LT(s3.heldout_score(), 3.8);
+  ingest_to(21600);  // view 4: view 3 has 500 pairs: view 3's report is carried over
+  v1::SpectrumInfo s4 = spectrum();
+  EXPECT_EQ(s4.heldout_view_version(), 1u);
+  EXPECT_EQ(s4.heldout_pairs(), 1100u);
+  EXPECT_EQ(s4.heldout_score(), s3.heldout_score());
+  ingest_to(23100);  // view 5: view 3 scored 2000 pairs
+  v1::SpectrumInfo s5 = spectrum();
+  EXPECT_EQ(s5.heldout_view_version(), 3u);
+  EXPECT_EQ(s5.heldout_pairs(), 2000u);
+  EXPECT_GT(s5.heldout_score(), 2.0);
+  EXPECT_NE(s5.heldout_score(), s3.heldout_score());
+}
+
 // Continuous four-well diffusion: clusters of the dictionary atoms match the wells.
 TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
   const systems::FourWellOptions fw;
