@@ -46,6 +46,9 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     bytes += 3 * n * n * kDouble;                               // RFF moments S_x, S_y, P_h
     bytes += 2.0 * c.auto_sigma_warmup() * d * kDouble;         // sigma "auto" warm-up buffer
     bytes += 4 * m * m * 2 * kDouble;                           // Koopman view: complex m x m
+    // Spectral moments (core/spectral/spectral_moments.h): C00, C01, C11 per fold over the
+    // m + 1 features, for the live epoch and the serving previous one: 12 (m+1)^2 doubles.
+    bytes += 12 * (m + 1) * (m + 1) * kDouble;
   }
   if (c.latent_states() > 0) {
     const double f = discrete ? p : c.rff_features();

@@ -18,8 +18,9 @@
 namespace cmestream::service {
 
 // Bytes a model built from `config` (normalized) may hold at its configured limits: learner
-// matrices at max_dict, counts, RFF moments, latent reservoir and moments, predictive-state
-// statistics, the sigma warm-up buffer, and its latest view.
+// matrices at max_dict, counts, RFF moments, spectral moments (live and serving epoch), latent
+// reservoir and moments, predictive-state statistics, the sigma warm-up buffer, and its latest
+// view.
 double EstimateModelBytes(const v1::ModelConfig& config);
 
 // The default budget: 0.8 x the cgroup memory limit (v2 memory.max, v1

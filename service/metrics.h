@@ -23,8 +23,9 @@
 //                                            increase() sees the first rejection); model="",
 //                                            reason="unknown_model" for batches naming no model,
 //                                            so a client's typos cannot create unbounded series)
-//   spectrum_heldout_score{model}            gauge    held-out VAMP-E of the Koopman spectrum at the
-//                                            last refresh (NaN while the CME fallback serves)
+//   spectrum_heldout_score{model}            gauge    prequential VAMP-E of the last scored view on
+//                                            the pairs after it (SpectrumInfo.heldout_score;
+//                                            NaN before a 1000-pair window completed)
 //   timescale_disagreement{model}            gauge    relative disagreement of the slowest
 //                                            timescales of koopman / count chain / embedding
 //                                            (NaN with < 2 views; warning above 0.25)

@@ -95,6 +95,8 @@ void Model::CreateSigmaDependent(double sigma) {
 }
 
 void Model::FeedPair(const double* x, const double* y) {
+  // Test, then train: the published view's model scores the pair before anything learns it.
+  if (prequential_) prequential_->Observe(x, y);
   cme_->Observe(x, y);
   // The CME has just computed k_X(x) and k_X(y); reuse its nearest atoms (docs/algorithms.md §2).
   const int i = cme_->last_nearest_x(), j = cme_->last_nearest_y_in_x();
@@ -342,6 +344,7 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   if (latent_) snap.latent = latent_->TakeSnapshot();
   if (predictive_) snap.predictive = predictive_->TakeSnapshot();
   if (spectral_) snap.spectral = spectral_->Snapshot();
+  if (prequential_) snap.prequential = LearnerSnapshot::Prequential{prequential_view_, prequential_->pairs(), prequential_->Score()};
   std::lock_guard<std::mutex> stats_lock(stats_mu_);
   stats_.inverse_drift = snap.inverse_drift;
   return snap;
@@ -372,6 +375,15 @@ absl::Status Model::MarkDeleted(const std::function<absl::Status()>& log_deletio
 std::shared_ptr<const ModelView> Model::view() const {
   std::lock_guard<std::mutex> lock(view_mu_);
   return view_;
+}
+
+void Model::InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version) {
+  {
+    std::lock_guard<std::mutex> learner_lock(learner_mu_);
+    prequential_.swap(score);
+    prequential_view_ = view_version;
+  }
+  // `score` now holds the previous window: freed here, outside the lock.
 }
 
 void Model::Publish(std::shared_ptr<const ModelView> view) {

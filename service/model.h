@@ -36,6 +36,7 @@
 #include "core/embedding/state_embedding.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
+#include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_moments.h"
 #include "service/batch.h"
 #include "service/batch_log.h"
@@ -146,12 +147,27 @@ class Model {
     std::optional<MultiViewAccumulator::Snapshot> latent;     // latent_states > 0 (after warm-up)
     std::optional<PredictiveStateAccumulator::Snapshot> predictive;  // window > 0
     std::optional<SpectralMomentsSnapshot> spectral;  // continuous, once sigma is known
+    // Prequential score window: the view it scores and its VAMP-E over the pairs ingested
+    // since that view was installed (InstallPrequential); empty before the first one.
+    struct Prequential {
+      uint64_t view_version = 0;
+      int64_t pairs = 0;
+      double score = 0;
+    };
+    std::optional<Prequential> prequential;
     uint64_t applied_sequence = 0;  // WAL: the snapshot covers this model's records <= it
   };
   std::optional<LearnerSnapshot> Snapshot();
 
   std::shared_ptr<const ModelView> view() const;
   void Publish(std::shared_ptr<const ModelView> view);
+
+  // Test-then-train score (docs/user-guide.md "The held-out score"): from now on every pair
+  // applied to the model is first scored by `score` (the published view's VAMP model), which
+  // replaces the previous window. Takes the learner lock briefly (waits for a batch in
+  // progress). The window is not learner state: not in snapshots nor in StateDigest, and it
+  // restarts empty after a restart.
+  void InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version);
 
   // Scheduler bookkeeping (touched by the scheduler thread and Refresh requests).
   std::atomic<bool> refresh_requested{false};
@@ -198,6 +214,9 @@ class Model {
   // Exact spectral moments over the CME's X atoms (docs/algorithms.md §7): continuous models,
   // once sigma is known; fed with every pair the CME sees, its epoch follows the X dictionary.
   std::unique_ptr<SpectralMoments> spectral_;
+  // Prequential score of the view `prequential_view_` on the pairs since it was installed.
+  std::unique_ptr<PrequentialVampE> prequential_;
+  uint64_t prequential_view_ = 0;
   // Episode rule (see Ingest): identity and last state of the last trajectory batch applied.
   bool episode_open_ = false;
   std::string episode_producer_, episode_id_;

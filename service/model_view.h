@@ -34,6 +34,12 @@ inline constexpr int kStoredEigenpairs = 16;
 // views above which the reply and the metrics warn (docs/user-guide.md "Which estimate").
 // The count chain and the embedding agree within 2-7 % on the four-well system, and a
 // consistent Koopman estimate within 5 % of the truth: 25 % is far outside sampling noise.
+// Which timescale of a view is compared (service/refresh.cc CompareTimescales): its slowest
+// *resolved* non-stationary one, i.e. skipping the stationary mode, Koopman modes flagged
+// with an excess |mu| > 1, and any timescale that is not finite or exceeds the time the data
+// covers (samples x dt), which the data cannot tell from a constant (Duffing's embedding
+// singular value 1 - 1e-12 reads 1.7e11). A view without such a timescale is left out (NaN);
+// disagreement = (max - min) / min over the views left, so it is always finite.
 inline constexpr double kTimescaleDisagreementThreshold = 0.25;
 
 // What the compressed CME contributes: its snapshot (Predict, GetDictionary) and the Koopman

@@ -247,7 +247,9 @@ void BuildPredictive(const v1::ModelConfig& config, const Model::LearnerSnapshot
 
 // The Koopman view: the spectral-moments fit when it has data (consistent eigenvalues, exact
 // stationary mode), else the CME's W^T K_YX with a warning that says why and how it is biased.
-void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, CmeView& cme) {
+// `scorer` receives the fit's rank-k VAMP model, which will score the pairs after this view.
+void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, CmeView& cme,
+                  std::shared_ptr<const PrequentialModel>& scorer) {
   const int top = std::max(1, kStoredEigenpairs);
   v1::SpectrumInfo& info = cme.spectrum;
   if (snap.spectral) {
@@ -268,12 +270,17 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
       info.set_epoch_weight(fit->weight);
       info.set_ready(fit->ready);
       info.set_basis_size(static_cast<uint32_t>(fit->koopman.x_atoms.rows()));
-      info.set_heldout_score(fit->score);
+      info.set_selection_score(fit->score);
       info.set_score_rank(static_cast<uint32_t>(fit->score_rank));
       info.set_ridge(fit->ridge);
       for (double r : fit->ridge_grid) info.add_ridge_grid(r);
       for (double v : fit->ridge_scores) info.add_ridge_scores(v);
       for (const std::string& w : fit->warnings) info.add_warnings(w);
+      auto model = std::make_shared<PrequentialModel>();
+      model->basis = fit->koopman.x_atoms;
+      model->sigma = fit->koopman.sigma;
+      model->vamp = fit->vamp;
+      scorer = std::move(model);
       return;
     }
     info.add_warnings(absl::StrCat("the spectral-moments estimate is not available (",
@@ -282,7 +289,7 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
                                    "step shrink (timescales too fast)"));
   }
   info.set_estimator("cme");
-  info.set_heldout_score(std::numeric_limits<double>::quiet_NaN());
+  info.set_selection_score(std::numeric_limits<double>::quiet_NaN());
   KoopmanOptions koopman;
   koopman.top = std::max(1, std::min<int>(top, static_cast<int>(cme.snapshot.x_atoms.rows())));
   koopman.dt = config.dt();
@@ -290,27 +297,48 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
   cme.excess = VectorXd::Zero(cme.koopman.eigenvalues.size());
 }
 
-// Slowest non-stationary timescale of each view and their relative disagreement.
-void CompareTimescales(const ModelView& view, CmeView& cme) {
+// A view's timescale counts in the comparison only if it is resolved (the rule documented at
+// kTimescaleDisagreementThreshold): finite, positive and at most `span`, the time the data
+// covers (samples x dt). Longer decay times cannot be told from a constant on that data: an
+// embedding singular value 1 - 1e-12 on Duffing reads as 1.7e11 time units.
+bool Resolved(double t, double span) { return std::isfinite(t) && t > 0 && t <= span; }
+
+// Slowest resolved non-stationary timescale of each view and their relative disagreement.
+// Skipped: the stationary mode (the CME estimator does not identify it: its leading mode plays
+// that role), modes flagged with an excess |mu| > 1, and unresolved timescales.
+void CompareTimescales(const ModelView& view, double span, CmeView& cme) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   v1::TimescaleComparison& c = *cme.spectrum.mutable_comparison();
   double koopman = nan;
   const KoopmanDecomposition& kd = cme.koopman;
   for (Eigen::Index l = 0; l < kd.timescales.size(); ++l) {
-    // The CME estimator does not identify the constant: its leading mode plays that role.
     const bool stationary = kd.stationary_index >= 0 ? l == kd.stationary_index : l == 0;
-    if (!stationary) {
+    const bool flagged = l < cme.excess.size() && cme.excess[l] > 0;
+    if (!stationary && !flagged && Resolved(kd.timescales[l], span)) {
       koopman = kd.timescales[l];
       break;
     }
   }
-  const double counts = view.clusters.value && view.clusters.value->timescales.size() > 0
-                            ? view.clusters.value->timescales[0]
-                            : nan;
+  double counts = nan;
+  if (view.clusters.value) {
+    for (double t : view.clusters.value->timescales) {
+      if (Resolved(t, span)) {
+        counts = t;
+        break;
+      }
+    }
+  }
   double embedding = nan;
-  if (view.embedding.value && view.embedding.value->singular_values().size() > 1) {
-    const double s = view.embedding.value->singular_values()[1];
-    embedding = s >= 1 ? std::numeric_limits<double>::infinity() : (s > 0 ? -kd.dt / std::log(s) : 0.0);
+  if (view.embedding.value) {
+    const VectorXd& sv = view.embedding.value->singular_values();
+    for (Eigen::Index l = 1; l < sv.size(); ++l) {  // sv[0] is the constant's
+      const double t = sv[l] >= 1 ? std::numeric_limits<double>::infinity()
+                                  : (sv[l] > 0 ? -kd.dt / std::log(sv[l]) : 0.0);
+      if (Resolved(t, span)) {
+        embedding = t;
+        break;
+      }
+    }
   }
   c.set_koopman(koopman);
   c.set_count_chain(counts);
@@ -319,20 +347,44 @@ void CompareTimescales(const ModelView& view, CmeView& cme) {
   double lo = std::numeric_limits<double>::infinity(), hi = 0;
   int available = 0;
   for (double t : {koopman, counts, embedding}) {
-    if (std::isnan(t) || t <= 0) continue;
+    if (std::isnan(t)) continue;
     lo = std::min(lo, t);
     hi = std::max(hi, t);
     ++available;
   }
-  const double disagreement = available >= 2 ? (hi - lo) / lo : nan;  // inf if one view is inf
+  const double disagreement = available >= 2 ? (hi - lo) / lo : nan;  // finite: every t is resolved
   c.set_relative_disagreement(disagreement);
-  c.set_warning(available >= 2 && !(disagreement <= kTimescaleDisagreementThreshold));
+  c.set_warning(available >= 2 && disagreement > kTimescaleDisagreementThreshold);
   if (c.warning()) {
     cme.spectrum.add_warnings(absl::StrFormat(
         "the slowest timescales disagree by %.3g (relative, threshold %.2f): koopman %.6g, count chain %.6g, "
         "embedding %.6g (units of time); see docs/user-guide.md",
         disagreement, kTimescaleDisagreementThreshold, koopman, counts, embedding));
   }
+}
+
+// The held-out score the view reports (prequential, test-then-train): the window of the
+// scoring view once it holds kMinPrequentialPairs pairs, else the previous view's report
+// (NaN before any complete window). Returns whether the new view's scorer should replace the
+// current one: after a complete window, or when there is none yet.
+constexpr int64_t kMinPrequentialPairs = 1000;
+
+bool ReportPrequential(const std::optional<Model::LearnerSnapshot::Prequential>& window,
+                       const std::shared_ptr<const ModelView>& previous, v1::SpectrumInfo& info) {
+  if (window && window->pairs >= kMinPrequentialPairs) {
+    info.set_heldout_score(window->score);
+    info.set_heldout_pairs(static_cast<uint64_t>(window->pairs));
+    info.set_heldout_view_version(window->view_version);
+    return true;
+  }
+  if (previous && previous->cme) {
+    info.set_heldout_score(previous->cme->spectrum.heldout_score());
+    info.set_heldout_pairs(previous->cme->spectrum.heldout_pairs());
+    info.set_heldout_view_version(previous->cme->spectrum.heldout_view_version());
+  } else {
+    info.set_heldout_score(std::numeric_limits<double>::quiet_NaN());
+  }
+  return !window.has_value();
 }
 
 }  // namespace
@@ -344,12 +396,13 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
 
   auto view = std::make_shared<ModelView>();
   std::shared_ptr<CmeView> cme;  // completed (cross-view comparison) after the other views
+  std::shared_ptr<const PrequentialModel> scorer;
   if (snap->cme) {
     Timed(model, "koopman", [&] {
       cme = std::make_shared<CmeView>();
       cme->snapshot = *snap->cme;
       cme->inverse_drift = snap->inverse_drift;
-      BuildKoopman(model.config(), *snap, *cme);
+      BuildKoopman(model.config(), *snap, *cme, scorer);
     });
   }
   // Each sub-view succeeds or fails on its own; a failure keeps its reason for the queries.
@@ -373,18 +426,22 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
     BuildPredictive(config, *snap, *view);
   }
 
+  const std::shared_ptr<const ModelView> previous = model.view();
+  bool install_scorer = false;
   if (cme) {
-    CompareTimescales(*view, *cme);
+    CompareTimescales(*view, static_cast<double>(snap->samples) * config.dt(), *cme);
+    install_scorer = ReportPrequential(snap->prequential, previous, cme->spectrum) && scorer != nullptr;
     model.metrics().OnSpectrum(cme->spectrum.heldout_score(), cme->spectrum.comparison().relative_disagreement());
     view->cme = std::move(cme);
   }
 
-  const std::shared_ptr<const ModelView> previous = model.view();
   view->version = previous ? previous->version + 1 : 1;
   view->samples = snap->samples;
   view->built_at = std::chrono::steady_clock::now();
   view->build_seconds = Seconds(view->built_at - start);
   model.Publish(view);
+  // The new view scores the pairs from now on (allocated here, outside the learner lock).
+  if (install_scorer) model.InstallPrequential(std::make_unique<PrequentialVampE>(scorer), view->version);
   model.metrics().OnRefresh(view->build_seconds, snap->inverse_drift, view->version, view->samples);
   return view;
 }

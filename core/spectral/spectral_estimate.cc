@@ -64,27 +64,38 @@ absl::Status SpectralFitOptions::Validate() const {
     }
   }
   if (score_rank < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: score_rank >= 1 (got ", score_rank, ")"));
+  if (!(score_tolerance >= 0) || !std::isfinite(score_tolerance)) {
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: score_tolerance >= 0 (got ", score_tolerance, ")"));
+  }
   if (!(unit_circle_tolerance >= 0)) {
     return absl::InvalidArgumentError("Violated constraint: unit_circle_tolerance >= 0");
   }
   return absl::OkStatus();
 }
 
-double HeldOutVampE(const MatrixXd& c00, const MatrixXd& c01, const MatrixXd& c11, const MatrixXd& t00,
-                    const MatrixXd& t01, const MatrixXd& t11, double ridge, int rank) {
+VampFactors FitVampFactors(const MatrixXd& c00, const MatrixXd& c01, const MatrixXd& c11, double ridge, int rank) {
   const MatrixXd r00 = Ridged(c00, ridge), r11 = Ridged(c11, ridge);
   const MatrixXd l0 = InvSqrt(r00, WhiteningFloor(r00)), l1 = InvSqrt(r11, WhiteningFloor(r11));
   Eigen::BDCSVD<MatrixXd> svd(l0 * c01 * l1, Eigen::ComputeThinU | Eigen::ComputeThinV);
   const int k = std::min<int>(rank, static_cast<int>(svd.singularValues().size()));
-  const MatrixXd u = l0 * svd.matrixU().leftCols(k);  // singular functions f = psi^T u (train)
-  const MatrixXd v = l1 * svd.matrixV().leftCols(k);  // g = psi^T v
-  const VectorXd s = svd.singularValues().head(k);
-  const MatrixXd su = u * s.asDiagonal();
+  VampFactors f;
+  // Singular functions f = psi^T u (weighted by S) and g = psi^T v of the training moments.
+  f.su = l0 * svd.matrixU().leftCols(k) * svd.singularValues().head(k).asDiagonal();
+  f.v = l1 * svd.matrixV().leftCols(k);
+  return f;
+}
+
+double VampEScore(const VampFactors& f, const MatrixXd& t00, const MatrixXd& t01, const MatrixXd& t11) {
   // VAMP-E (Wu & Noe 2020): tr(2 S U^T C01t V - S U^T C00t U S V^T C11t V).
-  const MatrixXd a = su.transpose() * t01 * v;       // S U^T C01t V
-  const MatrixXd b = su.transpose() * t00 * su;      // S U^T C00t U S
-  const MatrixXd c = v.transpose() * t11 * v;        // V^T C11t V
+  const MatrixXd a = f.su.transpose() * t01 * f.v;   // S U^T C01t V
+  const MatrixXd b = f.su.transpose() * t00 * f.su;  // S U^T C00t U S
+  const MatrixXd c = f.v.transpose() * t11 * f.v;    // V^T C11t V
   return 2 * a.trace() - (b * c).trace();
+}
+
+double HeldOutVampE(const MatrixXd& c00, const MatrixXd& c01, const MatrixXd& c11, const MatrixXd& t00,
+                    const MatrixXd& t01, const MatrixXd& t11, double ridge, int rank) {
+  return VampEScore(FitVampFactors(c00, c01, c11, ridge, rank), t00, t01, t11);
 }
 
 double SpectralFit::SlowestTimescale() const {
@@ -133,10 +144,21 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
                             HeldOutVampE(b.c00, b.c01, b.c11, a.c00, a.c01, a.c11, r, fit.score_rank));
     fit.ridge_grid.push_back(r);
     fit.ridge_scores.push_back(s);
-    const bool tie = std::abs(s - best) <= 1e-9 * std::max(1.0, std::abs(best));
-    if (std::isfinite(s) && (s > best + 1e-9 * std::max(1.0, std::abs(best)) || (tie && r > fit.ridge))) {
-      best = std::max(best, s);
-      fit.ridge = r;
+    if (std::isfinite(s)) best = std::max(best, s);
+  }
+  if (std::isfinite(best)) {
+    // The largest ridge whose score is within score_tolerance (relative) of the best. VAMP-E
+    // ranks singular functions; when it is flat across ridges (a deterministic map: every
+    // singular value ~1, Duffing scores 5.9956..5.9964 over 1e-3..1e-7) it cannot see that
+    // small ridges give noisy eigenvectors (Duffing at sigma 0.4: basins 0.49 at r = 1e-5,
+    // 0.97 at 1e-3), so near-ties go to the smoother fit; the eigenvalues lose the ridge's
+    // shrinkage in the Rayleigh-Ritz step anyway.
+    const double tol = options.score_tolerance * std::max(1.0, std::abs(best));
+    for (size_t i = 0; i < fit.ridge_grid.size(); ++i) {
+      if (std::isfinite(fit.ridge_scores[i]) && fit.ridge_scores[i] >= best - tol && fit.ridge_grid[i] > fit.ridge) {
+        fit.ridge = fit.ridge_grid[i];
+        fit.score = fit.ridge_scores[i];
+      }
     }
   }
   if (!std::isfinite(best)) {
@@ -144,10 +166,11 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
     fit.message = "the held-out score is not finite for any ridge of the grid";
     return fit;
   }
-  fit.score = best;
 
   // 2. K = (C00 + r R)^{-1} C01 on both folds (Cholesky: C00 + r R is positive definite).
   const Normalized pooled = Pooled(mom, options.reversible);
+  // The rank-k VAMP model of the final fit: what the prequential score tests on new pairs.
+  fit.vamp = FitVampFactors(pooled.c00, pooled.c01, pooled.c11, fit.ridge, fit.score_rank);
   Eigen::LLT<MatrixXd> llt(Ridged(pooled.c00, fit.ridge));
   if (llt.info() != Eigen::Success) {
     fit.termination = SpectralFit::Termination::kNumericalFailure;

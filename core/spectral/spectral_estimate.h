@@ -23,8 +23,10 @@
 //   (U', V', S: whitened singular vectors and values fitted on the training fold with ridge r;
 //   C..t: test-fold moments / n). It estimates sum_i s_i^2 of the true operator minus the HS
 //   error of the model (the constant contributes 1), so it is comparable across bandwidths and
-//   penalizes both bias (large r) and over-fitted singular values (small r). The largest mean
-//   score wins (ties within 1e-9: the larger r). The final fit uses both folds.
+//   penalizes both bias (large r) and over-fitted singular values (small r). The largest r
+//   whose mean score is within score_tolerance (relative, 1e-3) of the best wins: the score is
+//   flat over r on deterministic maps, where small r gives noisy eigenvectors. The final fit
+//   uses both folds.
 //
 // COST
 //   O(|grid| * 2 * (m+1)^3) for the selection (two eigen-decompositions and one SVD per fit) plus
@@ -45,6 +47,9 @@ struct SpectralFitOptions {
   double dt = 1.0;             // sampling interval, > 0 (timescale units)
   std::vector<double> ridge_grid = {1e-3, 1e-4, 1e-5, 1e-6, 1e-7};  // candidates for r, each > 0
   int score_rank = 6;          // singular functions in the VAMP-E score (constant included), >= 1
+  // The ridge is the largest r whose held-out score is within score_tolerance * max(1, |best|)
+  // of the best (see the .cc: near-ties go to the smoother fit). >= 0.
+  double score_tolerance = 1e-3;
   bool reversible = false;     // symmetrized estimator (only when detailed balance holds)
   // Rayleigh-Ritz refinement: the eigenvalues are re-estimated without the ridge on the span of
   // the refine_modes leading eigenvectors of the ridged K (0 or >= m: off). See the .cc.
@@ -52,6 +57,12 @@ struct SpectralFitOptions {
   // A non-stationary eigenvalue with |mu| > 1 + unit_circle_tolerance is reported as a warning.
   double unit_circle_tolerance = 1e-9;
   absl::Status Validate() const;
+};
+
+// A rank-k VAMP model over the features psi = [1, k_B]: singular functions f(x) = psi(x)^T su
+// (weighted by their singular values) and g(y) = psi(y)^T v, each (m+1) x k.
+struct VampFactors {
+  MatrixXd su, v;
 };
 
 struct SpectralFit {
@@ -68,6 +79,7 @@ struct SpectralFit {
   double ridge = 0;            // chosen r
   std::vector<double> ridge_grid, ridge_scores;  // mean held-out VAMP-E per candidate
   double score = 0;            // held-out VAMP-E of the chosen r (mean over the two folds)
+  VampFactors vamp;            // rank-score_rank VAMP model with the chosen r on both folds
   int score_rank = 0;          // rank used in the score (constant included)
   int64_t epoch = 0;           // the epoch the spectrum rests on
   int64_t samples = 0;         // its pairs
@@ -83,6 +95,11 @@ struct SpectralFit {
 // termination kNotReady and a message (not an error); a failed factorization or eigensolver
 // gives kNumericalFailure. InvalidArgument only for bad options.
 absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snapshot, const SpectralFitOptions& options);
+
+// The rank-k VAMP model of normalized moments (C/n) with ridge r on the non-constant features.
+VampFactors FitVampFactors(const MatrixXd& c00, const MatrixXd& c01, const MatrixXd& c11, double ridge, int rank);
+// VAMP-E of `model` on normalized test moments: 2 tr(A) - tr(B C) (see the header comment).
+double VampEScore(const VampFactors& model, const MatrixXd& t00, const MatrixXd& t01, const MatrixXd& t11);
 
 // Held-out VAMP-E score of the rank-k model fitted on `train` with ridge r, on `test` (both
 // normalized moments: C/n). Exposed for tests and the bandwidth selection.

@@ -1,10 +1,13 @@
 // Per-sample cost of SpectralMoments::Observe (docs/algorithms.md §7) at basis sizes m = 160
-// and 500 (plus 1000), amortized over its batch flushes, and the refresh-time FitSpectrum.
+// and 500 (plus 1000), amortized over its batch flushes, the refresh-time FitSpectrum, and the
+// per-pair cost of the prequential score (PrequentialVampE::Observe, rank k = 6).
 // Results and the command: docs/benchmarks.md.
+#include <memory>
 #include <random>
 
 #include <benchmark/benchmark.h>
 
+#include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_estimate.h"
 #include "core/spectral/spectral_moments.h"
 
@@ -62,6 +65,26 @@ void BM_FitSpectrum(benchmark::State& state) {
   state.counters["m"] = m;
 }
 BENCHMARK(BM_FitSpectrum)->Arg(160)->Arg(500)->Unit(benchmark::kMillisecond);
+
+void BM_PrequentialObserve(benchmark::State& state) {
+  const int m = static_cast<int>(state.range(0)), d = 2, n = 8192, k = 6;
+  const Data data = MakeData(m, d, n);
+  auto model = std::make_shared<PrequentialModel>();
+  model->basis = data.atoms;
+  model->sigma = 0.5;
+  model->vamp.su = MatrixXd::Random(m + 1, k);
+  model->vamp.v = MatrixXd::Random(m + 1, k);
+  PrequentialVampE score(model);
+  int i = 0;
+  for (auto _ : state) {
+    score.Observe(data.x.row(i).data(), data.x.row(i + 1).data());
+    i = (i + 1) % n;
+  }
+  benchmark::DoNotOptimize(score.Score());
+  state.SetItemsProcessed(state.iterations());
+  state.counters["m"] = m;
+}
+BENCHMARK(BM_PrequentialObserve)->Arg(160)->Arg(500)->Arg(1000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace cmestream

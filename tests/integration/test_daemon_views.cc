@@ -17,6 +17,7 @@
 
 #include "cmestream/v1/cmestream.grpc.pb.h"
 #include "core/cluster/metastable.h"
+#include "core/systems/duffing.h"
 #include "core/systems/four_well.h"
 #include "core/systems/hmm.h"
 #include "core/systems/soft_aggregation_chain.h"
@@ -399,6 +400,114 @@ TEST_F(DaemonViewsTest, DiscreteSoftAggregationAnchors) {
   std::printf("soft aggregation: distance to empirical %.4f\n", resp.distance_to_empirical());
 }
 
+// Duffing (the default model: sigma auto, 20k pairs from a box): its basin indicator comes out
+// with |mu| > 1 and its embedding singular value is 1 - 1e-12 (1.7e11 time units). The
+// cross-view comparison must skip both (service/model_view.h, kTimescaleDisagreementThreshold):
+// a finite disagreement, every compared timescale finite and within the data's time span.
+TEST_F(DaemonViewsTest, DuffingComparisonSkipsFlaggedAndUnresolvedTimescales) {
+  const systems::DuffingOptions dopt;
+  const systems::Transitions data = systems::SimulateDuffing(20000, 7, dopt);
+  v1::ModelConfig c;
+  c.set_name("duffing");
+  c.set_dim(2);
+  c.set_dt(dopt.dt);
+  ASSERT_TRUE(Create(c).ok());
+  for (int64_t b = 0; b < data.x.rows(); b += 5000) {
+    v1::IngestBatch batch;
+    batch.set_model("duffing");
+    for (int64_t t = b; t < b + 5000; ++t) {
+      batch.add_x(data.x(t, 0));
+      batch.add_x(data.x(t, 1));
+      batch.add_y(data.y(t, 0));
+      batch.add_y(data.y(t, 1));
+    }
+    ASSERT_TRUE(IngestOne(batch).ok());
+  }
+  ASSERT_TRUE(RefreshWait("duffing").ok());
+  grpc::ClientContext ctx;
+  v1::KoopmanRequest req;
+  req.set_model("duffing");
+  req.set_top(6);
+  v1::KoopmanResponse k;
+  ASSERT_TRUE(query_->GetKoopman(&ctx, req, &k).ok());
+  ASSERT_EQ(k.spectrum().estimator(), "spectral-moments");
+  const double span = 20000 * dopt.dt;
+  // The Koopman entry is the first mode that is not stationary, not flagged and finite.
+  int first = -1;
+  for (int l = 0; l < k.timescales_size(); ++l) {
+    if (!k.stationary(l) && k.excess(l) == 0 && std::isfinite(k.timescales(l)) && k.timescales(l) <= span) {
+      first = l;
+      break;
+    }
+  }
+  ASSERT_GE(first, 2) << "the basin indicator (|mu| > 1) comes before it";
+  EXPECT_GT(k.excess(1), 0.0);
+  const v1::TimescaleComparison& cmp = k.spectrum().comparison();
+  EXPECT_EQ(cmp.koopman(), k.timescales(first));
+  int available = 0;
+  for (double t : {cmp.koopman(), cmp.count_chain(), cmp.embedding()}) {
+    if (std::isnan(t)) continue;
+    ++available;
+    EXPECT_TRUE(std::isfinite(t));
+    EXPECT_GT(t, 0.0);
+    EXPECT_LE(t, span);
+  }
+  std::printf("duffing comparison: koopman %.4g, count chain %.4g, embedding %.4g, disagreement %.4g\n",
+              cmp.koopman(), cmp.count_chain(), cmp.embedding(), cmp.relative_disagreement());
+  ASSERT_GE(available, 2);
+  EXPECT_TRUE(std::isfinite(cmp.relative_disagreement()));
+  EXPECT_EQ(cmp.warning(), cmp.relative_disagreement() > cmp.threshold());
+}
+
+// The prequential window (service/refresh.cc ReportPrequential): a view scores the pairs after
+// it; a refresh reports the window once it holds >= 1000 pairs and then installs the new view's
+// model; a shorter window keeps the scoring view and the previous report.
+TEST_F(DaemonViewsTest, PrequentialWindowsNeedAThousandPairs) {
+  const systems::FourWellOptions fw;
+  const systems::Transitions data = systems::SimulateFourWell(23100, 21, fw);
+  v1::ModelConfig c;
+  c.set_name("preq");
+  c.set_dim(1);
+  c.set_sigma(0.27);
+  c.set_dt(fw.tau);
+  ASSERT_TRUE(Create(c).ok());
+  int64_t sent = 0;
+  const auto ingest_to = [&](int64_t end) {
+    v1::IngestBatch batch;
+    batch.set_model("preq");
+    for (; sent < end; ++sent) {
+      batch.add_x(data.x(sent, 0));
+      batch.add_y(data.y(sent, 0));
+    }
+    ASSERT_TRUE(IngestOne(batch).ok());
+    ASSERT_TRUE(RefreshWait("preq").ok());
+  };
+  const auto spectrum = [&]() { return Describe("preq").spectrum(); };
+  ingest_to(20000);  // view 1: nothing scored yet
+  EXPECT_TRUE(std::isnan(spectrum().heldout_score()));
+  EXPECT_EQ(spectrum().heldout_pairs(), 0u);
+  ingest_to(20500);  // view 2: view 1 has scored 500 pairs, too few: no report, view 1 keeps scoring
+  EXPECT_TRUE(std::isnan(spectrum().heldout_score()));
+  EXPECT_EQ(spectrum().heldout_pairs(), 0u);
+  ingest_to(21100);  // view 3: view 1's window now holds 1100 pairs: reported
+  v1::SpectrumInfo s3 = spectrum();
+  EXPECT_EQ(s3.heldout_view_version(), 1u);
+  EXPECT_EQ(s3.heldout_pairs(), 1100u);
+  EXPECT_GT(s3.heldout_score(), 2.0);
+  EXPECT_LT(s3.heldout_score(), 3.8);
+  ingest_to(21600);  // view 4: view 3 has 500 pairs: view 3's report is carried over
+  v1::SpectrumInfo s4 = spectrum();
+  EXPECT_EQ(s4.heldout_view_version(), 1u);
+  EXPECT_EQ(s4.heldout_pairs(), 1100u);
+  EXPECT_EQ(s4.heldout_score(), s3.heldout_score());
+  ingest_to(23100);  // view 5: view 3 scored 2000 pairs
+  v1::SpectrumInfo s5 = spectrum();
+  EXPECT_EQ(s5.heldout_view_version(), 3u);
+  EXPECT_EQ(s5.heldout_pairs(), 2000u);
+  EXPECT_GT(s5.heldout_score(), 2.0);
+  EXPECT_NE(s5.heldout_score(), s3.heldout_score());
+}
+
 // Continuous four-well diffusion: clusters of the dictionary atoms match the wells.
 TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
   const systems::FourWellOptions fw;
@@ -427,6 +536,8 @@ TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
       batch.add_y(data.y(t, 0));
     }
     ASSERT_TRUE(IngestOne(batch).ok());
+    // A view after 20k pairs, so that the last 10k are scored by it before being learned.
+    if (b + 5000 == 20000) ASSERT_TRUE(RefreshWait("wells").ok());
   }
   ASSERT_TRUE(RefreshWait("wells").ok());
   const v1::ModelInfo info = Describe("wells");
@@ -462,7 +573,12 @@ TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
     EXPECT_GE(sp.epoch_samples(), 2000u);
     EXPECT_LE(sp.epoch_samples(), 30000u);
     EXPECT_GT(sp.basis_size(), 10u);
-    EXPECT_GT(sp.heldout_score(), 2.0);
+    // Prequential: the view after 20k pairs, scored on the 10k after it.
+    EXPECT_EQ(sp.heldout_pairs(), 10000u);
+    EXPECT_EQ(sp.heldout_view_version(), k.view().version() - 1);
+    EXPECT_GT(sp.heldout_score(), 2.5);
+    EXPECT_LT(sp.heldout_score(), 3.8);
+    EXPECT_TRUE(std::isfinite(sp.selection_score()));
     EXPECT_EQ(sp.ridge_grid_size(), sp.ridge_scores_size());
     const v1::TimescaleComparison& c = sp.comparison();
     EXPECT_DOUBLE_EQ(c.koopman(), k.timescales(1));

@@ -17,6 +17,8 @@
 #include "service/daemon.h"
 #include "service/flags.h"
 #include "service/limits.h"
+#include "service/memory_budget.h"
+#include "service/model_config.h"
 
 namespace cmestream {
 namespace {
@@ -296,6 +298,27 @@ TEST(LimitFlagsTest, ParsedValidatedAndNamed) {
   bad = service::ParseFlags({"--max-batch-pairs", "0"});
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--max-batch-pairs is 0, expected >= 1"));
+}
+
+// The memory budget counts every matrix a continuous model grows to at max_dict M: at least the
+// CME's five M x M matrices and the spectral moments' 12 (M+1)^2 (C00, C01, C11 per fold, for
+// the live and the serving epoch; core/spectral/spectral_moments.h), each of doubles.
+TEST(MemoryBudgetTest, EstimateIncludesTheSpectralMoments) {
+  for (int m : {100, 1000, 2000}) {
+    v1::ModelConfig c;
+    c.set_name("m");
+    c.set_dim(2);
+    c.set_sigma(0.5);
+    c.set_max_dict(m);
+    absl::StatusOr<v1::ModelConfig> n = service::NormalizeModelConfig(c, service::ConfigDefaults{});
+    ASSERT_TRUE(n.ok()) << n.status();
+    const double mm = m, spectral = 12 * (mm + 1) * (mm + 1) * 8, cme = 5 * mm * mm * 8;
+    const double koopman_view = 4 * mm * mm * 2 * 8;
+    const double estimate = service::EstimateModelBytes(*n);
+    EXPECT_GE(estimate, spectral + cme + koopman_view) << "max_dict " << m;
+    // and not wildly above it (RFF moments, counts, buffers: < 40 MB at the defaults).
+    EXPECT_LT(estimate, spectral + cme + koopman_view + 40e6) << "max_dict " << m;
+  }
 }
 
 }  // namespace
