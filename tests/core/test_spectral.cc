@@ -295,21 +295,23 @@ TEST(SpectralPrequential, RanksAFar_tooWideSigmaBelowTheAutoOneOnUnseenPairs) {
   EXPECT_GT(scores[0], 2.5);
 }
 
+// Basins from the basin indicator (the first non-stationary mode). The basin boundary is the
+// stable manifold of the saddle at the origin; an eigenfunction with mu ~ 1 is (nearly) constant
+// along trajectories, so its level set through the saddle approximates that boundary: a point's
+// basin is the side of g(saddle) its value g(x) is on (the attractor (1, 0) names the side).
+// The nearest-attractor rule (midpoint of g at the two attractors) is off the boundary when
+// |mu| > 1 makes g grow along trajectories (g differs by 10-25 % between the attractors here).
 double DuffingBasinAccuracy(const KoopmanDecomposition& kd, const systems::DuffingOptions& dopt) {
-  // Basins: nearest embedded attractor in the leading eigenfunctions (the constant does not
-  // discriminate; the basin indicator is the first non-stationary mode).
   RowMatrixXd grid(1600, 2);
   for (int i = 0; i < 40; ++i)
     for (int j = 0; j < 40; ++j) grid.row(i * 40 + j) << -2 + 4 * (i + 0.5) / 40, -2 + 4 * (j + 0.5) / 40;
   const Eigen::VectorXi truth = systems::DuffingBasin(grid, dopt);
-  RowMatrixXd attractors(2, 2);
-  attractors << 1, 0, -1, 0;
-  const MatrixXcd ga = kd.Evaluate(attractors).leftCols(2), gp = kd.Evaluate(grid).leftCols(2);
+  RowMatrixXd anchors(2, 2);
+  anchors << 0, 0, 1, 0;  // the saddle, the attractor of basin +1
+  const MatrixXcd ga = kd.Evaluate(anchors), gp = kd.Evaluate(grid);
+  const double saddle = ga(0, 1).real(), plus = ga(1, 1).real();
   int correct = 0;
-  for (int i = 0; i < grid.rows(); ++i) {
-    const int label = (gp.row(i) - ga.row(0)).squaredNorm() <= (gp.row(i) - ga.row(1)).squaredNorm() ? 1 : -1;
-    correct += label == truth[i];
-  }
+  for (int i = 0; i < grid.rows(); ++i) correct += ((gp(i, 1).real() - saddle) * (plus - saddle) > 0 ? 1 : -1) == truth[i];
   return correct / 1600.0;
 }
 
@@ -325,13 +327,9 @@ TEST(SpectralDuffing, AutoSigmaBasinsAndAnExactStationaryMode) {
   EXPECT_EQ(kd.eigenvalues[0], std::complex<double>(1.0, 0.0));
   const double accuracy = DuffingBasinAccuracy(kd, dopt);
   std::printf("duffing basin accuracy %.4f (ridge %.0e)\n", accuracy, r.fit.ridge);
-  // Measured 0.9756 (seed 7; seeds 8, 9: 0.9525, 0.9213). The held-out score is flat over the
-  // ridge grid on this deterministic map (5.9956..5.9964), and near-ties now go to the larger
-  // ridge (1e-3; before: 1e-5 and 0.9675). The target 0.98 is not met: the basin
-  // indicator comes out with |mu| = 1.04 and grows along trajectories, so its values at the two
-  // attractors differ by 10-25 % and the nearest-attractor midpoint is off the separatrix (the
-  // best threshold on the same eigenfunction gives 0.983 / 0.987 / 0.984).
-  EXPECT_GE(accuracy, 0.97);
+  // The held-out score is flat over the ridge grid on this deterministic map (5.9956..5.9964);
+  // near-ties go to the larger ridge (1e-3; the score alone picked 1e-5: 0.9675).
+  EXPECT_GE(accuracy, 0.98);  // measured 0.9819 (the nearest-attractor rule: 0.9756)
   EXPECT_EQ(r.fit.ridge, 1e-3);
   // Every mode beyond the unit circle is reported with its excess, never clipped.
   int flagged = 0;
@@ -350,6 +348,21 @@ TEST(SpectralDuffing, AutoSigmaBasinsAndAnExactStationaryMode) {
   EXPECT_GE(flagged, 1);  // the basin indicator (non-invariant box sampling)
 }
 
+TEST(SpectralDuffing, AutoSigmaBasinsOnMoreSeeds) {
+  const systems::DuffingOptions dopt;
+  for (uint64_t seed : {8, 9}) {  // measured 0.9850, 0.9788
+    const auto data = systems::SimulateDuffing(20000, seed, dopt);
+    const BandwidthSelection sel =
+        SelectBandwidth(data.x.topRows(2000), data.y.topRows(2000), BandwidthSelectionOptions{});
+    const StreamResult r = RunStream(data, sel.chosen, dopt.dt);
+    ASSERT_EQ(r.fit.termination, SpectralFit::Termination::kOk);
+    const double accuracy = DuffingBasinAccuracy(r.fit.koopman, dopt);
+    std::printf("duffing sigma auto (%.3g) seed %llu: basin accuracy %.4f (ridge %.0e)\n", sel.chosen,
+                static_cast<unsigned long long>(seed), accuracy, r.fit.ridge);
+    EXPECT_GE(accuracy, 0.975) << "seed " << seed;  // the 0.98 holds for seeds 7 and 8
+  }
+}
+
 // A fixed sigma = 0.4 (the CME tests' bandwidth): with the ridge picked by the score alone
 // (1e-5, a score difference of 1e-4 over 1e-3) the leading non-stationary modes were spurious
 // and the basins a coin flip (0.49 for seeds 7 and 8); the near-tie rule picks 1e-3.
@@ -362,7 +375,7 @@ TEST(SpectralDuffing, FixedSigmaBasinsDoNotDependOnAFlatScore) {
     const double accuracy = DuffingBasinAccuracy(r.fit.koopman, dopt);
     std::printf("duffing sigma 0.4 seed %llu: basin accuracy %.4f (ridge %.0e)\n",
                 static_cast<unsigned long long>(seed), accuracy, r.fit.ridge);
-    EXPECT_GE(accuracy, 0.97) << "seed " << seed;  // measured 0.9725, 0.9738
+    EXPECT_GE(accuracy, 0.98) << "seed " << seed;  // measured 0.9800, 0.9831 (nearest attractor: 0.9725, 0.9738)
   }
 }
 

@@ -1,9 +1,15 @@
 """Basins of attraction from Koopman eigenfunctions (docs/algorithms.md §1.10, paper 004 sec. 5).
 
-Duffing's eigenvalue 1 is (nearly) double: the constant function and the basin indicator mix,
-so the sign of one eigenfunction is not a reliable basin rule. What works: map each point to the
-values of the `count` leading eigenfunctions (real and imaginary parts) and give it the label of
-the nearest known attractor in that feature space.
+Two rules, for a system with two attractors:
+- `classify_basins(..., saddle=S)` (the default for Duffing, S = the origin): the basin boundary
+  is the stable manifold of the saddle S, and the basin indicator (the first non-stationary
+  eigenfunction, eigenvalue ~ 1) is nearly constant along trajectories, so its level set
+  through S approximates the boundary: a point's basin is the side of g(S) that g(x) is on.
+  Measured on Duffing (20k pairs, sigma auto, 40 x 40 grid): 0.979-0.985 over three seeds.
+- `saddle=None`: the nearest attractor in the space of the `count` leading eigenfunctions (real
+  and imaginary parts). Simpler, but when the indicator's |mu| exceeds 1 (box sampling is not
+  invariant) g grows along trajectories, the midpoint between the attractors' values is off the
+  boundary, and accuracy drops by about 0.5-5 points.
 """
 from __future__ import annotations
 
@@ -23,13 +29,28 @@ def nearest_attractor(features: np.ndarray, attractor_features: np.ndarray,
     return np.asarray(attractor_labels)[np.argmin(d, axis=1)]
 
 
+def saddle_level_set(indicator: np.ndarray, at_saddle: float, at_first_attractor: float,
+                     attractor_labels=(1, -1)) -> np.ndarray:
+    """Label per value of the basin indicator: attractor_labels[0] on the side of g(saddle) where
+    the first attractor lies, attractor_labels[1] on the other."""
+    side = (np.asarray(indicator) - at_saddle) * (at_first_attractor - at_saddle) > 0
+    return np.where(side, attractor_labels[0], attractor_labels[1])
+
+
 def classify_basins(client, model: str, points, attractors=((1.0, 0.0), (-1.0, 0.0)),
-                    attractor_labels=(1, -1), count: int = 2, top: int = 6):
-    """Queries the model's eigenfunctions at `points` and at the attractors; returns
-    (labels per point, KoopmanResult of the query; its eigenfunctions cover points+attractors)."""
+                    attractor_labels=(1, -1), count: int = 2, top: int = 6, saddle=(0.0, 0.0)):
+    """Queries the model's eigenfunctions at `points`, the attractors (and the saddle); returns
+    (labels per point, KoopmanResult of the query; its eigenfunctions cover points + attractors
+    (+ saddle)). With `saddle` the level-set rule above, else the nearest attractor."""
     points = np.asarray(points, dtype=np.float64)
     attractors = np.asarray(attractors, dtype=np.float64)
-    k = client.koopman(model, points=np.vstack([points, attractors]), top=max(top, count))
-    f = eigenfunction_features(k.eigenfunctions, count)
+    queried = [points, attractors] + ([np.asarray(saddle, dtype=np.float64).reshape(1, -1)] if saddle is not None else [])
+    k = client.koopman(model, points=np.vstack(queried), top=max(top, count))
     n = points.shape[0]
-    return nearest_attractor(f[:n], f[n:], attractor_labels), k
+    if saddle is not None:
+        stationary = np.asarray(k.stationary, dtype=bool)
+        modes = [l for l in range(k.eigenfunctions.shape[0]) if not (l < stationary.size and stationary[l])]
+        g = k.eigenfunctions[modes[0]].real  # the basin indicator: the first non-stationary mode
+        return saddle_level_set(g[:n], g[-1], g[n], attractor_labels), k
+    f = eigenfunction_features(k.eigenfunctions, count)
+    return nearest_attractor(f[:n], f[n:n + attractors.shape[0]], attractor_labels), k
