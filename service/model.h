@@ -37,6 +37,7 @@
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/spectral_moments.h"
+#include "core/validation/lag_statistics.h"
 #include "service/batch.h"
 #include "service/batch_log.h"
 #include "service/metrics.h"
@@ -146,6 +147,7 @@ class Model {
     std::optional<MultiViewAccumulator::Snapshot> latent;     // latent_states > 0 (after warm-up)
     std::optional<PredictiveStateAccumulator::Snapshot> predictive;  // window > 0
     std::optional<SpectralMomentsSnapshot> spectral;  // continuous, once sigma is known
+    std::optional<LagStatisticsSnapshot> lags;        // lag scans / CK (service/lags.h)
     uint64_t applied_sequence = 0;  // WAL: the snapshot covers this model's records <= it
   };
   std::optional<LearnerSnapshot> Snapshot();
@@ -170,7 +172,8 @@ class Model {
   // the episode rule. requires learner_mu_ held.
   void FeedTrajectory(const PairBatch& batch, int64_t first, const std::string& producer_id,
                       const std::string& episode_id);
-  void ObserveSequence(const double* state);           // one state to latent + predictive
+  void ObserveSequence(const double* state);           // one state to latent + predictive + lags
+  void SyncLagBasis();                                 // lag basis follows the spectral epoch
   uint64_t SamplesLocked() const;                      // requires learner_mu_ held
   void SetPending(uint64_t sequence);                  // 0: none in flight
 
@@ -198,6 +201,10 @@ class Model {
   // Exact spectral moments over the CME's X atoms (docs/algorithms.md §7): continuous models,
   // once sigma is known; fed with every pair the CME sees, its epoch follows the X dictionary.
   std::unique_ptr<SpectralMoments> spectral_;
+  // Lagged moments and counts for lag scans, CK tests and error bars (docs/algorithms.md §8):
+  // discrete models with num_states <= kMaxLagStates, continuous ones once sigma is known.
+  // Trajectory states feed every lag (episode rule above); unordered pairs feed lag 1.
+  std::unique_ptr<LagStatistics> lags_;
   // Episode rule (see Ingest): identity and last state of the last trajectory batch applied.
   bool episode_open_ = false;
   std::string episode_producer_, episode_id_;
