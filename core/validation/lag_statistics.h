@@ -14,8 +14,8 @@
 //
 // COST per state: max_basis kernel evaluations plus the LaggedMoments updates,
 //   2 L (max_basis + 1)^2 multiply-adds (Koopman) + O(L) (counts); no allocation.
-//   Memory: 2 x max_blocks x L x 2 (max_basis + 1)^2 doubles: 5.3 MB at L = 4, 16 blocks,
-//   max_basis 32; 1.3 MB per lag.
+//   Memory: ~max_blocks x L x 2 x ((max_basis + 1)^2 + max_basis^2) doubles: 2.2 MB at L = 4, 16 blocks,
+//   max_basis 32; 0.54 MB per lag.
 #pragma once
 
 #include <cstdint>

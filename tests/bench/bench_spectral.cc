@@ -64,9 +64,6 @@ void BM_FitSpectrum(benchmark::State& state) {
 }
 BENCHMARK(BM_FitSpectrum)->Arg(160)->Arg(500)->Unit(benchmark::kMillisecond);
 
-}  // namespace
-}  // namespace cmestream
-
 // Per-state cost of the lag statistics (docs/algorithms.md §8): 1 vs 4 lags (2, 4, 8 for the
 // scaling), basis of 32 atoms in 2-D, Koopman features and count chain together.
 void BM_LaggedMomentsObserve(benchmark::State& state) {
@@ -93,5 +90,8 @@ void BM_LaggedMomentsObserve(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_LaggedMomentsObserve)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace cmestream
 
 BENCHMARK_MAIN();

@@ -87,6 +87,8 @@ def plot_ck_test(result: CkTestResult, path: str, sigmas: float = 2.0,
                         label="count chain")
             ax.set_ylim(-0.05, 1.05)
             ax.set_title(f"{i} -> {j}", fontsize=8)
+    for j in range(k):
+        axes[k - 1][j].set_xlabel("lag (samples)", fontsize=8)
     axes[0][0].legend(fontsize=6)
     fig.suptitle(title or f"CK test ({result.estimator}), lag {ck.lag}, max deviation "
                  f"{ck.max_deviation:.3f} +- {ck.max_deviation_stderr:.3f}", fontsize=9)
