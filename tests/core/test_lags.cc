@@ -13,6 +13,7 @@
 #include "core/kernels/gaussian.h"
 #include "core/systems/four_well.h"
 #include "core/validation/lag_estimate.h"
+#include "core/validation/lag_statistics.h"
 #include "core/validation/lagged_moments.h"
 
 namespace cmestream {
@@ -132,6 +133,74 @@ TEST(LaggedMoments, SerializationRoundTripContinuesBitIdentically) {
   // A truncated image is an error, not a crash.
   io::Reader t(std::string_view(w.data()).substr(0, w.size() / 2), "truncated");
   EXPECT_FALSE(LaggedMoments::Deserialize(t).ok());
+}
+
+// The service's lag statistics (continuous): the basis spreads over the atoms (farthest point),
+// features and the count state agree, a Rebase restarts the sums, and a snapshot image continues
+// bit-identically (the basis and sigma_B included).
+TEST(LagStatistics, ContinuousBasisRebaseAndSerializationRoundTrip) {
+  LagStatistics::Options o;
+  o.lags = {1, 4};
+  o.dim = 1;
+  o.sigma = 0.01;
+  o.max_basis = 5;
+  LagStatistics acc(o);
+  const double x0[1] = {0.3};
+  acc.ObserveState(x0);  // no basis yet: not counted
+  EXPECT_FALSE(acc.has_basis());
+  RowMatrixXd atoms(9, 1);
+  atoms << 0.0, 0.1, 0.2, 1.0, 1.1, 2.0, 2.05, 3.0, 4.0;
+  ASSERT_TRUE(acc.NeedsRebase(1));
+  acc.Rebase(atoms, 1);
+  EXPECT_FALSE(acc.NeedsRebase(1));
+  LagStatisticsSnapshot s = acc.Snapshot();
+  // Farthest-point from atom 0: 4.0, then 2.0, then 1.0 / 3.0 (distance 1 each, first wins), ...
+  ASSERT_EQ(s.basis_atoms.size(), 5u);
+  EXPECT_EQ(s.basis_atoms[0], 0);
+  EXPECT_EQ(s.basis_atoms[1], 8);
+  EXPECT_EQ(s.basis_atoms[2], 5);
+  EXPECT_GT(s.sigma, o.sigma) << "sigma_B widens to the mean nearest-neighbour spacing";
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u(0, 4);
+  auto feed = [&](LagStatistics& a, std::mt19937_64& g, int n) {
+    std::uniform_real_distribution<double> v(0, 4);
+    for (int t = 0; t < n; ++t) {
+      const double x[1] = {v(g)};
+      if (t % 50 == 0) a.StartEpisode();
+      if (t % 7 == 0) {
+        const double y[1] = {v(g)};
+        a.ObservePair(x, y);
+      } else {
+        a.ObserveState(x);
+      }
+    }
+  };
+  feed(acc, rng, 300);
+  s = acc.Snapshot();
+  EXPECT_EQ(s.counts->samples, 300);
+  EXPECT_EQ(s.koopman->samples, 300);
+  // The Koopman sums' constant row counts the pairs; the count chain has the same pairs.
+  EXPECT_DOUBLE_EQ(s.koopman->total[0].c00(0, 0), s.counts->total[0].n);
+  EXPECT_DOUBLE_EQ(s.koopman->total[1].n, s.counts->total[1].n);
+  io::Writer w;
+  acc.Serialize(w);
+  io::Reader r(w.data(), "test");
+  absl::StatusOr<LagStatistics> back = LagStatistics::Deserialize(r);
+  ASSERT_TRUE(back.ok()) << back.status();
+  std::mt19937_64 g1(8), g2(8);
+  feed(acc, g1, 200);
+  feed(*back, g2, 200);
+  io::Writer wa, wb;
+  acc.Serialize(wa);
+  back->Serialize(wb);
+  EXPECT_EQ(wa.data(), wb.data());
+  io::Reader t(std::string_view(w.data()).substr(0, w.size() - 9), "truncated");
+  EXPECT_FALSE(LagStatistics::Deserialize(t).ok());
+  // A new source epoch restarts the sums on a new basis.
+  acc.Rebase(atoms.topRows(3), 2);
+  s = acc.Snapshot();
+  EXPECT_EQ(s.basis.rows(), 3);
+  EXPECT_EQ(s.counts->samples, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
