@@ -66,6 +66,20 @@ Metrics::Metrics()
                         .Help("Relative disagreement of the slowest timescales of the koopman, count-chain and "
                               "embedding views at the last refresh (warning above 0.25)")
                         .Register(*registry_)),
+      lag_timescale_(BuildGauge().Name("cmestream_lag_timescale")
+                         .Help("Implied timescale (units of the model's dt) of slow mode `mode` at lag `lag` "
+                               "from the lag statistics at the last refresh (docs/algorithms.md section 8)")
+                         .Register(*registry_)),
+      lag_timescale_stderr_(BuildGauge().Name("cmestream_lag_timescale_stderr")
+                                .Help("Jackknife standard error (contiguous time blocks) of cmestream_lag_timescale")
+                                .Register(*registry_)),
+      ck_deviation_(BuildGauge().Name("cmestream_ck_max_deviation")
+                        .Help("Chapman-Kolmogorov test at the model's first lag and clusters: max |T(tau)^k - "
+                              "T(k tau)| over the set-to-set probabilities and steps (NaN when unavailable)")
+                        .Register(*registry_)),
+      ck_stderr_(BuildGauge().Name("cmestream_ck_max_deviation_stderr")
+                     .Help("Jackknife standard error of cmestream_ck_max_deviation's entry")
+                     .Register(*registry_)),
       rejected_(BuildCounter().Name("cmestream_ingest_batches_rejected_total")
                     .Help("Ingest batches refused, by reason").Register(*registry_)),
       rpc_(BuildHistogram().Name("cmestream_rpc_duration_seconds")
@@ -108,7 +122,11 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model)
       view_age_(&m.view_age_.Add({{"model", model_}})),
       view_samples_(&m.view_samples_.Add({{"model", model_}})),
       heldout_score_(&m.heldout_score_.Add({{"model", model_}})),
-      disagreement_(&m.disagreement_.Add({{"model", model_}})) {
+      disagreement_(&m.disagreement_.Add({{"model", model_}})),
+      ck_deviation_(&m.ck_deviation_.Add({{"model", model_}})),
+      ck_stderr_(&m.ck_stderr_.Add({{"model", model_}})) {
+  ck_deviation_->Set(std::numeric_limits<double>::quiet_NaN());
+  ck_stderr_->Set(std::numeric_limits<double>::quiet_NaN());
   heldout_score_->Set(std::numeric_limits<double>::quiet_NaN());
   disagreement_->Set(std::numeric_limits<double>::quiet_NaN());
   // Every rejection series at 0 from the start: increase()/rate() need a sample before the
@@ -165,6 +183,27 @@ void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreemen
   disagreement_->Set(timescale_disagreement);
 }
 
+void ModelMetrics::OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
+                          const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (removed_) return;
+  for (size_t k = 0; k < lags.size() && k < timescales.size(); ++k) {
+    for (size_t i = 0; i < timescales[k].size(); ++i) {
+      const int mode = static_cast<int>(i) + 1;
+      auto [it, inserted] = lag_gauges_.try_emplace({lags[k], mode});
+      if (inserted) {
+        const std::map<std::string, std::string> labels = {
+            {"model", model_}, {"lag", std::to_string(lags[k])}, {"mode", std::to_string(mode)}};
+        it->second = {&m_.lag_timescale_.Add(labels), &m_.lag_timescale_stderr_.Add(labels)};
+      }
+      it->second.first->Set(timescales[k][i]);
+      it->second.second->Set(i < stderrs[k].size() ? stderrs[k][i] : std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  ck_deviation_->Set(ck_deviation);
+  ck_stderr_->Set(ck_stderr);
+}
+
 void ModelMetrics::SetViewAge(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   if (removed_) return;
@@ -201,6 +240,13 @@ void ModelMetrics::Remove() {
   m_.view_samples_.Remove(view_samples_);
   m_.heldout_score_.Remove(heldout_score_);
   m_.disagreement_.Remove(disagreement_);
+  m_.ck_deviation_.Remove(ck_deviation_);
+  m_.ck_stderr_.Remove(ck_stderr_);
+  for (auto& [key, gauges] : lag_gauges_) {
+    m_.lag_timescale_.Remove(gauges.first);
+    m_.lag_timescale_stderr_.Remove(gauges.second);
+  }
+  lag_gauges_.clear();
   for (auto& [reason, counter] : rejected_) m_.rejected_.Remove(counter);
   rejected_.clear();
   for (auto& [view, histogram] : view_build_) m_.view_build_.Remove(histogram);

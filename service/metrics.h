@@ -29,6 +29,12 @@
 //   timescale_disagreement{model}            gauge    relative disagreement of the slowest
 //                                            timescales of koopman / count chain / embedding
 //                                            (NaN with < 2 views; warning above 0.25)
+//   lag_timescale{model,lag,mode}            gauge    implied timescale (units of dt) of slow mode
+//                                            1..3 at each lag of the model (service/lags.h)
+//   lag_timescale_stderr{model,lag,mode}     gauge    its jackknife standard error
+//   ck_max_deviation{model}                  gauge    CK test max |T(tau)^k - T(k tau)| at the first
+//                                            lag, the model's clusters (NaN when unavailable)
+//   ck_max_deviation_stderr{model}           gauge    its jackknife standard error
 //   rpc_duration_seconds{method}             histogram (Ingest: per batch)
 //   rpc_completed_total{method,code}         counter
 //   models                                   gauge
@@ -40,6 +46,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -82,6 +90,10 @@ class ModelMetrics {
   void SetNoView();
   // Spectrum quality of the latest view.
   void OnSpectrum(double heldout_score, double timescale_disagreement);
+  // Lag scan of the primary estimator: timescales[k][i], stderrs[k][i] at lags[k]; the CK
+  // test's max deviation and its s.e. (NaN when unavailable).
+  void OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
+              const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr);
   // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
   // "latent", "predictive") in a refresh.
   void OnViewBuilt(const std::string& view, double seconds);
@@ -107,6 +119,9 @@ class ModelMetrics {
   prometheus::Gauge* view_samples_;
   prometheus::Gauge* heldout_score_;
   prometheus::Gauge* disagreement_;
+  prometheus::Gauge* ck_deviation_;
+  prometheus::Gauge* ck_stderr_;
+  std::map<std::pair<int, int>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> lag_gauges_;  // (lag, mode)
   std::map<std::string, prometheus::Counter*> rejected_;
   std::map<std::string, prometheus::Histogram*> view_build_;
 };
@@ -144,6 +159,10 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& view_samples_;
   prometheus::Family<prometheus::Gauge>& heldout_score_;
   prometheus::Family<prometheus::Gauge>& disagreement_;
+  prometheus::Family<prometheus::Gauge>& lag_timescale_;
+  prometheus::Family<prometheus::Gauge>& lag_timescale_stderr_;
+  prometheus::Family<prometheus::Gauge>& ck_deviation_;
+  prometheus::Family<prometheus::Gauge>& ck_stderr_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Family<prometheus::Counter>& rpc_completed_;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cme/bandwidth.h"
 #include "core/io/binary_io.h"
+#include "service/lags.h"
 #include "service/model_config.h"
 
 namespace cmestream::service {
@@ -57,6 +58,7 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
     }
     stats_.learner_ready = true;
     sigma_selection_.set_automatic(false);
+    if (HasLagStatistics(config_)) lags_ = std::make_unique<LagStatistics>(LagOptionsFor(config_, 0));
   } else if (IsAutoSigma(config_)) {
     warmup_x_.resize(config_.auto_sigma_warmup(), config_.dim());
     warmup_y_.resize(config_.auto_sigma_warmup(), config_.dim());
@@ -80,6 +82,7 @@ void Model::CreateSigmaDependent(double sigma) {
   mo.forgetting = config_.forgetting();
   moments_ = std::make_unique<EmbeddingMoments>(std::make_shared<const FeatureMap>(*std::move(features)), mo);
   spectral_ = std::make_unique<SpectralMoments>(SpectralOptionsFor(config_, sigma));
+  lags_ = std::make_unique<LagStatistics>(LagOptionsFor(config_, sigma));
   if (config_.latent_states() > 0) {
     MultiViewAccumulator::Options o;
     o.features.kind = LatentFeatureOptions::Kind::kRandomFourier;
@@ -144,6 +147,17 @@ void Model::ObserveSequence(const double* state) {
   // Inputs were validated with the batch, so these cannot fail.
   if (latent_) (void)latent_->Observe(state);
   if (predictive_) (void)predictive_->Observe(state);
+  if (lags_) {
+    SyncLagBasis();
+    lags_->ObserveState(state);
+  }
+}
+
+void Model::SyncLagBasis() {
+  // Continuous: the lag basis is re-picked when the spectral moments start an epoch (the X
+  // dictionary outgrew the basis); batch boundaries are replayed identically, so this per-state
+  // check keeps WAL replay and snapshots bit-exact.
+  if (spectral_ && cme_ && lags_->NeedsRebase(spectral_->epoch())) lags_->Rebase(cme_->x_atoms(), spectral_->epoch());
 }
 
 void Model::FeedTrajectory(const PairBatch& batch, int64_t first, const std::string& producer_id,
@@ -163,6 +177,7 @@ void Model::FeedTrajectory(const PairBatch& batch, int64_t first, const std::str
   if (!continues) {
     if (latent_) latent_->StartEpisode();
     if (predictive_) predictive_->StartEpisode();
+    if (lags_) lags_->StartEpisode();
     ObserveSequence(start);
   }
   for (int64_t k = first + 1; k <= batch.n; ++k) ObserveSequence(state(k));
@@ -249,8 +264,20 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   } else {
     for (int64_t i = first; i < batch.n; ++i) FeedLearner(batch.x_at(i), batch.y_at(i));
   }
-  if (batch.trajectory && first < batch.n && (latent_ || predictive_ || config_.latent_states() > 0)) {
+  if (batch.trajectory && first < batch.n && (latent_ || predictive_ || lags_ || config_.latent_states() > 0)) {
     FeedTrajectory(batch, first, producer_id, episode_id);
+  }
+  if (!batch.trajectory && lags_) {
+    // Unordered pairs have no history: lag 1 only (service/lags.h).
+    for (int64_t i = first; i < batch.n; ++i) {
+      if (batch.discrete()) {
+        const double ids[2] = {static_cast<double>(batch.x_ids[i]), static_cast<double>(batch.y_ids[i])};
+        lags_->ObservePair(&ids[0], &ids[1]);
+      } else {
+        SyncLagBasis();
+        lags_->ObservePair(batch.x_at(i), batch.y_at(i));
+      }
+    }
   }
   r.applied = static_cast<uint64_t>(batch.n - first);
 
@@ -345,6 +372,7 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   if (predictive_) snap.predictive = predictive_->TakeSnapshot();
   if (spectral_) snap.spectral = spectral_->Snapshot();
   if (prequential_) snap.prequential = LearnerSnapshot::Prequential{prequential_view_, prequential_->pairs(), prequential_->Score()};
+  if (lags_) snap.lags = lags_->Snapshot();
   std::lock_guard<std::mutex> stats_lock(stats_mu_);
   stats_.inverse_drift = snap.inverse_drift;
   return snap;

@@ -38,6 +38,7 @@
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_moments.h"
+#include "core/validation/lag_statistics.h"
 #include "service/batch.h"
 #include "service/batch_log.h"
 #include "service/metrics.h"
@@ -155,6 +156,7 @@ class Model {
       double score = 0;
     };
     std::optional<Prequential> prequential;
+    std::optional<LagStatisticsSnapshot> lags;        // lag scans / CK (service/lags.h)
     uint64_t applied_sequence = 0;  // WAL: the snapshot covers this model's records <= it
   };
   std::optional<LearnerSnapshot> Snapshot();
@@ -186,7 +188,8 @@ class Model {
   // the episode rule. requires learner_mu_ held.
   void FeedTrajectory(const PairBatch& batch, int64_t first, const std::string& producer_id,
                       const std::string& episode_id);
-  void ObserveSequence(const double* state);           // one state to latent + predictive
+  void ObserveSequence(const double* state);           // one state to latent + predictive + lags
+  void SyncLagBasis();                                 // lag basis follows the spectral epoch
   uint64_t SamplesLocked() const;                      // requires learner_mu_ held
   void SetPending(uint64_t sequence);                  // 0: none in flight
 
@@ -217,6 +220,10 @@ class Model {
   // Prequential score of the view `prequential_view_` on the pairs since it was installed.
   std::unique_ptr<PrequentialVampE> prequential_;
   uint64_t prequential_view_ = 0;
+  // Lagged moments and counts for lag scans, CK tests and error bars (docs/algorithms.md §8):
+  // discrete models with num_states <= kMaxLagStates, continuous ones once sigma is known.
+  // Trajectory states feed every lag (episode rule above); unordered pairs feed lag 1.
+  std::unique_ptr<LagStatistics> lags_;
   // Episode rule (see Ingest): identity and last state of the last trajectory batch applied.
   bool episode_open_ = false;
   std::string episode_producer_, episode_id_;

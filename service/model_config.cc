@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "service/lags.h"
 
 namespace cmestream::service {
 namespace {
@@ -167,6 +168,7 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in,
 
   absl::Status views = NormalizeViewFields(c);
   if (!views.ok()) return views;
+  if (absl::Status lags = NormalizeLags(c); !lags.ok()) return lags;
   if (discrete) return c;  // no CME: its fields carry their defaults but are not used
 
   // Last line of defense: whatever the core learner itself requires.

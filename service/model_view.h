@@ -24,6 +24,7 @@
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/spectral_estimate.h"
+#include "service/lags.h"
 
 namespace cmestream::service {
 
@@ -97,6 +98,7 @@ struct ModelView {
   SubView<AggregationView> aggregation;
   SubView<LatentModel> latent;
   SubView<PredictiveStateModel> predictive;
+  SubView<LagsView> lags;  // lag scans and CK tests (service/lags.h)
 
   v1::ViewInfo Info() const {
     v1::ViewInfo info;

@@ -462,4 +462,36 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
   return call.Finish(absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* QueryServiceImpl::GetTimescales(grpc::CallbackServerContext* ctx,
+                                                          const v1::TimescalesRequest* req,
+                                                          v1::TimescalesResponse* resp) {
+  UnaryCall call(ctx, metrics_, "GetTimescales");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  if (!model.ok()) return call.Finish(model.status());
+  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
+  if (!view.ok()) return call.Finish(view.status());
+  absl::StatusOr<std::shared_ptr<const LagsView>> lags = Require(**model, (*view)->lags, "timescales");
+  if (!lags.ok()) return call.Finish(lags.status());
+  *resp->mutable_view() = (*view)->Info();
+  return call.Finish(FillTimescales(req->model(), **lags, resp));
+}
+
+grpc::ServerUnaryReactor* QueryServiceImpl::CkTest(grpc::CallbackServerContext* ctx, const v1::CkTestRequest* req,
+                                                   v1::CkTestResponse* resp) {
+  UnaryCall call(ctx, metrics_, "CkTest");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  if (!model.ok()) return call.Finish(model.status());
+  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
+  if (!view.ok()) return call.Finish(view.status());
+  absl::StatusOr<std::shared_ptr<const LagsView>> lags = Require(**model, (*view)->lags, "CK test");
+  if (!lags.ok()) return call.Finish(lags.status());
+  // Cost: (blocks + 1) K^k products of a <= 33 x 33 matrix per lag, plus a k-means over the
+  // view's representatives when another number of clusters is asked for (bounded by max_dict).
+  *resp->mutable_view() = (*view)->Info();
+  return call.Finish(FillCkTest(req->model(), (*model)->config(), **lags, **view, req->clusters(), req->steps(),
+                                req->lag(), resp));
+}
+
 }  // namespace cmestream::service

@@ -426,6 +426,26 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
     BuildPredictive(config, *snap, *view);
   }
 
+  // Lag scans and the CK test (after the clusters, whose sets the CK test uses).
+  if (snap->lags) {
+    Timed(model, "lags", [&] {
+      auto lags = std::make_shared<LagsView>();
+      BuildLags(config, *snap->lags, *view, *lags);
+      const std::optional<LagTimescales>& primary = lags->koopman ? lags->koopman : lags->counts;
+      const std::optional<CkTest>& ck = lags->ck_koopman ? lags->ck_koopman : lags->ck_counts;
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      if (primary) {
+        model.metrics().OnLags(primary->lags, primary->timescales, primary->stderrs, ck ? ck->max_deviation : nan,
+                               ck ? ck->max_deviation_stderr : nan);
+      }
+      if (!primary) view->lags.error = lags->error;
+      view->lags.value = std::move(lags);
+    });
+  } else {
+    view->lags.error = HasLagStatistics(config)
+                           ? "no lag statistics yet (continuous models start them once sigma is known)"
+                           : absl::StrCat("lag statistics are off for discrete models with num_states > ", kMaxLagStates);
+  }
   const std::shared_ptr<const ModelView> previous = model.view();
   bool install_scorer = false;
   if (cme) {

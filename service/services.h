@@ -95,6 +95,11 @@ class QueryServiceImpl final : public v1::QueryService::CallbackService {
                                       v1::LatentResponse* resp) override;
   grpc::ServerUnaryReactor* Forecast(grpc::CallbackServerContext* ctx, const v1::ForecastRequest* req,
                                      v1::ForecastResponse* resp) override;
+  // Lag scans and CK tests (service/lags.h); computed from the latest view.
+  grpc::ServerUnaryReactor* GetTimescales(grpc::CallbackServerContext* ctx, const v1::TimescalesRequest* req,
+                                          v1::TimescalesResponse* resp) override;
+  grpc::ServerUnaryReactor* CkTest(grpc::CallbackServerContext* ctx, const v1::CkTestRequest* req,
+                                   v1::CkTestResponse* resp) override;
 
  private:
   ModelRegistry& registry_;

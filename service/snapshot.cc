@@ -15,6 +15,7 @@
 #include "core/io/binary_io.h"
 #include "service/crc32c.h"
 #include "service/file_util.h"
+#include "service/lags.h"
 #include "service/manifest.h"
 #include "service/wire_limits.h"
 
@@ -28,7 +29,9 @@ constexpr uint32_t kFormatVersion = 1;
 // MODL object version: 2 adds the spectral moments after the predictive
 // accumulator. Version 1 objects load with a fresh spectral accumulator (its first epoch
 // starts at the next pair; the spectrum serves once that epoch has data).
-constexpr uint32_t kModelVersion = 2;
+// Version 3 adds the lag statistics (docs/algorithms.md §10) after the spectral moments;
+// version 1 and 2 objects load with fresh, empty lag statistics.
+constexpr uint32_t kModelVersion = 3;
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;
@@ -211,6 +214,8 @@ void WriteModelBody(io::Writer& w, const Model& m, const ModelSnapshotCodec::Acc
   if (*a.predictive) (*a.predictive)->Serialize(w);
   w.Bool(*a.spectral != nullptr);
   if (*a.spectral) (*a.spectral)->Serialize(w);
+  w.Bool(*a.lags != nullptr);
+  if (*a.lags) (*a.lags)->Serialize(w);
 }
 
 }  // namespace
@@ -235,6 +240,7 @@ ModelSnapshotCodec::Access ModelSnapshotCodec::AccessOf(Model& m) {
   a.latent = &m.latent_;
   a.predictive = &m.predictive_;
   a.spectral = &m.spectral_;
+  a.lags = &m.lags_;
   return a;
 }
 
@@ -364,6 +370,20 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
     m.spectral_ = std::make_unique<SpectralMoments>(*std::move(spectral));
   } else if (m.cme_) {
     m.spectral_ = std::make_unique<SpectralMoments>(SpectralOptionsFor(*config, m.cme_->options().sigma));
+  }
+  // Lag statistics: the fresh model created them for a discrete model or a fixed sigma.
+  m.lags_.reset();
+  if (version >= 3 && r.Bool("model has lag statistics")) {
+    absl::StatusOr<LagStatistics> lags = LagStatistics::Deserialize(r);
+    if (!lags.ok()) return lags.status();
+    const LagStatistics::Options want = LagOptionsFor(*config, m.cme_ ? m.cme_->options().sigma : 0);
+    if (lags->options().lags != want.lags || lags->options().dim != want.dim ||
+        lags->options().num_states != want.num_states) {
+      return r.Fail("model lag statistics do not match its config (lags, dim or num_states)");
+    }
+    m.lags_ = std::make_unique<LagStatistics>(*std::move(lags));
+  } else if (version < 3 && HasLagStatistics(*config) && (discrete || m.cme_)) {
+    m.lags_ = std::make_unique<LagStatistics>(LagOptionsFor(*config, m.cme_ ? m.cme_->options().sigma : 0));
   }
   if (!r.EndObject("model")) return r.status();
 

@@ -110,6 +110,7 @@ class ModelSnapshotCodec {
     const std::unique_ptr<MultiViewAccumulator>* latent;
     const std::unique_ptr<PredictiveStateAccumulator>* predictive;
     const std::unique_ptr<SpectralMoments>* spectral;
+    const std::unique_ptr<LagStatistics>* lags;
   };
   static Access AccessOf(Model& model);
   // Decodes one MODL object into a new Model (not registered). `rename` (non-empty) replaces

@@ -34,6 +34,12 @@ int Aggregation(Context& ctx, const Args& args);
 int Latent(Context& ctx, const Args& args);
 int Forecast(Context& ctx, const Args& args);
 
+// commands_lags.cc: lag scans and CK tests (docs/user-guide.md "Lag times and the CK test")
+extern const char kTimescalesUsage[];
+extern const char kCkTestUsage[];
+int Timescales(Context& ctx, const Args& args);
+int CkTest(Context& ctx, const Args& args);
+
 // commands_simulate.cc
 int Simulate(const Args& args);
 

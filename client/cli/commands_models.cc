@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/commands.h"
 #include "client/cli/context.h"
 #include "client/cli/csv.h"
@@ -94,6 +95,18 @@ int ModelCreate(Context& ctx, const Args& args) {
   uint("window", UINT32_MAX, [&](uint64_t v) { config.set_window(static_cast<uint32_t>(v)); });
   num("ridge1", [&](double v) { config.set_ridge_stage1(v); });
   num("ridge2", [&](double v) { config.set_ridge_stage2(v); });
+  if (auto v = args.Value("lags"); v && bad.ok()) {
+    // Comma-separated integers; their range and order are checked by the daemon
+    // (INVALID_ARGUMENT naming the problem), so the rule lives in one place.
+    for (absl::string_view part : absl::StrSplit(*v, ',')) {
+      int64_t lag = 0;
+      if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &lag) || lag < INT32_MIN || lag > INT32_MAX) {
+        bad = absl::InvalidArgumentError(absl::StrCat("--lags: expected comma-separated integers, got '", *v, "'"));
+        break;
+      }
+      config.add_lags(static_cast<int32_t>(lag));
+    }
+  }
   if (!bad.ok()) return FailUsage("model create", bad.message());
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model create", s.message());
   auto info = ctx.client->CreateModel(config);

@@ -53,6 +53,9 @@ commands:
                                         metastable clusters, coarse-grained chain, timescales
   aggregation NAME [--json]             soft state aggregation (U, V, anchors, partition)
   latent NAME [--points FILE] [--json]  latent-state weights, densities, posteriors
+  timescales NAME [--json]              implied timescales at every lag, with standard errors
+  cktest NAME [--clusters K] [--steps S] [--lag L] [--json]
+                                        Chapman-Kolmogorov test on the metastable sets
   forecast NAME --window FILE [--horizon H] [--json]
                                         predictive-state forecast after a recent window
   simulate SYSTEM [options]             write simulated data as CSV (no server needed):
@@ -100,6 +103,9 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --window L           history/future window length k (needs --trajectory ingestion)
   --ridge1 X           stage-1 ridge lambda1 (default 1e-3)
   --ridge2 Y           stage-2 ridge lambda2 (default 1e-6)
+ lag times, CK tests and error bars (docs/algorithms.md section 8):
+  --lags L1,L2,...     lags in samples, strictly increasing, each 1..1000, at most 16
+                       (default 1); trajectory ingestion feeds every lag, pairs only lag 1
   --json               print the created model as JSON
 )";
 

@@ -125,7 +125,7 @@ int Run(int argc, char** argv) {
                      "warmup", "refresh-interval", "refresh-every", "step-decay",
                      "step-decay-power", "states", "forgetting", "rff", "rank", "clusters",
                      "meta", "anchor-threshold", "vertex-hunting", "latent", "tensor-restarts",
-                     "tensor-iterations", "reservoir", "window", "ridge1", "ridge2"};
+                     "tensor-iterations", "reservoir", "window", "ridge1", "ridge2", "lags"};
       spec.switches = {"averaging", "json"};
     } else if (command == "model describe" || command == "model list") {
       usage = command == "model describe" ? kDescribeUsage : kListUsage;
@@ -167,6 +167,13 @@ int Run(int argc, char** argv) {
     usage = command == "embedding" ? kEmbeddingUsage
             : command == "clusters" ? kClustersUsage : kLatentUsage;
     spec.values = {"points"};
+    spec.switches = {"json"};
+  } else if (command == "timescales") {
+    usage = kTimescalesUsage;
+    spec.switches = {"json"};
+  } else if (command == "cktest") {
+    usage = kCkTestUsage;
+    spec.values = {"clusters", "steps", "lag"};
     spec.switches = {"json"};
   } else if (command == "forecast") {
     usage = kForecastUsage;
@@ -242,6 +249,8 @@ int Run(int argc, char** argv) {
   if (command == "aggregation") return Aggregation(ctx, *args);
   if (command == "latent") return Latent(ctx, *args);
   if (command == "forecast") return Forecast(ctx, *args);
+  if (command == "timescales") return Timescales(ctx, *args);
+  if (command == "cktest") return CkTest(ctx, *args);
   if (command == "snapshot") return Snapshot(ctx, *args);
   if (command == "export") return Export(ctx, *args);
   if (command == "import") return Import(ctx, *args);

@@ -618,4 +618,20 @@ absl::StatusOr<v1::ForecastResponse> Client::Forecast(const std::string& model,
   return Query<v1::ForecastResponse>(&v1::QueryService::Stub::Forecast, request);
 }
 
+absl::StatusOr<v1::TimescalesResponse> Client::Timescales(const std::string& model) {
+  v1::TimescalesRequest request;
+  request.set_model(model);
+  return Query<v1::TimescalesResponse>(&v1::QueryService::Stub::GetTimescales, request);
+}
+
+absl::StatusOr<v1::CkTestResponse> Client::CkTest(const std::string& model, uint32_t clusters, uint32_t steps,
+                                                  uint32_t lag) {
+  v1::CkTestRequest request;
+  request.set_model(model);
+  request.set_clusters(clusters);
+  request.set_steps(steps);
+  request.set_lag(lag);
+  return Query<v1::CkTestResponse>(&v1::QueryService::Stub::CkTest, request);
+}
+
 }  // namespace cmestream::client

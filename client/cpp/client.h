@@ -215,6 +215,11 @@ class Client {
                                                 absl::Span<const double> window,
                                                 absl::Span<const int64_t> window_ids,
                                                 uint32_t horizon);
+  // Implied timescales at every lag of the model with jackknife standard errors.
+  absl::StatusOr<v1::TimescalesResponse> Timescales(const std::string& model);
+  // CK test: clusters / steps / lag 0 mean the model's clusters, every step, its first lag.
+  absl::StatusOr<v1::CkTestResponse> CkTest(const std::string& model, uint32_t clusters = 0, uint32_t steps = 0,
+                                            uint32_t lag = 0);
 
   const ClientOptions& options() const { return options_; }
 

@@ -16,8 +16,9 @@ CmestreamError (gRPC code + message). The generated gRPC stubs are `cmestream.v1
 Install: `pip install --no-deps --no-build-isolation ./client/python` (needs Debian's protoc,
 grpc_python_plugin, python3-grpcio, python3-protobuf, python3-numpy; see client/python/README.md).
 """
-from .client import (AggregationResult, Client, ClustersResult, CmestreamError, CountsResult,
-                     EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LatentResult)
+from .client import (AggregationResult, CkResult, CkTestResult, Client, ClustersResult,
+                     CmestreamError, CountsResult, EmbeddingResult, ForecastResult, IngestResult,
+                     KoopmanResult, LagScan, LatentResult, TimescalesResult)
 from .model import Model
 from .sharded import ShardedClient
 from . import placement
@@ -26,4 +27,4 @@ __version__ = "0.1.0"  # = project(cmestream VERSION) in CMakeLists.txt (a test 
 
 __all__ = ["AggregationResult", "Client", "ClustersResult", "CmestreamError", "CountsResult",
            "EmbeddingResult", "ForecastResult", "IngestResult", "KoopmanResult", "LatentResult",
-           "Model", "ShardedClient", "placement", "__version__"]
+           "LagScan", "TimescalesResult", "CkResult", "CkTestResult", "Model", "ShardedClient", "placement", "__version__"]

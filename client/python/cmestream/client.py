@@ -136,6 +136,82 @@ class ForecastResult:
     samples: int
 
 
+@dataclasses.dataclass
+class LagScan:
+    """Implied timescales against lag (units of dt, slowest first, stationary mode left out)."""
+    lags: np.ndarray          # (L,)
+    timescales: np.ndarray    # (L, n) NaN: undefined, inf: |mu| >= 1
+    stderr: np.ndarray        # (L, n) jackknife standard errors
+    samples: np.ndarray       # (L,) pairs per lag
+    blocks: int
+
+
+@dataclasses.dataclass
+class TimescalesResult:
+    estimator: str            # the primary scan: "koopman" (continuous) or "counts"
+    koopman: Optional[LagScan]
+    counts: LagScan
+    dt: float
+    view_version: int
+    samples: int
+
+    @property
+    def primary(self) -> LagScan:
+        return self.koopman if self.estimator == "koopman" and self.koopman else self.counts
+
+
+@dataclasses.dataclass
+class CkResult:
+    """Chapman-Kolmogorov test: predicted T(lag)^k vs estimated T(k lag), per step k."""
+    lag: int
+    clusters: int
+    steps: np.ndarray             # (S,) k
+    predicted: np.ndarray         # (S, K, K)
+    estimated: np.ndarray         # (S, K, K)
+    stderr: np.ndarray            # (S, K, K) of estimated
+    predicted_stderr: np.ndarray  # (S, K, K)
+    max_deviation: float
+    max_deviation_stderr: float
+    blocks: int
+
+
+@dataclasses.dataclass
+class CkTestResult:
+    estimator: str
+    koopman: Optional[CkResult]
+    counts: CkResult
+    view_version: int
+    samples: int
+
+    @property
+    def primary(self) -> CkResult:
+        return self.koopman if self.estimator == "koopman" and self.koopman else self.counts
+
+
+def _lag_scan(s) -> LagScan:
+    n = max((len(r.timescales) for r in s.per_lag), default=0)
+    return LagScan(lags=np.array(s.lags, dtype=np.int64),
+                   timescales=np.array([list(r.timescales) for r in s.per_lag],
+                                       dtype=np.float64).reshape(len(s.per_lag), n),
+                   stderr=np.array([list(r.stderr) for r in s.per_lag],
+                                   dtype=np.float64).reshape(len(s.per_lag), n),
+                   samples=np.array([r.samples for r in s.per_lag], dtype=np.float64),
+                   blocks=s.blocks)
+
+
+def _ck_result(c) -> CkResult:
+    k = c.clusters
+    s = len(c.steps)
+
+    def cube(field):
+        return np.array([list(getattr(st, field)) for st in c.steps],
+                        dtype=np.float64).reshape(s, k, k)
+    return CkResult(lag=c.lag, clusters=k, steps=np.array([st.steps for st in c.steps], dtype=np.int64),
+                    predicted=cube("predicted"), estimated=cube("estimated"), stderr=cube("stderr"),
+                    predicted_stderr=cube("predicted_stderr"), max_deviation=c.max_deviation,
+                    max_deviation_stderr=c.max_deviation_stderr, blocks=c.blocks)
+
+
 def _real_array(values, what: str) -> np.ndarray:
     """values as a float64 array; ValueError unless they are real numbers (ints, floats)."""
     a = np.asarray(values)
@@ -641,3 +717,22 @@ class Client:
             distribution=dist.reshape(horizon, -1) if dist.size else np.zeros((horizon, 0)),
             state=np.array(r.state, dtype=np.float64),
             view_version=r.view.version, samples=r.view.samples)
+
+    def timescales(self, model: str) -> TimescalesResult:
+        """Implied timescales at every lag of the model (create with lags=[1, 2, 5, 10]) with
+        jackknife standard errors over contiguous time blocks (docs/algorithms.md section 8)."""
+        r = self._call(self._queries.GetTimescales, pb.TimescalesRequest(model=model))
+        return TimescalesResult(estimator=r.estimator,
+                                koopman=_lag_scan(r.koopman) if r.HasField("koopman") else None,
+                                counts=_lag_scan(r.counts), dt=r.dt,
+                                view_version=r.view.version, samples=r.view.samples)
+
+    def cktest(self, model: str, clusters: int = 0, steps: int = 0, lag: int = 0) -> CkTestResult:
+        """Chapman-Kolmogorov test on the metastable sets (0 = the model's clusters, every
+        step, its first lag) for the Koopman model and the count chain."""
+        r = self._call(self._queries.CkTest,
+                       pb.CkTestRequest(model=model, clusters=clusters, steps=steps, lag=lag))
+        return CkTestResult(estimator=r.estimator,
+                            koopman=_ck_result(r.koopman) if r.HasField("koopman") else None,
+                            counts=_ck_result(r.counts),
+                            view_version=r.view.version, samples=r.view.samples)
