@@ -18,7 +18,9 @@ const char kMainUsage[] = R"(usage: cmestream [--server HOST[:PORT]] [--timeout 
 Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051; a server
 without a port means port 50051. Several daemons: --server ID=HOST:PORT,ID=HOST:PORT,... (or
 HOST:PORT,HOST:PORT,...): each model's calls go to its owner by rendezvous hashing of the name
-over the IDs (as cmestream.ShardedClient in Python); `model list` lists every daemon's models. `cmestream --version` prints the version and build commit.
+over the IDs (as cmestream.ShardedClient in Python); `model list` lists every daemon's models. A
+sharded daemon's redirect to a model's owner is followed once. `cmestream --version` prints the
+version and build commit.
 --timeout is the deadline of each request in seconds (default 30).
 --tls-ca FILE: connect with TLS, trusting this PEM CA; --tls-cert/--tls-key: PEM client certificate
 and key (daemons started with --tls-client-ca). --token-file FILE: bearer token (first line);
