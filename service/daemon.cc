@@ -141,6 +141,7 @@ absl::Status DaemonOptions::Validate() const {
   }
   if (absl::Status s = limits.Validate(); !s.ok()) return s;
   if (absl::Status s = security.Validate(); !s.ok()) return s;
+  if (absl::Status s = shard.Validate(); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -160,6 +161,7 @@ struct Daemon::Impl {
   std::unique_ptr<SnapshotManager> snapshots;  // refers to registry, wal, manifest and snapshot_metrics
   std::unique_ptr<RefreshScheduler> scheduler;
   std::unique_ptr<Ingestor> ingestor;
+  std::unique_ptr<Ownership> ownership;  // null: not sharded, every model is ours
   std::unique_ptr<ModelServiceImpl> model_service;
   std::unique_ptr<IngestServiceImpl> ingest_service;
   std::unique_ptr<QueryServiceImpl> query_service;
@@ -377,10 +379,18 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
       options.ingest_threads > 0 ? options.ingest_threads
                                  : IngestPool::DefaultThreads(options.wal_sync == WalSync::kAlways));
   const TokenAuthenticator* auth = impl->auth.get();
-  impl->model_service =
-      std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics, auth, impl->snapshots.get(), defaults);
-  impl->ingest_service = std::make_unique<IngestServiceImpl>(*impl->registry, *impl->ingestor, impl->metrics, auth);
-  impl->query_service = std::make_unique<QueryServiceImpl>(*impl->registry, *impl->scheduler, impl->metrics, auth);
+  if (options.shard.enabled()) {
+    impl->ownership = std::make_unique<Ownership>(options.shard);
+    std::cerr << "cmestreamd: pod " << options.shard.self << " of " << options.shard.peers.size()
+              << " (--shard-peers): calls for models another pod owns get FAILED_PRECONDITION naming it\n";
+  }
+  const Ownership* ownership = impl->ownership.get();
+  impl->model_service = std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics, auth,
+                                                           impl->snapshots.get(), defaults, ownership);
+  impl->ingest_service =
+      std::make_unique<IngestServiceImpl>(*impl->registry, *impl->ingestor, impl->metrics, auth, ownership);
+  impl->query_service =
+      std::make_unique<QueryServiceImpl>(*impl->registry, *impl->scheduler, impl->metrics, auth, ownership);
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(serve_address, *credentials, &impl->grpc_port);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "service/ownership.h"
 #include "service/limits.h"
 #include "service/wal_options.h"
 #include "service/tls.h"
@@ -39,6 +40,8 @@ struct DaemonOptions {
   RecoveryOptions recovery;                        // --accept-data-loss, --recover-from
   int ingest_threads = 0;                          // --ingest-threads, 0..1024; 0 = the cores
                                                    // (x4 with --wal-sync always): IngestPool
+  ShardOptions shard;                              // --shard-self, --shard-peers (ownership.h);
+                                                   // off: this daemon owns every model
 
   // OK or InvalidArgument naming the flag and the expected value.
   absl::Status Validate() const;

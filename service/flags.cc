@@ -59,6 +59,16 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       SecurityOptions& sec = o.security;
       (name == "--tls-cert" ? sec.tls_cert : name == "--tls-key" ? sec.tls_key
                           : name == "--tls-client-ca" ? sec.tls_client_ca : sec.auth_tokens) = *v;
+    } else if (name == "--shard-self") {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      o.shard.self = *v;
+    } else if (name == "--shard-peers") {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      absl::StatusOr<std::vector<std::pair<std::string, std::string>>> peers = ParsePeers(*v);
+      if (!peers.ok()) return peers.status();
+      o.shard.peers = *std::move(peers);
     } else if (name == "--max-batch-pairs") {
       s = integer(&o.limits.max_batch_pairs);
     } else if (name == "--max-models") {

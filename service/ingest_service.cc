@@ -14,8 +14,9 @@ namespace {
 // worker's callback always finds it (and batch_, which the queued batch aliases, unchanged).
 class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
  public:
-  IngestReactor(grpc::CallbackServerContext* ctx, Ingestor& ingestor, Metrics& metrics, absl::Status access)
-      : ctx_(ctx), ingestor_(ingestor), metrics_(metrics) {
+  IngestReactor(grpc::CallbackServerContext* ctx, Ingestor& ingestor, Metrics& metrics, absl::Status access,
+                const Ownership* ownership)
+      : ctx_(ctx), ingestor_(ingestor), metrics_(metrics), ownership_(ownership) {
     if (!access.ok()) {  // refused before reading anything (auth.h)
       metrics_.ObserveRpc("Ingest", 0, static_cast<int>(access.code()));
       Finish(ToGrpcStatus(access));
@@ -30,6 +31,12 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
       return;
     }
     const auto start = std::chrono::steady_clock::now();
+    if (ownership_ != nullptr) {  // a batch for a model another pod owns ends the stream (ownership.h)
+      if (absl::Status s = ownership_->Check(batch_.model(), *ctx_); !s.ok()) {
+        OnApplied(start, s);
+        return;
+      }
+    }
     ingestor_.Submit(batch_, next_index_, [this, start](absl::StatusOr<v1::IngestAck> ack) { OnApplied(start, std::move(ack)); });
   }
 
@@ -61,6 +68,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
   grpc::CallbackServerContext* ctx_;
   Ingestor& ingestor_;
   Metrics& metrics_;
+  const Ownership* ownership_;
   v1::IngestBatch batch_;
   v1::IngestAck ack_;
   uint64_t next_index_ = 0;
@@ -69,13 +77,14 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
 }  // namespace
 
 grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestServiceImpl::Ingest(grpc::CallbackServerContext* ctx) {
-  return new IngestReactor(ctx, ingestor_, metrics_, Authorize(auth_, *ctx, "Ingest"));
+  return new IngestReactor(ctx, ingestor_, metrics_, Authorize(auth_, *ctx, "Ingest"), ownership_);
 }
 
 grpc::ServerUnaryReactor* IngestServiceImpl::IngestOne(grpc::CallbackServerContext* ctx, const v1::IngestBatch* req,
                                                        v1::IngestAck* resp) {
   UnaryCall call(ctx, metrics_, "IngestOne");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   // Finished from the pool worker once the batch is durable and applied (req and resp live
   // until Finish).
   ingestor_.Submit(*req, 0, [call, resp](absl::StatusOr<v1::IngestAck> ack) mutable {
@@ -89,6 +98,7 @@ grpc::ServerUnaryReactor* IngestServiceImpl::GetProducer(grpc::CallbackServerCon
                                                          const v1::GetProducerRequest* req, v1::ProducerStatus* resp) {
   UnaryCall call(ctx, metrics_, "GetProducer");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (model.ok()) {
     resp->set_model(req->model());

@@ -8,6 +8,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::CreateModel(grpc::CallbackServerCont
                                                         const v1::CreateModelRequest* req, v1::ModelInfo* resp) {
   UnaryCall call(ctx, metrics_, "CreateModel");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->config().name()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Create(req->config());
   if (model.ok()) *resp = (*model)->Describe();
   return call.Finish(model.status());
@@ -17,6 +18,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
                                                      v1::ModelInfo* resp) {
   UnaryCall call(ctx, metrics_, "GetModel");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->name(), /*allow_override=*/true); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->name());
   if (model.ok()) *resp = (*model)->Describe();
   if (model.ok() && req->with_state_digest()) resp->set_state_digest((*model)->StateDigest());
@@ -35,6 +37,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerCont
                                                         const v1::DeleteModelRequest* req, v1::DeleteModelResponse*) {
   UnaryCall call(ctx, metrics_, "DeleteModel");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->name(), /*allow_override=*/true); !s.ok()) return call.Finish(s);
   return call.Finish(registry_.Delete(req->name()));
 }
 
@@ -57,6 +60,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ExportModel(grpc::CallbackServerCont
                                                         v1::ExportModelResponse* resp) {
   UnaryCall call(ctx, metrics_, "ExportModel");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->name(), /*allow_override=*/true); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->name());
   if (!model.ok()) return call.Finish(model.status());
   resp->set_data(service::ExportModel(**model));
@@ -67,6 +71,13 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ImportModel(grpc::CallbackServerCont
                                                         const v1::ImportModelRequest* req, v1::ModelInfo* resp) {
   UnaryCall call(ctx, metrics_, "ImportModel");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  // Ownership is checked before the bytes are read, so a sharded daemon needs the name here.
+  if (ownership_ != nullptr && ownership_->options().enabled() && req->name().empty()) {
+    return call.Finish(absl::InvalidArgumentError(
+        "ImportModel: this daemon is one of several pods (--shard-self): give the name to import under, so that "
+        "its owner can be checked"));
+  }
+  if (absl::Status s = call.Owns(ownership_, req->name(), /*allow_override=*/true); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = service::ImportModel(req->data(), req->name(), registry_, defaults_);
   if (!model.ok()) return call.Finish(model.status());
   // The import was logged as a WAL record before the model became visible (ImportModel), so

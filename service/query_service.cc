@@ -165,6 +165,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
                                                     v1::RefreshResponse* resp) {
   auto call = std::make_shared<UnaryCall>(ctx, metrics_, "Refresh");
   if (absl::Status s = call->Authorize(auth_); !s.ok()) return call->Finish(s);
+  if (absl::Status s = call->Owns(ownership_, req->model()); !s.ok()) return call->Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> found = registry_.Get(req->model());
   if (!found.ok()) return call->Finish(found.status());
   std::shared_ptr<Model> model = *std::move(found);
@@ -205,6 +206,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
                                                        v1::KoopmanResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetKoopman");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   const uint32_t top = req->top() == 0 ? kDefaultTop : req->top();
@@ -249,6 +251,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext*
                                                     v1::PredictResponse* resp) {
   UnaryCall call(ctx, metrics_, "Predict");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<int64_t> n = CheckPoints(req->points(), **model);
@@ -274,6 +277,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetDictionary(grpc::CallbackServerCo
                                                           const v1::DictionaryRequest* req, v1::DictionaryResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetDictionary");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<std::shared_ptr<const ModelView>> view = RequireView(**model);
@@ -291,6 +295,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetCounts(grpc::CallbackServerContex
                                                       v1::CountsResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetCounts");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
@@ -317,6 +322,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetEmbedding(grpc::CallbackServerCon
                                                          const v1::EmbeddingRequest* req, v1::EmbeddingResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetEmbedding");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
@@ -340,6 +346,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetClusters(grpc::CallbackServerCont
                                                         const v1::ClustersRequest* req, v1::ClustersResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetClusters");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
@@ -381,6 +388,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetAggregation(grpc::CallbackServerC
                                                            v1::AggregationResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetAggregation");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
@@ -409,6 +417,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContex
                                                       v1::LatentResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetLatent");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
@@ -438,6 +447,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
                                                      v1::ForecastResponse* resp) {
   UnaryCall call(ctx, metrics_, "Forecast");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
   absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
   if (!model.ok()) return call.Finish(model.status());
   const uint32_t horizon = req->horizon() == 0 ? 1 : req->horizon();

@@ -10,6 +10,7 @@
 #include "service/auth.h"
 #include "service/limits.h"
 #include "service/metrics.h"
+#include "service/ownership.h"
 #include "service/status.h"
 
 namespace cmestream::service {
@@ -27,6 +28,13 @@ class UnaryCall {
   // scope this method requires. Handlers call it first: `if (auto s = call.Authorize(auth_);
   // !s.ok()) return call.Finish(s);`
   absl::Status Authorize(const TokenAuthenticator* auth) const { return service::Authorize(auth, *ctx_, method_); }
+
+  // Whether this daemon serves `model` (ownership.h): OK, or FAILED_PRECONDITION naming the
+  // owner with the `cmestream-owner` trailer set. `ownership` null: owns everything.
+  // `allow_override`: the rebalancer's `cmestream-placement: ignore` header is honored.
+  absl::Status Owns(const Ownership* ownership, const std::string& model, bool allow_override = false) const {
+    return ownership == nullptr ? absl::OkStatus() : ownership->Check(model, *ctx_, allow_override);
+  }
 
   // Finishes the call (exactly once). Safe to call from any thread.
   grpc::ServerUnaryReactor* Finish(const absl::Status& status) {

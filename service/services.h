@@ -12,6 +12,7 @@
 #include "service/auth.h"
 #include "service/ingestor.h"
 #include "service/metrics.h"
+#include "service/ownership.h"
 #include "service/refresh.h"
 #include "service/registry.h"
 #include "service/snapshot.h"
@@ -24,8 +25,10 @@ class ModelServiceImpl final : public v1::ModelService::CallbackService {
   // `snapshots` null: Snapshot answers FAILED_PRECONDITION and ImportModel does not snapshot
   // (in-process tests without a data dir). `defaults` re-normalize imported configs.
   ModelServiceImpl(ModelRegistry& registry, Metrics& metrics, const TokenAuthenticator* auth = nullptr,
-                   SnapshotManager* snapshots = nullptr, ConfigDefaults defaults = {})
-      : registry_(registry), metrics_(metrics), auth_(auth), snapshots_(snapshots), defaults_(defaults) {}
+                   SnapshotManager* snapshots = nullptr, ConfigDefaults defaults = {},
+                   const Ownership* ownership = nullptr)
+      : registry_(registry), metrics_(metrics), auth_(auth), snapshots_(snapshots), defaults_(defaults),
+        ownership_(ownership) {}
   grpc::ServerUnaryReactor* CreateModel(grpc::CallbackServerContext* ctx, const v1::CreateModelRequest* req,
                                         v1::ModelInfo* resp) override;
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* ctx, const v1::GetModelRequest* req,
@@ -50,13 +53,14 @@ class ModelServiceImpl final : public v1::ModelService::CallbackService {
   const TokenAuthenticator* auth_;
   SnapshotManager* snapshots_;
   const ConfigDefaults defaults_;
+  const Ownership* ownership_;  // null: this daemon owns every model (ownership.h)
 };
 
 class IngestServiceImpl final : public v1::IngestService::CallbackService {
  public:
   IngestServiceImpl(ModelRegistry& registry, Ingestor& ingestor, Metrics& metrics,
-                    const TokenAuthenticator* auth = nullptr)
-      : registry_(registry), ingestor_(ingestor), metrics_(metrics), auth_(auth) {}
+                    const TokenAuthenticator* auth = nullptr, const Ownership* ownership = nullptr)
+      : registry_(registry), ingestor_(ingestor), metrics_(metrics), auth_(auth), ownership_(ownership) {}
   grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* Ingest(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* IngestOne(grpc::CallbackServerContext* ctx, const v1::IngestBatch* req,
                                       v1::IngestAck* resp) override;
@@ -68,13 +72,14 @@ class IngestServiceImpl final : public v1::IngestService::CallbackService {
   Ingestor& ingestor_;
   Metrics& metrics_;
   const TokenAuthenticator* auth_;
+  const Ownership* ownership_;
 };
 
 class QueryServiceImpl final : public v1::QueryService::CallbackService {
  public:
   QueryServiceImpl(ModelRegistry& registry, RefreshScheduler& scheduler, Metrics& metrics,
-                   const TokenAuthenticator* auth = nullptr)
-      : registry_(registry), scheduler_(scheduler), metrics_(metrics), auth_(auth) {}
+                   const TokenAuthenticator* auth = nullptr, const Ownership* ownership = nullptr)
+      : registry_(registry), scheduler_(scheduler), metrics_(metrics), auth_(auth), ownership_(ownership) {}
   grpc::ServerUnaryReactor* Refresh(grpc::CallbackServerContext* ctx, const v1::RefreshRequest* req,
                                     v1::RefreshResponse* resp) override;
   grpc::ServerUnaryReactor* GetKoopman(grpc::CallbackServerContext* ctx, const v1::KoopmanRequest* req,
@@ -106,6 +111,7 @@ class QueryServiceImpl final : public v1::QueryService::CallbackService {
   RefreshScheduler& scheduler_;
   Metrics& metrics_;
   const TokenAuthenticator* auth_;
+  const Ownership* ownership_;
 };
 
 }  // namespace cmestream::service

@@ -140,17 +140,9 @@ int ModelDescribe(Context& ctx, const Args& args) {
 int ModelList(Context& ctx, const Args& args) {
   if (!args.positional.empty()) return FailUsage("model list", "takes no arguments");
   // One daemon, or every daemon of a --server list.
-  std::vector<std::string> targets;
-  for (const auto& [id, target] : ctx.pods) targets.push_back(target);
-  if (targets.empty()) targets.push_back(ctx.server);
-  absl::StatusOr<std::vector<v1::ModelInfo>> models = std::vector<v1::ModelInfo>();
-  for (const std::string& target : targets) {
-    ctx.server = target;
-    if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model list", s.message());
-    auto some = ctx.client->List();
-    if (!some.ok()) return Fail("model list " + target, some.status());
-    models->insert(models->end(), some->begin(), some->end());
-  }
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model list", s.message());
+  absl::StatusOr<std::vector<v1::ModelInfo>> models = ctx.cluster->List();
+  if (!models.ok()) return Fail("model list", models.status());
   if (args.Has("json")) {
     JsonWriter w;
     w.BeginObject().Key("models").BeginArray();

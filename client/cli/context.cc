@@ -9,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/cpp/placement.h"
 
 namespace cmestream::cli {
 
@@ -19,7 +18,9 @@ const char kMainUsage[] = R"(usage: cmestream [--server HOST[:PORT]] [--timeout 
 Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051; a server
 without a port means port 50051. Several daemons: --server ID=HOST:PORT,ID=HOST:PORT,... (or
 HOST:PORT,HOST:PORT,...): each model's calls go to its owner by rendezvous hashing of the name
-over the IDs (as cmestream.ShardedClient in Python); `model list` lists every daemon's models. `cmestream --version` prints the version and build commit.
+over the IDs (as cmestream.ShardedClient in Python); `model list` lists every daemon's models. A
+sharded daemon's redirect to a model's owner is followed once. `cmestream --version` prints the
+version and build commit.
 --timeout is the deadline of each request in seconds (default 30).
 --tls-ca FILE: connect with TLS, trusting this PEM CA; --tls-cert/--tls-key: PEM client certificate
 and key (daemons started with --tls-client-ca). --token-file FILE: bearer token (first line);
@@ -392,43 +393,34 @@ int FailUsage(const std::string& command, absl::string_view message) {
 }
 
 absl::Status ConnectClient(Context& ctx) {
-  client::ClientOptions options;
-  options.target = ctx.server;
-  options.timeout_seconds = ctx.timeout;
-  options.tls_ca_file = ctx.tls_ca;
-  options.tls_cert_file = ctx.tls_cert;
-  options.tls_key_file = ctx.tls_key;
-  options.token = ctx.token;
-  auto c = Client::Connect(options);
-  if (!c.ok()) return c.status();
-  ctx.client = std::move(*c);
+  if (!ctx.cluster) {
+    if (ctx.pods.empty()) {
+      if (absl::Status s = ParseServerList(ctx); !s.ok()) return s;
+    }
+    client::ClientOptions options;
+    options.timeout_seconds = ctx.timeout;
+    options.tls_ca_file = ctx.tls_ca;
+    options.tls_cert_file = ctx.tls_cert;
+    options.tls_key_file = ctx.tls_key;
+    options.token = ctx.token;
+    options.target = ctx.pods.front().target;
+    if (absl::Status s = options.Validate(); !s.ok()) return s;
+    auto c = client::ShardedClient::Connect(options, ctx.pods);
+    if (!c.ok()) return c.status();
+    ctx.cluster = std::move(*c);
+  }
+  ctx.client = ctx.model.empty() ? &ctx.cluster->pod_client(0) : &ctx.cluster->For(ctx.model);
   return absl::OkStatus();
 }
 
 absl::Status ParseServerList(Context& ctx) {
-  ctx.pods.clear();
-  if (ctx.server.find(',') == std::string::npos) return absl::OkStatus();
-  std::set<std::string> seen;
-  for (absl::string_view entry : absl::StrSplit(ctx.server, ',')) {
-    if (entry.empty()) return absl::InvalidArgumentError("--server: empty entry in the list");
-    const size_t eq = entry.find('=');
-    std::string id(eq == absl::string_view::npos ? entry : entry.substr(0, eq));
-    std::string target(eq == absl::string_view::npos ? entry : entry.substr(eq + 1));
-    if (id.empty() || target.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--server: expected ID=HOST:PORT or HOST:PORT, got '", entry, "'"));
-    }
-    if (!seen.insert(id).second) return absl::InvalidArgumentError(absl::StrCat("--server: '", id, "' twice"));
-    ctx.pods.emplace_back(std::move(id), std::move(target));
-  }
+  absl::StatusOr<std::vector<client::Pod>> pods = client::ParsePods(ctx.server);
+  if (!pods.ok()) return absl::InvalidArgumentError(absl::StrCat("--server: ", pods.status().message()));
+  ctx.pods = *std::move(pods);
   return absl::OkStatus();
 }
 
-void RouteToOwner(Context& ctx, const std::string& model) {
-  if (ctx.pods.empty()) return;
-  std::vector<std::string> ids;
-  for (const auto& [id, target] : ctx.pods) ids.push_back(id);
-  ctx.server = ctx.pods[client::PlacementOwner(model, ids)].second;
-}
+void RouteToOwner(Context& ctx, const std::string& model) { ctx.model = model; }
 
 int NeedName(const Args& args, const std::string& command, const char* usage) {
   if (args.positional.size() != 1) {

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/cpp/client.h"
+#include "client/cpp/sharded_client.h"
 
 namespace cmestream::cli {
 
@@ -89,19 +90,24 @@ struct Context {
   std::string server;
   // --server ID=HOST:PORT,ID=HOST:PORT,... (or HOST:PORT,HOST:PORT: each target is its own id):
   // several daemons, each model on the owner by rendezvous hashing (client/cpp/placement.h).
-  // Filled by RouteToOwner; empty for a single server.
-  std::vector<std::pair<std::string, std::string>> pods;
+  // Filled by ParseServerList; one pod for a single server.
+  std::vector<client::Pod> pods;
+  std::string model;  // the model the command is about (RouteToOwner); empty: none
   double timeout = 30;
   std::string tls_ca, tls_cert, tls_key, token;
-  std::unique_ptr<Client> client;
+  // Every command goes through the ShardedClient (one pod or several); `client` is the Client
+  // of ctx.model's owner (of the first pod without a model). Both set by ConnectClient. Each
+  // pod's Client follows one owner redirect from a sharded daemon (--shard-peers).
+  std::unique_ptr<client::ShardedClient> cluster;
+  Client* client = nullptr;
 };
 
 absl::Status ConnectClient(Context& ctx);
 
-// Parses a comma-separated --server list into ctx.pods (InvalidArgument on an empty entry or a
-// repeated identity). A single server leaves ctx.pods empty.
+// Parses --server (one target or a comma-separated list) into ctx.pods (InvalidArgument on an
+// empty entry or a repeated identity).
 absl::Status ParseServerList(Context& ctx);
-// With several pods: points ctx.server at the owner of `model`.
+// The command is about `model`: ConnectClient then picks its owner's Client.
 void RouteToOwner(Context& ctx, const std::string& model);
 
 // Returns 0 if args carry exactly one positional (the model NAME), else prints the usage and

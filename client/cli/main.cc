@@ -219,19 +219,20 @@ int Run(int argc, char** argv) {
     ctx.timeout = *v;
   }
   if (auto s = ParseServerList(ctx); !s.ok()) return FailUsage(command, s.message());
-  if (!ctx.pods.empty()) {
-    // Several daemons: route by the model name; model list visits them all.
+  // Every command goes through a ShardedClient (context.h): a model's calls go to its owner
+  // among the --server list, and any daemon's redirect to another owner is followed once.
+  if (ctx.pods.size() > 1) {
     if (command == "snapshot" || command == "health") {
       return FailUsage(command, "takes one --server (a daemon), not a list");
     }
-    if (command == "import") {
-      auto name = args->Value("name");
-      if (!name) return FailUsage(command, "with a --server list, give --name NEW (it picks the daemon)");
-      RouteToOwner(ctx, *name);
-    } else if (command != "model list" && command != "simulate") {
-      if (args->positional.empty()) return FailUsage(command, "expected a model NAME");
-      RouteToOwner(ctx, args->positional[0]);
+    if (command == "import" && !args->Value("name")) {
+      return FailUsage(command, "with a --server list, give --name NEW (it picks the daemon)");
     }
+  }
+  if (command == "import") {
+    if (auto name = args->Value("name")) RouteToOwner(ctx, *name);
+  } else if (command != "model list" && command != "simulate" && command != "snapshot" && command != "health") {
+    if (!args->positional.empty()) RouteToOwner(ctx, args->positional[0]);
   }
   if (command == "model create") return ModelCreate(ctx, *args);
   if (command == "model describe") return ModelDescribe(ctx, *args);

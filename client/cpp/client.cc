@@ -7,6 +7,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -16,6 +17,26 @@ namespace cmestream::client {
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext& context) {
+  absl::Status s = FromGrpcStatus(status);
+  if (s.code() != absl::StatusCode::kFailedPrecondition) return s;
+  const auto& trailers = context.GetServerTrailingMetadata();
+  if (auto it = trailers.find(kOwnerPayload); it != trailers.end()) {
+    s.SetPayload(kOwnerPayload, absl::Cord(absl::string_view(it->second.data(), it->second.size())));
+  }
+  return s;
+}
+
+std::optional<OwnerRedirect> OwnerFromStatus(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kFailedPrecondition) return std::nullopt;
+  absl::optional<absl::Cord> payload = status.GetPayload(kOwnerPayload);
+  if (!payload) return std::nullopt;
+  const std::string text(*payload);
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) return std::nullopt;
+  return OwnerRedirect{text.substr(0, eq), text.substr(eq + 1)};
 }
 
 std::string WithDefaultPort(const std::string& target, int port) {
@@ -364,6 +385,54 @@ Client::Client(const ClientOptions& options, std::shared_ptr<grpc::ChannelCreden
 
 void Client::Authenticate(grpc::ClientContext* context) const {
   if (!options_.token.empty()) context->AddMetadata("authorization", "Bearer " + options_.token);
+  if (options_.ignore_placement) context->AddMetadata("cmestream-placement", "ignore");
+}
+
+template <typename Rpc>
+absl::Status Client::Unary(Rpc&& rpc, double extra_seconds) const {
+  const auto attempt = [&](const Client& c) {
+    grpc::ClientContext context;
+    c.SetDeadline(&context, extra_seconds);
+    return FromGrpcStatus(rpc(c, &context), context);
+  };
+  absl::Status s = attempt(*this);
+  if (!options_.follow_owner) return s;
+  const std::optional<OwnerRedirect> owner = OwnerFromStatus(s);
+  if (!owner) return s;
+  absl::StatusOr<const Client*> other = Redirected(owner->target);
+  if (!other.ok()) return s;
+  return attempt(**other);  // one redirect: a second refusal is the answer
+}
+
+absl::StatusOr<const Client*> Client::Redirected(const std::string& target) const {
+  std::lock_guard<std::mutex> lock(redirects_mu_);
+  std::unique_ptr<Client>& c = redirects_[target];
+  if (!c) {
+    ClientOptions o = options_;
+    o.target = target;
+    o.follow_owner = false;
+    absl::StatusOr<std::unique_ptr<Client>> made = Connect(o);
+    if (!made.ok()) {
+      redirects_.erase(target);
+      return made.status();
+    }
+    c = *std::move(made);
+  }
+  return c.get();
+}
+
+const Client& Client::OwnerClient(const std::string& model) const {
+  if (!options_.follow_owner) return *this;
+  v1::GetModelRequest request;
+  request.set_name(model);
+  v1::ModelInfo reply;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  const std::optional<OwnerRedirect> owner =
+      OwnerFromStatus(FromGrpcStatus(models_->GetModel(&context, request, &reply), context));
+  if (!owner) return *this;
+  absl::StatusOr<const Client*> other = Redirected(owner->target);
+  return other.ok() ? **other : *this;
 }
 
 void Client::SetDeadline(grpc::ClientContext* context, double extra_seconds) const {
@@ -374,22 +443,24 @@ void Client::SetDeadline(grpc::ClientContext* context, double extra_seconds) con
 }
 
 absl::StatusOr<v1::ModelInfo> Client::CreateModel(const v1::ModelConfig& config) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   v1::CreateModelRequest request;
   *request.mutable_config() = config;
   v1::ModelInfo reply;
-  if (auto s = FromGrpcStatus(models_->CreateModel(&context, request, &reply)); !s.ok()) return s;
+  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->CreateModel(ctx, request, &reply); });
+      !s.ok()) {
+    return s;
+  }
   return reply;
 }
 
 absl::StatusOr<v1::ModelInfo> Client::Describe(const std::string& name) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   v1::GetModelRequest request;
   request.set_name(name);
   v1::ModelInfo reply;
-  if (auto s = FromGrpcStatus(models_->GetModel(&context, request, &reply)); !s.ok()) return s;
+  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->GetModel(ctx, request, &reply); });
+      !s.ok()) {
+    return s;
+  }
   return reply;
 }
 
@@ -405,12 +476,10 @@ absl::StatusOr<std::vector<v1::ModelInfo>> Client::List() {
 }
 
 absl::Status Client::Delete(const std::string& name) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   v1::DeleteModelRequest request;
   request.set_name(name);
   v1::DeleteModelResponse reply;
-  return FromGrpcStatus(models_->DeleteModel(&context, request, &reply));
+  return Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->DeleteModel(ctx, request, &reply); });
 }
 
 absl::StatusOr<v1::SnapshotResponse> Client::Snapshot() {
@@ -450,35 +519,38 @@ absl::StatusOr<bool> Client::Health(const std::string& service) {
 }
 
 absl::StatusOr<std::string> Client::ExportModel(const std::string& name) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   v1::ExportModelRequest request;
   request.set_name(name);
   v1::ExportModelResponse reply;
-  if (auto s = FromGrpcStatus(models_->ExportModel(&context, request, &reply)); !s.ok()) return s;
+  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->ExportModel(ctx, request, &reply); });
+      !s.ok()) {
+    return s;
+  }
   return std::move(*reply.mutable_data());
 }
 
 absl::StatusOr<v1::ModelInfo> Client::ImportModel(std::string data, const std::string& new_name) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   v1::ImportModelRequest request;
   *request.mutable_data() = std::move(data);
   request.set_name(new_name);
   v1::ModelInfo reply;
-  if (auto s = FromGrpcStatus(models_->ImportModel(&context, request, &reply)); !s.ok()) return s;
+  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->ImportModel(ctx, request, &reply); });
+      !s.ok()) {
+    return s;
+  }
   return reply;
 }
 
 absl::StatusOr<v1::ProducerStatus> Client::GetProducer(const std::string& model,
                                                        const std::string& producer_id) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   v1::GetProducerRequest request;
   request.set_model(model);
   request.set_producer_id(producer_id);
   v1::ProducerStatus reply;
-  if (auto s = FromGrpcStatus(ingest_->GetProducer(&context, request, &reply)); !s.ok()) return s;
+  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.ingest_->GetProducer(ctx, request, &reply); });
+      !s.ok()) {
+    return s;
+  }
   return reply;
 }
 
@@ -486,81 +558,71 @@ absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenIngest(
     const std::string& model, uint32_t dim, const IngestStream::Options& options) {
   if (auto s = options.Validate(); !s.ok()) return s;
   if (dim == 0) return absl::InvalidArgumentError("OpenIngest: dim must be >= 1");
-  // No deadline: a stream lives as long as the producer has data.
+  // No deadline: a stream lives as long as the producer has data. With follow_owner the stream
+  // goes to the model's owner (a stream cannot be redirected once batches are in flight).
+  const Client& owner = OwnerClient(model);
   auto context = std::make_unique<grpc::ClientContext>();
-  Authenticate(context.get());
+  owner.Authenticate(context.get());
   return std::unique_ptr<IngestStream>(
-      new IngestStream(std::move(context), ingest_.get(), model, dim, options));
+      new IngestStream(std::move(context), owner.ingest_.get(), model, dim, options));
 }
 
 absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenDiscreteIngest(
     const std::string& model, const IngestStream::Options& options) {
   if (auto s = options.Validate(); !s.ok()) return s;
+  const Client& owner = OwnerClient(model);
   auto context = std::make_unique<grpc::ClientContext>();
-  Authenticate(context.get());
+  owner.Authenticate(context.get());
   return std::unique_ptr<IngestStream>(
-      new IngestStream(std::move(context), ingest_.get(), model, /*dim=*/0, options));
+      new IngestStream(std::move(context), owner.ingest_.get(), model, /*dim=*/0, options));
 }
 
 absl::StatusOr<v1::ViewInfo> Client::Refresh(const std::string& model, bool wait,
                                              double wait_timeout_seconds) {
-  grpc::ClientContext context;
-  SetDeadline(&context, wait ? wait_timeout_seconds : 0);
   v1::RefreshRequest request;
   request.set_model(model);
   request.set_wait(wait);
   request.set_timeout_seconds(wait_timeout_seconds);
   v1::RefreshResponse reply;
-  if (auto s = FromGrpcStatus(queries_->Refresh(&context, request, &reply)); !s.ok()) return s;
-  return reply.view();
-}
-
-absl::StatusOr<v1::KoopmanResponse> Client::Koopman(const std::string& model, uint32_t top,
-                                                    absl::Span<const double> points) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::KoopmanRequest request;
-  request.set_model(model);
-  request.set_top(top);
-  request.mutable_points()->Add(points.begin(), points.end());
-  v1::KoopmanResponse reply;
-  if (auto s = FromGrpcStatus(queries_->GetKoopman(&context, request, &reply)); !s.ok()) return s;
-  return reply;
-}
-
-absl::StatusOr<v1::PredictResponse> Client::Predict(const std::string& model,
-                                                    absl::Span<const double> points) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::PredictRequest request;
-  request.set_model(model);
-  request.mutable_points()->Add(points.begin(), points.end());
-  v1::PredictResponse reply;
-  if (auto s = FromGrpcStatus(queries_->Predict(&context, request, &reply)); !s.ok()) return s;
-  return reply;
-}
-
-absl::StatusOr<v1::DictionaryResponse> Client::Dictionary(const std::string& model) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::DictionaryRequest request;
-  request.set_model(model);
-  v1::DictionaryResponse reply;
-  if (auto s = FromGrpcStatus(queries_->GetDictionary(&context, request, &reply)); !s.ok()) {
+  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.queries_->Refresh(ctx, request, &reply); },
+                     wait ? wait_timeout_seconds : 0);
+      !s.ok()) {
     return s;
   }
-  return reply;
+  return reply.view();
 }
 
 template <typename Response, typename Request, typename Method>
 absl::StatusOr<Response> Client::Query(Method method, const Request& request) const {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   Response reply;
-  if (auto s = FromGrpcStatus((queries_.get()->*method)(&context, request, &reply)); !s.ok()) {
+  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return (c.queries_.get()->*method)(ctx, request, &reply); });
+      !s.ok()) {
     return s;
   }
   return reply;
+}
+
+absl::StatusOr<v1::KoopmanResponse> Client::Koopman(const std::string& model, uint32_t top,
+                                                    absl::Span<const double> points) {
+  v1::KoopmanRequest request;
+  request.set_model(model);
+  request.set_top(top);
+  request.mutable_points()->Add(points.begin(), points.end());
+  return Query<v1::KoopmanResponse>(&v1::QueryService::Stub::GetKoopman, request);
+}
+
+absl::StatusOr<v1::PredictResponse> Client::Predict(const std::string& model,
+                                                    absl::Span<const double> points) {
+  v1::PredictRequest request;
+  request.set_model(model);
+  request.mutable_points()->Add(points.begin(), points.end());
+  return Query<v1::PredictResponse>(&v1::QueryService::Stub::Predict, request);
+}
+
+absl::StatusOr<v1::DictionaryResponse> Client::Dictionary(const std::string& model) {
+  v1::DictionaryRequest request;
+  request.set_model(model);
+  return Query<v1::DictionaryResponse>(&v1::QueryService::Stub::GetDictionary, request);
 }
 
 absl::StatusOr<v1::CountsResponse> Client::Counts(const std::string& model) {

@@ -21,8 +21,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +42,18 @@ namespace v1 = ::cmestream::v1;
 
 // Converts a gRPC status to an absl::Status with the same code and message.
 absl::Status FromGrpcStatus(const grpc::Status& status);
+// Same, and a `cmestream-owner` trailer of `context` (a sharded daemon naming the pod that owns
+// the model, service/ownership.h) becomes the status payload kOwnerPayload ("ID=HOST:PORT").
+absl::Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext& context);
+
+inline constexpr char kOwnerPayload[] = "cmestream-owner";
+
+// The pod a FAILED_PRECONDITION names as the model's owner (from the trailer), if any.
+struct OwnerRedirect {
+  std::string id;
+  std::string target;
+};
+std::optional<OwnerRedirect> OwnerFromStatus(const absl::Status& status);
 
 // The daemon's default gRPC port: a target without a port goes there (gRPC itself would pick
 // 443, the HTTPS port, which cmestreamd never listens on by default).
@@ -65,6 +79,14 @@ struct ClientOptions {
   std::string tls_key_file;
   // Bearer token sent as `authorization: Bearer TOKEN` on every call (empty: none).
   std::string token;
+  // Follow a sharded daemon's redirect: a call answered FAILED_PRECONDITION with a
+  // `cmestream-owner` trailer is sent once more, to that owner (a second refusal is returned as
+  // is). Off: the refusal is returned (OwnerFromStatus reads the owner). ShardedClient sets it.
+  bool follow_owner = false;
+  // Sends `cmestream-placement: ignore`: sharded daemons then serve GetModel, ExportModel,
+  // ImportModel and DeleteModel for models they do not own (for moving models between pods;
+  // ingestion and queries are always checked). Used by rebalancing tools only.
+  bool ignore_placement = false;
   absl::Status Validate() const;
 };
 
@@ -226,6 +248,14 @@ class Client {
  private:
   Client(const ClientOptions& options, std::shared_ptr<grpc::ChannelCredentials> credentials);
   void Authenticate(grpc::ClientContext* context) const;  // adds the bearer token, if any
+  // One unary call `rpc(client, context)` with the deadline (+extra_seconds); with
+  // follow_owner, a refusal naming another pod is retried once on that pod's client.
+  template <typename Rpc>
+  absl::Status Unary(Rpc&& rpc, double extra_seconds = 0) const;
+  // The client of the pod `target`, created on first use (same options, no further redirects).
+  absl::StatusOr<const Client*> Redirected(const std::string& target) const;
+  // With follow_owner: the client of the pod that owns `model` (asks this pod once).
+  const Client& OwnerClient(const std::string& model) const;
   void SetDeadline(grpc::ClientContext* context, double extra_seconds = 0) const;
   // One unary QueryService call with the deadline (defined in client.cc, used only there).
   template <typename Response, typename Request, typename Method>
@@ -236,6 +266,8 @@ class Client {
   std::unique_ptr<v1::ModelService::Stub> models_;
   std::unique_ptr<v1::IngestService::Stub> ingest_;
   std::unique_ptr<v1::QueryService::Stub> queries_;
+  mutable std::mutex redirects_mu_;
+  mutable std::map<std::string, std::unique_ptr<Client>> redirects_;  // target -> client
 };
 
 }  // namespace cmestream::client

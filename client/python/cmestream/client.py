@@ -28,12 +28,28 @@ _MAX_MESSAGE = 256 << 20  # Koopman replies grow with the number of query points
 
 
 class CmestreamError(Exception):
-    """A failed request: `code` is the grpc.StatusCode, `message` the server's explanation."""
+    """A failed request: `code` is the grpc.StatusCode, `message` the server's explanation.
+    `owner`: when a sharded daemon (--shard-peers) refused a call for a model another pod owns
+    (FAILED_PRECONDITION), that pod as (id, target) from the `cmestream-owner` trailer; else
+    None. ShardedClient follows it once."""
 
-    def __init__(self, code: grpc.StatusCode, message: str):
+    def __init__(self, code: grpc.StatusCode, message: str,
+                 owner: Optional[Tuple[str, str]] = None):
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
+        self.owner = owner
+
+
+def _error(e) -> CmestreamError:
+    """CmestreamError of a grpc.RpcError (also a grpc.Call), with the owner trailer if any."""
+    owner = None
+    if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+        for key, value in (e.trailing_metadata() or ()):
+            if key == "cmestream-owner" and "=" in value:
+                pod, target = value.split("=", 1)
+                owner = (pod, target)
+    return CmestreamError(e.code(), e.details(), owner)
 
 
 @dataclasses.dataclass
@@ -288,7 +304,8 @@ class Client:
     def __init__(self, target: str = "127.0.0.1:50051", timeout: float = 30.0,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
                  tls_key: Optional[str] = None, token: Optional[str] = None,
-                 max_retries: int = 5, resume_timeout: float = 60.0):
+                 max_retries: int = 5, resume_timeout: float = 60.0,
+                 ignore_placement: bool = False):
         """`tls_ca` (PEM file) turns TLS on; `tls_cert`/`tls_key` add a client certificate.
         `token` is sent as `authorization: Bearer TOKEN` on every call (default: the
         environment variable CMESTREAM_TOKEN). Unary calls refused with RESOURCE_EXHAUSTED and
@@ -296,7 +313,10 @@ class Client:
         `max_retries` times, waiting at least the hint, doubling from attempt to attempt.
         Ingestion with a producer id survives a daemon restart: after a transport failure
         (UNAVAILABLE) the client keeps trying for up to `resume_timeout` seconds, asks the daemon
-        for the producer's applied offset and resumes from there (exactly once)."""
+        for the producer's applied offset and resumes from there (exactly once).
+        `ignore_placement` sends `cmestream-placement: ignore`: sharded daemons then serve
+        describe, export_model, import_model and delete_model for models they do not own (for
+        moving models between pods, cmestream.rebalance; ingestion and queries stay checked)."""
         self.target = target
         self.timeout = timeout
         self.max_retries = max_retries
@@ -325,7 +345,10 @@ class Client:
             self._channel = grpc.insecure_channel(target, options=options)
         if token is None:
             token = os.environ.get("CMESTREAM_TOKEN") or None
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        metadata = [("authorization", f"Bearer {token}")] if token else []
+        if ignore_placement:
+            metadata.append(("cmestream-placement", "ignore"))
+        self._metadata = tuple(metadata) or None
         self._dims: Dict[str, int] = {}  # model name -> dim (0: discrete), for input checks
         self._models = pb_grpc.ModelServiceStub(self._channel)
         self._ingest = pb_grpc.IngestServiceStub(self._channel)
@@ -367,7 +390,7 @@ class Client:
             except grpc.RpcError as e:  # every RpcError raised by a call is also a grpc.Call
                 wait = _retry_after(e, attempt)
                 if wait is None or attempt >= self.max_retries:
-                    raise CmestreamError(e.code(), e.details()) from None
+                    raise _error(e) from None
                 time.sleep(wait)
                 attempt += 1
 
@@ -401,9 +424,12 @@ class Client:
         from .model import Model
         return Model(self, name, self.describe(name))
 
-    def describe(self, name: str) -> pb.ModelInfo:
-        """The model's ModelInfo: config, samples, dictionary size, view, sigma choice."""
-        info = self._call(self._models.GetModel, pb.GetModelRequest(name=name))
+    def describe(self, name: str, state_digest: bool = False) -> pb.ModelInfo:
+        """The model's ModelInfo: config, samples, dictionary size, view, sigma choice; with
+        `state_digest`, also ModelInfo.state_digest (a digest of the full learned state, equal
+        for equal states: e.g. before an export and after its import)."""
+        info = self._call(self._models.GetModel,
+                          pb.GetModelRequest(name=name, with_state_digest=state_digest))
         self._dims[name] = info.config.dim
         return info
 
@@ -415,6 +441,17 @@ class Client:
         """Deletes the model and its durable state."""
         self._dims.pop(name, None)
         self._call(self._models.DeleteModel, pb.DeleteModelRequest(name=name))
+
+    def export_model(self, name: str) -> bytes:
+        """The model's full state as a portable file (admin scope); see import_model."""
+        return self._call(self._models.ExportModel, pb.ExportModelRequest(name=name)).data
+
+    def import_model(self, data: bytes, name: str = "") -> pb.ModelInfo:
+        """Registers exported bytes as model `name` (empty: the exported name; a sharded daemon
+        needs the name). ALREADY_EXISTS for a taken name."""
+        info = self._call(self._models.ImportModel, pb.ImportModelRequest(data=data, name=name))
+        self._dims[info.config.name] = info.config.dim
+        return info
 
     def producer_offset(self, model: str, producer: str) -> int:
         """Pairs of `producer` the daemon has applied to `model` (where a resumed stream starts)."""
@@ -441,7 +478,7 @@ class Client:
                 result.producer_offset = ack.producer_offset
                 result.model_samples = ack.model_samples
         except grpc.RpcError as e:
-            raise CmestreamError(e.code(), e.details()) from None
+            raise _error(e) from None
         result.pairs_sent = sent["pairs"]
         if result.batches != sent["batches"]:
             raise CmestreamError(grpc.StatusCode.DATA_LOSS,

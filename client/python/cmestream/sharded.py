@@ -9,20 +9,25 @@
 
 Placement is client-side rendezvous hashing of the model name over the pod identities
 (cmestream.placement): every client given the same identities sends a model's calls to the
-same pod. The daemons do not know about each other (a call sent to another pod answers
-NOT_FOUND). Changing the pod set moves only the models whose owner changed; move them with
-export/import (docs/user-guide.md "Several pods").
+same pod. Daemons started with --shard-self/--shard-peers know the placement too: a call for a
+model another pod owns answers FAILED_PRECONDITION naming the owner (trailer
+`cmestream-owner: ID=HOST:PORT`), and ShardedClient follows it once (then the error stands).
+So a client whose pod list is stale still reaches the owner. Changing the pod set moves only
+the models whose owner changed: `python3 -m cmestream.rebalance` (service/README.md
+"Several pods").
 """
 from __future__ import annotations
 
 from typing import Dict, List, Mapping, Sequence, Union
 
+import grpc
+
 from . import placement
-from .client import Client
+from .client import Client, CmestreamError
 from .model import Model
 
 # Client methods whose first argument is the model name: routed to the owner pod.
-_ROUTED = ("create_model", "describe", "delete_model", "producer_offset", "ingest_pairs",
+_ROUTED = ("create_model", "describe", "delete_model", "export_model", "producer_offset", "ingest_pairs",
            "ingest_trajectory", "ingest_ids", "ingest_state_ids", "refresh", "koopman",
            "predict", "dictionary", "counts", "embedding", "clusters", "aggregation", "latent",
            "forecast")
@@ -40,8 +45,11 @@ class ShardedClient:
         if not pods:
             raise ValueError("pods: expected at least one pod")
         self.pods: Dict[str, str] = dict(pods)
+        self._options = client_options
         self.clients: Dict[str, Client] = {i: Client(t, **client_options)
                                            for i, t in self.pods.items()}
+        self._redirects: Dict[str, Client] = {}  # target -> Client, for owners not in `pods`
+        self.redirects_followed = 0  # how many calls a daemon sent elsewhere (stale pod list)
 
     def owner(self, model: str) -> str:
         """The identity of the pod that holds `model`."""
@@ -51,11 +59,33 @@ class ShardedClient:
         """The Client of the pod that holds `model`."""
         return self.clients[self.owner(model)]
 
+    def _client_at(self, pod: str, target: str) -> Client:
+        if self.pods.get(pod) == target:
+            return self.clients[pod]
+        if target not in self._redirects:
+            self._redirects[target] = Client(target, **self._options)
+        return self._redirects[target]
+
+    def _routed(self, model: str, call):
+        """call(client) on the owner's client; a daemon's redirect to another owner is followed
+        once (a second refusal is raised)."""
+        try:
+            return call(self.client_for(model))
+        except CmestreamError as e:
+            if e.code != grpc.StatusCode.FAILED_PRECONDITION or e.owner is None:
+                raise
+            self.redirects_followed += 1
+            return call(self._client_at(*e.owner))
+
     def __getattr__(self, attr):
         if attr in _ROUTED:
-            return lambda model, *args, **kwargs: getattr(self.client_for(model), attr)(
-                model, *args, **kwargs)
+            return lambda model, *args, **kwargs: self._routed(
+                model, lambda c: getattr(c, attr)(model, *args, **kwargs))
         raise AttributeError(attr)
+
+    def import_model(self, data: bytes, name: str):
+        """Imports exported bytes as `name` on its owner."""
+        return self._routed(name, lambda c: c.import_model(data, name))
 
     def create(self, name: str, dim: int = 0, sigma=None, **config) -> Model:
         """Creates the model on its owner pod; returns its Model handle."""
@@ -69,7 +99,7 @@ class ShardedClient:
         return [m for c in self.clients.values() for m in c.list_models()]
 
     def close(self) -> None:
-        for c in self.clients.values():
+        for c in list(self.clients.values()) + list(self._redirects.values()):
             c.close()
 
     def __enter__(self) -> "ShardedClient":
