@@ -160,18 +160,18 @@ void Model::SyncLagBasis() {
   if (spectral_ && cme_ && lags_->NeedsRebase(spectral_->epoch())) lags_->Rebase(cme_->x_atoms(), spectral_->epoch());
 }
 
-void Model::FeedTrajectory(const PairBatch& batch, int64_t first, const std::string& producer_id,
-                           const std::string& episode_id) {
+const double* Model::TrajectoryState(const PairBatch& batch, int64_t k) {
+  // State k of a trajectory batch (k = 0..n) as w doubles; discrete ids go through id_scratch_
+  // (valid until the next call).
+  if (batch.discrete()) {
+    id_scratch_[0] = static_cast<double>(k < batch.n ? batch.x_ids[k] : batch.y_ids[batch.n - 1]);
+    return id_scratch_.data();
+  }
+  return k < batch.n ? batch.x_at(k) : batch.y_at(batch.n - 1);
+}
+
+void Model::BeginEpisodeBatch(const double* start, const std::string& producer_id, const std::string& episode_id) {
   const int w = static_cast<int>(episode_last_.size());
-  // State k of the batch (k = 0..n) as w doubles; discrete ids go through id_scratch_.
-  const auto state = [&](int64_t k) -> const double* {
-    if (batch.discrete()) {
-      id_scratch_[0] = static_cast<double>(k < batch.n ? batch.x_ids[k] : batch.y_ids[batch.n - 1]);
-      return id_scratch_.data();
-    }
-    return k < batch.n ? batch.x_at(k) : batch.y_at(batch.n - 1);
-  };
-  const double* start = state(first);
   bool continues = episode_open_ && producer_id == episode_producer_ && episode_id == episode_id_;
   for (int j = 0; continues && j < w; ++j) continues = start[j] == episode_last_[j];
   if (!continues) {
@@ -180,8 +180,10 @@ void Model::FeedTrajectory(const PairBatch& batch, int64_t first, const std::str
     if (lags_) lags_->StartEpisode();
     ObserveSequence(start);
   }
-  for (int64_t k = first + 1; k <= batch.n; ++k) ObserveSequence(state(k));
-  const double* last = state(batch.n);
+}
+
+void Model::EndEpisodeBatch(const double* last, const std::string& producer_id, const std::string& episode_id) {
+  const int w = static_cast<int>(episode_last_.size());
   for (int j = 0; j < w; ++j) episode_last_[j] = last[j];
   if (!episode_open_ || episode_producer_ != producer_id) episode_producer_ = producer_id;
   if (episode_id_ != episode_id) episode_id_ = episode_id;
@@ -259,17 +261,26 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   if (sequence != 0) applied_sequence_.store(sequence);
   const CompressedCme::Counters before = cme_ ? cme_->counters() : CompressedCme::Counters{};
   const bool had_learner = cme_ != nullptr;
-  if (batch.discrete()) {
-    for (int64_t i = first; i < batch.n; ++i) counts_->Add(static_cast<int>(batch.x_ids[i]), static_cast<int>(batch.y_ids[i]));
-  } else {
-    for (int64_t i = first; i < batch.n; ++i) FeedLearner(batch.x_at(i), batch.y_at(i));
-  }
-  if (batch.trajectory && first < batch.n && (latent_ || predictive_ || lags_ || config_.latent_states() > 0)) {
-    FeedTrajectory(batch, first, producer_id, episode_id);
-  }
-  if (!batch.trajectory && lags_) {
-    // Unordered pairs have no history: lag 1 only (service/lags.h).
-    for (int64_t i = first; i < batch.n; ++i) {
+  // One pass over the pairs, every estimator fed per pair in stream order: the CME, counts and
+  // moments (FeedLearner), then the trajectory's next state (latent, predictive, lags) or, for
+  // unordered pairs, the lag-1 statistics. Interleaving keeps every estimator's state a function
+  // of the pairs alone, not of where batches end: the lag basis follows the spectral epoch as it
+  // was at that pair, and states after the sigma warm-up ends mid-batch are observed exactly as
+  // when the warm-up ends on a batch boundary (a producer that resumes with other batch sizes
+  // after a crash gets the same state digest, tests/integration/test_fault_kill.py).
+  const bool states = batch.trajectory && first < batch.n &&
+                        (latent_ || predictive_ || lags_ || config_.latent_states() > 0 || HasLagStatistics(config_));
+  if (states) BeginEpisodeBatch(TrajectoryState(batch, first), producer_id, episode_id);
+  for (int64_t i = first; i < batch.n; ++i) {
+    if (batch.discrete()) {
+      counts_->Add(static_cast<int>(batch.x_ids[i]), static_cast<int>(batch.y_ids[i]));
+    } else {
+      FeedLearner(batch.x_at(i), batch.y_at(i));
+    }
+    if (states) {
+      ObserveSequence(TrajectoryState(batch, i + 1));
+    } else if (!batch.trajectory && lags_) {
+      // Unordered pairs have no history: lag 1 only (service/lags.h).
       if (batch.discrete()) {
         const double ids[2] = {static_cast<double>(batch.x_ids[i]), static_cast<double>(batch.y_ids[i])};
         lags_->ObservePair(&ids[0], &ids[1]);
@@ -279,6 +290,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
       }
     }
   }
+  if (states) EndEpisodeBatch(TrajectoryState(batch, batch.n), producer_id, episode_id);
   r.applied = static_cast<uint64_t>(batch.n - first);
 
   Stats s;

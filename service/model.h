@@ -186,8 +186,11 @@ class Model {
   void CreateSigmaDependent(double sigma);             // moments, spectral, latent (continuous); learner_mu_
   // Feeds the states first..n of a trajectory batch to the sequence accumulators, applying
   // the episode rule. requires learner_mu_ held.
-  void FeedTrajectory(const PairBatch& batch, int64_t first, const std::string& producer_id,
-                      const std::string& episode_id);
+  // Trajectory batches (the episode rule, see Ingest): state k of the batch; the episode check
+  // and first state before the batch's pairs, the episode's last state after them.
+  const double* TrajectoryState(const PairBatch& batch, int64_t k);
+  void BeginEpisodeBatch(const double* start, const std::string& producer_id, const std::string& episode_id);
+  void EndEpisodeBatch(const double* last, const std::string& producer_id, const std::string& episode_id);
   void ObserveSequence(const double* state);           // one state to latent + predictive + lags
   void SyncLagBasis();                                 // lag basis follows the spectral epoch
   uint64_t SamplesLocked() const;                      // requires learner_mu_ held
