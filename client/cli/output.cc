@@ -118,6 +118,9 @@ void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s) {
   w.Key("ready").Bool(s.ready());
   w.Key("basis_size").Uint(s.basis_size());
   w.Key("heldout_score").Double(s.heldout_score());
+  w.Key("heldout_pairs").Uint(s.heldout_pairs());
+  w.Key("heldout_view_version").Uint(s.heldout_view_version());
+  w.Key("selection_score").Double(s.selection_score());
   w.Key("score_rank").Uint(s.score_rank());
   w.Key("ridge").Double(s.ridge());
   w.Key("ridge_grid").BeginArray();
@@ -146,7 +149,10 @@ void PrintSpectrum(const v1::SpectrumInfo& s, const std::string& indent) {
   if (s.estimator() == "spectral-moments") {
     std::cout << ": epoch " << s.epoch() << " (" << s.epoch_samples() << " samples, " << s.basis_size()
               << " basis atoms" << (s.ready() ? "" : ", not ready") << "), ridge " << Num(s.ridge())
-              << ", held-out VAMP-E " << Num(s.heldout_score()) << " (rank " << s.score_rank() << ")";
+              << " (selection VAMP-E " << Num(s.selection_score()) << "), prequential VAMP-E "
+              << (s.heldout_pairs() > 0 ? Num(s.heldout_score()) : std::string("pending")) << " over "
+              << s.heldout_pairs() << " pairs after view " << s.heldout_view_version() << " (rank " << s.score_rank()
+              << ")";
   }
   std::cout << "\n";
   const auto& c = s.comparison();
