@@ -136,6 +136,51 @@ absl::StatusOr<RowMatrixXd> QueryRows(const google::protobuf::RepeatedField<doub
   return RowMatrixXd(Eigen::Map<const RowMatrixXd>(points.data(), points.size() / d, d));
 }
 
+// What every view query begins with, in this order: authorize, the model's owner (a sharded
+// daemon redirects), the model, the query points when the request has a points field (parsed
+// and cost-checked at `bytes_per_point`), the latest view and its sub-view `what`. A failed step
+// is the status the call finishes with.
+template <class T>
+struct ViewQuery {
+  std::shared_ptr<Model> model;
+  std::shared_ptr<const ModelView> view;
+  std::shared_ptr<const T> sub;
+  RowMatrixXd points;  // 0 rows when the request has no points field
+};
+
+struct QueryPoints {
+  const google::protobuf::RepeatedField<double>* points = nullptr;  // null: no points field
+  const google::protobuf::RepeatedField<int64_t>* ids = nullptr;
+  double bytes_per_point = 0;  // reply bytes per point, for CheckQueryCost (times ModelWidth)
+};
+
+template <class T>
+absl::StatusOr<ViewQuery<T>> StartViewQuery(const UnaryCall& call, const TokenAuthenticator* auth,
+                                            const Ownership* ownership, ModelRegistry& registry,
+                                            const std::string& name, SubView<T> ModelView::*sub,
+                                            absl::string_view what, const QueryPoints& points = {}) {
+  if (absl::Status s = call.Authorize(auth); !s.ok()) return s;
+  if (absl::Status s = call.Owns(ownership, name); !s.ok()) return s;
+  ViewQuery<T> q;
+  absl::StatusOr<std::shared_ptr<Model>> model = registry.Get(name);
+  if (!model.ok()) return model.status();
+  q.model = *std::move(model);
+  if (points.points != nullptr) {
+    absl::StatusOr<RowMatrixXd> rows = QueryRows(*points.points, *points.ids, *q.model);
+    if (!rows.ok()) return rows.status();
+    q.points = *std::move(rows);
+    const double per_point = points.bytes_per_point * ModelWidth(*q.model);
+    if (absl::Status s = CheckQueryCost(*q.model, q.points.rows(), per_point, registry.limits()); !s.ok()) return s;
+  }
+  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(*q.model);
+  if (!view.ok()) return view.status();
+  q.view = *std::move(view);
+  absl::StatusOr<std::shared_ptr<const T>> value = Require(*q.model, (*q.view).*sub, what);
+  if (!value.ok()) return value.status();
+  q.sub = *std::move(value);
+  return q;
+}
+
 // Appends a matrix in row-major order.
 template <class M>
 void AddRowMajor(const M& m, google::protobuf::RepeatedField<double>* out) {
@@ -294,16 +339,11 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetDictionary(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* QueryServiceImpl::GetCounts(grpc::CallbackServerContext* ctx, const v1::CountsRequest* req,
                                                       v1::CountsResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetCounts");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
-  if (!model.ok()) return call.Finish(model.status());
-  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
-  if (!view.ok()) return call.Finish(view.status());
-  absl::StatusOr<std::shared_ptr<const CountsView>> c = Require(**model, (*view)->counts, "counts");
-  if (!c.ok()) return call.Finish(c.status());
-  const CountsSnapshot& counts = (*c)->counts;
-  *resp->mutable_view() = (*view)->Info();
+  absl::StatusOr<ViewQuery<CountsView>> q =
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::counts, "counts");
+  if (!q.ok()) return call.Finish(q.status());
+  const CountsSnapshot& counts = q->sub->counts;
+  *resp->mutable_view() = q->view->Info();
   resp->set_num_states(static_cast<uint32_t>(counts.num_states()));
   for (const CountTriplet& t : counts.Triplets()) {
     v1::CountEntry* e = resp->add_counts();
@@ -313,53 +353,33 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetCounts(grpc::CallbackServerContex
   }
   AddAll(counts.visits(), resp->mutable_visits());
   AddAll(counts.Stationary(), resp->mutable_stationary());
-  resp->set_dim((*model)->config().dim());
-  AddRowMajor((*c)->coordinates, resp->mutable_state_coordinates());
+  resp->set_dim(q->model->config().dim());
+  AddRowMajor(q->sub->coordinates, resp->mutable_state_coordinates());
   return call.Finish(absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetEmbedding(grpc::CallbackServerContext* ctx,
                                                          const v1::EmbeddingRequest* req, v1::EmbeddingResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetEmbedding");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
-  if (!model.ok()) return call.Finish(model.status());
-  absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
-  if (!points.ok()) return call.Finish(points.status());
-  if (absl::Status s = CheckQueryCost(**model, points->rows(), 24 * ModelWidth(**model), registry_.limits()); !s.ok()) {
-    return call.Finish(s);
-  }
-  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
-  if (!view.ok()) return call.Finish(view.status());
-  absl::StatusOr<std::shared_ptr<const StateEmbedding>> e = Require(**model, (*view)->embedding, "embedding");
-  if (!e.ok()) return call.Finish(e.status());
-  *resp->mutable_view() = (*view)->Info();
-  resp->set_rank(static_cast<uint32_t>((*e)->rank()));
-  if (points->rows() > 0) AddRowMajor((*e)->Embed(*points), resp->mutable_embedding());
-  AddAll((*e)->singular_values(), resp->mutable_singular_values());
-  AddAll((*e)->SingularValueGaps(), resp->mutable_singular_value_gaps());
+  absl::StatusOr<ViewQuery<StateEmbedding>> q =
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::embedding, "embedding", {&req->points(), &req->state_ids(), 24});
+  if (!q.ok()) return call.Finish(q.status());
+  *resp->mutable_view() = q->view->Info();
+  resp->set_rank(static_cast<uint32_t>(q->sub->rank()));
+  if (q->points.rows() > 0) AddRowMajor(q->sub->Embed(q->points), resp->mutable_embedding());
+  AddAll(q->sub->singular_values(), resp->mutable_singular_values());
+  AddAll(q->sub->SingularValueGaps(), resp->mutable_singular_value_gaps());
   return call.Finish(absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetClusters(grpc::CallbackServerContext* ctx,
                                                         const v1::ClustersRequest* req, v1::ClustersResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetClusters");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
-  if (!model.ok()) return call.Finish(model.status());
-  absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
-  if (!points.ok()) return call.Finish(points.status());
-  if (absl::Status s = CheckQueryCost(**model, points->rows(), 24 * ModelWidth(**model), registry_.limits()); !s.ok()) {
-    return call.Finish(s);
-  }
-  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
-  if (!view.ok()) return call.Finish(view.status());
-  absl::StatusOr<std::shared_ptr<const ClustersView>> c = Require(**model, (*view)->clusters, "clusters");
-  if (!c.ok()) return call.Finish(c.status());
-  const ClustersView& cv = **c;
-  *resp->mutable_view() = (*view)->Info();
+  absl::StatusOr<ViewQuery<ClustersView>> q =
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::clusters, "clusters", {&req->points(), &req->state_ids(), 24});
+  if (!q.ok()) return call.Finish(q.status());
+  const ClustersView& cv = *q->sub;
+  *resp->mutable_view() = q->view->Info();
   const int k = cv.clusters.num_clusters();
   resp->set_clusters(static_cast<uint32_t>(k));
   for (size_t i = 0; i < cv.ids.size(); ++i) {
@@ -371,9 +391,9 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetClusters(grpc::CallbackServerCont
     r->set_weight(cv.weights(static_cast<int64_t>(i)));
     r->set_label(static_cast<uint32_t>(cv.labels(static_cast<int64_t>(i))));
   }
-  if (points->rows() > 0) {
+  if (q->points.rows() > 0) {
     // The clusters were built from this view's embedding (same ModelView).
-    const Eigen::VectorXi labels = cv.clusters.Label(*(*view)->embedding.value, *points);
+    const Eigen::VectorXi labels = cv.clusters.Label(*q->view->embedding.value, q->points);
     for (int64_t i = 0; i < labels.size(); ++i) resp->add_point_labels(static_cast<uint32_t>(labels(i)));
   }
   AddRowMajor(cv.coarse.transition, resp->mutable_transition_matrix());
@@ -387,20 +407,15 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetAggregation(grpc::CallbackServerC
                                                            const v1::AggregationRequest* req,
                                                            v1::AggregationResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetAggregation");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
-  if (!model.ok()) return call.Finish(model.status());
-  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
-  if (!view.ok()) return call.Finish(view.status());
-  absl::StatusOr<std::shared_ptr<const AggregationView>> a = Require(**model, (*view)->aggregation, "aggregation");
-  if (!a.ok()) return call.Finish(a.status());
-  const AggregationResult& r = (*a)->result;
-  *resp->mutable_view() = (*view)->Info();
+  absl::StatusOr<ViewQuery<AggregationView>> q =
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::aggregation, "aggregation");
+  if (!q.ok()) return call.Finish(q.status());
+  const AggregationResult& r = q->sub->result;
+  *resp->mutable_view() = q->view->Info();
   resp->set_meta_states(static_cast<uint32_t>(r.V.cols()));
   for (int s : r.states) resp->add_state_ids(s);
-  resp->set_dim((*model)->config().dim());
-  AddRowMajor((*a)->coordinates, resp->mutable_state_coordinates());
+  resp->set_dim(q->model->config().dim());
+  AddRowMajor(q->sub->coordinates, resp->mutable_state_coordinates());
   AddRowMajor(r.V, resp->mutable_v());
   AddRowMajor(r.U, resp->mutable_u());
   for (const std::vector<int>& rows : r.anchors) {
@@ -416,27 +431,17 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetAggregation(grpc::CallbackServerC
 grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContext* ctx, const v1::LatentRequest* req,
                                                       v1::LatentResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetLatent");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
-  if (!model.ok()) return call.Finish(model.status());
-  absl::StatusOr<RowMatrixXd> points = QueryRows(req->points(), req->state_ids(), **model);
-  if (!points.ok()) return call.Finish(points.status());
-  if (absl::Status s = CheckQueryCost(**model, points->rows(), 24 * ModelWidth(**model), registry_.limits()); !s.ok()) {
-    return call.Finish(s);
-  }
-  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
-  if (!view.ok()) return call.Finish(view.status());
-  absl::StatusOr<std::shared_ptr<const LatentModel>> l = Require(**model, (*view)->latent, "latent model");
-  if (!l.ok()) return call.Finish(l.status());
-  *resp->mutable_view() = (*view)->Info();
-  resp->set_latent_states(static_cast<uint32_t>((*l)->k()));
-  AddAll((*l)->weights(), resp->mutable_weights());
-  if (points->rows() > 0) {
-    absl::StatusOr<MatrixXd> density = (*l)->Density(*points);  // n x k
+  absl::StatusOr<ViewQuery<LatentModel>> q =
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::latent, "latent model", {&req->points(), &req->state_ids(), 24});
+  if (!q.ok()) return call.Finish(q.status());
+  *resp->mutable_view() = q->view->Info();
+  resp->set_latent_states(static_cast<uint32_t>(q->sub->k()));
+  AddAll(q->sub->weights(), resp->mutable_weights());
+  if (q->points.rows() > 0) {
+    absl::StatusOr<MatrixXd> density = q->sub->Density(q->points);  // n x k
     if (!density.ok()) return call.Finish(density.status());
     AddRowMajor(density->transpose(), resp->mutable_densities());  // [h*n + i]
-    absl::StatusOr<MatrixXd> posterior = (*l)->Posterior(*points);
+    absl::StatusOr<MatrixXd> posterior = q->sub->Posterior(q->points);
     if (!posterior.ok()) return call.Finish(posterior.status());
     AddRowMajor(*posterior, resp->mutable_posteriors());
   }
@@ -476,31 +481,23 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetTimescales(grpc::CallbackServerCo
                                                           const v1::TimescalesRequest* req,
                                                           v1::TimescalesResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetTimescales");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
-  if (!model.ok()) return call.Finish(model.status());
-  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
-  if (!view.ok()) return call.Finish(view.status());
-  absl::StatusOr<std::shared_ptr<const LagsView>> lags = Require(**model, (*view)->lags, "timescales");
-  if (!lags.ok()) return call.Finish(lags.status());
-  *resp->mutable_view() = (*view)->Info();
-  return call.Finish(FillTimescales(req->model(), **lags, resp));
+  absl::StatusOr<ViewQuery<LagsView>> q =
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::lags, "timescales");
+  if (!q.ok()) return call.Finish(q.status());
+  *resp->mutable_view() = q->view->Info();
+  return call.Finish(FillTimescales(req->model(), *q->sub, resp));
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::CkTest(grpc::CallbackServerContext* ctx, const v1::CkTestRequest* req,
                                                    v1::CkTestResponse* resp) {
   UnaryCall call(ctx, metrics_, "CkTest");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
-  if (!model.ok()) return call.Finish(model.status());
-  absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
-  if (!view.ok()) return call.Finish(view.status());
-  absl::StatusOr<std::shared_ptr<const LagsView>> lags = Require(**model, (*view)->lags, "CK test");
-  if (!lags.ok()) return call.Finish(lags.status());
+  absl::StatusOr<ViewQuery<LagsView>> q =
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::lags, "CK test");
+  if (!q.ok()) return call.Finish(q.status());
   // Cost: (blocks + 1) K^k products of a <= 33 x 33 matrix per lag, plus a k-means over the
   // view's representatives when another number of clusters is asked for (bounded by max_dict).
-  *resp->mutable_view() = (*view)->Info();
-  return call.Finish(FillCkTest(req->model(), (*model)->config(), **lags, **view, req->clusters(), req->steps(),
+  *resp->mutable_view() = q->view->Info();
+  return call.Finish(FillCkTest(req->model(), q->model->config(), *q->sub, *q->view, req->clusters(), req->steps(),
                                 req->lag(), resp));
 }
 

@@ -39,25 +39,6 @@ count chain. A Markov model at lag L has predicted = estimated within the error 
 
 namespace {
 
-// Packed row-major K x K as a list of rows (as commands_views.cc writes them).
-template <typename Container>
-void WriteRowsJson(JsonWriter& w, const Container& a, int cols) {
-  w.BeginArray();
-  for (int i = 0; cols > 0 && i + cols <= static_cast<int>(a.size()); i += cols) {
-    w.BeginArray();
-    for (int j = 0; j < cols; ++j) w.Double(a[i + j]);
-    w.EndArray();
-  }
-  w.EndArray();
-}
-
-template <typename Container>
-void WriteListJson(JsonWriter& w, const Container& a) {
-  w.BeginArray();
-  for (double v : a) w.Double(v);
-  w.EndArray();
-}
-
 void WriteScan(JsonWriter& w, const v1::LagScan& s) {
   w.Key("lags").BeginArray();
   for (uint32_t l : s.lags()) w.Uint(l);

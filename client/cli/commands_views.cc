@@ -279,24 +279,6 @@ absl::StatusOr<QueryPoints> LoadQueryPoints(Context& ctx, const std::string& mod
   return q;
 }
 
-// Writes a packed row-major array as a list of `cols`-lists.
-template <typename Container>
-void WriteRowsJson(JsonWriter& w, const Container& a, int cols) {
-  w.BeginArray();
-  for (int i = 0; cols > 0 && i + cols <= static_cast<int>(a.size()); i += cols) {
-    w.BeginArray();
-    for (int j = 0; j < cols; ++j) w.Double(a[i + j]);
-    w.EndArray();
-  }
-  w.EndArray();
-}
-
-template <typename Container>
-void WriteListJson(JsonWriter& w, const Container& a) {
-  w.BeginArray();
-  for (double v : a) w.Double(v);
-  w.EndArray();
-}
 
 void PrintViewLine(const std::string& what, const std::string& model, const v1::ViewInfo& v) {
   std::cout << "# " << what << " of '" << model << "', view version " << v.version() << ", "

@@ -38,6 +38,26 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
+// A packed row-major array (any container of doubles) as a list of `cols`-lists.
+template <typename Container>
+void WriteRowsJson(JsonWriter& w, const Container& a, int cols) {
+  w.BeginArray();
+  for (int i = 0; cols > 0 && i + cols <= static_cast<int>(a.size()); i += cols) {
+    w.BeginArray();
+    for (int j = 0; j < cols; ++j) w.Double(a[i + j]);
+    w.EndArray();
+  }
+  w.EndArray();
+}
+
+// Any container of doubles as a list.
+template <typename Container>
+void WriteListJson(JsonWriter& w, const Container& a) {
+  w.BeginArray();
+  for (double v : a) w.Double(v);
+  w.EndArray();
+}
+
 // JSON string literal for `s` (quotes included), escaping control characters.
 std::string JsonQuote(std::string_view s);
 

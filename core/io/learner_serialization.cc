@@ -41,14 +41,14 @@ int Int(io::Reader& r, const char* what, int64_t lo, int64_t hi) {
   const uint64_t at = r.offset();
   const int32_t v = r.I32(what);
   if (r.ok() && (v < lo || v > hi)) {
-    r.Fail(absl::StrCat(what, " is ", v, " (field at offset ", at, "), expected ", lo, "..", hi));
+    (void)r.Fail(absl::StrCat(what, " is ", v, " (field at offset ", at, "), expected ", lo, "..", hi));
   }
   return v;
 }
 
 int64_t NonNegative(io::Reader& r, const char* what) {
   const int64_t v = r.I64(what);
-  if (r.ok() && v < 0) r.Fail(absl::StrCat(what, " is ", v, ", expected >= 0"));
+  if (r.ok() && v < 0) (void)r.Fail(absl::StrCat(what, " is ", v, ", expected >= 0"));
   return v;
 }
 
@@ -135,7 +135,7 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   const int nearest_x = Int(r, "cme last_nearest_x", -1, cap - 1);
   const int nearest_y = Int(r, "cme last_nearest_y_in_x", -1, cap - 1);
   const uint8_t step = r.U8("cme last_step");
-  if (r.ok() && step > static_cast<uint8_t>(Step::kForced)) r.Fail(absl::StrCat("cme last_step is ", int{step}, ", expected 0..5"));
+  if (r.ok() && step > static_cast<uint8_t>(Step::kForced)) (void)r.Fail(absl::StrCat("cme last_step is ", int{step}, ", expected 0..5"));
   const double last_error = r.F64("cme last_error");
   const int64_t negative = NonNegative(r, "cme negative_delta_events");
   const int64_t since_check = NonNegative(r, "cme samples_since_drift_check");
@@ -370,7 +370,7 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
   if (!r.BeginObject(kLatentTag, kVersion, "MultiViewAccumulator", &version)) return r.status();
   Options o;
   const uint8_t kind = r.U8("latent feature kind");
-  if (r.ok() && kind > 1) r.Fail(absl::StrCat("latent feature kind is ", int{kind}, ", expected 0 (RFF) or 1 (one-hot)"));
+  if (r.ok() && kind > 1) (void)r.Fail(absl::StrCat("latent feature kind is ", int{kind}, ", expected 0 (RFF) or 1 (one-hot)"));
   o.features.kind = kind == 1 ? LatentFeatureOptions::Kind::kOneHot : LatentFeatureOptions::Kind::kRandomFourier;
   o.features.dim = r.I32("latent dim");
   o.features.num_features = r.I32("latent num_features");
@@ -453,7 +453,7 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
   if (!r.BeginObject(kPredictiveTag, kVersion, "PredictiveStateAccumulator", &version)) return r.status();
   Options o;
   const uint8_t kind = r.U8("predictive kind");
-  if (r.ok() && kind > 1) r.Fail(absl::StrCat("predictive kind is ", int{kind}, ", expected 0 (discrete) or 1"));
+  if (r.ok() && kind > 1) (void)r.Fail(absl::StrCat("predictive kind is ", int{kind}, ", expected 0 (discrete) or 1"));
   o.kind = kind == 0 ? Kind::kDiscrete : Kind::kLinearGaussian;
   o.num_symbols = r.I32("predictive num_symbols");
   o.dim = r.I32("predictive dim");
@@ -603,7 +603,7 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
     acc.py_.resize(o.batch_size, p);
   }
   acc.buffered_ = Int(r, "spectral buffered", 0, o.batch_size - 1);
-  if (r.ok() && acc.buffered_ > 0 && acc.live_.epoch == 0) r.Fail("spectral: buffered pairs without an epoch");
+  if (r.ok() && acc.buffered_ > 0 && acc.live_.epoch == 0) (void)r.Fail("spectral: buffered pairs without an epoch");
   r.MatrixInto("spectral x buffer", acc.xbuf_.topRows(acc.buffered_));
   r.MatrixInto("spectral y buffer", acc.ybuf_.topRows(acc.buffered_));
   const bool has_previous = r.Bool("spectral has previous epoch");
