@@ -156,11 +156,15 @@ class ShardingTest(unittest.TestCase):
         owner = c.owner(name)
         other = next(i for i in IDS if i != owner)
         # A plain client at a pod that does not own the model: FAILED_PRECONDITION naming the
-        # owner in the message and in the trailer, for lifecycle calls, ingestion and queries.
+        # owner in the message and in the trailer, for lifecycle calls, ingestion and every kind of
+        # query (view queries share one preamble in query_service.cc).
         with Client(pods[other]) as direct:
             calls = {"describe": lambda: direct.describe(name),
                      "ingest": lambda: direct.ingest_pairs(name, [[0.1]], [[0.05]]),
                      "predict": lambda: direct.predict(name, [[0.2]]),
+                     "clusters": lambda: direct.clusters(name),
+                     "timescales": lambda: direct.timescales(name),
+                     "cktest": lambda: direct.cktest(name),
                      "producer": lambda: direct.producer_offset(name, "p"),
                      "delete": lambda: direct.delete_model(name),
                      "export": lambda: direct.export_model(name)}
