@@ -59,13 +59,15 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(k.eigenfunctions.shape, (4, 900))
         self.assertAlmostEqual(abs(k.eigenvalues[0]), 1.0, delta=0.05)
         self.assertEqual(k.samples, 10000)
-        # Basins: nearest attractor (+-1, 0) in the space of the two leading eigenfunctions
-        # (default), and the basin indicator's level set through the saddle at the origin.
-        labels, _ = classify_basins(c, "duffing", grid[:, :2])
-        acc = float(np.mean(labels == grid[:, 2]))
-        labels_saddle, _ = classify_basins(c, "duffing", grid[:, :2], saddle=(0.0, 0.0))
+        # Basins: the basin indicator's level set through the saddle at the origin (default), and
+        # the nearest attractor (+-1, 0) in the space of the two leading eigenfunctions. This
+        # setting is the one measured where the nearest attractor wins (cmestream/basins.py).
+        labels_saddle, _ = classify_basins(c, "duffing", grid[:, :2])
         acc_saddle = float(np.mean(labels_saddle == grid[:, 2]))
-        print(f"\nbasin accuracy {acc:.3f}, saddle level set {acc_saddle:.3f} (30x30 grid, 10000 samples, sigma 0.5)")
+        labels, _ = classify_basins(c, "duffing", grid[:, :2], saddle=None)
+        acc = float(np.mean(labels == grid[:, 2]))
+        print(f"\nbasin accuracy: saddle level set {acc_saddle:.3f}, nearest attractor {acc:.3f} "
+              "(30x30 grid, 10000 samples, sigma 0.5)")
         self.assertGreater(acc, 0.97)        # measured 0.984
         self.assertGreater(acc_saddle, 0.92)  # measured 0.948
 

@@ -1,16 +1,19 @@
 """Basins of attraction from Koopman eigenfunctions (docs/algorithms.md §1.10, paper 004 sec. 5).
 
 Two rules, for a system with two attractors:
-- nearest attractor (default, `saddle=None`): each point gets the label of the nearest known
-  attractor in the space of the `count` leading eigenfunctions (real and imaginary parts).
-- level set through the saddle (`saddle=S`): the basin boundary is the stable manifold of the
-  saddle S, on which the basin indicator (the first non-stationary eigenfunction, eigenvalue
-  ~ 1) is nearly constant; a point's basin is the side of g(S) that g(x) is on.
-Neither wins everywhere (Duffing, 40 x 40 / 30 x 30 grids): with sigma auto and 20k pairs the
-saddle rule gives 0.982 / 0.985 / 0.979 over seeds 7 / 8 / 9 against 0.976 / 0.953 / 0.921 for
-the nearest attractor (whose midpoint is off the boundary when the indicator's |mu| > 1 makes it
-grow along trajectories); with sigma 0.5 and 10k pairs the nearest attractor gives 0.984 and
-the saddle rule 0.948 (g at the saddle, in the sharp transition zone, is the less certain value).
+- level set through the saddle (default, `saddle=(0, 0)` for Duffing): the basin boundary is
+  the stable manifold of the saddle, on which the basin indicator (the first non-stationary
+  eigenfunction, eigenvalue ~ 1) is nearly constant; a point's basin is the side of g(saddle)
+  that g(x) is on.
+- nearest attractor (`saddle=None`): the label of the nearest known attractor in the space of
+  the `count` leading eigenfunctions (real and imaginary parts). When the indicator's |mu| > 1
+  (box sampling is not invariant) g grows along trajectories and the midpoint between the
+  attractors' values is off the boundary.
+Measured on Duffing, 20k pairs, the daemon's ridge (1e-3), 40 x 40 grid, seeds 1 / 7 / 8 / 9:
+sigma auto, saddle 0.958 / 0.979 / 0.983 / 0.982 vs nearest 0.918 / 0.977 / 0.966 / 0.923;
+sigma 0.4, saddle 0.975 / 0.980 / 0.983 / 0.978 vs nearest 0.959 / 0.973 / 0.974 / 0.941. One
+counterexample: sigma 0.5, 10k pairs (tests/integration/test_python_client.py): nearest 0.984,
+saddle 0.948.
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ def saddle_level_set(indicator: np.ndarray, at_saddle: float, at_first_attractor
 
 
 def classify_basins(client, model: str, points, attractors=((1.0, 0.0), (-1.0, 0.0)),
-                    attractor_labels=(1, -1), count: int = 2, top: int = 6, saddle=None):
+                    attractor_labels=(1, -1), count: int = 2, top: int = 6, saddle=(0.0, 0.0)):
     """Queries the model's eigenfunctions at `points`, the attractors (and the saddle); returns
     (labels per point, KoopmanResult of the query; its eigenfunctions cover points + attractors
     (+ saddle)). With `saddle` the level-set rule above, else the nearest attractor."""
