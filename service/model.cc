@@ -155,8 +155,8 @@ void Model::ObserveSequence(const double* state) {
 
 void Model::SyncLagBasis() {
   // Continuous: the lag basis is re-picked when the spectral moments start an epoch (the X
-  // dictionary outgrew the basis); batch boundaries are replayed identically, so this per-state
-  // check keeps WAL replay and snapshots bit-exact.
+  // dictionary outgrew the basis). Checked before every state or pair it feeds, right after the
+  // CME and spectral moments saw that pair, so the basis depends on the stream, not on batching.
   if (spectral_ && cme_ && lags_->NeedsRebase(spectral_->epoch())) lags_->Rebase(cme_->x_atoms(), spectral_->epoch());
 }
 
