@@ -1,4 +1,4 @@
-// Daemon-side model ownership when several cmestreamd pods share the models (issue 13).
+// Daemon-side model ownership when several cmestreamd pods share the models.
 //
 // With --shard-self ID --shard-peers ID=HOST:PORT,... the daemon knows the whole placement:
 // a model belongs to the peer whose identity wins the rendezvous hash of the model's name

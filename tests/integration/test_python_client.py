@@ -87,7 +87,7 @@ class PythonClientTest(unittest.TestCase):
         self.assertLess(rmse, 0.1)
 
     def test_four_well_koopman_spectrum_against_the_transfer_operator(self):
-        """Issue 14 through the Python client: the stationary mode, the slowest timescales, the
+        """The Koopman reply through the Python client: the stationary mode, the slowest timescales, the
         cross-view comparison and the prequential score, read from the real daemon on a
         four-well trajectory whose transfer-operator eigenvalues are known (--truth)."""
         c = self.client

@@ -1,4 +1,4 @@
-"""Several daemons, one client (issue 13): three real cmestreamd processes started with
+"""Several daemons, one client: three real cmestreamd processes started with
 --shard-self/--shard-peers, 30 models placed by rendezvous hashing of their names over the pod
 identities; every model is reachable through a ShardedClient and through the CLI given all
 three, lives only on its owner, one daemon is restarted (SIGTERM, same port and data dir) and
