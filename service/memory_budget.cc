@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "service/lags.h"
 
 namespace cmestream::service {
 namespace {
@@ -49,6 +50,15 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     // Spectral moments (core/spectral/spectral_moments.h): C00, C01, C11 per fold over the
     // m + 1 features, for the live epoch and the serving previous one: 12 (m+1)^2 doubles.
     bytes += 12 * (m + 1) * (m + 1) * kDouble;
+  }
+  // Lag statistics (core/validation/lag_statistics.h): per lag and block (16 + the open one),
+  // two D x D sums with D = P one-hot ids (discrete, P <= kMaxLagStates) or the Koopman basis
+  // (kLagBasisAtoms + 1) plus the count chain over the basis atoms (continuous).
+  if (HasLagStatistics(c)) {
+    const double lags = std::max(1, c.lags_size()), blocks = 17;
+    const double dim = discrete ? p : kLagBasisAtoms + 1.0;
+    const double per_lag = discrete ? 2 * dim * dim : 2 * (dim * dim + (dim - 1) * (dim - 1));
+    bytes += blocks * lags * per_lag * kDouble;
   }
   if (c.latent_states() > 0) {
     const double f = discrete ? p : c.rff_features();

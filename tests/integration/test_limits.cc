@@ -321,5 +321,22 @@ TEST(MemoryBudgetTest, EstimateIncludesTheSpectralMoments) {
   }
 }
 
+// ... and the lag statistics: per lag, 17 blocks (16 + the open one) of two D x D sums, D = P
+// one-hot ids for a discrete model (core/validation/lag_statistics.h). Four lags of a 128-state
+// model add 17 x 4 x 2 x 128^2 doubles = 17.8 MB over the same model with one lag.
+TEST(MemoryBudgetTest, EstimateGrowsWithTheNumberOfLags) {
+  auto estimate = [](std::vector<int> lags) {
+    v1::ModelConfig c;
+    c.set_name("d");
+    c.set_num_states(128);
+    for (int l : lags) c.add_lags(l);
+    absl::StatusOr<v1::ModelConfig> n = service::NormalizeModelConfig(c, service::ConfigDefaults{});
+    EXPECT_TRUE(n.ok()) << n.status();
+    return n.ok() ? service::EstimateModelBytes(*n) : 0.0;
+  };
+  const double one = estimate({1}), four = estimate({1, 2, 5, 10});
+  EXPECT_NEAR(four - one, 17.0 * 3 * 2 * 128 * 128 * 8, 1.0);
+}
+
 }  // namespace
 }  // namespace cmestream
