@@ -4,7 +4,6 @@
 // life; the windows below Reserve() first, and one test bounds the growth allocations. This
 // separate binary interposes glibc's malloc/calloc/realloc (Eigen allocates with
 // std::malloc, operator new ends in malloc too) and counts calls.
-#include <atomic>
 #include <cstddef>
 #include <vector>
 
@@ -12,28 +11,7 @@
 
 #include "core/cme/compressed_cme.h"
 #include "core/systems/duffing.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* malloc(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_malloc(n);
-}
-void* calloc(std::size_t n, std::size_t s) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_calloc(n, s);
-}
-void* realloc(void* p, std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_realloc(p, n);
-}
-}
+#include "tests/core/counting_malloc.h"
 
 namespace cmestream {
 namespace {
@@ -47,15 +25,15 @@ void CheckNoAllocation(bool one_sided, bool averaging, double decay_samples, boo
   o.step_decay_samples = decay_samples;
   CompressedCme cme(o);
   const auto data = systems::SimulateDuffing(3000, 21);
-  const long at_start = g_allocations.load();
+  const long at_start = testing::AllocationCount();
   cme.Reserve(o.max_dict);
   // Warm up: the dictionary exists and the batch scratch has its size.
   cme.ObserveBatch(data.x.topRows(250), data.y.topRows(250));
   cme.ObserveBatch(data.x.middleRows(250, 250), data.y.middleRows(250, 250));
-  ASSERT_GT(g_allocations.load(), at_start) << "the counting malloc is not in effect";
+  ASSERT_GT(testing::AllocationCount(), at_start) << "the counting malloc is not in effect";
   const int64_t admitted_before = cme.counters().admitted_x + cme.counters().admitted_y;
   std::vector<int> nx(250), ny(250);
-  const long before = g_allocations.load();
+  const long before = testing::AllocationCount();
   if (batched) {
     for (int t = 500; t < 1500; t += 250) {
       cme.ObserveBatch(data.x.middleRows(t, 250), data.y.middleRows(t, 250), absl::MakeSpan(nx), absl::MakeSpan(ny));
@@ -63,7 +41,7 @@ void CheckNoAllocation(bool one_sided, bool averaging, double decay_samples, boo
   } else {
     for (int t = 500; t < 1500; ++t) cme.Observe(data.x.row(t).data(), data.y.row(t).data());
   }
-  const long allocations = g_allocations.load() - before;
+  const long allocations = testing::AllocationCount() - before;
   EXPECT_EQ(allocations, 0) << "one_sided=" << one_sided << " averaging=" << averaging << " batched=" << batched;
   // Both paths (compress and admit) were exercised inside the measured window.
   EXPECT_GT(cme.counters().admitted_x + cme.counters().admitted_y, admitted_before);
@@ -91,9 +69,9 @@ TEST(CompressedCmeAllocations, GrowthAllocatesOnlyWhenCapacityDoubles) {
   o.epsilon = 1e-4;
   CompressedCme cme(o);
   const auto data = systems::SimulateDuffing(4000, 23);
-  const long before = g_allocations.load();
+  const long before = testing::AllocationCount();
   for (int t = 0; t < 4000; t += 200) cme.ObserveBatch(data.x.middleRows(t, 200), data.y.middleRows(t, 200));
-  const long allocations = g_allocations.load() - before;
+  const long allocations = testing::AllocationCount() - before;
   ASSERT_GT(cme.dict_x_size(), 200);
   // 6 growths (16, 32, 64, 128, 256, 300), each reallocating ~16 matrices and vectors and the
   // batch scratch (~14 buffers), plus the drift re-factorizations (a few temporaries each).
@@ -111,13 +89,13 @@ TEST(CompressedCmeAllocations, ForcedProjectionsAtTheCapAreAllocationFree) {
   const auto data = systems::SimulateDuffing(2000, 22);
   cme.ObserveBatch(data.x.topRows(1000), data.y.topRows(1000));
   ASSERT_EQ(cme.dict_x_size(), 50);
-  const long before = g_allocations.load();
+  const long before = testing::AllocationCount();
   for (int t = 1000; t < 1500; ++t) cme.Observe(data.x.row(t).data(), data.y.row(t).data());
-  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(testing::AllocationCount() - before, 0);
   cme.ObserveBatch(data.x.middleRows(1500, 250), data.y.middleRows(1500, 250));  // sizes the scratch
-  const long before_batch = g_allocations.load();
+  const long before_batch = testing::AllocationCount();
   cme.ObserveBatch(data.x.middleRows(1750, 250), data.y.middleRows(1750, 250));
-  EXPECT_EQ(g_allocations.load() - before_batch, 0);
+  EXPECT_EQ(testing::AllocationCount() - before_batch, 0);
   EXPECT_GT(cme.counters().forced, 900);
 }
 

@@ -1,7 +1,6 @@
 // LaggedMoments / LagStatistics must not touch the heap per state once set up (house rule: no
-// allocation per sample), block merges included. Same counting malloc as test_cme_allocations
+// allocation per sample), block merges included. Counted by tests/core/counting_malloc.cc
 // (a separate binary, so the interposition affects nothing else).
-#include <atomic>
 #include <cstddef>
 #include <random>
 
@@ -9,28 +8,7 @@
 
 #include "core/validation/lag_statistics.h"
 #include "core/validation/lagged_moments.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* malloc(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_malloc(n);
-}
-void* calloc(std::size_t n, std::size_t s) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_calloc(n, s);
-}
-void* realloc(void* p, std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_realloc(p, n);
-}
-}
+#include "tests/core/counting_malloc.h"
 
 namespace cmestream {
 namespace {
@@ -54,7 +32,7 @@ TEST_P(LagAllocations, ObserveIsAllocationFreeAcrossBlockMerges) {
   o.initial_block_length = 16;  // several merges within n
   LagStatistics acc(o);
   acc.Rebase(atoms, 1);
-  const long before = g_allocations.load();
+  const long before = testing::AllocationCount();
   for (int t = 0; t < n; ++t) {
     if (t % 997 == 0) acc.StartEpisode();
     if (t % 5 == 0) {
@@ -63,7 +41,7 @@ TEST_P(LagAllocations, ObserveIsAllocationFreeAcrossBlockMerges) {
       acc.ObserveState(x.row(t).data());
     }
   }
-  EXPECT_EQ(g_allocations.load() - before, 0) << "lags = " << lags;
+  EXPECT_EQ(testing::AllocationCount() - before, 0) << "lags = " << lags;
   EXPECT_EQ(acc.Snapshot().counts->samples, n);
 }
 

@@ -1,7 +1,6 @@
 // SpectralMoments::Observe must not touch the heap once its epoch started (house rule: no
 // allocation per sample), at the basis sizes the benchmark uses. Same counting malloc as
 // test_cme_allocations (a separate binary, so the interposition affects nothing else).
-#include <atomic>
 #include <cmath>
 #include <memory>
 #include <cstddef>
@@ -11,28 +10,7 @@
 
 #include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_moments.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-extern "C" {
-void* __libc_malloc(std::size_t);
-void* __libc_calloc(std::size_t, std::size_t);
-void* __libc_realloc(void*, std::size_t);
-void* malloc(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_malloc(n);
-}
-void* calloc(std::size_t n, std::size_t s) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_calloc(n, s);
-}
-void* realloc(void* p, std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return __libc_realloc(p, n);
-}
-}
+#include "tests/core/counting_malloc.h"
 
 namespace cmestream {
 namespace {
@@ -55,9 +33,9 @@ TEST_P(SpectralAllocations, ObserveIsAllocationFreeWithinAnEpoch) {
   o.block_length = 700;   // block ends inside batches
   SpectralMoments acc(o);
   acc.StartEpoch(atoms);
-  const long before = g_allocations.load();
+  const long before = testing::AllocationCount();
   for (int t = 0; t < n; ++t) acc.Observe(x.row(t).data(), x.row(t + 1).data());
-  EXPECT_EQ(g_allocations.load() - before, 0) << "m = " << m;
+  EXPECT_EQ(testing::AllocationCount() - before, 0) << "m = " << m;
   EXPECT_EQ(acc.epoch_samples(), n);
 }
 
@@ -77,10 +55,10 @@ TEST_P(SpectralAllocations, PrequentialScoreObserveIsAllocationFree) {
   for (int i = 0; i <= n; ++i)
     for (int j = 0; j < d; ++j) x(i, j) = nd(rng);
   PrequentialVampE score(model);
-  const long before = g_allocations.load();
+  const long before = testing::AllocationCount();
   for (int t = 0; t < n; ++t) score.Observe(x.row(t).data(), x.row(t + 1).data());
   const double s = score.Score();
-  EXPECT_EQ(g_allocations.load() - before, 0) << "m = " << m;
+  EXPECT_EQ(testing::AllocationCount() - before, 0) << "m = " << m;
   EXPECT_EQ(score.pairs(), n);
   EXPECT_TRUE(std::isfinite(s));
 }
