@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "service/fit_summary.h"
 #include "service/rpc_util.h"
 #include "service/services.h"
 
@@ -369,6 +370,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetEmbedding(grpc::CallbackServerCon
   if (q->points.rows() > 0) AddRowMajor(q->sub->Embed(q->points), resp->mutable_embedding());
   AddAll(q->sub->singular_values(), resp->mutable_singular_values());
   AddAll(q->sub->SingularValueGaps(), resp->mutable_singular_value_gaps());
+  *resp->mutable_summary() = ToFitSummary(q->sub->summary());
   return call.Finish(absl::OkStatus());
 }
 
@@ -400,6 +402,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetClusters(grpc::CallbackServerCont
   AddAll(cv.coarse.masses, resp->mutable_masses());
   AddAll(cv.timescales, resp->mutable_timescales());
   resp->set_inertia(cv.clusters.kmeans().inertia);
+  *resp->mutable_summary() = ToFitSummary(cv.clusters.kmeans());
   return call.Finish(absl::OkStatus());
 }
 
@@ -425,6 +428,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetAggregation(grpc::CallbackServerC
   for (int k : r.partition) resp->add_partition(static_cast<uint32_t>(k));
   for (int s : r.excluded_states) resp->add_excluded(s);
   resp->set_distance_to_empirical(r.mean_row_tv_to_empirical);
+  *resp->mutable_summary() = ToFitSummary(r);
   return call.Finish(absl::OkStatus());
 }
 
@@ -437,6 +441,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContex
   *resp->mutable_view() = q->view->Info();
   resp->set_latent_states(static_cast<uint32_t>(q->sub->k()));
   AddAll(q->sub->weights(), resp->mutable_weights());
+  *resp->mutable_summary() = ToFitSummary(q->sub->summary());
   if (q->points.rows() > 0) {
     absl::StatusOr<MatrixXd> density = q->sub->Density(q->points);  // n x k
     if (!density.ok()) return call.Finish(density.status());

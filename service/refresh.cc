@@ -294,6 +294,7 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
   koopman.top = std::max(1, std::min<int>(top, static_cast<int>(cme.snapshot.x_atoms.rows())));
   koopman.dt = config.dt();
   if (cme.snapshot.x_atoms.rows() > 0) cme.koopman = ComputeKoopman(cme.snapshot, koopman);
+  if (!cme.koopman.solver_error.empty()) info.add_warnings(cme.koopman.solver_error);
   cme.excess = VectorXd::Zero(cme.koopman.eigenvalues.size());
 }
 

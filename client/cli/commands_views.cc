@@ -370,6 +370,7 @@ int Embedding(Context& ctx, const Args& args) {
     WriteListJson(w, r->singular_values());
     w.Key("singular_value_gaps");
     WriteListJson(w, r->singular_value_gaps());
+    WriteFitSummaryJson(w, r->summary());
     w.EndObject();
     PrintJson(w);
     return 0;
@@ -378,6 +379,7 @@ int Embedding(Context& ctx, const Args& args) {
   std::cout << "# rank " << rank << "\n";
   PrintVector("# singular values", r->singular_values());
   PrintVector("# gaps           ", r->singular_value_gaps());
+  PrintFitSummary(r->summary());
   for (int i = 0; rank > 0 && (i + 1) * rank <= r->embedding_size(); ++i) {
     for (int j = 0; j < rank; ++j) std::printf(j ? ",%.17g" : "%.17g", r->embedding(i * rank + j));
     std::printf("\n");
@@ -424,6 +426,7 @@ int Clusters(Context& ctx, const Args& args) {
     w.Key("timescales");
     WriteListJson(w, r->timescales());
     w.Key("inertia").Double(r->inertia());
+    WriteFitSummaryJson(w, r->summary());
     w.EndObject();
     PrintJson(w);
     return 0;
@@ -441,6 +444,7 @@ int Clusters(Context& ctx, const Args& args) {
     std::printf("\n");
   }
   PrintVector("# implied timescales", r->timescales());
+  PrintFitSummary(r->summary());
   std::printf("%8s %8s %12s  %s\n", "rep", "label", "weight", q.discrete ? "" : "coordinates");
   for (const auto& rep : r->representatives()) {
     std::printf("%8lld %8u %12.6g ", static_cast<long long>(rep.id()), rep.label(), rep.weight());
@@ -502,6 +506,7 @@ int Aggregation(Context& ctx, const Args& args) {
     for (int64_t id : r->excluded()) w.Int(id);
     w.EndArray();
     w.Key("distance_to_empirical").Double(r->distance_to_empirical());
+    WriteFitSummaryJson(w, r->summary());
     w.EndObject();
     PrintJson(w);
     return 0;
@@ -509,6 +514,7 @@ int Aggregation(Context& ctx, const Args& args) {
   PrintViewLine("soft state aggregation", model, r->view());
   std::cout << "# " << p << " states, " << m << " meta-states; mean row TV |U V^T - P_hat| = "
             << Num(r->distance_to_empirical()) << "\n";
+  PrintFitSummary(r->summary());
   for (int k = 0; k < r->anchors_size(); ++k) {
     std::cout << "# anchors of meta-state " << k << " (rows):";
     for (uint32_t i : r->anchors(k).indices()) std::cout << " " << i;
@@ -557,6 +563,7 @@ int Latent(Context& ctx, const Args& args) {
     else w.BeginArray().EndArray();
     w.Key("posteriors");
     WriteRowsJson(w, r->posteriors(), k);
+    WriteFitSummaryJson(w, r->summary());
     w.EndObject();
     PrintJson(w);
     return 0;
@@ -564,6 +571,7 @@ int Latent(Context& ctx, const Args& args) {
   PrintViewLine("latent-state model", model, r->view());
   std::cout << "# " << k << " latent states\n";
   PrintVector("# weights", r->weights());
+  PrintFitSummary(r->summary());
   if (n > 0) {
     std::printf("%8s", "point");
     for (int h = 0; h < k; ++h) std::printf(" %12s", absl::StrCat("density", h).c_str());

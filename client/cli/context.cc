@@ -192,6 +192,7 @@ const char kEmbeddingUsage[] = R"(usage: cmestream embedding NAME [--points FILE
 Rank-r state embedding Psi(x) of each query point (FILE: one point x_1..x_d per line, or one
 state id per line for discrete models) and the singular values (with their gaps, to choose r).
 JSON: {"embedding": [[r numbers] per point], "singular_values", "singular_value_gaps", "rank",
+       "summary": {"termination", "message", "brief_report", "figures": {name: number}},
        "view_version", "samples"}
 )";
 
@@ -202,7 +203,7 @@ query point (FILE as for embedding), the K x K coarse-grained transition matrix,
 and the implied timescales of the count-based chain.
 JSON: {"representatives": [{"coordinates"|"id", "weight", "label"}...], "point_labels",
        "transition_matrix": [[K] x K], "masses", "timescales", "clusters", "inertia",
-       "view_version", "samples"}
+       "summary" (as for embedding), "view_version", "samples"}
 )";
 
 const char kAggregationUsage[] = R"(usage: cmestream aggregation NAME [--json]
@@ -211,7 +212,8 @@ Soft state aggregation (model created with --meta R): disaggregation V (p x r, c
 1), aggregation U (p x r), anchor rows per meta-state, hard partition and excluded states.
 JSON: {"states": [ids] or [[coordinates]...] in row order, "state_ids", "V", "U",
        "anchors": [[row indices] per meta-state], "partition", "excluded",
-       "distance_to_empirical", "meta_states", "view_version", "samples"}
+       "distance_to_empirical", "meta_states", "summary" (as for embedding), "view_version",
+       "samples"}
 )";
 
 const char kLatentUsage[] = R"(usage: cmestream latent NAME [--points FILE] [--json]
@@ -219,7 +221,7 @@ const char kLatentUsage[] = R"(usage: cmestream latent NAME [--points FILE] [--j
 Multi-view latent-state model (model created with --latent K): mixing weights, each component's
 density at the query points (FILE as for embedding) and the posterior over latent states.
 JSON: {"weights": [k], "densities": [[n values] per component], "posteriors": [[k] per point],
-       "latent_states", "view_version", "samples"}
+       "latent_states", "summary" (as for embedding), "view_version", "samples"}
 )";
 
 const char kForecastUsage[] = R"(usage: cmestream forecast NAME --window FILE [--horizon H] [--json]

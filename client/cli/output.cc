@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,26 @@ void WriteViewJson(JsonWriter& w, const v1::ViewInfo& view) {
   w.Key("samples").Uint(view.samples());
   w.Key("view_age_seconds").Double(view.age_seconds());
   w.Key("view_build_seconds").Double(view.build_seconds());
+}
+
+void WriteFitSummaryJson(JsonWriter& w, const v1::FitSummary& s) {
+  w.Key("summary").BeginObject();
+  w.Key("termination").String(s.termination());
+  w.Key("message").String(s.message());
+  w.Key("brief_report").String(s.brief_report());
+  w.Key("figures").BeginObject();
+  const std::map<std::string, double> sorted(s.figures().begin(), s.figures().end());
+  for (const auto& [name, value] : sorted) w.Key(name).Double(value);
+  w.EndObject();
+  w.EndObject();
+}
+
+void PrintFitSummary(const v1::FitSummary& s) {
+  if (!s.brief_report().empty()) std::cout << "# fit: " << s.brief_report() << "\n";
+  if (!s.termination().empty() && s.termination() != "success") {
+    std::cout << "# warning: the fit ended " << s.termination() << (s.message().empty() ? "" : ": ") << s.message()
+              << "\n";
+  }
 }
 
 void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {

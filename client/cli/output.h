@@ -22,6 +22,11 @@ void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s);
 // Readable spectrum summary (estimator, epoch, score, cross-view timescales, warnings) on
 // stdout, each line indented by `indent`.
 void PrintSpectrum(const v1::SpectrumInfo& s, const std::string& indent);
+// The "summary" key of a sub-view reply: termination, message, brief_report and the named
+// figures (keys sorted, so output is stable).
+void WriteFitSummaryJson(JsonWriter& w, const v1::FitSummary& s);
+// "# fit: <brief report>", plus a "# warning:" line when the fit did not end in success.
+void PrintFitSummary(const v1::FitSummary& s);
 // Readable description of a model on stdout.
 void PrintModel(const v1::ModelInfo& m);
 // Writes w's text and a newline on stdout.

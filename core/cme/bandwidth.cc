@@ -6,16 +6,10 @@
 #include <numeric>
 
 #include "core/kernels/gaussian.h"
+#include "core/linalg/symmetric.h"
 
 namespace cmestream {
 namespace {
-
-// Symmetric inverse square root with eigenvalues floored at floor (they are covariances).
-MatrixXd InvSqrt(const MatrixXd& c, double floor) {
-  Eigen::SelfAdjointEigenSolver<MatrixXd> es(c);
-  const VectorXd ev = es.eigenvalues().cwiseMax(floor).cwiseSqrt().cwiseInverse();
-  return es.eigenvectors() * ev.asDiagonal() * es.eigenvectors().transpose();
-}
 
 RowMatrixXd Rows(const Eigen::Ref<const RowMatrixXd>& a, const std::vector<Eigen::Index>& idx) {
   RowMatrixXd out(idx.size(), a.cols());
@@ -54,7 +48,7 @@ double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::R
   const double r0 = ridge * c00.trace() / p, r1 = ridge * c11.trace() / p;
   c00.diagonal().array() += r0;
   c11.diagonal().array() += r1;
-  const MatrixXd i0 = InvSqrt(c00, r0), i1 = InvSqrt(c11, r1);
+  const MatrixXd i0 = InverseSqrtPsd(c00, r0), i1 = InverseSqrtPsd(c11, r1);
   Eigen::JacobiSVD<MatrixXd> svd(i0 * c01 * i1, Eigen::ComputeThinU | Eigen::ComputeThinV);
   const int r = std::min(rank, p);
   const MatrixXd a = i0 * svd.matrixU().leftCols(r);
@@ -68,7 +62,7 @@ double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::R
   const double nt = static_cast<double>(u.rows());
   const MatrixXd s00 = u.transpose() * u / nt, s11 = v.transpose() * v / nt, s01 = u.transpose() * v / nt;
   const double floor = 1e-10;
-  const MatrixXd t = InvSqrt(s00, floor) * s01 * InvSqrt(s11, floor);
+  const MatrixXd t = InverseSqrtPsd(s00, floor) * s01 * InverseSqrtPsd(s11, floor);
   return 1.0 + t.squaredNorm();
 }
 

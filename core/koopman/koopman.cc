@@ -30,6 +30,16 @@ KoopmanDecomposition ComputeKoopman(const CmeSnapshot& snapshot, const KoopmanOp
   const MatrixXd m = snapshot.W.transpose() * kyx;
   // Dense QR-based eigensolver: O(m^3), about a second at m = 1000; fine for a background refresh.
   Eigen::EigenSolver<MatrixXd> es(m, /*computeEigenvectors=*/true);
+  if (es.info() != Eigen::Success) {
+    // Eigen's QR iteration gives up after its iteration cap (non-finite entries or a pathological
+    // matrix): report it rather than read eigenvalues that were never computed.
+    out.solver_error = "the eigensolver of W^T K_YX did not converge";
+    out.eigenvalues.resize(0);
+    out.rates.resize(0);
+    out.timescales.resize(0);
+    out.eigenvectors.resize(0, 0);
+    return out;
+  }
   const VectorXcd mu = es.eigenvalues();
   const MatrixXcd vec = es.eigenvectors();
 

@@ -4,6 +4,7 @@
 // C* Phi v = Phi (W^T K_YX) v, K_YX[i,j] = k(y_i, x_j). M = W^T K_YX is m_x x m_x.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/cme/compressed_cme.h"
@@ -31,6 +32,9 @@ struct KoopmanDecomposition {
   // Index of the stationary mode (the constant function, eigenvalue exactly 1), or -1 when the
   // estimator does not identify it (the CME's W^T K_YX: the constant is not in the RKHS).
   int stationary_index = -1;
+  // Empty when the eigensolver converged; otherwise why it did not (the decomposition is then
+  // empty: a user must see "no spectrum", never a partial one).
+  std::string solver_error;
 
   // g_l(x) = c_l + sum_j v_l[j] k(x_j, x) (c_l = constants[l], 0 if empty). points: n x d.
   // Returns n x k.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <complex>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -101,6 +102,27 @@ TEST(KoopmanDuffing, AutoSigmaClassifiesBasins) {
   std::printf("auto sigma %.3f: accuracy %.4f, m_x=%d m_y=%d\n", sel.chosen, run.accuracy, run.dict_x, run.dict_y);
   EXPECT_GE(run.accuracy, 0.95);
   EXPECT_LT(run.dict_x, 1000);
+}
+
+// A matrix the QR iteration cannot handle (non-finite entries) must be reported, never read as
+// eigenvalues that were not computed.
+TEST(KoopmanContract, EigensolverFailureIsReported) {
+  CmeSnapshot s;
+  s.dim = 1;
+  s.sigma = 1;
+  s.x_atoms = VectorXd::LinSpaced(4, 0, 3);
+  s.y_atoms = s.x_atoms;
+  s.W = MatrixXd::Identity(4, 4);
+  KoopmanOptions o;
+  o.top = 3;
+  const KoopmanDecomposition good = ComputeKoopman(s, o);
+  EXPECT_TRUE(good.solver_error.empty());
+  EXPECT_EQ(good.eigenvalues.size(), 3);
+  s.W(1, 2) = std::numeric_limits<double>::quiet_NaN();
+  const KoopmanDecomposition bad = ComputeKoopman(s, o);
+  EXPECT_FALSE(bad.solver_error.empty());
+  EXPECT_EQ(bad.eigenvalues.size(), 0);
+  EXPECT_EQ(bad.eigenvectors.size(), 0);
 }
 
 }  // namespace

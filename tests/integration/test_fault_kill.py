@@ -25,25 +25,13 @@ import grpc
 import numpy as np
 
 from cmestream.v1 import cmestream_pb2 as pb
-from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
 from cmestream import Client
-from cmestream.testing import Daemon
+from cmestream.testing import Daemon, Stubs
 
 CLI = os.environ.get("CMESTREAM", "cmestream")
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
 SEED = int(os.environ.get("CMESTREAM_FAULT_SEED", "20240606"))
 N = 12000
-
-
-class Stubs:
-    def __init__(self, target):
-        self.channel = grpc.insecure_channel(target)
-        self.models = pb_grpc.ModelServiceStub(self.channel)
-        self.ingest = pb_grpc.IngestServiceStub(self.channel)
-        self.queries = pb_grpc.QueryServiceStub(self.channel)
-
-    def close(self):
-        self.channel.close()
 
 
 class FaultTest(unittest.TestCase):

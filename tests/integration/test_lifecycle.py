@@ -19,8 +19,7 @@ import grpc
 import numpy as np
 
 from cmestream.v1 import cmestream_pb2 as pb
-from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
-from cmestream_client.testing import Daemon
+from cmestream.testing import Daemon, Stubs
 
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
 
@@ -81,17 +80,6 @@ def records(path):
 def encode_record(typ: int, seq: int, payload: bytes) -> bytes:
     body = bytes([typ]) + struct.pack("<Q", seq) + payload
     return struct.pack("<II", mask(crc32c(body)), len(payload)) + body
-
-
-class Stubs:
-    def __init__(self, target):
-        self.channel = grpc.insecure_channel(target)
-        self.models = pb_grpc.ModelServiceStub(self.channel)
-        self.ingest = pb_grpc.IngestServiceStub(self.channel)
-        self.queries = pb_grpc.QueryServiceStub(self.channel)
-
-    def close(self):
-        self.channel.close()
 
 
 def pairs(n, d=2, seed=0):

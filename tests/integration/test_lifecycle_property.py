@@ -22,7 +22,7 @@ import numpy as np
 
 from cmestream.v1 import cmestream_pb2 as pb
 from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
-from cmestream_client.testing import Daemon
+from cmestream.testing import Daemon
 
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
 STEPS = int(os.environ.get("CMESTREAM_LIFECYCLE_STEPS", "150"))

@@ -26,7 +26,7 @@ import numpy as np
 
 from cmestream.v1 import cmestream_pb2 as pb
 from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
-from cmestream_client.testing import Daemon
+from cmestream.testing import Daemon
 
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
 TRACKER = os.environ.get("CMESTREAM_FSYNC_TRACKER", "")

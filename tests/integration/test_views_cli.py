@@ -169,6 +169,14 @@ class ViewsCliTest(unittest.TestCase):
               f"empirical {a['distance_to_empirical']:.4f}", file=sys.stderr)
         self.assertLess(perm_err, 0.04)  # ~3 sqrt(p/n); measured 0.018
         self.assertLess(a["distance_to_empirical"], 0.1)
+        # The fit summary agrees with the reply, and the count matrix supports r = 3 meta-states:
+        # sigma_3 / sigma_4 of the normalized counts is large (the chain has rank 3).
+        fs = a["summary"]
+        self.assertEqual(fs["termination"], "success", fs)
+        self.assertEqual(fs["figures"]["kept_states"], len(states))
+        self.assertEqual(fs["figures"]["excluded_states"], 0)
+        self.assertGreater(fs["figures"]["singular_value_gap"], 3.0, fs)
+        self.assertIn("SoftAggregation SUCCESS", fs["brief_report"])
 
         # Clusters of a discrete model: representatives are the states, masses sum to 1.
         cl = self.json("clusters", "agg")
@@ -178,9 +186,13 @@ class ViewsCliTest(unittest.TestCase):
         self.assertEqual(len(cl["transition_matrix"]), r)
         np.testing.assert_allclose(np.array(cl["transition_matrix"]).sum(axis=1), 1, atol=1e-9)
         self.assertAlmostEqual(sum(cl["masses"]), 1.0, places=9)
+        self.assertEqual(cl["summary"]["figures"]["inertia"], cl["inertia"])
+        self.assertGreaterEqual(cl["summary"]["figures"]["iterations"], 1)
 
         # Human-readable forms.
-        self.assertIn("anchors of meta-state", self.cli("aggregation", "agg").stdout)
+        text = self.cli("aggregation", "agg").stdout
+        self.assertIn("anchors of meta-state", text)
+        self.assertIn("# fit: SoftAggregation SUCCESS", text)
         self.assertIn("stationary", self.cli("counts", "agg").stdout)
 
     def test_discrete_rejects_out_of_range_ids_and_stays_unchanged(self):
@@ -317,6 +329,12 @@ class ViewsCliTest(unittest.TestCase):
         self.assertTrue(np.all(np.diff(sv) <= 1e-12))
         np.testing.assert_allclose(e["singular_value_gaps"][:len(sv) - 1], -np.diff(sv),
                                    atol=1e-9)
+        fs = e["summary"]
+        self.assertEqual(fs["termination"], "success", fs)
+        self.assertEqual(fs["figures"]["num_features"], 256)
+        self.assertEqual(fs["figures"]["rank"], 4)
+        self.assertLessEqual(fs["figures"]["kept_x"], 256)
+        self.assertGreaterEqual(fs["figures"]["kept_x"], len(sv))
         # Embedding distances: points of the same well closer than points of different wells.
         core = weight > 0.2 * weight.max()
         d = np.linalg.norm(emb[core][:, None] - emb[core][None], axis=2)
@@ -460,6 +478,12 @@ class ViewsCliTest(unittest.TestCase):
               f"{np.round(np.sort(truth['weights']), 3)}", file=sys.stderr)
         # Measured: within 0.005 of (1/6, 1/3, 1/2).
         np.testing.assert_allclose(np.sort(w), np.sort(truth["weights"]), atol=0.04)
+        # The summary's tensor eigenvalues are the weights' source: pi_h = lambda_h^-2, normalized.
+        figs = lat["summary"]["figures"]
+        lam = np.array([figs[f"tensor_eigenvalue_{h}"] for h in range(3)])
+        from_lambda = lam ** -2.0 / np.sum(lam ** -2.0)
+        np.testing.assert_allclose(np.sort(from_lambda), np.sort(w), rtol=1e-9)
+        self.assertGreater(figs["triples"], 0)
 
     # -- Python client: discrete ingestion and views as numpy arrays ------------------------------
 
@@ -502,6 +526,9 @@ class ViewsCliTest(unittest.TestCase):
             agg = c.aggregation("py_d")
             self.assertEqual(agg.V.shape, (6, 2))
             np.testing.assert_allclose(agg.V.sum(axis=0), 1, atol=1e-9)
+            self.assertEqual(agg.summary.termination, "success")
+            self.assertEqual(agg.summary.figures["kept_states"], 6)
+            self.assertEqual(emb.summary.figures["rank"], 2)
 
     # -- simulators (no server) -------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ Install: `pip install --no-deps --no-build-isolation ./client/python` (needs Deb
 grpc_python_plugin, python3-grpcio, python3-protobuf, python3-numpy; see client/python/README.md).
 """
 from .client import (AggregationResult, CkResult, CkTestResult, Client, ClustersResult,
-                     CmestreamError, CountsResult, EmbeddingResult, ForecastResult, IngestResult,
-                     KoopmanResult, LagScan, LatentResult, TimescalesResult)
+                     CmestreamError, CountsResult, EmbeddingResult, FitSummary, ForecastResult,
+                     IngestResult, KoopmanResult, LagScan, LatentResult, TimescalesResult)
 from .model import Model
 from .sharded import ShardedClient
 from . import placement
@@ -26,5 +26,6 @@ from . import placement
 __version__ = "0.1.0"  # = project(cmestream VERSION) in CMakeLists.txt (a test checks)
 
 __all__ = ["AggregationResult", "Client", "ClustersResult", "CmestreamError", "CountsResult",
-           "EmbeddingResult", "ForecastResult", "IngestResult", "KoopmanResult", "LatentResult",
-           "LagScan", "TimescalesResult", "CkResult", "CkTestResult", "Model", "ShardedClient", "placement", "__version__"]
+           "EmbeddingResult", "FitSummary", "ForecastResult", "IngestResult", "KoopmanResult",
+           "LatentResult", "LagScan", "TimescalesResult", "CkResult", "CkTestResult", "Model",
+           "ShardedClient", "placement", "__version__"]

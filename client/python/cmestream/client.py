@@ -97,12 +97,27 @@ class CountsResult:
 
 
 @dataclasses.dataclass
+class FitSummary:
+    """How a sub-view's fit ended (docs/user-guide.md, "Reading a fit summary")."""
+    termination: str        # "success", or what went wrong ("rank_clipped", "numerical_trouble")
+    message: str            # why, when termination is not "success"
+    brief_report: str       # one line for people
+    figures: dict           # named numbers, e.g. "kept_x", "svd_iterations", "inertia"
+
+    @staticmethod
+    def from_proto(s) -> "FitSummary":
+        return FitSummary(termination=s.termination, message=s.message,
+                          brief_report=s.brief_report, figures=dict(s.figures))
+
+
+@dataclasses.dataclass
 class EmbeddingResult:
     embedding: np.ndarray            # (n, r): Psi(x) per query point
     singular_values: np.ndarray      # descending
     singular_value_gaps: np.ndarray  # sigma_i - sigma_{i+1}
     view_version: int
     samples: int
+    summary: Optional[FitSummary] = None  # the estimator's fit summary
 
 
 @dataclasses.dataclass
@@ -118,6 +133,7 @@ class ClustersResult:
     inertia: float
     view_version: int
     samples: int
+    summary: Optional[FitSummary] = None  # the estimator's fit summary
 
 
 @dataclasses.dataclass
@@ -132,6 +148,7 @@ class AggregationResult:
     distance_to_empirical: float
     view_version: int
     samples: int
+    summary: Optional[FitSummary] = None  # the estimator's fit summary
 
 
 @dataclasses.dataclass
@@ -141,6 +158,7 @@ class LatentResult:
     posteriors: np.ndarray  # (n, k)
     view_version: int
     samples: int
+    summary: Optional[FitSummary] = None  # the estimator's fit summary
 
 
 @dataclasses.dataclass
@@ -682,7 +700,8 @@ class Client:
             embedding=np.array(r.embedding, dtype=np.float64).reshape(-1, max(r.rank, 1)),
             singular_values=np.array(r.singular_values, dtype=np.float64),
             singular_value_gaps=np.array(r.singular_value_gaps, dtype=np.float64),
-            view_version=r.view.version, samples=r.view.samples)
+            view_version=r.view.version, samples=r.view.samples,
+            summary=FitSummary.from_proto(r.summary))
 
     def clusters(self, model: str, points: Optional[npt.ArrayLike] = None,
                  state_ids: Optional[npt.ArrayLike] = None) -> ClustersResult:
@@ -703,7 +722,8 @@ class Client:
             transition_matrix=np.array(r.transition_matrix, dtype=np.float64).reshape(k, k),
             masses=np.array(r.masses, dtype=np.float64),
             timescales=np.array(r.timescales, dtype=np.float64), inertia=r.inertia,
-            view_version=r.view.version, samples=r.view.samples)
+            view_version=r.view.version, samples=r.view.samples,
+            summary=FitSummary.from_proto(r.summary))
 
     def aggregation(self, model: str) -> AggregationResult:
         """Soft state aggregation (model created with meta_states=R)."""
@@ -720,7 +740,8 @@ class Client:
             partition=np.array(r.partition, dtype=np.int64),
             excluded=np.array(r.excluded, dtype=np.int64),
             distance_to_empirical=r.distance_to_empirical,
-            view_version=r.view.version, samples=r.view.samples)
+            view_version=r.view.version, samples=r.view.samples,
+            summary=FitSummary.from_proto(r.summary))
 
     def latent(self, model: str, points: Optional[npt.ArrayLike] = None,
                state_ids: Optional[npt.ArrayLike] = None) -> LatentResult:
@@ -733,7 +754,8 @@ class Client:
             weights=np.array(r.weights, dtype=np.float64),
             densities=np.array(r.densities, dtype=np.float64).reshape(k, n),
             posteriors=np.array(r.posteriors, dtype=np.float64).reshape(n, k),
-            view_version=r.view.version, samples=r.view.samples)
+            view_version=r.view.version, samples=r.view.samples,
+            summary=FitSummary.from_proto(r.summary))
 
     def forecast(self, model: str, window: Optional[npt.ArrayLike] = None,
                  window_ids: Optional[npt.ArrayLike] = None,

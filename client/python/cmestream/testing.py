@@ -78,3 +78,19 @@ class Daemon:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class Stubs:
+    """The three raw gRPC stubs on one insecure channel, for tests that speak the wire protocol
+    directly (explicit producer offsets, hand-built batches, digests)."""
+
+    def __init__(self, target: str):
+        import grpc  # imported here: Daemon alone needs no gRPC
+        from .v1 import cmestream_pb2_grpc as pb_grpc
+        self.channel = grpc.insecure_channel(target)
+        self.models = pb_grpc.ModelServiceStub(self.channel)
+        self.ingest = pb_grpc.IngestServiceStub(self.channel)
+        self.queries = pb_grpc.QueryServiceStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
