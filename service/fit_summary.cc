@@ -7,6 +7,16 @@ namespace {
 
 void Set(v1::FitSummary& out, const char* name, double value) { (*out.mutable_figures())[name] = value; }
 
+template <class T>
+v1::SubViewStatus* AddStatus(const char* name, const SubView<T>& sub,
+                             google::protobuf::RepeatedPtrField<v1::SubViewStatus>* out) {
+  v1::SubViewStatus* s = out->Add();
+  s->set_name(name);
+  s->set_available(sub.value != nullptr);
+  if (!sub.value) s->set_error(sub.error);
+  return s;
+}
+
 }  // namespace
 
 v1::FitSummary ToFitSummary(const StateEmbedding::Summary& s) {
@@ -72,6 +82,24 @@ v1::FitSummary ToFitSummary(const LatentModel::Summary& s) {
     Set(out, ("tensor_eigenvalue_" + std::to_string(i)).c_str(), s.tensor_eigenvalues[i]);
   }
   return out;
+}
+
+void AddSubViewStatuses(const ModelView& view, google::protobuf::RepeatedPtrField<v1::SubViewStatus>* out) {
+  AddStatus("counts", view.counts, out);
+  if (auto* s = AddStatus("embedding", view.embedding, out); view.embedding.value) {
+    *s->mutable_summary() = ToFitSummary(view.embedding.value->summary());
+  }
+  if (auto* s = AddStatus("clusters", view.clusters, out); view.clusters.value) {
+    *s->mutable_summary() = ToFitSummary(view.clusters.value->clusters.kmeans());
+  }
+  if (auto* s = AddStatus("aggregation", view.aggregation, out); view.aggregation.value) {
+    *s->mutable_summary() = ToFitSummary(view.aggregation.value->result);
+  }
+  if (auto* s = AddStatus("latent", view.latent, out); view.latent.value) {
+    *s->mutable_summary() = ToFitSummary(view.latent.value->summary());
+  }
+  AddStatus("predictive", view.predictive, out);
+  AddStatus("lags", view.lags, out);
 }
 
 }  // namespace cmestream::service

@@ -9,6 +9,7 @@
 #include "core/cluster/metastable.h"
 #include "core/embedding/state_embedding.h"
 #include "core/latent/latent_model.h"
+#include "service/model_view.h"
 
 namespace cmestream::service {
 
@@ -18,5 +19,9 @@ v1::FitSummary ToFitSummary(const WeightedKMeansResult& kmeans);
 // r meta-states are supported by the data.
 v1::FitSummary ToFitSummary(const AggregationResult& result);
 v1::FitSummary ToFitSummary(const LatentModel::Summary& s);
+
+// Appends one SubViewStatus per sub-view of `view` (model describe: what is available, why
+// not, and how each fit ended).
+void AddSubViewStatuses(const ModelView& view, google::protobuf::RepeatedPtrField<v1::SubViewStatus>* out);
 
 }  // namespace cmestream::service

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cme/bandwidth.h"
 #include "core/io/binary_io.h"
+#include "service/fit_summary.h"
 #include "service/lags.h"
 #include "service/model_config.h"
 
@@ -363,6 +364,7 @@ v1::ModelInfo Model::Describe() const {
   if (auto v = view()) {
     *info.mutable_view() = v->Info();
     if (v->cme) *info.mutable_spectrum() = v->cme->spectrum;
+    AddSubViewStatuses(*v, info.mutable_sub_views());
   }
   info.set_created_unix_seconds(created_unix_seconds_);
   return info;

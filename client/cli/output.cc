@@ -127,6 +127,16 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
     w.Key("spectrum");
     WriteSpectrumJson(w, m.spectrum());
   }
+  w.Key("sub_views").BeginArray();
+  for (const v1::SubViewStatus& sv : m.sub_views()) {
+    w.BeginObject();
+    w.Key("name").String(sv.name());
+    w.Key("available").Bool(sv.available());
+    if (!sv.available()) w.Key("error").String(sv.error());
+    if (sv.has_summary()) WriteFitSummaryJson(w, sv.summary());
+    w.EndObject();
+  }
+  w.EndArray();
   w.EndObject();
 }
 
@@ -244,6 +254,13 @@ void PrintModel(const v1::ModelInfo& m) {
   if (m.has_spectrum()) {
     std::cout << "  spectrum\n";
     PrintSpectrum(m.spectrum(), "    ");
+  }
+  for (const v1::SubViewStatus& sv : m.sub_views()) {
+    const std::string& term = sv.summary().termination();
+    const std::string status = !sv.available()                      ? "not available: " + sv.error()
+                               : term.empty() || term == "success" ? std::string("ok")
+                                                                     : "ok, fit ended " + term;
+    std::printf("  %-17s %s\n", sv.name().c_str(), status.c_str());
   }
 }
 

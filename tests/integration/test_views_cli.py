@@ -189,6 +189,18 @@ class ViewsCliTest(unittest.TestCase):
         self.assertEqual(cl["summary"]["figures"]["inertia"], cl["inertia"])
         self.assertGreaterEqual(cl["summary"]["figures"]["iterations"], 1)
 
+        # model describe lists every sub-view: available ones with their fit, the others with
+        # the reason (this model has no latent states: the reason names the option).
+        subs = {x["name"]: x for x in self.json("model", "describe", "agg")["sub_views"]}
+        self.assertEqual(set(subs), {"counts", "embedding", "clusters", "aggregation", "latent",
+                                     "predictive", "lags"})
+        self.assertTrue(subs["aggregation"]["available"])
+        self.assertEqual(subs["aggregation"]["summary"]["figures"]["kept_states"], p)
+        self.assertEqual(subs["clusters"]["summary"]["figures"]["inertia"], cl["inertia"])
+        self.assertFalse(subs["latent"]["available"])
+        self.assertIn("latent", subs["latent"]["error"])
+        self.assertIn("not available:", self.cli("model", "describe", "agg").stdout)
+
         # Human-readable forms.
         text = self.cli("aggregation", "agg").stdout
         self.assertIn("anchors of meta-state", text)
