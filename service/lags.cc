@@ -163,17 +163,6 @@ bool HasLagStatistics(const v1::ModelConfig& c) {
   return c.num_states() == 0 || c.num_states() <= static_cast<uint32_t>(kMaxLagStates);
 }
 
-LagStatistics::Options LagOptionsFor(const v1::ModelConfig& c, double sigma) {
-  LagStatistics::Options o;
-  o.lags = Lags(c);
-  if (o.lags.empty()) o.lags = {1};
-  o.dim = c.num_states() > 0 ? 0 : static_cast<int>(c.dim());
-  o.num_states = static_cast<int>(c.num_states());
-  o.sigma = sigma > 0 ? sigma : 1.0;
-  o.max_basis = kLagBasisAtoms;
-  return o;
-}
-
 void BuildLags(const v1::ModelConfig& config, const LagStatisticsSnapshot& snap, const ModelView& view,
                LagsView& out) {
   out.stats = snap;

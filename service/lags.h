@@ -1,6 +1,6 @@
 // Lag scans, CK tests and their error bars for the service (docs/algorithms.md §8,
-// docs/user-guide.md "Lag times and the CK test"): config validation of `lags`, the
-// LagStatistics options of a model, the view built at refresh and the RPC replies.
+// docs/user-guide.md "Lag times and the CK test"): config validation of `lags`, which models
+// keep lag statistics, the view built at refresh and the RPC replies.
 #pragma once
 
 #include <optional>
@@ -29,9 +29,9 @@ inline constexpr double kLagRidge = 1e-8;
 // kMaxLag, at most kMaxLags of them; discrete models with num_states > kMaxLagStates accept
 // only the default. InvalidArgument naming the problem.
 absl::Status NormalizeLags(v1::ModelConfig& c);
-// True when the model keeps lag statistics (continuous, or num_states <= kMaxLagStates).
+// True when the model keeps lag statistics (continuous, or num_states <= kMaxLagStates); the
+// learner's options then carry the lags (LearnerOptionsFor, service/model_config.h).
 bool HasLagStatistics(const v1::ModelConfig& c);
-LagStatistics::Options LagOptionsFor(const v1::ModelConfig& c, double sigma);
 
 // Built at refresh from the model's LagStatistics snapshot (off the ingest path).
 struct LagsView {

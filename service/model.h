@@ -1,5 +1,6 @@
-// One model of the registry: its configuration, its learner state, its producers' applied
-// offsets and its latest view.
+// One model of the registry: its configuration, its learner (core/stream/streaming_learner.h:
+// the per-sample math), its producers' applied offsets, the WAL port, its counters and its
+// latest view.
 //
 // Concurrency (why these locks):
 //   ingest_mu_   the per-model sequencer: held by Ingest from de-duplication to the end of the
@@ -31,14 +32,8 @@
 
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
-#include "core/cme/compressed_cme.h"
-#include "core/counts/transition_counts.h"
-#include "core/embedding/state_embedding.h"
-#include "core/latent/latent_model.h"
-#include "core/predictive/predictive_state.h"
 #include "core/spectral/prequential_score.h"
-#include "core/spectral/spectral_moments.h"
-#include "core/validation/lag_statistics.h"
+#include "core/stream/streaming_learner.h"
 #include "service/batch.h"
 #include "service/batch_log.h"
 #include "service/metrics.h"
@@ -66,16 +61,11 @@ class Model {
   // Applies a validated batch exactly once per producer (see IngestBatch in the proto): pairs
   // before the producer's applied offset are skipped; an offset beyond it is a gap and
   // answers FAILED_PRECONDITION with nothing applied. Empty producer_id: no de-duplication.
-  // With sigma "auto", pairs are buffered until auto_sigma_warmup of them exist; then the
-  // bandwidth is chosen (SelectBandwidth), the learner built and the buffer fed to it.
-  // Every applied pair also feeds, in the same pass, the transition counts (continuous: the
-  // nearest X atoms of x and y that the CME just computed; discrete: the ids) and, for
-  // continuous models, the RFF embedding moments (from the end of the sigma warm-up on,
-  // buffered pairs included). Trajectory batches also feed the latent (latent_states > 0)
-  // and predictive-state (window > 0) accumulators, state by state. A trajectory batch
-  // continues the current episode iff the previous trajectory batch applied to this model came
-  // from the same producer_id with the same episode_id and ended with this batch's first
-  // applied state (the client repeats it); otherwise it starts a new episode.
+  // The pairs applied go to the learner (StreamingLearner::Observe: the sigma warm-up, every
+  // estimator pair by pair, trajectories state by state) with the episode key (producer_id,
+  // episode_id): a trajectory batch continues the current episode iff the previous trajectory
+  // batch applied to this model came from the same producer_id with the same episode_id and
+  // ended with this batch's first applied state (the client repeats it).
   // Cost O(n (m^2 + N^2)), no allocation per pair except a first-seen count entry.
   // Before anything is applied the batch (restricted to the pairs applied) is written to the
   // BatchLog (under log_mu_), then made durable (BatchLog::WaitDurable, no model lock held:
@@ -106,9 +96,10 @@ class Model {
   void WaitAppliedThrough(uint64_t sequence);
 
   // 64-bit FNV-1a digest of the model's full state: every byte a snapshot keeps of it (config
-  // without the name, producers' offsets, sigma selection and warm-up buffer, episode state,
-  // CME, counts, RFF moments, latent and predictive accumulators), without the name, WAL
-  // sequence and batch count. Two models with equal digests hold the same state (fault and
+  // without the name, producers' offsets, sigma selection, the learner's serialized state:
+  // warm-up buffer, episode state, CME, counts, RFF moments, latent and predictive
+  // accumulators, spectral moments, lag statistics), without the name, WAL sequence and batch
+  // count. Two models with equal digests hold the same state (fault and
   // lifecycle tests; ModelInfo.state_digest). O(model size) under the learner lock. Defined in
   // snapshot.cc, next to the encoder whose bytes it hashes.
   uint64_t StateDigest();
@@ -133,30 +124,13 @@ class Model {
   v1::ModelInfo Describe() const;
 
   // Refresh support. Snapshot() copies what the views need under the learner lock and changes
-  // nothing: the Gram-inverse drift check and re-factorization (docs/algorithms.md §1.7) run
-  // inside CompressedCme::Observe on a sample-count schedule, and the embedding moments fold
-  // their buffered pairs into a copy. A refresh that touched the learner would make its state
-  // depend on wall-clock timing, and WAL replay / snapshots could not reproduce it bit for bit.
-  // Returns nullopt while there is no learner yet (warm-up).
-  // Discrete models have no learner: cme is empty and inverse_drift 0.
-  struct LearnerSnapshot {
-    uint64_t samples = 0;
-    double inverse_drift = 0;
-    std::optional<CmeSnapshot> cme;
-    CountsSnapshot counts;
-    std::optional<EmbeddingMomentsSnapshot> moments;          // continuous only
-    std::optional<MultiViewAccumulator::Snapshot> latent;     // latent_states > 0 (after warm-up)
-    std::optional<PredictiveStateAccumulator::Snapshot> predictive;  // window > 0
-    std::optional<SpectralMomentsSnapshot> spectral;  // continuous, once sigma is known
-    // Prequential score window: the view it scores and its VAMP-E over the pairs ingested
-    // since that view was installed (InstallPrequential); empty before the first one.
-    struct Prequential {
-      uint64_t view_version = 0;
-      int64_t pairs = 0;
-      double score = 0;
-    };
-    std::optional<Prequential> prequential;
-    std::optional<LagStatisticsSnapshot> lags;        // lag scans / CK (service/lags.h)
+  // nothing (StreamingLearner::Snapshot): the Gram-inverse drift check and re-factorization
+  // (docs/algorithms.md §1.7) run inside CompressedCme::Observe on a sample-count schedule, and
+  // the embedding moments fold their buffered pairs into a copy. A refresh that touched the
+  // learner would make its state depend on wall-clock timing, and WAL replay / snapshots could
+  // not reproduce it bit for bit. Returns nullopt while there is no learner yet (warm-up).
+  // Discrete models have no CME: cme is empty and inverse_drift 0.
+  struct LearnerSnapshot : StreamingLearnerSnapshot {
     uint64_t applied_sequence = 0;  // WAL: the snapshot covers this model's records <= it
   };
   std::optional<LearnerSnapshot> Snapshot();
@@ -166,9 +140,9 @@ class Model {
 
   // Test-then-train score (docs/user-guide.md "The held-out score"): from now on every pair
   // applied to the model is first scored by `score` (the published view's VAMP model), which
-  // replaces the previous window. Takes the learner lock briefly (waits for a batch in
-  // progress). The window is not learner state: not in snapshots nor in StateDigest, and it
-  // restarts empty after a restart.
+  // replaces the previous window (StreamingLearner::InstallPrequential). Takes the learner lock
+  // briefly (waits for a batch in progress). The window is not learner state: not in snapshots
+  // nor in StateDigest, and it restarts empty after a restart.
   void InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version);
 
   // Scheduler bookkeeping (touched by the scheduler thread and Refresh requests).
@@ -177,24 +151,14 @@ class Model {
   std::chrono::steady_clock::time_point last_refresh_attempt = std::chrono::steady_clock::now();  // scheduler only
 
  private:
-  // service/snapshot.cc reads and restores the full learner state (under learner_mu_).
+  // service/snapshot.cc reads and restores the full state (under learner_mu_).
   friend class ModelSnapshotCodec;
 
-  void FeedLearner(const double* x, const double* y);  // requires learner_mu_ held
-  void FeedPair(const double* x, const double* y);     // CME + counts + moments; learner_mu_ held
-  void FinishWarmup();                                 // requires learner_mu_ held
-  void CreateSigmaDependent(double sigma);             // moments, spectral, latent (continuous); learner_mu_
-  // Feeds the states first..n of a trajectory batch to the sequence accumulators, applying
-  // the episode rule. requires learner_mu_ held.
-  // Trajectory batches (the episode rule, see Ingest): state k of the batch; the episode check
-  // and first state before the batch's pairs, the episode's last state after them.
-  const double* TrajectoryState(const PairBatch& batch, int64_t k);
-  void BeginEpisodeBatch(const double* start, const std::string& producer_id, const std::string& episode_id);
-  void EndEpisodeBatch(const double* last, const std::string& producer_id, const std::string& episode_id);
-  void ObserveSequence(const double* state);           // one state to latent + predictive + lags
-  void SyncLagBasis();                                 // lag basis follows the spectral epoch
-  uint64_t SamplesLocked() const;                      // requires learner_mu_ held
-  void SetPending(uint64_t sequence);                  // 0: none in flight
+  // The codec's: a model around a learner restored from a snapshot.
+  Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log, StreamingLearner learner);
+
+  Stats LearnerStatsLocked() const;  // the learner's counters; requires learner_mu_ held
+  void SetPending(uint64_t sequence);  // 0: none in flight
 
   const v1::ModelConfig config_;
   const std::shared_ptr<ModelMetrics> metrics_;
@@ -209,29 +173,7 @@ class Model {
   std::condition_variable pending_cv_;
   uint64_t pending_sequence_ = 0;              // written, not yet applied; guarded by pending_mu_
   std::mutex learner_mu_;
-  std::unique_ptr<CompressedCme> cme_;   // null during sigma warm-up
-  RowMatrixXd warmup_x_, warmup_y_;      // auto_sigma_warmup x d, only for sigma "auto"
-  int64_t warmup_n_ = 0;
-  v1::SigmaSelection sigma_selection_;   // written once, under learner_mu_ and stats_mu_
-  std::unique_ptr<TransitionCounts> counts_;
-  std::unique_ptr<EmbeddingMoments> moments_;          // continuous, once sigma is known
-  std::unique_ptr<MultiViewAccumulator> latent_;       // latent_states > 0 (continuous: once sigma is known)
-  std::unique_ptr<PredictiveStateAccumulator> predictive_;  // window > 0
-  // Exact spectral moments over the CME's X atoms (docs/algorithms.md §7): continuous models,
-  // once sigma is known; fed with every pair the CME sees, its epoch follows the X dictionary.
-  std::unique_ptr<SpectralMoments> spectral_;
-  // Prequential score of the view `prequential_view_` on the pairs since it was installed.
-  std::unique_ptr<PrequentialVampE> prequential_;
-  uint64_t prequential_view_ = 0;
-  // Lagged moments and counts for lag scans, CK tests and error bars (docs/algorithms.md §8):
-  // discrete models with num_states <= kMaxLagStates, continuous ones once sigma is known.
-  // Trajectory states feed every lag (episode rule above); unordered pairs feed lag 1.
-  std::unique_ptr<LagStatistics> lags_;
-  // Episode rule (see Ingest): identity and last state of the last trajectory batch applied.
-  bool episode_open_ = false;
-  std::string episode_producer_, episode_id_;
-  std::vector<double> episode_last_;     // d values (discrete: the id)
-  std::vector<double> id_scratch_;       // 1 value: a discrete id as a double
+  StreamingLearner learner_;                   // guarded by learner_mu_
 
   mutable std::mutex stats_mu_;
   Stats stats_;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "service/lags.h"
+#include "service/wire_limits.h"
 
 namespace cmestream::service {
 namespace {
@@ -191,16 +192,50 @@ CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& c, double sigma) {
   return o;
 }
 
-SpectralMoments::Options SpectralOptionsFor(const v1::ModelConfig& c, double sigma) {
-  SpectralMoments::Options o;
-  o.dim = static_cast<int>(c.dim());
-  o.sigma = sigma;
-  o.max_basis = static_cast<int>(c.max_dict());
+StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
+  StreamingLearner::Options o;
+  const bool discrete = c.num_states() > 0;
+  o.dim = discrete ? 0 : static_cast<int>(c.dim());
+  o.num_states = static_cast<int>(c.num_states());
+  o.cme = CmeOptionsFor(c, discrete ? 0 : c.sigma());
+  o.auto_sigma_warmup = static_cast<int>(c.auto_sigma_warmup());
+  o.seed = c.seed();
   o.forgetting = c.forgetting();
-  // One flush multiplies the lazy scale by forgetting^-B: keep B log(1/forgetting) <= 200 even
-  // at the smallest forgetting the config accepts.
-  while (o.batch_size > 1 && o.batch_size * std::log(1.0 / o.forgetting) > 200.0) o.batch_size /= 2;
+  o.rff_features = static_cast<int>(c.rff_features());
+  o.latent = c.latent_states() > 0;
+  o.reservoir = static_cast<int>(c.reservoir());
+  o.window = static_cast<int>(c.window());
+  o.lags.clear();
+  if (HasLagStatistics(c)) {
+    o.lags.assign(c.lags().begin(), c.lags().end());
+    if (o.lags.empty()) o.lags = {1};
+  }
+  o.lag_basis_atoms = kLagBasisAtoms;
+  o.max_producer_bytes = kMaxProducerIdBytes;
+  o.max_episode_bytes = kMaxEpisodeIdBytes;
   return o;
+}
+
+v1::SigmaSelection SigmaSelectionProto(const SigmaSelection& s) {
+  v1::SigmaSelection p;
+  p.set_automatic(s.automatic);
+  p.set_chosen(s.chosen);
+  p.set_median_distance(s.median_distance);
+  for (double c : s.candidates) p.add_candidates(c);
+  for (double v : s.scores) p.add_scores(v);
+  p.set_warmup_pairs(s.warmup_pairs);
+  return p;
+}
+
+SigmaSelection SigmaSelectionFromProto(const v1::SigmaSelection& p) {
+  SigmaSelection s;
+  s.automatic = p.automatic();
+  s.chosen = p.chosen();
+  s.median_distance = p.median_distance();
+  s.candidates.assign(p.candidates().begin(), p.candidates().end());
+  s.scores.assign(p.scores().begin(), p.scores().end());
+  s.warmup_pairs = p.warmup_pairs();
+  return s;
 }
 
 }  // namespace cmestream::service

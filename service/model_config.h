@@ -1,10 +1,11 @@
-// Model configuration: defaults, validation and the mapping onto the core learner's Options.
+// Model configuration: defaults, validation and the mapping onto the core learner's Options
+// (core/stream/streaming_learner.h).
 #pragma once
 
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "core/cme/compressed_cme.h"
-#include "core/spectral/spectral_moments.h"
+#include "core/stream/streaming_learner.h"
 
 namespace cmestream::service {
 
@@ -44,16 +45,20 @@ inline constexpr double kMaxPredictiveSide = 512;         // linear-Gaussian: di
 absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& config,
                                                      const ConfigDefaults& defaults);
 
-// True when the bandwidth must be chosen from warm-up pairs.
-inline bool IsAutoSigma(const v1::ModelConfig& normalized) { return normalized.sigma() == 0; }
-
-// requires: `normalized` came from NormalizeModelConfig, sigma > 0.
+// requires: `normalized` came from NormalizeModelConfig. `sigma`: the bandwidth (> 0), or 0
+// for "auto" in the learner's options (which then fill in the chosen one).
 CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& normalized, double sigma);
 
-// The spectral moments of a continuous model (docs/algorithms.md §7): basis = the CME's X
-// atoms (cap max_dict), the model's forgetting; epochs restart at 10 % new atoms and serve from
-// 2000 samples; held-out blocks of 1000 samples.
-// requires: `normalized` came from NormalizeModelConfig, continuous, sigma > 0.
-SpectralMoments::Options SpectralOptionsFor(const v1::ModelConfig& normalized, double sigma);
+// The model's learner: every field of the config the per-sample math reads (the CME's options
+// with sigma 0 for "auto", warm-up, seed, forgetting, RFF features, latent, window, lags; lags
+// empty when the model keeps no lag statistics, service/lags.h), the episode key bounds of
+// service/wire_limits.h. requires: `normalized` came from NormalizeModelConfig.
+// ensures: the result passes StreamingLearner::Options::Validate().
+StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& normalized);
+
+// The learner's sigma selection as the API's message and back (ModelInfo.sigma_selection, and
+// the snapshot's MODL object, which stores the message's bytes).
+v1::SigmaSelection SigmaSelectionProto(const SigmaSelection& s);
+SigmaSelection SigmaSelectionFromProto(const v1::SigmaSelection& p);
 
 }  // namespace cmestream::service

@@ -15,7 +15,6 @@
 #include "core/io/binary_io.h"
 #include "service/crc32c.h"
 #include "service/file_util.h"
-#include "service/lags.h"
 #include "service/manifest.h"
 #include "service/wire_limits.h"
 
@@ -26,12 +25,13 @@ constexpr uint32_t kModelTag = io::Fourcc("MODL");
 constexpr uint32_t kSnapTag = io::Fourcc("SNAP");
 constexpr uint32_t kExportTag = io::Fourcc("EXPT");
 constexpr uint32_t kFormatVersion = 1;
-// MODL object version: 2 adds the spectral moments after the predictive
-// accumulator. Version 1 objects load with a fresh spectral accumulator (its first epoch
-// starts at the next pair; the spectrum serves once that epoch has data).
-// Version 3 adds the lag statistics (docs/algorithms.md §10) after the spectral moments;
+// MODL object version = the learner's state version: 2 adds the spectral moments after the
+// predictive accumulator. Version 1 objects load with a fresh spectral accumulator (its first
+// epoch starts at the next pair; the spectrum serves once that epoch has data).
+// Version 3 adds the lag statistics (docs/algorithms.md §8) after the spectral moments;
 // version 1 and 2 objects load with fresh, empty lag statistics.
-constexpr uint32_t kModelVersion = 3;
+constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
+static_assert(kModelVersion == 3, "a new learner state version is a new MODL version: document it here");
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;
@@ -193,29 +193,8 @@ void WriteModelBody(io::Writer& w, const Model& m, const ModelSnapshotCodec::Acc
       w.U64(offset);
     }
   }
-  w.String(a.sigma_selection->SerializeAsString());
-  w.I64(*a.warmup_n);
-  if (*a.warmup_n > 0) {
-    w.Matrix(a.warmup_x->topRows(*a.warmup_n));
-    w.Matrix(a.warmup_y->topRows(*a.warmup_n));
-  }
-  w.Bool(*a.episode_open);
-  w.String(*a.episode_producer);
-  w.String(*a.episode_id);
-  w.Doubles(a.episode_last->data(), static_cast<int64_t>(a.episode_last->size()));
-  w.Bool(*a.cme != nullptr);
-  if (*a.cme) (*a.cme)->Serialize(w);
-  (*a.counts)->Serialize(w);
-  w.Bool(*a.moments != nullptr);
-  if (*a.moments) (*a.moments)->Serialize(w);
-  w.Bool(*a.latent != nullptr);
-  if (*a.latent) (*a.latent)->Serialize(w);
-  w.Bool(*a.predictive != nullptr);
-  if (*a.predictive) (*a.predictive)->Serialize(w);
-  w.Bool(*a.spectral != nullptr);
-  if (*a.spectral) (*a.spectral)->Serialize(w);
-  w.Bool(*a.lags != nullptr);
-  if (*a.lags) (*a.lags)->Serialize(w);
+  w.String(SigmaSelectionProto(a.learner->sigma_selection()).SerializeAsString());
+  a.learner->Serialize(w);
 }
 
 }  // namespace
@@ -226,21 +205,7 @@ ModelSnapshotCodec::Access ModelSnapshotCodec::AccessOf(Model& m) {
   a.stats_mu = &m.stats_mu_;
   a.stats = &m.stats_;
   a.producer_offsets = &m.producer_offsets_;
-  a.sigma_selection = &m.sigma_selection_;
-  a.warmup_n = &m.warmup_n_;
-  a.warmup_x = &m.warmup_x_;
-  a.warmup_y = &m.warmup_y_;
-  a.episode_open = &m.episode_open_;
-  a.episode_producer = &m.episode_producer_;
-  a.episode_id = &m.episode_id_;
-  a.episode_last = &m.episode_last_;
-  a.cme = &m.cme_;
-  a.counts = &m.counts_;
-  a.moments = &m.moments_;
-  a.latent = &m.latent_;
-  a.predictive = &m.predictive_;
-  a.spectral = &m.spectral_;
-  a.lags = &m.lags_;
+  a.learner = &m.learner_;
   return a;
 }
 
@@ -301,110 +266,28 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
   if (!sigma.ParseFromString(r.String("model sigma selection", kMaxConfigBytes)) && r.ok()) {
     return r.Fail("model sigma selection is not a valid SigmaSelection message");
   }
-  const bool discrete = config->num_states() > 0;
-  const int d = discrete ? 1 : static_cast<int>(config->dim());
-  const int64_t warmup_cap = (!discrete && IsAutoSigma(*config)) ? config->auto_sigma_warmup() : 0;
-  const int64_t warmup_n = r.Count("model warm-up pairs", 0, std::max<int64_t>(0, warmup_cap - 1));
   if (!r.ok()) return r.status();
-
-  // Builds the fresh model (allocating per the validated config), then overwrites its state.
-  auto model = std::make_shared<Model>(*config, std::move(metrics), log);
-  Model& m = *model;
-  if (warmup_n > 0) {
-    r.MatrixInto("model warm-up x", m.warmup_x_.topRows(warmup_n));
-    r.MatrixInto("model warm-up y", m.warmup_y_.topRows(warmup_n));
-  }
-  m.warmup_n_ = warmup_n;
-  m.episode_open_ = r.Bool("model episode open");
-  m.episode_producer_ = r.String("model episode producer", kMaxProducerIdBytes);
-  m.episode_id_ = r.String("model episode id", kMaxEpisodeIdBytes);
-  r.Doubles("model episode last state", static_cast<int64_t>(m.episode_last_.size()), m.episode_last_.data());
-  (void)d;
-  const bool has_cme = r.Bool("model has CME");
-  // A continuous model has its CME unless sigma is "auto" and the warm-up is still buffering
-  // (created, or fewer than auto_sigma_warmup pairs seen): that state is as valid as any.
-  if (r.ok() && discrete && has_cme) return r.Fail("a discrete model cannot hold a CME");
-  if (r.ok() && !discrete && !has_cme && !IsAutoSigma(*config)) return r.Fail("model with a fixed sigma has no CME");
-  if (has_cme) {
-    absl::StatusOr<CompressedCme> cme = CompressedCme::Deserialize(r);
-    if (!cme.ok()) return cme.status();
-    if (cme->options().dim != static_cast<int>(config->dim()) || cme->options().max_dict != static_cast<int>(config->max_dict())) {
-      return r.Fail("model CME dimensions differ from its config");
-    }
-    m.cme_ = std::make_unique<CompressedCme>(*std::move(cme));
-    m.warmup_x_.resize(0, 0);
-    m.warmup_y_.resize(0, 0);
-  }
-  absl::StatusOr<TransitionCounts> counts = TransitionCounts::Deserialize(r);
-  if (!counts.ok()) return counts.status();
-  m.counts_ = std::make_unique<TransitionCounts>(*std::move(counts));
-  if (r.Bool("model has moments")) {
-    absl::StatusOr<EmbeddingMoments> moments = EmbeddingMoments::Deserialize(r);
-    if (!moments.ok()) return moments.status();
-    m.moments_ = std::make_unique<EmbeddingMoments>(*std::move(moments));
-  } else {
-    m.moments_.reset();
-  }
-  if (r.Bool("model has latent accumulator")) {
-    absl::StatusOr<MultiViewAccumulator> latent = MultiViewAccumulator::Deserialize(r);
-    if (!latent.ok()) return latent.status();
-    m.latent_ = std::make_unique<MultiViewAccumulator>(*std::move(latent));
-  } else {
-    m.latent_.reset();
-  }
-  if (r.Bool("model has predictive accumulator")) {
-    absl::StatusOr<PredictiveStateAccumulator> predictive = PredictiveStateAccumulator::Deserialize(r);
-    if (!predictive.ok()) return predictive.status();
-    m.predictive_ = std::make_unique<PredictiveStateAccumulator>(*std::move(predictive));
-  } else {
-    m.predictive_.reset();
-  }
-  // Spectral moments: the fresh model created them iff sigma was fixed; a restored CME decides.
-  m.spectral_.reset();
-  if (version >= 2 && r.Bool("model has spectral moments")) {
-    absl::StatusOr<SpectralMoments> spectral = SpectralMoments::Deserialize(r);
-    if (!spectral.ok()) return spectral.status();
-    if (!m.cme_ || spectral->options().dim != m.cme_->options().dim) {
-      return r.Fail("model spectral moments do not match its CME (missing CME or different dim)");
-    }
-    m.spectral_ = std::make_unique<SpectralMoments>(*std::move(spectral));
-  } else if (m.cme_) {
-    m.spectral_ = std::make_unique<SpectralMoments>(SpectralOptionsFor(*config, m.cme_->options().sigma));
-  }
-  // Lag statistics: the fresh model created them for a discrete model or a fixed sigma.
-  m.lags_.reset();
-  if (version >= 3 && r.Bool("model has lag statistics")) {
-    absl::StatusOr<LagStatistics> lags = LagStatistics::Deserialize(r);
-    if (!lags.ok()) return lags.status();
-    const LagStatistics::Options want = LagOptionsFor(*config, m.cme_ ? m.cme_->options().sigma : 0);
-    if (lags->options().lags != want.lags || lags->options().dim != want.dim ||
-        lags->options().num_states != want.num_states) {
-      return r.Fail("model lag statistics do not match its config (lags, dim or num_states)");
-    }
-    m.lags_ = std::make_unique<LagStatistics>(*std::move(lags));
-  } else if (version < 3 && HasLagStatistics(*config) && (discrete || m.cme_)) {
-    m.lags_ = std::make_unique<LagStatistics>(LagOptionsFor(*config, m.cme_ ? m.cme_->options().sigma : 0));
-  }
+  absl::StatusOr<StreamingLearner> learner =
+      StreamingLearner::Deserialize(r, LearnerOptionsFor(*config), version, SigmaSelectionFromProto(sigma));
+  if (!learner.ok()) return learner.status();
   if (!r.EndObject("model")) return r.status();
 
-  m.sigma_selection_ = sigma;
+  // Not make_shared: the constructor around a restored learner is private to this codec.
+  std::shared_ptr<Model> model(new Model(*config, std::move(metrics), log, *std::move(learner)));
+  Model& m = *model;
   m.set_applied_sequence(applied);
   Model::Stats s;
-  s.learner_ready = m.cme_ != nullptr || discrete;
-  s.pending_warmup = static_cast<uint64_t>(m.warmup_n_);
-  s.samples = m.SamplesLocked();
-  if (m.cme_) {
-    const CompressedCme::Counters& c = m.cme_->counters();
-    s.dict_x = m.cme_->dict_x_size();
-    s.dict_y = m.cme_->dict_y_size();
-    s.forced = static_cast<uint64_t>(c.forced);
-    s.forced_error_sum = c.forced_error_sum;
-    s.inverse_drift = m.cme_->last_drift();
+  {
+    std::lock_guard<std::mutex> learner_lock(m.learner_mu_);
+    s = m.LearnerStatsLocked();
   }
   s.batches_applied = batches;
-  m.stats_ = s;
-  m.producer_offsets_ = std::move(offsets);
-  m.published_sigma_ = sigma;
+  {
+    std::lock_guard<std::mutex> stats_lock(m.stats_mu_);
+    m.stats_ = s;
+    m.producer_offsets_ = std::move(offsets);
+    m.published_sigma_ = sigma;
+  }
   m.metrics().OnBatchApplied(s.samples + s.pending_warmup, s.forced, s.forced_error_sum,
                              {s.pending_warmup, s.dict_x, s.dict_y});
   return model;

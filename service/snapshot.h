@@ -16,9 +16,12 @@
 //                 it, skipping per model the records <= that model's applied sequence
 //   44      ...   one "MODL" object per model (core/io/binary_io.h framing: tag, version,
 //                 length, body): the normalized ModelConfig (protobuf bytes), the WAL sequence
-//                 the model's state covers (Model::applied_sequence), producers' applied
-//                 offsets, σ selection, the σ warm-up buffer, the episode state, then the
-//                 learners, each its own tagged object: CCME, CNTS, EMOM, MVAC, PSAC
+//                 the model's state covers (Model::applied_sequence), the batch count,
+//                 producers' applied offsets, σ selection (SigmaSelection protobuf bytes),
+//                 then the learner's state (StreamingLearner::Serialize: the σ warm-up buffer,
+//                 the episode state, then the estimators, each its own tagged object: CCME,
+//                 CNTS, EMOM, MVAC, PSAC, SPMO, LAGS). The MODL version is the learner's
+//                 state version (StreamingLearner::kStateVersion, 3)
 //   end-4   4     masked CRC32C (service/crc32c.h) of every byte before it
 // The CRC is checked before anything is parsed: a flipped byte anywhere is DataLoss naming
 // the file and the byte range; a file that passes it is then parsed with every length bounded
@@ -96,21 +99,7 @@ class ModelSnapshotCodec {
     std::mutex* stats_mu;
     const Model::Stats* stats;
     const std::map<std::string, uint64_t>* producer_offsets;
-    const v1::SigmaSelection* sigma_selection;
-    const int64_t* warmup_n;
-    const RowMatrixXd* warmup_x;
-    const RowMatrixXd* warmup_y;
-    const bool* episode_open;
-    const std::string* episode_producer;
-    const std::string* episode_id;
-    const std::vector<double>* episode_last;
-    const std::unique_ptr<CompressedCme>* cme;
-    const std::unique_ptr<TransitionCounts>* counts;
-    const std::unique_ptr<EmbeddingMoments>* moments;
-    const std::unique_ptr<MultiViewAccumulator>* latent;
-    const std::unique_ptr<PredictiveStateAccumulator>* predictive;
-    const std::unique_ptr<SpectralMoments>* spectral;
-    const std::unique_ptr<LagStatistics>* lags;
+    const StreamingLearner* learner;
   };
   static Access AccessOf(Model& model);
   // Decodes one MODL object into a new Model (not registered). `rename` (non-empty) replaces

@@ -1,0 +1,276 @@
+#include "core/stream/streaming_learner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "core/cme/bandwidth.h"
+#include "core/embedding/feature_map.h"
+#include "core/stream/streaming_learner_options.h"
+
+namespace cmestream {
+
+StreamingLearner::StreamingLearner(const Options& options) : options_(options) {
+  if (!options_.Validate().ok()) std::abort();  // a programming error: callers validate first
+  counts_ = std::make_unique<TransitionCounts>(learner_options::Counts(options_));
+  if (options_.window > 0) predictive_ = std::make_unique<PredictiveStateAccumulator>(learner_options::Predictive(options_));
+  episode_last_.assign(options_.discrete() ? 1 : options_.dim, 0.0);
+  if (options_.discrete()) {
+    if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, 0));
+    if (!options_.lags.empty()) lags_ = std::make_unique<LagStatistics>(learner_options::Lags(options_, 0));
+  } else if (options_.auto_sigma()) {
+    warmup_x_.resize(options_.auto_sigma_warmup, options_.dim);
+    warmup_y_.resize(options_.auto_sigma_warmup, options_.dim);
+    sigma_selection_.automatic = true;
+  } else {
+    cme_ = std::make_unique<CompressedCme>(learner_options::Cme(options_, options_.cme.sigma));
+    CreateSigmaDependent(options_.cme.sigma);
+    sigma_selection_.chosen = options_.cme.sigma;
+  }
+}
+
+StreamingLearner::StreamingLearner(StreamingLearner&&) noexcept = default;
+StreamingLearner& StreamingLearner::operator=(StreamingLearner&&) noexcept = default;
+StreamingLearner::~StreamingLearner() = default;
+
+void StreamingLearner::CreateSigmaDependent(double sigma) {
+  absl::StatusOr<FeatureMap> features = FeatureMap::Rff(options_.dim, options_.rff_features, sigma, options_.seed);
+  // Options::Validate() checked these arguments; a failure here is a programming error.
+  if (!features.ok()) std::abort();
+  moments_ = std::make_unique<EmbeddingMoments>(std::make_shared<const FeatureMap>(*std::move(features)),
+                                                learner_options::Moments(options_));
+  spectral_ = std::make_unique<SpectralMoments>(learner_options::Spectral(options_, sigma));
+  if (!options_.lags.empty()) lags_ = std::make_unique<LagStatistics>(learner_options::Lags(options_, sigma));
+  if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, sigma));
+}
+
+int64_t StreamingLearner::samples() const {
+  if (options_.discrete()) return counts_->samples();
+  return cme_ ? cme_->samples() : 0;
+}
+
+absl::Status StreamingLearner::Check(const StreamBatch& b) const {
+  if (b.n < 0) return absl::InvalidArgumentError(absl::StrCat("batch has n = ", b.n, " pairs, expected n >= 0"));
+  if (b.n == 0) return absl::OkStatus();
+  if (b.producer.size() > options_.max_producer_bytes || b.episode.size() > options_.max_episode_bytes) {
+    const bool producer = b.producer.size() > options_.max_producer_bytes;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch episode key: the ", producer ? "producer" : "episode", " id has ",
+        producer ? b.producer.size() : b.episode.size(), " bytes, expected at most ",
+        producer ? options_.max_producer_bytes : options_.max_episode_bytes));
+  }
+  if (options_.discrete()) {
+    if (!b.discrete() || b.y_ids == nullptr || b.x != nullptr || b.y != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch is not a batch of state ids (x_ids and y_ids), expected ids for a discrete model with ",
+          options_.num_states, " states"));
+    }
+    for (int64_t i = 0; i < b.n; ++i) {
+      const int64_t ids[2] = {b.x_ids[i], b.y_ids[i]};
+      for (int side = 0; side < 2; ++side) {
+        if (ids[side] < 0 || ids[side] >= options_.num_states) {
+          return absl::InvalidArgumentError(absl::StrCat("batch pair ", i, ": ", side == 0 ? "x" : "y", " id is ",
+                                                         ids[side], ", expected a state id in [0, ",
+                                                         options_.num_states, ")"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (b.discrete() || b.x == nullptr || b.y == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch has no x/y values, expected ", options_.dim, "-vectors for a continuous model"));
+  }
+  if (b.dim != options_.dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch has dim ", b.dim, ", expected the model's dim ", options_.dim));
+  }
+  for (int64_t i = 0; i < b.n; ++i) {
+    for (int j = 0; j < b.dim; ++j) {
+      if (!std::isfinite(b.x_at(i)[j]) || !std::isfinite(b.y_at(i)[j])) {
+        const bool bad_x = !std::isfinite(b.x_at(i)[j]);
+        return absl::InvalidArgumentError(absl::StrCat("batch pair ", i, ": ", bad_x ? "x" : "y", "[", j, "] is ",
+                                                       bad_x ? b.x_at(i)[j] : b.y_at(i)[j],
+                                                       ", expected a finite value"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void StreamingLearner::FeedPair(const double* x, const double* y) {
+  // Test, then train: the installed view's model scores the pair before anything learns it.
+  if (prequential_) prequential_->Observe(x, y);
+  cme_->Observe(x, y);
+  // The CME has just computed k_X(x) and k_X(y); reuse its nearest atoms (docs/algorithms.md §2).
+  const int i = cme_->last_nearest_x(), j = cme_->last_nearest_y_in_x();
+  if (i >= 0 && j >= 0) counts_->Add(i, j);
+  moments_->Observe(x, y);
+  // The spectral basis follows the X dictionary by epochs (O(1) check; a new epoch copies the
+  // atoms, rarely). Checked per sample so the state depends only on the pairs, not on batching.
+  if (spectral_->ShouldStartEpoch(cme_->dict_x_size())) {
+    spectral_->StartEpoch(cme_->x_atoms());
+    ++batch_.spectral_epochs;
+  }
+  spectral_->Observe(x, y);
+}
+
+void StreamingLearner::FeedLearner(const double* x, const double* y) {
+  if (cme_) {
+    FeedPair(x, y);
+    return;
+  }
+  for (int j = 0; j < options_.dim; ++j) {
+    warmup_x_(warmup_n_, j) = x[j];
+    warmup_y_(warmup_n_, j) = y[j];
+  }
+  if (++warmup_n_ == warmup_x_.rows()) FinishWarmup();
+}
+
+void StreamingLearner::FinishWarmup() {
+  BandwidthSelectionOptions options;
+  options.seed = options_.seed;
+  const BandwidthSelection sel = SelectBandwidth(warmup_x_, warmup_y_, options);
+  sigma_selection_.chosen = sel.chosen;
+  sigma_selection_.median_distance = sel.median_distance;
+  sigma_selection_.candidates = sel.candidates;
+  sigma_selection_.scores = sel.scores;
+  sigma_selection_.warmup_pairs = static_cast<uint32_t>(warmup_n_);
+  cme_ = std::make_unique<CompressedCme>(learner_options::Cme(options_, sel.chosen));
+  CreateSigmaDependent(sel.chosen);
+  // The buffered pairs feed the counts and moments too (the latent model, which needs the
+  // pairs' order, starts with the next trajectory batch).
+  for (int64_t t = 0; t < warmup_n_; ++t) FeedPair(warmup_x_.row(t).data(), warmup_y_.row(t).data());
+  warmup_x_.resize(0, 0);  // the buffer is never needed again
+  warmup_y_.resize(0, 0);
+  warmup_n_ = 0;
+  batch_.warmup_finished = true;
+}
+
+void StreamingLearner::ObserveSequence(const double* state) {
+  // The batch was checked, so these cannot fail.
+  if (latent_) (void)latent_->Observe(state);
+  if (predictive_) (void)predictive_->Observe(state);
+  if (lags_) {
+    SyncLagBasis();
+    lags_->ObserveState(state);
+  }
+  ++batch_.states;
+}
+
+void StreamingLearner::SyncLagBasis() {
+  // Continuous: the lag basis is re-picked when the spectral moments start an epoch (the X
+  // dictionary outgrew the basis). Checked before every state or pair it feeds, right after the
+  // CME and spectral moments saw that pair, so the basis depends on the stream, not on batching.
+  if (spectral_ && cme_ && lags_->NeedsRebase(spectral_->epoch())) {
+    lags_->Rebase(cme_->x_atoms(), spectral_->epoch());
+    ++batch_.lag_rebases;
+  }
+}
+
+const double* StreamingLearner::TrajectoryState(const StreamBatch& batch, int64_t k) {
+  // State k of a trajectory batch (k = 0..n); a discrete id goes through id_scratch_ (valid
+  // until the next call).
+  if (batch.discrete()) {
+    id_scratch_ = static_cast<double>(k < batch.n ? batch.x_ids[k] : batch.y_ids[batch.n - 1]);
+    return &id_scratch_;
+  }
+  return k < batch.n ? batch.x_at(k) : batch.y_at(batch.n - 1);
+}
+
+bool StreamingLearner::BeginEpisodeBatch(const double* start, const StreamBatch& batch) {
+  const int w = static_cast<int>(episode_last_.size());
+  bool continues = episode_open_ && batch.producer == episode_producer_ && batch.episode == episode_id_;
+  for (int j = 0; continues && j < w; ++j) continues = start[j] == episode_last_[j];
+  if (!continues) {
+    if (latent_) latent_->StartEpisode();
+    if (predictive_) predictive_->StartEpisode();
+    if (lags_) lags_->StartEpisode();
+    ObserveSequence(start);
+  }
+  return !continues;
+}
+
+void StreamingLearner::EndEpisodeBatch(const double* last, const StreamBatch& batch) {
+  const int w = static_cast<int>(episode_last_.size());
+  for (int j = 0; j < w; ++j) episode_last_[j] = last[j];
+  // Assigned only when different: the key's strings are not reallocated batch after batch.
+  if (episode_producer_ != batch.producer) episode_producer_.assign(batch.producer);
+  if (episode_id_ != batch.episode) episode_id_.assign(batch.episode);
+  episode_open_ = true;
+}
+
+absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batch) {
+  if (absl::Status s = Check(batch); !s.ok()) return s;
+  batch_ = ObserveSummary{};
+  const CompressedCme::Counters before = cme_ ? cme_->counters() : CompressedCme::Counters{};
+  // One pass over the pairs, every estimator fed per pair in stream order: the CME, counts and
+  // moments (FeedLearner), then the trajectory's next state (latent, predictive, lags) or, for
+  // unordered pairs, the lag-1 statistics. Interleaving keeps every estimator's state a function
+  // of the pairs alone, not of where batches end: the lag basis follows the spectral epoch as it
+  // was at that pair, and states after the sigma warm-up ends mid-batch are observed exactly as
+  // when the warm-up ends on a batch boundary.
+  const bool states = batch.trajectory && batch.n > 0 &&
+                      (latent_ || predictive_ || lags_ || options_.latent || !options_.lags.empty());
+  if (states) batch_.episode_started = BeginEpisodeBatch(TrajectoryState(batch, 0), batch);
+  for (int64_t i = 0; i < batch.n; ++i) {
+    if (batch.discrete()) {
+      counts_->Add(static_cast<int>(batch.x_ids[i]), static_cast<int>(batch.y_ids[i]));
+    } else {
+      FeedLearner(batch.x_at(i), batch.y_at(i));
+    }
+    if (states) {
+      ObserveSequence(TrajectoryState(batch, i + 1));
+    } else if (!batch.trajectory && lags_) {
+      // Unordered pairs have no history: lag 1 only.
+      if (batch.discrete()) {
+        const double ids[2] = {static_cast<double>(batch.x_ids[i]), static_cast<double>(batch.y_ids[i])};
+        lags_->ObservePair(&ids[0], &ids[1]);
+      } else {
+        SyncLagBasis();
+        lags_->ObservePair(batch.x_at(i), batch.y_at(i));
+      }
+    }
+  }
+  if (states) EndEpisodeBatch(TrajectoryState(batch, batch.n), batch);
+  batch_.pairs = batch.n;
+  batch_.pending_warmup = warmup_n_;
+  if (cme_) {
+    const CompressedCme::Counters& c = cme_->counters();
+    batch_.admitted_x = c.admitted_x - before.admitted_x;
+    batch_.admitted_y = c.admitted_y - before.admitted_y;
+    batch_.forced = c.forced - before.forced;
+    batch_.forced_error = c.forced_error_sum - before.forced_error_sum;
+  }
+  return batch_;
+}
+
+std::optional<StreamingLearnerSnapshot> StreamingLearner::Snapshot() const {
+  if (!ready()) return std::nullopt;
+  StreamingLearnerSnapshot snap;
+  if (cme_) {
+    snap.inverse_drift = cme_->last_drift();  // measured by the CME's periodic check
+    snap.cme = CmeSnapshot::From(*cme_);
+  }
+  snap.samples = samples();
+  snap.counts = counts_->Snapshot();
+  if (moments_) snap.moments = moments_->Snapshot();
+  if (latent_) snap.latent = latent_->TakeSnapshot();
+  if (predictive_) snap.predictive = predictive_->TakeSnapshot();
+  if (spectral_) snap.spectral = spectral_->Snapshot();
+  if (prequential_) {
+    snap.prequential = StreamingLearnerSnapshot::Prequential{prequential_view_, prequential_->pairs(), prequential_->Score()};
+  }
+  if (lags_) snap.lags = lags_->Snapshot();
+  return snap;
+}
+
+std::unique_ptr<PrequentialVampE> StreamingLearner::InstallPrequential(std::unique_ptr<PrequentialVampE> score,
+                                                                       uint64_t view_version) {
+  prequential_.swap(score);
+  prequential_view_ = view_version;
+  return score;
+}
+
+}  // namespace cmestream

@@ -1,0 +1,272 @@
+// StreamingLearner: the per-sample learner of one model, the composite of every streaming
+// estimator a model keeps, fed by one call per batch.
+//
+// WHAT IT DOES WITH A BATCH (Observe), pair by pair in stream order:
+//   sigma warm-up   continuous models with sigma "auto" (cme.sigma == 0) buffer the first
+//                   auto_sigma_warmup pairs, choose the bandwidth from them (SelectBandwidth,
+//                   docs/algorithms.md §1.11), build the sigma-dependent estimators and feed them
+//                   the buffered pairs; until then nothing else learns (ready() is false).
+//   routing         each pair is scored by the installed prequential scorer (test, then train),
+//                   then learned by the CME; the CME's nearest X atoms of x and y give the count
+//                   chain's states (§2, (2.1)); the RFF embedding moments (§3.2) and the spectral
+//                   moments (§7) take the pair, the spectral basis starting a new epoch when the
+//                   X dictionary outgrew it. Discrete models: the ids go to the counts.
+//   trajectories    a trajectory batch of n pairs is n + 1 consecutive states; they feed the
+//                   latent accumulator (§5.1), the predictive-state accumulator (§6.1) and the lag
+//                   statistics (§8.1) state by state, interleaved with the pairs. Unordered
+//                   pairs feed the lag statistics at lag 1 only.
+//   episode rule    a trajectory batch continues the open episode iff the previous trajectory
+//                   batch had the same episode key (producer, episode) and ended with this
+//                   batch's first state (the client repeats it); otherwise the sequence
+//                   estimators start a new episode with that state.
+//   lag basis       continuous lag statistics re-pick their basis from the X atoms whenever the
+//                   spectral moments started an epoch, checked before each state or pair they
+//                   take.
+// Every estimator's state is therefore a function of the pairs alone, not of where batches end
+// (a producer that resumes with other batch sizes gets the same state, bit for bit).
+//
+// COST: O(n (m^2 + N^2)) per batch of n pairs (m dictionary atoms, N random features), and no
+// heap allocation per pair once sigma is known, except a count entry seen for the first time,
+// a dictionary growing its capacity (geometrically) and a new spectral epoch or lag basis
+// (rare: epochs restart at 10 % new atoms). Choosing sigma costs O(n p^2 + p^3) once (§1.11).
+//
+// The estimators keep their own classes; this class owns them and decides what each one sees.
+// It is not thread-safe (the daemon serializes batches per model).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/cme/compressed_cme.h"
+#include "core/common/types.h"
+#include "core/counts/transition_counts.h"
+#include "core/embedding/state_embedding.h"
+#include "core/latent/latent_model.h"
+#include "core/predictive/predictive_state.h"
+#include "core/spectral/prequential_score.h"
+#include "core/spectral/spectral_moments.h"
+#include "core/validation/lag_statistics.h"
+
+namespace cmestream {
+
+namespace io {
+class Reader;
+class Writer;
+}  // namespace io
+
+// How the kernel bandwidth was chosen (docs/algorithms.md §1.11). For a fixed sigma: automatic
+// false and chosen = that sigma. For sigma "auto": automatic true, and once the warm-up ended
+// the choice, the median pairwise distance, the candidates and their held-out VAMP-2 scores.
+struct SigmaSelection {
+  bool automatic = false;
+  double chosen = 0;           // 0 while the warm-up buffers (and for discrete models)
+  double median_distance = 0;
+  std::vector<double> candidates;
+  std::vector<double> scores;  // one per candidate, higher is better
+  uint32_t warmup_pairs = 0;   // pairs the choice was made from
+};
+
+// One batch as the learner reads it (a view: it aliases the caller's buffers). n pairs;
+// continuous: pair i = (x + i*dim, y + i*dim), dim doubles each; discrete: (x_ids[i], y_ids[i]).
+// A trajectory batch of n pairs is the n + 1 states x_0..x_{n-1}, y_{n-1} with y_i = x_{i+1}
+// (the wire's `states` form gives exactly that with y = x + dim, y_ids = x_ids + 1).
+// `producer` and `episode` are the episode key of the episode rule (empty strings are a key
+// like any other).
+struct StreamBatch {
+  int64_t n = 0;
+  int dim = 0;                  // continuous: the options' dim; discrete: 0
+  const double* x = nullptr;
+  const double* y = nullptr;
+  const int64_t* x_ids = nullptr;
+  const int64_t* y_ids = nullptr;
+  bool trajectory = false;
+  std::string_view producer;
+  std::string_view episode;
+
+  bool discrete() const { return x_ids != nullptr; }
+  const double* x_at(int64_t i) const { return x + i * dim; }
+  const double* y_at(int64_t i) const { return y + i * dim; }
+};
+
+// What one Observe did.
+struct ObserveSummary {
+  int64_t pairs = 0;             // pairs taken (learned, or buffered for the warm-up)
+  int64_t pending_warmup = 0;    // pairs buffered for the sigma warm-up after the batch
+  bool warmup_finished = false;  // this batch completed the warm-up: sigma is chosen
+  // CME (continuous, once sigma is known): atoms admitted and forced projections in this batch,
+  // and the change of the sum of the forced projections' errors (§1.6).
+  int64_t admitted_x = 0;
+  int64_t admitted_y = 0;
+  int64_t forced = 0;
+  double forced_error = 0;
+  int64_t spectral_epochs = 0;   // spectral epochs started (§7)
+  int64_t lag_rebases = 0;       // lag bases re-picked (§8.1)
+  // Trajectory batches: whether the batch started a new episode (false: it continued the open
+  // one, or the model keeps no sequence estimator) and the states the sequence estimators took.
+  bool episode_started = false;
+  int64_t states = 0;
+};
+
+// Copies of what the views are built from (docs/algorithms.md, one section per estimator).
+// Taking it changes nothing in the learner.
+struct StreamingLearnerSnapshot {
+  int64_t samples = 0;                  // pairs learned (the warm-up's included once it ended)
+  double inverse_drift = 0;             // the CME's last Gram-inverse drift check (§1.7)
+  std::optional<CmeSnapshot> cme;       // continuous
+  CountsSnapshot counts;
+  std::optional<EmbeddingMomentsSnapshot> moments;                 // continuous
+  std::optional<MultiViewAccumulator::Snapshot> latent;            // options.latent
+  std::optional<PredictiveStateAccumulator::Snapshot> predictive;  // options.window > 0
+  std::optional<SpectralMomentsSnapshot> spectral;                 // continuous
+  // Prequential score window: the view it scores and its VAMP-E over the pairs learned since
+  // the scorer was installed; empty before the first one.
+  struct Prequential {
+    uint64_t view_version = 0;
+    int64_t pairs = 0;
+    double score = 0;
+  };
+  std::optional<Prequential> prequential;
+  std::optional<LagStatisticsSnapshot> lags;  // unless options.lags is empty
+};
+
+class StreamingLearner {
+ public:
+  struct Options {
+    // Exactly one of: dim >= 1 (continuous states in R^dim) or num_states >= 1 (discrete ids
+    // in [0, num_states)).
+    int dim = 0;
+    int num_states = 0;
+    // The CME (continuous only). cme.dim must equal dim; cme.sigma > 0 is a fixed bandwidth,
+    // 0 means "auto": chosen from the first auto_sigma_warmup pairs. The same sigma is the
+    // bandwidth of the RFF features, the spectral basis and the lag basis.
+    CompressedCme::Options cme;
+    int auto_sigma_warmup = 1000;  // >= 20 (SelectBandwidth's minimum)
+    // Every random choice derives from it: bandwidth selection, RFF features (seed), latent
+    // features (seed) and reservoir (seed + 7).
+    uint64_t seed = 1;
+    // Per-sample decay of the counts, embedding moments and spectral moments, in [1e-6, 1];
+    // 1 = none.
+    double forgetting = 1.0;
+    int rff_features = 256;        // N, random Fourier features of the embedding moments
+    // The latent multi-view accumulator (§5): RFF features (continuous, N = rff_features) or
+    // one-hot ids (discrete), and a third-moment reservoir of `reservoir` triples.
+    bool latent = false;
+    int reservoir = 20000;
+    // The predictive-state accumulator (§6) with history (and, continuous, future) length
+    // `window`; 0 = none.
+    int window = 0;
+    // Lag statistics (§8) at these lags (strictly increasing, in 1..LaggedMoments::kMaxLag);
+    // empty = none. Continuous models take their lag basis (at most lag_basis_atoms >= 2 of
+    // the X atoms) once sigma is known.
+    std::vector<int> lags = {1};
+    int lag_basis_atoms = 32;
+    // Longest producer and episode id of an episode key, in bytes (Observe refuses a longer
+    // one, Deserialize a longer stored one).
+    size_t max_producer_bytes = 256;
+    size_t max_episode_bytes = 256;
+
+    bool discrete() const { return num_states > 0; }
+    bool auto_sigma() const { return !discrete() && cme.sigma == 0; }
+    // OK, or InvalidArgument naming the field (or the estimator whose own options would be
+    // invalid) and what was expected. Each estimator's options are derived from these and
+    // checked by that estimator's Validate().
+    absl::Status Validate() const;
+  };
+
+  // requires: options.Validate().ok() (checked; aborts otherwise, like the estimators).
+  // Allocates what the options imply: the warm-up buffer (sigma auto), or the CME and the
+  // sigma-dependent estimators (fixed sigma), the counts, the predictive accumulator.
+  explicit StreamingLearner(const Options& options);
+  StreamingLearner(StreamingLearner&&) noexcept;
+  StreamingLearner& operator=(StreamingLearner&&) noexcept;
+  ~StreamingLearner();
+
+  // Learns a batch (see the top of this file). The batch is checked first: its form must match
+  // the model (dim, or ids for a discrete model), every value finite, every id in
+  // [0, num_states), the episode key within its bounds; otherwise InvalidArgument naming the
+  // pair and the field, and nothing changes. An empty batch (n == 0) changes nothing.
+  absl::StatusOr<ObserveSummary> Observe(const StreamBatch& batch);
+
+  // The copies the views need, or nullopt while the sigma warm-up buffers. O(model size);
+  // changes nothing (buffered pairs are folded into copies).
+  std::optional<StreamingLearnerSnapshot> Snapshot() const;
+
+  // Test-then-train score: from now on every pair the CME learns is first scored by `score`
+  // (a view's VAMP model); returns the scorer it replaces (free it outside any lock). The
+  // window is not learner state: neither serialized nor restored.
+  std::unique_ptr<PrequentialVampE> InstallPrequential(std::unique_ptr<PrequentialVampE> score,
+                                                       uint64_t view_version);
+
+  const Options& options() const { return options_; }
+  bool ready() const { return options_.discrete() || cme_ != nullptr; }  // sigma is known
+  int64_t samples() const;          // pairs learned (not counting the warm-up buffer)
+  int64_t pending_warmup() const { return warmup_n_; }
+  const SigmaSelection& sigma_selection() const { return sigma_selection_; }
+  // The CME (null for discrete models and during the warm-up): counters, dictionary sizes,
+  // last drift.
+  const CompressedCme* cme() const { return cme_.get(); }
+
+  // SERIALIZATION. The per-sample state, everything Observe reads or writes except the sigma
+  // selection (a report, which the caller stores in its own form, right before these bytes
+  // in the daemon's MODL object, service/snapshot.h), in this order:
+  //   i64 warm-up pairs w, then (w > 0) the w x d buffered x and y matrices;
+  //   bool episode open, string episode producer, string episode id, doubles last state;
+  //   bool + CCME, CNTS, bool + EMOM, bool + MVAC, bool + PSAC, bool + SPMO, bool + LAGS
+  //   (core/io/learner_serialization.cc, core/validation/lag_statistics.cc).
+  // Version kStateVersion; version 1 has no spectral moments (restored fresh when the CME
+  // exists), versions 1 and 2 no lag statistics (restored fresh, empty).
+  // Deserialize checks every part against `options` (the same options the learner had): a
+  // mismatch or a corrupt part is DataLoss naming the part and the offset. Serialize followed
+  // by Deserialize and the same batches gives the same state, bit for bit, as never stopping.
+  static constexpr uint32_t kStateVersion = 3;
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<StreamingLearner> Deserialize(io::Reader& r, const Options& options, uint32_t version,
+                                                      SigmaSelection sigma_selection);
+
+ private:
+  absl::Status Check(const StreamBatch& batch) const;
+  void FeedLearner(const double* x, const double* y);  // warm-up buffer, or FeedPair
+  void FeedPair(const double* x, const double* y);     // scorer, CME, counts, moments, spectral
+  void FinishWarmup();
+  void CreateSigmaDependent(double sigma);             // moments, spectral, lags, latent
+  // State k (0..n) of a trajectory batch as doubles (discrete: the id, in id_scratch_).
+  const double* TrajectoryState(const StreamBatch& batch, int64_t k);
+  bool BeginEpisodeBatch(const double* start, const StreamBatch& batch);  // true: new episode
+  void EndEpisodeBatch(const double* last, const StreamBatch& batch);
+  void ObserveSequence(const double* state);  // one state to latent + predictive + lags
+  void SyncLagBasis();                        // lag basis follows the spectral epoch
+
+  Options options_;
+  std::unique_ptr<CompressedCme> cme_;   // continuous, once sigma is known
+  RowMatrixXd warmup_x_, warmup_y_;      // auto_sigma_warmup x dim, only while sigma "auto" buffers
+  int64_t warmup_n_ = 0;
+  SigmaSelection sigma_selection_;
+  std::unique_ptr<TransitionCounts> counts_;
+  std::unique_ptr<EmbeddingMoments> moments_;               // continuous, once sigma is known
+  std::unique_ptr<MultiViewAccumulator> latent_;            // options.latent (continuous: once sigma is known)
+  std::unique_ptr<PredictiveStateAccumulator> predictive_;  // window > 0
+  // Exact spectral moments over the CME's X atoms: continuous, once sigma is known; fed with
+  // every pair the CME sees, its epoch follows the X dictionary.
+  std::unique_ptr<SpectralMoments> spectral_;
+  // Lagged moments and counts: discrete models (when lags are configured), continuous ones
+  // once sigma is known. Trajectory states feed every lag; unordered pairs feed lag 1.
+  std::unique_ptr<LagStatistics> lags_;
+  // Episode rule: key and last state of the last trajectory batch observed.
+  bool episode_open_ = false;
+  std::string episode_producer_, episode_id_;
+  std::vector<double> episode_last_;  // dim values (discrete: the id)
+  double id_scratch_ = 0;             // a discrete id as a double (TrajectoryState)
+  // Prequential scorer (not state) and the view it scores.
+  std::unique_ptr<PrequentialVampE> prequential_;
+  uint64_t prequential_view_ = 0;
+  ObserveSummary batch_;  // the summary of the batch in progress (Observe)
+};
+
+}  // namespace cmestream

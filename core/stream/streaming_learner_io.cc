@@ -1,0 +1,137 @@
+// StreamingLearner::Serialize / Deserialize: the learner's part of the daemon's MODL object
+// (layout in streaming_learner.h; the estimators' own objects in core/io/learner_serialization.cc).
+// The read messages name the parts as the daemon's snapshot errors always did ("model ...").
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/io/binary_io.h"
+#include "core/stream/streaming_learner.h"
+#include "core/stream/streaming_learner_options.h"
+
+namespace cmestream {
+
+void StreamingLearner::Serialize(io::Writer& w) const {
+  w.I64(warmup_n_);
+  if (warmup_n_ > 0) {
+    w.Matrix(warmup_x_.topRows(warmup_n_));
+    w.Matrix(warmup_y_.topRows(warmup_n_));
+  }
+  w.Bool(episode_open_);
+  w.String(episode_producer_);
+  w.String(episode_id_);
+  w.Doubles(episode_last_.data(), static_cast<int64_t>(episode_last_.size()));
+  w.Bool(cme_ != nullptr);
+  if (cme_) cme_->Serialize(w);
+  counts_->Serialize(w);
+  w.Bool(moments_ != nullptr);
+  if (moments_) moments_->Serialize(w);
+  w.Bool(latent_ != nullptr);
+  if (latent_) latent_->Serialize(w);
+  w.Bool(predictive_ != nullptr);
+  if (predictive_) predictive_->Serialize(w);
+  w.Bool(spectral_ != nullptr);
+  if (spectral_) spectral_->Serialize(w);
+  w.Bool(lags_ != nullptr);
+  if (lags_) lags_->Serialize(w);
+}
+
+absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options,
+                                                               uint32_t version, SigmaSelection sigma_selection) {
+  namespace lo = learner_options;
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (version < 1 || version > kStateVersion) {
+    return r.Fail(absl::StrCat("learner state version ", version, " is not supported by this build (reads 1..",
+                               kStateVersion, ")"));
+  }
+  const bool discrete = options.discrete();
+  const int64_t warmup_cap = options.auto_sigma() ? options.auto_sigma_warmup : 0;
+  const int64_t warmup_n = r.Count("model warm-up pairs", 0, std::max<int64_t>(0, warmup_cap - 1));
+  if (!r.ok()) return r.status();
+
+  // A fresh learner (allocating per the validated options), whose state is then overwritten.
+  StreamingLearner l(options);
+  if (warmup_n > 0) {
+    r.MatrixInto("model warm-up x", l.warmup_x_.topRows(warmup_n));
+    r.MatrixInto("model warm-up y", l.warmup_y_.topRows(warmup_n));
+  }
+  l.warmup_n_ = warmup_n;
+  l.episode_open_ = r.Bool("model episode open");
+  l.episode_producer_ = r.String("model episode producer", options.max_producer_bytes);
+  l.episode_id_ = r.String("model episode id", options.max_episode_bytes);
+  r.Doubles("model episode last state", static_cast<int64_t>(l.episode_last_.size()), l.episode_last_.data());
+  const bool has_cme = r.Bool("model has CME");
+  // A continuous model has its CME unless sigma is "auto" and the warm-up is still buffering
+  // (created, or fewer than auto_sigma_warmup pairs seen): that state is as valid as any.
+  if (r.ok() && discrete && has_cme) return r.Fail("a discrete model cannot hold a CME");
+  if (r.ok() && !discrete && !has_cme && !options.auto_sigma()) return r.Fail("model with a fixed sigma has no CME");
+  if (r.ok() && has_cme && warmup_n > 0) {
+    return r.Fail(absl::StrCat("model holds a CME and ", warmup_n, " warm-up pairs (the warm-up ends with the CME)"));
+  }
+  if (has_cme) {
+    absl::StatusOr<CompressedCme> cme = CompressedCme::Deserialize(r);
+    if (!cme.ok()) return cme.status();
+    if (cme->options().dim != options.dim || cme->options().max_dict != options.cme.max_dict) {
+      return r.Fail("model CME dimensions differ from its config");
+    }
+    l.cme_ = std::make_unique<CompressedCme>(*std::move(cme));
+    l.warmup_x_.resize(0, 0);
+    l.warmup_y_.resize(0, 0);
+  }
+  absl::StatusOr<TransitionCounts> counts = TransitionCounts::Deserialize(r);
+  if (!counts.ok()) return counts.status();
+  l.counts_ = std::make_unique<TransitionCounts>(*std::move(counts));
+  if (r.Bool("model has moments")) {
+    absl::StatusOr<EmbeddingMoments> moments = EmbeddingMoments::Deserialize(r);
+    if (!moments.ok()) return moments.status();
+    l.moments_ = std::make_unique<EmbeddingMoments>(*std::move(moments));
+  } else {
+    l.moments_.reset();
+  }
+  if (r.Bool("model has latent accumulator")) {
+    absl::StatusOr<MultiViewAccumulator> latent = MultiViewAccumulator::Deserialize(r);
+    if (!latent.ok()) return latent.status();
+    l.latent_ = std::make_unique<MultiViewAccumulator>(*std::move(latent));
+  } else {
+    l.latent_.reset();
+  }
+  if (r.Bool("model has predictive accumulator")) {
+    absl::StatusOr<PredictiveStateAccumulator> predictive = PredictiveStateAccumulator::Deserialize(r);
+    if (!predictive.ok()) return predictive.status();
+    l.predictive_ = std::make_unique<PredictiveStateAccumulator>(*std::move(predictive));
+  } else {
+    l.predictive_.reset();
+  }
+  // Spectral moments: the fresh learner created them iff sigma was fixed; a restored CME decides.
+  l.spectral_.reset();
+  if (version >= 2 && r.Bool("model has spectral moments")) {
+    absl::StatusOr<SpectralMoments> spectral = SpectralMoments::Deserialize(r);
+    if (!spectral.ok()) return spectral.status();
+    if (!l.cme_ || spectral->options().dim != l.cme_->options().dim) {
+      return r.Fail("model spectral moments do not match its CME (missing CME or different dim)");
+    }
+    l.spectral_ = std::make_unique<SpectralMoments>(*std::move(spectral));
+  } else if (l.cme_) {
+    l.spectral_ = std::make_unique<SpectralMoments>(lo::Spectral(options, l.cme_->options().sigma));
+  }
+  // Lag statistics: the fresh learner created them for a discrete model or a fixed sigma.
+  l.lags_.reset();
+  const double sigma = l.cme_ ? l.cme_->options().sigma : 0;
+  if (version >= 3 && r.Bool("model has lag statistics")) {
+    absl::StatusOr<LagStatistics> lags = LagStatistics::Deserialize(r);
+    if (!lags.ok()) return lags.status();
+    if (options.lags.empty()) return r.Fail("model holds lag statistics but its config keeps none");
+    const LagStatistics::Options want = lo::Lags(options, sigma);
+    if (lags->options().lags != want.lags || lags->options().dim != want.dim ||
+        lags->options().num_states != want.num_states) {
+      return r.Fail("model lag statistics do not match its config (lags, dim or num_states)");
+    }
+    l.lags_ = std::make_unique<LagStatistics>(*std::move(lags));
+  } else if (version < 3 && !options.lags.empty() && (discrete || l.cme_)) {
+    l.lags_ = std::make_unique<LagStatistics>(lo::Lags(options, sigma));
+  }
+  if (!r.ok()) return r.status();
+  l.sigma_selection_ = std::move(sigma_selection);
+  return l;
+}
+
+}  // namespace cmestream

@@ -1,0 +1,139 @@
+#include "core/stream/streaming_learner_options.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace cmestream {
+namespace learner_options {
+
+// Discrete predictive-state statistics: a bound on num_states^window far above what a caller
+// should allow (the daemon bounds the statistics' size itself, service/model_config.h).
+constexpr int kMaxHistoryStates = 1 << 23;
+
+CompressedCme::Options Cme(const StreamingLearner::Options& o, double sigma) {
+  CompressedCme::Options c = o.cme;
+  c.sigma = sigma;
+  return c;
+}
+
+TransitionCounts::Options Counts(const StreamingLearner::Options& o) {
+  TransitionCounts::Options c;
+  c.max_states = o.discrete() ? o.num_states : o.cme.max_dict;
+  c.forgetting = o.forgetting;
+  return c;
+}
+
+EmbeddingMoments::Options Moments(const StreamingLearner::Options& o) {
+  EmbeddingMoments::Options m;
+  m.forgetting = o.forgetting;
+  return m;
+}
+
+SpectralMoments::Options Spectral(const StreamingLearner::Options& o, double sigma) {
+  SpectralMoments::Options s;
+  s.dim = o.dim;
+  s.sigma = sigma;
+  s.max_basis = o.cme.max_dict;
+  s.forgetting = o.forgetting;
+  // One flush multiplies the lazy scale by forgetting^-B: keep B log(1/forgetting) <= 200 even
+  // at the smallest forgetting accepted.
+  while (s.batch_size > 1 && s.batch_size * std::log(1.0 / s.forgetting) > 200.0) s.batch_size /= 2;
+  return s;
+}
+
+LagStatistics::Options Lags(const StreamingLearner::Options& o, double sigma) {
+  LagStatistics::Options l;
+  l.lags = o.lags;
+  l.dim = o.discrete() ? 0 : o.dim;
+  l.num_states = o.num_states;
+  l.sigma = sigma > 0 ? sigma : 1.0;
+  l.max_basis = o.lag_basis_atoms;
+  return l;
+}
+
+MultiViewAccumulator::Options Latent(const StreamingLearner::Options& o, double sigma) {
+  MultiViewAccumulator::Options m;
+  if (o.discrete()) {
+    m.features.kind = LatentFeatureOptions::Kind::kOneHot;
+    m.features.dim = 1;
+    m.features.num_symbols = o.num_states;
+  } else {
+    m.features.kind = LatentFeatureOptions::Kind::kRandomFourier;
+    m.features.dim = o.dim;
+    m.features.num_features = o.rff_features;
+    m.features.sigma = sigma;
+  }
+  m.features.seed = o.seed;
+  m.reservoir_size = o.reservoir;
+  m.reservoir_seed = o.seed + 7;
+  m.batch = std::max(1, std::min(32, 16384 / m.features.size()));
+  return m;
+}
+
+PredictiveStateAccumulator::Options Predictive(const StreamingLearner::Options& o) {
+  PredictiveStateAccumulator::Options p;
+  p.history_length = o.window;
+  if (o.discrete()) {
+    p.kind = PredictiveStateAccumulator::Kind::kDiscrete;
+    p.num_symbols = o.num_states;
+    p.max_history_states = kMaxHistoryStates;
+  } else {
+    p.kind = PredictiveStateAccumulator::Kind::kLinearGaussian;
+    p.dim = o.dim;
+    p.future_length = o.window;
+  }
+  return p;
+}
+
+}  // namespace learner_options
+
+namespace {
+
+absl::Status Bad(absl::string_view what, const absl::Status& s) {
+  return absl::InvalidArgumentError(absl::StrCat("StreamingLearner options: ", what, ": ", s.message()));
+}
+
+absl::Status Bad(const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat("StreamingLearner options: ", message));
+}
+
+}  // namespace
+
+absl::Status StreamingLearner::Options::Validate() const {
+  namespace lo = learner_options;
+  if ((dim >= 1) == (num_states >= 1) || dim < 0 || num_states < 0) {
+    return Bad(absl::StrCat("dim is ", dim, " and num_states is ", num_states,
+                            ", expected exactly one of them >= 1 (continuous: dim; discrete: num_states)"));
+  }
+  if (absl::Status s = lo::Counts(*this).Validate(); !s.ok()) return Bad("transition counts", s);
+  if (!discrete()) {
+    if (cme.dim != dim) return Bad(absl::StrCat("cme.dim is ", cme.dim, ", expected dim ", dim));
+    if (!(cme.sigma >= 0)) return Bad(absl::StrCat("cme.sigma is ", cme.sigma, ", expected > 0, or 0 for auto"));
+    // Any bandwidth SelectBandwidth may choose is > 0; 1 stands for it in the checks below.
+    const double sigma = auto_sigma() ? 1.0 : cme.sigma;
+    if (auto_sigma() && auto_sigma_warmup < 20) {
+      return Bad(absl::StrCat("auto_sigma_warmup is ", auto_sigma_warmup, ", expected >= 20 with sigma auto"));
+    }
+    if (absl::Status s = lo::Cme(*this, sigma).Validate(); !s.ok()) return Bad("cme", s);
+    if (rff_features < 1) return Bad(absl::StrCat("rff_features is ", rff_features, ", expected >= 1"));
+    if (absl::Status s = lo::Moments(*this).Validate(); !s.ok()) return Bad("embedding moments", s);
+    if (absl::Status s = lo::Spectral(*this, sigma).Validate(); !s.ok()) return Bad("spectral moments", s);
+    if (latent) {
+      if (absl::Status s = lo::Latent(*this, sigma).Validate(); !s.ok()) return Bad("latent accumulator", s);
+    }
+  } else if (latent) {
+    if (absl::Status s = lo::Latent(*this, 0).Validate(); !s.ok()) return Bad("latent accumulator", s);
+  }
+  if (window < 0) return Bad(absl::StrCat("window is ", window, ", expected >= 0 (0 = none)"));
+  if (window > 0) {
+    if (absl::Status s = lo::Predictive(*this).Validate(); !s.ok()) return Bad("predictive accumulator", s);
+  }
+  if (!lags.empty()) {
+    if (absl::Status s = lo::Lags(*this, 1.0).Validate(); !s.ok()) return Bad("lag statistics", s);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cmestream

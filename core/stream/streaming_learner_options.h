@@ -1,0 +1,26 @@
+// The options of each estimator a StreamingLearner owns, derived from StreamingLearner::Options
+// (and, for the sigma-dependent ones, the bandwidth in use). One place, so that construction,
+// validation and deserialization (which checks a restored estimator against what the learner
+// would build) cannot disagree. Internal to core/stream.
+#pragma once
+
+#include "core/stream/streaming_learner.h"
+
+namespace cmestream::learner_options {
+
+// The CME with bandwidth `sigma` (> 0): options.cme with that sigma.
+CompressedCme::Options Cme(const StreamingLearner::Options& o, double sigma);
+// Counts over the CME's X atoms (max_states = cme.max_dict) or the discrete ids.
+TransitionCounts::Options Counts(const StreamingLearner::Options& o);
+EmbeddingMoments::Options Moments(const StreamingLearner::Options& o);
+// Basis = the CME's X atoms (cap max_dict), the learner's forgetting; epochs restart at 10 %
+// new atoms and serve from 2000 samples; held-out blocks of 1000 samples (docs/algorithms.md §7).
+SpectralMoments::Options Spectral(const StreamingLearner::Options& o, double sigma);
+// requires: o.lags non-empty. Discrete models ignore sigma.
+LagStatistics::Options Lags(const StreamingLearner::Options& o, double sigma);
+// RFF features at `sigma` (continuous) or one-hot ids (discrete).
+MultiViewAccumulator::Options Latent(const StreamingLearner::Options& o, double sigma);
+// requires: o.window > 0.
+PredictiveStateAccumulator::Options Predictive(const StreamingLearner::Options& o);
+
+}  // namespace cmestream::learner_options

@@ -1,0 +1,512 @@
+// StreamingLearner (core/stream/streaming_learner.h): the sigma warm-up, the routing of every
+// pair, the episode rule, discrete models, serialization and bad input.
+//
+// The reference for the learner's state is the estimators themselves, fed by hand in the order
+// the header documents (pairs to the CME, its nearest atoms to the counts, moments, spectral
+// epochs; states to the sequence estimators with StartEpisode where the episode rule says, the
+// lag basis re-picked at each spectral epoch). Their serialized bytes, framed the way
+// StreamingLearner::Serialize frames them, must equal the learner's bytes exactly: every
+// double of every estimator bit-identical.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cme/bandwidth.h"
+#include "core/embedding/feature_map.h"
+#include "core/io/binary_io.h"
+#include "core/stream/streaming_learner.h"
+#include "gtest/gtest.h"
+
+namespace cmestream {
+namespace {
+
+constexpr uint64_t kSeed = 3;
+constexpr int kDim = 2, kMaxDict = 60, kWarmup = 100, kRff = 32, kWindow = 2, kReservoir = 200;
+const std::vector<int> kLags = {1, 3};
+
+// States 0..n of a stable 2-D linear-Gaussian chain x_{t+1} = A x_t + 0.3 noise (A a contracting
+// rotation), so consecutive states are the pairs of a trajectory.
+RowMatrixXd Chain(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.3);
+  RowMatrixXd s(n + 1, kDim);
+  s.row(0).setZero();
+  for (int64_t t = 0; t < n; ++t) {
+    s(t + 1, 0) = 0.8 * s(t, 0) - 0.4 * s(t, 1) + noise(rng);
+    s(t + 1, 1) = 0.4 * s(t, 0) + 0.8 * s(t, 1) + noise(rng);
+  }
+  return s;
+}
+
+StreamingLearner::Options Continuous(double sigma) {
+  StreamingLearner::Options o;
+  o.dim = kDim;
+  o.cme.dim = kDim;
+  o.cme.sigma = sigma;  // 0: auto
+  o.cme.max_dict = kMaxDict;
+  o.auto_sigma_warmup = kWarmup;
+  o.seed = kSeed;
+  o.rff_features = kRff;
+  o.latent = true;
+  o.reservoir = kReservoir;
+  o.window = kWindow;
+  o.lags = kLags;
+  return o;
+}
+
+StreamingLearner::Options Discrete(int states) {
+  StreamingLearner::Options o;
+  o.num_states = states;
+  o.seed = kSeed;
+  o.latent = true;
+  o.reservoir = kReservoir;
+  o.window = kWindow;
+  o.lags = kLags;
+  return o;
+}
+
+// States first..first+n of `s` as a trajectory batch of n pairs.
+StreamBatch Trajectory(const RowMatrixXd& s, int64_t first, int64_t n, std::string_view producer = "p",
+                       std::string_view episode = "") {
+  StreamBatch b;
+  b.n = n;
+  b.dim = static_cast<int>(s.cols());
+  b.x = s.row(first).data();
+  b.y = s.row(first + 1).data();  // y_i = x_{i+1}: the wire's `states` form
+  b.trajectory = true;
+  b.producer = producer;
+  b.episode = episode;
+  return b;
+}
+
+StreamBatch DiscreteTrajectory(const std::vector<int64_t>& ids, int64_t first, int64_t n,
+                               std::string_view producer = "p", std::string_view episode = "") {
+  StreamBatch b;
+  b.n = n;
+  b.x_ids = ids.data() + first;
+  b.y_ids = ids.data() + first + 1;
+  b.trajectory = true;
+  b.producer = producer;
+  b.episode = episode;
+  return b;
+}
+
+std::string Bytes(const StreamingLearner& l) {
+  io::Writer w;
+  l.Serialize(w);
+  return w.Release();
+}
+
+ObserveSummary Feed(StreamingLearner& l, const StreamBatch& b) {
+  absl::StatusOr<ObserveSummary> s = l.Observe(b);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : ObserveSummary{};
+}
+
+// Trajectory states 0..n fed in batches of `size` pairs; each batch repeats the last state of
+// the previous one (as clients do), so the episode continues.
+void FeedInBatches(StreamingLearner& l, const RowMatrixXd& s, int64_t size) {
+  const int64_t n = s.rows() - 1;
+  for (int64_t first = 0; first < n; first += size) Feed(l, Trajectory(s, first, std::min(size, n - first)));
+}
+
+// The estimators of a learner, fed by hand.
+struct Reference {
+  std::optional<CompressedCme> cme;
+  std::optional<TransitionCounts> counts;
+  std::optional<EmbeddingMoments> moments;
+  std::optional<MultiViewAccumulator> latent;
+  std::optional<PredictiveStateAccumulator> predictive;
+  std::optional<SpectralMoments> spectral;
+  std::optional<LagStatistics> lags;
+  bool episode_open = false;
+  std::string producer, episode;
+  std::vector<double> last;
+
+  void ContinuousPair(const double* x, const double* y) {
+    cme->Observe(x, y);
+    if (cme->last_nearest_x() >= 0 && cme->last_nearest_y_in_x() >= 0) {
+      counts->Add(cme->last_nearest_x(), cme->last_nearest_y_in_x());
+    }
+    moments->Observe(x, y);
+    if (spectral->ShouldStartEpoch(cme->dict_x_size())) spectral->StartEpoch(cme->x_atoms());
+    spectral->Observe(x, y);
+  }
+  void State(const double* x) {
+    if (latent) {
+      ASSERT_TRUE(latent->Observe(x).ok());
+    }
+    if (predictive) {
+      ASSERT_TRUE(predictive->Observe(x).ok());
+    }
+    if (cme && lags->NeedsRebase(spectral->epoch())) lags->Rebase(cme->x_atoms(), spectral->epoch());
+    lags->ObserveState(x);
+  }
+  void StartEpisode() {
+    if (latent) latent->StartEpisode();
+    if (predictive) predictive->StartEpisode();
+    lags->StartEpisode();
+  }
+  // Framed as StreamingLearner::Serialize documents it (no warm-up pairs pending).
+  std::string Bytes() const {
+    io::Writer w;
+    w.I64(0);
+    w.Bool(episode_open);
+    w.String(producer);
+    w.String(episode);
+    w.Doubles(last.data(), static_cast<int64_t>(last.size()));
+    w.Bool(cme.has_value());
+    if (cme) cme->Serialize(w);
+    counts->Serialize(w);
+    w.Bool(moments.has_value());
+    if (moments) moments->Serialize(w);
+    w.Bool(latent.has_value());
+    if (latent) latent->Serialize(w);
+    w.Bool(predictive.has_value());
+    if (predictive) predictive->Serialize(w);
+    w.Bool(spectral.has_value());
+    if (spectral) spectral->Serialize(w);
+    w.Bool(lags.has_value());
+    if (lags) lags->Serialize(w);
+    return w.Release();
+  }
+};
+
+// The continuous estimators at bandwidth `sigma`, with the options the header documents.
+Reference ContinuousReference(double sigma) {
+  Reference r;
+  CompressedCme::Options c;
+  c.dim = kDim;
+  c.sigma = sigma;
+  c.max_dict = kMaxDict;
+  r.cme.emplace(c);
+  TransitionCounts::Options t;
+  t.max_states = kMaxDict;
+  r.counts.emplace(t);
+  r.moments.emplace(std::make_shared<const FeatureMap>(*FeatureMap::Rff(kDim, kRff, sigma, kSeed)),
+                    EmbeddingMoments::Options{});
+  MultiViewAccumulator::Options m;
+  m.features.dim = kDim;
+  m.features.num_features = kRff;
+  m.features.sigma = sigma;
+  m.features.seed = kSeed;
+  m.reservoir_size = kReservoir;
+  m.reservoir_seed = kSeed + 7;
+  m.batch = 32;
+  r.latent.emplace(m);
+  PredictiveStateAccumulator::Options p;
+  p.kind = PredictiveStateAccumulator::Kind::kLinearGaussian;
+  p.dim = kDim;
+  p.history_length = kWindow;
+  p.future_length = kWindow;
+  r.predictive.emplace(p);
+  SpectralMoments::Options s;
+  s.dim = kDim;
+  s.sigma = sigma;
+  s.max_basis = kMaxDict;
+  r.spectral.emplace(s);
+  LagStatistics::Options l;
+  l.lags = kLags;
+  l.dim = kDim;
+  l.sigma = sigma;
+  r.lags.emplace(l);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(StreamingLearner, WarmupBuffersThenChoosesSigmaAndRoutesEveryPair) {
+  const int64_t n = 400, batch = 37;  // the warm-up (100 pairs) ends inside the third batch
+  const RowMatrixXd s = Chain(n, 11);
+  StreamingLearner l(Continuous(0));
+  EXPECT_FALSE(l.ready());
+  EXPECT_TRUE(l.sigma_selection().automatic);
+
+  ObserveSummary first = Feed(l, Trajectory(s, 0, batch));
+  EXPECT_EQ(first.pairs, batch);
+  EXPECT_EQ(first.pending_warmup, batch);
+  EXPECT_FALSE(first.warmup_finished);
+  EXPECT_TRUE(first.episode_started);
+  EXPECT_EQ(first.states, batch + 1);  // the predictive accumulator takes states from the start
+  EXPECT_FALSE(l.ready());
+  EXPECT_EQ(l.samples(), 0);
+  EXPECT_EQ(l.pending_warmup(), batch);
+  EXPECT_FALSE(l.Snapshot().has_value());
+  EXPECT_EQ(l.cme(), nullptr);
+
+  Feed(l, Trajectory(s, batch, batch));
+  const ObserveSummary third = Feed(l, Trajectory(s, 2 * batch, batch));
+  EXPECT_TRUE(third.warmup_finished);
+  EXPECT_FALSE(third.episode_started);
+  EXPECT_EQ(third.pending_warmup, 0);
+  EXPECT_GE(third.spectral_epochs, 1);
+  EXPECT_GE(third.lag_rebases, 1);
+  EXPECT_GT(third.admitted_x, 0);
+  for (int64_t f = 3 * batch; f < n; f += batch) Feed(l, Trajectory(s, f, std::min(batch, n - f)));
+
+  // The bandwidth is SelectBandwidth's choice on the first 100 pairs.
+  BandwidthSelectionOptions bo;
+  bo.seed = kSeed;
+  const BandwidthSelection sel = SelectBandwidth(s.topRows(kWarmup), s.middleRows(1, kWarmup), bo);
+  const SigmaSelection& got = l.sigma_selection();
+  EXPECT_EQ(got.chosen, sel.chosen);
+  EXPECT_GT(got.chosen, 0);
+  EXPECT_EQ(got.median_distance, sel.median_distance);
+  EXPECT_EQ(got.candidates, sel.candidates);
+  EXPECT_EQ(got.scores, sel.scores);
+  EXPECT_EQ(got.warmup_pairs, static_cast<uint32_t>(kWarmup));
+
+  // Every estimator equals its reference fed by hand: all 400 pairs to the CME (the buffered
+  // ones first, at the end of the warm-up), its nearest atoms to the counts, the moments, the
+  // spectral epochs; the states after the warm-up (100..400) to the latent model and the lag
+  // statistics, all states (0..400) to the predictive accumulator, which exists from the start.
+  Reference ref = ContinuousReference(sel.chosen);
+  ref.predictive->StartEpisode();
+  ASSERT_TRUE(ref.predictive->Observe(s.row(0).data()).ok());
+  for (int64_t t = 0; t < kWarmup - 1; ++t) ASSERT_TRUE(ref.predictive->Observe(s.row(t + 1).data()).ok());
+  for (int64_t t = 0; t < n; ++t) {
+    ref.ContinuousPair(s.row(t).data(), s.row(t + 1).data());
+    if (t >= kWarmup - 1) ref.State(s.row(t + 1).data());
+  }
+  ref.episode_open = true;
+  ref.producer = "p";
+  ref.last = {s(n, 0), s(n, 1)};
+  EXPECT_EQ(Bytes(l), ref.Bytes());
+
+  ASSERT_TRUE(l.ready());
+  EXPECT_EQ(l.samples(), n);
+  const std::optional<StreamingLearnerSnapshot> snap = l.Snapshot();
+  ASSERT_TRUE(snap.has_value());
+  EXPECT_EQ(snap->samples, n);
+  EXPECT_EQ(snap->counts.samples(), n);
+  EXPECT_EQ(snap->moments->samples, n);
+  EXPECT_EQ(snap->spectral->samples, n);
+  EXPECT_EQ(snap->cme->x_atoms, CmeSnapshot::From(*ref.cme).x_atoms);
+  EXPECT_EQ(snap->latent->triples, n - kWarmup - 1);  // states 100..400: 301 states, 299 triples
+  EXPECT_FALSE(snap->prequential.has_value());
+}
+
+TEST(StreamingLearner, StateDoesNotDependOnBatchBoundaries) {
+  const RowMatrixXd s = Chain(500, 12);
+  std::string reference;
+  for (int64_t size : {500, 1, 7, 99, 100, 101, 250}) {  // the warm-up ends mid-batch, at a boundary, ...
+    StreamingLearner l(Continuous(0));
+    FeedInBatches(l, s, size);
+    const std::string bytes = Bytes(l);
+    if (reference.empty()) reference = bytes;
+    EXPECT_EQ(bytes, reference) << "batches of " << size;
+  }
+  // Unordered pairs (lag 1 only) as well.
+  RowMatrixXd x = s.topRows(500), y = s.bottomRows(500);
+  std::string pairs_reference;
+  for (int64_t size : {500, 13, 100}) {
+    StreamingLearner l(Continuous(0.7));
+    for (int64_t f = 0; f < 500; f += size) {
+      StreamBatch b;
+      b.n = std::min<int64_t>(size, 500 - f);
+      b.dim = kDim;
+      b.x = x.row(f).data();
+      b.y = y.row(f).data();
+      Feed(l, b);
+    }
+    if (pairs_reference.empty()) pairs_reference = Bytes(l);
+    EXPECT_EQ(Bytes(l), pairs_reference) << "pairs in batches of " << size;
+    // Lag 1 only, counted since the last basis (the sums restart with it): the same for every
+    // batching.
+    const LagStatisticsSnapshot lags = *l.Snapshot()->lags;
+    EXPECT_EQ(lags.counts->trajectory_states, 0);
+    EXPECT_GT(lags.counts->unordered_pairs, 0);
+    EXPECT_EQ(lags.counts->samples, lags.counts->unordered_pairs);
+  }
+}
+
+TEST(StreamingLearner, EpisodeRuleAcrossBatches) {
+  // A discrete 4-state trajectory of 51 ids, cut into five batches.
+  std::mt19937_64 rng(5);
+  std::vector<int64_t> ids(51);
+  for (auto& v : ids) v = static_cast<int64_t>(rng() % 4);
+  ids[31] = (ids[30] + 1) % 4;  // batch D starts with a state other than C's last one
+  StreamingLearner l(Discrete(4));
+  // A: states 0..10 (p, e1); B: 10..20, same key, repeats A's last state: continues.
+  const ObserveSummary a = Feed(l, DiscreteTrajectory(ids, 0, 10, "p", "e1"));
+  const ObserveSummary b = Feed(l, DiscreteTrajectory(ids, 10, 10, "p", "e1"));
+  // C: 20..30 with another episode id; D: 31..40, same key as C but not starting with C's
+  // last state; E: 40..50, D's key but another producer. Each starts a new episode.
+  const ObserveSummary c = Feed(l, DiscreteTrajectory(ids, 20, 10, "p", "e2"));
+  const ObserveSummary d = Feed(l, DiscreteTrajectory(ids, 31, 9, "p", "e2"));
+  const ObserveSummary e = Feed(l, DiscreteTrajectory(ids, 40, 10, "q", "e2"));
+  EXPECT_TRUE(a.episode_started);
+  EXPECT_FALSE(b.episode_started);
+  EXPECT_TRUE(c.episode_started);
+  EXPECT_TRUE(d.episode_started);
+  EXPECT_TRUE(e.episode_started);
+  EXPECT_EQ(a.states, 11);
+  EXPECT_EQ(b.states, 10);  // the repeated state is not observed twice
+  EXPECT_EQ(c.states, 11);
+
+  // Reference: the sequence estimators fed the states with StartEpisode at A, C, D and E.
+  Reference ref;
+  TransitionCounts::Options t;
+  t.max_states = 4;
+  ref.counts.emplace(t);
+  MultiViewAccumulator::Options m;
+  m.features.kind = LatentFeatureOptions::Kind::kOneHot;
+  m.features.num_symbols = 4;
+  m.features.seed = kSeed;
+  m.reservoir_size = kReservoir;
+  m.reservoir_seed = kSeed + 7;
+  m.batch = 32;
+  ref.latent.emplace(m);
+  PredictiveStateAccumulator::Options p;
+  p.num_symbols = 4;
+  p.history_length = kWindow;
+  p.max_history_states = 1 << 23;
+  ref.predictive.emplace(p);
+  LagStatistics::Options lo;
+  lo.lags = kLags;
+  lo.num_states = 4;
+  ref.lags.emplace(lo);
+  struct Span {
+    int64_t first, n;
+    bool new_episode;
+  };
+  for (const Span& sp : {Span{0, 10, true}, Span{10, 10, false}, Span{20, 10, true}, Span{31, 9, true}, Span{40, 10, true}}) {
+    for (int64_t i = sp.first; i < sp.first + sp.n; ++i) ref.counts->Add(static_cast<int>(ids[i]), static_cast<int>(ids[i + 1]));
+    for (int64_t k = sp.new_episode ? 0 : 1; k <= sp.n; ++k) {
+      if (k == 0) ref.StartEpisode();
+      const double id = static_cast<double>(ids[sp.first + k]);
+      ref.State(&id);
+    }
+  }
+  ref.episode_open = true;
+  ref.producer = "q";
+  ref.episode = "e2";
+  ref.last = {static_cast<double>(ids[50])};
+  EXPECT_EQ(Bytes(l), ref.Bytes());
+
+  // Discrete models learn from the first pair: counts are the ids' transition counts.
+  ASSERT_TRUE(l.ready());
+  EXPECT_EQ(l.cme(), nullptr);
+  const std::optional<StreamingLearnerSnapshot> snap = l.Snapshot();
+  ASSERT_TRUE(snap.has_value());
+  EXPECT_FALSE(snap->cme.has_value());
+  EXPECT_FALSE(snap->moments.has_value());
+  EXPECT_EQ(snap->samples, 49);  // 10 + 10 + 10 + 9 + 10 pairs
+  double brute[4][4] = {};
+  for (const Span& sp : {Span{0, 20, false}, Span{20, 10, false}, Span{31, 19, false}}) {
+    for (int64_t i = sp.first; i < sp.first + sp.n; ++i) brute[ids[i]][ids[i + 1]] += 1;
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(snap->counts.Count(i, j), brute[i][j]) << i << "," << j;
+  EXPECT_EQ(snap->lags->counts->trajectory_states, 11 + 10 + 11 + 10 + 11);
+}
+
+TEST(StreamingLearner, SerializationContinuesBitForBit) {
+  const RowMatrixXd s = Chain(600, 13);
+  StreamingLearner uninterrupted(Continuous(0));
+  FeedInBatches(uninterrupted, s, 50);
+  const std::string want = Bytes(uninterrupted);
+  // Stop during the warm-up (60 pairs buffered), right after it, and later.
+  for (int64_t stop : {60, 100, 350}) {
+    StreamingLearner a(Continuous(0));
+    for (int64_t f = 0; f < stop; f += 20) Feed(a, Trajectory(s, f, std::min<int64_t>(20, stop - f)));
+    const std::string bytes = Bytes(a);
+    io::Reader r(bytes, "test");
+    absl::StatusOr<StreamingLearner> b =
+        StreamingLearner::Deserialize(r, Continuous(0), StreamingLearner::kStateVersion, a.sigma_selection());
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(r.remaining(), 0u);
+    EXPECT_EQ(Bytes(*b), bytes) << "stop " << stop;
+    EXPECT_EQ(b->pending_warmup(), stop < kWarmup ? stop : 0);
+    for (int64_t f = stop; f < 600; f += 50) Feed(*b, Trajectory(s, f, std::min<int64_t>(50, 600 - f)));
+    EXPECT_EQ(Bytes(*b), want) << "stop " << stop;
+    EXPECT_EQ(b->sigma_selection().chosen, uninterrupted.sigma_selection().chosen);
+  }
+
+  // Bytes of another model's learner are refused with the part named, nothing half-restored.
+  StreamingLearner::Options other = Continuous(0);
+  other.cme.max_dict = 30;
+  io::Reader r(want, "test");
+  absl::StatusOr<StreamingLearner> bad = StreamingLearner::Deserialize(r, other, 3, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("model CME dimensions differ from its config"), std::string::npos)
+      << bad.status();
+  io::Reader truncated(std::string_view(want).substr(0, want.size() / 2), "test");
+  bad = StreamingLearner::Deserialize(truncated, Continuous(0), 3, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(StreamingLearner, BadInputIsRefusedAndChangesNothing) {
+  const RowMatrixXd s = Chain(300, 14);
+  StreamingLearner l(Continuous(0));
+  FeedInBatches(l, s, 120);
+  const std::string before = Bytes(l);
+  auto refused = [&](const StreamBatch& b, const std::string& says) {
+    absl::StatusOr<ObserveSummary> r = l.Observe(b);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status();
+    EXPECT_EQ(Bytes(l), before) << says;
+  };
+  RowMatrixXd bad = s;
+  bad(4, 1) = std::nan("");  // pair 3's y[1] (and pair 4's x[1]) of a batch from state 0
+  refused(Trajectory(bad, 0, 10), "batch pair 3: y[1] is nan, expected a finite value");
+  StreamBatch wrong_dim = Trajectory(s, 0, 10);
+  wrong_dim.dim = 3;
+  refused(wrong_dim, "batch has dim 3, expected the model's dim 2");
+  const std::vector<int64_t> ids = {0, 1, 2};
+  refused(DiscreteTrajectory(ids, 0, 2), "expected 2-vectors for a continuous model");
+  const std::string long_id(257, 'p');
+  refused(Trajectory(s, 0, 10, long_id), "the producer id has 257 bytes, expected at most 256");
+  StreamBatch negative = Trajectory(s, 0, 10);
+  negative.n = -1;
+  refused(negative, "batch has n = -1 pairs");
+  // An empty batch is no error and learns nothing.
+  ASSERT_TRUE(l.Observe(Trajectory(s, 0, 0)).ok());
+  EXPECT_EQ(Bytes(l), before);
+
+  StreamingLearner d(Discrete(4));
+  const std::vector<int64_t> out_of_range = {0, 1, 2, 4, 1};
+  absl::StatusOr<ObserveSummary> r = d.Observe(DiscreteTrajectory(out_of_range, 0, 4));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("batch pair 2: y id is 4, expected a state id in [0, 4)"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(d.samples(), 0);
+  EXPECT_EQ(Bytes(d), Bytes(StreamingLearner(Discrete(4))));
+}
+
+TEST(StreamingLearner, OptionsValidateNamesTheProblem) {
+  auto says = [](const StreamingLearner::Options& o, const std::string& what) {
+    const absl::Status s = o.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s;
+  };
+  EXPECT_TRUE(Continuous(0).Validate().ok());
+  EXPECT_TRUE(Continuous(0.5).Validate().ok());
+  EXPECT_TRUE(Discrete(4).Validate().ok());
+  StreamingLearner::Options o = Continuous(0);
+  o.num_states = 4;
+  says(o, "dim is 2 and num_states is 4, expected exactly one of them >= 1");
+  o = Continuous(0);
+  o.cme.dim = 3;
+  says(o, "cme.dim is 3, expected dim 2");
+  o = Continuous(0);
+  o.auto_sigma_warmup = 10;
+  says(o, "auto_sigma_warmup is 10, expected >= 20 with sigma auto");
+  o = Continuous(0);
+  o.lags = {3, 1};
+  says(o, "lag statistics:");
+  o = Continuous(0);
+  o.forgetting = 0;
+  says(o, "transition counts:");
+  o = Discrete(4);
+  o.window = -1;
+  says(o, "window is -1");
+}
+
+}  // namespace
+}  // namespace cmestream
