@@ -503,7 +503,9 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
 
 // ---------------------------------------------------------------------------------------------
 // SpectralMoments: options, counters, basis, the live epoch's sums (full matrices, in units of
-// its scale), the buffered pairs, then the frozen previous epoch if any.
+// its scale), the buffered pairs, then the frozen previous epoch if any (its basis a prefix of
+// the live one; since the nested epochs its sums may cover several epochs, scale 1 after a merge:
+// same layout, so version 1 is unchanged and old files load as they are).
 
 void SpectralMoments::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kSpectralTag, kVersion);
@@ -618,6 +620,12 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
     r.MatrixInto("spectral previous basis", frozen.basis);
     read_epoch(frozen.sums, pp);
     if (!r.ok()) return r.status();
+    // The frozen sums are merged with the live ones' leading blocks (nested epochs): their basis
+    // must be the live basis's first rows (always so when the basis follows the CME dictionary).
+    if (pm > m || frozen.basis != acc.basis_.topRows(pm)) {
+      (void)r.Fail("spectral: the previous epoch's basis is not a prefix of the live basis");
+      return r.status();
+    }
     acc.previous_ = std::move(frozen);
   }
   if (!r.EndObject("SpectralMoments")) return r.status();

@@ -6,6 +6,7 @@
 #include <complex>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -106,11 +107,81 @@ double SpectralFit::SlowestTimescale() const {
 }
 
 std::string SpectralFit::BriefReport() const {
-  return absl::StrFormat("epoch %d (%d samples, weight %.6g%s): ridge %.3g, held-out VAMP-E %.6g (rank %d), "
-                         "slowest timescale %.6g; %s",
-                         epoch, samples, weight, ready ? "" : ", not ready", ridge, score, score_rank,
+  std::string scored;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    absl::StrAppend(&scored, i ? ", " : " (scores: ", candidates[i], " ", absl::StrFormat("%.6g", candidate_scores[i]),
+                    i + 1 == candidates.size() ? ")" : "");
+  }
+  return absl::StrFormat("epoch %d (%s basis%s of %d atoms, %d samples, weight %.6g%s): ridge %.3g, held-out "
+                         "VAMP-E %.6g (rank %d), slowest timescale %.6g; %s",
+                         epoch, basis_candidate, scored, koopman.x_atoms.rows(), samples, weight,
+                         ready ? "" : ", not ready", ridge, score, score_rank,
                          SlowestTimescale(), message);
 }
+
+namespace {
+
+// One candidate basis with its moments (true sums per fold) and the held-out split its ridge
+// and its score come from.
+struct Candidate {
+  const char* name = "";
+  int size = 0;                 // atoms: the first `size` rows of the snapshot's basis
+  SpectralEpochMoments sums;    // both folds, over [1, first `size` atoms]
+  // Held-out split: score = mean over s of VAMP-E(fit on train[s], test on test[s]).
+  Normalized train[2], test[2];
+  bool ready = false;
+};
+
+// The top-left q x q blocks of the sums (the moments of the first q - 1 atoms' features).
+SpectralEpochMoments Prefix(const SpectralEpochMoments& m, int q) {
+  SpectralEpochMoments out = m;
+  for (int f = 0; f < 2; ++f) {
+    out.c00[f] = m.c00[f].topLeftCorner(q, q);
+    out.c01[f] = m.c01[f].topLeftCorner(q, q);
+    out.c11[f] = m.c11[f].topLeftCorner(q, q);
+  }
+  return out;
+}
+
+Normalized Scaled(const MatrixXd& c00, const MatrixXd& c01, const MatrixXd& c11, double n) {
+  return {c00 / n, c01 / n, c11 / n};
+}
+
+// Ridge by the held-out VAMP-E score over the candidate's split. Returns false if no ridge of
+// the grid gives a finite score.
+bool ChooseRidge(const Candidate& c, const SpectralFitOptions& options, int rank, double& ridge, double& score,
+                 std::vector<double>& scores) {
+  double best = -std::numeric_limits<double>::infinity();
+  scores.clear();
+  for (double r : options.ridge_grid) {
+    double s = 0;
+    for (int k = 0; k < 2; ++k) {
+      const Normalized& a = c.train[k];
+      const Normalized& b = c.test[k];
+      s += 0.5 * HeldOutVampE(a.c00, a.c01, a.c11, b.c00, b.c01, b.c11, r, rank);
+    }
+    scores.push_back(s);
+    if (std::isfinite(s)) best = std::max(best, s);
+  }
+  if (!std::isfinite(best)) return false;
+  // The largest ridge whose score is within score_tolerance (relative) of the best. VAMP-E
+  // ranks singular functions; when it is flat across ridges (a deterministic map: every
+  // singular value ~1, Duffing scores 5.9956..5.9964 over 1e-3..1e-7) it cannot see that
+  // small ridges give noisy eigenvectors (Duffing at sigma 0.4: basins 0.49 at r = 1e-5,
+  // 0.97 at 1e-3), so near-ties go to the smoother fit; the eigenvalues lose the ridge's
+  // shrinkage in the Rayleigh-Ritz step anyway.
+  const double tol = options.score_tolerance * std::max(1.0, std::abs(best));
+  ridge = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (std::isfinite(scores[i]) && scores[i] >= best - tol && options.ridge_grid[i] > ridge) {
+      ridge = options.ridge_grid[i];
+      score = scores[i];
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, const SpectralFitOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
@@ -127,48 +198,110 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
     fit.message = "no epoch yet (the moments start with the first dictionary atoms)";
     return fit;
   }
-  if (mom.n[0] <= 0 || mom.n[1] <= 0) {
+
+  // 1. Candidates (spectral_moments.h, EPOCHS): "live" = the full basis over the live epoch;
+  // "prefix" = the frozen prefix basis over the frozen pairs and the live epoch's. When both
+  // are ready they are scored on the same held-out data, the live epoch's folds (the prefix
+  // candidate trains on all frozen pairs plus the other live fold: more data, fewer atoms); a
+  // lone candidate is scored on its own two folds.
+  Candidate live;
+  live.name = "live";
+  live.size = static_cast<int>(snap.basis.rows());
+  live.sums = mom;
+  live.ready = snap.ready;
+  const bool live_folds = mom.n[0] > 0 && mom.n[1] > 0;
+  if (live_folds) {
+    const Normalized a = Fold(mom, 0), b = Fold(mom, 1);
+    live.train[0] = a, live.test[0] = b;
+    live.train[1] = b, live.test[1] = a;
+  }
+  std::optional<Candidate> prefix;
+  if (snap.has_frozen() && snap.prefix_size <= live.size && snap.frozen.c00[0].rows() == snap.prefix_size + 1) {
+    Candidate c;
+    c.name = "prefix";
+    c.size = snap.prefix_size;
+    const int q = c.size + 1;
+    const SpectralEpochMoments lp = Prefix(mom, q);
+    const SpectralEpochMoments& fr = snap.frozen;
+    c.sums = fr;
+    for (int f = 0; f < 2; ++f) {
+      c.sums.c00[f] += lp.c00[f];
+      c.sums.c01[f] += lp.c01[f];
+      c.sums.c11[f] += lp.c11[f];
+      c.sums.n[f] += lp.n[f];
+      c.sums.fold_samples[f] += lp.fold_samples[f];
+    }
+    c.sums.samples = fr.samples + lp.samples;
+    c.ready = c.sums.samples >= snap.min_epoch_samples && c.sums.n[0] > 0 && c.sums.n[1] > 0;
+    if (live.ready) {
+      // Same test data as the live candidate: train on every frozen pair + the other live fold.
+      const MatrixXd f00 = fr.c00[0] + fr.c00[1], f01 = fr.c01[0] + fr.c01[1], f11 = fr.c11[0] + fr.c11[1];
+      const double fn = fr.total_weight();
+      for (int k = 0; k < 2; ++k) {
+        const int tr = k, te = 1 - k;
+        c.train[k] = Scaled(f00 + lp.c00[tr], f01 + lp.c01[tr], f11 + lp.c11[tr], fn + lp.n[tr]);
+        c.test[k] = Fold(lp, te);
+      }
+    } else if (c.sums.n[0] > 0 && c.sums.n[1] > 0) {
+      const Normalized a = Fold(c.sums, 0), b = Fold(c.sums, 1);
+      c.train[0] = a, c.test[0] = b;
+      c.train[1] = b, c.test[1] = a;
+    }
+    if (c.sums.n[0] > 0 && c.sums.n[1] > 0) prefix = std::move(c);
+  }
+  if (!live_folds && !prefix) {
     fit.message = absl::StrCat("epoch ", mom.epoch, " has ", mom.samples,
                                " samples: both held-out folds (contiguous blocks) need data");
     return fit;
   }
-  const int m = static_cast<int>(snap.basis.rows());
-  const int p = m + 1;
+  // Which candidates compete: the ready ones (both when both are); if none is ready, the one
+  // with more pairs (the prefix one includes the live pairs), with a not-ready warning below.
+  std::vector<const Candidate*> compete;
+  if (live.ready && live_folds) compete.push_back(&live);
+  if (prefix && prefix->ready && (live.ready || compete.empty())) compete.push_back(&*prefix);
+  if (compete.empty()) compete.push_back(prefix ? &*prefix : &live);
 
-  // 1. Ridge by the held-out VAMP-E score: fit on one fold, score on the other, both ways.
-  const Normalized a = Fold(mom, 0), b = Fold(mom, 1);
-  fit.score_rank = std::min(options.score_rank, p);
-  double best = -std::numeric_limits<double>::infinity();
-  for (double r : options.ridge_grid) {
-    const double s = 0.5 * (HeldOutVampE(a.c00, a.c01, a.c11, b.c00, b.c01, b.c11, r, fit.score_rank) +
-                            HeldOutVampE(b.c00, b.c01, b.c11, a.c00, a.c01, a.c11, r, fit.score_rank));
-    fit.ridge_grid.push_back(r);
-    fit.ridge_scores.push_back(s);
-    if (std::isfinite(s)) best = std::max(best, s);
-  }
-  if (std::isfinite(best)) {
-    // The largest ridge whose score is within score_tolerance (relative) of the best. VAMP-E
-    // ranks singular functions; when it is flat across ridges (a deterministic map: every
-    // singular value ~1, Duffing scores 5.9956..5.9964 over 1e-3..1e-7) it cannot see that
-    // small ridges give noisy eigenvectors (Duffing at sigma 0.4: basins 0.49 at r = 1e-5,
-    // 0.97 at 1e-3), so near-ties go to the smoother fit; the eigenvalues lose the ridge's
-    // shrinkage in the Rayleigh-Ritz step anyway.
-    const double tol = options.score_tolerance * std::max(1.0, std::abs(best));
-    for (size_t i = 0; i < fit.ridge_grid.size(); ++i) {
-      if (std::isfinite(fit.ridge_scores[i]) && fit.ridge_scores[i] >= best - tol && fit.ridge_grid[i] > fit.ridge) {
-        fit.ridge = fit.ridge_grid[i];
-        fit.score = fit.ridge_scores[i];
-      }
+  const Candidate* chosen = nullptr;
+  std::vector<double> chosen_scores;
+  for (const Candidate* c : compete) {
+    const int rank = std::min(options.score_rank, c->size + 1);
+    double ridge = 0, score = 0;
+    std::vector<double> scores;
+    if (!ChooseRidge(*c, options, rank, ridge, score, scores)) continue;
+    fit.candidates.push_back(c->name);
+    fit.candidate_scores.push_back(score);
+    // The prefix candidate (scored second) must beat the live one by more than
+    // score_tolerance: near-ties keep the full basis, whose atoms cover the states visited
+    // since the last restart (Duffing, sigma auto, seeds 7 / 9: basins 0.976 / 0.974 with the
+    // 159-atom prefix against 0.982 / 0.979 with all 182 atoms at equal scores).
+    const double tol = options.score_tolerance * std::max(1.0, std::abs(fit.score));
+    const bool better = chosen == nullptr || score > fit.score + tol;
+    if (better) {
+      chosen = c;
+      fit.ridge = ridge;
+      fit.score = score;
+      fit.score_rank = rank;
+      chosen_scores = std::move(scores);
     }
   }
-  if (!std::isfinite(best)) {
+  if (chosen == nullptr) {
     fit.termination = SpectralFit::Termination::kNumericalFailure;
     fit.message = "the held-out score is not finite for any ridge of the grid";
     return fit;
   }
+  fit.basis_candidate = chosen->name;
+  fit.ridge_grid = options.ridge_grid;
+  fit.ridge_scores = chosen_scores;
+  fit.epoch = chosen->sums.epoch;
+  fit.samples = chosen->sums.samples;
+  fit.weight = chosen->sums.total_weight();
+  fit.ready = chosen->ready;
+  const int m = chosen->size;
+  const int p = m + 1;
+  if (m < fit.koopman.x_atoms.rows()) fit.koopman.x_atoms = snap.basis.topRows(m);
 
   // 2. K = (C00 + r R)^{-1} C01 on both folds (Cholesky: C00 + r R is positive definite).
-  const Normalized pooled = Pooled(mom, options.reversible);
+  const Normalized pooled = Pooled(chosen->sums, options.reversible);
   // The rank-k VAMP model of the final fit: what the prequential score tests on new pairs.
   fit.vamp = FitVampFactors(pooled.c00, pooled.c01, pooled.c11, fit.ridge, fit.score_rank);
   Eigen::LLT<MatrixXd> llt(Ridged(pooled.c00, fit.ridge));

@@ -16,6 +16,14 @@
 //   the leading refine_modes eigenvectors of the ridged K: a small, well-conditioned Galerkin
 //   problem that keeps K e0 = e0 (the constant is in the span) and drops the shrinkage.
 //
+// CANDIDATE BASES (nested epochs, spectral_moments.h)
+//   "live": the full basis over the live epoch's pairs; "prefix": the frozen prefix basis over
+//   the frozen pairs and the live epoch's (frozen sums + the live sums' top-left blocks). Both
+//   ready: each gets its ridge from the live epoch's two folds (the prefix one trains on every
+//   frozen pair plus the other live fold), so both are scored on the same held-out pairs; the
+//   prefix candidate wins only if its score beats the live one's by more than score_tolerance.
+//   One ready (or none: the one with more pairs, flagged not ready): its own two folds.
+//
 // CHOICE OF r (held-out, contiguous blocks)
 //   For each r of a small grid: fit on fold A, score on fold B and vice versa; the score is the
 //   VAMP-E score (Wu & Noe 2020) of the rank-k truncated VAMP model
@@ -29,8 +37,9 @@
 //   uses both folds.
 //
 // COST
-//   O(|grid| * 2 * (m+1)^3) for the selection (two eigen-decompositions and one SVD per fit) plus
-//   one O(m^3) eigen-decomposition; ~0.1 s at m = 200. Runs at refresh, never per sample.
+//   O(|grid| * 2 * (m+1)^3) per candidate (at most two) for the selection (two
+//   eigen-decompositions and one SVD per fit) plus one O(m^3) eigen-decomposition; ~0.1 s per
+//   candidate at m = 200. Runs at refresh, never per sample.
 #pragma once
 
 #include <string>
@@ -76,6 +85,12 @@ struct SpectralFit {
   VectorXd excess;             // per eigenpair: max(0, |mu| - 1) for non-stationary modes
   std::vector<std::string> warnings;
 
+  // The basis candidate the spectrum rests on (spectral_moments.h, EPOCHS): "live" (the full
+  // basis over the live epoch) or "prefix" (the frozen prefix basis over the frozen and the
+  // live pairs); the candidates scored and their held-out scores (at their chosen ridges).
+  std::string basis_candidate;
+  std::vector<std::string> candidates;
+  std::vector<double> candidate_scores;
   double ridge = 0;            // chosen r
   std::vector<double> ridge_grid, ridge_scores;  // mean held-out VAMP-E per candidate
   double score = 0;            // held-out VAMP-E of the chosen r (mean over the two folds)

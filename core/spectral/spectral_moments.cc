@@ -94,15 +94,44 @@ int SpectralMoments::Fold(const Epoch& e) const {
   return static_cast<int>((e.samples / options_.block_length) % 2);
 }
 
+double SpectralMoments::FrozenDecay() const {
+  // Underflows to 0 after ~700/(1 - gamma) samples: the frozen pairs are then forgotten.
+  return options_.forgetting == 1.0 ? 1.0 : std::pow(options_.forgetting, static_cast<double>(live_.samples));
+}
+
 void SpectralMoments::StartEpoch(const Eigen::Ref<const RowMatrixXd>& atoms) {
   Flush();
-  if (live_.epoch > 0) {
-    const bool keep_live = Ready(live_) || !previous_ ||
-                           (!Ready(previous_->sums) && live_.samples >= previous_->sums.samples);
-    if (keep_live) previous_ = Frozen{basis_, std::move(live_)};
+  const int next_m = static_cast<int>(std::min<Eigen::Index>(atoms.rows(), options_.max_basis));
+  // Nested: the new basis extends the current one (the CME's dictionary only appends atoms).
+  const bool nested = next_m >= m_ && atoms.topRows(m_) == basis_;
+  if (!nested) {
+    previous_.reset();
+  } else if (live_.epoch > 0) {
+    const double decay = FrozenDecay();
+    const double frozen_weight = previous_ ? decay * (previous_->sums.n[0] + previous_->sums.n[1]) / previous_->sums.scale : 0;
+    const double live_weight = (live_.n[0] + live_.n[1]) / live_.scale;
+    if (!previous_ || live_weight >= frozen_weight) {
+      // The live epoch (the bigger basis) carries at least half of the weight: freeze it.
+      previous_ = Frozen{basis_, std::move(live_)};
+    } else {
+      // The frozen sums carry more: add the live epoch's prefix blocks to them (true sums, so
+      // the merged sums have scale 1) and keep the smaller basis with all the pairs.
+      Epoch& f = previous_->sums;
+      const int q = static_cast<int>(previous_->basis.rows()) + 1;
+      const double fs = decay / f.scale, ls = 1.0 / live_.scale;
+      for (int k = 0; k < 2; ++k) {
+        f.c00[k] = f.c00[k] * fs + live_.c00[k].topLeftCorner(q, q) * ls;
+        f.c01[k] = f.c01[k] * fs + live_.c01[k].topLeftCorner(q, q) * ls;
+        f.c11[k] = f.c11[k] * fs + live_.c11[k].topLeftCorner(q, q) * ls;
+        f.n[k] = f.n[k] * fs + live_.n[k] * ls;
+        f.fold_samples[k] += live_.fold_samples[k];
+      }
+      f.samples += live_.samples;
+      f.scale = 1;
+    }
   }
   const int64_t next = std::max(live_.epoch, previous_ ? previous_->sums.epoch : 0) + 1;
-  m_ = static_cast<int>(std::min<Eigen::Index>(atoms.rows(), options_.max_basis));
+  m_ = next_m;
   basis_ = atoms.topRows(m_);
   basis_sq_ = basis_.rowwise().squaredNorm();
   live_ = Epoch{};
@@ -239,14 +268,22 @@ SpectralMomentsSnapshot SpectralMoments::Snapshot() const {
     VectorXd w = wbuf_, sqx = sqx_, sqy = sqy_;
     FlushInto(live, px, py, w, sqx, sqy);
   }
-  if (Ready(live) || !previous_) {
-    s.basis = basis_;
-    s.moments = Normalized(live);
-    s.ready = Ready(live);
-  } else {
-    s.basis = previous_->basis;
-    s.moments = Normalized(previous_->sums);
-    s.ready = Ready(previous_->sums);
+  s.basis = basis_;
+  s.moments = Normalized(live);
+  s.ready = Ready(live);
+  s.min_epoch_samples = options_.min_epoch_samples;
+  if (previous_) {
+    s.prefix_size = static_cast<int>(previous_->basis.rows());
+    s.frozen = Normalized(previous_->sums);
+    const double decay = FrozenDecay();
+    if (decay != 1.0) {
+      for (int f = 0; f < 2; ++f) {
+        s.frozen.n[f] *= decay;
+        s.frozen.c00[f] *= decay;
+        s.frozen.c01[f] *= decay;
+        s.frozen.c11[f] *= decay;
+      }
+    }
   }
   return s;
 }

@@ -11,30 +11,42 @@
 //   score on contiguous blocks (shuffled pairs leak on time series) and report that score; the
 //   full moments are fold A + fold B.
 //
-// EPOCHS
+// EPOCHS (nested)
 //   The basis is fixed during an epoch: moments for an atom admitted at t_a would miss every
 //   sample before t_a and bias the estimate. The owner asks ShouldStartEpoch(source_atoms) after
 //   each sample (O(1)); when the atoms of the source dictionary outside the basis exceed
-//   new_atom_fraction of it, StartEpoch(source_atoms) copies the source's atoms (its first rows
-//   are the current basis, as the CME's dictionary only grows) and restarts the sums. The
-//   previous epoch is kept frozen and serves (Snapshot) until the new one is ready
-//   (>= min_epoch_samples samples and both folds non-empty). In stationary streams the
-//   dictionary saturates early, so one late epoch covers nearly everything.
-//
+//   new_atom_fraction of it, StartEpoch(source_atoms) copies the source's atoms and restarts the
+//   sums. The CME's dictionary only grows (atoms are appended, never moved or removed), so the
+//   old basis is a PREFIX of the new one, and the old features' moments over the new epoch's
+//   pairs are the top-left (m_old + 1)^2 blocks of the new sums. Nothing of the past is thrown
+//   away for that basis: the frozen sums of the earlier pairs (over a prefix basis) plus the
+//   live epoch's prefix blocks are the moments of every pair since the frozen sums began. The
+//   estimator (spectral_estimate.h) weighs the two candidates by a held-out score:
+//     live:   the full basis over the live epoch's pairs only;
+//     prefix: the frozen prefix basis over the frozen pairs and the live epoch's pairs.
+//   At the next StartEpoch only one can stay frozen: the live epoch (bigger basis) if its
+//   weight is at least the frozen weight, else the prefix merge (frozen + live prefix blocks).
+//   So a restart never discards more than half of the weighted pairs the candidates rest on
+//   (the previous rule dropped the whole earlier epoch: a third of the pairs for a four-well
+//   stream whose dictionary grew 41 -> 46 atoms at pair 34 951 of 100k).
+//   StartEpoch with atoms that do NOT extend the basis (not the CME's case) starts over: no
+//   earlier sums can be expressed in the new basis.
 // COST
 //   Observe: O(d) copy into a B x d buffer; every B samples (or at a block end) one flush: the
 //   B x m kernel block is one GEMM plus exp, the sums are two symmetric rank-B updates and one
 //   GEMM: ~3 (m+1)^2 multiply-adds per sample amortized. No heap allocation after the epoch
 //   started (scratch sized at StartEpoch). StartEpoch allocates the epoch's sums (rare).
-//   Memory: 6 (m+1)^2 doubles for the live epoch and as many for the serving previous one
-//   (12 (m+1)^2 doubles: 19 MB at m = 400, 96 MB at m = 1000).
+//   Memory: 6 (m+1)^2 doubles for the live epoch and at most as many for the frozen one
+//   (12 (m+1)^2 doubles: 19 MB at m = 400, 96 MB at m = 1000). StartEpoch's prefix merge adds
+//   into the frozen sums in place (O(m^2), rare).
 //
 // FORGETTING
 //   Lazy, as in EmbeddingMoments: sums are stored in units of a per-epoch scale u = gamma^-t,
 //   a sample adds weight u, reads divide by u, and the epoch's sums are renormalized when
-//   u > 1e100 (O(m^2), once every ~230/(1 - gamma) samples). A frozen previous epoch is not
-//   decayed further: the estimator uses normalized moments (C/n_w), which uniform decay leaves
-//   unchanged.
+//   u > 1e100 (O(m^2), once every ~230/(1 - gamma) samples). The frozen sums end where the
+//   live epoch begins, so they are read decayed by gamma^(live epoch samples) (computed at
+//   Snapshot and at the merge, not stored): frozen and live pairs keep their true relative
+//   weights.
 //
 // INITIAL VALUE
 //   No epoch (epoch() == 0, basis_size() == 0); Observe before the first StartEpoch only
@@ -69,12 +81,19 @@ struct SpectralEpochMoments {
 struct SpectralMomentsSnapshot {
   int dim = 0;
   double sigma = 1;
-  RowMatrixXd basis;            // m x d atoms of the serving epoch
-  SpectralEpochMoments moments; // serving epoch (the live one if ready, else the previous)
-  bool ready = false;           // serving epoch has >= min_epoch_samples and both folds
-  int64_t live_epoch = 0;       // the epoch accumulating now (may differ from moments.epoch)
+  RowMatrixXd basis;            // m x d atoms of the live epoch
+  SpectralEpochMoments moments; // the live epoch (full basis)
+  bool ready = false;           // the live epoch has >= min_epoch_samples and both folds
+  // The frozen sums of the pairs before the live epoch over the first prefix_size atoms of
+  // `basis` (a prefix; 0 and frozen.epoch == 0 when there are none), decayed to now. The prefix
+  // candidate of the estimator is frozen + the live moments' top-left (prefix_size + 1)^2 blocks.
+  int prefix_size = 0;
+  SpectralEpochMoments frozen;
+  int64_t live_epoch = 0;       // the epoch accumulating now (== moments.epoch)
   int64_t live_epoch_samples = 0;
   int64_t samples = 0;          // all pairs ever observed
+  int64_t min_epoch_samples = 1;  // a candidate is ready from this many pairs (and both folds)
+  bool has_frozen() const { return frozen.epoch > 0; }
 };
 
 class SpectralMoments {
@@ -99,9 +118,9 @@ class SpectralMoments {
   // basis) has outgrown the basis: m_source - m > new_atom_fraction * m_source, or there is
   // no basis yet and m_source > 0. O(1).
   bool ShouldStartEpoch(int source_atoms) const;
-  // Flushes the buffered pairs into the current epoch, keeps the better of (current, previous)
-  // as the serving previous epoch (a ready epoch wins; among unready ones the larger), copies
-  // the first min(rows, max_basis) atoms as the new basis and starts empty sums.
+  // Flushes the buffered pairs into the current epoch, freezes the live epoch or the prefix
+  // merge (see EPOCHS), copies the first min(rows, max_basis) atoms as the new basis and starts
+  // empty sums. Atoms whose first basis_size() rows differ from the basis drop the frozen sums.
   // requires: atoms.cols() == dim, atoms finite.
   void StartEpoch(const Eigen::Ref<const RowMatrixXd>& atoms);
 
@@ -110,8 +129,8 @@ class SpectralMoments {
   // Validates shapes and finiteness (all-or-nothing), then observes the rows in order.
   absl::Status ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y);
 
-  // Copies the serving epoch's moments out (the buffered pairs folded into a copy: this
-  // object does not change, so refresh timing never alters the summation order).
+  // Copies the live epoch's and the frozen moments out (the buffered pairs folded into a copy:
+  // this object does not change, so refresh timing never alters the summation order).
   SpectralMomentsSnapshot Snapshot() const;
 
   const Options& options() const { return options_; }
@@ -121,6 +140,7 @@ class SpectralMoments {
   int basis_size() const { return m_; }
   int buffered() const { return buffered_; }
   bool has_previous() const { return previous_.has_value(); }
+  int previous_basis_size() const { return previous_ ? static_cast<int>(previous_->basis.rows()) : 0; }
 
   // Snapshot support (core/io/learner_serialization.cc; object tag "SPMO", version 1). Writes
   // the full state (no flush), so Deserialize followed by the same calls is bit-identical to
@@ -150,6 +170,8 @@ class SpectralMoments {
   void FlushInto(Epoch& e, RowMatrixXd& px, RowMatrixXd& py, VectorXd& w, VectorXd& sqx, VectorXd& sqy) const;
   void Rescale(Epoch& e) const;
   static SpectralEpochMoments Normalized(const Epoch& e);
+  // gamma^(live epoch samples): the decay of the frozen sums since they were frozen.
+  double FrozenDecay() const;
 
   Options options_;
   double inv_gamma_ = 1;
@@ -158,6 +180,7 @@ class SpectralMoments {
   RowMatrixXd basis_;            // m x d
   VectorXd basis_sq_;            // m: squared norms of the atoms
   Epoch live_;
+  // Sums of the pairs just before the live epoch over a prefix of basis_ (see EPOCHS).
   std::optional<Frozen> previous_;
   // Per-batch scratch (not state): sized at StartEpoch.
   RowMatrixXd xbuf_, ybuf_;      // B x d

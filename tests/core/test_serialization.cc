@@ -475,6 +475,21 @@ TEST(SpectralSerialization, TruncationBadTagAndHugeBasisAreRejected) {
   io::Reader rb(big, "f");
   const absl::Status s = SpectralMoments::Deserialize(rb).status();
   EXPECT_NE(s.message().find("spectral basis size is 1001 (field at offset 76), expected 0..1000"), std::string::npos) << s;
+  // A previous epoch whose basis is not the live basis's first rows cannot be merged with the
+  // live sums (nested epochs): the previous basis (written last) starts with the live basis's
+  // first coordinate; change it there.
+  ASSERT_TRUE(a.has_previous());
+  const SpectralMomentsSnapshot snap = a.Snapshot();
+  std::string atom(sizeof(double), '\0');
+  std::memcpy(atom.data(), &snap.basis(0, 0), atom.size());
+  const size_t at = bytes.rfind(atom);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_GT(at, bytes.find(atom));  // the previous basis's copy, not the live one
+  std::string moved = bytes;
+  moved[at + 7] ^= 0x10;
+  io::Reader rm(moved, "f");
+  EXPECT_NE(SpectralMoments::Deserialize(rm).status().message().find("not a prefix of the live basis"),
+            std::string::npos);
 }
 
 }  // namespace
