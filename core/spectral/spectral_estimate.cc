@@ -10,16 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/linalg/symmetric.h"
 
 namespace cmestream {
 namespace {
-
-// Symmetric inverse square root; eigenvalues floored at `floor` (they are covariances).
-MatrixXd InvSqrt(const MatrixXd& c, double floor) {
-  Eigen::SelfAdjointEigenSolver<MatrixXd> es(c);
-  const VectorXd ev = es.eigenvalues().cwiseMax(floor).cwiseSqrt().cwiseInverse();
-  return es.eigenvectors() * ev.asDiagonal() * es.eigenvectors().transpose();
-}
 
 // C + r R with R = diag(0, 1, ..., 1): the constant feature (index 0) is never regularized.
 MatrixXd Ridged(const MatrixXd& c, double r) {
@@ -76,7 +70,7 @@ absl::Status SpectralFitOptions::Validate() const {
 
 VampFactors FitVampFactors(const MatrixXd& c00, const MatrixXd& c01, const MatrixXd& c11, double ridge, int rank) {
   const MatrixXd r00 = Ridged(c00, ridge), r11 = Ridged(c11, ridge);
-  const MatrixXd l0 = InvSqrt(r00, WhiteningFloor(r00)), l1 = InvSqrt(r11, WhiteningFloor(r11));
+  const MatrixXd l0 = InverseSqrtPsd(r00, WhiteningFloor(r00)), l1 = InverseSqrtPsd(r11, WhiteningFloor(r11));
   Eigen::BDCSVD<MatrixXd> svd(l0 * c01 * l1, Eigen::ComputeThinU | Eigen::ComputeThinV);
   const int k = std::min<int>(rank, static_cast<int>(svd.singularValues().size()));
   VampFactors f;
