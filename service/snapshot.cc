@@ -683,9 +683,9 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   const auto start = std::chrono::steady_clock::now();
   SnapshotResult result;
   result.number = next_number_;
-  // The cut: the models and the log's last sequence L read together under the registry lock.
-  // Creation, import and deletion records <= L were appended and applied under the registry
-  // lock. A batch record is written, made durable and then applied (group commit, no model
+  // The cut: the models and the log's last sequence L read together under the registry lock,
+  // once no creation, import or deletion is in progress (ListAtCut waits for them), so every
+  // such record <= L is reflected in the models listed. A batch record is written, made durable and then applied (group commit, no model
   // lock across the fdatasync), so a batch <= L may still be in flight: WaitAppliedThrough(L)
   // waits for it (at most one per model) before Encode takes the model's lock, so Encode sees
   // every record <= L of the model that was or will be applied; a model created, imported or deleted after the cut has its

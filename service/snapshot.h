@@ -140,7 +140,7 @@ absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path);
 std::string ExportModel(Model& model);
 // Decodes an export (or a one-model snapshot) and registers it as `new_name` (or its stored
 // name), after checking --max-models and the memory budget. A live import is logged as a WAL
-// import record holding the whole file, under the registry lock before the model is visible
+// import record holding the whole file, with the name reserved, before the model is visible
 // (like a creation), and its applied sequence is that record's: an acknowledged import
 // survives any restart, and the batches that follow it replay onto it. `replay_sequence`: WAL
 // replay of such a record (nothing logged). AlreadyExists if the name is taken; DataLoss for a
