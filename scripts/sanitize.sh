@@ -7,14 +7,19 @@
 #   scripts/sanitize.sh test_wal          only these binaries
 #   SANITIZE_GTEST_FILTER='Wal*' scripts/sanitize.sh test_wal
 #
-# The subset (the code that shares state between threads; together a few minutes under TSan):
-#   test_wal        WAL group commit (leader/follower fdatasync), interval sync thread,
-#                   rotation under concurrent appends, registry replay
-#   test_snapshot   snapshot writer vs ingestion (the cut, WaitAppliedThrough), periodic loop,
-#                   import/export through the registry
-#   test_daemon     the in-process daemon: gRPC handlers, ingest pool, per-model ordering,
-#                   refresh scheduler and waiters, concurrent deletes/creates, metrics
-#   test_limits     per-model admission queue under concurrent producers
+# The subset (the engine's shared state between threads; ~20 s under TSan once built):
+#   test_wal        WAL group commit (leader/follower fdatasync), rotation under concurrent
+#                   appends, replay through the registry, the registry lock tests
+#                   (RegistryLock.*), and EngineThreads.*: producers through the Ingestor's
+#                   pool, the refresh scheduler and its waiters, registry creates/cuts/deletes,
+#                   all at once on a group-committing WAL
+#   test_snapshot   snapshot writer vs ingestion (the cut, WaitAppliedThrough), import/export
+# Not in the subset: the in-process gRPC daemon tests (test_daemon, test_limits, ...). Debian's
+# gRPC is not instrumented, so its hand-offs between threads (completion queue, callback
+# reactors in the grpcpp headers) are reported as races; a TSan suppression matches any frame
+# of a stack and every handler's stack holds gRPC's callback frames, so suppressing them would
+# also hide races in our handlers. They can be run by name (scripts/sanitize.sh test_daemon)
+# for a look.
 # A report fails the run (halt_on_error); suppressions are for third-party code only and are
 # documented in tests/sanitize/tsan.supp. Debian's Abseil is not instrumented:
 # tests/sanitize/absl_mutex_tsan.cc makes absl::Mutex visible to TSan.
@@ -23,7 +28,7 @@ cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 BUILD="${SANITIZE_BUILD_DIR:-build-sanitize}"
 TESTS=("$@")
-[ ${#TESTS[@]} -eq 0 ] && TESTS=(test_wal test_snapshot test_daemon test_limits)
+[ ${#TESTS[@]} -eq 0 ] && TESTS=(test_wal test_snapshot)
 CXX_CLANG="$(command -v clang++ || command -v clang++-14 || true)"
 if [ -z "$CXX_CLANG" ]; then
   echo "sanitize: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2
