@@ -120,7 +120,7 @@ absl::Status ModelRegistry::Delete(const std::string& name, bool replay) {
   }
   // Waits for a batch of this model being written (its log lock) and for the deletion
   // record's fdatasync: without the registry lock.
-  const absl::Status marked = model->MarkDeleted([&]() -> absl::Status {
+  absl::Status marked = model->MarkDeleted([&]() -> absl::Status {
     if (replay) return absl::OkStatus();
     return log_.AppendModelDeleted(name).status();
   });
