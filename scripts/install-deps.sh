@@ -18,6 +18,8 @@ PACKAGES=(
   golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev
   protoc-gen-go protoc-gen-go-grpc bc
   openssl clang libclang-rt-14-dev   # test certificates (openssl CLI); libFuzzer targets (scripts/fuzz.sh)
+  llvm-14                           # llvm-symbolizer: readable TSan/UBSan stacks (scripts/sanitize.sh)
+  clang-format clang-tidy           # scripts/dev/format.sh, scripts/dev/lint.sh
 )
 
 missing=()

@@ -39,11 +39,12 @@ class BatchLog {
     if (absl::Status s = WaitDurable(*sequence); !s.ok()) return s;
     return sequence;
   }
-  // Called under the registry lock before a model is created (config normalized) / deleted.
-  // A non-OK status refuses the operation.
+  // Called before a model is created (config normalized) / deleted, with its name reserved by
+  // the registry but without the registry lock (ModelRegistry; a deletion holds the model's
+  // log lock). A non-OK status refuses the operation.
   virtual absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) = 0;
   virtual absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) = 0;
-  // Called under the registry lock before an imported model becomes visible: `image` is the
+  // Called (name reserved, registry lock not held) before an imported model becomes visible: `image` is the
   // whole export file (service/snapshot.h, kind EXPT), `name` the name it is registered under.
   // Logged like a creation, so an acknowledged import survives any restart and the batches
   // that follow it replay onto it.

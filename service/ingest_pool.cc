@@ -12,10 +12,10 @@ IngestPool::IngestPool(int threads) {
 
 IngestPool::~IngestPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (std::thread& t : workers_) t.join();
 }
 
@@ -26,46 +26,47 @@ int IngestPool::DefaultThreads(bool sync_always) {
 
 void IngestPool::Submit(const void* key, std::shared_ptr<void> keep_alive, Task task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Queue& q = queues_[key];
     q.tasks.emplace_back(std::move(keep_alive), std::move(task));
     // Ready iff it was idle: a running key re-enters ready_ when its task ends.
     if (!q.running && q.tasks.size() == 1) ready_.push_back(key);
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 int IngestPool::Pending(const void* key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = queues_.find(key);
   if (it == queues_.end()) return 0;
   return static_cast<int>(it->second.tasks.size()) + (it->second.running ? 1 : 0);
 }
 
 void IngestPool::Work() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   for (;;) {
-    cv_.wait(lock, [this] { return stop_ || !ready_.empty(); });
-    if (ready_.empty()) return;  // stop_ and every submitted task ran (the destructor's promise)
+    while (!stop_ && ready_.empty()) cv_.Wait(&mu_);
+    if (ready_.empty()) break;  // stop_ and every submitted task ran (the destructor's promise)
     const void* key = ready_.front();
     ready_.pop_front();
     Queue& q = queues_[key];
     auto item = std::move(q.tasks.front());
     q.tasks.pop_front();
     q.running = true;
-    lock.unlock();
+    mu_.Unlock();
     item.second();
     item = {};  // drop the task and its keep-alive outside the lock
-    lock.lock();
+    mu_.Lock();
     Queue& after = queues_[key];  // map nodes are stable, but look it up again for clarity
     after.running = false;
     if (after.tasks.empty()) {
       queues_.erase(key);
     } else {
       ready_.push_back(key);  // round robin: the other ready keys go first
-      cv_.notify_one();
+      cv_.Signal();
     }
   }
+  mu_.Unlock();
 }
 
 }  // namespace cmestream::service

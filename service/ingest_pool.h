@@ -12,15 +12,16 @@
 // Admission (bounding what waits) is the caller's: Ingestor uses IngestQueue (limits.h).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cmestream::service {
 
@@ -37,11 +38,11 @@ class IngestPool {
 
   // Appends `task` to `key`'s queue. `keep_alive` (may be null) is held until the task ran, so
   // the key's object outlives its queue. Never blocks on other tasks. Thread-safe.
-  void Submit(const void* key, std::shared_ptr<void> keep_alive, Task task);
+  void Submit(const void* key, std::shared_ptr<void> keep_alive, Task task) ABSL_LOCKS_EXCLUDED(mu_);
 
   int threads() const { return static_cast<int>(workers_.size()); }
   // Tasks of `key` submitted and not finished (running included). Tests, diagnostics.
-  int Pending(const void* key) const;
+  int Pending(const void* key) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Default worker count: the cores available (at least 1); with a WAL that fdatasyncs every
   // batch (`sync_always`) 4 per core, since a worker sleeps in the group commit while its
@@ -53,13 +54,14 @@ class IngestPool {
     std::deque<std::pair<std::shared_ptr<void>, Task>> tasks;
     bool running = false;  // a worker runs its head; the key is not in ready_
   };
-  void Work();
+  void Work() ABSL_LOCKS_EXCLUDED(mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<const void*, Queue> queues_;  // keys with work only
-  std::deque<const void*> ready_;        // keys with tasks and none running
-  bool stop_ = false;
+  // A leaf lock: tasks run without it, and nothing else is taken under it.
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // ready_ gained a key, or stop_
+  std::map<const void*, Queue> queues_ ABSL_GUARDED_BY(mu_);  // keys with work only
+  std::deque<const void*> ready_ ABSL_GUARDED_BY(mu_);        // keys with tasks and none running
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 

@@ -11,8 +11,6 @@
 namespace cmestream::service {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 std::vector<int> Lags(const v1::ModelConfig& c) { return std::vector<int>(c.lags().begin(), c.lags().end()); }
 
 LagEstimateOptions KoopmanOptions(double dt) {

@@ -89,7 +89,7 @@ IngestQueue::Ticket::~Ticket() {
 }
 
 absl::StatusOr<IngestQueue::Ticket> IngestQueue::Admit(const std::string& model) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int& n = in_flight_[model];
   // n batches in flight: one applies, n - 1 wait. Admitting makes n wait.
   if (n > limits_.max_queued_batches) {
@@ -100,13 +100,13 @@ absl::StatusOr<IngestQueue::Ticket> IngestQueue::Admit(const std::string& model)
 }
 
 int IngestQueue::InFlight(const std::string& model) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = in_flight_.find(model);
   return it == in_flight_.end() ? 0 : it->second;
 }
 
 void IngestQueue::Release(const std::string& model) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = in_flight_.find(model);
   if (it == in_flight_.end()) return;
   if (--it->second <= 0) in_flight_.erase(it);

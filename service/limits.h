@@ -17,11 +17,12 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "grpcpp/server_context.h"
 #include "service/wire_limits.h"
@@ -93,17 +94,17 @@ class IngestQueue {
 
   // ensures: ok => the caller holds a place until the ticket is destroyed;
   //          else ResourceExhausted (QueueFullError), nothing held.
-  absl::StatusOr<Ticket> Admit(const std::string& model);
+  absl::StatusOr<Ticket> Admit(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Batches of `model` admitted and not yet released (for tests).
-  int InFlight(const std::string& model) const;
+  int InFlight(const std::string& model) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Release(const std::string& model);
+  void Release(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
 
   const LimitOptions limits_;
-  mutable std::mutex mu_;
-  std::map<std::string, int> in_flight_;  // entries removed at 0: the map holds busy models only
+  mutable absl::Mutex mu_;  // a leaf lock
+  std::map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);  // entries removed at 0: the map holds busy models only
 };
 
 }  // namespace cmestream::service

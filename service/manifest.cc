@@ -74,7 +74,7 @@ absl::StatusOr<ManifestState> Manifest::Load() {
   if (absl::Status st = files::ReadFile(path_, &text); !st.ok()) return st;
   absl::StatusOr<ManifestState> s = ParseManifest(text, path_);
   if (s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     state_ = *s;
   }
   return s;
@@ -83,19 +83,19 @@ absl::StatusOr<ManifestState> Manifest::Load() {
 absl::Status Manifest::PersistLocked() { return files::WriteFileAtomically(path_, EncodeManifest(state_)); }
 
 absl::Status Manifest::Write(const ManifestState& state) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   state_ = state;
   return PersistLocked();
 }
 
 absl::Status Manifest::SetSnapshots(std::vector<ManifestState::Snapshot> snapshots) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   state_.snapshots = std::move(snapshots);
   return PersistLocked();
 }
 
 absl::Status Manifest::SetWalSegments(uint64_t first, uint64_t last) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (state_.wal_first_segment == first && state_.wal_last_segment == last) return absl::OkStatus();
   state_.wal_first_segment = first;
   state_.wal_last_segment = last;
@@ -103,14 +103,14 @@ absl::Status Manifest::SetWalSegments(uint64_t first, uint64_t last) {
 }
 
 absl::Status Manifest::SetWalFirstSequence(uint64_t first_sequence) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (state_.wal_first_sequence == first_sequence) return absl::OkStatus();
   state_.wal_first_sequence = first_sequence;
   return PersistLocked();
 }
 
 ManifestState Manifest::state() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return state_;
 }
 

@@ -22,12 +22,13 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cmestream::service {
 
@@ -57,21 +58,23 @@ class Manifest {
 
   // NotFound if the file does not exist (a new or pre-manifest data dir), else the parsed
   // state or the parse error. Also becomes the state later updates start from.
-  absl::StatusOr<ManifestState> Load();
+  absl::StatusOr<ManifestState> Load() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Replace the whole state / one part of it, and persist it before returning.
-  absl::Status Write(const ManifestState& state);
-  absl::Status SetSnapshots(std::vector<ManifestState::Snapshot> snapshots);
-  absl::Status SetWalSegments(uint64_t first, uint64_t last);
-  absl::Status SetWalFirstSequence(uint64_t first_sequence);
-  ManifestState state() const;
+  absl::Status Write(const ManifestState& state) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SetSnapshots(std::vector<ManifestState::Snapshot> snapshots) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SetWalSegments(uint64_t first, uint64_t last) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SetWalFirstSequence(uint64_t first_sequence) ABSL_LOCKS_EXCLUDED(mu_);
+  ManifestState state() const ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& path() const { return path_; }
 
  private:
-  absl::Status PersistLocked();
+  absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const std::string path_;
-  mutable std::mutex mu_;
-  ManifestState state_;
+  // Last in the lock order (service/README.md "Locks"): held across the write + fsync of the
+  // manifest file, and callers may hold the WAL's lock; nothing is taken under it.
+  mutable absl::Mutex mu_;
+  ManifestState state_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cmestream::service

@@ -96,7 +96,7 @@ void Metrics::OnUnknownModelBatch() { rejected_.Add({{"model", ""}, {"reason", "
 void Metrics::ObserveRpc(const std::string& method, double seconds, int code) {
   prometheus::Histogram* h;
   {
-    std::lock_guard<std::mutex> lock(rpc_mu_);
+    absl::MutexLock lock(&rpc_mu_);
     auto it = rpc_hist_.find(method);
     if (it == rpc_hist_.end()) it = rpc_hist_.emplace(method, &rpc_.Add({{"method", method}}, kRpcBuckets)).first;
     h = it->second;
@@ -138,7 +138,7 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model)
 
 void ModelMetrics::OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,
                                   const LearnerGauges& g) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   samples_->Increment(static_cast<double>(pairs_applied));
   if (forced_delta > 0) forced_->Increment(static_cast<double>(forced_delta));
@@ -149,7 +149,7 @@ void ModelMetrics::OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta,
 }
 
 void ModelMetrics::OnRejected(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   auto it = rejected_.find(reason);
   if (it == rejected_.end()) it = rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}})).first;
@@ -157,7 +157,7 @@ void ModelMetrics::OnRejected(const std::string& reason) {
 }
 
 void ModelMetrics::OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   refresh_->Observe(seconds);
   drift_->Set(inverse_drift);
@@ -167,7 +167,7 @@ void ModelMetrics::OnRefresh(double seconds, double inverse_drift, uint64_t vers
 }
 
 void ModelMetrics::OnViewBuilt(const std::string& view, double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   auto it = view_build_.find(view);
   if (it == view_build_.end()) {
@@ -177,7 +177,7 @@ void ModelMetrics::OnViewBuilt(const std::string& view, double seconds) {
 }
 
 void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreement) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   heldout_score_->Set(heldout_score);
   disagreement_->Set(timescale_disagreement);
@@ -185,7 +185,7 @@ void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreemen
 
 void ModelMetrics::OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
                           const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   for (size_t k = 0; k < lags.size() && k < timescales.size(); ++k) {
     for (size_t i = 0; i < timescales[k].size(); ++i) {
@@ -205,25 +205,25 @@ void ModelMetrics::OnLags(const std::vector<int>& lags, const std::vector<std::v
 }
 
 void ModelMetrics::SetViewAge(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   view_age_->Set(seconds);
 }
 
 void ModelMetrics::SetDictionaryBudget(double max_dict) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   dict_budget_->Set(max_dict);
 }
 
 void ModelMetrics::SetNoView() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   view_age_->Set(std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count());
 }
 
 void ModelMetrics::Remove() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (removed_) return;
   removed_ = true;
   m_.samples_.Remove(samples_);

@@ -44,11 +44,12 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -81,49 +82,51 @@ class ModelMetrics {
     int dict_x = 0, dict_y = 0;
   };
   void OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,
-                      const LearnerGauges& gauges);
-  void OnRejected(const std::string& reason);
-  void SetDictionaryBudget(double max_dict);
-  void OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples);
-  void SetViewAge(double seconds);
+                      const LearnerGauges& gauges) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnRejected(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetDictionaryBudget(double max_dict) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetViewAge(double seconds) ABSL_LOCKS_EXCLUDED(mu_);
   // No view yet: the age is the time since these series were created (see the header comment).
-  void SetNoView();
+  void SetNoView() ABSL_LOCKS_EXCLUDED(mu_);
   // Spectrum quality of the latest view.
-  void OnSpectrum(double heldout_score, double timescale_disagreement);
+  void OnSpectrum(double heldout_score, double timescale_disagreement) ABSL_LOCKS_EXCLUDED(mu_);
   // Lag scan of the primary estimator: timescales[k][i], stderrs[k][i] at lags[k]; the CK
   // test's max deviation and its s.e. (NaN when unavailable).
   void OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
-              const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr);
+              const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr) ABSL_LOCKS_EXCLUDED(mu_);
   // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
   // "latent", "predictive") in a refresh.
-  void OnViewBuilt(const std::string& view, double seconds);
-  void Remove();
+  void OnViewBuilt(const std::string& view, double seconds) ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   Metrics& m_;
   const std::string model_;
-  std::mutex mu_;
-  bool removed_ = false;
+  // A leaf lock (prometheus-cpp's own family locks are taken under it). Guards `removed_` and
+  // every series below: after Remove() the series are gone from their families.
+  absl::Mutex mu_;
+  bool removed_ ABSL_GUARDED_BY(mu_) = false;
   const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
-  prometheus::Counter* samples_;
-  prometheus::Gauge* pending_;
-  prometheus::Gauge* dict_x_;
-  prometheus::Gauge* dict_y_;
-  prometheus::Gauge* dict_budget_;
-  prometheus::Counter* forced_;
-  prometheus::Counter* forced_error_;
-  prometheus::Gauge* drift_;
-  prometheus::Histogram* refresh_;
-  prometheus::Gauge* view_version_;
-  prometheus::Gauge* view_age_;
-  prometheus::Gauge* view_samples_;
-  prometheus::Gauge* heldout_score_;
-  prometheus::Gauge* disagreement_;
-  prometheus::Gauge* ck_deviation_;
-  prometheus::Gauge* ck_stderr_;
-  std::map<std::pair<int, int>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> lag_gauges_;  // (lag, mode)
-  std::map<std::string, prometheus::Counter*> rejected_;
-  std::map<std::string, prometheus::Histogram*> view_build_;
+  prometheus::Counter* samples_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* pending_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* dict_x_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* dict_y_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* dict_budget_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Counter* forced_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Counter* forced_error_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* drift_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Histogram* refresh_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* view_version_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* view_age_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* view_samples_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* heldout_score_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* disagreement_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* ck_deviation_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* ck_stderr_ ABSL_PT_GUARDED_BY(mu_);
+  std::map<std::pair<int, int>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> lag_gauges_ ABSL_GUARDED_BY(mu_);  // (lag, mode)
+  std::map<std::string, prometheus::Counter*> rejected_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Histogram*> view_build_ ABSL_GUARDED_BY(mu_);
 };
 
 class Metrics {
@@ -138,7 +141,7 @@ class Metrics {
   }
   // A batch for a model that does not exist.
   void OnUnknownModelBatch();
-  void ObserveRpc(const std::string& method, double seconds, int grpc_code);
+  void ObserveRpc(const std::string& method, double seconds, int grpc_code) ABSL_LOCKS_EXCLUDED(rpc_mu_);
   void SetModelCount(size_t n) { models_.Set(static_cast<double>(n)); }
 
  private:
@@ -167,8 +170,8 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Family<prometheus::Counter>& rpc_completed_;
   prometheus::Gauge& models_;
-  std::mutex rpc_mu_;  // guards the lazily created per-method series below
-  std::map<std::string, prometheus::Histogram*> rpc_hist_;
+  absl::Mutex rpc_mu_;  // guards the lazily created per-method series below; a leaf lock
+  std::map<std::string, prometheus::Histogram*> rpc_hist_ ABSL_GUARDED_BY(rpc_mu_);
 };
 
 }  // namespace cmestream::service

@@ -475,14 +475,14 @@ void RefreshScheduler::Start() { thread_ = std::thread([this] { Run(); }); }
 void RefreshScheduler::Stop() {
   std::vector<Waiter> orphans;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopping_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopped_ = true;
     orphans.swap(waiters_);
   }
@@ -491,16 +491,16 @@ void RefreshScheduler::Stop() {
 
 void RefreshScheduler::Request(Model& model) {
   model.refresh_requested = true;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   wake_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock::time_point deadline,
                             Callback done) {
   bool stopping;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping = stopping_;
     if (!stopping) {
       // Checked under mu_: CompleteWaiters runs after every publish, so a view published
@@ -510,7 +510,7 @@ void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock
         model->refresh_requested = true;
         waiters_.push_back({std::move(model), target, deadline, std::move(done)});
         wake_ = true;
-        cv_.notify_all();
+        cv_.SignalAll();
         return;
       }
     }
@@ -526,8 +526,11 @@ void RefreshScheduler::Run() {
   const auto tick = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.tick_seconds));
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, tick, [this] { return stopping_ || wake_; });
+      absl::MutexLock lock(&mu_);
+      const absl::Time until = absl::Now() + absl::FromChrono(tick);
+      while (!stopping_ && !wake_) {
+        if (cv_.WaitWithDeadline(&mu_, until)) break;  // the tick elapsed
+      }
       if (stopping_) return;
       wake_ = false;
     }
@@ -563,7 +566,7 @@ void RefreshScheduler::RefreshDueModels() {
 void RefreshScheduler::CompleteWaiters() {
   std::vector<std::pair<Callback, absl::StatusOr<std::shared_ptr<const ModelView>>>> ready;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     const Clock::time_point now = Clock::now();
     auto keep = waiters_.begin();
     for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {

@@ -3,14 +3,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "service/model.h"
 #include "service/registry.h"
 
@@ -41,14 +41,15 @@ class RefreshScheduler {
 
   void Start();
   // Joins the thread; pending waiters get Unavailable; later Wait calls fail at once. Idempotent.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Asks for a refresh of `model` at the next tick.
-  void Request(Model& model);
+  void Request(Model& model) ABSL_LOCKS_EXCLUDED(mu_);
   // Requests a refresh and calls `done` exactly once: with the first view reflecting at least
   // `target` samples (possibly immediately, on the caller's thread), DeadlineExceeded at
   // `deadline`, NotFound if the model is deleted meanwhile, Unavailable at shutdown.
-  void Wait(std::shared_ptr<Model> model, uint64_t target, Clock::time_point deadline, Callback done);
+  void Wait(std::shared_ptr<Model> model, uint64_t target, Clock::time_point deadline, Callback done)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Waiter {
@@ -57,19 +58,21 @@ class RefreshScheduler {
     Clock::time_point deadline;
     Callback done;
   };
-  void Run();
-  void RefreshDueModels();
-  void CompleteWaiters();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  void RefreshDueModels() ABSL_LOCKS_EXCLUDED(mu_);
+  void CompleteWaiters() ABSL_LOCKS_EXCLUDED(mu_);
 
   ModelRegistry& registry_;
   const Options options_;
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  bool stopped_ = false;
-  bool wake_ = false;
-  std::vector<Waiter> waiters_;
+  // Lock order (service/README.md "Locks"): taken before the registry's lock and a model's
+  // view lock (CompleteWaiters looks models up under it); never held while a view is built.
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // stopping_ or wake_ became true
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cmestream::service

@@ -13,16 +13,24 @@ void ModelRegistry::SetLimits(const LimitOptions& limits) {
 }
 
 double ModelRegistry::committed_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
+  return CommittedBytesLocked("");
+}
+
+double ModelRegistry::CommittedBytesLocked(const std::string& except) const {
   double total = 0;
-  for (const auto& [name, model] : models_) total += EstimateModelBytes(model->config());
+  for (const auto& [name, model] : models_) {
+    if (name != except) total += EstimateModelBytes(model->config());
+  }
+  for (const auto& [name, config] : reserved_) {
+    if (name != except && config) total += EstimateModelBytes(*config);
+  }
   return total;
 }
 
 absl::Status ModelRegistry::CheckBudgetLocked(const v1::ModelConfig& config) const {
   if (memory_budget_ <= 0) return absl::OkStatus();
-  double committed = 0;
-  for (const auto& [name, model] : models_) committed += EstimateModelBytes(model->config());
+  const double committed = CommittedBytesLocked(config.name());
   const double need = EstimateModelBytes(config);
   if (committed + need <= memory_budget_) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
@@ -41,48 +49,58 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConf
   absl::StatusOr<v1::ModelConfig> normalized =
       replay_sequence ? absl::StatusOr<v1::ModelConfig>(config) : NormalizeModelConfig(config, defaults_);
   if (!normalized.ok()) return normalized.status();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (models_.count(normalized->name())) {
-    return absl::AlreadyExistsError(absl::StrCat("model '", normalized->name(), "' already exists"));
-  }
-  if (!replay_sequence && models_.size() >= static_cast<size_t>(limits_.max_models)) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot create model '", normalized->name(), "': this daemon holds ",
-                                                     models_.size(), " models, its limit (--max-models ",
-                                                     limits_.max_models, "); delete a model first"));
-  }
-  if (!replay_sequence) {
-    if (absl::Status s = CheckBudgetLocked(*normalized); !s.ok()) return s;
+  const std::string& name = normalized->name();
+  {
+    absl::MutexLock lock(&mu_);
+    if (TakenLocked(name)) return absl::AlreadyExistsError(absl::StrCat("model '", name, "' already exists"));
+    if (!replay_sequence && HeldLocked() >= static_cast<size_t>(limits_.max_models)) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot create model '", name, "': this daemon holds ",
+                                                       HeldLocked(), " models, its limit (--max-models ",
+                                                       limits_.max_models, "); delete a model first"));
+    }
+    if (!replay_sequence) {
+      if (absl::Status s = CheckBudgetLocked(*normalized); !s.ok()) return s;
+    }
+    reserved_.emplace(name, *normalized);
   }
   // Built before it is logged, so a failed allocation leaves no record behind (a logged model
-  // that cannot be built would fail every later start under the same limits). Allocation
-  // happens under the map lock; creation is rare.
-  std::shared_ptr<ModelMetrics> metrics = metrics_.ForModel(normalized->name());
-  std::shared_ptr<Model> model;
+  // that cannot be built would fail every later start under the same limits). Neither the
+  // allocation nor the durable log append holds the registry lock.
+  std::shared_ptr<ModelMetrics> metrics = metrics_.ForModel(name);
+  absl::StatusOr<std::shared_ptr<Model>> model;
   try {
     model = std::make_shared<Model>(*normalized, metrics, &log_);
   } catch (const std::bad_alloc&) {
-    metrics->Remove();
-    return absl::ResourceExhaustedError(absl::StrCat("cannot create model '", normalized->name(),
-                                                     "': out of memory while allocating it; nothing was created"));
+    model = absl::ResourceExhaustedError(
+        absl::StrCat("cannot create model '", name, "': out of memory while allocating it; nothing was created"));
   }
   // Durable before the model exists: a batch can only be logged for a model found in the map.
-  uint64_t sequence = replay_sequence.value_or(0);
-  if (!replay_sequence) {
-    absl::StatusOr<uint64_t> logged = log_.AppendModelCreated(*normalized);
-    if (!logged.ok()) {
-      metrics->Remove();
-      return logged.status();
+  if (model.ok()) {
+    uint64_t sequence = replay_sequence.value_or(0);
+    if (!replay_sequence) {
+      absl::StatusOr<uint64_t> logged = log_.AppendModelCreated(*normalized);
+      if (logged.ok()) {
+        sequence = *logged;
+      } else {
+        model = logged.status();
+      }
     }
-    sequence = *logged;
+    if (model.ok()) (*model)->set_applied_sequence(sequence);
   }
-  model->set_applied_sequence(sequence);
-  models_.emplace(model->name(), model);
+  absl::MutexLock lock(&mu_);
+  reserved_.erase(name);
+  EndChangeLocked();
+  if (!model.ok()) {
+    metrics->Remove();
+    return model.status();
+  }
+  models_.emplace(name, *model);
   metrics_.SetModelCount(models_.size());
   return model;
 }
 
 absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Get(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it == models_.end()) {
     return absl::NotFoundError(absl::StrCat("model '", name.substr(0, 80), "' does not exist"));
@@ -91,26 +109,37 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Get(const std::string& nam
 }
 
 absl::Status ModelRegistry::Delete(const std::string& name, bool replay) {
-  std::shared_ptr<Model> removed;
+  std::shared_ptr<Model> model;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
+    while (deleting_.count(name) > 0) changed_.Wait(&mu_);  // one deletion of a name at a time
     auto it = models_.find(name);
     if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model '", name.substr(0, 80), "' does not exist"));
-    absl::Status marked = it->second->MarkDeleted([&]() -> absl::Status {
-      if (replay) return absl::OkStatus();
-      return log_.AppendModelDeleted(name).status();
-    });
-    if (!marked.ok()) return marked;
-    removed = std::move(it->second);
-    models_.erase(it);
-    metrics_.SetModelCount(models_.size());
+    model = it->second;
+    deleting_.insert(name);
   }
-  removed->metrics().Remove();
+  // Waits for a batch of this model being written (its log lock) and for the deletion
+  // record's fdatasync: without the registry lock.
+  absl::Status marked = model->MarkDeleted([&]() -> absl::Status {
+    if (replay) return absl::OkStatus();
+    return log_.AppendModelDeleted(name).status();
+  });
+  absl::MutexLock lock(&mu_);
+  deleting_.erase(name);
+  EndChangeLocked();
+  if (!marked.ok()) return marked;
+  // Still this model: while it was being deleted, Create and Adopt refused the name (it stayed
+  // in the map) and another Delete waited. The series go before the name is free again, so a
+  // model created under the same name next gets fresh series (prometheus returns the existing
+  // series for known labels, and a later Remove would delete them under the new model).
+  model->metrics().Remove();
+  models_.erase(name);
+  metrics_.SetModelCount(models_.size());
   return absl::OkStatus();
 }
 
 std::vector<std::shared_ptr<Model>> ModelRegistry::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<Model>> out;
   out.reserve(models_.size());
   for (const auto& [name, model] : models_) out.push_back(model);
@@ -118,7 +147,10 @@ std::vector<std::shared_ptr<Model>> ModelRegistry::List() const {
 }
 
 std::vector<std::shared_ptr<Model>> ModelRegistry::ListAtCut(uint64_t* last_sequence) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
+  // A change in progress may have its record in the log but not yet in the map (or the
+  // reverse): wait for all of them, so the cut and the map agree.
+  while (!reserved_.empty() || !deleting_.empty()) changed_.Wait(&mu_);
   *last_sequence = log_.last_sequence();
   std::vector<std::shared_ptr<Model>> out;
   out.reserve(models_.size());
@@ -129,12 +161,15 @@ std::vector<std::shared_ptr<Model>> ModelRegistry::ListAtCut(uint64_t* last_sequ
 absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& name, const ModelBuilder& build,
                                                             const std::string* import_image) {
   const bool check_budget = import_image != nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (models_.count(name)) return absl::AlreadyExistsError(absl::StrCat("model '", name, "' already exists"));
-  if (check_budget && models_.size() >= static_cast<size_t>(limits_.max_models)) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot import model '", name, "': this daemon holds ",
-                                                     models_.size(), " models, its limit (--max-models ",
-                                                     limits_.max_models, "); delete a model first"));
+  {
+    absl::MutexLock lock(&mu_);
+    if (TakenLocked(name)) return absl::AlreadyExistsError(absl::StrCat("model '", name, "' already exists"));
+    if (check_budget && HeldLocked() >= static_cast<size_t>(limits_.max_models)) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot import model '", name, "': this daemon holds ",
+                                                       HeldLocked(), " models, its limit (--max-models ",
+                                                       limits_.max_models, "); delete a model first"));
+    }
+    reserved_.emplace(name, std::nullopt);  // its size is known once built
   }
   std::shared_ptr<ModelMetrics> metrics = metrics_.ForModel(name);
   absl::StatusOr<std::shared_ptr<Model>> model;
@@ -145,7 +180,13 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& n
         absl::StrCat("cannot load model '", name, "': out of memory while allocating it; nothing was registered"));
   }
   if (model.ok() && check_budget) {
-    if (absl::Status s = CheckBudgetLocked((*model)->config()); !s.ok()) model = s;
+    // Checked and counted in one step, so two imports cannot both take the last of the budget.
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckBudgetLocked((*model)->config()); !s.ok()) {
+      model = s;
+    } else {
+      reserved_[name] = (*model)->config();
+    }
   }
   if (model.ok() && import_image != nullptr) {
     absl::StatusOr<uint64_t> logged = log_.AppendModelImported(name, *import_image);
@@ -155,6 +196,9 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& n
       model = logged.status();
     }
   }
+  absl::MutexLock lock(&mu_);
+  reserved_.erase(name);
+  EndChangeLocked();
   if (!model.ok()) {
     metrics->Remove();
     return model.status();

@@ -562,13 +562,13 @@ absl::Status SnapshotManager::VerifyFile(const std::string& path) const {
 }
 
 absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
-  std::lock_guard<std::mutex> take_lock(take_mu_);
+  absl::MutexLock take_lock(&take_mu_);
   const auto start = std::chrono::steady_clock::now();
   SnapshotResult result;
   result.number = next_number_;
-  // The cut: the models and the log's last sequence L read together under the registry lock.
-  // Creation, import and deletion records <= L were appended and applied under the registry
-  // lock. A batch record is written, made durable and then applied (group commit, no model
+  // The cut: the models and the log's last sequence L read together under the registry lock,
+  // once no creation, import or deletion is in progress (ListAtCut waits for them), so every
+  // such record <= L is reflected in the models listed. A batch record is written, made durable and then applied (group commit, no model
   // lock across the fdatasync), so a batch <= L may still be in flight: WaitAppliedThrough(L)
   // waits for it (at most one per model) before Encode takes the model's lock, so Encode sees
   // every record <= L of the model that was or will be applied; a model created, imported or deleted after the cut has its
@@ -649,21 +649,25 @@ void SnapshotManager::Start() {
 
 void SnapshotManager::Stop() {
   {
-    std::lock_guard<std::mutex> lock(loop_mu_);
+    absl::MutexLock lock(&loop_mu_);
     stop_ = true;
+    loop_cv_.SignalAll();
   }
-  loop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
 void SnapshotManager::Loop() {
-  std::unique_lock<std::mutex> lock(loop_mu_);
-  const auto period = std::chrono::duration<double>(options_.interval_seconds);
-  while (!loop_cv_.wait_for(lock, period, [this] { return stop_; })) {
-    lock.unlock();
+  absl::MutexLock lock(&loop_mu_);
+  const absl::Duration period = absl::Seconds(options_.interval_seconds);
+  for (;;) {
+    const absl::Time until = absl::Now() + period;
+    while (!stop_ && !loop_cv_.WaitWithDeadline(&loop_mu_, until)) {
+    }
+    if (stop_) return;
+    loop_mu_.Unlock();
     absl::StatusOr<SnapshotResult> r = TakeNow();
     if (!r.ok()) std::fprintf(stderr, "cmestreamd: periodic snapshot failed: %s\n", std::string(r.status().message()).c_str());
-    lock.lock();
+    loop_mu_.Lock();
   }
 }
 

@@ -50,7 +50,6 @@
 // previous one is used.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,8 +59,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "service/model.h"
 #include "service/manifest.h"
 #include "service/metrics.h"
@@ -128,7 +129,7 @@ absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path);
 std::string ExportModel(Model& model);
 // Decodes an export (or a one-model snapshot) and registers it as `new_name` (or its stored
 // name), after checking --max-models and the memory budget. A live import is logged as a WAL
-// import record holding the whole file, under the registry lock before the model is visible
+// import record holding the whole file, with the name reserved, before the model is visible
 // (like a creation), and its applied sequence is that record's: an acknowledged import
 // survives any restart, and the batches that follow it replay onto it. `replay_sequence`: WAL
 // replay of such a record (nothing logged). AlreadyExists if the name is taken; DataLoss for a
@@ -199,20 +200,20 @@ class SnapshotManager {
 
   // Writes a snapshot of every model now (serialized per model under its lock, written off
   // it). Thread-safe: concurrent calls are serialized.
-  absl::StatusOr<SnapshotResult> TakeNow();
+  absl::StatusOr<SnapshotResult> TakeNow() ABSL_LOCKS_EXCLUDED(take_mu_);
 
   // Periodic snapshots every interval_seconds (when > 0) on a background thread; Stop() joins
   // it. Stop() does not take a final snapshot: the daemon calls TakeNow() at clean shutdown
   // after the server stopped accepting batches.
   void Start();
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(loop_mu_);
 
   // Existing snapshot paths, oldest first.
   std::vector<std::string> List() const;
   const SnapshotOptions& options() const { return options_; }
 
  private:
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(loop_mu_, take_mu_);
   // Reads a written file back, decodes every model and checks that encoding it again gives
   // the same bytes. Called before the file replaces anything.
   absl::Status VerifyFile(const std::string& path) const;
@@ -225,11 +226,13 @@ class SnapshotManager {
   std::unique_ptr<Metrics> verify_metrics_;  // series of the throwaway models VerifyFile decodes
   std::function<void(uint64_t)> covered_;
   std::function<void(const absl::StatusOr<SnapshotResult>&)> observer_;
-  std::mutex take_mu_;                   // one snapshot at a time
-  uint64_t next_number_ = 1;             // guarded by take_mu_
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool stop_ = false;
+  // One snapshot at a time: first in the lock order (service/README.md "Locks"), held across
+  // the whole snapshot, which takes the registry's and each model's locks under it.
+  absl::Mutex take_mu_;
+  uint64_t next_number_ ABSL_GUARDED_BY(take_mu_) = 1;
+  absl::Mutex loop_mu_;                  // a leaf lock: the periodic loop's stop flag
+  absl::CondVar loop_cv_;                // stop_ became true
+  bool stop_ ABSL_GUARDED_BY(loop_mu_) = false;
   std::thread thread_;
 };
 

@@ -185,13 +185,13 @@ Wal::Wal(WalOptions options) : options_(std::move(options)) {}
 
 Wal::~Wal() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
+    stop_cv_.SignalAll();
   }
-  stop_cv_.notify_all();
   if (sync_thread_.joinable()) sync_thread_.join();
-  std::unique_lock<std::mutex> lock(mu_);
-  sync_cv_.wait(lock, [this] { return !syncing_; });
+  absl::MutexLock lock(&mu_);
+  while (syncing_) sync_cv_.Wait(&mu_);
   if (fd_ >= 0) {
     if (durable_ < next_sequence_ - 1 && options_.sync != WalSync::kNever) (void)::fdatasync(fd_);
     ::close(fd_);
@@ -211,6 +211,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     return absl::InternalError(absl::StrCat("cannot create WAL directory ", options.dir, ": ", Errno(errno)));
   }
   auto wal = std::unique_ptr<Wal>(new Wal(options));
+  std::vector<Segment> recovered;  // becomes segments_
 
   // Segments in numeric order.
   std::vector<uint64_t> numbers;
@@ -359,7 +360,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     }
     seg.bytes = pos;
     if (problem.empty()) {
-      wal->segments_.push_back(seg);
+      recovered.push_back(seg);
       continue;
     }
     // A bad record at `pos` (see wal.h RECOVERY): torn tail or acknowledged data lost.
@@ -380,7 +381,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                                             ") skipped; the next segment continues at sequence ", next_sequence);
       std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
       rep.skipped_damage.push_back(what);
-      wal->segments_.push_back(seg);
+      recovered.push_back(seg);
       continue;
     }
     const bool complete = RecordIsComplete(data, pos);
@@ -429,7 +430,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       std::cerr << "cmestreamd: WAL recovery ERROR: " << rep.problem << "\n";
     }
     if (absl::Status s = files::TruncateAndSync(seg.path, pos); !s.ok()) return s;
-    wal->segments_.push_back(seg);
+    recovered.push_back(seg);
     stop = true;
   }
   if (options.require_through_sequence > 0 && prev_sequence < options.require_through_sequence) {
@@ -443,9 +444,14 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
   }
   if (absl::Status s = files::FsyncDir(options.dir); !s.ok()) return s;
   rep.last_sequence = prev_sequence;
-  wal->next_sequence_ = std::max(prev_sequence, after_sequence) + 1;
-  wal->durable_ = wal->next_sequence_ - 1;  // what recovery read is on disk (segments truncated + synced)
-  wal->next_segment_number_ = max_number + 1;
+  {
+    // Not shared yet; the lock only states what the fields are guarded by.
+    absl::MutexLock lock(&wal->mu_);
+    wal->segments_ = std::move(recovered);
+    wal->next_sequence_ = std::max(prev_sequence, after_sequence) + 1;
+    wal->durable_ = wal->next_sequence_ - 1;  // what recovery read is on disk (segments truncated + synced)
+    wal->next_segment_number_ = max_number + 1;
+  }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   if (registry) {
@@ -489,7 +495,7 @@ absl::Status Wal::OpenNewSegment() {
   seg.path = absl::StrCat(options_.dir, "/", SegmentName(seg.number));
   fd_ = ::open(seg.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0664);
   if (fd_ < 0) return AppendError(errno, "cannot create segment", seg.path);
-  const auto fail = [&](absl::Status s) {
+  const auto fail = [&](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ::close(fd_);
     fd_ = -1;
     ::unlink(seg.path.c_str());
@@ -531,21 +537,21 @@ absl::Status Wal::SyncLocked() {
     failed_ = absl::UnavailableError(absl::StrCat("write-ahead log fdatasync of ", segments_.back().path, " failed: ",
                                                   Errno(err), "; the log refuses further appends until the daemon "
                                                   "is restarted"));
-    sync_cv_.notify_all();
+    sync_cv_.SignalAll();
     return failed_;
   }
   if (metrics_) metrics_->fsync->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   durable_ = target;
-  sync_cv_.notify_all();
+  sync_cv_.SignalAll();
   return absl::OkStatus();
 }
 
-absl::Status Wal::SyncThrough(std::unique_lock<std::mutex>& lock, uint64_t sequence) {
+absl::Status Wal::SyncThrough(uint64_t sequence) {
   for (;;) {
     if (durable_ >= sequence) return absl::OkStatus();
     if (!failed_.ok()) return failed_;
     if (syncing_) {  // follower: the running fdatasync may cover us; if not, we lead the next one
-      sync_cv_.wait(lock);
+      sync_cv_.Wait(&mu_);
       continue;
     }
     const uint64_t target = next_sequence_ - 1;  // everything written so far rides along
@@ -561,19 +567,19 @@ absl::Status Wal::SyncThrough(std::unique_lock<std::mutex>& lock, uint64_t seque
       failed_ = absl::UnavailableError(absl::StrCat("write-ahead log: cannot dup the segment descriptor: ",
                                                     Errno(errno), "; the log refuses further appends until the "
                                                     "daemon is restarted"));
-      sync_cv_.notify_all();
+      sync_cv_.SignalAll();
       return failed_;
     }
     const std::string path = segments_.back().path;
     syncing_ = true;
-    lock.unlock();
+    mu_.Unlock();
     const auto t0 = std::chrono::steady_clock::now();
     const int injected = options_.before_group_sync ? options_.before_group_sync() : 0;
     const int rc = injected != 0 ? -1 : ::fdatasync(fd);
     const int err = injected != 0 ? injected : errno;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ::close(fd);
-    lock.lock();
+    mu_.Lock();
     syncing_ = false;
     if (rc != 0) {
       if (metrics_) metrics_->failures->Increment();
@@ -586,12 +592,12 @@ absl::Status Wal::SyncThrough(std::unique_lock<std::mutex>& lock, uint64_t seque
       ++group_syncs_;
       if (metrics_) metrics_->fsync->Observe(seconds);
     }
-    sync_cv_.notify_all();
+    sync_cv_.SignalAll();
   }
 }
 
-absl::Status Wal::CloseActive(std::unique_lock<std::mutex>& lock) {
-  sync_cv_.wait(lock, [this] { return !syncing_; });
+absl::Status Wal::CloseActive() {
+  while (syncing_) sync_cv_.Wait(&mu_);
   if (fd_ < 0) return absl::OkStatus();
   absl::Status s = options_.sync == WalSync::kNever ? absl::OkStatus() : SyncLocked();
   ::close(fd_);
@@ -599,8 +605,7 @@ absl::Status Wal::CloseActive(std::unique_lock<std::mutex>& lock) {
   return s;
 }
 
-absl::StatusOr<uint64_t> Wal::AppendRecord(std::unique_lock<std::mutex>& lock, WalRecordType type,
-                                           const std::string& payload) {
+absl::StatusOr<uint64_t> Wal::AppendRecord(WalRecordType type, const std::string& payload) {
   if (!failed_.ok()) return failed_;
   if (payload.size() > kWalMaxPayloadBytes) {
     return absl::InvalidArgumentError(absl::StrCat("record of ", payload.size(), " bytes exceeds the WAL limit"));
@@ -608,7 +613,7 @@ absl::StatusOr<uint64_t> Wal::AppendRecord(std::unique_lock<std::mutex>& lock, W
   // Rotation happens before the next record rather than right after the one that filled the
   // segment, so the fdatasync that closes it can wait for a group sync still running.
   if (fd_ >= 0 && segments_.back().bytes >= options_.segment_bytes) {
-    if (absl::Status c = CloseActive(lock); !c.ok()) return failed_.ok() ? c : failed_;
+    if (absl::Status c = CloseActive(); !c.ok()) return failed_.ok() ? c : failed_;
     if (!failed_.ok()) return failed_;
   }
   if (fd_ < 0) {
@@ -635,7 +640,7 @@ absl::StatusOr<uint64_t> Wal::AppendRecord(std::unique_lock<std::mutex>& lock, W
     if (::ftruncate(fd_, static_cast<off_t>(seg.bytes)) != 0) {
       failed_ = absl::UnavailableError(absl::StrCat(out.message(), "; the log refuses further appends until the "
                                                     "daemon is restarted"));
-      sync_cv_.notify_all();
+      sync_cv_.SignalAll();
     }
     return out;
   }
@@ -652,19 +657,19 @@ absl::StatusOr<uint64_t> Wal::AppendRecord(std::unique_lock<std::mutex>& lock, W
 
 absl::Status Wal::WaitDurable(uint64_t sequence) {
   if (options_.sync != WalSync::kAlways) return absl::OkStatus();
-  std::unique_lock<std::mutex> lock(mu_);
-  return SyncThrough(lock, sequence);
+  absl::MutexLock lock(&mu_);
+  return SyncThrough(sequence);
 }
 
 uint64_t Wal::group_syncs() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return group_syncs_;
 }
 
 absl::StatusOr<uint64_t> Wal::WriteBatch(const std::string& model, const std::string& producer_id,
                                          uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
                                          const std::string& episode_id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   v1::IngestBatch& b = batch_scratch_;
   b.Clear();
   b.set_model(model);
@@ -688,35 +693,34 @@ absl::StatusOr<uint64_t> Wal::WriteBatch(const std::string& model, const std::st
   }
   std::string payload;
   if (!b.SerializeToString(&payload)) return absl::InternalError("cannot serialize a batch for the WAL");
-  return AppendRecord(lock, WalRecordType::kBatch, payload);
+  return AppendRecord(WalRecordType::kBatch, payload);
 }
 
 absl::StatusOr<uint64_t> Wal::AppendModelCreated(const v1::ModelConfig& config) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::string payload;
   if (!config.SerializeToString(&payload)) return absl::InternalError("cannot serialize a model config for the WAL");
-  return AppendDurable(lock, WalRecordType::kModelCreated, payload);
+  return AppendDurable(WalRecordType::kModelCreated, payload);
 }
 
 absl::StatusOr<uint64_t> Wal::AppendModelDeleted(const std::string& name) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return AppendDurable(lock, WalRecordType::kModelDeleted, name);
+  absl::MutexLock lock(&mu_);
+  return AppendDurable(WalRecordType::kModelDeleted, name);
 }
 
 absl::StatusOr<uint64_t> Wal::AppendModelImported(const std::string& name, const std::string& image) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::string payload(4, '\0');
   StoreLe32(payload.data(), static_cast<uint32_t>(name.size()));
   payload += name;
   payload += image;
-  return AppendDurable(lock, WalRecordType::kModelImported, payload);
+  return AppendDurable(WalRecordType::kModelImported, payload);
 }
 
-absl::StatusOr<uint64_t> Wal::AppendDurable(std::unique_lock<std::mutex>& lock, WalRecordType type,
-                                            const std::string& payload) {
-  absl::StatusOr<uint64_t> sequence = AppendRecord(lock, type, payload);
+absl::StatusOr<uint64_t> Wal::AppendDurable(WalRecordType type, const std::string& payload) {
+  absl::StatusOr<uint64_t> sequence = AppendRecord(type, payload);
   if (!sequence.ok() || options_.sync != WalSync::kAlways) return sequence;
-  if (absl::Status s = SyncThrough(lock, *sequence); !s.ok()) return s;
+  if (absl::Status s = SyncThrough(*sequence); !s.ok()) return s;
   return sequence;
 }
 
@@ -732,22 +736,22 @@ absl::Status DecodeImportRecord(const std::string& payload, std::string* name, s
 }
 
 uint64_t Wal::last_sequence() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return next_sequence_ - 1;
 }
 
 absl::Status Wal::Rotate() {
-  std::unique_lock<std::mutex> lock(mu_);
-  return CloseActive(lock);
+  absl::MutexLock lock(&mu_);
+  return CloseActive();
 }
 
 absl::Status Wal::Sync() {
-  std::unique_lock<std::mutex> lock(mu_);
-  return SyncThrough(lock, next_sequence_ - 1);
+  absl::MutexLock lock(&mu_);
+  return SyncThrough(next_sequence_ - 1);
 }
 
 absl::StatusOr<int> Wal::DeleteSegmentsCoveredBy(uint64_t covered) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const size_t closed = fd_ >= 0 ? segments_.size() - 1 : segments_.size();
   // Only a prefix goes, so what remains is always the contiguous range the manifest records
   // (an empty segment left by a crash has last_sequence 0 and must not open a hole).
@@ -776,21 +780,23 @@ absl::StatusOr<int> Wal::DeleteSegmentsCoveredBy(uint64_t covered) {
 }
 
 std::vector<std::string> Wal::SegmentPaths() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
   for (const Segment& s : segments_) out.push_back(s.path);
   return out;
 }
 
 void Wal::SyncLoop() {
-  const auto period = std::chrono::duration<double, std::milli>(options_.sync_interval_ms);
-  std::unique_lock<std::mutex> lock(mu_);
+  const absl::Duration period = absl::Milliseconds(options_.sync_interval_ms);
+  absl::MutexLock lock(&mu_);
   while (!stop_) {
-    stop_cv_.wait_for(lock, period, [this] { return stop_; });
+    const absl::Time until = absl::Now() + period;
+    while (!stop_ && !stop_cv_.WaitWithDeadline(&mu_, until)) {
+    }
     if (stop_ || fd_ < 0 || durable_ >= next_sequence_ - 1 || syncing_) continue;
     // The same leader path as group commit: outside the lock, appends go on meanwhile; a
     // failure is sticky.
-    (void)SyncThrough(lock, next_sequence_ - 1);
+    (void)SyncThrough(next_sequence_ - 1);
   }
 }
 

@@ -114,17 +114,17 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "prometheus/registry.h"
 #include "service/batch_log.h"
@@ -201,27 +201,28 @@ class Wal final : public BatchLog {
   // DURABILITY for errors. Append (BatchLog) = WriteBatch + WaitDurable.
   absl::StatusOr<uint64_t> WriteBatch(const std::string& model, const std::string& producer_id,
                                   uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
-                                  const std::string& episode_id) override;
-  absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) override;
-  absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) override;
-  absl::StatusOr<uint64_t> AppendModelImported(const std::string& name, const std::string& image) override;
-  uint64_t last_sequence() const override;
+                                  const std::string& episode_id) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> AppendModelImported(const std::string& name, const std::string& image) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t last_sequence() const override ABSL_LOCKS_EXCLUDED(mu_);
   // kAlways: returns once `sequence` is covered by a successful fdatasync (GROUP COMMIT), or the
   // sticky failure. Other policies: OK at once.
-  absl::Status WaitDurable(uint64_t sequence) override;
+  absl::Status WaitDurable(uint64_t sequence) override ABSL_LOCKS_EXCLUDED(mu_);
   // fdatasyncs done by group commit so far (tests: fewer than the records they covered).
-  uint64_t group_syncs() const;
+  uint64_t group_syncs() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Closes the active segment (synced) and starts a new one at the next append.
-  absl::Status Rotate();
+  absl::Status Rotate() ABSL_LOCKS_EXCLUDED(mu_);
   // Deletes the longest prefix of closed segments whose records all have sequence <= covered
   // (see INTERFACE FOR SNAPSHOTS), so the segments left are a contiguous range. Returns the
   // number deleted. Never deletes the active segment.
-  absl::StatusOr<int> DeleteSegmentsCoveredBy(uint64_t covered);
+  absl::StatusOr<int> DeleteSegmentsCoveredBy(uint64_t covered) ABSL_LOCKS_EXCLUDED(mu_);
   // Segment paths, oldest first (tests, diagnostics).
-  std::vector<std::string> SegmentPaths() const;
+  std::vector<std::string> SegmentPaths() const ABSL_LOCKS_EXCLUDED(mu_);
   // Flushes to disk now (used at clean shutdown with sync != always).
-  absl::Status Sync();
+  absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Segment {
@@ -234,36 +235,41 @@ class Wal final : public BatchLog {
   };
   struct MetricSeries;
   explicit Wal(WalOptions options);
-  // All require `lock` to hold mu_; AppendRecord/CloseActive/SyncThrough may release it while
-  // they wait (CloseActive for a running group fdatasync, SyncThrough for its own).
-  absl::StatusOr<uint64_t> AppendRecord(std::unique_lock<std::mutex>& lock, WalRecordType type,
-                                        const std::string& payload);
-  absl::StatusOr<uint64_t> AppendDurable(std::unique_lock<std::mutex>& lock, WalRecordType type,
-                                         const std::string& payload);  // + SyncThrough under kAlways
-  absl::Status SyncThrough(std::unique_lock<std::mutex>& lock, uint64_t sequence);  // GROUP COMMIT
-  absl::Status OpenNewSegment();   // requires mu_
-  absl::Status CloseActive(std::unique_lock<std::mutex>& lock);
-  absl::Status SyncLocked();       // requires mu_ and no group fdatasync running
-  void SyncLoop();
+  // All require mu_; AppendRecord/CloseActive/SyncThrough may release it while they wait
+  // (CloseActive for a running group fdatasync, SyncThrough for its own), so a caller must not
+  // rely on state read before the call.
+  absl::StatusOr<uint64_t> AppendRecord(WalRecordType type, const std::string& payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> AppendDurable(WalRecordType type, const std::string& payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // + SyncThrough under kAlways
+  absl::Status SyncThrough(uint64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // GROUP COMMIT
+  absl::Status OpenNewSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CloseActive() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // and no group fdatasync running
+  void SyncLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const WalOptions options_;
-  mutable std::mutex mu_;
-  std::vector<Segment> segments_;   // closed ones, then the active one (if fd_ >= 0)
-  int fd_ = -1;                     // active segment, -1 if none open yet
-  uint64_t next_sequence_ = 1;
-  uint64_t next_segment_number_ = 1;
-  uint64_t durable_ = 0;            // every record <= it is covered by a successful fdatasync
-  bool syncing_ = false;            // a group fdatasync runs (without mu_)
-  uint64_t group_syncs_ = 0;
-  std::condition_variable sync_cv_; // syncing_ became false, or failed_ was set
-  absl::Status failed_;             // sticky failure (see DURABILITY)
-  std::string scratch_;             // encoded record, reused
-  v1::IngestBatch batch_scratch_;   // restricted batch, reused (repeated fields keep capacity)
-  std::unique_ptr<MetricSeries> metrics_;
+  // Lock order (service/README.md "Locks"): after the registry's and a model's locks (callers
+  // append under them), before the manifest's (OpenNewSegment and DeleteSegmentsCoveredBy
+  // update the manifest under it). Held across write(2) of a record and across the fdatasync
+  // of a rotation; never across a group-commit fdatasync (SyncThrough releases it).
+  mutable absl::Mutex mu_;
+  std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);  // closed ones, then the active one (if fd_ >= 0)
+  int fd_ ABSL_GUARDED_BY(mu_) = -1;                    // active segment, -1 if none open yet
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_segment_number_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t durable_ ABSL_GUARDED_BY(mu_) = 0;  // every record <= it is covered by a successful fdatasync
+  bool syncing_ ABSL_GUARDED_BY(mu_) = false;  // a group fdatasync runs (without mu_)
+  uint64_t group_syncs_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::CondVar sync_cv_;                      // syncing_ became false, or failed_ was set
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);   // sticky failure (see DURABILITY)
+  std::string scratch_ ABSL_GUARDED_BY(mu_);   // encoded record, reused
+  v1::IngestBatch batch_scratch_ ABSL_GUARDED_BY(mu_);  // restricted batch, reused (repeated fields keep capacity)
+  std::unique_ptr<MetricSeries> metrics_;      // set by Open before the log is shared; thread-safe series
 
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread sync_thread_;         // kInterval only
+  absl::CondVar stop_cv_;                      // stop_ became true
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread sync_thread_;                    // kInterval only; started by Open, joined by ~Wal
 };
 
 }  // namespace cmestream::service

@@ -23,8 +23,10 @@
 #include "gtest/gtest.h"
 #include "service/batch.h"
 #include "service/crc32c.h"
+#include "service/ingestor.h"
 #include "service/metrics.h"
 #include "service/recovery.h"
+#include "service/refresh.h"
 #include "service/registry.h"
 #include "service/wal.h"
 #include "service/manifest.h"
@@ -699,6 +701,240 @@ TEST(WalGroupCommit, RotationWaitsForARunningGroupSync) {
   ASSERT_EQ(c.records.size(), 100u);
   for (size_t i = 0; i < c.records.size(); ++i) EXPECT_EQ(c.records[i].sequence, i + 1);
   EXPECT_TRUE(rep.problem.empty()) << rep.problem;
+}
+
+// --- the registry lock (service/README.md "Locks") -----------------------------------------
+
+// Runs `call` on another thread; true if it returned within 10 s (it did not wait for the
+// registry lock held by a stuck change). The thread is joined either way.
+template <typename F>
+bool ReturnsWhileBlocked(F call, std::vector<std::thread>* threads) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  threads->emplace_back([call, done] {
+    call();
+    *done = true;
+  });
+  return Eventually([&] { return done->load(); });
+}
+
+// A BatchLog that forwards to the WAL but can hold one batch inside WriteBatch: the model's
+// log lock is then held, as while a real batch record is being written.
+class GatedLog final : public BatchLog {
+ public:
+  explicit GatedLog(BatchLog* target) : target_(target) {}
+  Gate release;
+  std::atomic<bool> hold{false};
+  std::atomic<bool> holding{false};
+  absl::StatusOr<uint64_t> WriteBatch(const std::string& model, const std::string& producer_id, uint64_t offset_after,
+                                      const PairBatch& batch, int64_t first, const std::string& episode_id) override {
+    if (hold.exchange(false)) {
+      holding = true;
+      release.WaitForNotification();
+    }
+    return target_->WriteBatch(model, producer_id, offset_after, batch, first, episode_id);
+  }
+  absl::Status WaitDurable(uint64_t sequence) override { return target_->WaitDurable(sequence); }
+  absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) override {
+    return target_->AppendModelCreated(config);
+  }
+  absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) override {
+    return target_->AppendModelDeleted(name);
+  }
+  absl::StatusOr<uint64_t> AppendModelImported(const std::string& name, const std::string& image) override {
+    return target_->AppendModelImported(name, image);
+  }
+  uint64_t last_sequence() const override { return target_->last_sequence(); }
+
+ private:
+  BatchLog* target_;
+};
+
+// A deletion waits for the model's batch being written and for its own record's fdatasync;
+// neither wait holds the registry lock, so lookups of every model, listings and lookups of the
+// model being deleted go on. (Before, Delete held the registry lock across both, stalling
+// every RPC of the daemon behind one model's write and one fdatasync.)
+TEST(RegistryLock, DeleteWaitsForAnInFlightBatchAndItsFsyncWithoutTheRegistryLock) {
+  const std::string dir = TempDir("regdelete");
+  WalOptions o = Options(dir);
+  o.sync = WalSync::kAlways;
+  Gate sync_release;
+  std::atomic<bool> hold_sync{false};
+  std::atomic<int> held_syncs{0};
+  o.before_group_sync = [&]() {
+    if (hold_sync.exchange(false)) {
+      ++held_syncs;
+      sync_release.WaitForNotification();
+    }
+    return 0;
+  };
+  Metrics metrics;
+  DeferredBatchLog deferred;
+  GatedLog log(&deferred);
+  ModelRegistry reg({}, metrics, log);
+  auto wal = OpenAndReplayWal(o, 0, reg, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  deferred.Install(wal->get());
+  for (const char* m : {"a", "b"}) ASSERT_TRUE(reg.Create(DuffingConfig(m)).ok());
+
+  // 1. A batch of a is held inside WriteBatch (a's log lock held); Delete("a") waits for it.
+  log.hold = true;
+  std::vector<std::thread> threads;
+  std::atomic<bool> batch_ok{false}, deleted{false};
+  threads.emplace_back([&] { batch_ok = Apply(reg, Batch("a", "p", 0, 20, 1)).ok(); });
+  ASSERT_TRUE(Eventually([&] { return log.holding.load(); }));
+  absl::Status delete_status;
+  threads.emplace_back([&] {
+    delete_status = reg.Delete("a");
+    deleted = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(deleted.load());  // waits for the batch being written
+  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_TRUE(reg.Get("b").ok()); }, &threads));
+  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_EQ(reg.List().size(), 2u); }, &threads));
+  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_TRUE(reg.Get("a").ok()); }, &threads));  // still there
+  // The name is busy until the deletion ends: a creation under it is refused, not queued.
+  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_EQ(reg.Create(DuffingConfig("a")).status().code(),
+                                                  absl::StatusCode::kAlreadyExists); },
+                                  &threads));
+
+  // 2. The batch goes on; the deletion record is written and its fdatasync is held.
+  hold_sync = true;
+  log.release.Notify();
+  ASSERT_TRUE(Eventually([&] { return held_syncs.load() == 1; }));
+  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_TRUE(reg.Get("b").ok()); }, &threads));
+  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_EQ(reg.List().size(), 2u); }, &threads));
+  sync_release.Notify();
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(batch_ok.load());  // written before the deletion record: applied, as replay does
+  EXPECT_TRUE(delete_status.ok()) << delete_status;
+  EXPECT_EQ(reg.Get("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(reg.Delete("a").code(), absl::StatusCode::kNotFound);
+  // The cut sees the deletion: records 1-2 creations, 3 the batch, 4 the deletion.
+  uint64_t cut = 0;
+  EXPECT_EQ(reg.ListAtCut(&cut).size(), 1u);
+  EXPECT_EQ(cut, 4u);
+  // The name is free again, with fresh metric series.
+  EXPECT_TRUE(reg.Create(DuffingConfig("a")).ok());
+}
+
+// A creation waiting for its record's fdatasync holds a reservation, not the registry lock:
+// other models stay reachable, the name is taken for a second creation, and the snapshot cut
+// (ListAtCut) waits until the model is in the map, so a cut never covers a creation record
+// whose model it does not list.
+TEST(RegistryLock, CreateWaitsForItsFsyncWithoutTheRegistryLockAndTheCutWaitsForIt) {
+  const std::string dir = TempDir("regcreate");
+  WalOptions o = Options(dir);
+  o.sync = WalSync::kAlways;
+  Gate sync_release;
+  std::atomic<bool> hold_sync{false};
+  std::atomic<int> held_syncs{0};
+  o.before_group_sync = [&]() {
+    if (hold_sync.exchange(false)) {
+      ++held_syncs;
+      sync_release.WaitForNotification();
+    }
+    return 0;
+  };
+  Metrics metrics;
+  DeferredBatchLog log;
+  ModelRegistry reg({}, metrics, log);
+  auto wal = OpenAndReplayWal(o, 0, reg, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  log.Install(wal->get());
+  ASSERT_TRUE(reg.Create(DuffingConfig("b")).ok());
+
+  hold_sync = true;
+  std::vector<std::thread> threads;
+  std::atomic<bool> created{false}, cut_done{false};
+  threads.emplace_back([&] {
+    EXPECT_TRUE(reg.Create(DuffingConfig("a")).ok());
+    created = true;
+  });
+  ASSERT_TRUE(Eventually([&] { return held_syncs.load() == 1; }));
+  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_TRUE(reg.Get("b").ok()); }, &threads));
+  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_EQ(reg.Get("a").status().code(), absl::StatusCode::kNotFound); },
+                                  &threads));
+  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_EQ(reg.Create(DuffingConfig("a")).status().code(),
+                                                  absl::StatusCode::kAlreadyExists); },
+                                  &threads));
+  uint64_t cut = 0;
+  size_t cut_models = 0;
+  threads.emplace_back([&] {
+    cut_models = reg.ListAtCut(&cut).size();
+    cut_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(cut_done.load());  // record 2 is written, model a not yet in the map
+  EXPECT_FALSE(created.load());
+  sync_release.Notify();
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(created.load());
+  EXPECT_EQ(cut, 2u);
+  EXPECT_EQ(cut_models, 2u);
+}
+
+// The engine's threads together (run under ThreadSanitizer by scripts/sanitize.sh): producers
+// ingest through the Ingestor's pool into three models with a group-committing WAL, the
+// refresh scheduler builds views and answers waiters, and another thread creates, lists, cuts
+// and deletes a fourth model meanwhile. Every batch is applied exactly once and in order.
+TEST(EngineThreads, ProducersPoolSchedulerAndRegistryChangesTogether) {
+  const std::string dir = TempDir("engine");
+  WalOptions o = Options(dir);
+  o.sync = WalSync::kAlways;
+  Metrics metrics;
+  DeferredBatchLog log;
+  ModelRegistry reg({}, metrics, log);
+  auto wal = OpenAndReplayWal(o, 0, reg, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  log.Install(wal->get());
+  const std::vector<std::string> names = {"a", "b", "c"};
+  for (const std::string& m : names) ASSERT_TRUE(reg.Create(DuffingConfig(m)).ok());
+  RefreshScheduler scheduler(reg, {.tick_seconds = 0.01});
+  scheduler.Start();
+  {
+    Ingestor ingestor(reg, metrics, {}, 3);
+    constexpr int kBatches = 5, kPairs = 40;
+    std::vector<std::thread> threads;
+    for (size_t p = 0; p < names.size(); ++p) {
+      threads.emplace_back([&, p] {
+        for (int k = 0; k < kBatches; ++k) {
+          const v1::IngestBatch b = Batch(names[p], "p", static_cast<uint64_t>(k * kPairs), kPairs, 10 * p + k);
+          absl::StatusOr<v1::IngestAck> ack = ingestor.Apply(b, static_cast<uint64_t>(k));
+          ASSERT_TRUE(ack.ok()) << ack.status();
+          EXPECT_EQ(ack->producer_offset(), static_cast<uint64_t>((k + 1) * kPairs));
+        }
+      });
+    }
+    threads.emplace_back([&] {
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_TRUE(reg.Create(DuffingConfig("tmp")).ok());
+        uint64_t cut = 0;
+        EXPECT_GE(reg.ListAtCut(&cut).size(), 4u);
+        EXPECT_GT(reg.committed_bytes(), 0);
+        EXPECT_TRUE(reg.Delete("tmp").ok());
+      }
+    });
+    for (auto& t : threads) t.join();
+    for (const std::string& m : names) {
+      std::shared_ptr<Model> model = *reg.Get(m);
+      EXPECT_EQ(model->ProducerOffset("p"), static_cast<uint64_t>(kBatches * kPairs));
+      EXPECT_EQ(model->stats().samples, static_cast<uint64_t>(kBatches * kPairs));
+      Gate done;
+      absl::StatusOr<std::shared_ptr<const ModelView>> view;
+      scheduler.Wait(model, kBatches * kPairs, RefreshScheduler::Clock::now() + std::chrono::seconds(120),
+                     [&](absl::StatusOr<std::shared_ptr<const ModelView>> v) {
+                       view = std::move(v);
+                       done.Notify();
+                     });
+      done.WaitForNotification();
+      ASSERT_TRUE(view.ok()) << view.status();
+      EXPECT_EQ((*view)->samples, static_cast<uint64_t>(kBatches * kPairs));
+    }
+  }
+  scheduler.Stop();
+  EXPECT_EQ(reg.Get("tmp").status().code(), absl::StatusCode::kNotFound);
+  // 3 creations, 15 batches, 4 x (creation + deletion) of tmp.
+  EXPECT_EQ((*wal)->last_sequence(), 26u);
 }
 
 // --- the manifest ---------------------------------------------------------------------------
