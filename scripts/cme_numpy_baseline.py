@@ -154,7 +154,25 @@ def main():
     ap.add_argument("--pairs", help="CSV x1,x2,y1,y2 ('#' header), e.g. from `cmestream simulate duffing`")
     ap.add_argument("--m", type=int, nargs="+", default=[160, 500, 1000], help="dictionary sizes (atoms per side)")
     ap.add_argument("--timed", type=int, default=0, help="timed pairs per m (default: about 2 s worth)")
+    ap.add_argument("--stream", type=float, metavar="SIGMA",
+                    help="instead: learn every pair of --pairs once, in order, with a daemon model's defaults "
+                         "(this sigma, eta 0.1, lambda 1e-3, epsilon 1e-3, max_dict 1000), i.e. the CME "
+                         "recursion of `cmestream model create --sigma SIGMA` on the same data")
     args = ap.parse_args()
+    if args.stream is not None:
+        if not args.pairs:
+            ap.error("--stream needs --pairs")
+        data = np.loadtxt(args.pairs, delimiter=",", comments="#")
+        xs, ys = data[:, :2].copy(), data[:, 2:4].copy()
+        cme = NumpyCme(xs.shape[1], sigma=args.stream, eta=0.1, lam=1e-3, eps=1e-3, max_dict=1000)
+        t0, c0 = time.perf_counter(), time.process_time()
+        for i in range(len(xs)):
+            cme.observe(xs[i], ys[i])
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(f"# numpy {np.__version__}, data: {args.pairs}, sigma {args.stream}, CME recursion only")
+        print("pairs,cpu_s,wall_s,pairs_per_cpu_s,m_x,m_y")
+        print(f"{len(xs)},{cpu:.3f},{wall:.3f},{len(xs) / cpu:.1f},{cme.mx},{cme.my}")
+        return
     if args.pairs:
         data = np.loadtxt(args.pairs, delimiter=",", comments="#")
         xs, ys = data[:, :2].copy(), data[:, 2:4].copy()

@@ -118,6 +118,9 @@ absl::Status DaemonOptions::Validate() const {
   if (ingest_threads < 0 || ingest_threads > 1024) {
     return absl::InvalidArgumentError(absl::StrCat("flag --ingest-threads is ", ingest_threads, ", expected 0..1024"));
   }
+  if (ingest_nice < 0 || ingest_nice > 19) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --ingest-nice is ", ingest_nice, ", expected 0..19"));
+  }
   if (!std::isfinite(refresh_interval_seconds) || refresh_interval_seconds <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("flag --refresh-interval is ", refresh_interval_seconds, ", expected seconds > 0"));
@@ -377,7 +380,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   impl->ingestor = std::make_unique<Ingestor>(
       *impl->registry, impl->metrics, options.limits,
       options.ingest_threads > 0 ? options.ingest_threads
-                                 : IngestPool::DefaultThreads(options.wal_sync == WalSync::kAlways));
+                                 : IngestPool::DefaultThreads(options.wal_sync == WalSync::kAlways),
+      options.ingest_nice);
   const TokenAuthenticator* auth = impl->auth.get();
   if (options.shard.enabled()) {
     impl->ownership = std::make_unique<Ownership>(options.shard);

@@ -40,6 +40,8 @@ struct DaemonOptions {
   RecoveryOptions recovery;                        // --accept-data-loss, --recover-from
   int ingest_threads = 0;                          // --ingest-threads, 0..1024; 0 = the cores
                                                    // (x4 with --wal-sync always): IngestPool
+  int ingest_nice = 0;                             // --ingest-nice, 0..19: ingest workers' nice
+                                                   // offset below the RPC threads (IngestPool)
   ShardOptions shard;                              // --shard-self, --shard-peers (ownership.h);
                                                    // off: this daemon owns every model
 

@@ -1,13 +1,20 @@
 #include "service/ingest_pool.h"
 
 #include <algorithm>
+#include <cerrno>
+
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace cmestream::service {
 
-IngestPool::IngestPool(int threads) {
+IngestPool::IngestPool(int threads, int nice) {
   threads = std::max(1, threads);
   workers_.reserve(static_cast<size_t>(threads));
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this, nice] { Work(nice); });
 }
 
 IngestPool::~IngestPool() {
@@ -42,7 +49,20 @@ int IngestPool::Pending(const void* key) const {
   return static_cast<int>(it->second.tasks.size()) + (it->second.running ? 1 : 0);
 }
 
-void IngestPool::Work() {
+void IngestPool::Work(int nice) {
+#ifdef __linux__
+  // Per-thread nice: on Linux PRIO_PROCESS with a thread id changes only that thread. Relative
+  // to the thread's current value (inherited from the daemon), so a daemon started under
+  // `nice` keeps its offset. Failure (e.g. a seccomp filter) leaves the default priority.
+  if (nice > 0) {
+    const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+    errno = 0;
+    const int current = getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+    if (errno == 0) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(19, current + nice));
+  }
+#else
+  (void)nice;
+#endif
   mu_.Lock();
   for (;;) {
     while (!stop_ && ready_.empty()) cv_.Wait(&mu_);

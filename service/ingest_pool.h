@@ -29,8 +29,12 @@ class IngestPool {
  public:
   using Task = std::function<void()>;
 
-  // `threads` workers (>= 1).
-  explicit IngestPool(int threads);
+  // `threads` workers (>= 1). `nice` (0..19): each worker lowers its own scheduling priority by
+  // that much at start (Linux: setpriority on the thread id, which affects that thread only;
+  // elsewhere ignored), so under CPU contention the gRPC threads answering queries and admin
+  // RPCs run before learning. 0 = same priority as the rest of the daemon. Unprivileged
+  // processes may raise nice but not lower it back, so this is one-way for the thread.
+  explicit IngestPool(int threads, int nice = 0);
   // Runs every task already submitted, then joins the workers.
   ~IngestPool();
   IngestPool(const IngestPool&) = delete;
@@ -54,7 +58,7 @@ class IngestPool {
     std::deque<std::pair<std::shared_ptr<void>, Task>> tasks;
     bool running = false;  // a worker runs its head; the key is not in ready_
   };
-  void Work() ABSL_LOCKS_EXCLUDED(mu_);
+  void Work(int nice) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A leaf lock: tasks run without it, and nothing else is taken under it.
   mutable absl::Mutex mu_;

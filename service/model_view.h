@@ -13,6 +13,7 @@
 
 #include "cmestream/v1/cmestream.pb.h"
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/aggregation/soft_aggregation.h"
@@ -91,6 +92,9 @@ struct ModelView {
   uint64_t samples = 0;   // learner samples the view reflects
   std::chrono::steady_clock::time_point built_at;
   double build_seconds = 0;
+  // Seconds per sub-view built in this refresh ("koopman", "counts", "embedding", ...), in
+  // build order; the same figures as the cmestream_view_build_seconds histogram.
+  std::vector<std::pair<std::string, double>> view_seconds;
   std::shared_ptr<const CmeView> cme;  // set once the learner exists (never for discrete models)
   SubView<CountsView> counts;
   SubView<StateEmbedding> embedding;
@@ -106,6 +110,7 @@ struct ModelView {
     info.set_samples(samples);
     info.set_age_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - built_at).count());
     info.set_build_seconds(build_seconds);
+    for (const auto& [name, seconds] : view_seconds) (*info.mutable_build_seconds_by_view())[name] = seconds;
     return info;
   }
 };

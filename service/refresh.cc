@@ -20,12 +20,14 @@ bool Covers(const std::shared_ptr<const ModelView>& view, uint64_t target) {
 
 std::string StatusText(const absl::Status& s) { return std::string(s.message()); }
 
-// Times `build` and records it in the per-view histogram.
+// Times `build`, records it in the per-view histogram and in the view (describe output).
 template <class F>
-void Timed(Model& model, const char* view, F build) {
+void Timed(Model& model, ModelView& out, const char* view, F build) {
   const auto start = std::chrono::steady_clock::now();
   build();
-  model.metrics().OnViewBuilt(view, Seconds(std::chrono::steady_clock::now() - start));
+  const double seconds = Seconds(std::chrono::steady_clock::now() - start);
+  model.metrics().OnViewBuilt(view, seconds);
+  out.view_seconds.emplace_back(view, seconds);
 }
 
 // Discrete models: the one-hot moments are the counts themselves (docs/algorithms.md §3.2 with the
@@ -396,10 +398,11 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
   if (!snap) return nullptr;
 
   auto view = std::make_shared<ModelView>();
+  view->view_seconds.emplace_back("snapshot", Seconds(std::chrono::steady_clock::now() - start));
   std::shared_ptr<CmeView> cme;  // completed (cross-view comparison) after the other views
   std::shared_ptr<const PrequentialModel> scorer;
   if (snap->cme) {
-    Timed(model, "koopman", [&] {
+    Timed(model, *view, "koopman", [&] {
       cme = std::make_shared<CmeView>();
       cme->snapshot = *snap->cme;
       cme->inverse_drift = snap->inverse_drift;
@@ -408,28 +411,28 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
   }
   // Each sub-view succeeds or fails on its own; a failure keeps its reason for the queries.
   const v1::ModelConfig& config = model.config();
-  Timed(model, "counts", [&] { BuildCounts(config, *snap, *view); });
-  Timed(model, "embedding", [&] { BuildEmbedding(config, *snap, *view); });
-  Timed(model, "clusters", [&] { BuildClusters(config, *snap, *view); });
+  Timed(model, *view, "counts", [&] { BuildCounts(config, *snap, *view); });
+  Timed(model, *view, "embedding", [&] { BuildEmbedding(config, *snap, *view); });
+  Timed(model, *view, "clusters", [&] { BuildClusters(config, *snap, *view); });
   if (config.meta_states() > 0) {
-    Timed(model, "aggregation", [&] { BuildAggregation(config, *snap, *view); });
+    Timed(model, *view, "aggregation", [&] { BuildAggregation(config, *snap, *view); });
   } else {
     BuildAggregation(config, *snap, *view);  // records how to enable it
   }
   if (config.latent_states() > 0) {
-    Timed(model, "latent", [&] { BuildLatent(config, *snap, *view); });
+    Timed(model, *view, "latent", [&] { BuildLatent(config, *snap, *view); });
   } else {
     BuildLatent(config, *snap, *view);
   }
   if (config.window() > 0) {
-    Timed(model, "predictive", [&] { BuildPredictive(config, *snap, *view); });
+    Timed(model, *view, "predictive", [&] { BuildPredictive(config, *snap, *view); });
   } else {
     BuildPredictive(config, *snap, *view);
   }
 
   // Lag scans and the CK test (after the clusters, whose sets the CK test uses).
   if (snap->lags) {
-    Timed(model, "lags", [&] {
+    Timed(model, *view, "lags", [&] {
       auto lags = std::make_shared<LagsView>();
       BuildLags(config, *snap->lags, *view, *lags);
       const std::optional<LagTimescales>& primary = lags->koopman ? lags->koopman : lags->counts;

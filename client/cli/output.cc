@@ -1,11 +1,14 @@
 // Printing helpers shared by the `cmestream` commands.
 #include "client/cli/output.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -22,11 +25,35 @@ std::string Num(double v) {
   return buf;
 }
 
+namespace {
+
+// The refresh's per-sub-view build seconds, slowest first (a proto map has no order).
+std::vector<std::pair<std::string, double>> ViewSecondsBySize(const v1::ViewInfo& view) {
+  std::vector<std::pair<std::string, double>> out(view.build_seconds_by_view().begin(),
+                                                  view.build_seconds_by_view().end());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  return out;
+}
+
+void WriteViewSecondsJson(JsonWriter& w, const v1::ViewInfo& view) {
+  std::vector<std::pair<std::string, double>> by_name(view.build_seconds_by_view().begin(),
+                                                      view.build_seconds_by_view().end());
+  std::sort(by_name.begin(), by_name.end());
+  w.Key("view_build_seconds_by_view").BeginObject();
+  for (const auto& [name, seconds] : by_name) w.Key(name).Double(seconds);
+  w.EndObject();
+}
+
+}  // namespace
+
 void WriteViewJson(JsonWriter& w, const v1::ViewInfo& view) {
   w.Key("view_version").Uint(view.version());
   w.Key("samples").Uint(view.samples());
   w.Key("view_age_seconds").Double(view.age_seconds());
   w.Key("view_build_seconds").Double(view.build_seconds());
+  WriteViewSecondsJson(w, view);
 }
 
 void WriteFitSummaryJson(JsonWriter& w, const v1::FitSummary& s) {
@@ -104,6 +131,7 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.Key("view_samples").Uint(m.view().samples());
   w.Key("view_age_seconds").Double(m.view().age_seconds());
   w.Key("view_build_seconds").Double(m.view().build_seconds());
+  WriteViewSecondsJson(w, m.view());
   const auto& s = m.sigma_selection();
   // sigma: the bandwidth in use; null while "auto" is still warming up.
   if (s.chosen() > 0) w.Key("sigma").Double(s.chosen());
@@ -250,6 +278,14 @@ void PrintModel(const v1::ModelInfo& m) {
     std::cout << "  view              version " << v.version() << ", " << v.samples()
               << " samples, age " << Num(v.age_seconds()) << " s, built in "
               << Num(v.build_seconds()) << " s\n";
+    const auto by_view = ViewSecondsBySize(v);
+    if (!by_view.empty()) {
+      std::cout << "  view build        ";
+      for (size_t i = 0; i < by_view.size(); ++i) {
+        std::cout << (i ? ", " : "") << by_view[i].first << " " << Num(by_view[i].second) << " s";
+      }
+      std::cout << "\n";
+    }
   }
   if (m.has_spectrum()) {
     std::cout << "  spectrum\n";

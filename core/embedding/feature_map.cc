@@ -82,11 +82,17 @@ void FeatureMap::Map(const Eigen::Ref<const RowMatrixXd>& points, Eigen::Ref<Row
     for (Eigen::Index t = 0; t < points.rows(); ++t) h(t, static_cast<Eigen::Index>(points(t, 0))) = 1.0;
     return;
   }
-  h.noalias() = points * omega_;
+  Project(points, h);
+  for (Eigen::Index t = 0; t < h.rows(); ++t) Activate(h.row(t).data());
+}
+
+void FeatureMap::Project(const Eigen::Ref<const RowMatrixXd>& points, Eigen::Ref<RowMatrixXd> a) const {
+  a.noalias() = points * omega_;
+}
+
+void FeatureMap::Activate(double* row) const {
   const double scale = std::sqrt(2.0 / n_);
-  for (Eigen::Index t = 0; t < h.rows(); ++t) {
-    for (Eigen::Index k = 0; k < n_; ++k) h(t, k) = scale * std::cos(h(t, k) + beta_[k]);
-  }
+  for (int k = 0; k < n_; ++k) row[k] = scale * std::cos(row[k] + beta_[k]);
 }
 
 RowMatrixXd FeatureMap::Map(const Eigen::Ref<const RowMatrixXd>& points) const {

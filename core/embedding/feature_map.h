@@ -52,6 +52,13 @@ class FeatureMap {
   // Convenience: allocates and returns the n x N feature matrix.
   RowMatrixXd Map(const Eigen::Ref<const RowMatrixXd>& points) const;
 
+  // The two steps of Map for RFF, exposed for callers that reuse the features of a repeated
+  // point (EmbeddingMoments on trajectories). Map(points, h) is exactly Project(points, h)
+  // followed by Activate on every row of h, so a row activated from the same projection has
+  // the same bits. requires: kind() == kRff, shapes as in Map; `row` has num_features() entries.
+  void Project(const Eigen::Ref<const RowMatrixXd>& points, Eigen::Ref<RowMatrixXd> a) const;  // a = points Omega
+  void Activate(double* row) const;  // row[k] <- sqrt(2/N) cos(row[k] + beta_k)
+
  private:
   FeatureMap() = default;
   Kind kind_ = Kind::kRff;

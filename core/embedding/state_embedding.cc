@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include <Eigen/Eigenvalues>
@@ -84,6 +85,9 @@ EmbeddingMoments::EmbeddingMoments(std::shared_ptr<const FeatureMap> features, c
     hx_.resize(b, n_features_);
     hy_.resize(b, n_features_);
     wbuf_.resize(b);
+    last_arg_.resize(n_features_);
+    last_h_.resize(n_features_);
+    last_point_.resize(dim_);
   }
 }
 
@@ -143,8 +147,33 @@ void EmbeddingMoments::Flush() {
   n_stored_ += total;
   auto hx = hx_.topRows(b);
   auto hy = hy_.topRows(b);
-  features_->Map(xbuf_.topRows(b), hx);
-  features_->Map(ybuf_.topRows(b), hy);
+  // h = Map(points), computed as Project then Activate per row (the same bits as Map), except
+  // that x_k takes the features of the previous y when it is that point (trajectories): same
+  // point bits and same projection bits, so the same cosines. last_arg_ holds the projection
+  // of the previous y whenever the next x might reuse it.
+  features_->Project(xbuf_.topRows(b), hx);
+  features_->Project(ybuf_.topRows(b), hy);
+  const size_t point_bytes = sizeof(double) * static_cast<size_t>(dim_);
+  const size_t row_bytes = sizeof(double) * static_cast<size_t>(n_features_);
+  for (int k = 0; k < b; ++k) {
+    const double* prev_point = k == 0 ? (has_last_ ? last_point_.data() : nullptr) : ybuf_.row(k - 1).data();
+    const double* prev_h = k == 0 ? last_h_.data() : hy.row(k - 1).data();
+    double* x = hx.row(k).data();
+    if (prev_point != nullptr && std::memcmp(xbuf_.row(k).data(), prev_point, point_bytes) == 0 &&
+        std::memcmp(x, last_arg_.data(), row_bytes) == 0) {
+      std::memcpy(x, prev_h, row_bytes);
+      ++reused_;
+    } else {
+      features_->Activate(x);
+    }
+    double* y = hy.row(k).data();
+    const bool next_may_reuse = k + 1 == b || std::memcmp(xbuf_.row(k + 1).data(), ybuf_.row(k).data(), point_bytes) == 0;
+    if (next_may_reuse) std::memcpy(last_arg_.data(), y, row_bytes);
+    features_->Activate(y);
+  }
+  std::memcpy(last_h_.data(), hy.row(b - 1).data(), row_bytes);
+  std::memcpy(last_point_.data(), ybuf_.row(b - 1).data(), point_bytes);
+  has_last_ = true;
   hx.array().colwise() *= wbuf_.head(b).array();
   hy.array().colwise() *= wbuf_.head(b).array();
   // Symmetric rank-b updates (lower triangle) and one general GEMM: the batched form of

@@ -43,6 +43,8 @@ struct EmbeddingMomentsSnapshot {
 //   triangle), S_y += H_y^T W H_y, P_h += H_x^T W H_y, W = diag(weights). Per-sample cost
 //   ~2 N^2 multiply-adds amortized, as matrix-matrix products.
 //   One-hot: a pair (i, j) adds its weight to S_x(i,i), S_y(j,j), P_h(i,j) directly, O(1).
+//   Trajectories (x_{t+1} = y_t): the features of each state are computed once (the N cosines
+//   are the largest per-pair cost outside the GEMMs), with bit-identical results.
 //
 //   Forgetting (gamma < 1) is lazy, as in TransitionCounts: moments are stored in units of a
 //   global scale w = gamma^-t, a sample adds weight w (times gamma^k inside a batch), reads
@@ -80,6 +82,9 @@ class EmbeddingMoments {
   const Options& options() const { return options_; }
   int64_t samples() const { return samples_; }   // including buffered pairs
   int buffered() const { return buffered_; }
+  // Pairs whose x features were copied from the previous pair's y (trajectory reuse; RFF).
+  // Diagnostics and tests; not serialized.
+  int64_t reused_features() const { return reused_; }
 
   // Snapshot support (core/io/learner_serialization.cc; object tag "EMOM", version 1). Writes
   // the full per-sample state (no flush, no re-factorization), so that Deserialize() followed
@@ -105,6 +110,14 @@ class EmbeddingMoments {
   RowMatrixXd xbuf_, ybuf_, hx_, hy_;  // B x d, B x d, B x N, B x N
   VectorXd wbuf_;                      // B, sqrt of per-row weights
   int buffered_ = 0;
+  // Trajectory reuse (RFF): the projection Omega^T y and the features h(y) of the last y
+  // activated in the previous block, and that y. A pair whose x is bitwise that y and whose
+  // projection is bitwise the same copies h(y) instead of recomputing the N cosines (h is a
+  // pure function of the projection, so the bits are those of a recomputation). Derived state:
+  // not serialized, rebuilt by the next block (a restored learner recomputes once).
+  VectorXd last_arg_, last_h_, last_point_;
+  bool has_last_ = false;
+  int64_t reused_ = 0;
 };
 
 // WHAT THIS OBJECT REPRESENTS

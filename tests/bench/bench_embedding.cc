@@ -36,10 +36,34 @@ void BM_MomentsObserve(benchmark::State& state) {
 BENCHMARK(BM_MomentsObserve)
     ->ArgNames({"N", "B"})
     ->Args({128, 64})
+    ->Args({256, 64})
     ->Args({512, 64})
     ->Args({1024, 64})
     ->Args({512, 1})
     ->Unit(benchmark::kMillisecond);
+
+// Same, on one trajectory (x_{t+1} = y_t, a noisy linear map): each state's features are
+// computed once, so about half the cosines of BM_MomentsObserve (whose independent pairs cost
+// what every stream cost before the reuse). Counter `reused`: fraction of pairs reusing.
+void BM_MomentsObserveTrajectory(benchmark::State& state) {
+  const int n_features = static_cast<int>(state.range(0));
+  const int d = 2, chunk = 1024;
+  auto f = std::make_shared<const FeatureMap>(*FeatureMap::Rff(d, n_features, 0.5, 1));
+  EmbeddingMoments::Options o;
+  o.batch_size = static_cast<int>(state.range(1));
+  EmbeddingMoments m(f, o);
+  const RowMatrixXd noise = RandomPoints(chunk + 1, d, 2);
+  RowMatrixXd s(chunk + 1, d);
+  s.row(0) = noise.row(0);
+  for (int t = 0; t < chunk; ++t) s.row(t + 1) = 0.9 * s.row(t) + 0.3 * noise.row(t + 1);
+  for (auto _ : state) {
+    for (int t = 0; t < chunk; ++t) m.Observe(s.row(t).data(), s.row(t + 1).data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * chunk);
+  state.counters["reused"] = static_cast<double>(m.reused_features()) / static_cast<double>(m.samples());
+}
+BENCHMARK(BM_MomentsObserveTrajectory)->ArgNames({"N", "B"})->Args({256, 64})->Args({512, 64})->Unit(benchmark::kMillisecond);
 
 // Snapshot (copy) + ComputeStateEmbedding (two N x N eigendecompositions, whitened SVD).
 void BM_Refresh(benchmark::State& state) {

@@ -11,7 +11,9 @@
 // steady per-pair cost at that dictionary size.
 #include <benchmark/benchmark.h>
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include "core/systems/duffing.h"
 #include "service/batch.h"
@@ -19,6 +21,7 @@
 #include "service/metrics.h"
 #include "service/model.h"
 #include "service/model_config.h"
+#include "service/refresh.h"
 
 namespace cmestream {
 namespace {
@@ -69,6 +72,43 @@ void BM_ModelIngest(benchmark::State& state) {
   state.counters["dict_x"] = static_cast<double>(model.stats().dict_x);
 }
 BENCHMARK(BM_ModelIngest)->Arg(100)->Arg(1000)->Unit(benchmark::kMillisecond);
+
+// BM_ModelRefresh/N: one refresh (RefreshModel: the snapshot and every sub-view the default
+// model builds) after N Duffing pairs in batches of 1000, same model as above (sigma 0.5).
+// Counters: seconds per sub-view, averaged over the iterations, and the dictionary size.
+void BM_ModelRefresh(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  v1::ModelConfig in;
+  in.set_name("bench");
+  in.set_dim(2);
+  in.set_sigma(0.5);
+  in.set_dt(0.25);
+  const absl::StatusOr<v1::ModelConfig> config = service::NormalizeModelConfig(in, {});
+  if (!config.ok()) {
+    state.SkipWithError(std::string(config.status().message()).c_str());
+    return;
+  }
+  service::Metrics metrics;
+  service::NullBatchLog log;
+  service::Model model(*config, metrics.ForModel("bench"), &log);
+  const systems::Transitions data = systems::SimulateDuffing(n, 3);
+  uint64_t index = 0;
+  for (int64_t s = 0; s < n; s += 1000) {
+    const service::BatchCheck check = service::ValidateBatch(MakeBatch(data, s, std::min<int64_t>(1000, n - s)), 2, index);
+    if (!check.status.ok() || !model.Ingest(check.batch, "", 0, index++, "").ok()) std::abort();
+  }
+  std::map<std::string, double> seconds;
+  for (auto _ : state) {
+    const std::shared_ptr<const service::ModelView> view = service::RefreshModel(model);
+    if (view == nullptr) std::abort();
+    for (const auto& [name, s] : view->view_seconds) seconds[name] += s;
+  }
+  for (const auto& [name, s] : seconds) {
+    state.counters[name] = benchmark::Counter(s / static_cast<double>(state.iterations()));
+  }
+  state.counters["dict_x"] = static_cast<double>(model.stats().dict_x);
+}
+BENCHMARK(BM_ModelRefresh)->Arg(20000)->Unit(benchmark::kMillisecond)->Iterations(5);
 
 }  // namespace
 }  // namespace cmestream

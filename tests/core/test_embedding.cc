@@ -3,11 +3,13 @@
 #include "core/embedding/state_embedding.h"
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "core/counts/transition_counts.h"
+#include "core/io/binary_io.h"
 #include "core/kernels/gaussian.h"
 #include "core/systems/four_well.h"
 
@@ -211,6 +213,137 @@ TEST(StateEmbedding, FourWellSingularValuesMatchTransferOperatorEigenvalues) {
   // The spectral gap after the fourth value is what the rank report must find.
   EXPECT_EQ(e->summary().suggested_rank, 4);
   EXPECT_LT(sv[4], 0.5);
+}
+
+
+// The moments exactly as computed before trajectory reuse: each block of B pairs mapped with
+// FeatureMap::Map on both sides, weighted, then the same rank-B updates and GEMM. The live
+// accumulator must reproduce these bits on any stream (reuse only skips recomputing cosines).
+class ReferenceMoments {
+ public:
+  ReferenceMoments(std::shared_ptr<const FeatureMap> f, int batch, double gamma)
+      : f_(std::move(f)), b_(batch), inv_gamma_(1.0 / gamma) {
+    const int n = f_->num_features(), d = f_->input_dim();
+    sx_ = MatrixXd::Zero(n, n);
+    sy_ = sx_;
+    ph_ = sx_;
+    xbuf_.resize(b_, d);
+    ybuf_.resize(b_, d);
+    hx_.resize(b_, n);
+    hy_.resize(b_, n);
+    w_.resize(b_);
+  }
+  void Observe(const double* x, const double* y) {
+    for (int a = 0; a < xbuf_.cols(); ++a) {
+      xbuf_(buffered_, a) = x[a];
+      ybuf_(buffered_, a) = y[a];
+    }
+    if (++buffered_ == b_) Flush();
+  }
+  void Flush() {
+    if (buffered_ == 0) return;
+    const int b = buffered_;
+    double unit = scale_;
+    for (int k = 0; k < b; ++k) {
+      unit *= inv_gamma_;
+      w_[k] = std::sqrt(unit);
+      n_ += unit;
+    }
+    scale_ = unit;
+    auto hx = hx_.topRows(b);
+    auto hy = hy_.topRows(b);
+    f_->Map(xbuf_.topRows(b), hx);
+    f_->Map(ybuf_.topRows(b), hy);
+    hx.array().colwise() *= w_.head(b).array();
+    hy.array().colwise() *= w_.head(b).array();
+    sx_.selfadjointView<Eigen::Lower>().rankUpdate(hx.transpose());
+    sy_.selfadjointView<Eigen::Lower>().rankUpdate(hy.transpose());
+    ph_.noalias() += hx.transpose() * hy;
+    buffered_ = 0;
+  }
+  EmbeddingMomentsSnapshot Snapshot() {
+    Flush();
+    EmbeddingMomentsSnapshot s;
+    const double inv = 1.0 / scale_;
+    s.Sx = MatrixXd(sx_.selfadjointView<Eigen::Lower>()) * inv;
+    s.Sy = MatrixXd(sy_.selfadjointView<Eigen::Lower>()) * inv;
+    s.Ph = ph_ * inv;
+    s.n = n_ * inv;
+    return s;
+  }
+
+ private:
+  std::shared_ptr<const FeatureMap> f_;
+  int b_;
+  double inv_gamma_, scale_ = 1, n_ = 0;
+  MatrixXd sx_, sy_, ph_;
+  RowMatrixXd xbuf_, ybuf_, hx_, hy_;
+  VectorXd w_;
+  int buffered_ = 0;
+};
+
+void ExpectBitIdentical(const EmbeddingMomentsSnapshot& a, const EmbeddingMomentsSnapshot& b) {
+  EXPECT_TRUE(a.Sx == b.Sx) << (a.Sx - b.Sx).cwiseAbs().maxCoeff();
+  EXPECT_TRUE(a.Sy == b.Sy) << (a.Sy - b.Sy).cwiseAbs().maxCoeff();
+  EXPECT_TRUE(a.Ph == b.Ph) << (a.Ph - b.Ph).cwiseAbs().maxCoeff();
+  EXPECT_EQ(a.n, b.n);
+}
+
+// Trajectory streams (x_{t+1} = y_t) reuse each state's features; broken trajectories, a
+// point equal in value but not in bits (-0.0 vs 0.0), pairs, forgetting, a snapshot in the
+// middle and a serialize/restore must all give the bits of the reference.
+TEST(EmbeddingMoments, TrajectoryFeatureReuseIsBitIdenticalToMappingEveryPoint) {
+  const auto f = Rff(2, 64, 0.6, 5);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> g;
+  const int n = 700, batch = 16;
+  RowMatrixXd states(n + 1, 2);
+  states.row(0) << 0.5, -0.3;
+  for (int t = 0; t < n; ++t) states.row(t + 1) = 0.9 * states.row(t) + 0.3 * Eigen::RowVector2d(g(rng), g(rng));
+  RowMatrixXd x = states.topRows(n), y = states.bottomRows(n);
+  // Breaks: new starting points at a block boundary, inside a block, and in the last pairs.
+  for (int t : {batch * 3, batch * 5 + 7, n - 2}) x.row(t) << g(rng), g(rng);
+  x(100, 0) = 0.0;  // value-equal, bit-different point: y(99) = -0.0
+  y(99, 0) = -0.0;
+  for (double gamma : {1.0, 0.99}) {
+    EmbeddingMoments::Options o;
+    o.batch_size = batch;
+    o.forgetting = gamma;
+    EmbeddingMoments live(f, o);
+    ReferenceMoments ref(f, batch, gamma);
+    std::optional<EmbeddingMoments> restored;
+    for (int t = 0; t < n; ++t) {
+      live.Observe(x.row(t).data(), y.row(t).data());
+      ref.Observe(x.row(t).data(), y.row(t).data());
+      if (t == 250) {
+        (void)live.Snapshot();  // folds a copy; must not disturb the live reuse state
+        io::Writer w;
+        live.Serialize(w);
+        io::Reader r(w.data(), "test");
+        absl::StatusOr<EmbeddingMoments> back = EmbeddingMoments::Deserialize(r);
+        ASSERT_TRUE(back.ok()) << back.status();
+        restored.emplace(*std::move(back));
+      } else if (t > 250) {
+        restored->Observe(x.row(t).data(), y.row(t).data());
+      }
+    }
+    const EmbeddingMomentsSnapshot want = ref.Snapshot();
+    ExpectBitIdentical(live.Snapshot(), want);
+    ExpectBitIdentical(restored->Snapshot(), want);
+    // Reused: every flushed pair except the first, the three breaks and the -0.0 one.
+    const int64_t flushed = n / batch * batch;
+    EXPECT_EQ(live.reused_features(), flushed - 1 - 3 - 1 + (n - 2 >= flushed ? 1 : 0));
+  }
+  // Independent pairs: nothing to reuse, same bits.
+  EmbeddingMoments pairs(f, {});
+  ReferenceMoments ref(f, EmbeddingMoments::Options{}.batch_size, 1.0);
+  for (int t = 0; t < n; ++t) {
+    const Eigen::RowVector2d a(g(rng), g(rng)), b(g(rng), g(rng));
+    pairs.Observe(a.data(), b.data());
+    ref.Observe(a.data(), b.data());
+  }
+  ExpectBitIdentical(pairs.Snapshot(), ref.Snapshot());
+  EXPECT_EQ(pairs.reused_features(), 0);
 }
 
 }  // namespace
