@@ -144,7 +144,9 @@ TEST(LatentModel, GaussianGammaMixtureWeightsAndDensities) {
       // Paper 001's weighted L2 error (with the grid cell so it approximates the L2 norm).
       err_res[i] += pi[h] * std::sqrt((res.col(perm[h]) - truth.col(h)).squaredNorm() * dx);
       err_rff[i] += pi[h] * std::sqrt((rff.col(perm[h]) - truth.col(h)).squaredNorm() * dx);
-      if (i == 1) EXPECT_NEAR(m.weights()[perm[h]], pi[h], 0.03) << m.summary().BriefReport();
+      if (i == 1) {
+        EXPECT_NEAR(m.weights()[perm[h]], pi[h], 0.03) << m.summary().BriefReport();
+      }
     }
     std::printf("n=%ld weights %.4f %.4f %.4f (raw sum %.4f); weighted L2 density error: reservoir %.4f, RFF %.4f\n",
                 static_cast<long>(sizes[i]), m.weights()[perm[0]], m.weights()[perm[1]], m.weights()[perm[2]],

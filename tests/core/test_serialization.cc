@@ -120,7 +120,9 @@ TEST_P(CmeRoundTrip, ContinuesBitIdentically) {
   CompressedCme a(CmeOptions(averaging, max_dict));
   Feed(a, x, 0, n1);
   ASSERT_GT(a.dict_x_size(), 5);
-  if (max_dict < 100) ASSERT_GT(a.counters().forced, 0) << "the cap must be reached to test forced steps";
+  if (max_dict < 100) {
+    ASSERT_GT(a.counters().forced, 0) << "the cap must be reached to test forced steps";
+  }
   CompressedCme b = RoundTrip(a);
   EXPECT_EQ(Bytes(a), Bytes(b));
   EXPECT_EQ(b.samples(), n1);

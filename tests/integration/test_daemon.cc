@@ -263,10 +263,18 @@ TEST_F(DaemonTest, LearnsDuffingAndServesKoopmanPredictionsAndDictionary) {
   for (int l = 0; l < k.eigenvalues_size(); ++l) {
     const double mod = std::hypot(k.eigenvalues(l).re(), k.eigenvalues(l).im());
     EXPECT_LE(mod, 1.05) << "eigenvalue " << l;
-    if (l > 0) EXPECT_FALSE(k.stationary(l));
-    if (l > 0) EXPECT_NEAR(k.excess(l), std::max(0.0, mod - 1), 1e-12);
-    if (l > 1) EXPECT_LE(mod, std::hypot(k.eigenvalues(l - 1).re(), k.eigenvalues(l - 1).im()) + 1e-12);
-    if (mod < 1) EXPECT_NEAR(k.timescales(l), -0.25 / std::log(mod), 1e-9 * k.timescales(l));
+    if (l > 0) {
+      EXPECT_FALSE(k.stationary(l));
+    }
+    if (l > 0) {
+      EXPECT_NEAR(k.excess(l), std::max(0.0, mod - 1), 1e-12);
+    }
+    if (l > 1) {
+      EXPECT_LE(mod, std::hypot(k.eigenvalues(l - 1).re(), k.eigenvalues(l - 1).im()) + 1e-12);
+    }
+    if (mod < 1) {
+      EXPECT_NEAR(k.timescales(l), -0.25 / std::log(mod), 1e-9 * k.timescales(l));
+    }
     EXPECT_NEAR(k.rates(l).re(), std::log(mod) / 0.25, 1e-9);
   }
   ASSERT_EQ(k.eigenfunctions_size(), 6);

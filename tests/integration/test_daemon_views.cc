@@ -537,7 +537,9 @@ TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
     }
     ASSERT_TRUE(IngestOne(batch).ok());
     // A view after 20k pairs, so that the last 10k are scored by it before being learned.
-    if (b + 5000 == 20000) ASSERT_TRUE(RefreshWait("wells").ok());
+    if (b + 5000 == 20000) {
+      ASSERT_TRUE(RefreshWait("wells").ok());
+    }
   }
   ASSERT_TRUE(RefreshWait("wells").ok());
   const v1::ModelInfo info = Describe("wells");
