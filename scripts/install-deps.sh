@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   cmake ninja-build g++ pkg-config
+  ccache       # compiler cache: CMakeLists.txt uses it when present (repeat and CI builds)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libeigen3-dev libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
