@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11 figure: 20 000 Duffing pairs (sigma 0.5, the default model otherwise) through a real
+# Benchmark: 20 000 Duffing pairs (sigma 0.5, the default model otherwise) through a real
 # cmestreamd (default --wal-sync always), ingest + refresh wall time, the per-view build times
 # of that refresh, and the numpy recursion (scripts/cme_numpy_baseline.py --stream) on the same
 # CSV in the same run. docs/benchmarks.md "Refresh cost per view" and "Through the daemon".
