@@ -87,6 +87,14 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConf
     }
     if (model.ok()) (*model)->set_applied_sequence(sequence);
   }
+  return Publish(name, std::move(metrics), std::move(model));
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Publish(const std::string& name,
+                                                               std::shared_ptr<ModelMetrics> metrics,
+                                                               absl::StatusOr<std::shared_ptr<Model>> model) {
+  // The end of a Create or Adopt: the reserved name becomes the model, or is freed (with its
+  // metric series, before the name can be taken again) when the slow part failed.
   absl::MutexLock lock(&mu_);
   reserved_.erase(name);
   EndChangeLocked();
@@ -196,16 +204,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& n
       model = logged.status();
     }
   }
-  absl::MutexLock lock(&mu_);
-  reserved_.erase(name);
-  EndChangeLocked();
-  if (!model.ok()) {
-    metrics->Remove();
-    return model.status();
-  }
-  models_.emplace(name, *model);
-  metrics_.SetModelCount(models_.size());
-  return model;
+  return Publish(name, std::move(metrics), std::move(model));
 }
 
 }  // namespace cmestream::service
