@@ -259,8 +259,9 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
     o.top = top;
     o.dt = config.dt();
     // Three ridges instead of the core's five: the Rayleigh-Ritz step makes the eigenvalues
-    // nearly insensitive to r (four-well: within 0.3 % over 1e-3..1e-7), and each candidate
-    // costs two (m+1)^3 fits (docs/benchmarks.md: 175 ms at m = 160, 4.4 s at m = 500 for five).
+    // nearly insensitive to r (four-well: within 0.3 % over 1e-3..1e-7), and each ridge costs
+    // two (m+1)^3 fits per basis candidate, twice that while a frozen prefix epoch exists
+    // (docs/benchmarks.md "Refresh cost per view": 77.5 ms for five ridges at m = 160).
     o.ridge_grid = {1e-3, 1e-5, 1e-7};
     absl::StatusOr<SpectralFit> fit = FitSpectrum(*snap.spectral, o);
     if (fit.ok() && fit->termination == SpectralFit::Termination::kOk) {
