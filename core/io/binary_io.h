@@ -163,6 +163,10 @@ class Reader {
   // the budget of C bytes left") instead of letting a corrupt or hostile file exhaust memory.
   void set_allocation_budget(uint64_t bytes) { budget_ = bytes; }
   bool Reserve(uint64_t bytes, const char* what);
+  // Fails ("truncated: ...") unless at least `bytes` are left for `what`, reading nothing. A
+  // deserializer calls it with the bytes its header's sizes promise before it allocates for
+  // them, so a short body claiming a large object costs nothing.
+  bool Expect(uint64_t bytes, const char* what) { return Need(bytes, what); }
 
   // Reads an object header: the tag must be `tag` (else "expected <name> (TAG), found XXXX"),
   // the version in [1, max_version] (else "<name> version V is not supported by this build

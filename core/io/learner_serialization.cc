@@ -142,6 +142,14 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   if (!r.ok()) return r.status();
   // The buffers hold 6 (7 with averaging) capacity^2 matrices, the atoms and the scratch
   // vectors; the capacity follows the dictionary size (CompressedCme::Reserve), at most max_dict.
+  // The body holds the live blocks (atoms, W, the Grams and their inverses) in full: refuse a
+  // size the remaining bytes cannot hold before allocating capacity for it.
+  const int64_t matrices = o.averaging ? 8 : 7;
+  const int64_t live_doubles = int64_t{mx + my} * o.dim + int64_t{mx} * my * (o.averaging ? 2 : 1) +
+                               2 * (int64_t{mx} * mx + int64_t{my} * my);
+  if (!r.Expect(static_cast<uint64_t>(8 * live_doubles + 16 * matrices), "CompressedCme atoms and matrices")) {
+    return r.status();
+  }
   const int64_t live = std::max(mx, my);
   int64_t room = 16;
   while (room < live) room *= 2;
@@ -462,18 +470,22 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
   o.max_history_states = r.I32("predictive max_history_states");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "PredictiveStateAccumulator", s);
-  int64_t values = 0, window_len = 0;
+  // `stored`: the statistics the body holds in full; `values`: those plus the scratch vectors.
+  int64_t stored = 0, values = 0, window_len = 0;
   if (o.kind == Kind::kDiscrete) {
     int64_t dh = 1;
     for (int i = 0; i < o.history_length; ++i) dh *= o.num_symbols;  // Validate bounds S^H
     const int64_t S = o.num_symbols;
-    values = dh * (1 + S + S * S) + S * S + S;
+    stored = values = dh * (1 + S + S * S) + S * S + S;
     window_len = o.history_length + 2;
   } else {
     const int64_t p = o.dim, H = o.history_length, F = o.future_length;
-    values = p * H * p * H + p * H * p * (F + 1) + 2 * p * (F + 1) * p * (F + 1) + 2 * p * (F + 1) + p * H;
+    stored = p * H * p * H + p * H * p * (F + 1) + p * (F + 1) * p * (F + 1) + p * (F + 1);
+    values = stored + p * (F + 1) * p * (F + 1) + p * (F + 1) + p * H;
     window_len = H + F + 1;
   }
+  // A body too short for the statistics it must hold is refused before allocating for them.
+  if (!r.Expect(Doubles(stored + window_len * o.dim), "PredictiveStateAccumulator statistics")) return r.status();
   if (!r.Reserve(Doubles(values + window_len * o.dim), "PredictiveStateAccumulator statistics")) return r.status();
   const int64_t windows = NonNegative(r, "predictive windows");
   const int64_t observations = NonNegative(r, "predictive observations");

@@ -310,6 +310,25 @@ TEST(PredictiveSerialization, DiscreteAndLinearGaussianContinueBitIdentically) {
   }
 }
 
+TEST(PredictiveSerialization, SizesTheBodyCannotHoldAreRefusedBeforeAllocating) {
+  PredictiveStateAccumulator::Options o;
+  o.kind = PredictiveStateAccumulator::Kind::kLinearGaussian;
+  o.dim = 2;
+  o.history_length = 2;
+  o.future_length = 2;
+  std::string bad = Bytes(PredictiveStateAccumulator(o));
+  // Body: 16-byte object header, kind (1), num_symbols (4), dim (4) at offset 21. dim 2 -> 300
+  // claims about 1.6e6 doubles (13 MB) that the short body does not hold.
+  const int32_t dim = 300;
+  std::memcpy(&bad[21], &dim, 4);
+  io::Reader r(bad, "f");
+  absl::StatusOr<PredictiveStateAccumulator> a = PredictiveStateAccumulator::Deserialize(r);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("truncated: reading PredictiveStateAccumulator statistics needs"),
+            std::string::npos)
+      << a.status();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Corruption: truncation at every length, bad tag, future version, inconsistent dimensions.
 
@@ -376,6 +395,18 @@ TEST(SerializationCorruption, DimensionsBeyondTheHeaderAreRejectedBeforeAllocati
     std::memcpy(&bad[154], &huge, 4);  // m_x, see the offset below
     io::Reader r(bad, "f");
     r.set_allocation_budget(1 << 20);
+    absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
+    ASSERT_FALSE(c.ok());
+    // The body cannot hold a 20000-atom dictionary: refused on the bytes left, whatever the
+    // budget (a short hostile body must not cost its claimed allocation).
+    EXPECT_NE(c.status().message().find("truncated: reading CompressedCme atoms and matrices needs"),
+              std::string::npos)
+        << c.status();
+  }
+  {
+    // A well-formed body whose buffers exceed the caller's budget: refused by the budget.
+    io::Reader r(bytes, "f");
+    r.set_allocation_budget(1 << 10);
     absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
     ASSERT_FALSE(c.ok());
     EXPECT_NE(c.status().message().find("CompressedCme buffers would allocate"), std::string::npos) << c.status();
