@@ -228,6 +228,21 @@ TEST_F(DaemonTest, LearnsDuffingAndServesKoopmanPredictionsAndDictionary) {
   ASSERT_TRUE(RefreshWait("duffing", &refreshed).ok());
   EXPECT_EQ(refreshed.view().version(), 1u);
   EXPECT_EQ(refreshed.view().samples(), static_cast<uint64_t>(n));
+  {
+    // The per-view build times are parts of the refresh, built one after the other: each is
+    // present for the views this model has, non-negative, and they add up to at most the total.
+    const auto& by_view = refreshed.view().build_seconds_by_view();
+    double sum = 0;
+    for (const char* name : {"snapshot", "koopman", "counts", "embedding", "clusters"}) {
+      ASSERT_TRUE(by_view.contains(name)) << name;
+    }
+    for (const auto& [name, seconds] : by_view) {
+      EXPECT_GE(seconds, 0.0) << name;
+      sum += seconds;
+    }
+    EXPECT_GT(sum, 0.0);
+    EXPECT_LE(sum, refreshed.view().build_seconds() + 1e-9);
+  }
 
   const v1::ModelInfo info = Describe("duffing");
   EXPECT_EQ(info.samples(), static_cast<uint64_t>(n));
