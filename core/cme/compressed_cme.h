@@ -53,13 +53,9 @@
 #include "absl/types/span.h"
 #include "absl/status/statusor.h"
 #include "core/common/types.h"
+#include "core/io/fwd.h"
 
 namespace cmestream {
-
-namespace io {
-class Reader;
-class Writer;
-}  // namespace io
 
 class CompressedCme {
  public:

@@ -35,13 +35,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/common/types.h"
+#include "core/io/fwd.h"
 
 namespace cmestream {
-
-namespace io {
-class Reader;
-class Writer;
-}  // namespace io
 
 struct CountTriplet {
   int i = 0;

@@ -16,13 +16,9 @@
 #include "absl/status/statusor.h"
 #include "core/common/types.h"
 #include "core/embedding/feature_map.h"
+#include "core/io/fwd.h"
 
 namespace cmestream {
-
-namespace io {
-class Reader;
-class Writer;
-}  // namespace io
 
 // Immutable copy of the moments; never aliases the accumulator. Values are true (forgotten)
 // sums: S_x = sum_t w_t h(x_t) h(x_t)^T etc., n = sum_t w_t, w_t = gamma^(T - t).

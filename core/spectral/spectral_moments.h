@@ -59,13 +59,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/common/types.h"
+#include "core/io/fwd.h"
 
 namespace cmestream {
-
-namespace io {
-class Reader;
-class Writer;
-}  // namespace io
 
 // One epoch's moments, normalized to true (forgotten) sums. Fold f in {0, 1}.
 struct SpectralEpochMoments {

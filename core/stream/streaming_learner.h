@@ -48,6 +48,7 @@
 #include "core/common/types.h"
 #include "core/counts/transition_counts.h"
 #include "core/embedding/state_embedding.h"
+#include "core/io/fwd.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/prequential_score.h"
@@ -55,11 +56,6 @@
 #include "core/validation/lag_statistics.h"
 
 namespace cmestream {
-
-namespace io {
-class Reader;
-class Writer;
-}  // namespace io
 
 // How the kernel bandwidth was chosen (docs/algorithms.md §1.11). For a fixed sigma: automatic
 // false and chosen = that sigma. For sigma "auto": automatic true, and once the warm-up ended

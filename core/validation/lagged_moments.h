@@ -41,13 +41,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/common/types.h"
+#include "core/io/fwd.h"
 
 namespace cmestream {
-
-namespace io {
-class Reader;
-class Writer;
-}  // namespace io
 
 // Sums of one lag in one block (or in total).
 struct LagSums {
