@@ -348,6 +348,20 @@ void CompareTimescales(const ModelView& view, double span, CmeView& cme) {
   c.set_count_chain(counts);
   c.set_embedding(embedding);
   c.set_threshold(kTimescaleDisagreementThreshold);
+  // The lag view's figure with its jackknife error bar: the scale of the data's own sampling
+  // error, against which the estimates above are read (not part of the disagreement).
+  c.set_lag_scan(nan);
+  c.set_lag_scan_stderr(nan);
+  if (view.lags.value) {
+    const std::optional<LagTimescales>& scan = view.lags.value->koopman ? view.lags.value->koopman
+                                                                        : view.lags.value->counts;
+    if (scan && !scan->lags.empty() && !scan->timescales[0].empty() && Resolved(scan->timescales[0][0], span)) {
+      c.set_lag_scan(scan->timescales[0][0]);
+      c.set_lag_scan_stderr(scan->stderrs[0][0]);
+      c.set_lag_scan_lag(static_cast<uint32_t>(scan->lags[0]));
+      c.set_lag_scan_blocks(static_cast<uint32_t>(scan->blocks));
+    }
+  }
   double lo = std::numeric_limits<double>::infinity(), hi = 0;
   int available = 0;
   for (double t : {koopman, counts, embedding}) {

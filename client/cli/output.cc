@@ -196,6 +196,10 @@ void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s) {
   w.Key("relative_disagreement").Double(c.relative_disagreement());
   w.Key("threshold").Double(c.threshold());
   w.Key("warning").Bool(c.warning());
+  w.Key("lag_scan").Double(c.lag_scan());
+  w.Key("lag_scan_stderr").Double(c.lag_scan_stderr());
+  w.Key("lag_scan_lag").Uint(c.lag_scan_lag());
+  w.Key("lag_scan_blocks").Uint(c.lag_scan_blocks());
   w.EndObject();
   w.Key("warnings").BeginArray();
   for (const auto& text : s.warnings()) w.String(text);
@@ -218,6 +222,11 @@ void PrintSpectrum(const v1::SpectrumInfo& s, const std::string& indent) {
   std::cout << indent << "slowest timescale koopman " << Num(c.koopman()) << ", count chain " << Num(c.count_chain())
             << ", embedding " << Num(c.embedding()) << "; disagreement " << Num(c.relative_disagreement())
             << (c.warning() ? " (WARNING: above " : " (threshold ") << Num(c.threshold()) << ")\n";
+  if (std::isfinite(c.lag_scan())) {
+    std::cout << indent << "lag scan (lag " << c.lag_scan_lag() << ") " << Num(c.lag_scan()) << " +/- "
+              << Num(c.lag_scan_stderr()) << " (jackknife s.e., " << c.lag_scan_blocks()
+              << " blocks: the sampling error of a slowest timescale on this stream)\n";
+  }
   for (const auto& text : s.warnings()) std::cout << indent << "warning: " << text << "\n";
 }
 

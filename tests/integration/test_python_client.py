@@ -146,10 +146,19 @@ class PythonClientTest(unittest.TestCase):
             self.assertAlmostEqual(cmp.relative_disagreement, (hi - lo) / lo, places=12)
             self.assertEqual(cmp.threshold, 0.25)
             self.assertFalse(cmp.warning)
+            # The lag view's figure and its jackknife s.e. (the data's sampling error): the truth
+            # and the Koopman estimate both lie within 3 s.e. of it, and the s.e. is a few per cent.
+            self.assertEqual(cmp.lag_scan_lag, 1)
+            self.assertGreaterEqual(cmp.lag_scan_blocks, 8)
+            self.assertLess(abs(cmp.lag_scan - true_ts[0]), 3 * cmp.lag_scan_stderr)
+            self.assertLess(abs(cmp.lag_scan - cmp.koopman), 3 * cmp.lag_scan_stderr)
+            self.assertGreater(cmp.lag_scan_stderr / cmp.lag_scan, 0.005)
+            self.assertLess(cmp.lag_scan_stderr / cmp.lag_scan, 0.15)
             # describe carries the same spectrum.
             self.assertEqual(c.describe(name).spectrum.heldout_score, sp.heldout_score)
             print(f"four-well koopman: timescales {np.round(k.timescales[1:], 3)}, counts {cmp.count_chain:.3f}, "
-                  f"embedding {cmp.embedding:.3f}, prequential VAMP-E {sp.heldout_score:.4f} on {sp.heldout_pairs} "
+                  f"embedding {cmp.embedding:.3f}, lag scan {cmp.lag_scan:.3f} +/- {cmp.lag_scan_stderr:.3f} "
+                  f"({cmp.lag_scan_blocks} blocks), prequential VAMP-E {sp.heldout_score:.4f} on {sp.heldout_pairs} "
                   f"pairs, cross-validated {sp.selection_score:.4f}")
         print(f"prequential VAMP-E: auto sigma {chosen:.3f} -> {scores['wells-auto']:.4f}, "
               f"20x -> {scores['wells-wide']:.4f}")
