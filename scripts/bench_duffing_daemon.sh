@@ -27,7 +27,7 @@ cli() { "$CLI" --server "$addr" "$@"; }
 cli model create duf --dim 2 --sigma 0.5 --dt 0.25 --refresh-interval "${REFRESH_INTERVAL:-2}" > /dev/null
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }  # daemon user + system CPU, clock ticks
 c0=$(cpu); t0=$(date +%s.%N)
-cli ingest duf --csv "$dir/d.csv" --quiet
+/usr/bin/time -f "%U %S" -o "$dir/client_cpu" "$CLI" --server "$addr" ingest duf --csv "$dir/d.csv" --quiet
 c1=$(cpu); t1=$(date +%s.%N)
 cli refresh duf --wait > /dev/null
 c2=$(cpu); t2=$(date +%s.%N)
@@ -55,6 +55,19 @@ for line in sys.stdin:
         (s if m.group(1) == "sum" else c)[m.group(2)] = float(m.group(3))
 print("mean view build seconds over %d refreshes: " % max(c.values(), default=0) +
       ", ".join("%s %.4f" % (v, s[v] / c[v]) for v in sorted(s, key=lambda v: -s[v] / c[v]) if c.get(v)))'
+# Where the ingest wall time went: the client's own CPU (simulate CSV parse, encode), the Ingest
+# RPC (server side: queue + WAL write + fdatasync + learning, summed over batches), the fsyncs.
+curl -s "http://$maddr/metrics" | /usr/bin/python3 -c '
+import re, sys
+v = {}
+for line in sys.stdin:
+    m = re.match(r"(cmestream_rpc_duration_seconds|cmestream_wal_fsync_seconds)_(sum|count)(?:\{([^}]*)\})? (\S+)", line)
+    if m and ("wal" in m.group(1) or "Ingest\"" in (m.group(3) or "")):
+        v[m.group(1) + "_" + m.group(2)] = float(m.group(4))
+cpu = open(sys.argv[1]).read().split()
+print("client CPU %.2f s user + %.2f s sys; Ingest RPCs %d, %.3f s server time in all; fdatasyncs %d, %.3f s in all" % (
+    float(cpu[0]), float(cpu[1]), v.get("cmestream_rpc_duration_seconds_count", 0), v.get("cmestream_rpc_duration_seconds_sum", 0),
+    v.get("cmestream_wal_fsync_seconds_count", 0), v.get("cmestream_wal_fsync_seconds_sum", 0)))' "$dir/client_cpu"
 if [ "${NUMPY:-1}" != 0 ]; then
   /usr/bin/python3 scripts/cme_numpy_baseline.py --pairs "$dir/d.csv" --stream 0.5 | tail -1 | \
     awk -F, -v n="$N" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v c0="$c0" -v c1="$c1" -v hz="$hz" '{

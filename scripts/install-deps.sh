@@ -21,6 +21,7 @@ PACKAGES=(
   openssl clang libclang-rt-14-dev   # test certificates (openssl CLI); libFuzzer targets (scripts/fuzz.sh)
   llvm-14                           # llvm-symbolizer: readable TSan/UBSan stacks (scripts/sanitize.sh)
   clang-format clang-tidy           # scripts/dev/format.sh, scripts/dev/lint.sh
+  linux-perf                        # perf: scripts/profile_duffing_daemon.sh (where the daemon's CPU goes)
 )
 
 missing=()
