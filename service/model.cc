@@ -26,7 +26,10 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
       created_unix_seconds_(UnixNow()),
       learner_(std::move(learner)) {
   metrics_->SetDictionaryBudget(discrete() ? 0 : static_cast<double>(config_.max_dict()));
-  stats_ = LearnerStatsLocked();  // not shared yet: no lock needed
+  // Not shared yet, so the locks are uncontended; taken to keep the analysis exact.
+  absl::MutexLock learner_lock(&learner_mu_);
+  absl::MutexLock stats_lock(&stats_mu_);
+  stats_ = LearnerStatsLocked();
   published_sigma_ = SigmaSelectionProto(learner_.sigma_selection());
 }
 
@@ -46,23 +49,16 @@ Model::Stats Model::LearnerStatsLocked() const {
   return s;
 }
 
-absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const std::string& producer_id,
-                                                  uint64_t offset, uint64_t batch_index,
-                                                  const std::string& episode_id,
-                                                  std::optional<uint64_t> replay_sequence) {
-  // (a) de-duplicate and write the record, (b) wait until it is durable, (c) apply it. The
-  // sequencer lock keeps one batch of this model in flight, so batches are de-duplicated
-  // against the offsets of every batch before them and applied in WAL order; the learner lock
-  // is only taken for (c), never across I/O.
-  std::lock_guard<std::mutex> sequencer(ingest_mu_);
-  std::unique_lock<std::mutex> log_lock(log_mu_);
+absl::StatusOr<Model::Admission> Model::AdmitAndLog(const PairBatch& batch, const std::string& producer_id,
+                                                    uint64_t offset, uint64_t batch_index,
+                                                    const std::string& episode_id,
+                                                    std::optional<uint64_t> replay_sequence) {
+  absl::MutexLock log_lock(&log_mu_);
   if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
-  IngestResult r;
-  r.received = static_cast<uint64_t>(batch.n);
+  const uint64_t received = static_cast<uint64_t>(batch.n);
+  Admission a;
 
   // De-duplication against the producer's applied offset.
-  int64_t first = 0;
-  uint64_t offset_after = 0;
   if (!producer_id.empty()) {
     const uint64_t applied = ProducerOffset(producer_id);
     if (offset > applied) {
@@ -78,37 +74,55 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
           " producers, its limit; reuse a producer_id, or send without one (no de-duplication)"));
     }
     const uint64_t duplicates = applied - offset;
-    first = duplicates >= r.received ? batch.n : static_cast<int64_t>(duplicates);
-    offset_after = std::max(applied, offset + r.received);
+    a.first = duplicates >= received ? batch.n : static_cast<int64_t>(duplicates);
+    a.offset_after = std::max(applied, offset + received);
   }
+  if (a.first >= batch.n) return a;
 
   // The one place an accepted batch is made durable before it is applied and acked (not
   // again when it is being replayed from the log).
-  uint64_t sequence = 0;
-  if (first < batch.n) {
-    if (replay_sequence) {
-      sequence = *replay_sequence;
-    } else {
-      // Pending before the record exists (1 <= any cut): a snapshot that reads the log's last
-      // sequence right after the write must wait for this batch (WaitAppliedThrough).
-      SetPending(1);
-      absl::StatusOr<uint64_t> logged = log_->WriteBatch(name(), producer_id, offset_after, batch, first, episode_id);
-      if (!logged.ok() || *logged == 0) SetPending(0);
-      if (!logged.ok()) return logged.status();
-      sequence = *logged;
-      if (sequence != 0) SetPending(sequence);
-      log_lock.unlock();  // a deletion may be logged meanwhile: this record precedes it
-      // (b) without any lock another thread needs: one fdatasync covers many models' records.
-      if (absl::Status durable = log_->WaitDurable(sequence); !durable.ok()) {
-        SetPending(0);
-        return durable;
-      }
+  if (replay_sequence) {
+    a.sequence = *replay_sequence;
+    return a;
+  }
+  // Pending before the record exists (1 <= any cut): a snapshot that reads the log's last
+  // sequence right after the write must wait for this batch (WaitAppliedThrough).
+  SetPending(1);
+  absl::StatusOr<uint64_t> logged = log_->WriteBatch(name(), producer_id, a.offset_after, batch, a.first, episode_id);
+  if (!logged.ok() || *logged == 0) SetPending(0);
+  if (!logged.ok()) return logged.status();
+  a.sequence = *logged;
+  a.written = a.sequence != 0;
+  if (a.written) SetPending(a.sequence);
+  return a;  // the log lock is released: a deletion may be logged meanwhile, after this record
+}
+
+absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const std::string& producer_id,
+                                                  uint64_t offset, uint64_t batch_index,
+                                                  const std::string& episode_id,
+                                                  std::optional<uint64_t> replay_sequence) {
+  // (a) de-duplicate and write the record (under log_mu_), (b) wait until it is durable (no
+  // lock but the sequencer), (c) apply it (under learner_mu_). The sequencer keeps one batch
+  // of this model in flight, so batches are de-duplicated against the offsets of every batch
+  // before them and applied in WAL order; the learner lock is never held across I/O.
+  absl::MutexLock sequencer(&ingest_mu_);
+  absl::StatusOr<Admission> admitted = AdmitAndLog(batch, producer_id, offset, batch_index, episode_id, replay_sequence);
+  if (!admitted.ok()) return admitted.status();
+  const int64_t first = admitted->first;
+  const uint64_t offset_after = admitted->offset_after;
+  const uint64_t sequence = admitted->sequence;
+  IngestResult r;
+  r.received = static_cast<uint64_t>(batch.n);
+  // (b) without any lock another thread needs: one fdatasync covers many models' records.
+  if (admitted->written) {
+    if (absl::Status durable = log_->WaitDurable(sequence); !durable.ok()) {
+      SetPending(0);
+      return durable;
     }
   }
-  if (log_lock.owns_lock()) log_lock.unlock();
 
   // (c) apply under the learner lock: the pairs not seen before, with the episode key.
-  std::lock_guard<std::mutex> learner_lock(learner_mu_);
+  absl::MutexLock learner_lock(&learner_mu_);
   if (sequence != 0) applied_sequence_.store(sequence);
   StreamBatch applied;
   applied.n = batch.n - first;
@@ -136,7 +150,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   std::optional<v1::SigmaSelection> chosen;
   if (learned->warmup_finished) chosen = SigmaSelectionProto(learner_.sigma_selection());
   {
-    std::lock_guard<std::mutex> stats_lock(stats_mu_);
+    absl::MutexLock stats_lock(&stats_mu_);
     s.batches_applied = stats_.batches_applied + (r.applied > 0 ? 1 : 0);
     stats_ = s;
     if (!producer_id.empty()) producer_offsets_[producer_id] = offset_after;
@@ -151,23 +165,23 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
 }
 
 bool Model::producer_offsets_known(const std::string& producer_id) const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   return producer_offsets_.count(producer_id) > 0;
 }
 
 size_t Model::producer_count() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   return producer_offsets_.size();
 }
 
 uint64_t Model::ProducerOffset(const std::string& producer_id) const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   auto it = producer_offsets_.find(producer_id);
   return it == producer_offsets_.end() ? 0 : it->second;
 }
 
 Model::Stats Model::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   return stats_;
 }
 
@@ -175,7 +189,7 @@ v1::ModelInfo Model::Describe() const {
   v1::ModelInfo info;
   *info.mutable_config() = config_;
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    absl::MutexLock lock(&stats_mu_);
     info.set_samples(stats_.samples);
     info.set_pending_warmup(stats_.pending_warmup);
     info.set_dictionary_size(static_cast<uint32_t>(stats_.dict_x));
@@ -196,55 +210,55 @@ v1::ModelInfo Model::Describe() const {
 }
 
 std::optional<Model::LearnerSnapshot> Model::Snapshot() {
-  std::lock_guard<std::mutex> learner_lock(learner_mu_);
+  absl::MutexLock learner_lock(&learner_mu_);
   std::optional<StreamingLearnerSnapshot> learned = learner_.Snapshot();
   if (!learned) return std::nullopt;
   LearnerSnapshot snap;
   static_cast<StreamingLearnerSnapshot&>(snap) = *std::move(learned);
   snap.applied_sequence = applied_sequence_.load();
-  std::lock_guard<std::mutex> stats_lock(stats_mu_);
+  absl::MutexLock stats_lock(&stats_mu_);
   stats_.inverse_drift = snap.inverse_drift;
   return snap;
 }
 
 void Model::SetPending(uint64_t sequence) {
-  {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    pending_sequence_ = sequence;
-  }
-  pending_cv_.notify_all();
+  absl::MutexLock lock(&pending_mu_);  // waiters re-check their condition at the release
+  pending_sequence_ = sequence;
 }
 
 void Model::WaitAppliedThrough(uint64_t sequence) {
-  std::unique_lock<std::mutex> lock(pending_mu_);
-  pending_cv_.wait(lock, [&] { return pending_sequence_ == 0 || pending_sequence_ > sequence; });
+  absl::MutexLock lock(&pending_mu_);
+  auto applied = [this, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pending_mu_) {
+    return pending_sequence_ == 0 || pending_sequence_ > sequence;
+  };
+  pending_mu_.Await(absl::Condition(&applied));
 }
 
 absl::Status Model::MarkDeleted(const std::function<absl::Status()>& log_deletion) {
   // The log lock only (held while a batch is de-duplicated and written, not while it waits
   // for durability or applies), so a deletion never waits for an fdatasync of a batch.
-  std::lock_guard<std::mutex> log_lock(log_mu_);
+  absl::MutexLock log_lock(&log_mu_);
   if (absl::Status s = log_deletion(); !s.ok()) return s;
   deleted_ = true;
   return absl::OkStatus();
 }
 
 std::shared_ptr<const ModelView> Model::view() const {
-  std::lock_guard<std::mutex> lock(view_mu_);
+  absl::MutexLock lock(&view_mu_);
   return view_;
 }
 
 void Model::InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version) {
   std::unique_ptr<PrequentialVampE> previous;
   {
-    std::lock_guard<std::mutex> learner_lock(learner_mu_);
+    absl::MutexLock learner_lock(&learner_mu_);
     previous = learner_.InstallPrequential(std::move(score), view_version);
   }
   // The previous window is freed here, outside the lock.
 }
 
 void Model::Publish(std::shared_ptr<const ModelView> view) {
-  std::lock_guard<std::mutex> lock(view_mu_);
+  absl::MutexLock lock(&view_mu_);
   view_ = std::move(view);
 }
 

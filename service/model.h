@@ -20,17 +20,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "core/spectral/prequential_score.h"
 #include "core/stream/streaming_learner.h"
@@ -76,7 +76,8 @@ class Model {
   // NotFound once the model was deleted (MarkDeleted).
   absl::StatusOr<IngestResult> Ingest(const PairBatch& batch, const std::string& producer_id, uint64_t offset,
                                       uint64_t batch_index, const std::string& episode_id = "",
-                                      std::optional<uint64_t> replay_sequence = std::nullopt);
+                                      std::optional<uint64_t> replay_sequence = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(ingest_mu_, log_mu_, learner_mu_, stats_mu_);
 
   // Sequence number of the last WAL record applied to this model (its creation record at
   // first; 0 without a WAL). Stable while the learner lock is held: Snapshot() reports it.
@@ -87,13 +88,13 @@ class Model {
   // `log_deletion`; if that succeeds the model refuses every later Ingest with NotFound.
   // Never waits for a batch's fdatasync (takes log_mu_ only); a batch written before the
   // deletion record may still be applied after it, as replay does.
-  absl::Status MarkDeleted(const std::function<absl::Status()>& log_deletion);
+  absl::Status MarkDeleted(const std::function<absl::Status()>& log_deletion) ABSL_LOCKS_EXCLUDED(log_mu_);
 
   // Returns once no batch of this model with a WAL sequence <= `sequence` is between its
   // write and its application (or failure). The snapshot writer calls it after reading its
   // cut S = last_sequence() and before taking the model's image, so the image covers every
   // record of the model <= S that will ever be applied. Must not be called with learner_mu_.
-  void WaitAppliedThrough(uint64_t sequence);
+  void WaitAppliedThrough(uint64_t sequence) ABSL_LOCKS_EXCLUDED(pending_mu_, learner_mu_);
 
   // 64-bit FNV-1a digest of the model's full state: every byte a snapshot keeps of it (config
   // without the name, producers' offsets, sigma selection, the learner's serialized state:
@@ -102,12 +103,13 @@ class Model {
   // count. Two models with equal digests hold the same state (fault and
   // lifecycle tests; ModelInfo.state_digest). O(model size) under the learner lock. Defined in
   // snapshot.cc, next to the encoder whose bytes it hashes.
-  uint64_t StateDigest();
+  uint64_t StateDigest() ABSL_LOCKS_EXCLUDED(learner_mu_, stats_mu_);
 
   // Applied offset of a producer; 0 for a producer never seen.
-  uint64_t ProducerOffset(const std::string& producer_id) const;
-  bool producer_offsets_known(const std::string& producer_id) const;
-  size_t producer_count() const;  // producers whose offsets are kept (<= kMaxProducersPerModel)
+  uint64_t ProducerOffset(const std::string& producer_id) const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  bool producer_offsets_known(const std::string& producer_id) const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  // Producers whose offsets are kept (<= kMaxProducersPerModel).
+  size_t producer_count() const ABSL_LOCKS_EXCLUDED(stats_mu_);
 
   // Counters as of the last completed batch or refresh.
   struct Stats {
@@ -120,8 +122,8 @@ class Model {
     double inverse_drift = 0;
     uint64_t batches_applied = 0;
   };
-  Stats stats() const;
-  v1::ModelInfo Describe() const;
+  Stats stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  v1::ModelInfo Describe() const ABSL_LOCKS_EXCLUDED(stats_mu_, view_mu_);
 
   // Refresh support. Snapshot() copies what the views need under the learner lock and changes
   // nothing (StreamingLearner::Snapshot): the Gram-inverse drift check and re-factorization
@@ -133,17 +135,18 @@ class Model {
   struct LearnerSnapshot : StreamingLearnerSnapshot {
     uint64_t applied_sequence = 0;  // WAL: the snapshot covers this model's records <= it
   };
-  std::optional<LearnerSnapshot> Snapshot();
+  std::optional<LearnerSnapshot> Snapshot() ABSL_LOCKS_EXCLUDED(learner_mu_, stats_mu_);
 
-  std::shared_ptr<const ModelView> view() const;
-  void Publish(std::shared_ptr<const ModelView> view);
+  std::shared_ptr<const ModelView> view() const ABSL_LOCKS_EXCLUDED(view_mu_);
+  void Publish(std::shared_ptr<const ModelView> view) ABSL_LOCKS_EXCLUDED(view_mu_);
 
   // Test-then-train score (docs/user-guide.md "The held-out score"): from now on every pair
   // applied to the model is first scored by `score` (the published view's VAMP model), which
   // replaces the previous window (StreamingLearner::InstallPrequential). Takes the learner lock
   // briefly (waits for a batch in progress). The window is not learner state: not in snapshots
   // nor in StateDigest, and it restarts empty after a restart.
-  void InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version);
+  void InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version)
+      ABSL_LOCKS_EXCLUDED(learner_mu_);
 
   // Scheduler bookkeeping (touched by the scheduler thread and Refresh requests).
   std::atomic<bool> refresh_requested{false};
@@ -157,31 +160,45 @@ class Model {
   // The codec's: a model around a learner restored from a snapshot.
   Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log, StreamingLearner learner);
 
-  Stats LearnerStatsLocked() const;  // the learner's counters; requires learner_mu_ held
-  void SetPending(uint64_t sequence);  // 0: none in flight
+  // The learner's counters.
+  Stats LearnerStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_);
+  void SetPending(uint64_t sequence) ABSL_LOCKS_EXCLUDED(pending_mu_);  // 0: none in flight
+
+  // Step (a) of Ingest: under log_mu_, de-duplicates the batch against the producer's offset
+  // and (unless replaying) writes its record. Not durable yet on return.
+  struct Admission {
+    int64_t first = 0;          // first pair of the batch not applied before
+    uint64_t offset_after = 0;  // the producer's applied offset once the batch is applied
+    uint64_t sequence = 0;      // the batch's WAL record (0: nothing to log or no WAL)
+    bool written = false;       // a record was written now (not replay): wait for durability
+  };
+  absl::StatusOr<Admission> AdmitAndLog(const PairBatch& batch, const std::string& producer_id, uint64_t offset,
+                                        uint64_t batch_index, const std::string& episode_id,
+                                        std::optional<uint64_t> replay_sequence) ABSL_LOCKS_EXCLUDED(log_mu_);
 
   const v1::ModelConfig config_;
   const std::shared_ptr<ModelMetrics> metrics_;
   BatchLog* const log_;
   const double created_unix_seconds_;
   std::atomic<uint64_t> applied_sequence_{0};  // written under learner_mu_
-  bool deleted_ = false;                       // guarded by log_mu_
 
-  std::mutex ingest_mu_;
-  std::mutex log_mu_;
-  std::mutex pending_mu_;
-  std::condition_variable pending_cv_;
-  uint64_t pending_sequence_ = 0;              // written, not yet applied; guarded by pending_mu_
-  std::mutex learner_mu_;
-  StreamingLearner learner_;                   // guarded by learner_mu_
+  absl::Mutex ingest_mu_ ABSL_ACQUIRED_BEFORE(log_mu_);
+  absl::Mutex log_mu_ ABSL_ACQUIRED_BEFORE(learner_mu_);
+  bool deleted_ ABSL_GUARDED_BY(log_mu_) = false;
 
-  mutable std::mutex stats_mu_;
-  Stats stats_;
-  std::map<std::string, uint64_t> producer_offsets_;
-  v1::SigmaSelection published_sigma_;
+  mutable absl::Mutex learner_mu_ ABSL_ACQUIRED_BEFORE(stats_mu_);
+  StreamingLearner learner_ ABSL_GUARDED_BY(learner_mu_);
 
-  mutable std::mutex view_mu_;
-  std::shared_ptr<const ModelView> view_;
+  absl::Mutex pending_mu_;  // a leaf
+  uint64_t pending_sequence_ ABSL_GUARDED_BY(pending_mu_) = 0;  // written, not yet applied
+
+  mutable absl::Mutex stats_mu_;  // a leaf
+  Stats stats_ ABSL_GUARDED_BY(stats_mu_);
+  std::map<std::string, uint64_t> producer_offsets_ ABSL_GUARDED_BY(stats_mu_);
+  v1::SigmaSelection published_sigma_ ABSL_GUARDED_BY(stats_mu_);
+
+  mutable absl::Mutex view_mu_;  // a leaf
+  std::shared_ptr<const ModelView> view_ ABSL_GUARDED_BY(view_mu_);
 };
 
 }  // namespace cmestream::service

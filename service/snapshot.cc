@@ -169,54 +169,39 @@ absl::StatusOr<v1::ModelConfig> PeekConfig(const SnapshotFile& f, size_t index) 
 // ---------------------------------------------------------------------------------------------
 // One model
 
-namespace {
-
-// The body of a MODL object. requires m.learner_mu_ held. With `for_digest`, the parts that
-// say where the state came from rather than what it is are left out (the name, the WAL
-// sequence it covers, the batch count), so an imported or renamed copy hashes like the
-// original.
-void WriteModelBody(io::Writer& w, const Model& m, const ModelSnapshotCodec::Access& a, bool for_digest) {
+// The body of a MODL object. With `for_digest`, the parts that say where the state came from
+// rather than what it is are left out (the name, the WAL sequence it covers, the batch count),
+// so an imported or renamed copy hashes like the original.
+void ModelSnapshotCodec::WriteBody(io::Writer& w, const Model& m, bool for_digest) {
   if (for_digest) {
-    v1::ModelConfig anonymous = *a.config;
+    v1::ModelConfig anonymous = m.config_;
     anonymous.clear_name();
     w.String(anonymous.SerializeAsString());
   } else {
-    w.String(a.config->SerializeAsString());
+    w.String(m.config_.SerializeAsString());
     w.U64(m.applied_sequence());
   }
   {
-    std::lock_guard<std::mutex> stats_lock(*a.stats_mu);
-    if (!for_digest) w.U64(a.stats->batches_applied);
-    w.U64(a.producer_offsets->size());
-    for (const auto& [producer, offset] : *a.producer_offsets) {
+    absl::MutexLock stats_lock(&m.stats_mu_);
+    if (!for_digest) w.U64(m.stats_.batches_applied);
+    w.U64(m.producer_offsets_.size());
+    for (const auto& [producer, offset] : m.producer_offsets_) {
       w.String(producer);
       w.U64(offset);
     }
   }
-  w.String(SigmaSelectionProto(a.learner->sigma_selection()).SerializeAsString());
-  a.learner->Serialize(w);
-}
-
-}  // namespace
-
-ModelSnapshotCodec::Access ModelSnapshotCodec::AccessOf(Model& m) {
-  Access a;
-  a.config = &m.config_;
-  a.stats_mu = &m.stats_mu_;
-  a.stats = &m.stats_;
-  a.producer_offsets = &m.producer_offsets_;
-  a.learner = &m.learner_;
-  return a;
+  w.String(SigmaSelectionProto(m.learner_.sigma_selection()).SerializeAsString());
+  m.learner_.Serialize(w);
 }
 
 ModelImage ModelSnapshotCodec::Encode(Model& m) {
   io::Writer w;
   ModelImage image;
   image.name = m.name();
-  std::lock_guard<std::mutex> learner_lock(m.learner_mu_);
+  absl::MutexLock learner_lock(&m.learner_mu_);
   image.applied_sequence = m.applied_sequence();
   const size_t h = w.BeginObject(kModelTag, kModelVersion);
-  WriteModelBody(w, m, AccessOf(m), /*for_digest=*/false);
+  WriteBody(w, m, /*for_digest=*/false);
   w.EndObject(h);
   image.bytes = w.Release();
   return image;
@@ -224,8 +209,8 @@ ModelImage ModelSnapshotCodec::Encode(Model& m) {
 
 std::string ModelSnapshotCodec::StateBytes(Model& m) {
   io::Writer w;
-  std::lock_guard<std::mutex> learner_lock(m.learner_mu_);
-  WriteModelBody(w, m, AccessOf(m), /*for_digest=*/true);
+  absl::MutexLock learner_lock(&m.learner_mu_);
+  WriteBody(w, m, /*for_digest=*/true);
   return w.Release();
 }
 
@@ -278,12 +263,12 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
   m.set_applied_sequence(applied);
   Model::Stats s;
   {
-    std::lock_guard<std::mutex> learner_lock(m.learner_mu_);
+    absl::MutexLock learner_lock(&m.learner_mu_);
     s = m.LearnerStatsLocked();
   }
   s.batches_applied = batches;
   {
-    std::lock_guard<std::mutex> stats_lock(m.stats_mu_);
+    absl::MutexLock stats_lock(&m.stats_mu_);
     m.stats_ = s;
     m.producer_offsets_ = std::move(offsets);
     m.published_sigma_ = sigma;

@@ -53,7 +53,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -94,21 +93,17 @@ class ModelSnapshotCodec {
   // The model's state as bytes (the MODL body without its name, WAL sequence and batch
   // count), under its learner lock: what Model::StateDigest hashes.
   static std::string StateBytes(Model& model);
-  // Pointers to the private state WriteModelBody reads (snapshot.cc).
-  struct Access {
-    const v1::ModelConfig* config;
-    std::mutex* stats_mu;
-    const Model::Stats* stats;
-    const std::map<std::string, uint64_t>* producer_offsets;
-    const StreamingLearner* learner;
-  };
-  static Access AccessOf(Model& model);
   // Decodes one MODL object into a new Model (not registered). `rename` (non-empty) replaces
   // the stored name (import --name). The config is re-validated with NormalizeModelConfig.
   // Errors: DataLoss naming the source and offset; InvalidArgument for a bad (re)name.
   static absl::StatusOr<std::shared_ptr<Model>> Decode(io::Reader& r, const ConfigDefaults& defaults,
                                                        const std::string& rename,
                                                        std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+ private:
+  // The MODL body (snapshot.cc): config, applied sequence and batch count (left out of the
+  // digest), producer offsets, sigma selection, the learner's state.
+  static void WriteBody(io::Writer& w, const Model& m, bool for_digest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.learner_mu_)
+      ABSL_LOCKS_EXCLUDED(m.stats_mu_);
 };
 
 // A parsed, checksum-verified snapshot or export file.
