@@ -7,10 +7,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "service/ownership.h"
-#include "service/limits.h"
-#include "service/wal_options.h"
-#include "service/tls.h"
+#include "service/rpc/ownership.h"
+#include "service/engine/limits.h"
+#include "service/storage/wal_options.h"
+#include "service/rpc/tls.h"
 
 namespace cmestream::service {
 

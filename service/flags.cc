@@ -6,7 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "service/memory_budget.h"
+#include "service/engine/memory_budget.h"
 
 namespace cmestream::service {
 

@@ -169,7 +169,7 @@ int ModelDelete(Context& ctx, const Args& args) {
 }
 
 // `snapshot [NAME]`: a snapshot always holds every model (one file, one atomic rename; see
-// service/snapshot.h), so NAME only checks that the model exists on the daemon.
+// service/storage/snapshot.h), so NAME only checks that the model exists on the daemon.
 int Snapshot(Context& ctx, const Args& args) {
   if (args.positional.size() > 1) return FailUsage("snapshot", "takes at most one model name");
   if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("snapshot", s.message());

@@ -43,7 +43,7 @@ namespace v1 = ::cmestream::v1;
 // Converts a gRPC status to an absl::Status with the same code and message.
 absl::Status FromGrpcStatus(const grpc::Status& status);
 // Same, and a `cmestream-owner` trailer of `context` (a sharded daemon naming the pod that owns
-// the model, service/ownership.h) becomes the status payload kOwnerPayload ("ID=HOST:PORT").
+// the model, service/rpc/ownership.h) becomes the status payload kOwnerPayload ("ID=HOST:PORT").
 absl::Status FromGrpcStatus(const grpc::Status& status, const grpc::ClientContext& context);
 
 inline constexpr char kOwnerPayload[] = "cmestream-owner";

@@ -14,7 +14,7 @@
 //   BEFORE anything is allocated: a corrupt length can never make the reader allocate more
 //   than the file holds.
 //
-// The file-level layout (magic, CRC32C footer) is the caller's (service/snapshot.h); this
+// The file-level layout (magic, CRC32C footer) is the caller's (service/storage/snapshot.h); this
 // layer only frames objects.
 #pragma once
 

@@ -211,7 +211,7 @@ class StreamingLearner {
 
   // SERIALIZATION. The per-sample state, everything Observe reads or writes except the sigma
   // selection (a report, which the caller stores in its own form, right before these bytes
-  // in the daemon's MODL object, service/snapshot.h), in this order:
+  // in the daemon's MODL object, service/storage/snapshot.h), in this order:
   //   i64 warm-up pairs w, then (w > 0) the w x d buffered x and y matrices;
   //   bool episode open, string episode producer, string episode id, doubles last state;
   //   bool + CCME, CNTS, bool + EMOM, bool + MVAC, bool + PSAC, bool + SPMO, bool + LAGS

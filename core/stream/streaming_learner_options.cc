@@ -9,7 +9,7 @@ namespace cmestream {
 namespace learner_options {
 
 // Discrete predictive-state statistics: a bound on num_states^window far above what a caller
-// should allow (the daemon bounds the statistics' size itself, service/model_config.h).
+// should allow (the daemon bounds the statistics' size itself, service/engine/model_config.h).
 constexpr int kMaxHistoryStates = 1 << 23;
 
 CompressedCme::Options Cme(const StreamingLearner::Options& o, double sigma) {

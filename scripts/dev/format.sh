@@ -2,7 +2,7 @@
 # clang-format (.clang-format: Google style, 120 columns) over the C++ sources tracked by git.
 #
 #   scripts/dev/format.sh                 rewrites every file in place (core service client tests)
-#   scripts/dev/format.sh service/wal.cc  only these files or directories
+#   scripts/dev/format.sh service/storage/wal.cc  only these files or directories
 #   CHECK=1 scripts/dev/format.sh         changes nothing; lists the files that would change and
 #                                         exits 1 if there are any
 #

@@ -16,12 +16,12 @@
 #include <string>
 
 #include "core/systems/duffing.h"
-#include "service/batch.h"
-#include "service/batch_log.h"
-#include "service/metrics.h"
-#include "service/model.h"
-#include "service/model_config.h"
-#include "service/refresh.h"
+#include "service/engine/batch.h"
+#include "service/engine/batch_log.h"
+#include "service/observability/metrics.h"
+#include "service/engine/model.h"
+#include "service/engine/model_config.h"
+#include "service/engine/refresh.h"
 
 namespace cmestream {
 namespace {

@@ -14,8 +14,8 @@
 #include <cstdint>
 
 #include "cmestream/v1/cmestream.pb.h"
-#include "service/batch.h"
-#include "service/limits.h"
+#include "service/engine/batch.h"
+#include "service/engine/limits.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // libFuzzer target: arbitrary bytes -> the deserializers of a model's per-sample learner state
-// (core/io, the body of a snapshot; the snapshot file framing of service/snapshot.h was not yet
+// (core/io, the body of a snapshot; the snapshot file framing of service/storage/snapshot.h was not yet
 // committed when this target was written — add it here when it is).
 //
 // Byte 0 chooses the object (CompressedCme, TransitionCounts, EmbeddingMoments,

@@ -23,12 +23,12 @@
 #include "core/systems/soft_aggregation_chain.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "service/batch.h"
-#include "service/batch_log.h"
+#include "service/engine/batch.h"
+#include "service/engine/batch_log.h"
 #include "service/daemon.h"
-#include "service/metrics.h"
-#include "service/model.h"
-#include "service/model_config.h"
+#include "service/observability/metrics.h"
+#include "service/engine/model.h"
+#include "service/engine/model_config.h"
 #include "tests/integration/daemon_test_util.h"
 
 namespace cmestream {
@@ -402,7 +402,7 @@ TEST_F(DaemonViewsTest, DiscreteSoftAggregationAnchors) {
 
 // Duffing (the default model: sigma auto, 20k pairs from a box): its basin indicator comes out
 // with |mu| > 1 and its embedding singular value is 1 - 1e-12 (1.7e11 time units). The
-// cross-view comparison must skip both (service/model_view.h, kTimescaleDisagreementThreshold):
+// cross-view comparison must skip both (service/engine/model_view.h, kTimescaleDisagreementThreshold):
 // a finite disagreement, every compared timescale finite and within the data's time span.
 TEST_F(DaemonViewsTest, DuffingComparisonSkipsFlaggedAndUnresolvedTimescales) {
   const systems::DuffingOptions dopt;
@@ -459,7 +459,7 @@ TEST_F(DaemonViewsTest, DuffingComparisonSkipsFlaggedAndUnresolvedTimescales) {
   EXPECT_EQ(cmp.warning(), cmp.relative_disagreement() > cmp.threshold());
 }
 
-// The prequential window (service/refresh.cc ReportPrequential): a view scores the pairs after
+// The prequential window (service/engine/refresh.cc ReportPrequential): a view scores the pairs after
 // it; a refresh reports the window once it holds >= 1000 pairs and then installs the new view's
 // model; a shorter window keeps the scoring view and the previous report.
 TEST_F(DaemonViewsTest, PrequentialWindowsNeedAThousandPairs) {

@@ -1,6 +1,6 @@
 // IngestPool's per-thread priority (--ingest-nice): the workers run at the daemon's nice plus
 // the offset, every other thread keeps its own; out-of-range values are refused by the flag check.
-#include "service/ingest_pool.h"
+#include "service/engine/ingest_pool.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>

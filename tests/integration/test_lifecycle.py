@@ -23,7 +23,7 @@ from cmestream.testing import Daemon, Stubs
 
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
 
-# --- CRC32C (Castagnoli) and the WAL record layout (service/wal.h), to craft damage ---------
+# --- CRC32C (Castagnoli) and the WAL record layout (service/storage/wal.h), to craft damage ---------
 
 _TABLE = []
 for _i in range(256):

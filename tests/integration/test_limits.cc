@@ -16,9 +16,9 @@
 #include "gtest/gtest.h"
 #include "service/daemon.h"
 #include "service/flags.h"
-#include "service/limits.h"
-#include "service/memory_budget.h"
-#include "service/model_config.h"
+#include "service/engine/limits.h"
+#include "service/engine/memory_budget.h"
+#include "service/engine/model_config.h"
 
 namespace cmestream {
 namespace {

@@ -1,4 +1,4 @@
-// Daemon-side ownership (service/ownership.h): the --shard-self/--shard-peers flags, their
+// Daemon-side ownership (service/rpc/ownership.h): the --shard-self/--shard-peers flags, their
 // validation messages, and the owner of a model, which must be the clients' placement (the
 // reference value below is the one tests/integration/test_sharding.py checks in Python). The
 // refusals over gRPC, their trailer and the clients following them: test_sharding.py.
@@ -8,7 +8,7 @@
 #include "grpcpp/server_context.h"
 #include "gtest/gtest.h"
 #include "service/flags.h"
-#include "service/ownership.h"
+#include "service/rpc/ownership.h"
 
 namespace cmestream {
 namespace {

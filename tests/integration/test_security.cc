@@ -18,10 +18,10 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "service/auth.h"
+#include "service/rpc/auth.h"
 #include "service/daemon.h"
 #include "service/flags.h"
-#include "service/tls.h"
+#include "service/rpc/tls.h"
 
 namespace cmestream {
 namespace {

@@ -1,4 +1,4 @@
-// Snapshots in-process (service/snapshot.h): a model restored from a snapshot or moved by
+// Snapshots in-process (service/storage/snapshot.h): a model restored from a snapshot or moved by
 // export/import continues bit-identically (compared through its serialized bytes); a corrupt
 // newest snapshot is reported by path and the previous one is used; import refuses a taken
 // name (ALREADY_EXISTS) and a corrupt file (DATA_LOSS).
@@ -8,10 +8,10 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "service/batch_log.h"
-#include "service/metrics.h"
-#include "service/registry.h"
-#include "service/snapshot.h"
+#include "service/engine/batch_log.h"
+#include "service/observability/metrics.h"
+#include "service/engine/registry.h"
+#include "service/storage/snapshot.h"
 
 namespace cmestream::service {
 namespace {

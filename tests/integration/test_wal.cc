@@ -21,15 +21,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "service/batch.h"
-#include "service/crc32c.h"
-#include "service/ingestor.h"
-#include "service/metrics.h"
-#include "service/recovery.h"
-#include "service/refresh.h"
-#include "service/registry.h"
-#include "service/wal.h"
-#include "service/manifest.h"
+#include "service/engine/batch.h"
+#include "service/storage/crc32c.h"
+#include "service/engine/ingestor.h"
+#include "service/observability/metrics.h"
+#include "service/storage/recovery.h"
+#include "service/engine/refresh.h"
+#include "service/engine/registry.h"
+#include "service/storage/wal.h"
+#include "service/storage/manifest.h"
 
 namespace cmestream::service {
 namespace {

@@ -1,0 +1,121 @@
+#include "service/engine/memory_budget.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "service/engine/lags.h"
+
+namespace cmestream::service {
+namespace {
+
+constexpr double kDouble = 8;
+
+// A positive number from a one-line file, or 0 ("max", missing, unreadable, absurd).
+double ReadLimitFile(const char* path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text == "max") return 0;
+  double v = 0;
+  if (!absl::SimpleAtod(text, &v) || !(v > 0) || v >= 9e18) return 0;  // v1's "no limit" is ~2^63
+  return v;
+}
+
+}  // namespace
+
+double EstimateModelBytes(const v1::ModelConfig& c) {
+  const bool discrete = c.num_states() > 0;
+  const double p = c.num_states();
+  const double d = discrete ? 1 : c.dim();
+  double bytes = 64 * 1024;  // the Model object, producer map, view bookkeeping
+  if (discrete) {
+    // Sparse counts: assume a dense worst case up to 16 successors per state on average.
+    bytes += p * std::min(p, 16.0) * 32;
+    if (p <= 2048) bytes += 4 * p * p * kDouble;  // dense embedding / clusters view (P x P)
+  } else {
+    const double m = c.max_dict();
+    // CME: W (and its average), both Grams and their inverses at max_dict, atoms, scratch.
+    bytes += (c.averaging() ? 6 : 5) * m * m * kDouble + 2 * m * d * kDouble + 16 * m * kDouble;
+    bytes += m * std::min(m, 64.0) * 32;                       // sparse counts over the atoms
+    const double n = c.rff_features();
+    bytes += 3 * n * n * kDouble;                               // RFF moments S_x, S_y, P_h
+    bytes += 2.0 * c.auto_sigma_warmup() * d * kDouble;         // sigma "auto" warm-up buffer
+    bytes += 4 * m * m * 2 * kDouble;                           // Koopman view: complex m x m
+    // Spectral moments (core/spectral/spectral_moments.h): C00, C01, C11 per fold over the
+    // m + 1 features, for the live epoch and the serving previous one: 12 (m+1)^2 doubles.
+    bytes += 12 * (m + 1) * (m + 1) * kDouble;
+  }
+  // Lag statistics (core/validation/lag_statistics.h): per lag and block (16 + the open one),
+  // two D x D sums with D = P one-hot ids (discrete, P <= kMaxLagStates) or the Koopman basis
+  // (kLagBasisAtoms + 1) plus the count chain over the basis atoms (continuous).
+  if (HasLagStatistics(c)) {
+    const double lags = std::max(1, c.lags_size()), blocks = 17;
+    const double dim = discrete ? p : kLagBasisAtoms + 1.0;
+    const double per_lag = discrete ? 2 * dim * dim : 2 * (dim * dim + (dim - 1) * (dim - 1));
+    bytes += blocks * lags * per_lag * kDouble;
+  }
+  if (c.latent_states() > 0) {
+    const double f = discrete ? p : c.rff_features();
+    bytes += 3 * f * f * kDouble + 3.0 * c.reservoir() * d * kDouble;
+  }
+  if (c.window() > 0) {
+    if (discrete) {
+      bytes += std::pow(p, c.window()) * (p * p + p + 1) * kDouble;
+    } else {
+      const double side = d * (2.0 * c.window() + 1);
+      bytes += 3 * side * side * kDouble;
+    }
+  }
+  return bytes;
+}
+
+double DefaultMemoryBudget() {
+  double limit = ReadLimitFile("/sys/fs/cgroup/memory.max");
+  if (limit <= 0) limit = ReadLimitFile("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const double physical = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+  if (limit <= 0 || (physical > 0 && limit > physical)) limit = physical;
+  if (limit <= 0) limit = 4.0 * (1ull << 30);  // unknown: assume a small machine
+  return 0.8 * limit;
+}
+
+absl::StatusOr<double> ParseByteSize(const std::string& text) {
+  size_t end = 0;
+  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.' ||
+                               text[end] == 'e' || text[end] == 'E' || text[end] == '+')) {
+    ++end;
+  }
+  double value = 0;
+  if (end == 0 || !absl::SimpleAtod(text.substr(0, end), &value) || !(value >= 0) || !std::isfinite(value)) {
+    return absl::InvalidArgumentError("expected a size such as 8G, 512M or a number of bytes");
+  }
+  std::string unit = text.substr(end);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (unit.size() >= 2 && unit.substr(unit.size() - 2) == "IB") unit.resize(unit.size() - 2);
+  else if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  double scale = 1;
+  if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty()) return absl::InvalidArgumentError(absl::StrCat("unknown unit '", text.substr(end), "' (K, M, G, T)"));
+  return value * scale;
+}
+
+std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.3g %s", bytes, units[u]);
+}
+
+}  // namespace cmestream::service

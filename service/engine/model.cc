@@ -1,0 +1,265 @@
+#include "service/engine/model.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "service/engine/fit_summary.h"
+#include "service/engine/model_config.h"
+
+namespace cmestream::service {
+namespace {
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log)
+    : Model(config, std::move(metrics), log, StreamingLearner(LearnerOptionsFor(config))) {}
+
+Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log, StreamingLearner learner)
+    : config_(std::move(config)),
+      metrics_(std::move(metrics)),
+      log_(log),
+      created_unix_seconds_(UnixNow()),
+      learner_(std::move(learner)) {
+  metrics_->SetDictionaryBudget(discrete() ? 0 : static_cast<double>(config_.max_dict()));
+  // Not shared yet, so the locks are uncontended; taken to keep the analysis exact.
+  absl::MutexLock learner_lock(&learner_mu_);
+  absl::MutexLock stats_lock(&stats_mu_);
+  stats_ = LearnerStatsLocked();
+  published_sigma_ = SigmaSelectionProto(learner_.sigma_selection());
+}
+
+Model::Stats Model::LearnerStatsLocked() const {
+  Stats s;
+  s.learner_ready = learner_.ready();
+  s.pending_warmup = static_cast<uint64_t>(learner_.pending_warmup());
+  s.samples = static_cast<uint64_t>(learner_.samples());
+  if (const CompressedCme* cme = learner_.cme()) {
+    const CompressedCme::Counters& c = cme->counters();
+    s.dict_x = cme->dict_x_size();
+    s.dict_y = cme->dict_y_size();
+    s.forced = static_cast<uint64_t>(c.forced);
+    s.forced_error_sum = c.forced_error_sum;
+    s.inverse_drift = cme->last_drift();
+  }
+  return s;
+}
+
+absl::StatusOr<Model::Admission> Model::AdmitAndLog(const PairBatch& batch, const std::string& producer_id,
+                                                    uint64_t offset, uint64_t batch_index,
+                                                    const std::string& episode_id,
+                                                    std::optional<uint64_t> replay_sequence) {
+  absl::MutexLock log_lock(&log_mu_);
+  if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
+  const uint64_t received = static_cast<uint64_t>(batch.n);
+  Admission a;
+
+  // De-duplication against the producer's applied offset.
+  if (!producer_id.empty()) {
+    const uint64_t applied = ProducerOffset(producer_id);
+    if (offset > applied) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "batch ", batch_index, ": producer '", producer_id, "' sent offset ", offset, " but model '", name(),
+          "' has applied its pairs up to offset ", applied, " (a gap of ", offset - applied,
+          " pairs); expected offset <= ", applied, ": resume from GetProducer's applied_offset"));
+    }
+    if (applied == 0 && offset == 0 && !producer_offsets_known(producer_id) &&
+        static_cast<int64_t>(producer_count()) >= kMaxProducersPerModel) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "batch ", batch_index, ": model '", name(), "' already tracks the offsets of ", kMaxProducersPerModel,
+          " producers, its limit; reuse a producer_id, or send without one (no de-duplication)"));
+    }
+    const uint64_t duplicates = applied - offset;
+    a.first = duplicates >= received ? batch.n : static_cast<int64_t>(duplicates);
+    a.offset_after = std::max(applied, offset + received);
+  }
+  if (a.first >= batch.n) return a;
+
+  // The one place an accepted batch is made durable before it is applied and acked (not
+  // again when it is being replayed from the log).
+  if (replay_sequence) {
+    a.sequence = *replay_sequence;
+    return a;
+  }
+  // Pending before the record exists (1 <= any cut): a snapshot that reads the log's last
+  // sequence right after the write must wait for this batch (WaitAppliedThrough).
+  SetPending(1);
+  absl::StatusOr<uint64_t> logged = log_->WriteBatch(name(), producer_id, a.offset_after, batch, a.first, episode_id);
+  if (!logged.ok() || *logged == 0) SetPending(0);
+  if (!logged.ok()) return logged.status();
+  a.sequence = *logged;
+  a.written = a.sequence != 0;
+  if (a.written) SetPending(a.sequence);
+  return a;  // the log lock is released: a deletion may be logged meanwhile, after this record
+}
+
+absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const std::string& producer_id,
+                                                  uint64_t offset, uint64_t batch_index,
+                                                  const std::string& episode_id,
+                                                  std::optional<uint64_t> replay_sequence) {
+  // (a) de-duplicate and write the record (under log_mu_), (b) wait until it is durable (no
+  // lock but the sequencer), (c) apply it (under learner_mu_). The sequencer keeps one batch
+  // of this model in flight, so batches are de-duplicated against the offsets of every batch
+  // before them and applied in WAL order; the learner lock is never held across I/O.
+  absl::MutexLock sequencer(&ingest_mu_);
+  absl::StatusOr<Admission> admitted = AdmitAndLog(batch, producer_id, offset, batch_index, episode_id, replay_sequence);
+  if (!admitted.ok()) return admitted.status();
+  const int64_t first = admitted->first;
+  const uint64_t offset_after = admitted->offset_after;
+  const uint64_t sequence = admitted->sequence;
+  IngestResult r;
+  r.received = static_cast<uint64_t>(batch.n);
+  // (b) without any lock another thread needs: one fdatasync covers many models' records.
+  if (admitted->written) {
+    if (absl::Status durable = log_->WaitDurable(sequence); !durable.ok()) {
+      SetPending(0);
+      return durable;
+    }
+  }
+
+  // (c) apply under the learner lock: the pairs not seen before, with the episode key.
+  absl::MutexLock learner_lock(&learner_mu_);
+  if (sequence != 0) applied_sequence_.store(sequence);
+  StreamBatch applied;
+  applied.n = batch.n - first;
+  applied.dim = batch.dim;
+  if (batch.discrete()) {
+    applied.x_ids = batch.x_ids + first;
+    applied.y_ids = batch.y_ids + first;
+  } else {
+    applied.x = batch.x_at(first);
+    applied.y = batch.y_at(first);
+  }
+  applied.trajectory = batch.trajectory;
+  applied.producer = producer_id;
+  applied.episode = episode_id;
+  absl::StatusOr<ObserveSummary> learned = learner_.Observe(applied);
+  if (!learned.ok()) {
+    // Unreachable for a batch that passed ValidateBatch (the same checks); nothing was applied.
+    if (sequence != 0 && !replay_sequence) SetPending(0);
+    return learned.status();
+  }
+  r.applied = static_cast<uint64_t>(learned->pairs);
+
+  Stats s = LearnerStatsLocked();
+  // Converted before the stats lock (it allocates), once: when this batch ended the warm-up.
+  std::optional<v1::SigmaSelection> chosen;
+  if (learned->warmup_finished) chosen = SigmaSelectionProto(learner_.sigma_selection());
+  {
+    absl::MutexLock stats_lock(&stats_mu_);
+    s.batches_applied = stats_.batches_applied + (r.applied > 0 ? 1 : 0);
+    stats_ = s;
+    if (!producer_id.empty()) producer_offsets_[producer_id] = offset_after;
+    if (chosen) published_sigma_ = std::move(*chosen);
+  }
+  if (sequence != 0 && !replay_sequence) SetPending(0);
+  metrics_->OnBatchApplied(r.applied, static_cast<uint64_t>(learned->forced), learned->forced_error,
+                           {s.pending_warmup, s.dict_x, s.dict_y});
+  r.producer_offset = offset_after;
+  r.model_samples = s.samples + s.pending_warmup;
+  return r;
+}
+
+bool Model::producer_offsets_known(const std::string& producer_id) const {
+  absl::MutexLock lock(&stats_mu_);
+  return producer_offsets_.count(producer_id) > 0;
+}
+
+size_t Model::producer_count() const {
+  absl::MutexLock lock(&stats_mu_);
+  return producer_offsets_.size();
+}
+
+uint64_t Model::ProducerOffset(const std::string& producer_id) const {
+  absl::MutexLock lock(&stats_mu_);
+  auto it = producer_offsets_.find(producer_id);
+  return it == producer_offsets_.end() ? 0 : it->second;
+}
+
+Model::Stats Model::stats() const {
+  absl::MutexLock lock(&stats_mu_);
+  return stats_;
+}
+
+v1::ModelInfo Model::Describe() const {
+  v1::ModelInfo info;
+  *info.mutable_config() = config_;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    info.set_samples(stats_.samples);
+    info.set_pending_warmup(stats_.pending_warmup);
+    info.set_dictionary_size(static_cast<uint32_t>(stats_.dict_x));
+    info.set_dictionary_size_y(static_cast<uint32_t>(stats_.dict_y));
+    info.set_forced_compressions(stats_.forced);
+    info.set_forced_error_sum(stats_.forced_error_sum);
+    info.set_inverse_drift(stats_.inverse_drift);
+    info.set_batches_applied(stats_.batches_applied);
+    *info.mutable_sigma_selection() = published_sigma_;
+  }
+  if (auto v = view()) {
+    *info.mutable_view() = v->Info();
+    if (v->cme) *info.mutable_spectrum() = v->cme->spectrum;
+    AddSubViewStatuses(*v, info.mutable_sub_views());
+  }
+  info.set_created_unix_seconds(created_unix_seconds_);
+  return info;
+}
+
+std::optional<Model::LearnerSnapshot> Model::Snapshot() {
+  absl::MutexLock learner_lock(&learner_mu_);
+  std::optional<StreamingLearnerSnapshot> learned = learner_.Snapshot();
+  if (!learned) return std::nullopt;
+  LearnerSnapshot snap;
+  static_cast<StreamingLearnerSnapshot&>(snap) = *std::move(learned);
+  snap.applied_sequence = applied_sequence_.load();
+  absl::MutexLock stats_lock(&stats_mu_);
+  stats_.inverse_drift = snap.inverse_drift;
+  return snap;
+}
+
+void Model::SetPending(uint64_t sequence) {
+  absl::MutexLock lock(&pending_mu_);  // waiters re-check their condition at the release
+  pending_sequence_ = sequence;
+}
+
+void Model::WaitAppliedThrough(uint64_t sequence) {
+  absl::MutexLock lock(&pending_mu_);
+  auto applied = [this, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pending_mu_) {
+    return pending_sequence_ == 0 || pending_sequence_ > sequence;
+  };
+  pending_mu_.Await(absl::Condition(&applied));
+}
+
+absl::Status Model::MarkDeleted(const std::function<absl::Status()>& log_deletion) {
+  // The log lock only (held while a batch is de-duplicated and written, not while it waits
+  // for durability or applies), so a deletion never waits for an fdatasync of a batch.
+  absl::MutexLock log_lock(&log_mu_);
+  if (absl::Status s = log_deletion(); !s.ok()) return s;
+  deleted_ = true;
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const ModelView> Model::view() const {
+  absl::MutexLock lock(&view_mu_);
+  return view_;
+}
+
+void Model::InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version) {
+  std::unique_ptr<PrequentialVampE> previous;
+  {
+    absl::MutexLock learner_lock(&learner_mu_);
+    previous = learner_.InstallPrequential(std::move(score), view_version);
+  }
+  // The previous window is freed here, outside the lock.
+}
+
+void Model::Publish(std::shared_ptr<const ModelView> view) {
+  absl::MutexLock lock(&view_mu_);
+  view_ = std::move(view);
+}
+
+}  // namespace cmestream::service

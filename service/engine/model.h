@@ -1,0 +1,204 @@
+// One model of the registry: its configuration, its learner (core/stream/streaming_learner.h:
+// the per-sample math), its producers' applied offsets, the WAL port, its counters and its
+// latest view.
+//
+// Concurrency (why these locks):
+//   ingest_mu_   the per-model sequencer: held by Ingest from de-duplication to the end of the
+//                application, so one batch of the model is in flight and batches are applied
+//                in the order of their WAL records. Nothing else takes it.
+//   log_mu_      held while a batch is de-duplicated and its record written (not while it
+//                waits for durability); guards deleted_, so no record follows a deletion.
+//   learner_mu_  serializes the application of a batch (SGD is sequential) and the brief
+//                snapshot taken by a refresh or a snapshot. Never held across I/O.
+//   stats_mu_    guards the small published copy of the counters and the producer offsets,
+//                updated at the end of each batch: GetModel/GetProducer/the scheduler read it
+//                without waiting for a batch in progress.
+//   view_mu_     guards the pointer to the latest immutable view (copying a shared_ptr is not
+//                atomic); queries copy the pointer and never wait for ingestion or refresh.
+// Different models share nothing, so they learn in parallel.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cmestream/v1/cmestream.pb.h"
+#include "core/spectral/prequential_score.h"
+#include "core/stream/streaming_learner.h"
+#include "service/engine/batch.h"
+#include "service/engine/batch_log.h"
+#include "service/observability/metrics.h"
+#include "service/engine/model_view.h"
+
+namespace cmestream::service {
+
+class Model {
+ public:
+  // requires: `config` came from NormalizeModelConfig; `log` outlives the model.
+  Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+
+  const std::string& name() const { return config_.name(); }
+  const v1::ModelConfig& config() const { return config_; }
+  int dim() const { return static_cast<int>(config_.dim()); }  // 0 for discrete models
+  bool discrete() const { return config_.num_states() > 0; }
+  ModelMetrics& metrics() { return *metrics_; }
+
+  struct IngestResult {
+    uint64_t received = 0;
+    uint64_t applied = 0;
+    uint64_t producer_offset = 0;
+    uint64_t model_samples = 0;  // accepted pairs: learner samples + pending warm-up
+  };
+  // Applies a validated batch exactly once per producer (see IngestBatch in the proto): pairs
+  // before the producer's applied offset are skipped; an offset beyond it is a gap and
+  // answers FAILED_PRECONDITION with nothing applied. Empty producer_id: no de-duplication.
+  // The pairs applied go to the learner (StreamingLearner::Observe: the sigma warm-up, every
+  // estimator pair by pair, trajectories state by state) with the episode key (producer_id,
+  // episode_id): a trajectory batch continues the current episode iff the previous trajectory
+  // batch applied to this model came from the same producer_id with the same episode_id and
+  // ended with this batch's first applied state (the client repeats it).
+  // Cost O(n (m^2 + N^2)), no allocation per pair except a first-seen count entry.
+  // Before anything is applied the batch (restricted to the pairs applied) is written to the
+  // BatchLog (under log_mu_), then made durable (BatchLog::WaitDurable, no model lock held:
+  // the WAL's group commit), then applied under learner_mu_; if the write or the durability
+  // fails, nothing is applied and the log's status is returned.
+  // Replay (WAL recovery): with `replay_sequence` set, the batch is not logged again and the
+  // model's applied_sequence() becomes *replay_sequence; the computation is otherwise the same.
+  // NotFound once the model was deleted (MarkDeleted).
+  absl::StatusOr<IngestResult> Ingest(const PairBatch& batch, const std::string& producer_id, uint64_t offset,
+                                      uint64_t batch_index, const std::string& episode_id = "",
+                                      std::optional<uint64_t> replay_sequence = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(ingest_mu_, log_mu_, learner_mu_, stats_mu_);
+
+  // Sequence number of the last WAL record applied to this model (its creation record at
+  // first; 0 without a WAL). Stable while the learner lock is held: Snapshot() reports it.
+  uint64_t applied_sequence() const { return applied_sequence_.load(); }
+  void set_applied_sequence(uint64_t s) { applied_sequence_.store(s); }
+
+  // Deletion: under the learner lock (so no batch of this model is logged after it), runs
+  // `log_deletion`; if that succeeds the model refuses every later Ingest with NotFound.
+  // Never waits for a batch's fdatasync (takes log_mu_ only); a batch written before the
+  // deletion record may still be applied after it, as replay does.
+  absl::Status MarkDeleted(const std::function<absl::Status()>& log_deletion) ABSL_LOCKS_EXCLUDED(log_mu_);
+
+  // Returns once no batch of this model with a WAL sequence <= `sequence` is between its
+  // write and its application (or failure). The snapshot writer calls it after reading its
+  // cut S = last_sequence() and before taking the model's image, so the image covers every
+  // record of the model <= S that will ever be applied. Must not be called with learner_mu_.
+  void WaitAppliedThrough(uint64_t sequence) ABSL_LOCKS_EXCLUDED(pending_mu_, learner_mu_);
+
+  // 64-bit FNV-1a digest of the model's full state: every byte a snapshot keeps of it (config
+  // without the name, producers' offsets, sigma selection, the learner's serialized state:
+  // warm-up buffer, episode state, CME, counts, RFF moments, latent and predictive
+  // accumulators, spectral moments, lag statistics), without the name, WAL sequence and batch
+  // count. Two models with equal digests hold the same state (fault and
+  // lifecycle tests; ModelInfo.state_digest). O(model size) under the learner lock. Defined in
+  // snapshot.cc, next to the encoder whose bytes it hashes.
+  uint64_t StateDigest() ABSL_LOCKS_EXCLUDED(learner_mu_, stats_mu_);
+
+  // Applied offset of a producer; 0 for a producer never seen.
+  uint64_t ProducerOffset(const std::string& producer_id) const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  bool producer_offsets_known(const std::string& producer_id) const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  // Producers whose offsets are kept (<= kMaxProducersPerModel).
+  size_t producer_count() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+
+  // Counters as of the last completed batch or refresh.
+  struct Stats {
+    bool learner_ready = false;   // false while sigma "auto" warm-up is buffering
+    uint64_t samples = 0;
+    uint64_t pending_warmup = 0;
+    int dict_x = 0, dict_y = 0;
+    uint64_t forced = 0;
+    double forced_error_sum = 0;
+    double inverse_drift = 0;
+    uint64_t batches_applied = 0;
+  };
+  Stats stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  v1::ModelInfo Describe() const ABSL_LOCKS_EXCLUDED(stats_mu_, view_mu_);
+
+  // Refresh support. Snapshot() copies what the views need under the learner lock and changes
+  // nothing (StreamingLearner::Snapshot): the Gram-inverse drift check and re-factorization
+  // (docs/algorithms.md §1.7) run inside CompressedCme::Observe on a sample-count schedule, and
+  // the embedding moments fold their buffered pairs into a copy. A refresh that touched the
+  // learner would make its state depend on wall-clock timing, and WAL replay / snapshots could
+  // not reproduce it bit for bit. Returns nullopt while there is no learner yet (warm-up).
+  // Discrete models have no CME: cme is empty and inverse_drift 0.
+  struct LearnerSnapshot : StreamingLearnerSnapshot {
+    uint64_t applied_sequence = 0;  // WAL: the snapshot covers this model's records <= it
+  };
+  std::optional<LearnerSnapshot> Snapshot() ABSL_LOCKS_EXCLUDED(learner_mu_, stats_mu_);
+
+  std::shared_ptr<const ModelView> view() const ABSL_LOCKS_EXCLUDED(view_mu_);
+  void Publish(std::shared_ptr<const ModelView> view) ABSL_LOCKS_EXCLUDED(view_mu_);
+
+  // Test-then-train score (docs/user-guide.md "The held-out score"): from now on every pair
+  // applied to the model is first scored by `score` (the published view's VAMP model), which
+  // replaces the previous window (StreamingLearner::InstallPrequential). Takes the learner lock
+  // briefly (waits for a batch in progress). The window is not learner state: not in snapshots
+  // nor in StateDigest, and it restarts empty after a restart.
+  void InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version)
+      ABSL_LOCKS_EXCLUDED(learner_mu_);
+
+  // Scheduler bookkeeping (touched by the scheduler thread and Refresh requests).
+  std::atomic<bool> refresh_requested{false};
+  // Starts at creation, so the first interval-triggered view comes refresh_interval after it.
+  std::chrono::steady_clock::time_point last_refresh_attempt = std::chrono::steady_clock::now();  // scheduler only
+
+ private:
+  // service/storage/snapshot.cc reads and restores the full state (under learner_mu_).
+  friend class ModelSnapshotCodec;
+
+  // The codec's: a model around a learner restored from a snapshot.
+  Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log, StreamingLearner learner);
+
+  // The learner's counters.
+  Stats LearnerStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_);
+  void SetPending(uint64_t sequence) ABSL_LOCKS_EXCLUDED(pending_mu_);  // 0: none in flight
+
+  // Step (a) of Ingest: under log_mu_, de-duplicates the batch against the producer's offset
+  // and (unless replaying) writes its record. Not durable yet on return.
+  struct Admission {
+    int64_t first = 0;          // first pair of the batch not applied before
+    uint64_t offset_after = 0;  // the producer's applied offset once the batch is applied
+    uint64_t sequence = 0;      // the batch's WAL record (0: nothing to log or no WAL)
+    bool written = false;       // a record was written now (not replay): wait for durability
+  };
+  absl::StatusOr<Admission> AdmitAndLog(const PairBatch& batch, const std::string& producer_id, uint64_t offset,
+                                        uint64_t batch_index, const std::string& episode_id,
+                                        std::optional<uint64_t> replay_sequence) ABSL_LOCKS_EXCLUDED(log_mu_);
+
+  const v1::ModelConfig config_;
+  const std::shared_ptr<ModelMetrics> metrics_;
+  BatchLog* const log_;
+  const double created_unix_seconds_;
+  std::atomic<uint64_t> applied_sequence_{0};  // written under learner_mu_
+
+  absl::Mutex ingest_mu_ ABSL_ACQUIRED_BEFORE(log_mu_);
+  absl::Mutex log_mu_ ABSL_ACQUIRED_BEFORE(learner_mu_);
+  bool deleted_ ABSL_GUARDED_BY(log_mu_) = false;
+
+  mutable absl::Mutex learner_mu_ ABSL_ACQUIRED_BEFORE(stats_mu_);
+  StreamingLearner learner_ ABSL_GUARDED_BY(learner_mu_);
+
+  absl::Mutex pending_mu_;  // a leaf
+  uint64_t pending_sequence_ ABSL_GUARDED_BY(pending_mu_) = 0;  // written, not yet applied
+
+  mutable absl::Mutex stats_mu_;  // a leaf
+  Stats stats_ ABSL_GUARDED_BY(stats_mu_);
+  std::map<std::string, uint64_t> producer_offsets_ ABSL_GUARDED_BY(stats_mu_);
+  v1::SigmaSelection published_sigma_ ABSL_GUARDED_BY(stats_mu_);
+
+  mutable absl::Mutex view_mu_;  // a leaf
+  std::shared_ptr<const ModelView> view_ ABSL_GUARDED_BY(view_mu_);
+};
+
+}  // namespace cmestream::service

@@ -1,0 +1,241 @@
+#include "service/engine/model_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "service/engine/lags.h"
+#include "service/engine/wire_limits.h"
+
+namespace cmestream::service {
+namespace {
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status Bad(const v1::ModelConfig& c, absl::string_view field, double value,
+                 absl::string_view expected) {
+  return absl::InvalidArgumentError(absl::StrCat("model '", c.name(), "': field ", field, " is ",
+                                                 value, ", expected ", expected));
+}
+
+// Fields of the streaming statistics and views (docs/algorithms.md §2-6): defaults, ranges
+// and the memory bounds documented in model_config.h.
+absl::Status NormalizeViewFields(v1::ModelConfig& c) {
+  const bool discrete = c.num_states() > 0;
+  const uint64_t p = c.num_states();
+  if (!c.has_forgetting()) c.set_forgetting(1.0);
+  if (!std::isfinite(c.forgetting()) || c.forgetting() < kMinForgetting || c.forgetting() > 1) {
+    return Bad(c, "forgetting", c.forgetting(), absl::StrCat("in [", kMinForgetting, ", 1] (1 = no forgetting)"));
+  }
+  if (!c.has_rff_features()) c.set_rff_features(kDefaultRffFeatures);
+  if (!discrete && (c.rff_features() < 1 || c.rff_features() > kMaxRffFeatures)) {
+    return Bad(c, "rff_features", c.rff_features(), absl::StrCat("1..", kMaxRffFeatures));
+  }
+  if (!c.has_rank()) c.set_rank(4);
+  if (c.rank() < 1 || c.rank() > kMaxRank) return Bad(c, "rank", c.rank(), absl::StrCat("1..", kMaxRank));
+  if (!c.has_clusters()) c.set_clusters(2);
+  if (c.clusters() < 1 || c.clusters() > kMaxClusters) {
+    return Bad(c, "clusters", c.clusters(), absl::StrCat("1..", kMaxClusters));
+  }
+  if (!c.has_meta_states()) c.set_meta_states(0);
+  if (c.meta_states() > kMaxMetaStates) {
+    return Bad(c, "meta_states", c.meta_states(), absl::StrCat("0 (off) .. ", kMaxMetaStates));
+  }
+  if (discrete && c.meta_states() > p) {
+    return Bad(c, "meta_states", c.meta_states(), absl::StrCat("<= num_states ", p));
+  }
+  if (!c.has_anchor_threshold()) c.set_anchor_threshold(0.1);
+  if (!std::isfinite(c.anchor_threshold()) || c.anchor_threshold() < 0 || c.anchor_threshold() >= 1) {
+    return Bad(c, "anchor_threshold", c.anchor_threshold(), "in [0, 1)");
+  }
+  if (c.vertex_hunting().empty()) c.set_vertex_hunting("spa");
+  if (c.vertex_hunting() != "spa" && c.vertex_hunting() != "kmeans-spa") {
+    return absl::InvalidArgumentError(absl::StrCat("model '", c.name(), "': field vertex_hunting is '",
+                                                   c.vertex_hunting().substr(0, 40),
+                                                   "', expected \"spa\" or \"kmeans-spa\""));
+  }
+  if (!c.has_latent_states()) c.set_latent_states(0);
+  if (!c.has_tensor_restarts()) c.set_tensor_restarts(20);
+  if (!c.has_tensor_iterations()) c.set_tensor_iterations(30);
+  if (!c.has_reservoir()) c.set_reservoir(20000);
+  if (c.latent_states() > 0) {
+    const uint64_t features = discrete ? p : c.rff_features();
+    if (discrete && (p < 2 || p > kMaxLatentSymbols)) {
+      return Bad(c, "num_states", p, absl::StrCat("2..", kMaxLatentSymbols, " for a latent model (one-hot features, ",
+                                                  "3 num_states^2 moments); or latent_states 0"));
+    }
+    if (c.latent_states() > features) {
+      return Bad(c, "latent_states", c.latent_states(),
+                 absl::StrCat("0 (off) .. ", features, discrete ? " (num_states)" : " (rff_features)"));
+    }
+  }
+  if (c.tensor_restarts() < 1 || c.tensor_restarts() > 1000) return Bad(c, "tensor_restarts", c.tensor_restarts(), "1..1000");
+  if (c.tensor_iterations() < 1 || c.tensor_iterations() > 10000) {
+    return Bad(c, "tensor_iterations", c.tensor_iterations(), "1..10000");
+  }
+  const uint64_t obs = discrete ? 1 : c.dim();
+  if (c.reservoir() < 1 || c.reservoir() * 3 * obs > kMaxReservoirValues) {
+    return Bad(c, "reservoir", c.reservoir(),
+               absl::StrCat("1..", kMaxReservoirValues / (3 * obs), " (3 * reservoir * dim <= ", kMaxReservoirValues, ")"));
+  }
+  if (!c.has_window()) c.set_window(0);
+  if (c.window() > kMaxWindow) return Bad(c, "window", c.window(), absl::StrCat("0 (off) .. ", kMaxWindow));
+  if (c.window() > 0) {
+    if (discrete) {
+      // Statistics: S^H (S^2 + S + 1) doubles (PredictiveStateAccumulator).
+      if (p < 2) return Bad(c, "num_states", p, ">= 2 for a predictive-state model (window > 0)");
+      double histories = 1;
+      for (uint32_t k = 0; k < c.window(); ++k) histories *= static_cast<double>(p);
+      const double doubles = histories * (static_cast<double>(p) * p + p + 1);
+      if (doubles > kMaxPredictiveDoubles) {
+        return Bad(c, "window", c.window(),
+                   absl::StrCat("smaller: num_states^window * (num_states^2 + num_states + 1) = ", doubles,
+                                " doubles of statistics, at most ", kMaxPredictiveDoubles));
+      }
+    } else {
+      const double side = static_cast<double>(c.dim()) * (2.0 * c.window() + 1);
+      if (side > kMaxPredictiveSide) {
+        return Bad(c, "window", c.window(),
+                   absl::StrCat("smaller: dim * (2 window + 1) = ", side, ", at most ", kMaxPredictiveSide));
+      }
+    }
+  }
+  if (!c.has_ridge_stage1()) c.set_ridge_stage1(1e-3);
+  if (!std::isfinite(c.ridge_stage1()) || c.ridge_stage1() < 0) return Bad(c, "ridge_stage1", c.ridge_stage1(), ">= 0");
+  if (!c.has_ridge_stage2()) c.set_ridge_stage2(1e-6);
+  if (!std::isfinite(c.ridge_stage2()) || c.ridge_stage2() < 0) return Bad(c, "ridge_stage2", c.ridge_stage2(), ">= 0");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in,
+                                                     const ConfigDefaults& defaults) {
+  if (!ValidName(in.name())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field name is '", in.name().substr(0, 80), "', expected 1 to 64 characters from [A-Za-z0-9_.-]"));
+  }
+  v1::ModelConfig c = in;
+  const bool discrete = c.num_states() > 0;
+  if (discrete) {
+    if (c.num_states() > kMaxNumStates) return Bad(c, "num_states", c.num_states(), absl::StrCat("1..", kMaxNumStates));
+    // A state id is one number: dim 1 is accepted for convenience and stored as 0.
+    if (c.dim() > 1) return Bad(c, "dim", c.dim(), "0 for a discrete model (num_states > 0)");
+    c.set_dim(0);
+  } else if (c.dim() < 1 || c.dim() > kMaxDim) {
+    return Bad(c, "dim", c.dim(), absl::StrCat("1..", kMaxDim, " (or num_states > 0 for a discrete model)"));
+  }
+
+  if (!c.has_sigma() || discrete) c.set_sigma(0);  // auto; discrete models have no kernel (ignored)
+  if (!std::isfinite(c.sigma()) || c.sigma() < 0) return Bad(c, "sigma", c.sigma(), "> 0, or 0/unset for auto");
+  if (!c.has_eta()) c.set_eta(0.1);
+  if (!std::isfinite(c.eta()) || c.eta() <= 0) return Bad(c, "eta", c.eta(), "> 0");
+  if (!c.has_lambda()) c.set_lambda(1e-3);
+  if (!std::isfinite(c.lambda()) || c.lambda() < 0) return Bad(c, "lambda", c.lambda(), ">= 0");
+  if (c.eta() * c.lambda() >= 1) return Bad(c, "eta*lambda", c.eta() * c.lambda(), "< 1");
+  if (!c.has_epsilon()) c.set_epsilon(1e-3);
+  if (!std::isfinite(c.epsilon()) || c.epsilon() < 0) return Bad(c, "epsilon", c.epsilon(), ">= 0");
+  if (!c.has_max_dict()) c.set_max_dict(1000);
+  if (c.max_dict() < 1 || c.max_dict() > kMaxDictCap) return Bad(c, "max_dict", c.max_dict(), absl::StrCat("1..", kMaxDictCap));
+  if (!c.has_dt()) c.set_dt(1.0);
+  if (!std::isfinite(c.dt()) || c.dt() <= 0) return Bad(c, "dt", c.dt(), "> 0");
+  if (!c.has_seed()) c.set_seed(1);
+  if (!c.has_auto_sigma_warmup()) c.set_auto_sigma_warmup(1000);
+  if (c.auto_sigma_warmup() < kMinAutoSigmaWarmup || c.auto_sigma_warmup() > kMaxAutoSigmaWarmup) {
+    return Bad(c, "auto_sigma_warmup", c.auto_sigma_warmup(),
+               absl::StrCat(kMinAutoSigmaWarmup, "..", kMaxAutoSigmaWarmup));
+  }
+  if (!c.has_refresh_interval_seconds()) c.set_refresh_interval_seconds(defaults.refresh_interval_seconds);
+  if (!std::isfinite(c.refresh_interval_seconds()) || c.refresh_interval_seconds() <= 0) {
+    return Bad(c, "refresh_interval_seconds", c.refresh_interval_seconds(), "> 0");
+  }
+  if (!c.has_refresh_every_samples()) c.set_refresh_every_samples(0);
+  if (!c.has_step_decay_samples()) c.set_step_decay_samples(0);
+  if (!std::isfinite(c.step_decay_samples()) || c.step_decay_samples() < 0) {
+    return Bad(c, "step_decay_samples", c.step_decay_samples(), ">= 0 (0 = constant step)");
+  }
+  if (!c.has_step_decay_power()) c.set_step_decay_power(0.5);
+  if (!std::isfinite(c.step_decay_power()) || c.step_decay_power() <= 0 || c.step_decay_power() > 1) {
+    return Bad(c, "step_decay_power", c.step_decay_power(), "in (0, 1]");
+  }
+  if (!c.has_averaging()) c.set_averaging(false);
+
+  absl::Status views = NormalizeViewFields(c);
+  if (!views.ok()) return views;
+  if (absl::Status lags = NormalizeLags(c); !lags.ok()) return lags;
+  if (discrete) return c;  // no CME: its fields carry their defaults but are not used
+
+  // Last line of defense: whatever the core learner itself requires.
+  const absl::Status core = CmeOptionsFor(c, c.sigma() > 0 ? c.sigma() : 1.0).Validate();
+  if (!core.ok()) return absl::InvalidArgumentError(absl::StrCat("model '", c.name(), "': ", core.message()));
+  return c;
+}
+
+CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& c, double sigma) {
+  CompressedCme::Options o;
+  o.dim = static_cast<int>(c.dim());
+  o.sigma = sigma;
+  o.eta = c.eta();
+  o.lambda = c.lambda();
+  o.epsilon = c.epsilon();
+  o.max_dict = static_cast<int>(c.max_dict());
+  o.step_decay_samples = c.step_decay_samples();
+  o.step_decay_power = c.step_decay_power();
+  o.averaging = c.averaging();
+  return o;
+}
+
+StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
+  StreamingLearner::Options o;
+  const bool discrete = c.num_states() > 0;
+  o.dim = discrete ? 0 : static_cast<int>(c.dim());
+  o.num_states = static_cast<int>(c.num_states());
+  o.cme = CmeOptionsFor(c, discrete ? 0 : c.sigma());
+  o.auto_sigma_warmup = static_cast<int>(c.auto_sigma_warmup());
+  o.seed = c.seed();
+  o.forgetting = c.forgetting();
+  o.rff_features = static_cast<int>(c.rff_features());
+  o.latent = c.latent_states() > 0;
+  o.reservoir = static_cast<int>(c.reservoir());
+  o.window = static_cast<int>(c.window());
+  o.lags.clear();
+  if (HasLagStatistics(c)) {
+    o.lags.assign(c.lags().begin(), c.lags().end());
+    if (o.lags.empty()) o.lags = {1};
+  }
+  o.lag_basis_atoms = kLagBasisAtoms;
+  o.max_producer_bytes = kMaxProducerIdBytes;
+  o.max_episode_bytes = kMaxEpisodeIdBytes;
+  return o;
+}
+
+v1::SigmaSelection SigmaSelectionProto(const SigmaSelection& s) {
+  v1::SigmaSelection p;
+  p.set_automatic(s.automatic);
+  p.set_chosen(s.chosen);
+  p.set_median_distance(s.median_distance);
+  for (double c : s.candidates) p.add_candidates(c);
+  for (double v : s.scores) p.add_scores(v);
+  p.set_warmup_pairs(s.warmup_pairs);
+  return p;
+}
+
+SigmaSelection SigmaSelectionFromProto(const v1::SigmaSelection& p) {
+  SigmaSelection s;
+  s.automatic = p.automatic();
+  s.chosen = p.chosen();
+  s.median_distance = p.median_distance();
+  s.candidates.assign(p.candidates().begin(), p.candidates().end());
+  s.scores.assign(p.scores().begin(), p.scores().end());
+  s.warmup_pairs = p.warmup_pairs();
+  return s;
+}
+
+}  // namespace cmestream::service

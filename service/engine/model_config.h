@@ -1,0 +1,64 @@
+// Model configuration: defaults, validation and the mapping onto the core learner's Options
+// (core/stream/streaming_learner.h).
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "cmestream/v1/cmestream.pb.h"
+#include "core/cme/compressed_cme.h"
+#include "core/stream/streaming_learner.h"
+
+namespace cmestream::service {
+
+// Defaults that are not fixed by the API but by the daemon (its flags).
+struct ConfigDefaults {
+  double refresh_interval_seconds = 2.0;  // --refresh-interval
+};
+
+// Bounds that keep one model's memory predictable: the learner preallocates about
+// 6 * max_dict^2 doubles (W, its average, two Grams and their inverses), i.e. 48 MB at the
+// default max_dict = 1000 and 768 MB at kMaxDictCap.
+inline constexpr uint32_t kMaxDictCap = 4000;
+inline constexpr uint32_t kMaxDim = 4096;
+inline constexpr uint32_t kMinAutoSigmaWarmup = 20;        // SelectBandwidth needs n >= 20
+inline constexpr uint32_t kMaxAutoSigmaWarmup = 100000;    // buffered in memory
+
+// Bounds of the streaming statistics and views (docs/algorithms.md §2-6). Memory per model is dominated by
+// the RFF moments (3 rff_features^2 doubles: 400 MB at kMaxRffFeatures), the latent moments
+// (3 D^2, D = rff_features or num_states) and the predictive statistics.
+inline constexpr uint32_t kMaxNumStates = 100000;       // discrete models: counts are sparse
+inline constexpr uint32_t kMaxDenseStates = 2048;       // discrete embedding/clusters: dense P x P, O(P^3)
+inline constexpr uint32_t kDefaultRffFeatures = 256;
+inline constexpr uint32_t kMaxRffFeatures = 4096;
+inline constexpr double kMinForgetting = 1e-6;          // TransitionCounts' lower bound
+inline constexpr uint32_t kMaxRank = 1000;
+inline constexpr uint32_t kMaxClusters = 1000;
+inline constexpr uint32_t kMaxMetaStates = 1000;
+inline constexpr uint32_t kMaxLatentSymbols = 2048;     // one-hot latent features: 3 P^2 moments
+inline constexpr uint64_t kMaxReservoirValues = 30000000;  // 3 * reservoir * dim doubles (240 MB)
+inline constexpr uint32_t kMaxWindow = 16;
+inline constexpr double kMaxPredictiveDoubles = 1 << 23;  // discrete PSR statistics (64 MB)
+inline constexpr double kMaxPredictiveSide = 512;         // linear-Gaussian: dim * (2 window + 1)
+
+// Returns `config` with every optional field filled in (sigma "auto" is stored as 0), or
+// InvalidArgument naming the first bad field and the expected value.
+// ensures: the result maps onto a valid CompressedCme::Options (for any chosen sigma > 0).
+absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& config,
+                                                     const ConfigDefaults& defaults);
+
+// requires: `normalized` came from NormalizeModelConfig. `sigma`: the bandwidth (> 0), or 0
+// for "auto" in the learner's options (which then fill in the chosen one).
+CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& normalized, double sigma);
+
+// The model's learner: every field of the config the per-sample math reads (the CME's options
+// with sigma 0 for "auto", warm-up, seed, forgetting, RFF features, latent, window, lags; lags
+// empty when the model keeps no lag statistics, service/engine/lags.h), the episode key bounds of
+// service/engine/wire_limits.h. requires: `normalized` came from NormalizeModelConfig.
+// ensures: the result passes StreamingLearner::Options::Validate().
+StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& normalized);
+
+// The learner's sigma selection as the API's message and back (ModelInfo.sigma_selection, and
+// the snapshot's MODL object, which stores the message's bytes).
+v1::SigmaSelection SigmaSelectionProto(const SigmaSelection& s);
+SigmaSelection SigmaSelectionFromProto(const v1::SigmaSelection& p);
+
+}  // namespace cmestream::service

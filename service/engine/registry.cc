@@ -1,0 +1,210 @@
+#include "service/engine/registry.h"
+
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "service/engine/memory_budget.h"
+
+namespace cmestream::service {
+
+void ModelRegistry::SetLimits(const LimitOptions& limits) {
+  limits_ = limits;
+  memory_budget_ = limits.max_memory_bytes > 0 ? limits.max_memory_bytes : DefaultMemoryBudget();
+}
+
+double ModelRegistry::committed_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return CommittedBytesLocked("");
+}
+
+double ModelRegistry::CommittedBytesLocked(const std::string& except) const {
+  double total = 0;
+  for (const auto& [name, model] : models_) {
+    if (name != except) total += EstimateModelBytes(model->config());
+  }
+  for (const auto& [name, config] : reserved_) {
+    if (name != except && config) total += EstimateModelBytes(*config);
+  }
+  return total;
+}
+
+absl::Status ModelRegistry::CheckBudgetLocked(const v1::ModelConfig& config) const {
+  if (memory_budget_ <= 0) return absl::OkStatus();
+  const double committed = CommittedBytesLocked(config.name());
+  const double need = EstimateModelBytes(config);
+  if (committed + need <= memory_budget_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "cannot hold model '", config.name(), "': at its configured limits it may need about ", FormatBytes(need),
+      " (max_dict ", config.max_dict(), ", rff_features ", config.rff_features(), "), but the ", models_.size(),
+      " models held may already use ", FormatBytes(committed), " of this daemon's memory budget of ",
+      FormatBytes(memory_budget_), " (--max-memory); delete a model, or lower max_dict / rff_features"));
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConfig& config,
+                                                             std::optional<uint64_t> replay_sequence) {
+  // Replay re-creates what was accepted then, whatever today's limits say.
+  if (!replay_sequence) {
+    if (absl::Status s = CheckModelConfigLimits(config, limits_); !s.ok()) return s;  // names --max-dim
+  }
+  absl::StatusOr<v1::ModelConfig> normalized =
+      replay_sequence ? absl::StatusOr<v1::ModelConfig>(config) : NormalizeModelConfig(config, defaults_);
+  if (!normalized.ok()) return normalized.status();
+  const std::string& name = normalized->name();
+  {
+    absl::MutexLock lock(&mu_);
+    if (TakenLocked(name)) return absl::AlreadyExistsError(absl::StrCat("model '", name, "' already exists"));
+    if (!replay_sequence && HeldLocked() >= static_cast<size_t>(limits_.max_models)) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot create model '", name, "': this daemon holds ",
+                                                       HeldLocked(), " models, its limit (--max-models ",
+                                                       limits_.max_models, "); delete a model first"));
+    }
+    if (!replay_sequence) {
+      if (absl::Status s = CheckBudgetLocked(*normalized); !s.ok()) return s;
+    }
+    reserved_.emplace(name, *normalized);
+  }
+  // Built before it is logged, so a failed allocation leaves no record behind (a logged model
+  // that cannot be built would fail every later start under the same limits). Neither the
+  // allocation nor the durable log append holds the registry lock.
+  std::shared_ptr<ModelMetrics> metrics = metrics_.ForModel(name);
+  absl::StatusOr<std::shared_ptr<Model>> model;
+  try {
+    model = std::make_shared<Model>(*normalized, metrics, &log_);
+  } catch (const std::bad_alloc&) {
+    model = absl::ResourceExhaustedError(
+        absl::StrCat("cannot create model '", name, "': out of memory while allocating it; nothing was created"));
+  }
+  // Durable before the model exists: a batch can only be logged for a model found in the map.
+  if (model.ok()) {
+    uint64_t sequence = replay_sequence.value_or(0);
+    if (!replay_sequence) {
+      absl::StatusOr<uint64_t> logged = log_.AppendModelCreated(*normalized);
+      if (logged.ok()) {
+        sequence = *logged;
+      } else {
+        model = logged.status();
+      }
+    }
+    if (model.ok()) (*model)->set_applied_sequence(sequence);
+  }
+  return Publish(name, std::move(metrics), std::move(model));
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Publish(const std::string& name,
+                                                               std::shared_ptr<ModelMetrics> metrics,
+                                                               absl::StatusOr<std::shared_ptr<Model>> model) {
+  // The end of a Create or Adopt: the reserved name becomes the model, or is freed (with its
+  // metric series, before the name can be taken again) when the slow part failed.
+  absl::MutexLock lock(&mu_);
+  reserved_.erase(name);
+  EndChangeLocked();
+  if (!model.ok()) {
+    metrics->Remove();
+    return model.status();
+  }
+  models_.emplace(name, *model);
+  metrics_.SetModelCount(models_.size());
+  return model;
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Get(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("model '", name.substr(0, 80), "' does not exist"));
+  }
+  return it->second;
+}
+
+absl::Status ModelRegistry::Delete(const std::string& name, bool replay) {
+  std::shared_ptr<Model> model;
+  {
+    absl::MutexLock lock(&mu_);
+    while (deleting_.count(name) > 0) changed_.Wait(&mu_);  // one deletion of a name at a time
+    auto it = models_.find(name);
+    if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model '", name.substr(0, 80), "' does not exist"));
+    model = it->second;
+    deleting_.insert(name);
+  }
+  // Waits for a batch of this model being written (its log lock) and for the deletion
+  // record's fdatasync: without the registry lock.
+  absl::Status marked = model->MarkDeleted([&]() -> absl::Status {
+    if (replay) return absl::OkStatus();
+    return log_.AppendModelDeleted(name).status();
+  });
+  absl::MutexLock lock(&mu_);
+  deleting_.erase(name);
+  EndChangeLocked();
+  if (!marked.ok()) return marked;
+  // Still this model: while it was being deleted, Create and Adopt refused the name (it stayed
+  // in the map) and another Delete waited. The series go before the name is free again, so a
+  // model created under the same name next gets fresh series (prometheus returns the existing
+  // series for known labels, and a later Remove would delete them under the new model).
+  model->metrics().Remove();
+  models_.erase(name);
+  metrics_.SetModelCount(models_.size());
+  return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<Model>> ModelRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Model>> out;
+  out.reserve(models_.size());
+  for (const auto& [name, model] : models_) out.push_back(model);
+  return out;
+}
+
+std::vector<std::shared_ptr<Model>> ModelRegistry::ListAtCut(uint64_t* last_sequence) const {
+  absl::MutexLock lock(&mu_);
+  // A change in progress may have its record in the log but not yet in the map (or the
+  // reverse): wait for all of them, so the cut and the map agree.
+  while (!reserved_.empty() || !deleting_.empty()) changed_.Wait(&mu_);
+  *last_sequence = log_.last_sequence();
+  std::vector<std::shared_ptr<Model>> out;
+  out.reserve(models_.size());
+  for (const auto& [name, model] : models_) out.push_back(model);
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& name, const ModelBuilder& build,
+                                                            const std::string* import_image) {
+  const bool check_budget = import_image != nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (TakenLocked(name)) return absl::AlreadyExistsError(absl::StrCat("model '", name, "' already exists"));
+    if (check_budget && HeldLocked() >= static_cast<size_t>(limits_.max_models)) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot import model '", name, "': this daemon holds ",
+                                                       HeldLocked(), " models, its limit (--max-models ",
+                                                       limits_.max_models, "); delete a model first"));
+    }
+    reserved_.emplace(name, std::nullopt);  // its size is known once built
+  }
+  std::shared_ptr<ModelMetrics> metrics = metrics_.ForModel(name);
+  absl::StatusOr<std::shared_ptr<Model>> model;
+  try {
+    model = build(metrics, &log_);
+  } catch (const std::bad_alloc&) {
+    model = absl::ResourceExhaustedError(
+        absl::StrCat("cannot load model '", name, "': out of memory while allocating it; nothing was registered"));
+  }
+  if (model.ok() && check_budget) {
+    // Checked and counted in one step, so two imports cannot both take the last of the budget.
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckBudgetLocked((*model)->config()); !s.ok()) {
+      model = s;
+    } else {
+      reserved_[name] = (*model)->config();
+    }
+  }
+  if (model.ok() && import_image != nullptr) {
+    absl::StatusOr<uint64_t> logged = log_.AppendModelImported(name, *import_image);
+    if (logged.ok()) {
+      (*model)->set_applied_sequence(*logged);
+    } else {
+      model = logged.status();
+    }
+  }
+  return Publish(name, std::move(metrics), std::move(model));
+}
+
+}  // namespace cmestream::service

@@ -1,0 +1,256 @@
+#include "service/observability/metrics.h"
+
+#include <limits>
+
+#include "grpcpp/support/status_code_enum.h"
+
+namespace cmestream::service {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+// Refresh: from a few ms (small dictionary) to tens of seconds (m = 4000, O(m^3)).
+const prometheus::Histogram::BucketBoundaries kRefreshBuckets = {0.001, 0.005, 0.02, 0.05, 0.1, 0.25,
+                                                                 0.5,   1,     2.5,  5,    10,  30};
+// RPCs: sub-millisecond queries up to waits of a minute (Refresh with wait).
+const prometheus::Histogram::BucketBoundaries kRpcBuckets = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                             0.05,   0.1,    0.25,  0.5,    1,     5,    30};
+
+const char* CodeName(int code) {
+  static const char* kNames[] = {"OK",        "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS",    "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",  "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",       "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}
+
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      samples_(BuildCounter().Name("cmestream_samples_ingested_total")
+                   .Help("Transition pairs accepted into the model (learner plus sigma warm-up buffer)")
+                   .Register(*registry_)),
+      pending_(BuildGauge().Name("cmestream_pending_warmup")
+                   .Help("Pairs buffered while sigma 'auto' is being chosen").Register(*registry_)),
+      dict_(BuildGauge().Name("cmestream_dictionary_size").Help("Dictionary atoms per side (x, y)")
+                .Register(*registry_)),
+      dict_budget_(BuildGauge().Name("cmestream_dictionary_budget")
+                       .Help("Dictionary cap max_dict per side (0 for discrete models)").Register(*registry_)),
+      forced_(BuildCounter().Name("cmestream_forced_compressions_total")
+                  .Help("Admissions refused by the dictionary cap max_dict (forced projections)")
+                  .Register(*registry_)),
+      forced_error_(BuildCounter().Name("cmestream_forced_error_sum_total")
+                        .Help("Summed HS-norm error of forced projections").Register(*registry_)),
+      drift_(BuildGauge().Name("cmestream_inverse_drift")
+                 .Help("max ||G G^-1 - I||_F over both Gram inverses, measured at the last refresh")
+                 .Register(*registry_)),
+      refresh_(BuildHistogram().Name("cmestream_refresh_duration_seconds")
+                   .Help("Time to build a view (snapshot, drift check, Koopman)").Register(*registry_)),
+      view_build_(BuildHistogram().Name("cmestream_view_build_seconds")
+                      .Help("Time to build one sub-view of a refresh, by view").Register(*registry_)),
+      view_version_(BuildGauge().Name("cmestream_view_version").Help("Version of the latest view")
+                        .Register(*registry_)),
+      view_age_(BuildGauge().Name("cmestream_view_age_seconds").Help("Seconds since the latest view was built")
+                    .Register(*registry_)),
+      view_samples_(BuildGauge().Name("cmestream_view_samples").Help("Samples the latest view reflects")
+                        .Register(*registry_)),
+      heldout_score_(BuildGauge().Name("cmestream_spectrum_heldout_score")
+                         .Help("Held-out VAMP-E score (contiguous blocks) of the Koopman spectrum at the last "
+                               "refresh; higher is better, NaN while the CME fallback serves")
+                         .Register(*registry_)),
+      disagreement_(BuildGauge().Name("cmestream_timescale_disagreement")
+                        .Help("Relative disagreement of the slowest timescales of the koopman, count-chain and "
+                              "embedding views at the last refresh (warning above 0.25)")
+                        .Register(*registry_)),
+      lag_timescale_(BuildGauge().Name("cmestream_lag_timescale")
+                         .Help("Implied timescale (units of the model's dt) of slow mode `mode` at lag `lag` "
+                               "from the lag statistics at the last refresh (docs/algorithms.md section 8)")
+                         .Register(*registry_)),
+      lag_timescale_stderr_(BuildGauge().Name("cmestream_lag_timescale_stderr")
+                                .Help("Jackknife standard error (contiguous time blocks) of cmestream_lag_timescale")
+                                .Register(*registry_)),
+      ck_deviation_(BuildGauge().Name("cmestream_ck_max_deviation")
+                        .Help("Chapman-Kolmogorov test at the model's first lag and clusters: max |T(tau)^k - "
+                              "T(k tau)| over the set-to-set probabilities and steps (NaN when unavailable)")
+                        .Register(*registry_)),
+      ck_stderr_(BuildGauge().Name("cmestream_ck_max_deviation_stderr")
+                     .Help("Jackknife standard error of cmestream_ck_max_deviation's entry")
+                     .Register(*registry_)),
+      rejected_(BuildCounter().Name("cmestream_ingest_batches_rejected_total")
+                    .Help("Ingest batches refused, by reason").Register(*registry_)),
+      rpc_(BuildHistogram().Name("cmestream_rpc_duration_seconds")
+               .Help("Server-side RPC latency per method (Ingest: per batch)").Register(*registry_)),
+      rpc_completed_(BuildCounter().Name("cmestream_rpc_completed_total")
+                         .Help("RPCs (Ingest: batches) completed, by method and status code")
+                         .Register(*registry_)),
+      models_(BuildGauge().Name("cmestream_models").Help("Models in the registry").Register(*registry_).Add({})) {
+  rejected_.Add({{"model", ""}, {"reason", "unknown_model"}});  // exists at 0 from the start
+}
+
+void Metrics::OnUnknownModelBatch() { rejected_.Add({{"model", ""}, {"reason", "unknown_model"}}).Increment(); }
+
+void Metrics::ObserveRpc(const std::string& method, double seconds, int code) {
+  prometheus::Histogram* h;
+  {
+    absl::MutexLock lock(&rpc_mu_);
+    auto it = rpc_hist_.find(method);
+    if (it == rpc_hist_.end()) it = rpc_hist_.emplace(method, &rpc_.Add({{"method", method}}, kRpcBuckets)).first;
+    h = it->second;
+  }
+  h->Observe(seconds);
+  // Family::Add returns the existing series for known labels; it locks internally.
+  rpc_completed_.Add({{"method", method}, {"code", CodeName(code)}}).Increment();
+}
+
+ModelMetrics::ModelMetrics(Metrics& m, std::string model)
+    : m_(m),
+      model_(std::move(model)),
+      samples_(&m.samples_.Add({{"model", model_}})),
+      pending_(&m.pending_.Add({{"model", model_}})),
+      dict_x_(&m.dict_.Add({{"model", model_}, {"side", "x"}})),
+      dict_y_(&m.dict_.Add({{"model", model_}, {"side", "y"}})),
+      dict_budget_(&m.dict_budget_.Add({{"model", model_}})),
+      forced_(&m.forced_.Add({{"model", model_}})),
+      forced_error_(&m.forced_error_.Add({{"model", model_}})),
+      drift_(&m.drift_.Add({{"model", model_}})),
+      refresh_(&m.refresh_.Add({{"model", model_}}, kRefreshBuckets)),
+      view_version_(&m.view_version_.Add({{"model", model_}})),
+      view_age_(&m.view_age_.Add({{"model", model_}})),
+      view_samples_(&m.view_samples_.Add({{"model", model_}})),
+      heldout_score_(&m.heldout_score_.Add({{"model", model_}})),
+      disagreement_(&m.disagreement_.Add({{"model", model_}})),
+      ck_deviation_(&m.ck_deviation_.Add({{"model", model_}})),
+      ck_stderr_(&m.ck_stderr_.Add({{"model", model_}})) {
+  ck_deviation_->Set(std::numeric_limits<double>::quiet_NaN());
+  ck_stderr_->Set(std::numeric_limits<double>::quiet_NaN());
+  heldout_score_->Set(std::numeric_limits<double>::quiet_NaN());
+  disagreement_->Set(std::numeric_limits<double>::quiet_NaN());
+  // Every rejection series at 0 from the start: increase()/rate() need a sample before the
+  // first rejection to see it.
+  for (const char* reason : kRejectReasons) {
+    rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}}));
+  }
+}
+
+void ModelMetrics::OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,
+                                  const LearnerGauges& g) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  samples_->Increment(static_cast<double>(pairs_applied));
+  if (forced_delta > 0) forced_->Increment(static_cast<double>(forced_delta));
+  if (forced_error_delta > 0) forced_error_->Increment(forced_error_delta);
+  pending_->Set(static_cast<double>(g.pending_warmup));
+  dict_x_->Set(g.dict_x);
+  dict_y_->Set(g.dict_y);
+}
+
+void ModelMetrics::OnRejected(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  auto it = rejected_.find(reason);
+  if (it == rejected_.end()) it = rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}})).first;
+  it->second->Increment();
+}
+
+void ModelMetrics::OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  refresh_->Observe(seconds);
+  drift_->Set(inverse_drift);
+  view_version_->Set(static_cast<double>(version));
+  view_samples_->Set(static_cast<double>(samples));
+  view_age_->Set(0);
+}
+
+void ModelMetrics::OnViewBuilt(const std::string& view, double seconds) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  auto it = view_build_.find(view);
+  if (it == view_build_.end()) {
+    it = view_build_.emplace(view, &m_.view_build_.Add({{"model", model_}, {"view", view}}, kRefreshBuckets)).first;
+  }
+  it->second->Observe(seconds);
+}
+
+void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreement) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  heldout_score_->Set(heldout_score);
+  disagreement_->Set(timescale_disagreement);
+}
+
+void ModelMetrics::OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
+                          const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  for (size_t k = 0; k < lags.size() && k < timescales.size(); ++k) {
+    for (size_t i = 0; i < timescales[k].size(); ++i) {
+      const int mode = static_cast<int>(i) + 1;
+      auto [it, inserted] = lag_gauges_.try_emplace({lags[k], mode});
+      if (inserted) {
+        const std::map<std::string, std::string> labels = {
+            {"model", model_}, {"lag", std::to_string(lags[k])}, {"mode", std::to_string(mode)}};
+        it->second = {&m_.lag_timescale_.Add(labels), &m_.lag_timescale_stderr_.Add(labels)};
+      }
+      it->second.first->Set(timescales[k][i]);
+      it->second.second->Set(i < stderrs[k].size() ? stderrs[k][i] : std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  ck_deviation_->Set(ck_deviation);
+  ck_stderr_->Set(ck_stderr);
+}
+
+void ModelMetrics::SetViewAge(double seconds) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  view_age_->Set(seconds);
+}
+
+void ModelMetrics::SetDictionaryBudget(double max_dict) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  dict_budget_->Set(max_dict);
+}
+
+void ModelMetrics::SetNoView() {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  view_age_->Set(std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count());
+}
+
+void ModelMetrics::Remove() {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  removed_ = true;
+  m_.samples_.Remove(samples_);
+  m_.pending_.Remove(pending_);
+  m_.dict_.Remove(dict_x_);
+  m_.dict_.Remove(dict_y_);
+  m_.dict_budget_.Remove(dict_budget_);
+  m_.forced_.Remove(forced_);
+  m_.forced_error_.Remove(forced_error_);
+  m_.drift_.Remove(drift_);
+  m_.refresh_.Remove(refresh_);
+  m_.view_version_.Remove(view_version_);
+  m_.view_age_.Remove(view_age_);
+  m_.view_samples_.Remove(view_samples_);
+  m_.heldout_score_.Remove(heldout_score_);
+  m_.disagreement_.Remove(disagreement_);
+  m_.ck_deviation_.Remove(ck_deviation_);
+  m_.ck_stderr_.Remove(ck_stderr_);
+  for (auto& [key, gauges] : lag_gauges_) {
+    m_.lag_timescale_.Remove(gauges.first);
+    m_.lag_timescale_stderr_.Remove(gauges.second);
+  }
+  lag_gauges_.clear();
+  for (auto& [reason, counter] : rejected_) m_.rejected_.Remove(counter);
+  rejected_.clear();
+  for (auto& [view, histogram] : view_build_) m_.view_build_.Remove(histogram);
+  view_build_.clear();
+}
+
+}  // namespace cmestream::service

@@ -1,0 +1,177 @@
+// Prometheus metrics of the daemon. One Metrics object per daemon owns the
+// registry and the metric families; each model owns a ModelMetrics handle with its series.
+//
+// Series (all prefixed cmestream_):
+//   samples_ingested_total{model}            counter  pairs applied to the learner (incl. warm-up)
+//   pending_warmup{model}                    gauge    pairs buffered while sigma "auto" is chosen
+//   dictionary_size{model,side="x"|"y"}      gauge    atoms per side
+//   dictionary_budget{model}                 gauge    max_dict, the cap per side (0: discrete)
+//   forced_compressions_total{model}         counter  admissions refused by max_dict
+//   forced_error_sum_total{model}            counter  summed HS error of forced projections
+//   inverse_drift{model}                     gauge    max ||G G^-1 - I||_F at the last refresh
+//   refresh_duration_seconds{model}          histogram
+//   view_build_seconds{model,view}           histogram  per sub-view build time in a refresh
+//   view_version{model}, view_age_seconds{model}, view_samples{model}   gauges (age updated by
+//                                            the refresh scheduler every tick). A model that has
+//                                            no view yet reports view_version 0 and, as its age,
+//                                            the seconds since its series were created (model
+//                                            creation, or recovery at daemon start): never 0, so
+//                                            the stale-view alert fires for a model that takes
+//                                            data but never builds a view.
+//   ingest_batches_rejected_total{model,reason} counter, one series per reason of
+//                                            kRejectReasons from the model's creation at 0 (so
+//                                            increase() sees the first rejection); model="",
+//                                            reason="unknown_model" for batches naming no model,
+//                                            so a client's typos cannot create unbounded series)
+//   spectrum_heldout_score{model}            gauge    prequential VAMP-E of the last scored view on
+//                                            the pairs after it (SpectrumInfo.heldout_score;
+//                                            NaN before a 1000-pair window completed)
+//   timescale_disagreement{model}            gauge    relative disagreement of the slowest
+//                                            timescales of koopman / count chain / embedding
+//                                            (NaN with < 2 views; warning above 0.25)
+//   lag_timescale{model,lag,mode}            gauge    implied timescale (units of dt) of slow mode
+//                                            1..3 at each lag of the model (service/engine/lags.h)
+//   lag_timescale_stderr{model,lag,mode}     gauge    its jackknife standard error
+//   ck_max_deviation{model}                  gauge    CK test max |T(tau)^k - T(k tau)| at the first
+//                                            lag, the model's clusters (NaN when unavailable)
+//   ck_max_deviation_stderr{model}           gauge    its jackknife standard error
+//   rpc_duration_seconds{method}             histogram (Ingest: per batch)
+//   rpc_completed_total{method,code}         counter
+//   models                                   gauge
+// plus the process_* series of process_metrics.h (RSS, ...).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "service/observability/process_metrics.h"
+
+namespace cmestream::service {
+
+class Metrics;
+
+// Every `reason` label of cmestream_ingest_batches_rejected_total a model's series can carry:
+// batch validation (service/engine/batch.h: id_length, payload_form, size, empty, non_finite,
+// magnitude, state_id), the
+// batch size limit, a full learner queue, a producer offset gap, a WAL append failure.
+inline constexpr const char* kRejectReasons[] = {"payload_form", "size",       "empty",      "non_finite",
+                                                 "state_id",     "batch_limit", "queue_full", "offset_gap",
+                                                 "log_error",    "id_length",   "magnitude"};
+
+// The series of one model. Thread-safe. Remove() (on model deletion) drops every series from
+// the exposition; later updates through a removed handle are ignored, so an RPC still holding
+// a deleted model cannot resurrect or touch a recreated model's series.
+class ModelMetrics {
+ public:
+  ModelMetrics(Metrics& metrics, std::string model);
+  ~ModelMetrics() { Remove(); }
+
+  struct LearnerGauges {
+    uint64_t pending_warmup = 0;
+    int dict_x = 0, dict_y = 0;
+  };
+  void OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,
+                      const LearnerGauges& gauges) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnRejected(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetDictionaryBudget(double max_dict) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetViewAge(double seconds) ABSL_LOCKS_EXCLUDED(mu_);
+  // No view yet: the age is the time since these series were created (see the header comment).
+  void SetNoView() ABSL_LOCKS_EXCLUDED(mu_);
+  // Spectrum quality of the latest view.
+  void OnSpectrum(double heldout_score, double timescale_disagreement) ABSL_LOCKS_EXCLUDED(mu_);
+  // Lag scan of the primary estimator: timescales[k][i], stderrs[k][i] at lags[k]; the CK
+  // test's max deviation and its s.e. (NaN when unavailable).
+  void OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
+              const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr) ABSL_LOCKS_EXCLUDED(mu_);
+  // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
+  // "latent", "predictive") in a refresh.
+  void OnViewBuilt(const std::string& view, double seconds) ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  Metrics& m_;
+  const std::string model_;
+  // A leaf lock (prometheus-cpp's own family locks are taken under it). Guards `removed_` and
+  // every series below: after Remove() the series are gone from their families.
+  absl::Mutex mu_;
+  bool removed_ ABSL_GUARDED_BY(mu_) = false;
+  const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+  prometheus::Counter* samples_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* pending_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* dict_x_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* dict_y_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* dict_budget_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Counter* forced_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Counter* forced_error_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* drift_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Histogram* refresh_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* view_version_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* view_age_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* view_samples_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* heldout_score_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* disagreement_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* ck_deviation_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* ck_stderr_ ABSL_PT_GUARDED_BY(mu_);
+  std::map<std::pair<int, int>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> lag_gauges_ ABSL_GUARDED_BY(mu_);  // (lag, mode)
+  std::map<std::string, prometheus::Counter*> rejected_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Histogram*> view_build_ ABSL_GUARDED_BY(mu_);
+};
+
+class Metrics {
+ public:
+  Metrics();
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  // process_* series; the daemon registers it with the exposer next to registry().
+  std::shared_ptr<ProcessMetrics> process() const { return process_; }
+
+  std::shared_ptr<ModelMetrics> ForModel(const std::string& model) {
+    return std::make_shared<ModelMetrics>(*this, model);
+  }
+  // A batch for a model that does not exist.
+  void OnUnknownModelBatch();
+  void ObserveRpc(const std::string& method, double seconds, int grpc_code) ABSL_LOCKS_EXCLUDED(rpc_mu_);
+  void SetModelCount(size_t n) { models_.Set(static_cast<double>(n)); }
+
+ private:
+  friend class ModelMetrics;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<ProcessMetrics> process_ = std::make_shared<ProcessMetrics>();
+  prometheus::Family<prometheus::Counter>& samples_;
+  prometheus::Family<prometheus::Gauge>& pending_;
+  prometheus::Family<prometheus::Gauge>& dict_;
+  prometheus::Family<prometheus::Gauge>& dict_budget_;
+  prometheus::Family<prometheus::Counter>& forced_;
+  prometheus::Family<prometheus::Counter>& forced_error_;
+  prometheus::Family<prometheus::Gauge>& drift_;
+  prometheus::Family<prometheus::Histogram>& refresh_;
+  prometheus::Family<prometheus::Histogram>& view_build_;
+  prometheus::Family<prometheus::Gauge>& view_version_;
+  prometheus::Family<prometheus::Gauge>& view_age_;
+  prometheus::Family<prometheus::Gauge>& view_samples_;
+  prometheus::Family<prometheus::Gauge>& heldout_score_;
+  prometheus::Family<prometheus::Gauge>& disagreement_;
+  prometheus::Family<prometheus::Gauge>& lag_timescale_;
+  prometheus::Family<prometheus::Gauge>& lag_timescale_stderr_;
+  prometheus::Family<prometheus::Gauge>& ck_deviation_;
+  prometheus::Family<prometheus::Gauge>& ck_stderr_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Histogram>& rpc_;
+  prometheus::Family<prometheus::Counter>& rpc_completed_;
+  prometheus::Gauge& models_;
+  absl::Mutex rpc_mu_;  // guards the lazily created per-method series below; a leaf lock
+  std::map<std::string, prometheus::Histogram*> rpc_hist_ ABSL_GUARDED_BY(rpc_mu_);
+};
+
+}  // namespace cmestream::service

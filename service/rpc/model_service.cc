@@ -1,0 +1,89 @@
+#include "absl/strings/str_cat.h"
+#include "service/rpc/rpc_util.h"
+#include "service/rpc/services.h"
+
+namespace cmestream::service {
+
+grpc::ServerUnaryReactor* ModelServiceImpl::CreateModel(grpc::CallbackServerContext* ctx,
+                                                        const v1::CreateModelRequest* req, v1::ModelInfo* resp) {
+  UnaryCall call(ctx, metrics_, "CreateModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->config().name()); !s.ok()) return call.Finish(s);
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Create(req->config());
+  if (model.ok()) *resp = (*model)->Describe();
+  return call.Finish(model.status());
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext* ctx, const v1::GetModelRequest* req,
+                                                     v1::ModelInfo* resp) {
+  UnaryCall call(ctx, metrics_, "GetModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->name(), /*allow_override=*/true); !s.ok()) return call.Finish(s);
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->name());
+  if (model.ok()) *resp = (*model)->Describe();
+  if (model.ok() && req->with_state_digest()) resp->set_state_digest((*model)->StateDigest());
+  return call.Finish(model.status());
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* ctx,
+                                                       const v1::ListModelsRequest*, v1::ListModelsResponse* resp) {
+  UnaryCall call(ctx, metrics_, "ListModels");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  for (const std::shared_ptr<Model>& model : registry_.List()) *resp->add_models() = model->Describe();
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::DeleteModel(grpc::CallbackServerContext* ctx,
+                                                        const v1::DeleteModelRequest* req, v1::DeleteModelResponse*) {
+  UnaryCall call(ctx, metrics_, "DeleteModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->name(), /*allow_override=*/true); !s.ok()) return call.Finish(s);
+  return call.Finish(registry_.Delete(req->name()));
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::Snapshot(grpc::CallbackServerContext* ctx, const v1::SnapshotRequest*,
+                                                     v1::SnapshotResponse* resp) {
+  UnaryCall call(ctx, metrics_, "Snapshot");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (snapshots_ == nullptr) return call.Finish(absl::FailedPreconditionError("this server keeps no snapshots"));
+  absl::StatusOr<SnapshotResult> r = snapshots_->TakeNow();
+  if (!r.ok()) return call.Finish(r.status());
+  resp->set_path(r->path);
+  resp->set_bytes(r->bytes);
+  resp->set_covered_sequence(r->covered_sequence);
+  resp->set_models(static_cast<uint32_t>(r->models));
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::ExportModel(grpc::CallbackServerContext* ctx,
+                                                        const v1::ExportModelRequest* req,
+                                                        v1::ExportModelResponse* resp) {
+  UnaryCall call(ctx, metrics_, "ExportModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  if (absl::Status s = call.Owns(ownership_, req->name(), /*allow_override=*/true); !s.ok()) return call.Finish(s);
+  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->name());
+  if (!model.ok()) return call.Finish(model.status());
+  resp->set_data(service::ExportModel(**model));
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::ImportModel(grpc::CallbackServerContext* ctx,
+                                                        const v1::ImportModelRequest* req, v1::ModelInfo* resp) {
+  UnaryCall call(ctx, metrics_, "ImportModel");
+  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
+  // Ownership is checked before the bytes are read, so a sharded daemon needs the name here.
+  if (ownership_ != nullptr && ownership_->options().enabled() && req->name().empty()) {
+    return call.Finish(absl::InvalidArgumentError(
+        "ImportModel: this daemon is one of several pods (--shard-self): give the name to import under, so that "
+        "its owner can be checked"));
+  }
+  if (absl::Status s = call.Owns(ownership_, req->name(), /*allow_override=*/true); !s.ok()) return call.Finish(s);
+  absl::StatusOr<std::shared_ptr<Model>> model = service::ImportModel(req->data(), req->name(), registry_, defaults_);
+  if (!model.ok()) return call.Finish(model.status());
+  // The import was logged as a WAL record before the model became visible (ImportModel), so
+  // it is as durable as a creation: no snapshot is needed to keep it.
+  *resp = (*model)->Describe();
+  return call.Finish(absl::OkStatus());
+}
+
+}  // namespace cmestream::service

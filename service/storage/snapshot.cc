@@ -1,0 +1,659 @@
+#include "service/storage/snapshot.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/io/binary_io.h"
+#include "service/storage/crc32c.h"
+#include "service/storage/file_util.h"
+#include "service/storage/manifest.h"
+#include "service/engine/wire_limits.h"
+
+namespace cmestream::service {
+namespace {
+
+constexpr uint32_t kModelTag = io::Fourcc("MODL");
+constexpr uint32_t kSnapTag = io::Fourcc("SNAP");
+constexpr uint32_t kExportTag = io::Fourcc("EXPT");
+constexpr uint32_t kFormatVersion = 1;
+// MODL object version = the learner's state version: 2 adds the spectral moments after the
+// predictive accumulator. Version 1 objects load with a fresh spectral accumulator (its first
+// epoch starts at the next pair; the spectrum serves once that epoch has data).
+// Version 3 adds the lag statistics (docs/algorithms.md §8) after the spectral moments;
+// version 1 and 2 objects load with fresh, empty lag statistics.
+constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
+static_assert(kModelVersion == 3, "a new learner state version is a new MODL version: document it here");
+constexpr size_t kHeaderBytes = 44;
+constexpr size_t kFooterBytes = 4;
+constexpr int64_t kMaxModels = 1000000;
+// Every other bound comes from service/engine/wire_limits.h, the ones ingestion enforces.
+
+uint64_t NowNanos() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+std::string Header(uint32_t kind, uint32_t models, uint64_t number, uint64_t covered) {
+  io::Writer w;
+  w.Bytes(kSnapshotMagic, 8);
+  w.U32(kind);
+  w.U32(kFormatVersion);
+  w.U32(models);
+  w.U64(number);
+  w.U64(NowNanos());
+  w.U64(covered);
+  return w.Release();
+}
+
+std::string Footer(uint32_t crc) {
+  io::Writer w;
+  w.U32(crc32c::Mask(crc));
+  return w.Release();
+}
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string why = ErrnoText();
+      return errno == ENOSPC || errno == EDQUOT || errno == EFBIG
+                 ? absl::ResourceExhaustedError(absl::StrCat("writing snapshot ", path, ": ", why))
+                 : absl::InternalError(absl::StrCat("writing snapshot ", path, ": ", why));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// Writes `chunks` (produced one at a time by `next`, which returns false when done) to
+// dir/name atomically: temp file in dir, fsync, rename, fsync(dir). The CRC footer is
+// appended. On error the temp file is removed and nothing else changes.
+absl::StatusOr<uint64_t> WriteAtomically(const std::string& dir, const std::string& name,
+                                         const std::function<bool(std::string*)>& next,
+                                         const std::function<absl::Status(const std::string&)>& verify = nullptr) {
+  const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
+  const std::string path = absl::StrCat(dir, "/", name);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
+  if (fd < 0) return absl::InternalError(absl::StrCat("creating snapshot ", tmp, ": ", ErrnoText()));
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
+  absl::Status status;
+  std::string chunk;
+  while (status.ok() && next(&chunk)) {
+    crc = crc32c::Extend(crc, chunk.data(), chunk.size());
+    bytes += chunk.size();
+    status = WriteAll(fd, chunk, tmp);
+    std::string().swap(chunk);  // free the model's bytes before serializing the next one
+  }
+  if (status.ok()) status = WriteAll(fd, Footer(crc), tmp);
+  bytes += kFooterBytes;
+  if (status.ok() && ::fsync(fd) != 0) status = absl::InternalError(absl::StrCat("fsync of ", tmp, ": ", ErrnoText()));
+  ::close(fd);
+  // Read back from disk and decoded before it may replace anything (verify before prune).
+  if (status.ok() && verify) status = verify(tmp);
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = absl::InternalError(absl::StrCat("renaming ", tmp, " to ", path, ": ", ErrnoText()));
+  }
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  if (absl::Status s = files::FsyncDir(dir); !s.ok()) return s;
+  return bytes;
+}
+
+bool ParseSnapshotName(const std::string& name, uint64_t* number) {
+  // snapshot-<20 digits>.snap
+  constexpr size_t kPrefix = 9, kDigits = 20;
+  if (name.size() != kPrefix + kDigits + 5 || name.compare(0, kPrefix, "snapshot-") != 0 ||
+      name.compare(kPrefix + kDigits, 5, ".snap") != 0) {
+    return false;
+  }
+  uint64_t v = 0;
+  for (size_t i = kPrefix; i < kPrefix + kDigits; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(name[i] - '0');
+  }
+  *number = v;
+  return true;
+}
+
+std::string SnapshotName(uint64_t number) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "snapshot-%020llu.snap", static_cast<unsigned long long>(number));
+  return buf;
+}
+
+// (number, path), ascending.
+std::vector<std::pair<uint64_t, std::string>> ListSnapshots(const std::string& dir) {
+  std::vector<std::pair<uint64_t, std::string>> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    uint64_t n;
+    if (ParseSnapshotName(e->d_name, &n)) out.emplace_back(n, absl::StrCat(dir, "/", e->d_name));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The stored config of the MODL object in [begin, end) (for the name, before building).
+absl::StatusOr<v1::ModelConfig> PeekConfig(const SnapshotFile& f, size_t index) {
+  const auto [begin, end] = f.model_ranges[index];
+  io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
+  uint32_t version;
+  if (!r.BeginObject(kModelTag, kModelVersion, "model", &version)) return r.status();
+  const std::string text = r.String("model config", kMaxConfigBytes);
+  if (!r.ok()) return r.status();
+  v1::ModelConfig config;
+  if (!config.ParseFromString(text)) return r.Fail("model config is not a valid ModelConfig message");
+  return config;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// One model
+
+// The body of a MODL object. With `for_digest`, the parts that say where the state came from
+// rather than what it is are left out (the name, the WAL sequence it covers, the batch count),
+// so an imported or renamed copy hashes like the original.
+void ModelSnapshotCodec::WriteBody(io::Writer& w, const Model& m, bool for_digest) {
+  if (for_digest) {
+    v1::ModelConfig anonymous = m.config_;
+    anonymous.clear_name();
+    w.String(anonymous.SerializeAsString());
+  } else {
+    w.String(m.config_.SerializeAsString());
+    w.U64(m.applied_sequence());
+  }
+  {
+    absl::MutexLock stats_lock(&m.stats_mu_);
+    if (!for_digest) w.U64(m.stats_.batches_applied);
+    w.U64(m.producer_offsets_.size());
+    for (const auto& [producer, offset] : m.producer_offsets_) {
+      w.String(producer);
+      w.U64(offset);
+    }
+  }
+  w.String(SigmaSelectionProto(m.learner_.sigma_selection()).SerializeAsString());
+  m.learner_.Serialize(w);
+}
+
+ModelImage ModelSnapshotCodec::Encode(Model& m) {
+  io::Writer w;
+  ModelImage image;
+  image.name = m.name();
+  absl::MutexLock learner_lock(&m.learner_mu_);
+  image.applied_sequence = m.applied_sequence();
+  const size_t h = w.BeginObject(kModelTag, kModelVersion);
+  WriteBody(w, m, /*for_digest=*/false);
+  w.EndObject(h);
+  image.bytes = w.Release();
+  return image;
+}
+
+std::string ModelSnapshotCodec::StateBytes(Model& m) {
+  io::Writer w;
+  absl::MutexLock learner_lock(&m.learner_mu_);
+  WriteBody(w, m, /*for_digest=*/true);
+  return w.Release();
+}
+
+// Declared in model.h; defined here, next to the encoder whose bytes it hashes, so that the
+// digest covers every bit of state a snapshot keeps (and nothing else) by construction.
+uint64_t Model::StateDigest() {
+  const std::string bytes = ModelSnapshotCodec::StateBytes(*this);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bit
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r, const ConfigDefaults& defaults,
+                                                                  const std::string& rename,
+                                                                  std::shared_ptr<ModelMetrics> metrics,
+                                                                  BatchLog* log) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kModelTag, kModelVersion, "model", &version)) return r.status();
+  const std::string config_text = r.String("model config", kMaxConfigBytes);
+  if (!r.ok()) return r.status();
+  v1::ModelConfig stored;
+  if (!stored.ParseFromString(config_text)) return r.Fail("model config is not a valid ModelConfig message");
+  if (!rename.empty()) stored.set_name(rename);
+  absl::StatusOr<v1::ModelConfig> config = NormalizeModelConfig(stored, defaults);
+  if (!config.ok()) {
+    if (!rename.empty()) return config.status();
+    return r.Fail(absl::StrCat("model config is invalid: ", config.status().message()));
+  }
+  const uint64_t applied = r.U64("model applied sequence");
+  const uint64_t batches = r.U64("model batches applied");
+  const int64_t producers = r.Count("model producer count", 0, kMaxProducersPerModel);
+  std::map<std::string, uint64_t> offsets;
+  for (int64_t i = 0; i < producers && r.ok(); ++i) {
+    std::string id = r.String("producer id", kMaxProducerIdBytes);
+    offsets[std::move(id)] = r.U64("producer offset");
+  }
+  v1::SigmaSelection sigma;
+  if (!sigma.ParseFromString(r.String("model sigma selection", kMaxConfigBytes)) && r.ok()) {
+    return r.Fail("model sigma selection is not a valid SigmaSelection message");
+  }
+  if (!r.ok()) return r.status();
+  absl::StatusOr<StreamingLearner> learner =
+      StreamingLearner::Deserialize(r, LearnerOptionsFor(*config), version, SigmaSelectionFromProto(sigma));
+  if (!learner.ok()) return learner.status();
+  if (!r.EndObject("model")) return r.status();
+
+  // Not make_shared: the constructor around a restored learner is private to this codec.
+  std::shared_ptr<Model> model(new Model(*config, std::move(metrics), log, *std::move(learner)));
+  Model& m = *model;
+  m.set_applied_sequence(applied);
+  Model::Stats s;
+  {
+    absl::MutexLock learner_lock(&m.learner_mu_);
+    s = m.LearnerStatsLocked();
+  }
+  s.batches_applied = batches;
+  {
+    absl::MutexLock stats_lock(&m.stats_mu_);
+    m.stats_ = s;
+    m.producer_offsets_ = std::move(offsets);
+    m.published_sigma_ = sigma;
+  }
+  m.metrics().OnBatchApplied(s.samples + s.pending_warmup, s.forced, s.forced_error_sum,
+                             {s.pending_warmup, s.dict_x, s.dict_y});
+  return model;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::string& source) {
+  SnapshotFile f;
+  f.source = source;
+  if (bytes.size() < 8 || bytes.compare(0, 8, kSnapshotMagic) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not a cmestream snapshot (the file does not start with \"", kSnapshotMagic, "\")"));
+  }
+  if (bytes.size() < kHeaderBytes + kFooterBytes) {
+    return absl::DataLossError(absl::StrCat(source, ": truncated: ", bytes.size(), " bytes, a snapshot has at least ",
+                                            kHeaderBytes + kFooterBytes));
+  }
+  const size_t body = bytes.size() - kFooterBytes;
+  io::Reader footer(std::string_view(bytes).substr(body), source, body);
+  const uint32_t stored = crc32c::Unmask(footer.U32("checksum"));
+  const uint32_t computed = crc32c::Value(bytes.data(), body);
+  if (stored != computed) {
+    return absl::DataLossError(absl::StrCat(source, ": checksum mismatch over bytes [0, ", body, "): stored CRC32C 0x",
+                                            absl::Hex(stored, absl::kZeroPad8), ", computed 0x",
+                                            absl::Hex(computed, absl::kZeroPad8),
+                                            " (the file is corrupt or truncated)"));
+  }
+  io::Reader r(std::string_view(bytes).substr(0, body), source);
+  r.U64("magic");
+  const uint32_t kind = r.U32("snapshot kind");
+  if (kind != kSnapTag && kind != kExportTag) {
+    return r.Fail(absl::StrCat("unknown snapshot kind ", io::FourccName(kind), " (expected SNAP or EXPT)"));
+  }
+  const uint32_t version = r.U32("snapshot format version");
+  if (version != kFormatVersion) {
+    return r.Fail(absl::StrCat("snapshot format version ", version, " is not supported by this build (reads 1..1)"));
+  }
+  const uint32_t models = r.U32("model count");
+  if (models > kMaxModels) return r.Fail(absl::StrCat("model count ", models, " is above ", kMaxModels));
+  f.is_export = kind == kExportTag;
+  f.number = r.U64("snapshot number");
+  f.created_unix_nanos = r.U64("creation time");
+  f.covered_sequence = r.U64("covered sequence");
+  for (uint32_t i = 0; i < models && r.ok(); ++i) {
+    const uint64_t begin = r.offset();
+    uint32_t v;
+    if (!r.BeginObject(kModelTag, kModelVersion, "model", &v)) break;
+    // Skip the body: it is decoded later, model by model.
+    const uint64_t end = begin + 16 + (io::Reader(std::string_view(bytes).substr(begin + 8, 8), source).U64("len"));
+    r.Skip(end - r.offset(), "model body");
+    r.EndObject("model");
+    f.model_ranges.emplace_back(begin, end);
+  }
+  if (!r.ok()) return r.status();
+  if (r.remaining() != 0) return r.Fail(absl::StrCat(r.remaining(), " unexpected bytes after the last model"));
+  f.bytes = std::move(bytes);
+  return f;
+}
+
+absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("opening snapshot ", path, ": ", ErrnoText()));
+  std::string bytes;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = ErrnoText();
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat("reading snapshot ", path, ": ", why));
+    }
+    if (n == 0) break;
+    bytes.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return ParseSnapshotBytes(std::move(bytes), path);
+}
+
+std::string ExportModel(Model& model) {
+  ModelImage image = ModelSnapshotCodec::Encode(model);
+  std::string out = Header(kExportTag, 1, 0, image.applied_sequence);
+  out += image.bytes;
+  out += Footer(crc32c::Value(out.data(), out.size()));
+  return out;
+}
+
+namespace {
+// Decodes model `index` of `f` into the registry under `rename` or its stored name.
+// `import_image` (a live import): the model comes from another daemon, is checked against the
+// limits and logged as an import record carrying these bytes; its applied sequence becomes
+// that record's sequence (the exporter's sequence means nothing here). `replay_sequence` (WAL
+// replay of such a record): the same without logging. Neither: a restore from a snapshot of
+// this daemon, keeping the stored applied sequence.
+absl::StatusOr<std::shared_ptr<Model>> AdoptFrom(const SnapshotFile& f, size_t index, const std::string& rename,
+                                                 ModelRegistry& registry, const ConfigDefaults& defaults,
+                                                 const std::string* import_image = nullptr,
+                                                 std::optional<uint64_t> replay_sequence = std::nullopt) {
+  absl::StatusOr<v1::ModelConfig> config = PeekConfig(f, index);
+  if (!config.ok()) return config.status();
+  const std::string name = rename.empty() ? config->name() : rename;
+  return registry.Adopt(
+      name,
+      [&](std::shared_ptr<ModelMetrics> metrics, BatchLog* log) -> absl::StatusOr<std::shared_ptr<Model>> {
+        const auto [begin, end] = f.model_ranges[index];
+        io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
+        absl::StatusOr<std::shared_ptr<Model>> m =
+            ModelSnapshotCodec::Decode(r, defaults, rename, std::move(metrics), log);
+        if (m.ok() && replay_sequence) (*m)->set_applied_sequence(*replay_sequence);
+        return m;
+      },
+      import_image);
+}
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
+                                                   ModelRegistry& registry, const ConfigDefaults& defaults,
+                                                   std::optional<uint64_t> replay_sequence) {
+  // The record of a live import is the file exactly as received (validated below first).
+  const std::string image = replay_sequence ? std::string() : bytes;
+  absl::StatusOr<SnapshotFile> f = ParseSnapshotBytes(std::move(bytes), "import");
+  if (!f.ok()) return f.status();
+  if (f->model_ranges.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("import: the file holds ", f->model_ranges.size(), " models, expected exactly 1 (an export)"));
+  }
+  return AdoptFrom(*f, 0, new_name, registry, defaults, replay_sequence ? nullptr : &image, replay_sequence);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manager
+
+absl::Status SnapshotOptions::Validate() const {
+  if (dir.empty()) return absl::InvalidArgumentError("snapshot directory is empty");
+  if (!(interval_seconds >= 0) || interval_seconds > 1e7) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --snapshot-interval is ", interval_seconds, ", expected seconds in [0, 1e7] (0 = off)"));
+  }
+  if (keep < 1) return absl::InvalidArgumentError("snapshots kept must be >= 1");
+  return absl::OkStatus();
+}
+
+SnapshotManager::SnapshotManager(SnapshotOptions options, ModelRegistry& registry, ConfigDefaults defaults,
+                                 const BatchLog* log, Manifest* manifest)
+    : options_(std::move(options)),
+      registry_(registry),
+      defaults_(defaults),
+      log_(log),
+      manifest_(manifest),
+      verify_metrics_(std::make_unique<Metrics>()) {
+  ::mkdir(options_.dir.c_str(), 0775);
+  const auto existing = ListSnapshots(options_.dir);
+  if (!existing.empty()) next_number_ = existing.back().first + 1;
+  // Never reuse the number of a snapshot set aside as unusable.
+  for (const auto& [n, path] : ListSnapshots(options_.dir + "/unusable")) next_number_ = std::max(next_number_, n + 1);
+}
+
+SnapshotManager::~SnapshotManager() { Stop(); }
+
+std::vector<std::string> SnapshotManager::List() const {
+  std::vector<std::string> out;
+  for (auto& [n, path] : ListSnapshots(options_.dir)) out.push_back(path);
+  return out;
+}
+
+absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState::Snapshot>& listed,
+                                                 const std::string& recover_from) {
+  LoadReport report;
+  for (const auto& l : listed) report.newest_listed_covered = std::max(report.newest_listed_covered, l.covered);
+  // Candidates, newest first: the files present and the ones the manifest lists (a listed file
+  // that is missing is reported; a file newer than the manifest, written just before a crash
+  // cut the manifest update short, is as good as any).
+  std::vector<std::pair<uint64_t, std::string>> candidates;
+  if (!recover_from.empty()) {
+    candidates.emplace_back(0, recover_from);
+  } else {
+    candidates = ListSnapshots(options_.dir);
+    for (const auto& l : listed) {
+      uint64_t n = 0;
+      const std::string path = absl::StrCat(options_.dir, "/", l.name);
+      if (ParseSnapshotName(l.name, &n) &&
+          std::find(candidates.begin(), candidates.end(), std::make_pair(n, path)) == candidates.end()) {
+        candidates.emplace_back(n, path);
+      }
+    }
+    std::sort(candidates.begin(), candidates.end());
+    std::reverse(candidates.begin(), candidates.end());
+  }
+  for (const auto& [number, path] : candidates) {
+    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+    absl::Status status = f.status();
+    std::vector<std::shared_ptr<Model>> adopted;
+    if (f.ok()) {
+      for (size_t i = 0; i < f->model_ranges.size() && status.ok(); ++i) {
+        absl::StatusOr<std::shared_ptr<Model>> m = AdoptFrom(*f, i, "", registry_, defaults_);
+        if (m.ok()) adopted.push_back(*m); else status = m.status();
+      }
+    }
+    if (!status.ok()) {
+      for (const auto& m : adopted) (void)registry_.Delete(m->name(), /*replay=*/true);  // all or nothing
+      const bool missing = status.code() == absl::StatusCode::kNotFound;
+      std::fprintf(stderr, "cmestreamd: snapshot %s is %s: %s; trying the previous one\n", path.c_str(),
+                   missing ? "missing" : "unusable", std::string(status.message()).c_str());
+      report.skipped.push_back(absl::StrCat(path, ": ", status.message()));
+      if (!missing) report.unusable.push_back(path);
+      if (!recover_from.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--recover-from ", recover_from, " is not a usable snapshot: ", status.message()));
+      }
+      continue;
+    }
+    report.path = path;
+    report.number = f->number;
+    report.models = static_cast<int>(adopted.size());
+    report.covered_sequence = f->covered_sequence;
+    return report;
+  }
+  return report;
+}
+
+absl::Status SnapshotManager::SetAside(const std::vector<std::string>& paths) {
+  if (paths.empty()) return absl::OkStatus();
+  const std::string dir = options_.dir + "/unusable";
+  ::mkdir(dir.c_str(), 0775);
+  for (const std::string& path : paths) {
+    const std::string to = absl::StrCat(dir, "/", files::BaseName(path));
+    if (::rename(path.c_str(), to.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot move unusable snapshot ", path, " to ", to, ": ", ErrnoText()));
+    }
+    std::fprintf(stderr, "cmestreamd: kept unusable snapshot %s for inspection as %s\n", path.c_str(), to.c_str());
+  }
+  if (absl::Status s = files::FsyncDir(dir); !s.ok()) return s;
+  return files::FsyncDir(options_.dir);
+}
+
+std::vector<ManifestState::Snapshot> SnapshotManager::Kept() const {
+  std::vector<ManifestState::Snapshot> out;
+  for (const auto& [n, path] : ListSnapshots(options_.dir)) {
+    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+    if (f.ok()) out.push_back({files::BaseName(path), f->covered_sequence});
+  }
+  return out;
+}
+
+absl::Status SnapshotManager::VerifyFile(const std::string& path) const {
+  absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+  if (!f.ok()) return absl::InternalError(absl::StrCat("snapshot verification: ", f.status().message()));
+  NullBatchLog null_log;
+  for (size_t i = 0; i < f->model_ranges.size(); ++i) {
+    const auto [begin, end] = f->model_ranges[i];
+    io::Reader r(std::string_view(f->bytes).substr(begin, end - begin), path, begin);
+    absl::StatusOr<std::shared_ptr<Model>> m =
+        ModelSnapshotCodec::Decode(r, defaults_, "", verify_metrics_->ForModel("verify"), &null_log);
+    if (!m.ok()) {
+      return absl::InternalError(absl::StrCat("snapshot verification: model ", i, " does not decode: ",
+                                              m.status().message(), "; the snapshot was not installed"));
+    }
+    // Decoding then encoding again must give the same bytes: the decoder restores every bit
+    // the encoder wrote, so the restored model is the model that was saved.
+    const std::string again = ModelSnapshotCodec::Encode(**m).bytes;
+    if (again != std::string_view(f->bytes).substr(begin, end - begin)) {
+      size_t at = 0;
+      while (at < again.size() && begin + at < end && again[at] == f->bytes[begin + at]) ++at;
+      return absl::InternalError(absl::StrCat("snapshot verification: model '", (*m)->name(),
+                                              "' does not round-trip (first difference at byte ", begin + at,
+                                              "); the snapshot was not installed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
+  absl::MutexLock take_lock(&take_mu_);
+  const auto start = std::chrono::steady_clock::now();
+  SnapshotResult result;
+  result.number = next_number_;
+  // The cut: the models and the log's last sequence L read together under the registry lock,
+  // once no creation, import or deletion is in progress (ListAtCut waits for them), so every
+  // such record <= L is reflected in the models listed. A batch record is written, made durable and then applied (group commit, no model
+  // lock across the fdatasync), so a batch <= L may still be in flight: WaitAppliedThrough(L)
+  // waits for it (at most one per model) before Encode takes the model's lock, so Encode sees
+  // every record <= L of the model that was or will be applied; a model created, imported or deleted after the cut has its
+  // record above L. Taking min(applied) instead would let one idle model pin every WAL segment
+  // since its last batch.
+  uint64_t covered = 0;
+  const std::vector<std::shared_ptr<Model>> models = registry_.ListAtCut(&covered);
+  if (log_ == nullptr) covered = 0;
+  // Each model is copied under its own lock; the file is written after, off every lock. The
+  // covered sequence goes in the header, so all images are taken before the write (memory:
+  // the serialized size of all models).
+  std::vector<ModelImage> images;
+  images.reserve(models.size());
+  for (const auto& m : models) {
+    m->WaitAppliedThrough(covered);
+    images.push_back(ModelSnapshotCodec::Encode(*m));
+  }
+  size_t next = 0;
+  bool header_done = false;
+  absl::StatusOr<uint64_t> bytes = WriteAtomically(
+      options_.dir, SnapshotName(result.number),
+      [&](std::string* chunk) {
+        if (!header_done) {
+          header_done = true;
+          *chunk = Header(kSnapTag, static_cast<uint32_t>(images.size()), result.number, covered);
+          return true;
+        }
+        if (next >= images.size()) return false;
+        *chunk = std::move(images[next++].bytes);
+        return true;
+      },
+      [this](const std::string& tmp) { return VerifyFile(tmp); });
+  if (!bytes.ok()) {
+    if (observer_) observer_(bytes.status());
+    return bytes.status();
+  }
+  ++next_number_;
+  result.path = absl::StrCat(options_.dir, "/", SnapshotName(result.number));
+  result.bytes = *bytes;
+  result.models = static_cast<int>(models.size());
+  result.covered_sequence = covered;
+  // Keep the newest `keep`. The manifest stops listing the old ones before they are deleted,
+  // then the WAL may drop what the oldest kept one covers (unusable snapshots were moved to
+  // snapshots/unusable at start and are never pruned).
+  auto files = ListSnapshots(options_.dir);
+  std::vector<std::pair<uint64_t, std::string>> doomed;
+  while (static_cast<int>(files.size()) > options_.keep) {
+    doomed.push_back(files.front());
+    files.erase(files.begin());
+  }
+  uint64_t oldest_covered = covered;
+  std::vector<ManifestState::Snapshot> kept;
+  for (const auto& [n, path] : files) {
+    absl::StatusOr<SnapshotFile> f = n == result.number ? absl::StatusOr<SnapshotFile>(absl::NotFoundError(""))
+                                                        : ReadSnapshotFile(path);
+    const uint64_t c = n == result.number ? covered : (f.ok() ? f->covered_sequence : 0);
+    if (n != result.number && !f.ok()) continue;  // not usable: never listed, never counted
+    kept.push_back({files::BaseName(path), c});
+    oldest_covered = std::min(oldest_covered, c);
+  }
+  absl::Status listed = manifest_ ? manifest_->SetSnapshots(kept) : absl::OkStatus();
+  if (listed.ok()) {
+    for (const auto& [n, path] : doomed) ::unlink(path.c_str());
+    if (covered_) covered_(oldest_covered);
+  } else {
+    std::fprintf(stderr, "cmestreamd: warning: cannot update the manifest after snapshot %s: %s; nothing pruned\n",
+                 result.path.c_str(), std::string(listed.message()).c_str());
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (observer_) observer_(result);
+  return result;
+}
+
+void SnapshotManager::Start() {
+  if (options_.interval_seconds <= 0 || thread_.joinable()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void SnapshotManager::Stop() {
+  {
+    absl::MutexLock lock(&loop_mu_);
+    stop_ = true;
+    loop_cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void SnapshotManager::Loop() {
+  absl::MutexLock lock(&loop_mu_);
+  const absl::Duration period = absl::Seconds(options_.interval_seconds);
+  for (;;) {
+    const absl::Time until = absl::Now() + period;
+    while (!stop_ && !loop_cv_.WaitWithDeadline(&loop_mu_, until)) {
+    }
+    if (stop_) return;
+    loop_mu_.Unlock();
+    absl::StatusOr<SnapshotResult> r = TakeNow();
+    if (!r.ok()) std::fprintf(stderr, "cmestreamd: periodic snapshot failed: %s\n", std::string(r.status().message()).c_str());
+    loop_mu_.Lock();
+  }
+}
+
+}  // namespace cmestream::service

@@ -1,0 +1,234 @@
+// Snapshots of cmestreamd: the full per-sample state of every model, written
+// atomically, so that a restart is "newest valid snapshot + replay of the WAL records after
+// it" (service/storage/recovery.h) and a model can be moved between daemons (export/import).
+//
+// FILE FORMAT (all integers little-endian, doubles as IEEE-754 bit patterns):
+//   offset  size  field
+//   0       8     magic "CMESNAP1"
+//   8       4     fourcc "SNAP" (daemon snapshot: every model) or "EXPT" (export: one model)
+//   12      4     format version (1; newer versions are refused by number)
+//   16      4     model count (<= 1e6)
+//   20      8     snapshot number (the N of snapshot-N.snap; 0 in exports)
+//   28      8     creation time, Unix nanoseconds
+//   36      8     covered WAL sequence: every WAL record <= it is in this file's state
+//                 (the log's last sequence when the snapshot began: each such record was
+//                 applied under its model's lock before Encode took it); replay starts after
+//                 it, skipping per model the records <= that model's applied sequence
+//   44      ...   one "MODL" object per model (core/io/binary_io.h framing: tag, version,
+//                 length, body): the normalized ModelConfig (protobuf bytes), the WAL sequence
+//                 the model's state covers (Model::applied_sequence), the batch count,
+//                 producers' applied offsets, σ selection (SigmaSelection protobuf bytes),
+//                 then the learner's state (StreamingLearner::Serialize: the σ warm-up buffer,
+//                 the episode state, then the estimators, each its own tagged object: CCME,
+//                 CNTS, EMOM, MVAC, PSAC, SPMO, LAGS). The MODL version is the learner's
+//                 state version (StreamingLearner::kStateVersion, 3)
+//   end-4   4     masked CRC32C (service/storage/crc32c.h) of every byte before it
+// The CRC is checked before anything is parsed: a flipped byte anywhere is DataLoss naming
+// the file and the byte range; a file that passes it is then parsed with every length bounded
+// by the header dimensions before allocating (a corrupt file never makes the loader allocate
+// more than it holds, and a hostile one is refused by tag, version or bound).
+//
+// WHY ONE FILE PER SNAPSHOT (of all models) rather than one per model: a snapshot file is then
+// a single atomic rename, a deleted model disappears from the next snapshot without any
+// per-model bookkeeping, "keep the newest 2" is a file count, and the WAL segments below the
+// file's covered sequence are covered by exactly one file. An export is
+// the same format with one model.
+//
+// CONSISTENCY. Each model is serialized under its learner lock (a copy of bytes, O(model
+// size)) and the file is written off every lock, so ingestion of a model pauses only for its
+// own copy. The header carries the covered sequence, so all models' bytes are held in memory
+// until the file is written (TODO: stream model by model and put the covered sequence in the
+// footer, to bound memory by the largest model). The applied sequence read under the same lock is the cut: the
+// snapshot covers exactly that model's WAL records <= it.
+//
+// DIRECTORY. DATA_DIR/snapshots/snapshot-NNNNNNNNNNNNNNNNNNNN.snap (20 digits, increasing);
+// written as .snapshot-N.tmp in the same directory, fsync(file), rename, fsync(dir). After a
+// successful write all but the newest `keep` (2) are deleted, then the covered callback
+// runs (the daemon deletes WAL segments covered by the OLDEST kept snapshot, so the fallback
+// snapshot can still be replayed forward). Load tries the newest file first; a file that fails
+// (checksum, truncation, bad tag/version) is reported on stderr with its path and the
+// previous one is used.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "service/engine/model.h"
+#include "service/storage/manifest.h"
+#include "service/observability/metrics.h"
+#include "service/engine/model_config.h"
+#include "service/engine/registry.h"
+
+namespace cmestream::io {
+class Reader;
+class Writer;
+}  // namespace cmestream::io
+
+namespace cmestream::service {
+
+inline constexpr char kSnapshotMagic[] = "CMESNAP1";
+
+// The serialized state of one model (a "MODL" object) and the WAL sequence it covers.
+struct ModelImage {
+  std::string name;
+  uint64_t applied_sequence = 0;
+  std::string bytes;
+};
+
+// Friend of Model: reads and restores its full state.
+class ModelSnapshotCodec {
+ public:
+  // Takes the model's learner lock, serializes everything (no flush, no re-factorization: the
+  // live state is not touched) and returns the bytes. O(model size).
+  static ModelImage Encode(Model& model);
+  // The model's state as bytes (the MODL body without its name, WAL sequence and batch
+  // count), under its learner lock: what Model::StateDigest hashes.
+  static std::string StateBytes(Model& model);
+  // Decodes one MODL object into a new Model (not registered). `rename` (non-empty) replaces
+  // the stored name (import --name). The config is re-validated with NormalizeModelConfig.
+  // Errors: DataLoss naming the source and offset; InvalidArgument for a bad (re)name.
+  static absl::StatusOr<std::shared_ptr<Model>> Decode(io::Reader& r, const ConfigDefaults& defaults,
+                                                       const std::string& rename,
+                                                       std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+ private:
+  // The MODL body (snapshot.cc): config, applied sequence and batch count (left out of the
+  // digest), producer offsets, sigma selection, the learner's state.
+  static void WriteBody(io::Writer& w, const Model& m, bool for_digest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.learner_mu_)
+      ABSL_LOCKS_EXCLUDED(m.stats_mu_);
+};
+
+// A parsed, checksum-verified snapshot or export file.
+struct SnapshotFile {
+  std::string source;        // path or "import"
+  bool is_export = false;
+  uint64_t number = 0;
+  uint64_t created_unix_nanos = 0;
+  uint64_t covered_sequence = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> model_ranges;  // [begin, end) of each MODL object
+  std::string bytes;         // the whole file
+};
+// Verifies magic, kind, version and CRC32C, and frames the models (not decoded yet).
+absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::string& source);
+absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path);
+
+// An export file of one model (same format, kind "EXPT"). Serialized under its learner lock.
+std::string ExportModel(Model& model);
+// Decodes an export (or a one-model snapshot) and registers it as `new_name` (or its stored
+// name), after checking --max-models and the memory budget. A live import is logged as a WAL
+// import record holding the whole file, with the name reserved, before the model is visible
+// (like a creation), and its applied sequence is that record's: an acknowledged import
+// survives any restart, and the batches that follow it replay onto it. `replay_sequence`: WAL
+// replay of such a record (nothing logged). AlreadyExists if the name is taken; DataLoss for a
+// corrupt file (with what and where); InvalidArgument if the bytes are not a snapshot at all;
+// ResourceExhausted beyond the limits.
+absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
+                                                   ModelRegistry& registry, const ConfigDefaults& defaults,
+                                                   std::optional<uint64_t> replay_sequence = std::nullopt);
+
+struct SnapshotOptions {
+  std::string dir;                 // DATA_DIR/snapshots, created if missing
+  double interval_seconds = 60;    // --snapshot-interval; 0 = only on demand and at shutdown
+  int keep = 2;                    // snapshots kept, >= 1
+  absl::Status Validate() const;
+};
+
+struct SnapshotResult {
+  std::string path;
+  uint64_t bytes = 0;
+  uint64_t number = 0;
+  int models = 0;
+  uint64_t covered_sequence = 0;  // every WAL record <= it is in this snapshot's state
+  double seconds = 0;
+};
+
+struct LoadReport {
+  std::string path;                  // the snapshot used; empty if none
+  uint64_t number = 0;
+  int models = 0;
+  uint64_t covered_sequence = 0;     // replay the WAL after this (0: from the start)
+  uint64_t newest_listed_covered = 0;  // the newest covered sequence the manifest lists
+  std::vector<std::string> skipped;  // "PATH: reason" for each missing or unusable newer snapshot
+  std::vector<std::string> unusable; // paths of present but unusable snapshots (to set aside)
+};
+
+class SnapshotManager {
+ public:
+  // requires: registry outlives the manager.
+  // `log` (may be null: no WAL) gives the last sequence at the start of a snapshot.
+  // `manifest` (may be null: tests) is told which snapshots are kept after each snapshot.
+  SnapshotManager(SnapshotOptions options, ModelRegistry& registry, ConfigDefaults defaults, const BatchLog* log,
+                  Manifest* manifest = nullptr);
+  ~SnapshotManager();
+
+  // Loads the newest usable snapshot into the (empty) registry, trying the files present and
+  // the ones in `listed` (the manifest's; a listed one that is missing is reported), newest
+  // first; or exactly `recover_from` when set (FailedPrecondition if it is not usable). A
+  // directory with no snapshot is not an error (report.path empty). Each missing or unusable
+  // file is printed to stderr ("cmestreamd: snapshot PATH is unusable: REASON; trying the
+  // previous one"). Whether falling back loses data is the caller's decision (it knows the WAL).
+  absl::StatusOr<LoadReport> Load(const std::vector<ManifestState::Snapshot>& listed = {},
+                                  const std::string& recover_from = "");
+  absl::StatusOr<LoadReport> LoadNewest() { return Load(); }
+  // Moves unusable snapshot files into DIR/unusable, where retention never touches them.
+  absl::Status SetAside(const std::vector<std::string>& paths);
+  // The usable snapshot files present, oldest first, with their covered sequences.
+  std::vector<ManifestState::Snapshot> Kept() const;
+
+  // Called after each durable snapshot with the smallest applied sequence covered by the
+  // OLDEST snapshot kept (WAL segments wholly below it may be deleted: Wal::Rotate() then
+  // Wal::DeleteSegmentsCoveredBy(S)). Set before Start().
+  void SetCoveredCallback(std::function<void(uint64_t)> callback) { covered_ = std::move(callback); }
+  // Called at the end of every TakeNow (periodic or not) with its outcome, under the snapshot
+  // lock (the daemon's metrics: duration, bytes, last success). Set before Start().
+  void SetObserver(std::function<void(const absl::StatusOr<SnapshotResult>&)> observer) {
+    observer_ = std::move(observer);
+  }
+
+  // Writes a snapshot of every model now (serialized per model under its lock, written off
+  // it). Thread-safe: concurrent calls are serialized.
+  absl::StatusOr<SnapshotResult> TakeNow() ABSL_LOCKS_EXCLUDED(take_mu_);
+
+  // Periodic snapshots every interval_seconds (when > 0) on a background thread; Stop() joins
+  // it. Stop() does not take a final snapshot: the daemon calls TakeNow() at clean shutdown
+  // after the server stopped accepting batches.
+  void Start();
+  void Stop() ABSL_LOCKS_EXCLUDED(loop_mu_);
+
+  // Existing snapshot paths, oldest first.
+  std::vector<std::string> List() const;
+  const SnapshotOptions& options() const { return options_; }
+
+ private:
+  void Loop() ABSL_LOCKS_EXCLUDED(loop_mu_, take_mu_);
+  // Reads a written file back, decodes every model and checks that encoding it again gives
+  // the same bytes. Called before the file replaces anything.
+  absl::Status VerifyFile(const std::string& path) const;
+
+  const SnapshotOptions options_;
+  ModelRegistry& registry_;
+  const ConfigDefaults defaults_;
+  const BatchLog* const log_;
+  Manifest* const manifest_;
+  std::unique_ptr<Metrics> verify_metrics_;  // series of the throwaway models VerifyFile decodes
+  std::function<void(uint64_t)> covered_;
+  std::function<void(const absl::StatusOr<SnapshotResult>&)> observer_;
+  // One snapshot at a time: first in the lock order (service/README.md "Locks"), held across
+  // the whole snapshot, which takes the registry's and each model's locks under it.
+  absl::Mutex take_mu_;
+  uint64_t next_number_ ABSL_GUARDED_BY(take_mu_) = 1;
+  absl::Mutex loop_mu_;                  // a leaf lock: the periodic loop's stop flag
+  absl::CondVar loop_cv_;                // stop_ became true
+  bool stop_ ABSL_GUARDED_BY(loop_mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace cmestream::service
