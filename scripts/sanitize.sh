@@ -14,6 +14,8 @@
 #                   pool, the refresh scheduler and its waiters, registry creates/cuts/deletes,
 #                   all at once on a group-committing WAL
 #   test_snapshot   snapshot writer vs ingestion (the cut, WaitAppliedThrough), import/export
+#   test_periodic_thread  the one background loop (refresh ticks, periodic snapshots, WAL
+#                   interval fsync): wake, coalescing, stop while running
 # Not in the subset: the in-process gRPC daemon tests (test_daemon, test_limits, ...). Debian's
 # gRPC is not instrumented, so its hand-offs between threads (completion queue, callback
 # reactors in the grpcpp headers) are reported as races; a TSan suppression matches any frame
@@ -28,7 +30,7 @@ cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 BUILD="${SANITIZE_BUILD_DIR:-build-sanitize}"
 TESTS=("$@")
-[ ${#TESTS[@]} -eq 0 ] && TESTS=(test_wal test_snapshot)
+[ ${#TESTS[@]} -eq 0 ] && TESTS=(test_wal test_snapshot test_periodic_thread)
 CXX_CLANG="$(command -v clang++ || command -v clang++-14 || true)"
 if [ -z "$CXX_CLANG" ]; then
   echo "sanitize: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2

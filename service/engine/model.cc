@@ -222,16 +222,14 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
 }
 
 void Model::SetPending(uint64_t sequence) {
-  absl::MutexLock lock(&pending_mu_);  // waiters re-check their condition at the release
+  absl::MutexLock lock(&pending_mu_);
   pending_sequence_ = sequence;
+  pending_cv_.SignalAll();
 }
 
 void Model::WaitAppliedThrough(uint64_t sequence) {
   absl::MutexLock lock(&pending_mu_);
-  auto applied = [this, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pending_mu_) {
-    return pending_sequence_ == 0 || pending_sequence_ > sequence;
-  };
-  pending_mu_.Await(absl::Condition(&applied));
+  while (pending_sequence_ != 0 && pending_sequence_ <= sequence) pending_cv_.Wait(&pending_mu_);
 }
 
 absl::Status Model::MarkDeleted(const std::function<absl::Status()>& log_deletion) {

@@ -190,6 +190,7 @@ class Model {
   StreamingLearner learner_ ABSL_GUARDED_BY(learner_mu_);
 
   absl::Mutex pending_mu_;  // a leaf
+  absl::CondVar pending_cv_;  // pending_sequence_ changed
   uint64_t pending_sequence_ ABSL_GUARDED_BY(pending_mu_) = 0;  // written, not yet applied
 
   mutable absl::Mutex stats_mu_;  // a leaf

@@ -486,9 +486,14 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
 }
 
 RefreshScheduler::RefreshScheduler(ModelRegistry& registry, Options options)
-    : registry_(registry), options_(options) {}
+    : registry_(registry),
+      options_(options),
+      thread_(absl::Seconds(options.tick_seconds), [this] {
+        RefreshDueModels();
+        CompleteWaiters();
+      }) {}
 
-void RefreshScheduler::Start() { thread_ = std::thread([this] { Run(); }); }
+void RefreshScheduler::Start() { thread_.Start(); }
 
 void RefreshScheduler::Stop() {
   std::vector<Waiter> orphans;
@@ -496,9 +501,8 @@ void RefreshScheduler::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopping_ = true;
-    cv_.SignalAll();
   }
-  if (thread_.joinable()) thread_.join();
+  thread_.Stop();
   {
     absl::MutexLock lock(&mu_);
     stopped_ = true;
@@ -509,9 +513,7 @@ void RefreshScheduler::Stop() {
 
 void RefreshScheduler::Request(Model& model) {
   model.refresh_requested = true;
-  absl::MutexLock lock(&mu_);
-  wake_ = true;
-  cv_.SignalAll();
+  thread_.Wake();
 }
 
 void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock::time_point deadline,
@@ -527,8 +529,7 @@ void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock
       if (!Covers(view, target)) {
         model->refresh_requested = true;
         waiters_.push_back({std::move(model), target, deadline, std::move(done)});
-        wake_ = true;
-        cv_.SignalAll();
+        thread_.Wake();
         return;
       }
     }
@@ -537,23 +538,6 @@ void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock
     done(absl::UnavailableError("cmestreamd is shutting down"));
   } else {
     done(model->view());
-  }
-}
-
-void RefreshScheduler::Run() {
-  const auto tick = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.tick_seconds));
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      const absl::Time until = absl::Now() + absl::FromChrono(tick);
-      while (!stopping_ && !wake_) {
-        if (cv_.WaitWithDeadline(&mu_, until)) break;  // the tick elapsed
-      }
-      if (stopping_) return;
-      wake_ = false;
-    }
-    RefreshDueModels();
-    CompleteWaiters();
   }
 }
 

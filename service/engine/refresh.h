@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "service/engine/model.h"
+#include "service/engine/periodic_thread.h"
 #include "service/engine/registry.h"
 
 namespace cmestream::service {
@@ -58,20 +59,17 @@ class RefreshScheduler {
     Clock::time_point deadline;
     Callback done;
   };
-  void Run() ABSL_LOCKS_EXCLUDED(mu_);
   void RefreshDueModels() ABSL_LOCKS_EXCLUDED(mu_);
   void CompleteWaiters() ABSL_LOCKS_EXCLUDED(mu_);
 
   ModelRegistry& registry_;
   const Options options_;
-  std::thread thread_;
+  PeriodicThread thread_;  // every tick_seconds, or at once when woken by Request / Wait
   // Lock order (service/README.md "Locks"): taken before the registry's lock and a model's
   // view lock (CompleteWaiters looks models up under it); never held while a view is built.
   absl::Mutex mu_;
-  absl::CondVar cv_;  // stopping_ or wake_ became true
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  bool wake_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -97,9 +97,7 @@ grpc::ServerUnaryReactor* IngestServiceImpl::IngestOne(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* IngestServiceImpl::GetProducer(grpc::CallbackServerContext* ctx,
                                                          const v1::GetProducerRequest* req, v1::ProducerStatus* resp) {
   UnaryCall call(ctx, metrics_, "GetProducer");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  absl::StatusOr<std::shared_ptr<Model>> model = call.FindModel(auth_, ownership_, registry_, req->model());
   if (model.ok()) {
     resp->set_model(req->model());
     resp->set_producer_id(req->producer_id());

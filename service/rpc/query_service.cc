@@ -60,22 +60,29 @@ absl::StatusOr<std::shared_ptr<const ModelView>> RequireView(const Model& model)
   return view;
 }
 
-// Query points: a multiple of the model's dimension, finite. Returns the number of points.
-absl::StatusOr<int64_t> CheckPoints(const google::protobuf::RepeatedField<double>& points, const Model& model) {
-  if (model.discrete()) return RequireView(model).status();  // the CME queries' refusal, not a dim of 0
+// Continuous query values in `field`: a multiple of the model's dimension, finite. Returns the
+// number of points.
+absl::StatusOr<int64_t> CheckContinuousPoints(const google::protobuf::RepeatedField<double>& points, const Model& model,
+                                              absl::string_view field) {
   const int d = model.dim();
   if (points.size() % d != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("field points has ", points.size(),
+    return absl::InvalidArgumentError(absl::StrCat("field ", field, " has ", points.size(),
                                                    " values, expected a multiple of dim ", d, " of model '",
                                                    model.name(), "'"));
   }
   for (int i = 0; i < points.size(); ++i) {
     if (!std::isfinite(points.Get(i))) {
-      return absl::InvalidArgumentError(absl::StrCat("field points value ", i, " (point ", i / d, ", component ",
+      return absl::InvalidArgumentError(absl::StrCat("field ", field, " value ", i, " (point ", i / d, ", component ",
                                                      i % d, ") is ", points.Get(i), ", expected a finite number"));
     }
   }
   return points.size() / d;
+}
+
+// Query points of the CME queries (continuous models only). Returns the number of points.
+absl::StatusOr<int64_t> CheckPoints(const google::protobuf::RepeatedField<double>& points, const Model& model) {
+  if (model.discrete()) return RequireView(model).status();  // the CME queries' refusal, not a dim of 0
+  return CheckContinuousPoints(points, model, "points");
 }
 
 // The latest view (any model kind), or FailedPrecondition.
@@ -121,20 +128,9 @@ absl::StatusOr<RowMatrixXd> QueryRows(const google::protobuf::RepeatedField<doub
                                                    " values, expected none: model '", model.name(),
                                                    "' is continuous (dim ", model.dim(), "); send ", points_field));
   }
-  const int d = model.dim();
-  if (points.size() % d != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("field ", points_field, " has ", points.size(),
-                                                   " values, expected a multiple of dim ", d, " of model '",
-                                                   model.name(), "'"));
-  }
-  for (int i = 0; i < points.size(); ++i) {
-    if (!std::isfinite(points.Get(i))) {
-      return absl::InvalidArgumentError(absl::StrCat("field ", points_field, " value ", i, " (point ", i / d,
-                                                     ", component ", i % d, ") is ", points.Get(i),
-                                                     ", expected a finite number"));
-    }
-  }
-  return RowMatrixXd(Eigen::Map<const RowMatrixXd>(points.data(), points.size() / d, d));
+  absl::StatusOr<int64_t> n = CheckContinuousPoints(points, model, points_field);
+  if (!n.ok()) return n.status();
+  return RowMatrixXd(Eigen::Map<const RowMatrixXd>(points.data(), *n, model.dim()));
 }
 
 // What every view query begins with, in this order: authorize, the model's owner (a sharded
@@ -160,10 +156,8 @@ absl::StatusOr<ViewQuery<T>> StartViewQuery(const UnaryCall& call, const TokenAu
                                             const Ownership* ownership, ModelRegistry& registry,
                                             const std::string& name, SubView<T> ModelView::*sub,
                                             absl::string_view what, const QueryPoints& points = {}) {
-  if (absl::Status s = call.Authorize(auth); !s.ok()) return s;
-  if (absl::Status s = call.Owns(ownership, name); !s.ok()) return s;
   ViewQuery<T> q;
-  absl::StatusOr<std::shared_ptr<Model>> model = registry.Get(name);
+  absl::StatusOr<std::shared_ptr<Model>> model = call.FindModel(auth, ownership, registry, name);
   if (!model.ok()) return model.status();
   q.model = *std::move(model);
   if (points.points != nullptr) {
@@ -210,9 +204,7 @@ void SetComplex(v1::Complex* out, std::complex<double> z) {
 grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext* ctx, const v1::RefreshRequest* req,
                                                     v1::RefreshResponse* resp) {
   auto call = std::make_shared<UnaryCall>(ctx, metrics_, "Refresh");
-  if (absl::Status s = call->Authorize(auth_); !s.ok()) return call->Finish(s);
-  if (absl::Status s = call->Owns(ownership_, req->model()); !s.ok()) return call->Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> found = registry_.Get(req->model());
+  absl::StatusOr<std::shared_ptr<Model>> found = call->FindModel(auth_, ownership_, registry_, req->model());
   if (!found.ok()) return call->Finish(found.status());
   std::shared_ptr<Model> model = *std::move(found);
   double timeout = req->timeout_seconds() == 0 ? kDefaultRefreshTimeoutSeconds : req->timeout_seconds();
@@ -251,9 +243,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerContext* ctx, const v1::KoopmanRequest* req,
                                                        v1::KoopmanResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetKoopman");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  absl::StatusOr<std::shared_ptr<Model>> model = call.FindModel(auth_, ownership_, registry_, req->model());
   if (!model.ok()) return call.Finish(model.status());
   const uint32_t top = req->top() == 0 ? kDefaultTop : req->top();
   if (top > static_cast<uint32_t>(kStoredEigenpairs)) {
@@ -296,9 +286,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext* ctx, const v1::PredictRequest* req,
                                                     v1::PredictResponse* resp) {
   UnaryCall call(ctx, metrics_, "Predict");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  absl::StatusOr<std::shared_ptr<Model>> model = call.FindModel(auth_, ownership_, registry_, req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<int64_t> n = CheckPoints(req->points(), **model);
   if (!n.ok()) return call.Finish(n.status());
@@ -322,9 +310,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* QueryServiceImpl::GetDictionary(grpc::CallbackServerContext* ctx,
                                                           const v1::DictionaryRequest* req, v1::DictionaryResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetDictionary");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  absl::StatusOr<std::shared_ptr<Model>> model = call.FindModel(auth_, ownership_, registry_, req->model());
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<std::shared_ptr<const ModelView>> view = RequireView(**model);
   if (!view.ok()) return call.Finish(view.status());
@@ -456,9 +442,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext* ctx, const v1::ForecastRequest* req,
                                                      v1::ForecastResponse* resp) {
   UnaryCall call(ctx, metrics_, "Forecast");
-  if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
-  absl::StatusOr<std::shared_ptr<Model>> model = registry_.Get(req->model());
+  absl::StatusOr<std::shared_ptr<Model>> model = call.FindModel(auth_, ownership_, registry_, req->model());
   if (!model.ok()) return call.Finish(model.status());
   const uint32_t horizon = req->horizon() == 0 ? 1 : req->horizon();
   if (horizon > kMaxHorizon) {

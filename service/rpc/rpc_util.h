@@ -2,14 +2,16 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/server_context.h"
-#include "service/rpc/auth.h"
 #include "service/engine/limits.h"
+#include "service/engine/registry.h"
 #include "service/observability/metrics.h"
+#include "service/rpc/auth.h"
 #include "service/rpc/ownership.h"
 #include "service/rpc/status.h"
 
@@ -34,6 +36,16 @@ class UnaryCall {
   // `allow_override`: the rebalancer's `cmestream-placement: ignore` header is honored.
   absl::Status Owns(const Ownership* ownership, const std::string& model, bool allow_override = false) const {
     return ownership == nullptr ? absl::OkStatus() : ownership->Check(model, *ctx_, allow_override);
+  }
+
+  // What every call about one model begins with: Authorize, Owns, then the model from the
+  // registry. A failed step is the status to finish with.
+  absl::StatusOr<std::shared_ptr<Model>> FindModel(const TokenAuthenticator* auth, const Ownership* ownership,
+                                                   const ModelRegistry& registry, const std::string& name,
+                                                   bool allow_override = false) const {
+    if (absl::Status s = Authorize(auth); !s.ok()) return s;
+    if (absl::Status s = Owns(ownership, name, allow_override); !s.ok()) return s;
+    return registry.Get(name);
   }
 
   // Finishes the call (exactly once). Safe to call from any thread.

@@ -628,32 +628,16 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
 }
 
 void SnapshotManager::Start() {
-  if (options_.interval_seconds <= 0 || thread_.joinable()) return;
-  thread_ = std::thread([this] { Loop(); });
+  if (options_.interval_seconds <= 0 || periodic_) return;
+  periodic_ = std::make_unique<PeriodicThread>(absl::Seconds(options_.interval_seconds), [this] {
+    absl::StatusOr<SnapshotResult> r = TakeNow();
+    if (!r.ok()) std::fprintf(stderr, "cmestreamd: periodic snapshot failed: %s\n", std::string(r.status().message()).c_str());
+  });
+  periodic_->Start();
 }
 
 void SnapshotManager::Stop() {
-  {
-    absl::MutexLock lock(&loop_mu_);
-    stop_ = true;
-    loop_cv_.SignalAll();
-  }
-  if (thread_.joinable()) thread_.join();
-}
-
-void SnapshotManager::Loop() {
-  absl::MutexLock lock(&loop_mu_);
-  const absl::Duration period = absl::Seconds(options_.interval_seconds);
-  for (;;) {
-    const absl::Time until = absl::Now() + period;
-    while (!stop_ && !loop_cv_.WaitWithDeadline(&loop_mu_, until)) {
-    }
-    if (stop_) return;
-    loop_mu_.Unlock();
-    absl::StatusOr<SnapshotResult> r = TakeNow();
-    if (!r.ok()) std::fprintf(stderr, "cmestreamd: periodic snapshot failed: %s\n", std::string(r.status().message()).c_str());
-    loop_mu_.Lock();
-  }
+  if (periodic_) periodic_->Stop();
 }
 
 }  // namespace cmestream::service

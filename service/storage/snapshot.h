@@ -55,7 +55,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -63,6 +62,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "service/engine/model.h"
+#include "service/engine/periodic_thread.h"
 #include "service/storage/manifest.h"
 #include "service/observability/metrics.h"
 #include "service/engine/model_config.h"
@@ -200,15 +200,15 @@ class SnapshotManager {
   // Periodic snapshots every interval_seconds (when > 0) on a background thread; Stop() joins
   // it. Stop() does not take a final snapshot: the daemon calls TakeNow() at clean shutdown
   // after the server stopped accepting batches.
+  // Start and Stop are called by the daemon's lifecycle (one thread), not concurrently.
   void Start();
-  void Stop() ABSL_LOCKS_EXCLUDED(loop_mu_);
+  void Stop();
 
   // Existing snapshot paths, oldest first.
   std::vector<std::string> List() const;
   const SnapshotOptions& options() const { return options_; }
 
  private:
-  void Loop() ABSL_LOCKS_EXCLUDED(loop_mu_, take_mu_);
   // Reads a written file back, decodes every model and checks that encoding it again gives
   // the same bytes. Called before the file replaces anything.
   absl::Status VerifyFile(const std::string& path) const;
@@ -225,10 +225,7 @@ class SnapshotManager {
   // the whole snapshot, which takes the registry's and each model's locks under it.
   absl::Mutex take_mu_;
   uint64_t next_number_ ABSL_GUARDED_BY(take_mu_) = 1;
-  absl::Mutex loop_mu_;                  // a leaf lock: the periodic loop's stop flag
-  absl::CondVar loop_cv_;                // stop_ became true
-  bool stop_ ABSL_GUARDED_BY(loop_mu_) = false;
-  std::thread thread_;
+  std::unique_ptr<PeriodicThread> periodic_;  // periodic snapshots (interval_seconds > 0)
 };
 
 }  // namespace cmestream::service

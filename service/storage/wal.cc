@@ -184,12 +184,7 @@ struct Wal::MetricSeries {
 Wal::Wal(WalOptions options) : options_(std::move(options)) {}
 
 Wal::~Wal() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-    stop_cv_.SignalAll();
-  }
-  if (sync_thread_.joinable()) sync_thread_.join();
+  if (interval_sync_) interval_sync_->Stop();
   absl::MutexLock lock(&mu_);
   while (syncing_) sync_cv_.Wait(&mu_);
   if (fd_ >= 0) {
@@ -485,7 +480,11 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     m->recovered_records->Set(static_cast<double>(rep.records_visited));
     wal->metrics_ = std::move(m);
   }
-  if (options.sync == WalSync::kInterval) wal->sync_thread_ = std::thread([w = wal.get()] { w->SyncLoop(); });
+  if (options.sync == WalSync::kInterval) {
+    wal->interval_sync_ = std::make_unique<PeriodicThread>(absl::Milliseconds(options.sync_interval_ms),
+                                                           [w = wal.get()] { w->SyncPending(); });
+    wal->interval_sync_->Start();
+  }
   return wal;
 }
 
@@ -786,18 +785,12 @@ std::vector<std::string> Wal::SegmentPaths() const {
   return out;
 }
 
-void Wal::SyncLoop() {
-  const absl::Duration period = absl::Milliseconds(options_.sync_interval_ms);
+void Wal::SyncPending() {
   absl::MutexLock lock(&mu_);
-  while (!stop_) {
-    const absl::Time until = absl::Now() + period;
-    while (!stop_ && !stop_cv_.WaitWithDeadline(&mu_, until)) {
-    }
-    if (stop_ || fd_ < 0 || durable_ >= next_sequence_ - 1 || syncing_) continue;
-    // The same leader path as group commit: outside the lock, appends go on meanwhile; a
-    // failure is sticky.
-    (void)SyncThrough(next_sequence_ - 1);
-  }
+  if (fd_ < 0 || durable_ >= next_sequence_ - 1 || syncing_) return;
+  // The same leader path as group commit: outside the lock, appends go on meanwhile; a
+  // failure is sticky.
+  (void)SyncThrough(next_sequence_ - 1);
 }
 
 }  // namespace cmestream::service

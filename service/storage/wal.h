@@ -118,7 +118,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -128,6 +127,7 @@
 #include "cmestream/v1/cmestream.pb.h"
 #include "prometheus/registry.h"
 #include "service/engine/batch_log.h"
+#include "service/engine/periodic_thread.h"
 #include "service/engine/wire_limits.h"
 #include "service/storage/wal_options.h"
 
@@ -246,7 +246,7 @@ class Wal final : public BatchLog {
   absl::Status OpenNewSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CloseActive() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // and no group fdatasync running
-  void SyncLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void SyncPending() ABSL_LOCKS_EXCLUDED(mu_);  // kInterval: one fdatasync of what is not durable yet
 
   const WalOptions options_;
   // Lock order (service/README.md "Locks"): after the registry's and a model's locks (callers
@@ -267,9 +267,7 @@ class Wal final : public BatchLog {
   v1::IngestBatch batch_scratch_ ABSL_GUARDED_BY(mu_);  // restricted batch, reused (repeated fields keep capacity)
   std::unique_ptr<MetricSeries> metrics_;      // set by Open before the log is shared; thread-safe series
 
-  absl::CondVar stop_cv_;                      // stop_ became true
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread sync_thread_;                    // kInterval only; started by Open, joined by ~Wal
+  std::unique_ptr<PeriodicThread> interval_sync_;  // kInterval only; started by Open, stopped by ~Wal
 };
 
 }  // namespace cmestream::service
