@@ -51,8 +51,8 @@ std::vector<int> SuccessiveProjection(const Eigen::Ref<const MatrixXd>& d, int r
   return chosen;
 }
 
-MatrixXd KMeansCenters(const Eigen::Ref<const MatrixXd>& points, int centers, int restarts,
-                       int max_iterations, uint64_t seed) {
+MatrixXd KMeansCenters(const Eigen::Ref<const MatrixXd>& points, int centers, int restarts, int max_iterations,
+                       uint64_t seed) {
   const int64_t p = points.rows();
   const int kc = static_cast<int>(std::min<int64_t>(centers, p));
   SplitMix rng(seed);
@@ -80,7 +80,10 @@ MatrixXd KMeansCenters(const Eigen::Ref<const MatrixXd>& points, int centers, in
         double best = std::numeric_limits<double>::infinity();
         for (int k = 0; k < kc; ++k) {
           const double dd = (points.row(j) - c.row(k)).squaredNorm();
-          if (dd < best) { best = dd; arg = k; }
+          if (dd < best) {
+            best = dd;
+            arg = k;
+          }
         }
         if (label(j) != arg) changed = true;
         label(j) = arg;
@@ -90,7 +93,10 @@ MatrixXd KMeansCenters(const Eigen::Ref<const MatrixXd>& points, int centers, in
       if (!changed) break;
       MatrixXd sum = MatrixXd::Zero(kc, points.cols());
       Eigen::VectorXi count = Eigen::VectorXi::Zero(kc);
-      for (int64_t j = 0; j < p; ++j) { sum.row(label(j)) += points.row(j); ++count(label(j)); }
+      for (int64_t j = 0; j < p; ++j) {
+        sum.row(label(j)) += points.row(j);
+        ++count(label(j));
+      }
       for (int k = 0; k < kc; ++k) {
         if (count(k) > 0) {
           c.row(k) = sum.row(k) / count(k);
@@ -102,7 +108,10 @@ MatrixXd KMeansCenters(const Eigen::Ref<const MatrixXd>& points, int centers, in
         }
       }
     }
-    if (inertia < best_inertia) { best_inertia = inertia; best_c = c; }
+    if (inertia < best_inertia) {
+      best_inertia = inertia;
+      best_c = c;
+    }
   }
   return best_c;
 }

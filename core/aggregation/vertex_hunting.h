@@ -22,7 +22,7 @@ std::vector<int> SuccessiveProjection(const Eigen::Ref<const MatrixXd>& d, int r
 // weights, deterministic given seed. Returns the centers (centers x dim).
 //   requires: points is p x dim with p >= 1; 1 <= centers; restarts >= 1.
 //   ensures: min(centers, p) rows; empty clusters are re-seeded at the farthest point.
-MatrixXd KMeansCenters(const Eigen::Ref<const MatrixXd>& points, int centers, int restarts,
-                       int max_iterations, uint64_t seed);
+MatrixXd KMeansCenters(const Eigen::Ref<const MatrixXd>& points, int centers, int restarts, int max_iterations,
+                       uint64_t seed);
 
 }  // namespace cmestream::internal

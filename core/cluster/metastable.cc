@@ -62,8 +62,8 @@ MatrixXd Assign(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, Run* 
   return d2;
 }
 
-Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k, int max_iter,
-               double tol, std::mt19937_64& rng) {
+Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k, int max_iter, double tol,
+               std::mt19937_64& rng) {
   const int n = static_cast<int>(x.rows());
   Run run;
   run.centroids.resize(k, x.cols());
@@ -113,9 +113,11 @@ Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k,
 
 absl::Status WeightedKMeansOptions::Validate() const {
   if (k < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: k >= 1 (got ", k, ")"));
-  if (restarts < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: restarts >= 1 (got ", restarts, ")"));
+  if (restarts < 1)
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: restarts >= 1 (got ", restarts, ")"));
   if (max_iterations < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: max_iterations >= 1 (got ", max_iterations, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Violated constraint: max_iterations >= 1 (got ", max_iterations, ")"));
   }
   if (!(tolerance >= 0)) return absl::InvalidArgumentError("Violated constraint: tolerance >= 0");
   return absl::OkStatus();
@@ -132,8 +134,8 @@ absl::StatusOr<WeightedKMeansResult> WeightedKMeans(const Eigen::Ref<const RowMa
                                                     const WeightedKMeansOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (weights.size() != points.rows()) {
-    return absl::InvalidArgumentError(absl::StrCat("weights has ", weights.size(), " entries, points has ",
-                                                   points.rows(), " rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights has ", weights.size(), " entries, points has ", points.rows(), " rows"));
   }
   if (!points.allFinite()) return absl::InvalidArgumentError("points contain non-finite values");
   int positive = 0;
@@ -144,8 +146,8 @@ absl::StatusOr<WeightedKMeansResult> WeightedKMeans(const Eigen::Ref<const RowMa
     if (weights[i] > 0) ++positive;
   }
   if (positive < options.k) {
-    return absl::InvalidArgumentError(absl::StrCat("k = ", options.k, " clusters but only ", positive,
-                                                   " points with positive weight"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("k = ", options.k, " clusters but only ", positive, " points with positive weight"));
   }
   const VectorXd w = weights / weights.sum();  // scale-free inertia
   std::mt19937_64 rng(options.seed);
@@ -189,9 +191,10 @@ Eigen::VectorXi MetastableClusters::Label(const StateEmbedding& embedding,
   return NearestCentroid(kmeans_.centroids, embedding.Embed(points));
 }
 
-absl::StatusOr<MetastableClusters> ComputeMetastableClusters(
-    const StateEmbedding& embedding, const Eigen::Ref<const RowMatrixXd>& representatives,
-    const Eigen::Ref<const VectorXd>& weights, const WeightedKMeansOptions& options) {
+absl::StatusOr<MetastableClusters> ComputeMetastableClusters(const StateEmbedding& embedding,
+                                                             const Eigen::Ref<const RowMatrixXd>& representatives,
+                                                             const Eigen::Ref<const VectorXd>& weights,
+                                                             const WeightedKMeansOptions& options) {
   if (absl::Status s = embedding.features().ValidatePoints(representatives); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("representatives: ", s.message()));
   }
@@ -209,8 +212,8 @@ absl::StatusOr<CoarseGrainedChain> CoarseGrain(const CountsSnapshot& counts,
                                                const Eigen::Ref<const Eigen::VectorXi>& labels, int k) {
   if (k < 1) return absl::InvalidArgumentError(absl::StrCat("k must be >= 1 (got ", k, ")"));
   if (labels.size() < counts.num_states()) {
-    return absl::InvalidArgumentError(absl::StrCat("labels has ", labels.size(), " entries, need ",
-                                                   counts.num_states()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("labels has ", labels.size(), " entries, need ", counts.num_states()));
   }
   for (int i = 0; i < counts.num_states(); ++i) {
     if (labels[i] >= k) {
@@ -240,8 +243,7 @@ absl::StatusOr<CoarseGrainedChain> CoarseGrain(const CountsSnapshot& counts,
   return out;
 }
 
-absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot& counts, double dt,
-                                                           int count) {
+absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot& counts, double dt, int count) {
   if (!(dt > 0) || !std::isfinite(dt)) return absl::InvalidArgumentError(absl::StrCat("dt must be > 0 (got ", dt, ")"));
   if (count < 0) return absl::InvalidArgumentError("count must be >= 0");
   std::vector<int> states;
@@ -271,9 +273,7 @@ absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot&
   out.timescales.resize(m);
   for (int l = 0; l < m; ++l) {
     const double lam = out.eigenvalue_moduli[l];
-    out.timescales[l] = lam >= 1 ? std::numeric_limits<double>::infinity()
-                        : lam <= 0 ? 0.0
-                                   : -dt / std::log(lam);
+    out.timescales[l] = lam >= 1 ? std::numeric_limits<double>::infinity() : lam <= 0 ? 0.0 : -dt / std::log(lam);
   }
   return out;
 }

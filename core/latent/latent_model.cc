@@ -61,8 +61,7 @@ absl::Status LatentFeatureMap::Check(const double* x) const {
   for (int i = 0; i < options_.dim; ++i) {
     if (!std::isfinite(x[i])) return absl::InvalidArgumentError("observation is not finite");
   }
-  if (options_.kind == FeatureKind::kOneHot &&
-      (x[0] != std::floor(x[0]) || x[0] < 0 || x[0] >= options_.num_symbols)) {
+  if (options_.kind == FeatureKind::kOneHot && (x[0] != std::floor(x[0]) || x[0] < 0 || x[0] >= options_.num_symbols)) {
     return absl::InvalidArgumentError(
         absl::StrCat("discrete observation ", x[0], " is not a symbol id in [0, ", options_.num_symbols, ")"));
   }
@@ -180,7 +179,8 @@ absl::Status LatentModel::FitOptions::Validate() const {
   if (restarts < 1 || iterations < 1) {
     return absl::InvalidArgumentError("Violated constraint: restarts >= 1 and iterations >= 1");
   }
-  if (!(min_relative_eigenvalue > 0)) return absl::InvalidArgumentError("Violated constraint: min_relative_eigenvalue > 0");
+  if (!(min_relative_eigenvalue > 0))
+    return absl::InvalidArgumentError("Violated constraint: min_relative_eigenvalue > 0");
   return absl::OkStatus();
 }
 
@@ -198,8 +198,8 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapsho
   const int D = s.features.size(), d = s.features.dim, k = options.k;
   if (k > D) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: k = ", k, " <= D = ", D));
   if (s.triples < std::max<int64_t>(options.min_triples, 1) || s.reservoir.rows() < 1) {
-    return absl::FailedPreconditionError(absl::StrCat("latent model has ", s.triples, " triples, needs ",
-                                                      options.min_triples));
+    return absl::FailedPreconditionError(
+        absl::StrCat("latent model has ", s.triples, " triples, needs ", options.min_triples));
   }
   const double n = static_cast<double>(s.triples);
   const MatrixXd m_ab = s.C_ab / n, m_cb = s.C_cb / n, m_ca = s.C_ca / n;
@@ -232,9 +232,9 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapsho
   model.summary_.triples = s.triples;
   model.summary_.reservoir = s.reservoir.rows();
   if (!(ev[k - 1] > options.min_relative_eigenvalue * ev[0])) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("symmetrized pair moment has eigenvalue ", ev[k - 1], " <= ", options.min_relative_eigenvalue,
-                     " x ", ev[0], ": fewer than k = ", k, " identifiable latent states"));
+    return absl::FailedPreconditionError(absl::StrCat("symmetrized pair moment has eigenvalue ", ev[k - 1],
+                                                      " <= ", options.min_relative_eigenvalue, " x ", ev[0],
+                                                      ": fewer than k = ", k, " identifiable latent states"));
   }
   const MatrixXd Wh = U * ev.cwiseSqrt().cwiseInverse().asDiagonal();  // whitening W = U S^-1/2
   // Projections of raw features to whitened views: z_a = Pa h(x_a), z_b = Pb h(x_b), z_c = Pc h(x_c).
@@ -267,8 +267,9 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapsho
   for (int i = 0; i < k; ++i)
     for (int j = 0; j < k; ++j)
       for (int l = 0; l < k; ++l)
-        Ts[Idx(k, i, j, l)] = (T[Idx(k, i, j, l)] + T[Idx(k, i, l, j)] + T[Idx(k, j, i, l)] +
-                               T[Idx(k, j, l, i)] + T[Idx(k, l, i, j)] + T[Idx(k, l, j, i)]) / 6.0;
+        Ts[Idx(k, i, j, l)] = (T[Idx(k, i, j, l)] + T[Idx(k, i, l, j)] + T[Idx(k, j, i, l)] + T[Idx(k, j, l, i)] +
+                               T[Idx(k, l, i, j)] + T[Idx(k, l, j, i)]) /
+                              6.0;
 
   // Robust tensor power method (Anandkumar et al. 2014, Alg. 1) with deflation: for each
   // component, L random unit starts x N iterations, keep the start with the largest T(v,v,v),

@@ -43,11 +43,11 @@ namespace cmestream {
 struct LatentFeatureOptions {
   enum class Kind { kRandomFourier, kOneHot };
   Kind kind = Kind::kRandomFourier;
-  int dim = 1;              // observation dimension d >= 1 (one-hot: d = 1, ids as doubles)
-  int num_features = 200;   // RFF: D >= 1
-  double sigma = 1.0;       // RFF: Gaussian kernel bandwidth > 0
-  int num_symbols = 0;      // one-hot: D = num_symbols >= 2
-  uint64_t seed = 1;        // RFF frequencies and phases
+  int dim = 1;             // observation dimension d >= 1 (one-hot: d = 1, ids as doubles)
+  int num_features = 200;  // RFF: D >= 1
+  double sigma = 1.0;      // RFF: Gaussian kernel bandwidth > 0
+  int num_symbols = 0;     // one-hot: D = num_symbols >= 2
+  uint64_t seed = 1;       // RFF frequencies and phases
   absl::Status Validate() const;
   int size() const { return kind == Kind::kOneHot ? num_symbols : num_features; }
 };
@@ -105,10 +105,10 @@ class MultiViewAccumulator {
 
   // Snapshot support (core/io/learner_serialization.cc; object tag "MVAC", version 1). Writes
   // the full per-sample state (pending
-  // triples, reservoir, the reservoir RNG's std::mt19937_64 state) (no flush), so that Deserialize() followed by the same
-  // calls gives results bit-identical to never having stopped. Deserialize bounds every
-  // dimension by the stored options before allocating; errors are DataLoss naming the source
-  // and offset (a bad tag or an unknown version are named as such).
+  // triples, reservoir, the reservoir RNG's std::mt19937_64 state) (no flush), so that Deserialize() followed by the
+  // same calls gives results bit-identical to never having stopped. Deserialize bounds every dimension by the stored
+  // options before allocating; errors are DataLoss naming the source and offset (a bad tag or an unknown version are
+  // named as such).
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<MultiViewAccumulator> Deserialize(io::Reader& r);
 
@@ -119,13 +119,13 @@ class MultiViewAccumulator {
   LatentFeatureMap map_;
   int D_ = 0, d_ = 0;
   int64_t triples_ = 0, in_episode_ = 0;
-  MatrixXd feat_;                  // D x 3, features of the last three observations (circular)
-  RowMatrixXd raw_;                // 3 x d, the last three raw observations (circular)
-  int slot_ = 0;                   // slot of the most recent observation
-  MatrixXd pa_, pb_, pc_;          // D x batch pending features
+  MatrixXd feat_;          // D x 3, features of the last three observations (circular)
+  RowMatrixXd raw_;        // 3 x d, the last three raw observations (circular)
+  int slot_ = 0;           // slot of the most recent observation
+  MatrixXd pa_, pb_, pc_;  // D x batch pending features
   int pending_ = 0;
   MatrixXd c_ab_, c_cb_, c_ca_;
-  RowMatrixXd reservoir_;          // reservoir_size x 3d
+  RowMatrixXd reservoir_;  // reservoir_size x 3d
   int64_t reservoir_fill_ = 0;
   std::mt19937_64 rng_;
 };
@@ -133,10 +133,10 @@ class MultiViewAccumulator {
 class LatentModel {
  public:
   struct FitOptions {
-    int k = 2;                     // number of latent states, 1 <= k <= D
-    int restarts = 20;             // L random starts per component
-    int iterations = 30;           // N power iterations per start (and N more to refine)
-    uint64_t seed = 11;            // starts of the tensor power method
+    int k = 2;            // number of latent states, 1 <= k <= D
+    int restarts = 20;    // L random starts per component
+    int iterations = 30;  // N power iterations per start (and N more to refine)
+    uint64_t seed = 11;   // starts of the tensor power method
     // Smallest eigenvalue of the symmetrized pair moment M2, relative to the largest, that we
     // accept; below it the k components are not identifiable from the data (FailedPrecondition).
     double min_relative_eigenvalue = 1e-8;
@@ -144,8 +144,8 @@ class LatentModel {
     absl::Status Validate() const;
   };
   struct Summary {
-    VectorXd m2_eigenvalues;       // of the symmetrized, projected pair moment (descending)
-    VectorXd tensor_eigenvalues;   // lambda_h in extraction order
+    VectorXd m2_eigenvalues;      // of the symmetrized, projected pair moment (descending)
+    VectorXd tensor_eigenvalues;  // lambda_h in extraction order
     int64_t triples = 0, reservoir = 0;
     std::string BriefReport() const;
   };
@@ -177,8 +177,7 @@ class LatentModel {
   // densities are <= 0). readout_bandwidth == 0: p from Density() (O(D k) per point);
   // > 0: from ReservoirDensity() with that bandwidth (O(reservoir) per point, sharper: the RFF
   // read-out's noise floor leaks mass between components).
-  absl::StatusOr<MatrixXd> Posterior(const Eigen::Ref<const RowMatrixXd>& points,
-                                     double readout_bandwidth = 0) const;
+  absl::StatusOr<MatrixXd> Posterior(const Eigen::Ref<const RowMatrixXd>& points, double readout_bandwidth = 0) const;
   const Summary& summary() const { return summary_; }
 
  private:
@@ -186,9 +185,9 @@ class LatentModel {
 
   LatentFeatureOptions features_;
   VectorXd weights_, raw_weights_;
-  MatrixXd mu_;            // D x k
-  RowMatrixXd res_x_;      // r x d, target views x_c of the reservoir
-  MatrixXd res_w_;         // r x k, read-out weights lambda_g <zbar, v_g>
+  MatrixXd mu_;        // D x k
+  RowMatrixXd res_x_;  // r x d, target views x_c of the reservoir
+  MatrixXd res_w_;     // r x k, read-out weights lambda_g <zbar, v_g>
   Summary summary_;
 };
 

@@ -10,9 +10,7 @@
 namespace cmestream::service {
 namespace {
 
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -62,10 +60,10 @@ absl::StatusOr<Model::Admission> Model::AdmitAndLog(const PairBatch& batch, cons
   if (!producer_id.empty()) {
     const uint64_t applied = ProducerOffset(producer_id);
     if (offset > applied) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "batch ", batch_index, ": producer '", producer_id, "' sent offset ", offset, " but model '", name(),
-          "' has applied its pairs up to offset ", applied, " (a gap of ", offset - applied,
-          " pairs); expected offset <= ", applied, ": resume from GetProducer's applied_offset"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("batch ", batch_index, ": producer '", producer_id, "' sent offset ", offset, " but model '",
+                       name(), "' has applied its pairs up to offset ", applied, " (a gap of ", offset - applied,
+                       " pairs); expected offset <= ", applied, ": resume from GetProducer's applied_offset"));
     }
     if (applied == 0 && offset == 0 && !producer_offsets_known(producer_id) &&
         static_cast<int64_t>(producer_count()) >= kMaxProducersPerModel) {
@@ -98,15 +96,15 @@ absl::StatusOr<Model::Admission> Model::AdmitAndLog(const PairBatch& batch, cons
 }
 
 absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const std::string& producer_id,
-                                                  uint64_t offset, uint64_t batch_index,
-                                                  const std::string& episode_id,
+                                                  uint64_t offset, uint64_t batch_index, const std::string& episode_id,
                                                   std::optional<uint64_t> replay_sequence) {
   // (a) de-duplicate and write the record (under log_mu_), (b) wait until it is durable (no
   // lock but the sequencer), (c) apply it (under learner_mu_). The sequencer keeps one batch
   // of this model in flight, so batches are de-duplicated against the offsets of every batch
   // before them and applied in WAL order; the learner lock is never held across I/O.
   absl::MutexLock sequencer(&ingest_mu_);
-  absl::StatusOr<Admission> admitted = AdmitAndLog(batch, producer_id, offset, batch_index, episode_id, replay_sequence);
+  absl::StatusOr<Admission> admitted =
+      AdmitAndLog(batch, producer_id, offset, batch_index, episode_id, replay_sequence);
   if (!admitted.ok()) return admitted.status();
   const int64_t first = admitted->first;
   const uint64_t offset_after = admitted->offset_after;

@@ -36,8 +36,8 @@
 #include "core/stream/streaming_learner.h"
 #include "service/engine/batch.h"
 #include "service/engine/batch_log.h"
-#include "service/observability/metrics.h"
 #include "service/engine/model_view.h"
+#include "service/observability/metrics.h"
 
 namespace cmestream::service {
 
@@ -113,7 +113,7 @@ class Model {
 
   // Counters as of the last completed batch or refresh.
   struct Stats {
-    bool learner_ready = false;   // false while sigma "auto" warm-up is buffering
+    bool learner_ready = false;  // false while sigma "auto" warm-up is buffering
     uint64_t samples = 0;
     uint64_t pending_warmup = 0;
     int dict_x = 0, dict_y = 0;
@@ -189,8 +189,8 @@ class Model {
   mutable absl::Mutex learner_mu_ ABSL_ACQUIRED_BEFORE(stats_mu_);
   StreamingLearner learner_ ABSL_GUARDED_BY(learner_mu_);
 
-  absl::Mutex pending_mu_;  // a leaf
-  absl::CondVar pending_cv_;  // pending_sequence_ changed
+  absl::Mutex pending_mu_;                                      // a leaf
+  absl::CondVar pending_cv_;                                    // pending_sequence_ changed
   uint64_t pending_sequence_ ABSL_GUARDED_BY(pending_mu_) = 0;  // written, not yet applied
 
   mutable absl::Mutex stats_mu_;  // a leaf

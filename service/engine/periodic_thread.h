@@ -35,7 +35,7 @@ class PeriodicThread {
 
   const absl::Duration period_;
   const std::function<void()> task_;
-  absl::Mutex mu_;  // a leaf: never held while the task runs
+  absl::Mutex mu_;    // a leaf: never held while the task runs
   absl::CondVar cv_;  // stopping_ or wake_ became true (one waiter: the thread)
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -17,14 +17,15 @@ grpc::ServerUnaryReactor* ModelServiceImpl::CreateModel(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext* ctx, const v1::GetModelRequest* req,
                                                      v1::ModelInfo* resp) {
   UnaryCall call(ctx, metrics_, "GetModel");
-  absl::StatusOr<std::shared_ptr<Model>> model = call.FindModel(auth_, ownership_, registry_, req->name(), /*allow_override=*/true);
+  absl::StatusOr<std::shared_ptr<Model>> model =
+      call.FindModel(auth_, ownership_, registry_, req->name(), /*allow_override=*/true);
   if (model.ok()) *resp = (*model)->Describe();
   if (model.ok() && req->with_state_digest()) resp->set_state_digest((*model)->StateDigest());
   return call.Finish(model.status());
 }
 
-grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* ctx,
-                                                       const v1::ListModelsRequest*, v1::ListModelsResponse* resp) {
+grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest*,
+                                                       v1::ListModelsResponse* resp) {
   UnaryCall call(ctx, metrics_, "ListModels");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   for (const std::shared_ptr<Model>& model : registry_.List()) *resp->add_models() = model->Describe();
@@ -57,7 +58,8 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ExportModel(grpc::CallbackServerCont
                                                         const v1::ExportModelRequest* req,
                                                         v1::ExportModelResponse* resp) {
   UnaryCall call(ctx, metrics_, "ExportModel");
-  absl::StatusOr<std::shared_ptr<Model>> model = call.FindModel(auth_, ownership_, registry_, req->name(), /*allow_override=*/true);
+  absl::StatusOr<std::shared_ptr<Model>> model =
+      call.FindModel(auth_, ownership_, registry_, req->name(), /*allow_override=*/true);
   if (!model.ok()) return call.Finish(model.status());
   resp->set_data(service::ExportModel(**model));
   return call.Finish(absl::OkStatus());

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "grpcpp/support/server_callback.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
 #include "service/engine/limits.h"
 #include "service/engine/registry.h"
 #include "service/observability/metrics.h"
@@ -21,7 +21,10 @@ namespace cmestream::service {
 class UnaryCall {
  public:
   UnaryCall(grpc::CallbackServerContext* ctx, Metrics& metrics, const char* method)
-      : ctx_(ctx), reactor_(ctx->DefaultReactor()), metrics_(metrics), method_(method),
+      : ctx_(ctx),
+        reactor_(ctx->DefaultReactor()),
+        metrics_(metrics),
+        method_(method),
         start_(std::chrono::steady_clock::now()) {}
 
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }

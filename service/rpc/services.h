@@ -9,12 +9,12 @@
 #pragma once
 
 #include "cmestream/v1/cmestream.grpc.pb.h"
-#include "service/rpc/auth.h"
 #include "service/engine/ingestor.h"
-#include "service/observability/metrics.h"
-#include "service/rpc/ownership.h"
 #include "service/engine/refresh.h"
 #include "service/engine/registry.h"
+#include "service/observability/metrics.h"
+#include "service/rpc/auth.h"
+#include "service/rpc/ownership.h"
 #include "service/storage/snapshot.h"
 
 namespace cmestream::service {
@@ -27,7 +27,11 @@ class ModelServiceImpl final : public v1::ModelService::CallbackService {
   ModelServiceImpl(ModelRegistry& registry, Metrics& metrics, const TokenAuthenticator* auth = nullptr,
                    SnapshotManager* snapshots = nullptr, ConfigDefaults defaults = {},
                    const Ownership* ownership = nullptr)
-      : registry_(registry), metrics_(metrics), auth_(auth), snapshots_(snapshots), defaults_(defaults),
+      : registry_(registry),
+        metrics_(metrics),
+        auth_(auth),
+        snapshots_(snapshots),
+        defaults_(defaults),
         ownership_(ownership) {}
   grpc::ServerUnaryReactor* CreateModel(grpc::CallbackServerContext* ctx, const v1::CreateModelRequest* req,
                                         v1::ModelInfo* resp) override;

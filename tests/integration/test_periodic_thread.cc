@@ -89,7 +89,9 @@ TEST(PeriodicThread, StopWaitsForTheRunningTaskAndNothingRunsAfter) {
 }
 
 TEST(PeriodicThread, StopWithoutStartAndDestructionWhileRunning) {
-  { PeriodicThread never_started(absl::Milliseconds(1), [] {}); }
+  {
+    PeriodicThread never_started(absl::Milliseconds(1), [] {});
+  }
   std::atomic<int> runs{0};
   {
     PeriodicThread t(absl::Milliseconds(1), [&] { ++runs; });
