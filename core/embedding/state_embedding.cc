@@ -257,8 +257,7 @@ MatrixXd StateEmbedding::ReshapedMoments() const {
   return left * right.transpose();
 }
 
-absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnapshot& snapshot,
-                                                     const StateEmbedding::Options& options) {
+absl::StatusOr<StateEmbedding> StateEmbedding::Fit(const EmbeddingMomentsSnapshot& snapshot, const Options& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (snapshot.features == nullptr) return absl::FailedPreconditionError("snapshot has no feature map");
   if (!(snapshot.n > 0)) return absl::FailedPreconditionError("no samples observed yet (n = 0)");

@@ -4,7 +4,7 @@
 // Two pieces with a snapshot between them:
 //   EmbeddingMoments      streaming accumulator of S_x = sum h(x)h(x)^T, S_y = sum h(y)h(y)^T,
 //                         P_h = sum h(x)h(y)^T and n (weights gamma^age with forgetting);
-//   ComputeStateEmbedding pure refresh: EmbeddingMomentsSnapshot + options -> StateEmbedding,
+//   StateEmbedding::Fit pure refresh: EmbeddingMomentsSnapshot + options -> StateEmbedding,
 //                         an immutable object answering Psi(x), p_hat(y|x), singular values.
 #pragma once
 
@@ -152,6 +152,11 @@ class StateEmbedding {
     std::string BriefReport() const;
   };
 
+  // The refresh. Errors: FailedPrecondition when the snapshot has no weight (n == 0) or no
+  // features; InvalidArgument for bad options. Rank larger than min(J, J~) is clipped and
+  // reported in the Summary (kRankClipped), not an error.
+  static absl::StatusOr<StateEmbedding> Fit(const EmbeddingMomentsSnapshot& snapshot, const Options& options);
+
   // Accessors.
   const Summary& summary() const { return summary_; }
   int rank() const { return rank_; }
@@ -173,7 +178,6 @@ class StateEmbedding {
   MatrixXd ReshapedMoments() const;
 
  private:
-  friend absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnapshot&, const Options&);
   StateEmbedding() = default;
 
   std::shared_ptr<const FeatureMap> features_;
@@ -186,12 +190,6 @@ class StateEmbedding {
   MatrixXd embed_map_;   // N x r: Q_J diag(ρ)^-1/2 U_r Σ_r, so Ψ(x) = embed_map^T h(x)
   MatrixXd target_map_;  // N x r: Q~ diag(ρ~)^-1/2 V_r, so p_hat = Ψ(x)^T target_map^T h(y)
 };
-
-// The refresh. Errors: FailedPrecondition when the snapshot has no weight (n == 0) or no
-// features; InvalidArgument for bad options. Rank larger than min(J, J~) is clipped and
-// reported in the Summary (kRankClipped), not an error.
-absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnapshot& snapshot,
-                                                     const StateEmbedding::Options& options);
 
 // Paper 000 Algorithm 1 on an explicit matrix: best rank-r approximation (truncated SVD).
 MatrixXd TruncatedSvd(const Eigen::Ref<const MatrixXd>& m, int rank);

@@ -11,7 +11,7 @@
 
 namespace cmestream {
 
-KoopmanDecomposition ComputeKoopman(const CmeSnapshot& snapshot, const KoopmanOptions& options) {
+KoopmanDecomposition KoopmanDecomposition::Fit(const CmeSnapshot& snapshot, const KoopmanOptions& options) {
   KoopmanDecomposition out;
   out.x_atoms = snapshot.x_atoms;
   out.sigma = snapshot.sigma;

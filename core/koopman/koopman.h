@@ -36,11 +36,13 @@ struct KoopmanDecomposition {
   // empty: a user must see "no spectrum", never a partial one).
   std::string solver_error;
 
+  // The CME's own decomposition: eigenpairs of M = W^T K_YX (docs/algorithms.md (1.21)). Never
+  // fails: a non-converged eigensolver leaves the result empty with solver_error set.
+  static KoopmanDecomposition Fit(const CmeSnapshot& snapshot, const KoopmanOptions& options);
+
   // g_l(x) = c_l + sum_j v_l[j] k(x_j, x) (c_l = constants[l], 0 if empty). points: n x d.
   // Returns n x k.
   MatrixXcd Evaluate(const Eigen::Ref<const RowMatrixXd>& points) const;
 };
-
-KoopmanDecomposition ComputeKoopman(const CmeSnapshot& snapshot, const KoopmanOptions& options);
 
 }  // namespace cmestream

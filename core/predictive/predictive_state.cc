@@ -132,7 +132,7 @@ void PredictiveStateAccumulator::AddWindow() {
   stats_.sum_e += e_;
 }
 
-PredictiveStateAccumulator::Snapshot PredictiveStateAccumulator::TakeSnapshot() const {
+PredictiveStateAccumulator::Statistics PredictiveStateAccumulator::Statistics() const {
   Snapshot s = stats_;
   s.windows = windows_;
   return s;
@@ -148,7 +148,7 @@ absl::Status PredictiveStateModel::FitOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PredictiveStateModel> PredictiveStateModel::Fit(const PredictiveStateAccumulator::Snapshot& s,
+absl::StatusOr<PredictiveStateModel> PredictiveStateModel::Fit(const PredictiveStateAccumulator::Statistics& s,
                                                                const FitOptions& options) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
   if (absl::Status st = s.options.Validate(); !st.ok()) return st;

@@ -80,8 +80,8 @@ class PredictiveStateAccumulator {
   int64_t windows() const { return windows_; }  // training windows accumulated
   int64_t observations() const { return observations_; }
 
-  // Immutable copy of the statistics (O(size of the statistics)).
-  struct Snapshot {
+  // The accumulated statistics; Snapshot() returns an immutable copy (O(their size)).
+  struct Statistics {
     Options options;
     int64_t windows = 0;
     VectorXd a_diag;       // discrete: diag(A) (S^H)
@@ -93,7 +93,7 @@ class PredictiveStateAccumulator {
     MatrixXd pair_counts;  // discrete: S x S, counts of (o_t, o_{t+1}) over windows
     VectorXd sum_e;        // sum of psi (discrete, S) or of e (linear-Gaussian, p(F+1)): initial state
   };
-  Snapshot TakeSnapshot() const;
+  Statistics Snapshot() const;
 
   // Snapshot support (core/io/learner_serialization.cc; object tag "PSAC", version 1). Writes
   // the full per-sample state (ring buffer
@@ -114,7 +114,7 @@ class PredictiveStateAccumulator {
   int ring_pos_ = 0;
   RowMatrixXd ring_;  // window_len_ x p, circular
   VectorXd h_, e_;    // scratch
-  Snapshot stats_;
+  Statistics stats_;
 };
 
 // The fitted model: immutable, cheap to query, shares nothing with the accumulator.
@@ -132,7 +132,7 @@ class PredictiveStateModel {
 
   // Fits S1A, S1B, S2 (docs/algorithms.md §6.2) from the snapshot.
   // Errors: InvalidArgument (bad options), FailedPrecondition (too few windows).
-  static absl::StatusOr<PredictiveStateModel> Fit(const PredictiveStateAccumulator::Snapshot& s,
+  static absl::StatusOr<PredictiveStateModel> Fit(const PredictiveStateAccumulator::Statistics& s,
                                                   const FitOptions& options);
 
   PredictiveStateAccumulator::Kind kind() const { return kind_; }

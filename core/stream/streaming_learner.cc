@@ -258,7 +258,7 @@ std::optional<StreamingLearnerSnapshot> StreamingLearner::Snapshot() const {
   snap.counts = counts_->Snapshot();
   if (moments_) snap.moments = moments_->Snapshot();
   if (latent_) snap.latent = latent_->TakeSnapshot();
-  if (predictive_) snap.predictive = predictive_->TakeSnapshot();
+  if (predictive_) snap.predictive = predictive_->Snapshot();
   if (spectral_) snap.spectral = spectral_->Snapshot();
   if (prequential_) {
     snap.prequential =

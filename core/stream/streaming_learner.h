@@ -117,10 +117,10 @@ struct StreamingLearnerSnapshot {
   double inverse_drift = 0;        // the CME's last Gram-inverse drift check (§1.7)
   std::optional<CmeSnapshot> cme;  // continuous
   CountsSnapshot counts;
-  std::optional<EmbeddingMomentsSnapshot> moments;                 // continuous
-  std::optional<MultiViewAccumulator::Snapshot> latent;            // options.latent
-  std::optional<PredictiveStateAccumulator::Snapshot> predictive;  // options.window > 0
-  std::optional<SpectralMomentsSnapshot> spectral;                 // continuous
+  std::optional<EmbeddingMomentsSnapshot> moments;                   // continuous
+  std::optional<MultiViewAccumulator::Snapshot> latent;              // options.latent
+  std::optional<PredictiveStateAccumulator::Statistics> predictive;  // options.window > 0
+  std::optional<SpectralMomentsSnapshot> spectral;                   // continuous
   // Prequential score window: the view it scores and its VAMP-E over the pairs learned since
   // the scorer was installed; empty before the first one.
   struct Prequential {

@@ -89,7 +89,7 @@ void BuildEmbedding(const v1::ModelConfig& config, const Model::LearnerSnapshot&
   }
   StateEmbedding::Options options;
   options.rank = static_cast<int>(config.rank());
-  absl::StatusOr<StateEmbedding> e = ComputeStateEmbedding(*moments, options);
+  absl::StatusOr<StateEmbedding> e = StateEmbedding::Fit(*moments, options);
   if (!e.ok()) {
     view.embedding.error = StatusText(e.status());
     return;
@@ -299,7 +299,7 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
   KoopmanOptions koopman;
   koopman.top = std::max(1, std::min<int>(top, static_cast<int>(cme.snapshot.x_atoms.rows())));
   koopman.dt = config.dt();
-  if (cme.snapshot.x_atoms.rows() > 0) cme.koopman = ComputeKoopman(cme.snapshot, koopman);
+  if (cme.snapshot.x_atoms.rows() > 0) cme.koopman = KoopmanDecomposition::Fit(cme.snapshot, koopman);
   if (!cme.koopman.solver_error.empty()) info.add_warnings(cme.koopman.solver_error);
   cme.excess = VectorXd::Zero(cme.koopman.eigenvalues.size());
 }

@@ -69,7 +69,7 @@ BENCHMARK(BM_MomentsObserveTrajectory)
     ->Args({512, 64})
     ->Unit(benchmark::kMillisecond);
 
-// Snapshot (copy) + ComputeStateEmbedding (two N x N eigendecompositions, whitened SVD).
+// Snapshot (copy) + StateEmbedding::Fit (two N x N eigendecompositions, whitened SVD).
 void BM_Refresh(benchmark::State& state) {
   const int n_features = static_cast<int>(state.range(0));
   const int d = 2, n = 4096;
@@ -83,7 +83,7 @@ void BM_Refresh(benchmark::State& state) {
   int kept = 0;
   for (auto _ : state) {
     const EmbeddingMomentsSnapshot s = m.Snapshot();
-    const absl::StatusOr<StateEmbedding> e = ComputeStateEmbedding(s, o);
+    const absl::StatusOr<StateEmbedding> e = StateEmbedding::Fit(s, o);
     kept = e->summary().kept_x;
     benchmark::DoNotOptimize(e);
   }

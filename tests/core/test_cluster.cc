@@ -89,7 +89,7 @@ TEST(MetastableClusters, LumpableBlocksAreRecoveredExactly) {
   }
   StateEmbedding::Options eo;
   eo.rank = 3;
-  const StateEmbedding e = *ComputeStateEmbedding(m.Snapshot(), eo);
+  const StateEmbedding e = *StateEmbedding::Fit(m.Snapshot(), eo);
   const CountsSnapshot counts = CountPath(path, p);
   RowMatrixXd ids(p, 1);
   for (int i = 0; i < p; ++i) ids(i, 0) = i;
@@ -124,7 +124,7 @@ TEST(MetastableClusters, FourWellClustersMatchTheWells) {
   ASSERT_TRUE(m.ObserveBatch(data.x, data.y).ok());
   StateEmbedding::Options eo;
   eo.rank = 4;
-  const StateEmbedding e = *ComputeStateEmbedding(m.Snapshot(), eo);
+  const StateEmbedding e = *StateEmbedding::Fit(m.Snapshot(), eo);
 
   // Representative states: bin centers of a 100-bin grid, weights = visit counts (the role
   // dictionary atoms play for continuous models).
@@ -191,7 +191,7 @@ TEST(MetastableClusters, TwoDimensionalMultiWellClusters) {
   ASSERT_TRUE(m.ObserveBatch(data.x, data.y).ok());
   StateEmbedding::Options eo;
   eo.rank = 4;
-  const StateEmbedding e = *ComputeStateEmbedding(m.Snapshot(), eo);
+  const StateEmbedding e = *StateEmbedding::Fit(m.Snapshot(), eo);
   const VectorXd truth = systems::MultiWell2dEigenvalues(4, mw);
   std::printf("2-D singular values %.4f %.4f %.4f %.4f; truth %.4f %.4f %.4f %.4f\n", e.singular_values()[0],
               e.singular_values()[1], e.singular_values()[2], e.singular_values()[3], truth[0], truth[1], truth[2],

@@ -92,7 +92,7 @@ TEST(EmbeddingMoments, BadInputIsRejectedAndChangesNothing) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("y: point 2"), std::string::npos) << s.message();
   EXPECT_EQ(m.samples(), 0);
-  EXPECT_EQ(ComputeStateEmbedding(m.Snapshot(), {}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(StateEmbedding::Fit(m.Snapshot(), {}).status().code(), absl::StatusCode::kFailedPrecondition);
 
   EmbeddingMoments d(OneHot(5), {});
   RowMatrixXd i(1, 1), j(1, 1);
@@ -115,7 +115,7 @@ TEST(StateEmbedding, OneHotMatchesTruncatedSvdOfTheNormalizedCountMatrix) {
   const EmbeddingMomentsSnapshot snap = OneHotMoments(path, p);
   StateEmbedding::Options o;
   o.rank = r;
-  const absl::StatusOr<StateEmbedding> e = ComputeStateEmbedding(snap, o);
+  const absl::StatusOr<StateEmbedding> e = StateEmbedding::Fit(snap, o);
   ASSERT_TRUE(e.ok()) << e.status();
 
   // Independent computation from the counts.
@@ -147,7 +147,7 @@ TEST(StateEmbedding, OneHotMatchesTruncatedSvdOfTheNormalizedCountMatrix) {
   EXPECT_LT((dens * dy.asDiagonal() - pr).cwiseAbs().maxCoeff(), 1e-10);
   // Full rank reproduces the empirical matrix exactly.
   o.rank = p;
-  const StateEmbedding full = *ComputeStateEmbedding(snap, o);
+  const StateEmbedding full = *StateEmbedding::Fit(snap, o);
   EXPECT_LT((full.ReshapedMoments() - f).cwiseAbs().maxCoeff(), 1e-12);
 }
 
@@ -168,7 +168,7 @@ TEST(StateEmbedding, ReshapedEstimateBeatsEmpiricalAndErrorFallsLikeInverseSqrtN
       const std::vector<int> path = systems::SampleChain(chain.P, n, 0, 100 + s);
       const EmbeddingMomentsSnapshot snap = OneHotMoments(path, p);
       const MatrixXd f = snap.Ph / snap.n;
-      const StateEmbedding e = *ComputeStateEmbedding(snap, o);
+      const StateEmbedding e = *StateEmbedding::Fit(snap, o);
       emp[a] += (f - truth).norm() / seeds;
       resh[a] += (e.ReshapedMoments() - truth).norm() / seeds;
       alg1[a] += (TruncatedSvd(f, r) - truth).norm() / seeds;
@@ -198,7 +198,7 @@ TEST(StateEmbedding, FourWellSingularValuesMatchTransferOperatorEigenvalues) {
   ASSERT_TRUE(m.ObserveBatch(data.x, data.y).ok());
   StateEmbedding::Options o;
   o.rank = 4;
-  const absl::StatusOr<StateEmbedding> e = ComputeStateEmbedding(m.Snapshot(), o);
+  const absl::StatusOr<StateEmbedding> e = StateEmbedding::Fit(m.Snapshot(), o);
   ASSERT_TRUE(e.ok()) << e.status();
   const VectorXd truth = systems::FourWellEigenvalues(5, fw);
   const VectorXd sv = e->singular_values();

@@ -62,7 +62,7 @@ DuffingRun RunDuffing(double sigma, int n, bool one_sided = true) {
   ko.top = 6;
   ko.dt = dopt.dt;
   DuffingRun run;
-  run.kd = ComputeKoopman(CmeSnapshot::From(cme), ko);
+  run.kd = KoopmanDecomposition::Fit(CmeSnapshot::From(cme), ko);
   const RowMatrixXd grid = Grid(40, 2.0);
   const Eigen::VectorXi truth = systems::DuffingBasin(grid, dopt);
   const Eigen::VectorXi pred = ClassifyBasins(run.kd, grid);
@@ -115,11 +115,11 @@ TEST(KoopmanContract, EigensolverFailureIsReported) {
   s.W = MatrixXd::Identity(4, 4);
   KoopmanOptions o;
   o.top = 3;
-  const KoopmanDecomposition good = ComputeKoopman(s, o);
+  const KoopmanDecomposition good = KoopmanDecomposition::Fit(s, o);
   EXPECT_TRUE(good.solver_error.empty());
   EXPECT_EQ(good.eigenvalues.size(), 3);
   s.W(1, 2) = std::numeric_limits<double>::quiet_NaN();
-  const KoopmanDecomposition bad = ComputeKoopman(s, o);
+  const KoopmanDecomposition bad = KoopmanDecomposition::Fit(s, o);
   EXPECT_FALSE(bad.solver_error.empty());
   EXPECT_EQ(bad.eigenvalues.size(), 0);
   EXPECT_EQ(bad.eigenvectors.size(), 0);

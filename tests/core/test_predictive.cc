@@ -55,7 +55,7 @@ Model FitDiscrete(const VectorXd& train, int history, Model::Stage stage) {
   EXPECT_TRUE(acc.ObserveBatch(AsRows(train)).ok());
   Model::FitOptions fo;
   fo.stage = stage;
-  auto m = Model::Fit(acc.TakeSnapshot(), fo);
+  auto m = Model::Fit(acc.Snapshot(), fo);
   EXPECT_TRUE(m.ok()) << m.status();
   return *m;
 }
@@ -68,7 +68,7 @@ TEST(PredictiveState, DiscreteStatisticsMatchBruteForceCounts) {
   ASSERT_TRUE(acc.ObserveBatch(AsRows(obs.tail(4))).ok());
   // Windows of length H + 2 = 4 never cross the episode boundary: 5-3 + 4-3 = 3 windows.
   EXPECT_EQ(acc.windows(), 3);
-  const auto s = acc.TakeSnapshot();
+  const auto s = acc.Snapshot();
   // Episode 1 (0 1 1 0 1): (0,1 | 1,0), (1,1 | 0,1); episode 2 (0 0 1 1): (0,0 | 1,1).
   // History index = 2 o_{t-2} + o_{t-1}; xi column = 2 o_t + o_{t+1}.
   EXPECT_EQ(s.a_diag, (VectorXd(4) << 1, 1, 0, 1).finished());
@@ -85,11 +85,11 @@ TEST(PredictiveState, BadInputIsRejectedAndChangesNothing) {
   Acc acc(DiscreteOptions(2));
   const double good[] = {0, 1, 1, 0};
   for (double v : good) ASSERT_TRUE(acc.Observe(&v).ok());
-  const auto before = acc.TakeSnapshot();
+  const auto before = acc.Snapshot();
   for (double v : {2.0, -1.0, 0.5, std::nan("")}) {
     EXPECT_EQ(acc.Observe(&v).code(), absl::StatusCode::kInvalidArgument);
   }
-  const auto after = acc.TakeSnapshot();
+  const auto after = acc.Snapshot();
   EXPECT_EQ(acc.observations(), 4);
   EXPECT_EQ(before.B_xi, after.B_xi);
   EXPECT_EQ(acc.windows(), 1);
@@ -98,9 +98,9 @@ TEST(PredictiveState, BadInputIsRejectedAndChangesNothing) {
   bad.num_symbols = 4;
   EXPECT_FALSE(bad.Validate().ok());
   Model::FitOptions fo;
-  EXPECT_EQ(Model::Fit(acc.TakeSnapshot(), fo).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Model::Fit(acc.Snapshot(), fo).status().code(), absl::StatusCode::kFailedPrecondition);
   fo.lambda1 = -1;
-  EXPECT_EQ(Model::Fit(acc.TakeSnapshot(), fo).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Model::Fit(acc.Snapshot(), fo).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // The streamed two-stage solution equals the batch closed form on explicit data matrices.
@@ -112,7 +112,7 @@ TEST(PredictiveState, LinearGaussianMatchesBatchTwoStage) {
   Model::FitOptions fo;
   fo.lambda1 = 1e-2;
   fo.lambda2 = 1e-3;
-  auto m = Model::Fit(acc.TakeSnapshot(), fo);
+  auto m = Model::Fit(acc.Snapshot(), fo);
   ASSERT_TRUE(m.ok()) << m.status();
 
   const int H = 6, F = 2, n = static_cast<int>(obs.rows()) - H - F;
@@ -198,7 +198,7 @@ TEST(PredictiveState, KalmanModelApproachesKalmanFilter) {
     EXPECT_TRUE(acc.ObserveBatch(train.topRows(n)).ok());
     Model::FitOptions fo;
     fo.stage = stage;
-    auto m = Model::Fit(acc.TakeSnapshot(), fo);
+    auto m = Model::Fit(acc.Snapshot(), fo);
     EXPECT_TRUE(m.ok()) << m.status();
     return LearnedRmse(*m, test);
   };
