@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "service/engine/fit_summary.h"
 #include "service/engine/model_config.h"
 
 namespace cmestream::service {
@@ -28,6 +29,17 @@ void Timed(Model& model, ModelView& out, const char* view, F build) {
   const double seconds = Seconds(std::chrono::steady_clock::now() - start);
   model.metrics().OnViewBuilt(view, seconds);
   out.view_seconds.emplace_back(view, seconds);
+}
+
+// Each sub-view's health as metrics (view_available, view_fit_warning): the same statuses and
+// fit summaries `model describe` shows (ModelInfo.sub_views).
+void ReportSubViews(const ModelView& view, ModelMetrics& metrics) {
+  google::protobuf::RepeatedPtrField<v1::SubViewStatus> statuses;
+  AddSubViewStatuses(view, &statuses);
+  for (const v1::SubViewStatus& s : statuses) {
+    const std::string& termination = s.summary().termination();
+    metrics.OnSubView(s.name(), s.available(), !termination.empty() && termination != "success");
+  }
 }
 
 // Discrete models: the one-hot moments are the counts themselves (docs/algorithms.md §3.2 with the
@@ -482,6 +494,7 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
   view->samples = snap->samples;
   view->built_at = std::chrono::steady_clock::now();
   view->build_seconds = Seconds(view->built_at - start);
+  ReportSubViews(*view, model.metrics());
   model.Publish(view);
   // The new view scores the pairs from now on (allocated here, outside the learner lock).
   if (install_scorer) model.InstallPrequential(std::make_unique<PrequentialVampE>(scorer), view->version);

@@ -83,6 +83,16 @@ Metrics::Metrics()
                         .Help("Relative disagreement of the slowest timescales of the koopman, count-chain and "
                               "embedding views at the last refresh (warning above 0.25)")
                         .Register(*registry_)),
+      view_available_(BuildGauge()
+                          .Name("cmestream_view_available")
+                          .Help("1 when the sub-view `view` of the latest view was built, 0 when it is missing "
+                                "(ModelInfo.sub_views gives the reason)")
+                          .Register(*registry_)),
+      view_fit_warning_(BuildGauge()
+                            .Name("cmestream_view_fit_warning")
+                            .Help("1 when the sub-view `view` was built but its fit did not terminate with "
+                                  "success (FitSummary.termination / message), else 0")
+                            .Register(*registry_)),
       lag_timescale_(BuildGauge()
                          .Name("cmestream_lag_timescale")
                          .Help("Implied timescale (units of the model's dt) of slow mode `mode` at lag `lag` "
@@ -203,6 +213,19 @@ void ModelMetrics::OnViewBuilt(const std::string& view, double seconds) {
   it->second->Observe(seconds);
 }
 
+void ModelMetrics::OnSubView(const std::string& view, bool available, bool fit_warning) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  auto it = sub_view_gauges_.find(view);
+  if (it == sub_view_gauges_.end()) {
+    const std::map<std::string, std::string> labels = {{"model", model_}, {"view", view}};
+    it = sub_view_gauges_.emplace(view, std::make_pair(&m_.view_available_.Add(labels), &m_.view_fit_warning_.Add(labels)))
+             .first;
+  }
+  it->second.first->Set(available ? 1 : 0);
+  it->second.second->Set(available && fit_warning ? 1 : 0);
+}
+
 void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreement) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
@@ -278,6 +301,11 @@ void ModelMetrics::Remove() {
   rejected_.clear();
   for (auto& [view, histogram] : view_build_) m_.view_build_.Remove(histogram);
   view_build_.clear();
+  for (auto& [view, gauges] : sub_view_gauges_) {
+    m_.view_available_.Remove(gauges.first);
+    m_.view_fit_warning_.Remove(gauges.second);
+  }
+  sub_view_gauges_.clear();
 }
 
 }  // namespace cmestream::service

@@ -28,6 +28,11 @@
 //                                            NaN before a 1000-pair window completed)
 //   timescale_disagreement{model}            gauge    relative disagreement of the slowest
 //                                            timescales of koopman / count chain / embedding
+//   view_available{model,view}               gauge    1 when the sub-view of the latest view was
+//                                            built, 0 when it is missing (ModelInfo.sub_views says why)
+//   view_fit_warning{model,view}             gauge    1 when the sub-view was built but its fit
+//                                            summary's termination is not "success" (rank clipped,
+//                                            numerical trouble: FitSummary.message), else 0
 //                                            (NaN with < 2 views; warning above 0.25)
 //   lag_timescale{model,lag,mode}            gauge    implied timescale (units of dt) of slow mode
 //                                            1..3 at each lag of the model (service/engine/lags.h)
@@ -99,6 +104,8 @@ class ModelMetrics {
   // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
   // "latent", "predictive") in a refresh.
   void OnViewBuilt(const std::string& view, double seconds) ABSL_LOCKS_EXCLUDED(mu_);
+  // One sub-view of the published view: built or not, and whether its fit reported a warning.
+  void OnSubView(const std::string& view, bool available, bool fit_warning) ABSL_LOCKS_EXCLUDED(mu_);
   void Remove() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -129,6 +136,8 @@ class ModelMetrics {
       ABSL_GUARDED_BY(mu_);  // (lag, mode)
   std::map<std::string, prometheus::Counter*> rejected_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> view_build_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::pair<prometheus::Gauge*, prometheus::Gauge*>> sub_view_gauges_
+      ABSL_GUARDED_BY(mu_);  // view -> (available, fit warning)
 };
 
 class Metrics {
@@ -164,6 +173,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& view_samples_;
   prometheus::Family<prometheus::Gauge>& heldout_score_;
   prometheus::Family<prometheus::Gauge>& disagreement_;
+  prometheus::Family<prometheus::Gauge>& view_available_;
+  prometheus::Family<prometheus::Gauge>& view_fit_warning_;
   prometheus::Family<prometheus::Gauge>& lag_timescale_;
   prometheus::Family<prometheus::Gauge>& lag_timescale_stderr_;
   prometheus::Family<prometheus::Gauge>& ck_deviation_;

@@ -362,6 +362,41 @@ TEST_F(DaemonViewsTest, DiscreteLumpableChain) {
   const std::string metrics = HttpGet(daemon_->metrics_port(), "/metrics");
   EXPECT_NE(metrics.find("cmestream_view_build_seconds_count{model=\"lump\",view=\"aggregation\"}"), std::string::npos);
   EXPECT_NE(metrics.find("cmestream_view_build_seconds_count{model=\"lump\",view=\"clusters\"}"), std::string::npos);
+  // Sub-view health: the same statuses describe shows (ModelInfo.sub_views).
+  EXPECT_NE(metrics.find("cmestream_view_available{model=\"lump\",view=\"aggregation\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("cmestream_view_available{model=\"lump\",view=\"embedding\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("cmestream_view_available{model=\"lump\",view=\"latent\"} 0"), std::string::npos);
+  EXPECT_NE(metrics.find("cmestream_view_fit_warning{model=\"lump\",view=\"embedding\"} 0"), std::string::npos);
+  EXPECT_NE(metrics.find("cmestream_view_fit_warning{model=\"lump\",view=\"latent\"} 0"), std::string::npos);
+}
+
+// A fit that terminates with a warning is a metric, not only a line in describe: rank 8 asked
+// of a 3-state chain is clipped to the 3 singular values there are (termination rank_clipped).
+TEST_F(DaemonViewsTest, FitWarningsAreMetrics) {
+  const systems::FiniteChain chain = systems::LumpableBlockChain({1, 1, 1}, 0.8, 3);
+  const std::vector<int> states = systems::SampleChain(chain.P, 5000, 0, 4);
+  const std::vector<int> from(states.begin(), states.end() - 1), to(states.begin() + 1, states.end());
+  v1::ModelConfig c = Discrete("clipped", 3);
+  c.set_rank(8);
+  c.set_clusters(2);
+  ASSERT_TRUE(Create(c).ok());
+  IngestIdPairs("clipped", from, to);
+  ASSERT_TRUE(RefreshWait("clipped").ok());
+  grpc::ClientContext ctx;
+  v1::GetModelRequest req;
+  req.set_name("clipped");
+  v1::ModelInfo info;
+  ASSERT_TRUE(models_->GetModel(&ctx, req, &info).ok());
+  std::string termination;
+  for (const v1::SubViewStatus& s : info.sub_views()) {
+    if (s.name() == "embedding") termination = s.summary().termination();
+  }
+  EXPECT_EQ(termination, "rank_clipped");
+  const std::string metrics = HttpGet(daemon_->metrics_port(), "/metrics");
+  EXPECT_NE(metrics.find("cmestream_view_available{model=\"clipped\",view=\"embedding\"} 1"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("cmestream_view_fit_warning{model=\"clipped\",view=\"embedding\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("cmestream_view_fit_warning{model=\"clipped\",view=\"counts\"} 0"), std::string::npos);
 }
 
 // Soft aggregation chain P = U V^T with 3 anchors per meta-state: the anchors are recovered.
