@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "cmestream_version.h"
 
 namespace cmestream::service {
 
@@ -68,7 +69,7 @@ absl::Status DataDir::WriteDaemonInfo(const std::string& grpc_address, const std
   {
     std::ofstream out(tmp_path, std::ios::trunc);
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    out << "{\"pid\": " << ::getpid() << ", \"version\": \"0.1.0\", \"grpc\": \"" << grpc_address
+    out << "{\"pid\": " << ::getpid() << ", \"version\": \"" << CMESTREAM_VERSION << "\", \"grpc\": \"" << grpc_address
         << "\", \"metrics\": \"" << metrics_address << "\", \"started_unix_seconds\": " << std::fixed << now << "}\n";
     if (!out) return absl::InternalError(absl::StrCat("cannot write '", tmp_path, "'"));
   }
