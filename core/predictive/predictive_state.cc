@@ -132,7 +132,7 @@ void PredictiveStateAccumulator::AddWindow() {
   stats_.sum_e += e_;
 }
 
-PredictiveStateAccumulator::Statistics PredictiveStateAccumulator::Statistics() const {
+PredictiveStateAccumulator::Statistics PredictiveStateAccumulator::Snapshot() const {
   Snapshot s = stats_;
   s.windows = windows_;
   return s;
