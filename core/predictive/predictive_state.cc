@@ -133,7 +133,7 @@ void PredictiveStateAccumulator::AddWindow() {
 }
 
 PredictiveStateAccumulator::Statistics PredictiveStateAccumulator::Snapshot() const {
-  Snapshot s = stats_;
+  Statistics s = stats_;
   s.windows = windows_;
   return s;
 }
