@@ -255,7 +255,7 @@ TEST(LatentSerialization, ContinuesBitIdenticallyWithReservoirRngAndPendingTripl
   }
   EXPECT_EQ(a.triples(), 403 + 600 - 405 + 300 - 2);
   EXPECT_EQ(Bytes(a), Bytes(b));
-  const auto sa = a.Snapshot(), sb = b.Snapshot();
+  const auto sa = a.TakeSnapshot(), sb = b.TakeSnapshot();
   EXPECT_EQ((sa.reservoir - sb.reservoir).cwiseAbs().maxCoeff(), 0.0);
 
   // The uninterrupted run (never serialized) ends in the same bytes as the restored one.
