@@ -6,6 +6,7 @@
 // same bytes (every double bit-identical). n1 is chosen so that partial batch buffers,
 // pending triples, a used reservoir RNG and a pending forgetting rescale are all in flight.
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -353,6 +354,49 @@ TEST(LatentSerialization, Version1ObjectsKeepTheirFeaturesAndDensities) {
     ASSERT_TRUE(again.ObserveBatch(x.bottomRows(101)).ok());
     same(FixtureDensities(*acc, c.d, c.discrete), c.after_more);
     EXPECT_EQ(Bytes(again), Bytes(*acc));
+  }
+}
+
+// Version 2's stored map: a future version is named, a non-finite Omega or a truncated one is
+// DataLoss naming the field.
+TEST(LatentSerialization, Version2MapCorruptionIsRefused) {
+  MultiViewAccumulator::Options o;
+  o.features.dim = 2;
+  o.features.num_features = 4;
+  o.reservoir_size = 10;
+  o.batch = 4;
+  MultiViewAccumulator a(o);
+  const RowMatrixXd x = Trajectory(20, 2, 3);
+  ASSERT_TRUE(a.ObserveBatch(x).ok());
+  const std::string bytes = Bytes(a);
+  {
+    std::string bad = bytes;
+    bad[4] = 3;
+    io::Reader r(bad, "f");
+    EXPECT_EQ(MultiViewAccumulator::Deserialize(r).status().message(),
+              "f: offset 0: MultiViewAccumulator (MVAC) version 3 is not supported by this build (reads 1..2)");
+  }
+  // Body: 16-byte object header, the options (45 bytes), then Omega (u64 rows, u64 cols, 2 x 4
+  // doubles column-major): its first entry at offset 77.
+  const double omega00 = a.features().omega()(0, 0);
+  double stored = 0;
+  std::memcpy(&stored, &bytes[77], 8);
+  ASSERT_EQ(stored, omega00);
+  {
+    std::string bad = bytes;
+    const double nan = std::nan("");
+    std::memcpy(&bad[77], &nan, 8);
+    io::Reader r(bad, "f");
+    const absl::Status st = MultiViewAccumulator::Deserialize(r).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(st.message().find("latent feature map: Violated constraint: omega and beta finite"), std::string::npos)
+        << st;
+  }
+  {
+    io::Reader r(std::string_view(bytes).substr(0, 90), "f");
+    const absl::Status st = MultiViewAccumulator::Deserialize(r).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(st.message().find("truncated"), std::string::npos) << st;
   }
 }
 
