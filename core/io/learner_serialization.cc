@@ -413,7 +413,10 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
   if (!rff) {
     map = MakeLatentFeatureMap(o.features);
   } else if (version == 1) {
-    map = LatentRffVersion1(o.features);  // the features this object was accumulated with
+    // The features this object was accumulated with.
+    absl::StatusOr<std::shared_ptr<const FeatureMap>> drawn = LatentRffVersion1(o.features);
+    if (!drawn.ok()) return r.Fail(absl::StrCat("latent feature map: ", drawn.status().message()));
+    map = *std::move(drawn);
   } else {
     MatrixXd omega(d, D);
     VectorXd beta(D);

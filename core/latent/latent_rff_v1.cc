@@ -6,7 +6,7 @@
 
 namespace cmestream {
 
-std::shared_ptr<const FeatureMap> LatentRffVersion1(const LatentFeatureOptions& options) {
+absl::StatusOr<std::shared_ptr<const FeatureMap>> LatentRffVersion1(const LatentFeatureOptions& options) {
   if (!options.Validate().ok() || options.kind != LatentFeatureOptions::Kind::kRff) std::abort();
   constexpr double kPi = 3.14159265358979323846;
   // Exactly the draw of version 1's LatentFeatureMap: for each feature j, the d frequencies
@@ -20,8 +20,9 @@ std::shared_ptr<const FeatureMap> LatentRffVersion1(const LatentFeatureOptions& 
     for (int i = 0; i < options.dim; ++i) omega(i, j) = normal(rng);
     beta[j] = uni(rng);
   }
+  // A sigma near the smallest double makes 1/sigma, and so Omega, infinite: RffFrom refuses it.
   absl::StatusOr<FeatureMap> map = FeatureMap::RffFrom(std::move(omega), std::move(beta), options.sigma, options.seed);
-  if (!map.ok()) std::abort();  // finite draws of valid options
+  if (!map.ok()) return map.status();
   return std::make_shared<const FeatureMap>(*std::move(map));
 }
 

@@ -15,6 +15,7 @@
 
 #include <memory>
 
+#include "absl/status/statusor.h"
 #include "core/embedding/feature_map.h"
 #include "core/latent/latent_model.h"
 
@@ -22,7 +23,9 @@ namespace cmestream {
 
 // requires: options.Validate().ok() and options.kind == kRff (aborts otherwise).
 // ensures: the map with the Omega (d x D) and beta (D) that version 1 drew for these options:
-// h(x) = sqrt(2/D) cos(Omega^T x + beta), docs/algorithms.md (3.1). O(dD); allocates the map.
-std::shared_ptr<const FeatureMap> LatentRffVersion1(const LatentFeatureOptions& options);
+// h(x) = sqrt(2/D) cos(Omega^T x + beta), docs/algorithms.md (3.1); InvalidArgument if the draw
+// is not finite (a sigma so small that 1/sigma overflows: stored bytes no valid model wrote).
+// O(dD); allocates the map.
+absl::StatusOr<std::shared_ptr<const FeatureMap>> LatentRffVersion1(const LatentFeatureOptions& options);
 
 }  // namespace cmestream

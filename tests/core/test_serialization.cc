@@ -357,6 +357,24 @@ TEST(LatentSerialization, Version1ObjectsKeepTheirFeaturesAndDensities) {
   }
 }
 
+// A version-1 object whose sigma makes the old draw infinite (found by fuzz_snapshot: a
+// denormal sigma, 1/sigma = inf) is DataLoss, not an abort. Body: 16-byte header, kind (1),
+// dim (4), num_features (4), then sigma at offset 25.
+TEST(LatentSerialization, Version1WithANonFiniteDrawIsDataLoss) {
+  std::string v1;
+  ASSERT_TRUE(absl::Base64Unescape(kRff2V1, &v1));
+  double sigma = 0;
+  std::memcpy(&sigma, &v1[25], 8);
+  ASSERT_EQ(sigma, 0.8);
+  const double tiny = 2.2250738585072034e-309;
+  std::memcpy(&v1[25], &tiny, 8);
+  io::Reader r(v1, "f");
+  const absl::Status st = MultiViewAccumulator::Deserialize(r).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("latent feature map: Violated constraint: omega and beta finite"), std::string::npos)
+      << st;
+}
+
 // Version 2's stored map: a future version is named, a non-finite Omega or a truncated one is
 // DataLoss naming the field.
 TEST(LatentSerialization, Version2MapCorruptionIsRefused) {
