@@ -357,22 +357,30 @@ TEST(LatentSerialization, Version1ObjectsKeepTheirFeaturesAndDensities) {
   }
 }
 
+// The double stored at `offset` of an encoded object, and the status of decoding the object
+// with that double replaced by `value`.
+double DoubleAt(const std::string& bytes, size_t offset) {
+  double v = 0;
+  std::memcpy(&v, &bytes[offset], 8);
+  return v;
+}
+absl::Status DecodeLatentWithDouble(std::string bytes, size_t offset, double value) {
+  std::memcpy(&bytes[offset], &value, 8);
+  io::Reader r(bytes, "f");
+  return MultiViewAccumulator::Deserialize(r).status();
+}
+constexpr char kNonFiniteMap[] = "latent feature map: Violated constraint: omega and beta finite";
+
 // A version-1 object whose sigma makes the old draw infinite (found by fuzz_snapshot: a
 // denormal sigma, 1/sigma = inf) is DataLoss, not an abort. Body: 16-byte header, kind (1),
 // dim (4), num_features (4), then sigma at offset 25.
 TEST(LatentSerialization, Version1WithANonFiniteDrawIsDataLoss) {
   std::string v1;
   ASSERT_TRUE(absl::Base64Unescape(kRff2V1, &v1));
-  double sigma = 0;
-  std::memcpy(&sigma, &v1[25], 8);
-  ASSERT_EQ(sigma, 0.8);
-  const double tiny = 2.2250738585072034e-309;
-  std::memcpy(&v1[25], &tiny, 8);
-  io::Reader r(v1, "f");
-  const absl::Status st = MultiViewAccumulator::Deserialize(r).status();
+  ASSERT_EQ(DoubleAt(v1, 25), 0.8);
+  const absl::Status st = DecodeLatentWithDouble(v1, 25, 2.2250738585072034e-309);
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(st.message().find("latent feature map: Violated constraint: omega and beta finite"), std::string::npos)
-      << st;
+  EXPECT_NE(st.message().find(kNonFiniteMap), std::string::npos) << st;
 }
 
 // Version 2's stored map: a future version is named, a non-finite Omega or a truncated one is
@@ -396,26 +404,14 @@ TEST(LatentSerialization, Version2MapCorruptionIsRefused) {
   }
   // Body: 16-byte object header, the options (45 bytes), then Omega (u64 rows, u64 cols, 2 x 4
   // doubles column-major): its first entry at offset 77.
-  const double omega00 = a.features().omega()(0, 0);
-  double stored = 0;
-  std::memcpy(&stored, &bytes[77], 8);
-  ASSERT_EQ(stored, omega00);
-  {
-    std::string bad = bytes;
-    const double nan = std::nan("");
-    std::memcpy(&bad[77], &nan, 8);
-    io::Reader r(bad, "f");
-    const absl::Status st = MultiViewAccumulator::Deserialize(r).status();
-    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
-    EXPECT_NE(st.message().find("latent feature map: Violated constraint: omega and beta finite"), std::string::npos)
-        << st;
-  }
-  {
-    io::Reader r(std::string_view(bytes).substr(0, 90), "f");
-    const absl::Status st = MultiViewAccumulator::Deserialize(r).status();
-    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
-    EXPECT_NE(st.message().find("truncated"), std::string::npos) << st;
-  }
+  ASSERT_EQ(DoubleAt(bytes, 77), a.features().omega()(0, 0));
+  absl::Status st = DecodeLatentWithDouble(bytes, 77, std::nan(""));
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find(kNonFiniteMap), std::string::npos) << st;
+  io::Reader r(std::string_view(bytes).substr(0, 90), "f");
+  st = MultiViewAccumulator::Deserialize(r).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("truncated"), std::string::npos) << st;
 }
 
 // ---------------------------------------------------------------------------------------------
