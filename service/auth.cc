@@ -40,17 +40,21 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 
 const char* ScopeName(Scope scope) {
   switch (scope) {
-    case Scope::kRead: return "read";
-    case Scope::kWrite: return "write";
-    case Scope::kAdmin: return "admin";
-    default: return "none";
+    case Scope::kRead:
+      return "read";
+    case Scope::kWrite:
+      return "write";
+    case Scope::kAdmin:
+      return "admin";
+    default:
+      return "none";
   }
 }
 
 Scope RequiredScope(absl::string_view method) {
-  static constexpr absl::string_view kRead[] = {"GetModel",   "ListModels",  "Refresh",        "GetKoopman",
-                                               "Predict",    "GetDictionary", "GetCounts",    "GetEmbedding",
-                                               "GetClusters", "GetAggregation", "GetLatent",  "Forecast"};
+  static constexpr absl::string_view kRead[] = {"GetModel",    "ListModels",     "Refresh",   "GetKoopman",
+                                                "Predict",     "GetDictionary",  "GetCounts", "GetEmbedding",
+                                                "GetClusters", "GetAggregation", "GetLatent", "Forecast"};
   static constexpr absl::string_view kWrite[] = {"Ingest", "IngestOne", "GetProducer"};
   for (absl::string_view m : kRead) {
     if (m == method) return Scope::kRead;
@@ -136,8 +140,7 @@ absl::Status TokenAuthenticator::Check(absl::string_view authorization, bool pre
   }
   constexpr absl::string_view kBearer = "Bearer ";
   if (!absl::StartsWithIgnoreCase(authorization, kBearer)) {
-    return absl::UnauthenticatedError(
-        absl::StrCat(method, ": the authorization metadata is not 'Bearer TOKEN'"));
+    return absl::UnauthenticatedError(absl::StrCat(method, ": the authorization metadata is not 'Bearer TOKEN'"));
   }
   const Scope have = Lookup(absl::StripAsciiWhitespace(authorization.substr(kBearer.size())));
   if (have == Scope::kNone) {

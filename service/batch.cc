@@ -59,8 +59,7 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index, doub
   const bool has_pairs = b.x_size() > 0 || b.y_size() > 0;
   const bool has_states = b.states_size() > 0;
   if (has_pairs && has_states) {
-    return Reject("payload_form", index, model,
-                  "both x/y and states are set, expected exactly one payload form");
+    return Reject("payload_form", index, model, "both x/y and states are set, expected exactly one payload form");
   }
   if (!has_pairs && !has_states) {
     return Reject("empty", index, model, "no pairs: x, y and states are all empty, expected at least one pair");
@@ -86,10 +85,10 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index, doub
     for (const auto* field : {&b.x(), &b.y()}) {
       const int64_t big = FirstTooLarge(*field, max_abs);
       if (big >= 0) {
-        return Reject("magnitude", index, model,
-                      absl::StrCat("field ", field == &b.x() ? "x" : "y", " value ", big, " (pair ", big / dim,
-                                   ", component ", big % dim, ") is ", field->Get(big), ", expected |value| <= ",
-                                   max_abs, " (--max-abs-value)"));
+        return Reject(
+            "magnitude", index, model,
+            absl::StrCat("field ", field == &b.x() ? "x" : "y", " value ", big, " (pair ", big / dim, ", component ",
+                         big % dim, ") is ", field->Get(big), ", expected |value| <= ", max_abs, " (--max-abs-value)"));
       }
     }
     ok.batch.n = b.x_size() / dim;
@@ -103,14 +102,14 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index, doub
     const int64_t bad = FirstNonFinite(b.states());
     if (bad >= 0) {
       return Reject("non_finite", index, model,
-                    absl::StrCat("field states value ", bad, " (state ", bad / dim, ", component ", bad % dim,
-                                 ") is ", b.states(bad), ", expected a finite number"));
+                    absl::StrCat("field states value ", bad, " (state ", bad / dim, ", component ", bad % dim, ") is ",
+                                 b.states(bad), ", expected a finite number"));
     }
     const int64_t big = FirstTooLarge(b.states(), max_abs);
     if (big >= 0) {
       return Reject("magnitude", index, model,
-                    absl::StrCat("field states value ", big, " (state ", big / dim, ", component ", big % dim,
-                                 ") is ", b.states(big), ", expected |value| <= ", max_abs, " (--max-abs-value)"));
+                    absl::StrCat("field states value ", big, " (state ", big / dim, ", component ", big % dim, ") is ",
+                                 b.states(big), ", expected |value| <= ", max_abs, " (--max-abs-value)"));
     }
     ok.batch.n = b.states_size() / dim - 1;
     ok.batch.x = b.states().data();
@@ -126,22 +125,27 @@ BatchCheck ValidateDiscreteBatch(const v1::IngestBatch& b, uint32_t num_states, 
   if (b.x_size() > 0 || b.y_size() > 0 || b.states_size() > 0) {
     return Reject("payload_form", index, model,
                   absl::StrCat("vectors (x/y/states) are set, expected state ids x_ids/y_ids or state_ids for this "
-                               "discrete model (num_states ", num_states, ")"));
+                               "discrete model (num_states ",
+                               num_states, ")"));
   }
   const bool has_pairs = b.x_ids_size() > 0 || b.y_ids_size() > 0;
   const bool has_states = b.state_ids_size() > 0;
   if (has_pairs && has_states) {
-    return Reject("payload_form", index, model, "both x_ids/y_ids and state_ids are set, expected exactly one payload form");
+    return Reject("payload_form", index, model,
+                  "both x_ids/y_ids and state_ids are set, expected exactly one payload form");
   }
   if (!has_pairs && !has_states) {
-    return Reject("empty", index, model, "no pairs: x_ids, y_ids and state_ids are all empty, expected at least one pair");
+    return Reject("empty", index, model,
+                  "no pairs: x_ids, y_ids and state_ids are all empty, expected at least one pair");
   }
-  const auto check_ids = [&](absl::string_view field, const google::protobuf::RepeatedField<int64_t>& ids) -> BatchCheck {
+  const auto check_ids = [&](absl::string_view field,
+                             const google::protobuf::RepeatedField<int64_t>& ids) -> BatchCheck {
     for (int i = 0; i < ids.size(); ++i) {
       const int64_t v = ids.Get(i);
       if (v < 0 || v >= static_cast<int64_t>(num_states)) {
-        return Reject("state_id", index, model,
-                      absl::StrCat("field ", field, " value ", i, " is ", v, ", expected a state id in [0, ", num_states, ")"));
+        return Reject(
+            "state_id", index, model,
+            absl::StrCat("field ", field, " value ", i, " is ", v, ", expected a state id in [0, ", num_states, ")"));
       }
     }
     return BatchCheck{};
@@ -150,11 +154,13 @@ BatchCheck ValidateDiscreteBatch(const v1::IngestBatch& b, uint32_t num_states, 
   ok.batch.dim = 0;
   if (has_pairs) {
     if (b.y_ids_size() != b.x_ids_size()) {
-      return Reject("size", index, model, absl::StrCat("field y_ids has ", b.y_ids_size(), " values, expected ",
-                                                       b.x_ids_size(), " (as many as x_ids)"));
+      return Reject("size", index, model,
+                    absl::StrCat("field y_ids has ", b.y_ids_size(), " values, expected ", b.x_ids_size(),
+                                 " (as many as x_ids)"));
     }
-    for (auto [field, ids] : {std::pair<const char*, const google::protobuf::RepeatedField<int64_t>*>{"x_ids", &b.x_ids()},
-                              {"y_ids", &b.y_ids()}}) {
+    for (auto [field, ids] :
+         {std::pair<const char*, const google::protobuf::RepeatedField<int64_t>*>{"x_ids", &b.x_ids()},
+          {"y_ids", &b.y_ids()}}) {
       BatchCheck c = check_ids(field, *ids);
       if (!c.status.ok()) return c;
     }
@@ -163,7 +169,8 @@ BatchCheck ValidateDiscreteBatch(const v1::IngestBatch& b, uint32_t num_states, 
     ok.batch.y_ids = b.y_ids().data();
   } else {
     if (b.state_ids_size() < 2) {
-      return Reject("size", index, model, absl::StrCat("field state_ids has ", b.state_ids_size(), " values, expected at least 2"));
+      return Reject("size", index, model,
+                    absl::StrCat("field state_ids has ", b.state_ids_size(), " values, expected at least 2"));
     }
     BatchCheck c = check_ids("state_ids", b.state_ids());
     if (!c.status.ok()) return c;

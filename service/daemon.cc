@@ -3,29 +3,29 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <optional>
 #include <exception>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "prometheus/counter.h"
 #include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 #include "service/auth.h"
 #include "service/batch_log.h"
-#include "service/recovery.h"
 #include "service/data_dir.h"
 #include "service/ingestor.h"
+#include "service/manifest.h"
 #include "service/metrics.h"
+#include "service/recovery.h"
 #include "service/refresh.h"
 #include "service/registry.h"
 #include "service/services.h"
 #include "service/snapshot.h"
-#include "service/manifest.h"
-#include "prometheus/counter.h"
-#include "prometheus/gauge.h"
-#include "prometheus/histogram.h"
 
 namespace cmestream::service {
 namespace {
@@ -135,8 +135,9 @@ absl::Status DaemonOptions::Validate() const {
     return absl::InvalidArgumentError("scheduler_tick_seconds must be > 0");
   }
   if (!std::isfinite(snapshot_interval_seconds) || snapshot_interval_seconds < 0 || snapshot_interval_seconds > 1e7) {
-    return absl::InvalidArgumentError(absl::StrCat("flag --snapshot-interval is ", snapshot_interval_seconds,
-                                                   ", expected seconds in [0, 1e7] (0 = only at shutdown and on request)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --snapshot-interval is ", snapshot_interval_seconds,
+                     ", expected seconds in [0, 1e7] (0 = only at shutdown and on request)"));
   }
   if (!std::isfinite(wal_sync_interval_ms) || wal_sync_interval_ms <= 0 || wal_sync_interval_ms > 60000) {
     return absl::InvalidArgumentError(
@@ -155,8 +156,8 @@ struct Daemon::Impl {
   std::unique_ptr<DataDir> data_dir;
   std::unique_ptr<TokenAuthenticator> auth;  // null: no --auth-tokens
   Metrics metrics;
-  std::unique_ptr<Wal> wal;      // installed into batch_log after recovery
-  DeferredBatchLog batch_log;    // what the registry and models log to
+  std::unique_ptr<Wal> wal;    // installed into batch_log after recovery
+  DeferredBatchLog batch_log;  // what the registry and models log to
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Manifest> manifest;
   std::unique_ptr<RecoveryMetrics> recovery_metrics;
@@ -187,7 +188,8 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   const std::string dir = impl.data_dir->path();
   const auto refuse = [&](const absl::Status& s) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "refusing to start: ", s.message(), ". Data dir ", dir, ". Ways out: put the missing or damaged file back "
+        "refusing to start: ", s.message(), ". Data dir ", dir,
+        ". Ways out: put the missing or damaged file back "
         "(e.g. from a backup); or start from a snapshot file kept elsewhere with --recover-from FILE; or start with "
         "what is usable and lose the rest with --accept-data-loss (what is lost is printed)"));
   };
@@ -248,8 +250,8 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
         wal.status().code() == absl::StatusCode::kDataLoss) {
       std::string why(wal.status().message());
       if (!loaded->skipped.empty()) {
-        absl::StrAppend(&why, " (", loaded->skipped.size(), " newer snapshot(s) missing or unusable: ",
-                        loaded->skipped.front(), ")");
+        absl::StrAppend(&why, " (", loaded->skipped.size(),
+                        " newer snapshot(s) missing or unusable: ", loaded->skipped.front(), ")");
       }
       return refuse(absl::FailedPreconditionError(why));
     }
@@ -280,9 +282,8 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
 
   impl.batch_log.Install(impl.wal.get());
   impl.snapshot_metrics = std::make_unique<SnapshotMetrics>(*impl.metrics.registry());
-  impl.snapshots->SetObserver([m = impl.snapshot_metrics.get()](const absl::StatusOr<SnapshotResult>& r) {
-    m->Observe(r);
-  });
+  impl.snapshots->SetObserver(
+      [m = impl.snapshot_metrics.get()](const absl::StatusOr<SnapshotResult>& r) { m->Observe(r); });
   // S is the covered sequence of the OLDEST kept snapshot: the fallback snapshot must still be
   // replayable forward, so only segments it covers go (the manifest first stops needing them).
   impl.snapshots->SetCoveredCallback([w = impl.wal.get(), m = impl.manifest.get()](uint64_t covered) {
@@ -304,7 +305,8 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   // served durable as a whole at once, so the next start depends on none of the damage.
   if (!loaded->skipped.empty() || !loss.empty() || !ro.recover_from.empty()) {
     absl::StatusOr<SnapshotResult> r = impl.snapshots->TakeNow();
-    if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("snapshot after recovery: ", r.status().message()));
+    if (!r.ok())
+      return absl::Status(r.status().code(), absl::StrCat("snapshot after recovery: ", r.status().message()));
     std::cerr << "cmestreamd: snapshot after recovery " << r->path << " (" << r->models << " models)\n";
   }
   return absl::OkStatus();
@@ -377,11 +379,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   scheduler_options.tick_seconds = options.scheduler_tick_seconds;
   impl->registry->SetLimits(options.limits);
   impl->scheduler = std::make_unique<RefreshScheduler>(*impl->registry, scheduler_options);
-  impl->ingestor = std::make_unique<Ingestor>(
-      *impl->registry, impl->metrics, options.limits,
-      options.ingest_threads > 0 ? options.ingest_threads
-                                 : IngestPool::DefaultThreads(options.wal_sync == WalSync::kAlways),
-      options.ingest_nice);
+  impl->ingestor = std::make_unique<Ingestor>(*impl->registry, impl->metrics, options.limits,
+                                              options.ingest_threads > 0
+                                                  ? options.ingest_threads
+                                                  : IngestPool::DefaultThreads(options.wal_sync == WalSync::kAlways),
+                                              options.ingest_nice);
   const TokenAuthenticator* auth = impl->auth.get();
   if (options.shard.enabled()) {
     impl->ownership = std::make_unique<Ownership>(options.shard);
@@ -389,8 +391,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
               << " (--shard-peers): calls for models another pod owns get FAILED_PRECONDITION naming it\n";
   }
   const Ownership* ownership = impl->ownership.get();
-  impl->model_service = std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics, auth,
-                                                           impl->snapshots.get(), defaults, ownership);
+  impl->model_service = std::make_unique<ModelServiceImpl>(*impl->registry, impl->metrics, auth, impl->snapshots.get(),
+                                                           defaults, ownership);
   impl->ingest_service =
       std::make_unique<IngestServiceImpl>(*impl->registry, *impl->ingestor, impl->metrics, auth, ownership);
   impl->query_service =
@@ -411,8 +413,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   if (!impl->server || impl->grpc_port == 0) {
     impl->scheduler->Stop();
     impl->snapshots->Stop();
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on --listen ", options.listen,
-                                               " (address in use or not local?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve gRPC on --listen ", options.listen, " (address in use or not local?)"));
   }
   const std::string bound = absl::StrCat(impl->grpc_host, ":", impl->grpc_port);  // the port actually bound
   if (const std::string notice = TransportNotice(options.security, impl->grpc_host, bound); !notice.empty()) {
@@ -450,8 +452,8 @@ void Daemon::Shutdown() {
   impl_->snapshots->Stop();
   absl::StatusOr<SnapshotResult> last = impl_->snapshots->TakeNow();
   if (last.ok()) {
-    std::cerr << "cmestreamd: shutdown snapshot " << last->path << " (" << last->models << " models, "
-              << last->bytes << " bytes, covered sequence " << last->covered_sequence << ")\n";
+    std::cerr << "cmestreamd: shutdown snapshot " << last->path << " (" << last->models << " models, " << last->bytes
+              << " bytes, covered sequence " << last->covered_sequence << ")\n";
   } else {
     std::cerr << "cmestreamd: warning: shutdown snapshot failed (the WAL still holds everything): "
               << last.status().message() << "\n";

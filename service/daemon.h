@@ -7,10 +7,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "service/ownership.h"
 #include "service/limits.h"
-#include "service/wal_options.h"
+#include "service/ownership.h"
 #include "service/tls.h"
+#include "service/wal_options.h"
 
 namespace cmestream::service {
 
@@ -23,27 +23,27 @@ struct RecoveryOptions {
 };
 
 struct DaemonOptions {
-  std::string listen = "127.0.0.1:50051";          // gRPC HOST:PORT; port 0 picks a free port
-  std::string metrics_listen = "127.0.0.1:9464";   // Prometheus HOST:PORT; port 0 picks one
-  std::string data_dir = "./cmestream-data";       // created if missing; locked while running
-  double refresh_interval_seconds = 2.0;           // default refresh period of new models, > 0
-  int max_message_mb = 64;                         // max gRPC receive message (MiB), 1..1024;
-                                                   // bounds one IngestBatch (64 MiB = 8M doubles)
-  double shutdown_grace_seconds = 5.0;             // in-flight RPCs get this long, then cancelled
-  double scheduler_tick_seconds = 0.05;            // refresh scheduler polling period, > 0
-  LimitOptions limits;                             // --max-batch-pairs, --max-models, ... (limits.h)
-  SecurityOptions security;                        // --tls-*, --auth-tokens (tls.h, auth.h)
-  WalSync wal_sync = WalSync::kAlways;             // --wal-sync always|interval|never (wal.h)
-  double wal_sync_interval_ms = 100;               // --wal-sync-interval-ms, kInterval only
-  double snapshot_interval_seconds = 60;           // --snapshot-interval, [0, 1e7]; 0 = only at
-                                                   // clean shutdown and on request (snapshot.h)
-  RecoveryOptions recovery;                        // --accept-data-loss, --recover-from
-  int ingest_threads = 0;                          // --ingest-threads, 0..1024; 0 = the cores
-                                                   // (x4 with --wal-sync always): IngestPool
-  int ingest_nice = 0;                             // --ingest-nice, 0..19: ingest workers' nice
-                                                   // offset below the RPC threads (IngestPool)
-  ShardOptions shard;                              // --shard-self, --shard-peers (ownership.h);
-                                                   // off: this daemon owns every model
+  std::string listen = "127.0.0.1:50051";         // gRPC HOST:PORT; port 0 picks a free port
+  std::string metrics_listen = "127.0.0.1:9464";  // Prometheus HOST:PORT; port 0 picks one
+  std::string data_dir = "./cmestream-data";      // created if missing; locked while running
+  double refresh_interval_seconds = 2.0;          // default refresh period of new models, > 0
+  int max_message_mb = 64;                        // max gRPC receive message (MiB), 1..1024;
+                                                  // bounds one IngestBatch (64 MiB = 8M doubles)
+  double shutdown_grace_seconds = 5.0;            // in-flight RPCs get this long, then cancelled
+  double scheduler_tick_seconds = 0.05;           // refresh scheduler polling period, > 0
+  LimitOptions limits;                            // --max-batch-pairs, --max-models, ... (limits.h)
+  SecurityOptions security;                       // --tls-*, --auth-tokens (tls.h, auth.h)
+  WalSync wal_sync = WalSync::kAlways;            // --wal-sync always|interval|never (wal.h)
+  double wal_sync_interval_ms = 100;              // --wal-sync-interval-ms, kInterval only
+  double snapshot_interval_seconds = 60;          // --snapshot-interval, [0, 1e7]; 0 = only at
+                                                  // clean shutdown and on request (snapshot.h)
+  RecoveryOptions recovery;                       // --accept-data-loss, --recover-from
+  int ingest_threads = 0;                         // --ingest-threads, 0..1024; 0 = the cores
+                                                  // (x4 with --wal-sync always): IngestPool
+  int ingest_nice = 0;                            // --ingest-nice, 0..19: ingest workers' nice
+                                                  // offset below the RPC threads (IngestPool)
+  ShardOptions shard;                             // --shard-self, --shard-peers (ownership.h);
+                                                  // off: this daemon owns every model
 
   // OK or InvalidArgument naming the flag and the expected value.
   absl::Status Validate() const;
@@ -57,7 +57,7 @@ class Daemon {
 
   int grpc_port() const;
   int metrics_port() const;
-  std::string grpc_address() const;     // HOST:PORT with the selected port
+  std::string grpc_address() const;  // HOST:PORT with the selected port
   std::string metrics_address() const;
   // "cmestreamd listening grpc=HOST:PORT metrics=HOST:PORT" (parsed by scripts and tests).
   std::string ListeningLine() const;

@@ -67,11 +67,9 @@ absl::Status DataDir::WriteDaemonInfo(const std::string& grpc_address, const std
   const std::string tmp_path = final_path + ".tmp";
   {
     std::ofstream out(tmp_path, std::ios::trunc);
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     out << "{\"pid\": " << ::getpid() << ", \"version\": \"0.1.0\", \"grpc\": \"" << grpc_address
-        << "\", \"metrics\": \"" << metrics_address << "\", \"started_unix_seconds\": " << std::fixed << now
-        << "}\n";
+        << "\", \"metrics\": \"" << metrics_address << "\", \"started_unix_seconds\": " << std::fixed << now << "}\n";
     if (!out) return absl::InternalError(absl::StrCat("cannot write '", tmp_path, "'"));
   }
   std::error_code ec;

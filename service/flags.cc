@@ -57,8 +57,10 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
       SecurityOptions& sec = o.security;
-      (name == "--tls-cert" ? sec.tls_cert : name == "--tls-key" ? sec.tls_key
-                          : name == "--tls-client-ca" ? sec.tls_client_ca : sec.auth_tokens) = *v;
+      (name == "--tls-cert"        ? sec.tls_cert
+       : name == "--tls-key"       ? sec.tls_key
+       : name == "--tls-client-ca" ? sec.tls_client_ca
+                                   : sec.auth_tokens) = *v;
     } else if (name == "--shard-self") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();

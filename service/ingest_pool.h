@@ -62,7 +62,7 @@ class IngestPool {
 
   // A leaf lock: tasks run without it, and nothing else is taken under it.
   mutable absl::Mutex mu_;
-  absl::CondVar cv_;  // ready_ gained a key, or stop_
+  absl::CondVar cv_;                                          // ready_ gained a key, or stop_
   std::map<const void*, Queue> queues_ ABSL_GUARDED_BY(mu_);  // keys with work only
   std::deque<const void*> ready_ ABSL_GUARDED_BY(mu_);        // keys with tasks and none running
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -37,7 +37,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
         return;
       }
     }
-    ingestor_.Submit(batch_, next_index_, [this, start](absl::StatusOr<v1::IngestAck> ack) { OnApplied(start, std::move(ack)); });
+    ingestor_.Submit(batch_, next_index_,
+                     [this, start](absl::StatusOr<v1::IngestAck> ack) { OnApplied(start, std::move(ack)); });
   }
 
   // On the pool worker (or inline for a refusal before queueing).

@@ -22,9 +22,11 @@ class Ingestor {
   // `limits`: --max-batch-pairs and the per-model queue bound --max-queued-batches (limits.h).
   // `threads`: workers of the pool (0: IngestPool::DefaultThreads(false)); `nice`: their
   // priority offset (IngestPool).
-  Ingestor(ModelRegistry& registry, Metrics& metrics, const LimitOptions& limits = {}, int threads = 0,
-           int nice = 0)
-      : registry_(registry), metrics_(metrics), limits_(limits), queue_(limits),
+  Ingestor(ModelRegistry& registry, Metrics& metrics, const LimitOptions& limits = {}, int threads = 0, int nice = 0)
+      : registry_(registry),
+        metrics_(metrics),
+        limits_(limits),
+        queue_(limits),
         pool_(std::make_unique<IngestPool>(threads > 0 ? threads : IngestPool::DefaultThreads(false), nice)) {}
 
   using Done = std::function<void(absl::StatusOr<v1::IngestAck>)>;

@@ -42,8 +42,9 @@ std::string PairsOnlyReason(const std::string& model, const LaggedMomentsSnapsho
 absl::StatusOr<Eigen::VectorXi> StateLabels(const v1::ModelConfig& config, const LagStatisticsSnapshot& stats,
                                             const ModelView& view, int k) {
   if (!view.clusters.value || !view.embedding.value) {
-    return absl::FailedPreconditionError(absl::StrCat("the CK test needs the metastable clusters, which are not available: ",
-                                                      view.clusters.value ? view.embedding.error : view.clusters.error));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the CK test needs the metastable clusters, which are not available: ",
+                     view.clusters.value ? view.embedding.error : view.clusters.error));
   }
   const ClustersView& cv = *view.clusters.value;
   const StateEmbedding& emb = *view.embedding.value;
@@ -56,8 +57,8 @@ absl::StatusOr<Eigen::VectorXi> StateLabels(const v1::ModelConfig& config, const
     WeightedKMeansOptions km;
     km.k = k;
     km.seed = config.seed();
-    absl::StatusOr<MetastableClusters> c = ComputeMetastableClusters(emb, cv.clusters.representatives(),
-                                                                     cv.clusters.weights(), km);
+    absl::StatusOr<MetastableClusters> c =
+        ComputeMetastableClusters(emb, cv.clusters.representatives(), cv.clusters.weights(), km);
     if (!c.ok()) return c.status();
     clusters = *std::move(c);
   }
@@ -127,7 +128,8 @@ absl::StatusOr<CkPair> RunCk(const std::string& model, const v1::ModelConfig& co
   out.counts = *std::move(counts);
   if (s.koopman) {
     // Memberships in the Koopman features: least squares on the basis atoms weighted by visits.
-    const int base = static_cast<int>(std::find(s.counts->lags.begin(), s.counts->lags.end(), lag) - s.counts->lags.begin());
+    const int base =
+        static_cast<int>(std::find(s.counts->lags.begin(), s.counts->lags.end(), lag) - s.counts->lags.begin());
     const VectorXd visits = s.counts->total[base].s0.array() + 1e-12;
     const MatrixXd m = MembershipCoefficients(s.Features(s.basis), visits, *labels, k);
     absl::StatusOr<CkTest> koopman = ChapmanKolmogorovTest(*s.koopman, m, lag, steps, KoopmanOptions(lags.dt));
@@ -144,15 +146,15 @@ absl::Status NormalizeLags(v1::ModelConfig& c) {
   LaggedMoments::Options o;
   o.lags = Lags(c);
   if (absl::Status s = o.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", c.name(), "': field lags is [", absl::StrJoin(o.lags, ","),
-                                                   "]: ", s.message(), " (at most ", LaggedMoments::kMaxLags,
-                                                   " lags, each in 1..", LaggedMoments::kMaxLag, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", c.name(), "': field lags is [", absl::StrJoin(o.lags, ","), "]: ", s.message(),
+                     " (at most ", LaggedMoments::kMaxLags, " lags, each in 1..", LaggedMoments::kMaxLag, ")"));
   }
   if (c.num_states() > static_cast<uint32_t>(kMaxLagStates) && o.lags != std::vector<int>{1}) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model '", c.name(), "': field lags is [", absl::StrJoin(o.lags, ","), "] but lag statistics of a discrete model ",
-        "need num_states <= ", kMaxLagStates, " (dense one-hot sums per lag and block); num_states is ",
-        c.num_states()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", c.name(), "': field lags is [", absl::StrJoin(o.lags, ","),
+                     "] but lag statistics of a discrete model ", "need num_states <= ", kMaxLagStates,
+                     " (dense one-hot sums per lag and block); num_states is ", c.num_states()));
   }
   return absl::OkStatus();
 }
@@ -161,8 +163,7 @@ bool HasLagStatistics(const v1::ModelConfig& c) {
   return c.num_states() == 0 || c.num_states() <= static_cast<uint32_t>(kMaxLagStates);
 }
 
-void BuildLags(const v1::ModelConfig& config, const LagStatisticsSnapshot& snap, const ModelView& view,
-               LagsView& out) {
+void BuildLags(const v1::ModelConfig& config, const LagStatisticsSnapshot& snap, const ModelView& view, LagsView& out) {
   out.stats = snap;
   out.dt = config.dt();
   if (!snap.counts) {
@@ -181,8 +182,8 @@ void BuildLags(const v1::ModelConfig& config, const LagStatisticsSnapshot& snap,
   }
   // The CK test for the gauges: the first lag, the model's clusters, every step available.
   const int lag = snap.counts->lags.front();
-  absl::StatusOr<CkPair> ck = RunCk(config.name(), config, out, view, static_cast<int>(config.clusters()),
-                                    LaggedMoments::kMaxLag, lag);
+  absl::StatusOr<CkPair> ck =
+      RunCk(config.name(), config, out, view, static_cast<int>(config.clusters()), LaggedMoments::kMaxLag, lag);
   if (ck.ok()) {
     out.ck_koopman = ck->koopman;
     out.ck_counts = ck->counts;
@@ -213,7 +214,8 @@ absl::Status FillCkTest(const std::string& model, const v1::ModelConfig& config,
                         v1::CkTestResponse* resp) {
   const int k = clusters == 0 ? static_cast<int>(config.clusters()) : static_cast<int>(clusters);
   if (k < 1 || k > static_cast<int>(kLagBasisAtoms) * 4) {
-    return absl::InvalidArgumentError(absl::StrCat("field clusters is ", clusters, ", expected 1..", kLagBasisAtoms * 4));
+    return absl::InvalidArgumentError(
+        absl::StrCat("field clusters is ", clusters, ", expected 1..", kLagBasisAtoms * 4));
   }
   if (steps == 1) return absl::InvalidArgumentError("field steps is 1, expected >= 2 (or 0 for every multiple)");
   const int base = lag == 0 ? (lags.stats.counts ? lags.stats.counts->lags.front() : 1) : static_cast<int>(lag);

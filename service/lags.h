@@ -44,8 +44,7 @@ struct LagsView {
   std::string ck_error;
 };
 
-void BuildLags(const v1::ModelConfig& config, const LagStatisticsSnapshot& snap, const ModelView& view,
-               LagsView& out);
+void BuildLags(const v1::ModelConfig& config, const LagStatisticsSnapshot& snap, const ModelView& view, LagsView& out);
 
 // RPC replies. FailedPrecondition (with the reason) when the view cannot answer.
 absl::Status FillTimescales(const std::string& model, const LagsView& lags, v1::TimescalesResponse* resp);

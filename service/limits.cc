@@ -20,7 +20,8 @@ absl::Status LimitOptions::Validate() const {
   if (max_batch_pairs < 1) {
     return absl::InvalidArgumentError(absl::StrCat("flag --max-batch-pairs is ", max_batch_pairs, ", expected >= 1"));
   }
-  if (max_models < 1) return absl::InvalidArgumentError(absl::StrCat("flag --max-models is ", max_models, ", expected >= 1"));
+  if (max_models < 1)
+    return absl::InvalidArgumentError(absl::StrCat("flag --max-models is ", max_models, ", expected >= 1"));
   if (max_dim < 1 || max_dim > static_cast<int>(kMaxDim)) {
     return absl::InvalidArgumentError(absl::StrCat("flag --max-dim is ", max_dim, ", expected 1..", kMaxDim));
   }
@@ -34,8 +35,8 @@ absl::Status LimitOptions::Validate() const {
         absl::StrCat("flag --max-abs-value is ", max_abs_value, ", expected a number in (0, 1e150]"));
   }
   if (!(max_memory_bytes >= 0) || !std::isfinite(max_memory_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("flag --max-memory is ", max_memory_bytes, " bytes, expected >= 0 (0: from the cgroup limit or RAM)"));
+    return absl::InvalidArgumentError(absl::StrCat("flag --max-memory is ", max_memory_bytes,
+                                                   " bytes, expected >= 0 (0: from the cgroup limit or RAM)"));
   }
   if (!(max_query_mb >= 1) || !std::isfinite(max_query_mb) || max_query_mb > 1e6) {
     return absl::InvalidArgumentError(absl::StrCat("flag --max-query-mb is ", max_query_mb, ", expected 1..1e6"));
@@ -54,9 +55,9 @@ int64_t ClaimedPairs(const v1::IngestBatch& b, int dim) {
 absl::Status CheckBatchPairs(const v1::IngestBatch& batch, int dim, uint64_t batch_index, const LimitOptions& limits) {
   const int64_t pairs = ClaimedPairs(batch, dim);
   if (pairs <= limits.max_batch_pairs) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("batch ", batch_index, ": ", pairs,
-                                                 " pairs, more than this daemon accepts in one batch (--max-batch-pairs ",
-                                                 limits.max_batch_pairs, "); split it into smaller batches"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "batch ", batch_index, ": ", pairs, " pairs, more than this daemon accepts in one batch (--max-batch-pairs ",
+      limits.max_batch_pairs, "); split it into smaller batches"));
 }
 
 absl::Status CheckModelConfigLimits(const v1::ModelConfig& config, const LimitOptions& limits) {
@@ -69,10 +70,10 @@ absl::Status CheckModelConfigLimits(const v1::ModelConfig& config, const LimitOp
 }
 
 absl::Status QueueFullError(const std::string& model, int waiting, const LimitOptions& limits) {
-  absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
-      "model '", model.substr(0, 80), "' is busy: ", waiting, " batches already wait for its learner (--max-queued-batches ",
-      limits.max_queued_batches, "); retry after ", limits.retry_after_ms, " ms (trailing metadata ",
-      kRetryAfterMetadataKey, ")"));
+  absl::Status s = absl::ResourceExhaustedError(
+      absl::StrCat("model '", model.substr(0, 80), "' is busy: ", waiting,
+                   " batches already wait for its learner (--max-queued-batches ", limits.max_queued_batches,
+                   "); retry after ", limits.retry_after_ms, " ms (trailing metadata ", kRetryAfterMetadataKey, ")"));
   s.SetPayload(kRetryPayloadUrl, absl::Cord(absl::StrCat(limits.retry_after_ms)));
   return s;
 }

@@ -30,14 +30,14 @@
 namespace cmestream::service {
 
 struct LimitOptions {
-  int64_t max_batch_pairs = 1000000;  // --max-batch-pairs, >= 1
-  int max_models = 1000;              // --max-models, >= 1
-  int max_dim = 4096;                 // --max-dim, 1..kMaxDim (model_config.h)
-  int max_queued_batches = 64;        // --max-queued-batches, >= 0 (0: no batch ever waits)
-  int retry_after_ms = 100;           // hint sent with a full-queue refusal, >= 1
+  int64_t max_batch_pairs = 1000000;           // --max-batch-pairs, >= 1
+  int max_models = 1000;                       // --max-models, >= 1
+  int max_dim = 4096;                          // --max-dim, 1..kMaxDim (model_config.h)
+  int max_queued_batches = 64;                 // --max-queued-batches, >= 0 (0: no batch ever waits)
+  int retry_after_ms = 100;                    // hint sent with a full-queue refusal, >= 1
   double max_abs_value = kDefaultMaxAbsValue;  // --max-abs-value: |coordinate| bound, > 0
-  double max_memory_bytes = 0;        // --max-memory: model budget; 0 = from cgroup / RAM (memory_budget.h)
-  double max_query_mb = 256;          // --max-query-mb: largest estimated working set of one query
+  double max_memory_bytes = 0;                 // --max-memory: model budget; 0 = from cgroup / RAM (memory_budget.h)
+  double max_query_mb = 256;                   // --max-query-mb: largest estimated working set of one query
 
   // OK or InvalidArgument naming the flag and the expected range.
   absl::Status Validate() const;
@@ -54,8 +54,7 @@ int64_t ClaimedPairs(const v1::IngestBatch& batch, int dim);
 
 // OK, or InvalidArgument "batch 3: 2000000 pairs, more than this daemon accepts in one batch
 // (--max-batch-pairs 1000000); split it into smaller batches".
-absl::Status CheckBatchPairs(const v1::IngestBatch& batch, int dim, uint64_t batch_index,
-                             const LimitOptions& limits);
+absl::Status CheckBatchPairs(const v1::IngestBatch& batch, int dim, uint64_t batch_index, const LimitOptions& limits);
 
 // OK, or InvalidArgument naming dim, its value and --max-dim. (The model count is checked by
 // the registry under its lock: ModelRegistry::SetLimits.)
@@ -103,7 +102,7 @@ class IngestQueue {
   void Release(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
 
   const LimitOptions limits_;
-  mutable absl::Mutex mu_;  // a leaf lock
+  mutable absl::Mutex mu_;                                     // a leaf lock
   std::map<std::string, int> in_flight_ ABSL_GUARDED_BY(mu_);  // entries removed at 0: the map holds busy models only
 };
 

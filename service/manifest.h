@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
@@ -38,10 +38,10 @@ struct ManifestState {
     uint64_t covered = 0;
     bool operator==(const Snapshot&) const = default;
   };
-  std::vector<Snapshot> snapshots;   // oldest first
-  uint64_t wal_first_segment = 0;    // 0: no segment must exist
+  std::vector<Snapshot> snapshots;  // oldest first
+  uint64_t wal_first_segment = 0;   // 0: no segment must exist
   uint64_t wal_last_segment = 0;
-  uint64_t wal_first_sequence = 0;   // 0: no constraint
+  uint64_t wal_first_sequence = 0;  // 0: no constraint
   bool operator==(const ManifestState&) const = default;
 };
 

@@ -42,11 +42,11 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     const double m = c.max_dict();
     // CME: W (and its average), both Grams and their inverses at max_dict, atoms, scratch.
     bytes += (c.averaging() ? 6 : 5) * m * m * kDouble + 2 * m * d * kDouble + 16 * m * kDouble;
-    bytes += m * std::min(m, 64.0) * 32;                       // sparse counts over the atoms
+    bytes += m * std::min(m, 64.0) * 32;  // sparse counts over the atoms
     const double n = c.rff_features();
-    bytes += 3 * n * n * kDouble;                               // RFF moments S_x, S_y, P_h
-    bytes += 2.0 * c.auto_sigma_warmup() * d * kDouble;         // sigma "auto" warm-up buffer
-    bytes += 4 * m * m * 2 * kDouble;                           // Koopman view: complex m x m
+    bytes += 3 * n * n * kDouble;                        // RFF moments S_x, S_y, P_h
+    bytes += 2.0 * c.auto_sigma_warmup() * d * kDouble;  // sigma "auto" warm-up buffer
+    bytes += 4 * m * m * 2 * kDouble;                    // Koopman view: complex m x m
     // Spectral moments (core/spectral/spectral_moments.h): C00, C01, C11 per fold over the
     // m + 1 features, for the live epoch and the serving previous one: 12 (m+1)^2 doubles.
     bytes += 12 * (m + 1) * (m + 1) * kDouble;
@@ -104,7 +104,8 @@ absl::StatusOr<double> ParseByteSize(const std::string& text) {
   else if (unit == "M") scale = 1024.0 * 1024;
   else if (unit == "G") scale = 1024.0 * 1024 * 1024;
   else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!unit.empty()) return absl::InvalidArgumentError(absl::StrCat("unknown unit '", text.substr(end), "' (K, M, G, T)"));
+  else if (!unit.empty())
+    return absl::InvalidArgumentError(absl::StrCat("unknown unit '", text.substr(end), "' (K, M, G, T)"));
   return value * scale;
 }
 

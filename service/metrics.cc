@@ -19,11 +19,11 @@ const prometheus::Histogram::BucketBoundaries kRpcBuckets = {0.0001, 0.0005, 0.0
                                                              0.05,   0.1,    0.25,  0.5,    1,     5,    30};
 
 const char* CodeName(int code) {
-  static const char* kNames[] = {"OK",        "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS",    "PERMISSION_DENIED",
-                                 "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",  "OUT_OF_RANGE",
-                                 "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",       "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
+  static const char* kNames[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
@@ -31,60 +31,86 @@ const char* CodeName(int code) {
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      samples_(BuildCounter().Name("cmestream_samples_ingested_total")
+      samples_(BuildCounter()
+                   .Name("cmestream_samples_ingested_total")
                    .Help("Transition pairs accepted into the model (learner plus sigma warm-up buffer)")
                    .Register(*registry_)),
-      pending_(BuildGauge().Name("cmestream_pending_warmup")
-                   .Help("Pairs buffered while sigma 'auto' is being chosen").Register(*registry_)),
-      dict_(BuildGauge().Name("cmestream_dictionary_size").Help("Dictionary atoms per side (x, y)")
-                .Register(*registry_)),
-      dict_budget_(BuildGauge().Name("cmestream_dictionary_budget")
-                       .Help("Dictionary cap max_dict per side (0 for discrete models)").Register(*registry_)),
-      forced_(BuildCounter().Name("cmestream_forced_compressions_total")
+      pending_(BuildGauge()
+                   .Name("cmestream_pending_warmup")
+                   .Help("Pairs buffered while sigma 'auto' is being chosen")
+                   .Register(*registry_)),
+      dict_(
+          BuildGauge().Name("cmestream_dictionary_size").Help("Dictionary atoms per side (x, y)").Register(*registry_)),
+      dict_budget_(BuildGauge()
+                       .Name("cmestream_dictionary_budget")
+                       .Help("Dictionary cap max_dict per side (0 for discrete models)")
+                       .Register(*registry_)),
+      forced_(BuildCounter()
+                  .Name("cmestream_forced_compressions_total")
                   .Help("Admissions refused by the dictionary cap max_dict (forced projections)")
                   .Register(*registry_)),
-      forced_error_(BuildCounter().Name("cmestream_forced_error_sum_total")
-                        .Help("Summed HS-norm error of forced projections").Register(*registry_)),
-      drift_(BuildGauge().Name("cmestream_inverse_drift")
+      forced_error_(BuildCounter()
+                        .Name("cmestream_forced_error_sum_total")
+                        .Help("Summed HS-norm error of forced projections")
+                        .Register(*registry_)),
+      drift_(BuildGauge()
+                 .Name("cmestream_inverse_drift")
                  .Help("max ||G G^-1 - I||_F over both Gram inverses, measured at the last refresh")
                  .Register(*registry_)),
-      refresh_(BuildHistogram().Name("cmestream_refresh_duration_seconds")
-                   .Help("Time to build a view (snapshot, drift check, Koopman)").Register(*registry_)),
-      view_build_(BuildHistogram().Name("cmestream_view_build_seconds")
-                      .Help("Time to build one sub-view of a refresh, by view").Register(*registry_)),
-      view_version_(BuildGauge().Name("cmestream_view_version").Help("Version of the latest view")
-                        .Register(*registry_)),
-      view_age_(BuildGauge().Name("cmestream_view_age_seconds").Help("Seconds since the latest view was built")
+      refresh_(BuildHistogram()
+                   .Name("cmestream_refresh_duration_seconds")
+                   .Help("Time to build a view (snapshot, drift check, Koopman)")
+                   .Register(*registry_)),
+      view_build_(BuildHistogram()
+                      .Name("cmestream_view_build_seconds")
+                      .Help("Time to build one sub-view of a refresh, by view")
+                      .Register(*registry_)),
+      view_version_(
+          BuildGauge().Name("cmestream_view_version").Help("Version of the latest view").Register(*registry_)),
+      view_age_(BuildGauge()
+                    .Name("cmestream_view_age_seconds")
+                    .Help("Seconds since the latest view was built")
                     .Register(*registry_)),
-      view_samples_(BuildGauge().Name("cmestream_view_samples").Help("Samples the latest view reflects")
-                        .Register(*registry_)),
-      heldout_score_(BuildGauge().Name("cmestream_spectrum_heldout_score")
+      view_samples_(
+          BuildGauge().Name("cmestream_view_samples").Help("Samples the latest view reflects").Register(*registry_)),
+      heldout_score_(BuildGauge()
+                         .Name("cmestream_spectrum_heldout_score")
                          .Help("Held-out VAMP-E score (contiguous blocks) of the Koopman spectrum at the last "
                                "refresh; higher is better, NaN while the CME fallback serves")
                          .Register(*registry_)),
-      disagreement_(BuildGauge().Name("cmestream_timescale_disagreement")
+      disagreement_(BuildGauge()
+                        .Name("cmestream_timescale_disagreement")
                         .Help("Relative disagreement of the slowest timescales of the koopman, count-chain and "
                               "embedding views at the last refresh (warning above 0.25)")
                         .Register(*registry_)),
-      lag_timescale_(BuildGauge().Name("cmestream_lag_timescale")
+      lag_timescale_(BuildGauge()
+                         .Name("cmestream_lag_timescale")
                          .Help("Implied timescale (units of the model's dt) of slow mode `mode` at lag `lag` "
                                "from the lag statistics at the last refresh (docs/algorithms.md section 8)")
                          .Register(*registry_)),
-      lag_timescale_stderr_(BuildGauge().Name("cmestream_lag_timescale_stderr")
+      lag_timescale_stderr_(BuildGauge()
+                                .Name("cmestream_lag_timescale_stderr")
                                 .Help("Jackknife standard error (contiguous time blocks) of cmestream_lag_timescale")
                                 .Register(*registry_)),
-      ck_deviation_(BuildGauge().Name("cmestream_ck_max_deviation")
+      ck_deviation_(BuildGauge()
+                        .Name("cmestream_ck_max_deviation")
                         .Help("Chapman-Kolmogorov test at the model's first lag and clusters: max |T(tau)^k - "
                               "T(k tau)| over the set-to-set probabilities and steps (NaN when unavailable)")
                         .Register(*registry_)),
-      ck_stderr_(BuildGauge().Name("cmestream_ck_max_deviation_stderr")
+      ck_stderr_(BuildGauge()
+                     .Name("cmestream_ck_max_deviation_stderr")
                      .Help("Jackknife standard error of cmestream_ck_max_deviation's entry")
                      .Register(*registry_)),
-      rejected_(BuildCounter().Name("cmestream_ingest_batches_rejected_total")
-                    .Help("Ingest batches refused, by reason").Register(*registry_)),
-      rpc_(BuildHistogram().Name("cmestream_rpc_duration_seconds")
-               .Help("Server-side RPC latency per method (Ingest: per batch)").Register(*registry_)),
-      rpc_completed_(BuildCounter().Name("cmestream_rpc_completed_total")
+      rejected_(BuildCounter()
+                    .Name("cmestream_ingest_batches_rejected_total")
+                    .Help("Ingest batches refused, by reason")
+                    .Register(*registry_)),
+      rpc_(BuildHistogram()
+               .Name("cmestream_rpc_duration_seconds")
+               .Help("Server-side RPC latency per method (Ingest: per batch)")
+               .Register(*registry_)),
+      rpc_completed_(BuildCounter()
+                         .Name("cmestream_rpc_completed_total")
                          .Help("RPCs (Ingest: batches) completed, by method and status code")
                          .Register(*registry_)),
       models_(BuildGauge().Name("cmestream_models").Help("Models in the registry").Register(*registry_).Add({})) {
@@ -152,7 +178,8 @@ void ModelMetrics::OnRejected(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
   auto it = rejected_.find(reason);
-  if (it == rejected_.end()) it = rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}})).first;
+  if (it == rejected_.end())
+    it = rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}})).first;
   it->second->Increment();
 }
 

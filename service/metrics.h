@@ -65,7 +65,7 @@ class Metrics;
 // batch validation (service/batch.h: id_length, payload_form, size, empty, non_finite,
 // magnitude, state_id), the
 // batch size limit, a full learner queue, a producer offset gap, a WAL append failure.
-inline constexpr const char* kRejectReasons[] = {"payload_form", "size",       "empty",      "non_finite",
+inline constexpr const char* kRejectReasons[] = {"payload_form", "size",        "empty",      "non_finite",
                                                  "state_id",     "batch_limit", "queue_full", "offset_gap",
                                                  "log_error",    "id_length",   "magnitude"};
 
@@ -94,7 +94,8 @@ class ModelMetrics {
   // Lag scan of the primary estimator: timescales[k][i], stderrs[k][i] at lags[k]; the CK
   // test's max deviation and its s.e. (NaN when unavailable).
   void OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
-              const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr) ABSL_LOCKS_EXCLUDED(mu_);
+              const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Time to build one sub-view ("koopman", "counts", "embedding", "clusters", "aggregation",
   // "latent", "predictive") in a refresh.
   void OnViewBuilt(const std::string& view, double seconds) ABSL_LOCKS_EXCLUDED(mu_);
@@ -124,7 +125,8 @@ class ModelMetrics {
   prometheus::Gauge* disagreement_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* ck_deviation_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* ck_stderr_ ABSL_PT_GUARDED_BY(mu_);
-  std::map<std::pair<int, int>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> lag_gauges_ ABSL_GUARDED_BY(mu_);  // (lag, mode)
+  std::map<std::pair<int, int>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> lag_gauges_
+      ABSL_GUARDED_BY(mu_);  // (lag, mode)
   std::map<std::string, prometheus::Counter*> rejected_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> view_build_ ABSL_GUARDED_BY(mu_);
 };

@@ -10,9 +10,7 @@
 namespace cmestream::service {
 namespace {
 
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -47,8 +45,7 @@ Model::Stats Model::LearnerStatsLocked() const {
 }
 
 absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const std::string& producer_id,
-                                                  uint64_t offset, uint64_t batch_index,
-                                                  const std::string& episode_id,
+                                                  uint64_t offset, uint64_t batch_index, const std::string& episode_id,
                                                   std::optional<uint64_t> replay_sequence) {
   // (a) de-duplicate and write the record, (b) wait until it is durable, (c) apply it. The
   // sequencer lock keeps one batch of this model in flight, so batches are de-duplicated
@@ -66,10 +63,10 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   if (!producer_id.empty()) {
     const uint64_t applied = ProducerOffset(producer_id);
     if (offset > applied) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "batch ", batch_index, ": producer '", producer_id, "' sent offset ", offset, " but model '", name(),
-          "' has applied its pairs up to offset ", applied, " (a gap of ", offset - applied,
-          " pairs); expected offset <= ", applied, ": resume from GetProducer's applied_offset"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("batch ", batch_index, ": producer '", producer_id, "' sent offset ", offset, " but model '",
+                       name(), "' has applied its pairs up to offset ", applied, " (a gap of ", offset - applied,
+                       " pairs); expected offset <= ", applied, ": resume from GetProducer's applied_offset"));
     }
     if (applied == 0 && offset == 0 && !producer_offsets_known(producer_id) &&
         static_cast<int64_t>(producer_count()) >= kMaxProducersPerModel) {

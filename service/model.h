@@ -111,7 +111,7 @@ class Model {
 
   // Counters as of the last completed batch or refresh.
   struct Stats {
-    bool learner_ready = false;   // false while sigma "auto" warm-up is buffering
+    bool learner_ready = false;  // false while sigma "auto" warm-up is buffering
     uint64_t samples = 0;
     uint64_t pending_warmup = 0;
     int dict_x = 0, dict_y = 0;
@@ -157,7 +157,7 @@ class Model {
   // The codec's: a model around a learner restored from a snapshot.
   Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log, StreamingLearner learner);
 
-  Stats LearnerStatsLocked() const;  // the learner's counters; requires learner_mu_ held
+  Stats LearnerStatsLocked() const;    // the learner's counters; requires learner_mu_ held
   void SetPending(uint64_t sequence);  // 0: none in flight
 
   const v1::ModelConfig config_;
@@ -171,9 +171,9 @@ class Model {
   std::mutex log_mu_;
   std::mutex pending_mu_;
   std::condition_variable pending_cv_;
-  uint64_t pending_sequence_ = 0;              // written, not yet applied; guarded by pending_mu_
+  uint64_t pending_sequence_ = 0;  // written, not yet applied; guarded by pending_mu_
   std::mutex learner_mu_;
-  StreamingLearner learner_;                   // guarded by learner_mu_
+  StreamingLearner learner_;  // guarded by learner_mu_
 
   mutable std::mutex stats_mu_;
   Stats stats_;

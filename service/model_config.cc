@@ -12,17 +12,16 @@ namespace {
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {
-    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '.' || c == '-';
+    const bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
     if (!ok) return false;
   }
   return true;
 }
 
-absl::Status Bad(const v1::ModelConfig& c, absl::string_view field, double value,
-                 absl::string_view expected) {
-  return absl::InvalidArgumentError(absl::StrCat("model '", c.name(), "': field ", field, " is ",
-                                                 value, ", expected ", expected));
+absl::Status Bad(const v1::ModelConfig& c, absl::string_view field, double value, absl::string_view expected) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("model '", c.name(), "': field ", field, " is ", value, ", expected ", expected));
 }
 
 // Fields of the streaming statistics and views (docs/algorithms.md §2-6): defaults, ranges
@@ -68,22 +67,25 @@ absl::Status NormalizeViewFields(v1::ModelConfig& c) {
   if (c.latent_states() > 0) {
     const uint64_t features = discrete ? p : c.rff_features();
     if (discrete && (p < 2 || p > kMaxLatentSymbols)) {
-      return Bad(c, "num_states", p, absl::StrCat("2..", kMaxLatentSymbols, " for a latent model (one-hot features, ",
-                                                  "3 num_states^2 moments); or latent_states 0"));
+      return Bad(c, "num_states", p,
+                 absl::StrCat("2..", kMaxLatentSymbols, " for a latent model (one-hot features, ",
+                              "3 num_states^2 moments); or latent_states 0"));
     }
     if (c.latent_states() > features) {
       return Bad(c, "latent_states", c.latent_states(),
                  absl::StrCat("0 (off) .. ", features, discrete ? " (num_states)" : " (rff_features)"));
     }
   }
-  if (c.tensor_restarts() < 1 || c.tensor_restarts() > 1000) return Bad(c, "tensor_restarts", c.tensor_restarts(), "1..1000");
+  if (c.tensor_restarts() < 1 || c.tensor_restarts() > 1000)
+    return Bad(c, "tensor_restarts", c.tensor_restarts(), "1..1000");
   if (c.tensor_iterations() < 1 || c.tensor_iterations() > 10000) {
     return Bad(c, "tensor_iterations", c.tensor_iterations(), "1..10000");
   }
   const uint64_t obs = discrete ? 1 : c.dim();
   if (c.reservoir() < 1 || c.reservoir() * 3 * obs > kMaxReservoirValues) {
-    return Bad(c, "reservoir", c.reservoir(),
-               absl::StrCat("1..", kMaxReservoirValues / (3 * obs), " (3 * reservoir * dim <= ", kMaxReservoirValues, ")"));
+    return Bad(
+        c, "reservoir", c.reservoir(),
+        absl::StrCat("1..", kMaxReservoirValues / (3 * obs), " (3 * reservoir * dim <= ", kMaxReservoirValues, ")"));
   }
   if (!c.has_window()) c.set_window(0);
   if (c.window() > kMaxWindow) return Bad(c, "window", c.window(), absl::StrCat("0 (off) .. ", kMaxWindow));
@@ -116,8 +118,7 @@ absl::Status NormalizeViewFields(v1::ModelConfig& c) {
 
 }  // namespace
 
-absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in,
-                                                     const ConfigDefaults& defaults) {
+absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, const ConfigDefaults& defaults) {
   if (!ValidName(in.name())) {
     return absl::InvalidArgumentError(
         absl::StrCat("field name is '", in.name().substr(0, 80), "', expected 1 to 64 characters from [A-Za-z0-9_.-]"));
@@ -143,7 +144,8 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in,
   if (!c.has_epsilon()) c.set_epsilon(1e-3);
   if (!std::isfinite(c.epsilon()) || c.epsilon() < 0) return Bad(c, "epsilon", c.epsilon(), ">= 0");
   if (!c.has_max_dict()) c.set_max_dict(1000);
-  if (c.max_dict() < 1 || c.max_dict() > kMaxDictCap) return Bad(c, "max_dict", c.max_dict(), absl::StrCat("1..", kMaxDictCap));
+  if (c.max_dict() < 1 || c.max_dict() > kMaxDictCap)
+    return Bad(c, "max_dict", c.max_dict(), absl::StrCat("1..", kMaxDictCap));
   if (!c.has_dt()) c.set_dt(1.0);
   if (!std::isfinite(c.dt()) || c.dt() <= 0) return Bad(c, "dt", c.dt(), "> 0");
   if (!c.has_seed()) c.set_seed(1);

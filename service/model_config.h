@@ -19,21 +19,21 @@ struct ConfigDefaults {
 // default max_dict = 1000 and 768 MB at kMaxDictCap.
 inline constexpr uint32_t kMaxDictCap = 4000;
 inline constexpr uint32_t kMaxDim = 4096;
-inline constexpr uint32_t kMinAutoSigmaWarmup = 20;        // SelectBandwidth needs n >= 20
-inline constexpr uint32_t kMaxAutoSigmaWarmup = 100000;    // buffered in memory
+inline constexpr uint32_t kMinAutoSigmaWarmup = 20;      // SelectBandwidth needs n >= 20
+inline constexpr uint32_t kMaxAutoSigmaWarmup = 100000;  // buffered in memory
 
 // Bounds of the streaming statistics and views (docs/algorithms.md §2-6). Memory per model is dominated by
 // the RFF moments (3 rff_features^2 doubles: 400 MB at kMaxRffFeatures), the latent moments
 // (3 D^2, D = rff_features or num_states) and the predictive statistics.
-inline constexpr uint32_t kMaxNumStates = 100000;       // discrete models: counts are sparse
-inline constexpr uint32_t kMaxDenseStates = 2048;       // discrete embedding/clusters: dense P x P, O(P^3)
+inline constexpr uint32_t kMaxNumStates = 100000;  // discrete models: counts are sparse
+inline constexpr uint32_t kMaxDenseStates = 2048;  // discrete embedding/clusters: dense P x P, O(P^3)
 inline constexpr uint32_t kDefaultRffFeatures = 256;
 inline constexpr uint32_t kMaxRffFeatures = 4096;
-inline constexpr double kMinForgetting = 1e-6;          // TransitionCounts' lower bound
+inline constexpr double kMinForgetting = 1e-6;  // TransitionCounts' lower bound
 inline constexpr uint32_t kMaxRank = 1000;
 inline constexpr uint32_t kMaxClusters = 1000;
 inline constexpr uint32_t kMaxMetaStates = 1000;
-inline constexpr uint32_t kMaxLatentSymbols = 2048;     // one-hot latent features: 3 P^2 moments
+inline constexpr uint32_t kMaxLatentSymbols = 2048;        // one-hot latent features: 3 P^2 moments
 inline constexpr uint64_t kMaxReservoirValues = 30000000;  // 3 * reservoir * dim doubles (240 MB)
 inline constexpr uint32_t kMaxWindow = 16;
 inline constexpr double kMaxPredictiveDoubles = 1 << 23;  // discrete PSR statistics (64 MB)
@@ -42,8 +42,7 @@ inline constexpr double kMaxPredictiveSide = 512;         // linear-Gaussian: di
 // Returns `config` with every optional field filled in (sigma "auto" is stored as 0), or
 // InvalidArgument naming the first bad field and the expected value.
 // ensures: the result maps onto a valid CompressedCme::Options (for any chosen sigma > 0).
-absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& config,
-                                                     const ConfigDefaults& defaults);
+absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& config, const ConfigDefaults& defaults);
 
 // requires: `normalized` came from NormalizeModelConfig. `sigma`: the bandwidth (> 0), or 0
 // for "auto" in the learner's options (which then fill in the chosen one).

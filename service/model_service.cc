@@ -25,8 +25,8 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
   return call.Finish(model.status());
 }
 
-grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* ctx,
-                                                       const v1::ListModelsRequest*, v1::ListModelsResponse* resp) {
+grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest*,
+                                                       v1::ListModelsResponse* resp) {
   UnaryCall call(ctx, metrics_, "ListModels");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   for (const std::shared_ptr<Model>& model : registry_.List()) *resp->add_models() = model->Describe();

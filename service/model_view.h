@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <memory>
 
-#include "cmestream/v1/cmestream.pb.h"
 #include <string>
 #include <utility>
 #include <vector>
+#include "cmestream/v1/cmestream.pb.h"
 
 #include "core/aggregation/soft_aggregation.h"
 #include "core/cluster/metastable.h"
@@ -74,22 +74,22 @@ struct CountsView {
 // Metastable clusters over the representative states (those with visits > 0).
 struct ClustersView {
   MetastableClusters clusters;
-  std::vector<int64_t> ids;          // representative i: atom index or state id
-  RowMatrixXd coordinates;           // continuous: representative i's atom (rows as ids)
-  VectorXd weights;                  // stationary weight per representative
-  Eigen::VectorXi labels;            // cluster per representative
+  std::vector<int64_t> ids;  // representative i: atom index or state id
+  RowMatrixXd coordinates;   // continuous: representative i's atom (rows as ids)
+  VectorXd weights;          // stationary weight per representative
+  Eigen::VectorXi labels;    // cluster per representative
   CoarseGrainedChain coarse;
-  VectorXd timescales;               // implied timescales of the count-based chain at lag dt
+  VectorXd timescales;  // implied timescales of the count-based chain at lag dt
 };
 
 struct AggregationView {
   AggregationResult result;
-  RowMatrixXd coordinates;           // continuous: atom of each row (p_kept x d)
+  RowMatrixXd coordinates;  // continuous: atom of each row (p_kept x d)
 };
 
 struct ModelView {
-  uint64_t version = 0;   // 1, 2, ... per model
-  uint64_t samples = 0;   // learner samples the view reflects
+  uint64_t version = 0;  // 1, 2, ... per model
+  uint64_t samples = 0;  // learner samples the view reflects
   std::chrono::steady_clock::time_point built_at;
   double build_seconds = 0;
   // Seconds per sub-view built in this refresh ("koopman", "counts", "embedding", ...), in

@@ -26,7 +26,8 @@ absl::Status ShardOptions::Validate() const {
     if (!peers.empty()) return absl::InvalidArgumentError("flag --shard-peers needs --shard-self (this pod's ID)");
     return absl::OkStatus();
   }
-  if (peers.empty()) return absl::InvalidArgumentError("flag --shard-self needs --shard-peers (every pod's ID=HOST:PORT)");
+  if (peers.empty())
+    return absl::InvalidArgumentError("flag --shard-self needs --shard-peers (every pod's ID=HOST:PORT)");
   std::set<std::string> seen;
   bool self_listed = false;
   for (const auto& [id, target] : peers) {
@@ -64,8 +65,8 @@ absl::Status Ownership::Check(std::string_view model, grpc::ServerContextBase& c
     }
   }
   ctx.AddTrailingMetadata(kOwnerTrailer, absl::StrCat(id, "=", target));
-  return absl::FailedPreconditionError(absl::StrCat("model '", std::string(model), "' is owned by pod ", id, " (", target,
-                                                    "), not by this pod (", options_.self,
+  return absl::FailedPreconditionError(absl::StrCat("model '", std::string(model), "' is owned by pod ", id, " (",
+                                                    target, "), not by this pod (", options_.self,
                                                     "): send its calls there (trailer ", kOwnerTrailer, ")"));
 }
 

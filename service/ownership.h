@@ -30,8 +30,8 @@ inline constexpr char kOwnerTrailer[] = "cmestream-owner";
 inline constexpr char kPlacementHeader[] = "cmestream-placement";  // value "ignore"
 
 struct ShardOptions {
-  std::string self;                                         // --shard-self ID; empty = owns all
-  std::vector<std::pair<std::string, std::string>> peers;   // --shard-peers, ID -> HOST:PORT
+  std::string self;                                        // --shard-self ID; empty = owns all
+  std::vector<std::pair<std::string, std::string>> peers;  // --shard-peers, ID -> HOST:PORT
 
   bool enabled() const { return !self.empty(); }
   // OK when off, or when self is one of >= 1 distinct, non-empty peers with non-empty targets.

@@ -41,8 +41,7 @@ prometheus::MetricFamily Gauge(const char* name, const char* help, double value)
 }  // namespace
 
 ProcessMetrics::ProcessMetrics()
-    : start_time_seconds_(
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
+    : start_time_seconds_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
 
 double ProcessMetrics::ResidentBytes() {
   double vsz = 0, rss = 0;

@@ -18,13 +18,12 @@ constexpr uint32_t kMaxHorizon = 1000;
 
 absl::Status NoViewYet(const Model& model) {
   const Model::Stats s = model.stats();
-  std::string state = s.learner_ready
-                          ? absl::StrCat("it has ", s.samples, " samples")
-                          : absl::StrCat("it is still choosing sigma (", s.pending_warmup, " of ",
-                                         model.config().auto_sigma_warmup(), " warm-up pairs buffered)");
-  return absl::FailedPreconditionError(absl::StrCat(
-      "model '", model.name(), "' has no view yet: ", state, "; call Refresh (wait=true) or wait for the refresh every ",
-      model.config().refresh_interval_seconds(), " s"));
+  std::string state = s.learner_ready ? absl::StrCat("it has ", s.samples, " samples")
+                                      : absl::StrCat("it is still choosing sigma (", s.pending_warmup, " of ",
+                                                     model.config().auto_sigma_warmup(), " warm-up pairs buffered)");
+  return absl::FailedPreconditionError(absl::StrCat("model '", model.name(), "' has no view yet: ", state,
+                                                    "; call Refresh (wait=true) or wait for the refresh every ",
+                                                    model.config().refresh_interval_seconds(), " s"));
 }
 
 // A query's working set grows with its points times the model's width (kernel rows, feature
@@ -71,8 +70,8 @@ absl::StatusOr<int64_t> CheckPoints(const google::protobuf::RepeatedField<double
   }
   for (int i = 0; i < points.size(); ++i) {
     if (!std::isfinite(points.Get(i))) {
-      return absl::InvalidArgumentError(absl::StrCat("field points value ", i, " (point ", i / d, ", component ",
-                                                     i % d, ") is ", points.Get(i), ", expected a finite number"));
+      return absl::InvalidArgumentError(absl::StrCat("field points value ", i, " (point ", i / d, ", component ", i % d,
+                                                     ") is ", points.Get(i), ", expected a finite number"));
     }
   }
   return points.size() / d;
@@ -89,7 +88,8 @@ absl::StatusOr<std::shared_ptr<const ModelView>> AnyView(const Model& model) {
 template <class T>
 absl::StatusOr<std::shared_ptr<const T>> Require(const Model& model, const SubView<T>& sub, absl::string_view what) {
   if (sub.value) return sub.value;
-  return absl::FailedPreconditionError(absl::StrCat("model '", model.name(), "': ", what, " not available: ", sub.error));
+  return absl::FailedPreconditionError(
+      absl::StrCat("model '", model.name(), "': ", what, " not available: ", sub.error));
 }
 
 // Query points of either kind as rows: continuous `points` (n*d doubles, finite) or discrete
@@ -109,8 +109,8 @@ absl::StatusOr<RowMatrixXd> QueryRows(const google::protobuf::RepeatedField<doub
     for (int i = 0; i < ids.size(); ++i) {
       if (ids.Get(i) < 0 || ids.Get(i) >= static_cast<int64_t>(p)) {
         return absl::InvalidArgumentError(absl::StrCat("field ", ids_field, " value ", i, " is ", ids.Get(i),
-                                                       ", expected a state id in [0, ", p, ") of model '",
-                                                       model.name(), "'"));
+                                                       ", expected a state id in [0, ", p, ") of model '", model.name(),
+                                                       "'"));
       }
       rows(i, 0) = static_cast<double>(ids.Get(i));
     }
@@ -158,8 +158,8 @@ struct QueryPoints {
 template <class T>
 absl::StatusOr<ViewQuery<T>> StartViewQuery(const UnaryCall& call, const TokenAuthenticator* auth,
                                             const Ownership* ownership, ModelRegistry& registry,
-                                            const std::string& name, SubView<T> ModelView::*sub,
-                                            absl::string_view what, const QueryPoints& points = {}) {
+                                            const std::string& name, SubView<T> ModelView::*sub, absl::string_view what,
+                                            const QueryPoints& points = {}) {
   if (absl::Status s = call.Authorize(auth); !s.ok()) return s;
   if (absl::Status s = call.Owns(ownership, name); !s.ok()) return s;
   ViewQuery<T> q;
@@ -218,8 +218,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
   double timeout = req->timeout_seconds() == 0 ? kDefaultRefreshTimeoutSeconds : req->timeout_seconds();
   if (!std::isfinite(timeout) || timeout < 0 || timeout > kMaxRefreshTimeoutSeconds) {
     return call->Finish(absl::InvalidArgumentError(absl::StrCat("field timeout_seconds is ", req->timeout_seconds(),
-                                                                 ", expected 0 (default ", kDefaultRefreshTimeoutSeconds,
-                                                                 ") to ", kMaxRefreshTimeoutSeconds)));
+                                                                ", expected 0 (default ", kDefaultRefreshTimeoutSeconds,
+                                                                ") to ", kMaxRefreshTimeoutSeconds)));
   }
   if (!req->wait()) {
     scheduler_.Request(*model);
@@ -239,12 +239,12 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
   auto deadline = RefreshScheduler::Clock::now() +
                   std::chrono::duration_cast<RefreshScheduler::Clock::duration>(std::chrono::duration<double>(timeout));
   const auto client_left = ctx->deadline() - std::chrono::system_clock::now();
-  if (client_left < std::chrono::hours(24 * 365)) deadline = std::min(deadline, RefreshScheduler::Clock::now() + client_left);
-  scheduler_.Wait(model, stats.samples, deadline,
-                  [call, resp](absl::StatusOr<std::shared_ptr<const ModelView>> view) {
-                    if (view.ok()) *resp->mutable_view() = (*view)->Info();
-                    call->Finish(view.status());
-                  });
+  if (client_left < std::chrono::hours(24 * 365))
+    deadline = std::min(deadline, RefreshScheduler::Clock::now() + client_left);
+  scheduler_.Wait(model, stats.samples, deadline, [call, resp](absl::StatusOr<std::shared_ptr<const ModelView>> view) {
+    if (view.ok()) *resp->mutable_view() = (*view)->Info();
+    call->Finish(view.status());
+  });
   return call->reactor();
 }
 
@@ -263,7 +263,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
   absl::StatusOr<int64_t> n = CheckPoints(req->points(), **model);
   if (!n.ok()) return call.Finish(n.status());
   // Kernel row, complex values and one reply message per eigenfunction value.
-  if (absl::Status s = CheckQueryCost(**model, *n, 16 * ModelWidth(**model) + 96.0 * top, registry_.limits()); !s.ok()) {
+  if (absl::Status s = CheckQueryCost(**model, *n, 16 * ModelWidth(**model) + 96.0 * top, registry_.limits());
+      !s.ok()) {
     return call.Finish(s);
   }
   absl::StatusOr<std::shared_ptr<const ModelView>> view = RequireView(**model);
@@ -302,7 +303,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext*
   if (!model.ok()) return call.Finish(model.status());
   absl::StatusOr<int64_t> n = CheckPoints(req->points(), **model);
   if (!n.ok()) return call.Finish(n.status());
-  if (absl::Status s = CheckQueryCost(**model, *n, 16 * ModelWidth(**model) + 16.0 * (*model)->dim(), registry_.limits());
+  if (absl::Status s =
+          CheckQueryCost(**model, *n, 16 * ModelWidth(**model) + 16.0 * (*model)->dim(), registry_.limits());
       !s.ok()) {
     return call.Finish(s);
   }
@@ -320,7 +322,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::GetDictionary(grpc::CallbackServerContext* ctx,
-                                                          const v1::DictionaryRequest* req, v1::DictionaryResponse* resp) {
+                                                          const v1::DictionaryRequest* req,
+                                                          v1::DictionaryResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetDictionary");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
   if (absl::Status s = call.Owns(ownership_, req->model()); !s.ok()) return call.Finish(s);
@@ -363,7 +366,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetEmbedding(grpc::CallbackServerCon
                                                          const v1::EmbeddingRequest* req, v1::EmbeddingResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetEmbedding");
   absl::StatusOr<ViewQuery<StateEmbedding>> q =
-      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::embedding, "embedding", {&req->points(), &req->state_ids(), 24});
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::embedding, "embedding",
+                     {&req->points(), &req->state_ids(), 24});
   if (!q.ok()) return call.Finish(q.status());
   *resp->mutable_view() = q->view->Info();
   resp->set_rank(static_cast<uint32_t>(q->sub->rank()));
@@ -378,7 +382,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetClusters(grpc::CallbackServerCont
                                                         const v1::ClustersRequest* req, v1::ClustersResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetClusters");
   absl::StatusOr<ViewQuery<ClustersView>> q =
-      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::clusters, "clusters", {&req->points(), &req->state_ids(), 24});
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::clusters, "clusters",
+                     {&req->points(), &req->state_ids(), 24});
   if (!q.ok()) return call.Finish(q.status());
   const ClustersView& cv = *q->sub;
   *resp->mutable_view() = q->view->Info();
@@ -387,7 +392,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetClusters(grpc::CallbackServerCont
   for (size_t i = 0; i < cv.ids.size(); ++i) {
     v1::Representative* r = resp->add_representatives();
     if (cv.coordinates.rows() > 0) {
-      for (int64_t j = 0; j < cv.coordinates.cols(); ++j) r->add_coordinates(cv.coordinates(static_cast<int64_t>(i), j));
+      for (int64_t j = 0; j < cv.coordinates.cols(); ++j)
+        r->add_coordinates(cv.coordinates(static_cast<int64_t>(i), j));
     }
     r->set_id(cv.ids[i]);
     r->set_weight(cv.weights(static_cast<int64_t>(i)));
@@ -436,7 +442,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContex
                                                       v1::LatentResponse* resp) {
   UnaryCall call(ctx, metrics_, "GetLatent");
   absl::StatusOr<ViewQuery<LatentModel>> q =
-      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::latent, "latent model", {&req->points(), &req->state_ids(), 24});
+      StartViewQuery(call, auth_, ownership_, registry_, req->model(), &ModelView::latent, "latent model",
+                     {&req->points(), &req->state_ids(), 24});
   if (!q.ok()) return call.Finish(q.status());
   *resp->mutable_view() = q->view->Info();
   resp->set_latent_states(static_cast<uint32_t>(q->sub->k()));
@@ -502,8 +509,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::CkTest(grpc::CallbackServerContext* 
   // Cost: (blocks + 1) K^k products of a <= 33 x 33 matrix per lag, plus a k-means over the
   // view's representatives when another number of clusters is asked for (bounded by max_dict).
   *resp->mutable_view() = q->view->Info();
-  return call.Finish(FillCkTest(req->model(), q->model->config(), *q->sub, *q->view, req->clusters(), req->steps(),
-                                req->lag(), resp));
+  return call.Finish(
+      FillCkTest(req->model(), q->model->config(), *q->sub, *q->view, req->clusters(), req->steps(), req->lag(), resp));
 }
 
 }  // namespace cmestream::service

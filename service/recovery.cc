@@ -61,12 +61,12 @@ absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, R
       }
       const uint32_t num_states = (*model)->config().num_states();
       // No magnitude bound on replay: what was accepted then is replayed whatever --max-abs-value says now.
-      BatchCheck check = num_states > 0 ? ValidateDiscreteBatch(batch, num_states, 0)
-                                        : ValidateBatch(batch, (*model)->dim(), 0,
-                                                        std::numeric_limits<double>::infinity());
+      BatchCheck check = num_states > 0
+                             ? ValidateDiscreteBatch(batch, num_states, 0)
+                             : ValidateBatch(batch, (*model)->dim(), 0, std::numeric_limits<double>::infinity());
       if (!check.status.ok()) return check.status;
-      absl::StatusOr<Model::IngestResult> r = (*model)->Ingest(check.batch, batch.producer_id(), batch.offset(), 0,
-                                                               batch.episode_id(), record.sequence);
+      absl::StatusOr<Model::IngestResult> r =
+          (*model)->Ingest(check.batch, batch.producer_id(), batch.offset(), 0, batch.episode_id(), record.sequence);
       if (!r.ok()) return r.status();
       if (r->applied != static_cast<uint64_t>(check.batch.n)) {
         return absl::DataLossError(absl::StrCat("batch replay applied ", r->applied, " of ", check.batch.n,
@@ -113,8 +113,7 @@ absl::StatusOr<std::unique_ptr<Wal>> OpenAndReplayWal(const WalOptions& options,
       "cmestreamd: recovered %d records (%d models created, %d imported, %d deleted, %d batches, %d pairs, "
       "%d skipped, %d lost) from %d WAL segments (%d bytes) in %.3f s; next sequence %d\n",
       st.records, st.models_created, st.imports, st.models_deleted, st.batches, st.pairs, st.skipped, st.lost,
-      rep.segments, rep.bytes,
-      rep.seconds, (*wal)->last_sequence() + 1);
+      rep.segments, rep.bytes, rep.seconds, (*wal)->last_sequence() + 1);
   return wal;
 }
 

@@ -29,7 +29,7 @@ struct ReplayStats {
   uint64_t pairs = 0;
   uint64_t skipped = 0;  // records a model's state already covered, or of a deleted model
   uint64_t imports = 0;
-  uint64_t lost = 0;     // records of models whose creation was lost (--accept-data-loss only)
+  uint64_t lost = 0;  // records of models whose creation was lost (--accept-data-loss only)
 };
 
 // Applies one record. Errors: a record that cannot be decoded or is refused by the live path

@@ -157,8 +157,9 @@ void BuildClusters(const v1::ModelConfig& config, const Model::LearnerSnapshot& 
 
 void BuildAggregation(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, ModelView& view) {
   if (config.meta_states() == 0) {
-    view.aggregation.error = "the model was created without meta-states (meta_states 0); create it with "
-                             "meta_states R > 0 (CLI: --meta R)";
+    view.aggregation.error =
+        "the model was created without meta-states (meta_states 0); create it with "
+        "meta_states R > 0 (CLI: --meta R)";
     return;
   }
   const CountsSnapshot& counts = snap.counts;
@@ -168,12 +169,12 @@ void BuildAggregation(const v1::ModelConfig& config, const Model::LearnerSnapsho
   o.meta_states = static_cast<int>(config.meta_states());
   o.anchor_threshold = config.anchor_threshold();
   o.vertex_hunting = config.vertex_hunting() == "kmeans-spa" ? SoftAggregation::VertexHunting::kKMeansThenSpa
-                                                            : SoftAggregation::VertexHunting::kSpa;
+                                                             : SoftAggregation::VertexHunting::kSpa;
   o.kmeans_centers = std::max(o.kmeans_centers, o.meta_states);
   o.seed = config.seed();
   if (counts.num_states() < o.meta_states) {
-    view.aggregation.error = absl::StrCat("needs at least meta_states = ", o.meta_states, " states with data, has ",
-                                          counts.num_states());
+    view.aggregation.error =
+        absl::StrCat("needs at least meta_states = ", o.meta_states, " states with data, has ", counts.num_states());
     return;
   }
   absl::StatusOr<AggregationResult> r = FitSoftAggregation(counts.num_states(), triplets, o);
@@ -200,8 +201,9 @@ void BuildAggregation(const v1::ModelConfig& config, const Model::LearnerSnapsho
 
 void BuildLatent(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, ModelView& view) {
   if (config.latent_states() == 0) {
-    view.latent.error = "the model was created without latent states (latent_states 0); create it with "
-                        "latent_states K > 0 (CLI: --latent K) and ingest trajectories";
+    view.latent.error =
+        "the model was created without latent states (latent_states 0); create it with "
+        "latent_states K > 0 (CLI: --latent K) and ingest trajectories";
     return;
   }
   if (!snap.latent) {
@@ -215,8 +217,8 @@ void BuildLatent(const v1::ModelConfig& config, const Model::LearnerSnapshot& sn
   o.seed = config.seed();
   absl::StatusOr<LatentModel> m = LatentModel::Fit(*snap.latent, o);
   if (!m.ok()) {
-    view.latent.error = absl::StrCat(StatusText(m.status()), " (", snap.latent->triples,
-                                     " triples from trajectory batches so far)");
+    view.latent.error =
+        absl::StrCat(StatusText(m.status()), " (", snap.latent->triples, " triples from trajectory batches so far)");
     return;
   }
   view.latent.value = std::make_shared<const LatentModel>(*std::move(m));
@@ -224,8 +226,9 @@ void BuildLatent(const v1::ModelConfig& config, const Model::LearnerSnapshot& sn
 
 void BuildPredictive(const v1::ModelConfig& config, const Model::LearnerSnapshot& snap, ModelView& view) {
   if (config.window() == 0) {
-    view.predictive.error = "the model was created without a predictive-state window (window 0); create it "
-                            "with window L > 0 (CLI: --window L) and ingest trajectories";
+    view.predictive.error =
+        "the model was created without a predictive-state window (window 0); create it "
+        "with window L > 0 (CLI: --window L) and ingest trajectories";
     return;
   }
   if (!snap.predictive) {
@@ -336,8 +339,8 @@ void CompareTimescales(const ModelView& view, double span, CmeView& cme) {
   if (view.embedding.value) {
     const VectorXd& sv = view.embedding.value->singular_values();
     for (Eigen::Index l = 1; l < sv.size(); ++l) {  // sv[0] is the constant's
-      const double t = sv[l] >= 1 ? std::numeric_limits<double>::infinity()
-                                  : (sv[l] > 0 ? -kd.dt / std::log(sv[l]) : 0.0);
+      const double t =
+          sv[l] >= 1 ? std::numeric_limits<double>::infinity() : (sv[l] > 0 ? -kd.dt / std::log(sv[l]) : 0.0);
       if (Resolved(t, span)) {
         embedding = t;
         break;
@@ -353,8 +356,8 @@ void CompareTimescales(const ModelView& view, double span, CmeView& cme) {
   c.set_lag_scan(nan);
   c.set_lag_scan_stderr(nan);
   if (view.lags.value) {
-    const std::optional<LagTimescales>& scan = view.lags.value->koopman ? view.lags.value->koopman
-                                                                        : view.lags.value->counts;
+    const std::optional<LagTimescales>& scan =
+        view.lags.value->koopman ? view.lags.value->koopman : view.lags.value->counts;
     if (scan && !scan->lags.empty() && !scan->timescales[0].empty() && Resolved(scan->timescales[0][0], span)) {
       c.set_lag_scan(scan->timescales[0][0]);
       c.set_lag_scan_stderr(scan->stderrs[0][0]);
@@ -461,9 +464,10 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
       view->lags.value = std::move(lags);
     });
   } else {
-    view->lags.error = HasLagStatistics(config)
-                           ? "no lag statistics yet (continuous models start them once sigma is known)"
-                           : absl::StrCat("lag statistics are off for discrete models with num_states > ", kMaxLagStates);
+    view->lags.error =
+        HasLagStatistics(config)
+            ? "no lag statistics yet (continuous models start them once sigma is known)"
+            : absl::StrCat("lag statistics are off for discrete models with num_states > ", kMaxLagStates);
   }
   const std::shared_ptr<const ModelView> previous = model.view();
   bool install_scorer = false;
@@ -485,10 +489,11 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
   return view;
 }
 
-RefreshScheduler::RefreshScheduler(ModelRegistry& registry, Options options)
-    : registry_(registry), options_(options) {}
+RefreshScheduler::RefreshScheduler(ModelRegistry& registry, Options options) : registry_(registry), options_(options) {}
 
-void RefreshScheduler::Start() { thread_ = std::thread([this] { Run(); }); }
+void RefreshScheduler::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void RefreshScheduler::Stop() {
   std::vector<Waiter> orphans;
@@ -514,8 +519,7 @@ void RefreshScheduler::Request(Model& model) {
   cv_.SignalAll();
 }
 
-void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock::time_point deadline,
-                            Callback done) {
+void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock::time_point deadline, Callback done) {
   bool stopping;
   {
     absl::MutexLock lock(&mu_);
@@ -596,11 +600,10 @@ void RefreshScheduler::CompleteWaiters() {
       } else if (Covers(view, it->target)) {
         ready.emplace_back(std::move(it->done), std::move(view));
       } else if (now >= it->deadline) {
-        ready.emplace_back(std::move(it->done),
-                           absl::DeadlineExceededError(absl::StrCat(
-                               "model '", it->model->name(), "': no view reflecting ", it->target,
-                               " samples was built before the timeout (latest view reflects ",
-                               view ? view->samples : 0, ")")));
+        ready.emplace_back(std::move(it->done), absl::DeadlineExceededError(absl::StrCat(
+                                                    "model '", it->model->name(), "': no view reflecting ", it->target,
+                                                    " samples was built before the timeout (latest view reflects ",
+                                                    view ? view->samples : 0, ")")));
       } else {
         it->model->refresh_requested = true;  // keep asking until covered
         if (keep != it) *keep = std::move(*it);

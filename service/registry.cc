@@ -91,8 +91,8 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConf
 }
 
 absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Publish(const std::string& name,
-                                                               std::shared_ptr<ModelMetrics> metrics,
-                                                               absl::StatusOr<std::shared_ptr<Model>> model) {
+                                                              std::shared_ptr<ModelMetrics> metrics,
+                                                              absl::StatusOr<std::shared_ptr<Model>> model) {
   // The end of a Create or Adopt: the reserved name becomes the model, or is freed (with its
   // metric series, before the name can be taken again) when the slow part failed.
   absl::MutexLock lock(&mu_);
@@ -122,7 +122,8 @@ absl::Status ModelRegistry::Delete(const std::string& name, bool replay) {
     absl::MutexLock lock(&mu_);
     while (deleting_.count(name) > 0) changed_.Wait(&mu_);  // one deletion of a name at a time
     auto it = models_.find(name);
-    if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model '", name.substr(0, 80), "' does not exist"));
+    if (it == models_.end())
+      return absl::NotFoundError(absl::StrCat("model '", name.substr(0, 80), "' does not exist"));
     model = it->second;
     deleting_.insert(name);
   }

@@ -13,8 +13,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,11 +80,9 @@ class ModelRegistry {
   // restore or a replay) the model must fit --max-models and the memory budget, and is then
   // logged as an import record (the whole export file, without the registry lock), like a
   // creation; its applied sequence becomes the record's sequence.
-  using ModelBuilder =
-      std::function<absl::StatusOr<std::shared_ptr<Model>>(std::shared_ptr<ModelMetrics>, BatchLog*)>;
+  using ModelBuilder = std::function<absl::StatusOr<std::shared_ptr<Model>>(std::shared_ptr<ModelMetrics>, BatchLog*)>;
   absl::StatusOr<std::shared_ptr<Model>> Adopt(const std::string& name, const ModelBuilder& build,
-                                               const std::string* import_image = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                               const std::string* import_image = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const ConfigDefaults defaults_;
@@ -105,8 +103,7 @@ class ModelRegistry {
   // Publishes the end of a change (reservation or deletion) to ListAtCut and Delete.
   void EndChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { changed_.SignalAll(); }
   absl::StatusOr<std::shared_ptr<Model>> Publish(const std::string& name, std::shared_ptr<ModelMetrics> metrics,
-                                                 absl::StatusOr<std::shared_ptr<Model>> model)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                                 absl::StatusOr<std::shared_ptr<Model>> model) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Second in the lock order (service/README.md "Locks"): after the snapshot writer's and the
   // refresh scheduler's locks; a model's locks, the WAL's and the metrics' are taken under it.

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "grpcpp/support/server_callback.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
 #include "service/auth.h"
 #include "service/limits.h"
 #include "service/metrics.h"
@@ -19,7 +19,10 @@ namespace cmestream::service {
 class UnaryCall {
  public:
   UnaryCall(grpc::CallbackServerContext* ctx, Metrics& metrics, const char* method)
-      : ctx_(ctx), reactor_(ctx->DefaultReactor()), metrics_(metrics), method_(method),
+      : ctx_(ctx),
+        reactor_(ctx->DefaultReactor()),
+        metrics_(metrics),
+        method_(method),
         start_(std::chrono::steady_clock::now()) {}
 
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }

@@ -27,7 +27,11 @@ class ModelServiceImpl final : public v1::ModelService::CallbackService {
   ModelServiceImpl(ModelRegistry& registry, Metrics& metrics, const TokenAuthenticator* auth = nullptr,
                    SnapshotManager* snapshots = nullptr, ConfigDefaults defaults = {},
                    const Ownership* ownership = nullptr)
-      : registry_(registry), metrics_(metrics), auth_(auth), snapshots_(snapshots), defaults_(defaults),
+      : registry_(registry),
+        metrics_(metrics),
+        auth_(auth),
+        snapshots_(snapshots),
+        defaults_(defaults),
         ownership_(ownership) {}
   grpc::ServerUnaryReactor* CreateModel(grpc::CallbackServerContext* ctx, const v1::CreateModelRequest* req,
                                         v1::ModelInfo* resp) override;

@@ -39,7 +39,8 @@ constexpr int64_t kMaxModels = 1000000;
 
 uint64_t NowNanos() {
   return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
 }
 
 std::string Header(uint32_t kind, uint32_t models, uint64_t number, uint64_t covered) {
@@ -312,10 +313,9 @@ absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::st
   const uint32_t stored = crc32c::Unmask(footer.U32("checksum"));
   const uint32_t computed = crc32c::Value(bytes.data(), body);
   if (stored != computed) {
-    return absl::DataLossError(absl::StrCat(source, ": checksum mismatch over bytes [0, ", body, "): stored CRC32C 0x",
-                                            absl::Hex(stored, absl::kZeroPad8), ", computed 0x",
-                                            absl::Hex(computed, absl::kZeroPad8),
-                                            " (the file is corrupt or truncated)"));
+    return absl::DataLossError(absl::StrCat(
+        source, ": checksum mismatch over bytes [0, ", body, "): stored CRC32C 0x", absl::Hex(stored, absl::kZeroPad8),
+        ", computed 0x", absl::Hex(computed, absl::kZeroPad8), " (the file is corrupt or truncated)"));
   }
   io::Reader r(std::string_view(bytes).substr(0, body), source);
   r.U64("magic");
@@ -485,7 +485,8 @@ absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState
     if (f.ok()) {
       for (size_t i = 0; i < f->model_ranges.size() && status.ok(); ++i) {
         absl::StatusOr<std::shared_ptr<Model>> m = AdoptFrom(*f, i, "", registry_, defaults_);
-        if (m.ok()) adopted.push_back(*m); else status = m.status();
+        if (m.ok()) adopted.push_back(*m);
+        else status = m.status();
       }
     }
     if (!status.ok()) {
@@ -568,12 +569,11 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   result.number = next_number_;
   // The cut: the models and the log's last sequence L read together under the registry lock,
   // once no creation, import or deletion is in progress (ListAtCut waits for them), so every
-  // such record <= L is reflected in the models listed. A batch record is written, made durable and then applied (group commit, no model
-  // lock across the fdatasync), so a batch <= L may still be in flight: WaitAppliedThrough(L)
-  // waits for it (at most one per model) before Encode takes the model's lock, so Encode sees
-  // every record <= L of the model that was or will be applied; a model created, imported or deleted after the cut has its
-  // record above L. Taking min(applied) instead would let one idle model pin every WAL segment
-  // since its last batch.
+  // such record <= L is reflected in the models listed. A batch record is written, made durable and then applied (group
+  // commit, no model lock across the fdatasync), so a batch <= L may still be in flight: WaitAppliedThrough(L) waits
+  // for it (at most one per model) before Encode takes the model's lock, so Encode sees every record <= L of the model
+  // that was or will be applied; a model created, imported or deleted after the cut has its record above L. Taking
+  // min(applied) instead would let one idle model pin every WAL segment since its last batch.
   uint64_t covered = 0;
   const std::vector<std::shared_ptr<Model>> models = registry_.ListAtCut(&covered);
   if (log_ == nullptr) covered = 0;
@@ -622,8 +622,8 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   uint64_t oldest_covered = covered;
   std::vector<ManifestState::Snapshot> kept;
   for (const auto& [n, path] : files) {
-    absl::StatusOr<SnapshotFile> f = n == result.number ? absl::StatusOr<SnapshotFile>(absl::NotFoundError(""))
-                                                        : ReadSnapshotFile(path);
+    absl::StatusOr<SnapshotFile> f =
+        n == result.number ? absl::StatusOr<SnapshotFile>(absl::NotFoundError("")) : ReadSnapshotFile(path);
     const uint64_t c = n == result.number ? covered : (f.ok() ? f->covered_sequence : 0);
     if (n != result.number && !f.ok()) continue;  // not usable: never listed, never counted
     kept.push_back({files::BaseName(path), c});
@@ -666,7 +666,8 @@ void SnapshotManager::Loop() {
     if (stop_) return;
     loop_mu_.Unlock();
     absl::StatusOr<SnapshotResult> r = TakeNow();
-    if (!r.ok()) std::fprintf(stderr, "cmestreamd: periodic snapshot failed: %s\n", std::string(r.status().message()).c_str());
+    if (!r.ok())
+      std::fprintf(stderr, "cmestreamd: periodic snapshot failed: %s\n", std::string(r.status().message()).c_str());
     loop_mu_.Lock();
   }
 }

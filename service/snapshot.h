@@ -63,9 +63,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "service/model.h"
 #include "service/manifest.h"
 #include "service/metrics.h"
+#include "service/model.h"
 #include "service/model_config.h"
 #include "service/registry.h"
 
@@ -107,19 +107,19 @@ class ModelSnapshotCodec {
   // the stored name (import --name). The config is re-validated with NormalizeModelConfig.
   // Errors: DataLoss naming the source and offset; InvalidArgument for a bad (re)name.
   static absl::StatusOr<std::shared_ptr<Model>> Decode(io::Reader& r, const ConfigDefaults& defaults,
-                                                       const std::string& rename,
-                                                       std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+                                                       const std::string& rename, std::shared_ptr<ModelMetrics> metrics,
+                                                       BatchLog* log);
 };
 
 // A parsed, checksum-verified snapshot or export file.
 struct SnapshotFile {
-  std::string source;        // path or "import"
+  std::string source;  // path or "import"
   bool is_export = false;
   uint64_t number = 0;
   uint64_t created_unix_nanos = 0;
   uint64_t covered_sequence = 0;
   std::vector<std::pair<uint64_t, uint64_t>> model_ranges;  // [begin, end) of each MODL object
-  std::string bytes;         // the whole file
+  std::string bytes;                                        // the whole file
 };
 // Verifies magic, kind, version and CRC32C, and frames the models (not decoded yet).
 absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::string& source);
@@ -140,9 +140,9 @@ absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std:
                                                    std::optional<uint64_t> replay_sequence = std::nullopt);
 
 struct SnapshotOptions {
-  std::string dir;                 // DATA_DIR/snapshots, created if missing
-  double interval_seconds = 60;    // --snapshot-interval; 0 = only on demand and at shutdown
-  int keep = 2;                    // snapshots kept, >= 1
+  std::string dir;               // DATA_DIR/snapshots, created if missing
+  double interval_seconds = 60;  // --snapshot-interval; 0 = only on demand and at shutdown
+  int keep = 2;                  // snapshots kept, >= 1
   absl::Status Validate() const;
 };
 
@@ -156,13 +156,13 @@ struct SnapshotResult {
 };
 
 struct LoadReport {
-  std::string path;                  // the snapshot used; empty if none
+  std::string path;  // the snapshot used; empty if none
   uint64_t number = 0;
   int models = 0;
-  uint64_t covered_sequence = 0;     // replay the WAL after this (0: from the start)
+  uint64_t covered_sequence = 0;       // replay the WAL after this (0: from the start)
   uint64_t newest_listed_covered = 0;  // the newest covered sequence the manifest lists
-  std::vector<std::string> skipped;  // "PATH: reason" for each missing or unusable newer snapshot
-  std::vector<std::string> unusable; // paths of present but unusable snapshots (to set aside)
+  std::vector<std::string> skipped;    // "PATH: reason" for each missing or unusable newer snapshot
+  std::vector<std::string> unusable;   // paths of present but unusable snapshots (to set aside)
 };
 
 class SnapshotManager {
@@ -230,8 +230,8 @@ class SnapshotManager {
   // the whole snapshot, which takes the registry's and each model's locks under it.
   absl::Mutex take_mu_;
   uint64_t next_number_ ABSL_GUARDED_BY(take_mu_) = 1;
-  absl::Mutex loop_mu_;                  // a leaf lock: the periodic loop's stop flag
-  absl::CondVar loop_cv_;                // stop_ became true
+  absl::Mutex loop_mu_;    // a leaf lock: the periodic loop's stop flag
+  absl::CondVar loop_cv_;  // stop_ became true
   bool stop_ ABSL_GUARDED_BY(loop_mu_) = false;
   std::thread thread_;
 };

@@ -25,7 +25,8 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::stri
   std::ostringstream text;
   text << in.rdbuf();
   if (!absl::StrContains(text.str(), "-----BEGIN ")) {
-    return absl::InvalidArgumentError(absl::StrCat("flag ", flag, ": '", path, "' is not a PEM file (no -----BEGIN line)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag ", flag, ": '", path, "' is not a PEM file (no -----BEGIN line)"));
   }
   return text.str();
 }
@@ -55,7 +56,8 @@ bool IsLoopbackHost(const std::string& host) {
 std::string TransportNotice(const SecurityOptions& o, const std::string& host, const std::string& listen) {
   if (o.tls()) return "";
   if (IsLoopbackHost(host)) {
-    return absl::StrCat("serving plaintext on ", listen, " (loopback only; use --tls-cert/--tls-key to serve other hosts)");
+    return absl::StrCat("serving plaintext on ", listen,
+                        " (loopback only; use --tls-cert/--tls-key to serve other hosts)");
   }
   return absl::StrCat("WARNING: serving plaintext on ", listen,
                       ": not a loopback address, so anyone who can reach it can read the traffic",

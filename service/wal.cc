@@ -110,7 +110,7 @@ bool ZeroFilledFromSector(const std::string& data, size_t pos) {
   while (z > pos && data[z - 1] == 0) --z;
   if (z == data.size()) return false;
   const size_t sector = (z + 511) / 512 * 512;  // first sector boundary at or after z
-  return sector < data.size();  // the zero run covers a sector boundary and reaches the end
+  return sector < data.size();                  // the zero run covers a sector boundary and reaches the end
 }
 
 }  // namespace
@@ -131,14 +131,18 @@ absl::StatusOr<WalSync> ParseWalSync(const std::string& text) {
   if (text == "always") return WalSync::kAlways;
   if (text == "interval") return WalSync::kInterval;
   if (text == "never") return WalSync::kNever;
-  return absl::InvalidArgumentError(absl::StrCat("flag --wal-sync is '", text, "', expected always, interval or never"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("flag --wal-sync is '", text, "', expected always, interval or never"));
 }
 
 const char* WalSyncName(WalSync sync) {
   switch (sync) {
-    case WalSync::kAlways: return "always";
-    case WalSync::kInterval: return "interval";
-    case WalSync::kNever: return "never";
+    case WalSync::kAlways:
+      return "always";
+    case WalSync::kInterval:
+      return "interval";
+    case WalSync::kNever:
+      return "never";
   }
   return "?";
 }
@@ -163,7 +167,8 @@ absl::Status ParseWalRecord(const char* data, size_t size, WalRecord* record, si
   if (expected != actual) return absl::DataLossError("crc mismatch");
   const auto type = static_cast<uint8_t>(data[8]);
   // The CRC matched, so the type byte is what a writer meant: a newer writer, not damage.
-  if (type < 1 || type > kWalMaxKnownRecordType) return absl::UnimplementedError(absl::StrCat("unknown record type ", type));
+  if (type < 1 || type > kWalMaxKnownRecordType)
+    return absl::UnimplementedError(absl::StrCat("unknown record type ", type));
   record->type = static_cast<WalRecordType>(type);
   record->sequence = LoadLe64(data + 9);
   record->payload.assign(data + kWalHeaderBytes, length);
@@ -240,10 +245,10 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     }
     if (!missing.empty()) {
       rep.missing_segments = missing.size();
-      const std::string what = absl::StrCat(
-          missing.size(), " WAL segment(s) listed in the manifest are missing from ", options.dir, " (",
-          SegmentName(missing.front()), missing.size() > 1 ? absl::StrCat(" .. ", SegmentName(missing.back())) : "",
-          "): the records they held are lost");
+      const std::string what = absl::StrCat(missing.size(), " WAL segment(s) listed in the manifest are missing from ",
+                                            options.dir, " (", SegmentName(missing.front()),
+                                            missing.size() > 1 ? absl::StrCat(" .. ", SegmentName(missing.back())) : "",
+                                            "): the records they held are lost");
       if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
       std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
       rep.data_loss.push_back(what);
@@ -266,7 +271,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     for (size_t sj = si + 1; sj < numbers.size() && last_segment; ++sj) {
       struct stat st;
       const std::string p = absl::StrCat(options.dir, "/", SegmentName(numbers[sj]));
-      if (::stat(p.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > kWalSegmentHeaderBytes) last_segment = false;
+      if (::stat(p.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > kWalSegmentHeaderBytes)
+        last_segment = false;
     }
     size_t pos = 0;
     // The segment header (version 1) or none (version 0: records from offset 0).
@@ -321,9 +327,9 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
         next_sequence = 0;
         FindNextValidRecord(data, pos + 1, prev_sequence, &next_sequence, &next_offset);
         if (next_sequence != 0 && prev_sequence != 0 && next_sequence == prev_sequence + 1) {
-          const std::string what = absl::StrCat(seg.path, " offset ", pos, ": ", next_offset - pos,
-                                                " damaged bytes (", s.message(), ") skipped; the next record (sequence ",
-                                                next_sequence, ") follows without a gap, so no record is lost");
+          const std::string what = absl::StrCat(seg.path, " offset ", pos, ": ", next_offset - pos, " damaged bytes (",
+                                                s.message(), ") skipped; the next record (sequence ", next_sequence,
+                                                ") follows without a gap, so no record is lost");
           std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
           rep.skipped_damage.push_back(what);
           pos = next_offset;
@@ -333,10 +339,12 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
         break;
       }
       if (prev_sequence == 0 && options.require_from_sequence > 0 && record.sequence > options.require_from_sequence) {
-        const std::string what = absl::StrCat(
-            "the write-ahead log in ", options.dir, " starts at sequence ", record.sequence, " but the state needs "
-            "records from ", options.require_from_sequence, ": records ", options.require_from_sequence, "..",
-            record.sequence - 1, " are gone");
+        const std::string what =
+            absl::StrCat("the write-ahead log in ", options.dir, " starts at sequence ", record.sequence,
+                         " but the state needs "
+                         "records from ",
+                         options.require_from_sequence, ": records ", options.require_from_sequence, "..",
+                         record.sequence - 1, " are gone");
         if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
         std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
         rep.data_loss.push_back(what);
@@ -368,8 +376,9 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     for (size_t sj = si + 1; sj < numbers.size() && next_sequence == 0; ++sj) {
       std::string later;
       if (!files::ReadFile(absl::StrCat(options.dir, "/", SegmentName(numbers[sj])), &later).ok()) continue;
-      const size_t from =
-          later.size() >= kWalSegmentHeaderBytes && std::memcmp(later.data(), kSegmentMagic, 8) == 0 ? kWalSegmentHeaderBytes : 0;
+      const size_t from = later.size() >= kWalSegmentHeaderBytes && std::memcmp(later.data(), kSegmentMagic, 8) == 0
+                              ? kWalSegmentHeaderBytes
+                              : 0;
       size_t unused = 0;
       FindNextValidRecord(later, from, prev_sequence, &next_sequence, &unused);
     }
@@ -396,8 +405,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     rep.bytes_dropped = dropped_here;
     if (torn) {
       rep.torn_tail = true;
-      rep.problem = absl::StrCat(seg.path, " offset ", pos, ": torn tail record (", problem, "); cut, ",
-                                 dropped_here, " bytes dropped");
+      rep.problem = absl::StrCat(seg.path, " offset ", pos, ": torn tail record (", problem, "); cut, ", dropped_here,
+                                 " bytes dropped");
       std::cerr << "cmestreamd: WAL recovery: " << rep.problem << "\n";
     } else {
       const std::string what =
@@ -405,9 +414,10 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
               ? absl::StrCat(seg.path, " offset ", pos, ": the last record (sequence ", prev_sequence + 1,
                              ") is complete but damaged (", problem,
                              "); it was written whole, so it may have been acknowledged")
-              : absl::StrCat(seg.path, " offset ", pos, ": damaged record (", problem, "); the next valid record has "
-                             "sequence ", next_sequence, ", so records ", prev_sequence + 1, "..", next_sequence - 1,
-                             " are lost");
+              : absl::StrCat(seg.path, " offset ", pos, ": damaged record (", problem,
+                             "); the next valid record has "
+                             "sequence ",
+                             next_sequence, ", so records ", prev_sequence + 1, "..", next_sequence - 1, " are lost");
       if (!options.accept_data_loss) {
         return absl::FailedPreconditionError(absl::StrCat(what, "; refusing to start with acknowledged data missing"));
       }
@@ -424,9 +434,11 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
           return absl::InternalError(absl::StrCat("cannot rename ", p, " to ", q, ": ", Errno(errno)));
         }
       }
-      rep.problem = absl::StrCat(what, "; DATA LOSS accepted (--accept-data-loss): recovery stopped there (point in "
-                                 "time: sequence ", prev_sequence, "), ", rep.bytes_dropped, " bytes not applied, kept in ",
-                                 saved, si + 1 < numbers.size() ? " and the later segments renamed *.corrupt.*" : "");
+      rep.problem = absl::StrCat(what,
+                                 "; DATA LOSS accepted (--accept-data-loss): recovery stopped there (point in "
+                                 "time: sequence ",
+                                 prev_sequence, "), ", rep.bytes_dropped, " bytes not applied, kept in ", saved,
+                                 si + 1 < numbers.size() ? " and the later segments renamed *.corrupt.*" : "");
       std::cerr << "cmestreamd: WAL recovery ERROR: " << rep.problem << "\n";
     }
     if (absl::Status s = files::TruncateAndSync(seg.path, pos); !s.ok()) return s;
@@ -434,10 +446,11 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     stop = true;
   }
   if (options.require_through_sequence > 0 && prev_sequence < options.require_through_sequence) {
-    const std::string what = absl::StrCat(
-        "the write-ahead log in ", options.dir, " ends at sequence ", prev_sequence, " but the manifest's newest "
-        "snapshot covered sequence ", options.require_through_sequence, ": records ", prev_sequence + 1, "..",
-        options.require_through_sequence, " are gone");
+    const std::string what = absl::StrCat("the write-ahead log in ", options.dir, " ends at sequence ", prev_sequence,
+                                          " but the manifest's newest "
+                                          "snapshot covered sequence ",
+                                          options.require_through_sequence, ": records ", prev_sequence + 1, "..",
+                                          options.require_through_sequence, " are gone");
     if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
     std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
     rep.data_loss.push_back(what);
@@ -456,8 +469,11 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
 
   if (registry) {
     auto m = std::make_unique<MetricSeries>();
-    m->bytes = &prometheus::BuildCounter().Name("cmestream_wal_bytes_total").Help("Bytes appended to the write-ahead log")
-                    .Register(*registry).Add({});
+    m->bytes = &prometheus::BuildCounter()
+                    .Name("cmestream_wal_bytes_total")
+                    .Help("Bytes appended to the write-ahead log")
+                    .Register(*registry)
+                    .Add({});
     auto& records = prometheus::BuildCounter()
                         .Name("cmestream_wal_records_total")
                         .Help("Records appended to the write-ahead log, by kind")
@@ -473,8 +489,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                     .Name("cmestream_wal_fsync_seconds")
                     .Help("Latency of one fdatasync of the write-ahead log")
                     .Register(*registry)
-                    .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2,
-                                                                     3e-2, 0.1, 0.3, 1});
+                    .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2,
+                                                                     0.1, 0.3, 1});
     auto& gauges = prometheus::BuildGauge()
                        .Name("cmestream_wal_recovery")
                        .Help("Last recovery: seconds spent, records replayed")
@@ -520,8 +536,8 @@ absl::Status Wal::OpenNewSegment() {
   if (options_.on_segments_changed) {
     if (absl::Status s = options_.on_segments_changed(segments_.front().number, seg.number); !s.ok()) {
       segments_.pop_back();
-      return fail(absl::UnavailableError(absl::StrCat("write-ahead log append failed: cannot record segment ",
-                                                      seg.path, " in the manifest: ", s.message())));
+      return fail(absl::UnavailableError(absl::StrCat("write-ahead log append failed: cannot record segment ", seg.path,
+                                                      " in the manifest: ", s.message())));
     }
   }
   return absl::OkStatus();
@@ -534,8 +550,9 @@ absl::Status Wal::SyncLocked() {
   if (::fdatasync(fd_) != 0) {
     const int err = errno;
     if (metrics_) metrics_->failures->Increment();
-    failed_ = absl::UnavailableError(absl::StrCat("write-ahead log fdatasync of ", segments_.back().path, " failed: ",
-                                                  Errno(err), "; the log refuses further appends until the daemon "
+    failed_ = absl::UnavailableError(absl::StrCat("write-ahead log fdatasync of ", segments_.back().path,
+                                                  " failed: ", Errno(err),
+                                                  "; the log refuses further appends until the daemon "
                                                   "is restarted"));
     sync_cv_.SignalAll();
     return failed_;
@@ -555,7 +572,7 @@ absl::Status Wal::SyncThrough(uint64_t sequence) {
       continue;
     }
     const uint64_t target = next_sequence_ - 1;  // everything written so far rides along
-    if (fd_ < 0) {  // every record is in a closed segment, synced when it was closed
+    if (fd_ < 0) {                               // every record is in a closed segment, synced when it was closed
       durable_ = target;
       continue;
     }
@@ -564,9 +581,10 @@ absl::Status Wal::SyncThrough(uint64_t sequence) {
     // failure can never be masked by a concurrent success: see GROUP COMMIT in wal.h).
     const int fd = ::dup(fd_);
     if (fd < 0) {
-      failed_ = absl::UnavailableError(absl::StrCat("write-ahead log: cannot dup the segment descriptor: ",
-                                                    Errno(errno), "; the log refuses further appends until the "
-                                                    "daemon is restarted"));
+      failed_ =
+          absl::UnavailableError(absl::StrCat("write-ahead log: cannot dup the segment descriptor: ", Errno(errno),
+                                              "; the log refuses further appends until the "
+                                              "daemon is restarted"));
       sync_cv_.SignalAll();
       return failed_;
     }
@@ -638,7 +656,8 @@ absl::StatusOr<uint64_t> Wal::AppendRecord(WalRecordType type, const std::string
     // Roll back to the record start so the log stays a valid prefix; if even that fails,
     // refuse everything until a restart re-reads the disk.
     if (::ftruncate(fd_, static_cast<off_t>(seg.bytes)) != 0) {
-      failed_ = absl::UnavailableError(absl::StrCat(out.message(), "; the log refuses further appends until the "
+      failed_ = absl::UnavailableError(absl::StrCat(out.message(),
+                                                    "; the log refuses further appends until the "
                                                     "daemon is restarted"));
       sync_cv_.SignalAll();
     }

@@ -128,8 +128,8 @@
 #include "cmestream/v1/cmestream.pb.h"
 #include "prometheus/registry.h"
 #include "service/batch_log.h"
-#include "service/wire_limits.h"
 #include "service/wal_options.h"
+#include "service/wire_limits.h"
 
 namespace prometheus {
 class Counter;
@@ -152,8 +152,8 @@ struct WalRecord {
   uint64_t sequence = 0;
   WalRecordType type = WalRecordType::kBatch;
   std::string payload;
-  std::string segment;     // path of its segment file
-  uint64_t offset = 0;     // byte offset of its header in the segment
+  std::string segment;  // path of its segment file
+  uint64_t offset = 0;  // byte offset of its header in the segment
 };
 
 // What Open found. `problem` is empty when every byte was a valid record.
@@ -163,11 +163,11 @@ struct WalRecoveryReport {
   uint64_t records_visited = 0;  // passed to the visitor
   uint64_t bytes = 0;            // valid bytes
   uint64_t last_sequence = 0;
-  bool torn_tail = false;        // a torn last record was cut
-  bool corrupt = false;          // data loss accepted: stopped there (point in time)
-  std::string problem;           // "path offset N: what; B bytes dropped"
-  uint64_t first_sequence = 0;   // of the first valid record on disk (0: none)
-  uint64_t missing_segments = 0; // listed in the manifest but absent
+  bool torn_tail = false;                   // a torn last record was cut
+  bool corrupt = false;                     // data loss accepted: stopped there (point in time)
+  std::string problem;                      // "path offset N: what; B bytes dropped"
+  uint64_t first_sequence = 0;              // of the first valid record on disk (0: none)
+  uint64_t missing_segments = 0;            // listed in the manifest but absent
   std::vector<std::string> skipped_damage;  // damaged bytes skipped with nothing lost
   std::vector<std::string> data_loss;       // damage accepted with --accept-data-loss
   uint64_t bytes_dropped = 0;
@@ -200,8 +200,8 @@ class Wal final : public BatchLog {
   // BatchLog: write one batch record (not yet durable); returns its sequence number. See
   // DURABILITY for errors. Append (BatchLog) = WriteBatch + WaitDurable.
   absl::StatusOr<uint64_t> WriteBatch(const std::string& model, const std::string& producer_id,
-                                  uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
-                                  const std::string& episode_id) override ABSL_LOCKS_EXCLUDED(mu_);
+                                      uint64_t producer_offset_after, const PairBatch& batch, int64_t first,
+                                      const std::string& episode_id) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> AppendModelCreated(const v1::ModelConfig& config) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> AppendModelDeleted(const std::string& name) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> AppendModelImported(const std::string& name, const std::string& image) override
@@ -231,7 +231,7 @@ class Wal final : public BatchLog {
     uint64_t first_sequence = 0;  // 0 while empty
     uint64_t last_sequence = 0;
     uint64_t bytes = 0;
-    uint64_t header_bytes = 0;    // 16 (version 1) or 0 (version 0, read only)
+    uint64_t header_bytes = 0;  // 16 (version 1) or 0 (version 0, read only)
   };
   struct MetricSeries;
   explicit Wal(WalOptions options);
@@ -241,7 +241,7 @@ class Wal final : public BatchLog {
   absl::StatusOr<uint64_t> AppendRecord(WalRecordType type, const std::string& payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint64_t> AppendDurable(WalRecordType type, const std::string& payload)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // + SyncThrough under kAlways
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);                                          // + SyncThrough under kAlways
   absl::Status SyncThrough(uint64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // GROUP COMMIT
   absl::Status OpenNewSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CloseActive() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -261,15 +261,15 @@ class Wal final : public BatchLog {
   uint64_t durable_ ABSL_GUARDED_BY(mu_) = 0;  // every record <= it is covered by a successful fdatasync
   bool syncing_ ABSL_GUARDED_BY(mu_) = false;  // a group fdatasync runs (without mu_)
   uint64_t group_syncs_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::CondVar sync_cv_;                      // syncing_ became false, or failed_ was set
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);   // sticky failure (see DURABILITY)
-  std::string scratch_ ABSL_GUARDED_BY(mu_);   // encoded record, reused
+  absl::CondVar sync_cv_;                               // syncing_ became false, or failed_ was set
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);            // sticky failure (see DURABILITY)
+  std::string scratch_ ABSL_GUARDED_BY(mu_);            // encoded record, reused
   v1::IngestBatch batch_scratch_ ABSL_GUARDED_BY(mu_);  // restricted batch, reused (repeated fields keep capacity)
-  std::unique_ptr<MetricSeries> metrics_;      // set by Open before the log is shared; thread-safe series
+  std::unique_ptr<MetricSeries> metrics_;               // set by Open before the log is shared; thread-safe series
 
-  absl::CondVar stop_cv_;                      // stop_ became true
+  absl::CondVar stop_cv_;  // stop_ became true
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread sync_thread_;                    // kInterval only; started by Open, joined by ~Wal
+  std::thread sync_thread_;  // kInterval only; started by Open, joined by ~Wal
 };
 
 }  // namespace cmestream::service

@@ -14,19 +14,19 @@ namespace cmestream::service {
 enum class WalSync { kAlways, kInterval, kNever };
 
 struct WalOptions {
-  std::string dir;                          // DATA_DIR/wal, created if missing
-  WalSync sync = WalSync::kAlways;          // see DURABILITY in wal.h
-  double sync_interval_ms = 100;            // kInterval only, in (0, 60000]
-  uint64_t segment_bytes = 64ull << 20;     // rotate at this size, >= 4096
+  std::string dir;                       // DATA_DIR/wal, created if missing
+  WalSync sync = WalSync::kAlways;       // see DURABILITY in wal.h
+  double sync_interval_ms = 100;         // kInterval only, in (0, 60000]
+  uint64_t segment_bytes = 64ull << 20;  // rotate at this size, >= 4096
   // Recovery (see RECOVERY in wal.h). Damage that loses acknowledged records (a gap, a
   // damaged complete last record, a missing listed segment, records missing before
   // require_from_sequence or after require_through_sequence) refuses Open with
   // FailedPrecondition unless accept_data_loss, which keeps the valid prefix as before.
   bool accept_data_loss = false;
-  uint64_t expected_first_segment = 0;      // from the manifest: segments FIRST..LAST must
-  uint64_t expected_last_segment = 0;       // exist (0 0: no expectation)
-  uint64_t require_from_sequence = 0;       // the first record needed (snapshot covered + 1); 0: none
-  uint64_t require_through_sequence = 0;    // the log must reach at least this sequence; 0: none
+  uint64_t expected_first_segment = 0;    // from the manifest: segments FIRST..LAST must
+  uint64_t expected_last_segment = 0;     // exist (0 0: no expectation)
+  uint64_t require_from_sequence = 0;     // the first record needed (snapshot covered + 1); 0: none
+  uint64_t require_through_sequence = 0;  // the log must reach at least this sequence; 0: none
   // Called (under the WAL's lock) whenever the set of segment files changes, with the first
   // and last segment numbers that now exist (the manifest records them). An error fails the
   // append that created the segment.

@@ -19,10 +19,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <thread>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
 
   cmestream::client::ClientOptions options;
   options.target = server;
-  if (streams == 0 || models == 0 || streams > 1000 || models > streams) return Usage("need 1 <= models <= streams <= 1000");
+  if (streams == 0 || models == 0 || streams > 1000 || models > streams)
+    return Usage("need 1 <= models <= streams <= 1000");
   auto client = cmestream::client::Client::Connect(options);
   if (!client.ok()) return Usage(std::string(client.status().message()).c_str());
   auto model_name = [&](uint64_t k) { return models == 1 ? model : model + "-" + std::to_string(k % models); };
@@ -169,13 +170,13 @@ int main(int argc, char** argv) {
     return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
   };
   auto info = (*client)->Describe(model_name(0));
-  std::printf("pairs=%llu dim=%llu batch=%llu streams=%llu models=%llu seconds=%.3f pairs_per_s=%.0f applied=%llu "
-              "dictionary=%u refused=%d",
-              static_cast<unsigned long long>(sent.load()), static_cast<unsigned long long>(dim),
-              static_cast<unsigned long long>(batch), static_cast<unsigned long long>(streams),
-              static_cast<unsigned long long>(models), seconds, static_cast<double>(sent.load()) / seconds,
-              static_cast<unsigned long long>(applied.load()), info.ok() ? info->dictionary_size() : 0u,
-              refused.load());
+  std::printf(
+      "pairs=%llu dim=%llu batch=%llu streams=%llu models=%llu seconds=%.3f pairs_per_s=%.0f applied=%llu "
+      "dictionary=%u refused=%d",
+      static_cast<unsigned long long>(sent.load()), static_cast<unsigned long long>(dim),
+      static_cast<unsigned long long>(batch), static_cast<unsigned long long>(streams),
+      static_cast<unsigned long long>(models), seconds, static_cast<double>(sent.load()) / seconds,
+      static_cast<unsigned long long>(applied.load()), info.ok() ? info->dictionary_size() : 0u, refused.load());
   if (!probe.empty()) {
     std::printf(" probes=%zu getmodel_p50_ms=%.2f getmodel_p99_ms=%.2f koopman_p50_ms=%.2f koopman_p99_ms=%.2f",
                 getmodel_ms.size(), pct(getmodel_ms, 0.5), pct(getmodel_ms, 0.99), pct(koopman_ms, 0.5),

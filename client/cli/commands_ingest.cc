@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,8 +46,7 @@ class ProgressReporter {
     // gRPC flow control buffers.
     std::fprintf(stderr, "%singest: %llu pairs sent, %llu acknowledged (%llu applied), %.0f pairs/s%s",
                  tty_ ? "\r" : "", static_cast<unsigned long long>(s.pairs_sent),
-                 static_cast<unsigned long long>(s.pairs_acked),
-                 static_cast<unsigned long long>(s.pairs_applied),
+                 static_cast<unsigned long long>(s.pairs_acked), static_cast<unsigned long long>(s.pairs_applied),
                  elapsed > 0 ? s.pairs_acked / elapsed : 0.0, tty_ ? "" : "\n");
     printed_ = true;
   }
@@ -71,13 +70,12 @@ void PrintIngestSummary(const Args& args, const std::string& model, const Ingest
 // The whole input (standard input too) is read and checked for integers before anything is
 // sent; the daemon checks the range [0, P) and refuses a batch with an id outside it, naming
 // the id, without applying any of that batch.
-int IngestIds(Context& ctx, const Args& args, const std::string& model, const std::string& csv,
-              bool trajectory, const IngestStream::Options& options, uint32_t num_states) {
+int IngestIds(Context& ctx, const Args& args, const std::string& model, const std::string& csv, bool trajectory,
+              const IngestStream::Options& options, uint32_t num_states) {
   const std::string cmd = "ingest";
   const int columns = trajectory ? 1 : 2;
-  const std::string expected =
-      trajectory ? absl::StrCat("one state id in [0, ", num_states, ")")
-                 : absl::StrCat("i,j with state ids in [0, ", num_states, ")");
+  const std::string expected = trajectory ? absl::StrCat("one state id in [0, ", num_states, ")")
+                                          : absl::StrCat("i,j with state ids in [0, ", num_states, ")");
   auto rows = ReadIdCsvFile(csv, columns, expected);
   if (!rows.ok()) return FailUsage(cmd, rows.status().message());
   if (options.start_offset > 0) {  // --resume: drop what the daemon already applied
@@ -157,8 +155,7 @@ int Ingest(Context& ctx, const Args& args) {
   const int d = static_cast<int>(info->config().dim());
   const int columns = trajectory ? d : 2 * d;
   const std::string expected =
-      trajectory ? absl::StrCat("one state x_1..x_", d)
-                 : absl::StrCat("x_1..x_", d, ",y_1..y_", d);
+      trajectory ? absl::StrCat("one state x_1..x_", d) : absl::StrCat("x_1..x_", d, ",y_1..y_", d);
 
   // A file is read and validated whole before the stream opens: a bad line then sends nothing.
   std::vector<double> all;
@@ -216,8 +213,7 @@ int Ingest(Context& ctx, const Args& args) {
         auto done = (*stream)->Finish();
         progress.Done();
         const uint64_t applied = done.ok() ? done->pairs_applied : 0;
-        return FailUsage(cmd, absl::StrCat(n.status().message(), " (", sent,
-                                           " pairs sent before this line, ", applied,
+        return FailUsage(cmd, absl::StrCat(n.status().message(), " (", sent, " pairs sent before this line, ", applied,
                                            " applied)"));
       }
       if (*n == 0) break;
@@ -253,17 +249,17 @@ void PrintIngestSummary(const Args& args, const std::string& model, const Ingest
     w.EndObject();
     PrintJson(w);
   } else {
-    std::cout << "ingested " << summary->pairs_sent << " pairs into '" << model << "' in "
-              << summary->batches_sent << " batches: " << summary->pairs_applied << " applied";
+    std::cout << "ingested " << summary->pairs_sent << " pairs into '" << model << "' in " << summary->batches_sent
+              << " batches: " << summary->pairs_applied << " applied";
     if (summary->pairs_applied < summary->pairs_sent) {
-      std::cout << ", " << summary->pairs_sent - summary->pairs_applied
-                << " already applied for producer '" << options.producer_id << "'";
+      std::cout << ", " << summary->pairs_sent - summary->pairs_applied << " already applied for producer '"
+                << options.producer_id << "'";
     }
     if (!options.producer_id.empty()) {
       std::cout << "; producer offset " << summary->producer_offset;
     }
-    std::cout << "; model samples " << summary->model_samples << "; " << Num(seconds) << " s ("
-              << Num(rate) << " pairs/s)\n";
+    std::cout << "; model samples " << summary->model_samples << "; " << Num(seconds) << " s (" << Num(rate)
+              << " pairs/s)\n";
   }
 }
 

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,7 +44,8 @@ int ModelCreate(Context& ctx, const Args& args) {
   auto num = [&](const char* flag, auto setter) {
     if (auto v = args.Value(flag); v && bad.ok()) {
       auto d = ParseDouble(flag, *v);
-      if (!d.ok()) bad = d.status(); else setter(*d);
+      if (!d.ok()) bad = d.status();
+      else setter(*d);
     }
   };
   auto uint = [&](const char* flag, uint64_t max, auto setter) {
@@ -65,8 +66,7 @@ int ModelCreate(Context& ctx, const Args& args) {
   uint("max-dict", UINT32_MAX, [&](uint64_t v) { config.set_max_dict(static_cast<uint32_t>(v)); });
   num("dt", [&](double v) { config.set_dt(v); });
   uint("seed", UINT64_MAX, [&](uint64_t v) { config.set_seed(v); });
-  uint("warmup", UINT32_MAX,
-       [&](uint64_t v) { config.set_auto_sigma_warmup(static_cast<uint32_t>(v)); });
+  uint("warmup", UINT32_MAX, [&](uint64_t v) { config.set_auto_sigma_warmup(static_cast<uint32_t>(v)); });
   num("refresh-interval", [&](double v) { config.set_refresh_interval_seconds(v); });
   uint("refresh-every", UINT64_MAX, [&](uint64_t v) { config.set_refresh_every_samples(v); });
   num("step-decay", [&](double v) { config.set_step_decay_samples(v); });
@@ -81,16 +81,13 @@ int ModelCreate(Context& ctx, const Args& args) {
   num("anchor-threshold", [&](double v) { config.set_anchor_threshold(v); });
   if (auto v = args.Value("vertex-hunting")) {
     if (*v != "spa" && *v != "kmeans-spa" && bad.ok()) {
-      bad = absl::InvalidArgumentError(
-          absl::StrCat("--vertex-hunting: expected spa or kmeans-spa, got '", *v, "'"));
+      bad = absl::InvalidArgumentError(absl::StrCat("--vertex-hunting: expected spa or kmeans-spa, got '", *v, "'"));
     }
     config.set_vertex_hunting(*v);
   }
   uint("latent", UINT32_MAX, [&](uint64_t v) { config.set_latent_states(static_cast<uint32_t>(v)); });
-  uint("tensor-restarts", UINT32_MAX,
-       [&](uint64_t v) { config.set_tensor_restarts(static_cast<uint32_t>(v)); });
-  uint("tensor-iterations", UINT32_MAX,
-       [&](uint64_t v) { config.set_tensor_iterations(static_cast<uint32_t>(v)); });
+  uint("tensor-restarts", UINT32_MAX, [&](uint64_t v) { config.set_tensor_restarts(static_cast<uint32_t>(v)); });
+  uint("tensor-iterations", UINT32_MAX, [&](uint64_t v) { config.set_tensor_iterations(static_cast<uint32_t>(v)); });
   uint("reservoir", UINT32_MAX, [&](uint64_t v) { config.set_reservoir(static_cast<uint32_t>(v)); });
   uint("window", UINT32_MAX, [&](uint64_t v) { config.set_window(static_cast<uint32_t>(v)); });
   num("ridge1", [&](double v) { config.set_ridge_stage1(v); });
@@ -181,10 +178,14 @@ int Snapshot(Context& ctx, const Args& args) {
   if (args.Has("json")) {
     JsonWriter w;
     w.BeginObject()
-        .Key("path").String(r->path())
-        .Key("bytes").Uint(r->bytes())
-        .Key("covered_sequence").Uint(r->covered_sequence())
-        .Key("models").Uint(r->models())
+        .Key("path")
+        .String(r->path())
+        .Key("bytes")
+        .Uint(r->bytes())
+        .Key("covered_sequence")
+        .Uint(r->covered_sequence())
+        .Key("models")
+        .Uint(r->models())
         .EndObject();
     PrintJson(w);
   } else {

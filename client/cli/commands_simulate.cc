@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -20,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
 #include "client/cli/context.h"
@@ -27,7 +28,6 @@
 #include "client/cli/json.h"
 #include "client/cli/output.h"
 #include "client/cpp/client.h"
-#include "absl/strings/str_format.h"
 #include "core/systems/duffing.h"
 #include "core/systems/four_well.h"
 #include "core/systems/hmm.h"
@@ -135,13 +135,11 @@ int SimulateViewSystems(const std::string& system, const Args& args, uint64_t n,
       states(t.x.rows(), 0) = t.y(t.y.rows() - 1, 0);
       WriteRows("# x  (four-well diffusion, one state per line, lag tau)", states, nullptr);
     } else {
-      WriteRows("# x,y  (four-well diffusion V = 4 cos^2(pi x) + 5 (x/2)^8, beta 1; y = state after tau)",
-                t.x, &t.y);
+      WriteRows("# x,y  (four-well diffusion V = 4 cos^2(pi x) + 5 (x/2)^8, beta 1; y = state after tau)", t.x, &t.y);
     }
     return write_truth(absl::StrCat("{\"system\":\"four-well\",\"tau\":", absl::StrFormat("%.17g", o.tau),
                                     ",\"barriers\":", VectorJson(systems::FourWellBarriers(o)),
-                                    ",\"eigenvalues\":", VectorJson(systems::FourWellEigenvalues(5, o)),
-                                    "}"));
+                                    ",\"eigenvalues\":", VectorJson(systems::FourWellEigenvalues(5, o)), "}"));
   }
   if (system == "multi-well-2d") {
     systems::MultiWell2dOptions o;
@@ -156,8 +154,7 @@ int SimulateViewSystems(const std::string& system, const Args& args, uint64_t n,
       WriteRows("# x1,x2,y1,y2  (2-D multi-well diffusion, wells near (+-0.5, +-0.5))", t.x, &t.y);
     }
     return write_truth(absl::StrCat("{\"system\":\"multi-well-2d\",\"tau\":", absl::StrFormat("%.17g", o.tau),
-                                    ",\"eigenvalues\":", VectorJson(systems::MultiWell2dEigenvalues(5, o)),
-                                    "}"));
+                                    ",\"eigenvalues\":", VectorJson(systems::MultiWell2dEigenvalues(5, o)), "}"));
   }
   if (system == "soft-aggregation") {
     systems::SoftAggregationChainOptions o;
@@ -187,14 +184,13 @@ int SimulateViewSystems(const std::string& system, const Args& args, uint64_t n,
     const auto hmm = systems::HmmMixture::Default();
     const VectorXd obs = hmm.Simulate(count, seed);
     RowMatrixXd rows = obs;
-    WriteRows("# x  (3-state HMM, Gaussian and shifted-Gamma emissions; one observation per line)",
-              rows, nullptr);
+    WriteRows("# x  (3-state HMM, Gaussian and shifted-Gamma emissions; one observation per line)", rows, nullptr);
     return write_truth(hmm.GroundTruthJson(VectorXd::LinSpaced(221, -7.0, 15.0)));
   }
   if (system == "hmm-binary") {
     double learn = 0.05, forget = 0.03, guess = 0.25, slip = 0.15;
-    for (auto [flag, v] : {std::pair{"learn", &learn}, std::pair{"forget", &forget},
-                           std::pair{"guess", &guess}, std::pair{"slip", &slip}}) {
+    for (auto [flag, v] : {std::pair{"learn", &learn}, std::pair{"forget", &forget}, std::pair{"guess", &guess},
+                           std::pair{"slip", &slip}}) {
       if (auto s = positive(flag, v); !s.ok()) return FailUsage(cmd, s.message());
       if (*v >= 1) return FailUsage(cmd, absl::StrCat("--", flag, ": expected a probability < 1"));
     }

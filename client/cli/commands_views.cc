@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,8 +60,8 @@ int Refresh(Context& ctx, const Args& args) {
 namespace {
 
 // Reads a points file with the model's dimension (fetched with Describe).
-absl::StatusOr<std::vector<double>> ReadPoints(Context& ctx, const std::string& model,
-                                               const std::string& path, bool* server_error) {
+absl::StatusOr<std::vector<double>> ReadPoints(Context& ctx, const std::string& model, const std::string& path,
+                                               bool* server_error) {
   auto info = ctx.client->Describe(model);
   if (!info.ok()) {
     *server_error = true;
@@ -131,10 +131,9 @@ int Koopman(Context& ctx, const Args& args) {
     PrintJson(w);
     return 0;
   }
-  std::cout << "model " << model << ": view version " << r->view().version() << ", "
-            << r->view().samples() << " samples, dt " << Num(r->dt()) << "\n";
-  std::printf("%3s %12s %12s %10s %12s %12s %12s\n", "#", "mu.re", "mu.im", "|mu|", "rate.re",
-              "rate.im", "timescale");
+  std::cout << "model " << model << ": view version " << r->view().version() << ", " << r->view().samples()
+            << " samples, dt " << Num(r->dt()) << "\n";
+  std::printf("%3s %12s %12s %10s %12s %12s %12s\n", "#", "mu.re", "mu.im", "|mu|", "rate.re", "rate.im", "timescale");
   for (int l = 0; l < k; ++l) {
     const auto& mu = r->eigenvalues(l);
     const double re = l < r->rates_size() ? r->rates(l).re() : NAN;
@@ -142,9 +141,8 @@ int Koopman(Context& ctx, const Args& args) {
     const double ts = l < r->timescales_size() ? r->timescales(l) : NAN;
     const bool stationary = l < r->stationary_size() && r->stationary(l);
     const double excess = l < r->excess_size() ? r->excess(l) : 0.0;
-    std::printf("%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12.6g%s\n", l, mu.re(), mu.im(),
-                std::hypot(mu.re(), mu.im()), re, im, ts,
-                stationary ? "  stationary" : (excess > 0 ? "  |mu| > 1 (see warnings)" : ""));
+    std::printf("%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12.6g%s\n", l, mu.re(), mu.im(), std::hypot(mu.re(), mu.im()),
+                re, im, ts, stationary ? "  stationary" : (excess > 0 ? "  |mu| > 1 (see warnings)" : ""));
   }
   PrintSpectrum(r->spectrum(), "");
   if (!points.empty()) {
@@ -185,8 +183,7 @@ int Predict(Context& ctx, const Args& args) {
     PrintJson(w);
     return 0;
   }
-  std::cout << "# E[Y|X=point], view version " << r->view().version() << ", "
-            << r->view().samples() << " samples\n";
+  std::cout << "# E[Y|X=point], view version " << r->view().version() << ", " << r->view().samples() << " samples\n";
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < d; ++j) std::printf(j ? ",%.17g" : "%.17g", r->predictions(i * d + j));
     std::printf("\n");
@@ -225,8 +222,8 @@ int Dictionary(Context& ctx, const Args& args) {
     PrintJson(w);
     return 0;
   }
-  std::cout << "# x-atoms of '" << args.positional[0] << "' (" << (d ? r->x_atoms_size() / d : 0)
-            << "), sigma " << Num(r->sigma()) << ", view version " << r->view().version() << "\n";
+  std::cout << "# x-atoms of '" << args.positional[0] << "' (" << (d ? r->x_atoms_size() / d : 0) << "), sigma "
+            << Num(r->sigma()) << ", view version " << r->view().version() << "\n";
   for (int i = 0; d > 0 && i < r->x_atoms_size() / d; ++i) {
     for (int j = 0; j < d; ++j) std::printf(j ? ",%.17g" : "%.17g", r->x_atoms(i * d + j));
     std::printf("\n");
@@ -238,7 +235,6 @@ int Dictionary(Context& ctx, const Args& args) {
 // Views of docs/algorithms.md §2-6 (counts, embedding, clusters, aggregation, latent,
 // forecast). Every JSON reply carries view_version and samples (WriteViewJson).
 // ---------------------------------------------------------------------------------------------
-
 
 namespace {
 
@@ -255,8 +251,7 @@ struct QueryPoints {
 // Describes `model` (a server error sets *server_error) and reads FILE if `path` is set:
 // one point x_1..x_d per line, or one state id per line for discrete models.
 absl::StatusOr<QueryPoints> LoadQueryPoints(Context& ctx, const std::string& model,
-                                            const std::optional<std::string>& path,
-                                            bool* server_error) {
+                                            const std::optional<std::string>& path, bool* server_error) {
   auto info = ctx.client->Describe(model);
   if (!info.ok()) {
     *server_error = true;
@@ -279,10 +274,9 @@ absl::StatusOr<QueryPoints> LoadQueryPoints(Context& ctx, const std::string& mod
   return q;
 }
 
-
 void PrintViewLine(const std::string& what, const std::string& model, const v1::ViewInfo& v) {
-  std::cout << "# " << what << " of '" << model << "', view version " << v.version() << ", "
-            << v.samples() << " samples\n";
+  std::cout << "# " << what << " of '" << model << "', view version " << v.version() << ", " << v.samples()
+            << " samples\n";
 }
 
 void PrintVector(const char* label, const google::protobuf::RepeatedField<double>& a) {
@@ -291,13 +285,13 @@ void PrintVector(const char* label, const google::protobuf::RepeatedField<double
   std::cout << "\n";
 }
 
-#define CMESTREAM_LOAD_POINTS(q, cmd, model, path)                                             \
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());               \
-  bool server_error_ = false;                                                                 \
-  auto q##_or = LoadQueryPoints(ctx, model, path, &server_error_);                            \
-  if (!q##_or.ok()) {                                                                         \
+#define CMESTREAM_LOAD_POINTS(q, cmd, model, path)                                                 \
+  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());                    \
+  bool server_error_ = false;                                                                      \
+  auto q##_or = LoadQueryPoints(ctx, model, path, &server_error_);                                 \
+  if (!q##_or.ok()) {                                                                              \
     return server_error_ ? Fail(cmd, q##_or.status()) : FailUsage(cmd, q##_or.status().message()); \
-  }                                                                                           \
+  }                                                                                                \
   QueryPoints& q = *q##_or
 
 }  // namespace
@@ -512,8 +506,8 @@ int Aggregation(Context& ctx, const Args& args) {
     return 0;
   }
   PrintViewLine("soft state aggregation", model, r->view());
-  std::cout << "# " << p << " states, " << m << " meta-states; mean row TV |U V^T - P_hat| = "
-            << Num(r->distance_to_empirical()) << "\n";
+  std::cout << "# " << p << " states, " << m
+            << " meta-states; mean row TV |U V^T - P_hat| = " << Num(r->distance_to_empirical()) << "\n";
   PrintFitSummary(r->summary());
   for (int k = 0; k < r->anchors_size(); ++k) {
     std::cout << "# anchors of meta-state " << k << " (rows):";
@@ -656,8 +650,7 @@ int Forecast(Context& ctx, const Args& args) {
     std::printf("%4d", t + 1);
     if (q.discrete) {
       if (t < static_cast<int>(most_likely.size())) {
-        std::printf("  most likely %lld  expected %.6g  p:", static_cast<long long>(most_likely[t]),
-                    expected[t]);
+        std::printf("  most likely %lld  expected %.6g  p:", static_cast<long long>(most_likely[t]), expected[t]);
         for (int a = 0; a < P; ++a) std::printf(" %.6g", r->distribution(t * P + a));
       }
     } else {

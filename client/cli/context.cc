@@ -12,7 +12,8 @@
 
 namespace cmestream::cli {
 
-const char kMainUsage[] = R"(usage: cmestream [--server HOST[:PORT]] [--timeout S] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+const char kMainUsage[] =
+    R"(usage: cmestream [--server HOST[:PORT]] [--timeout S] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
                  [--token-file FILE] COMMAND [ARGS] [--help]
 
 Client of cmestreamd. --server defaults to $CMESTREAM_SERVER, else 127.0.0.1:50051; a server
@@ -322,8 +323,7 @@ options:
 
 // Parses argv[begin..) against `spec` plus the global flags. "--flag=value" and "--flag value"
 // both work; a lone "-" is a positional (standard input).
-absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, size_t begin,
-                               CommandSpec spec) {
+absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, size_t begin, CommandSpec spec) {
   spec.values.insert({"server", "timeout"});
   spec.switches.insert("help");
   Args args;
@@ -364,8 +364,7 @@ absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, size_t begi
 absl::StatusOr<double> ParseDouble(const std::string& flag, const std::string& text) {
   double v;
   if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": expected a finite number, got '", text, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected a finite number, got '", text, "'"));
   }
   return v;
 }
@@ -373,8 +372,7 @@ absl::StatusOr<double> ParseDouble(const std::string& flag, const std::string& t
 absl::StatusOr<uint64_t> ParseUint(const std::string& flag, const std::string& text) {
   uint64_t v;
   if (!absl::SimpleAtoi(text, &v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": expected a non-negative integer, got '", text, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected a non-negative integer, got '", text, "'"));
   }
   return v;
 }
@@ -384,8 +382,8 @@ absl::StatusOr<uint64_t> ParseUint(const std::string& flag, const std::string& t
 // ---------------------------------------------------------------------------------------------
 
 int Fail(const std::string& command, const absl::Status& status) {
-  std::cerr << "cmestream: " << command << ": " << status.message() << " ("
-            << absl::StatusCodeToString(status.code()) << ")\n";
+  std::cerr << "cmestream: " << command << ": " << status.message() << " (" << absl::StatusCodeToString(status.code())
+            << ")\n";
   return kExitServer;
 }
 
@@ -426,8 +424,8 @@ void RouteToOwner(Context& ctx, const std::string& model) { ctx.model = model; }
 
 int NeedName(const Args& args, const std::string& command, const char* usage) {
   if (args.positional.size() != 1) {
-    std::cerr << "cmestream: " << command << ": expected exactly one model NAME, got "
-              << args.positional.size() << " arguments\n"
+    std::cerr << "cmestream: " << command << ": expected exactly one model NAME, got " << args.positional.size()
+              << " arguments\n"
               << usage;
     return kExitUsage;
   }

@@ -76,8 +76,7 @@ struct Args {
 
 // Parses argv[begin..) against `spec` plus the global flags. "--flag=value" and "--flag value"
 // both work; a lone "-" is a positional (standard input).
-absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, size_t begin,
-                               CommandSpec spec);
+absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& argv, size_t begin, CommandSpec spec);
 absl::StatusOr<double> ParseDouble(const std::string& flag, const std::string& text);
 absl::StatusOr<uint64_t> ParseUint(const std::string& flag, const std::string& text);
 

@@ -28,16 +28,14 @@ bool IsSkippableLine(std::string_view line) {
   return t.empty() || t.front() == '#';
 }
 
-absl::Status ParseCsvLine(std::string_view line, int columns, std::string_view expected,
-                          double* out) {
+absl::Status ParseCsvLine(std::string_view line, int columns, std::string_view expected, double* out) {
   line = Trim(line);
   // Count fields first so that a wrong column count is reported as such, not as a parse error.
   int fields = 1;
   for (char c : line) fields += (c == ',');
   if (fields != columns) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", columns,
-                                                   " comma-separated numbers (", std::string(expected),
-                                                   "), got ", fields, " field",
+    return absl::InvalidArgumentError(absl::StrCat("expected ", columns, " comma-separated numbers (",
+                                                   std::string(expected), "), got ", fields, " field",
                                                    fields == 1 ? "" : "s"));
   }
   size_t pos = 0;
@@ -50,11 +48,10 @@ absl::Status ParseCsvLine(std::string_view line, int columns, std::string_view e
     const auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
     if (field.empty() || ec != std::errc() || ptr != field.data() + field.size()) {
       if (ec == std::errc::result_out_of_range) {
-        return absl::InvalidArgumentError(absl::StrCat("field ", k + 1, ": '", Shorten(field),
-                                                       "' is out of the range of a double"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is out of the range of a double"));
       }
-      return absl::InvalidArgumentError(
-          absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is not a number"));
+      return absl::InvalidArgumentError(absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is not a number"));
     }
     if (!std::isfinite(value)) {
       return absl::InvalidArgumentError(
@@ -67,8 +64,7 @@ absl::Status ParseCsvLine(std::string_view line, int columns, std::string_view e
 }
 
 CsvReader::CsvReader(std::istream* in, std::string name, int columns, std::string expected)
-    : in_(in), name_(name == "-" ? "<stdin>" : std::move(name)), columns_(columns),
-      expected_(std::move(expected)) {}
+    : in_(in), name_(name == "-" ? "<stdin>" : std::move(name)), columns_(columns), expected_(std::move(expected)) {}
 
 absl::StatusOr<size_t> CsvReader::ReadRows(size_t max_rows, std::vector<double>* out) {
   size_t rows = 0;
@@ -79,8 +75,7 @@ absl::StatusOr<size_t> CsvReader::ReadRows(size_t max_rows, std::vector<double>*
     out->resize(base + columns_);
     if (auto s = ParseCsvLine(line_, columns_, expected_, out->data() + base); !s.ok()) {
       out->resize(base);
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ":", line_number_, ": ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat(name_, ":", line_number_, ": ", s.message()));
     }
     ++rows;
   }
@@ -90,8 +85,7 @@ absl::StatusOr<size_t> CsvReader::ReadRows(size_t max_rows, std::vector<double>*
   return rows;
 }
 
-absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns,
-                                                const std::string& expected) {
+absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns, const std::string& expected) {
   // "-": the descriptor directly, since std::cin (synchronized with stdio) is slow per line.
   std::ifstream file(path == "-" ? "/dev/stdin" : path);
   if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
@@ -105,15 +99,13 @@ absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int col
   return out;
 }
 
-absl::Status ParseIdLine(std::string_view line, int columns, std::string_view expected,
-                         int64_t* out) {
+absl::Status ParseIdLine(std::string_view line, int columns, std::string_view expected, int64_t* out) {
   line = Trim(line);
   int fields = 1;
   for (char c : line) fields += (c == ',');
   if (fields != columns) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", columns,
-                                                   " comma-separated integers (", std::string(expected),
-                                                   "), got ", fields, " field",
+    return absl::InvalidArgumentError(absl::StrCat("expected ", columns, " comma-separated integers (",
+                                                   std::string(expected), "), got ", fields, " field",
                                                    fields == 1 ? "" : "s"));
   }
   size_t pos = 0;
@@ -127,11 +119,10 @@ absl::Status ParseIdLine(std::string_view line, int columns, std::string_view ex
     const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
     if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size()) {
       if (ec == std::errc::result_out_of_range) {
-        return absl::InvalidArgumentError(absl::StrCat("field ", k + 1, ": '", Shorten(field),
-                                                       "' is out of the range of a 64-bit integer"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is out of the range of a 64-bit integer"));
       }
-      return absl::InvalidArgumentError(
-          absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is not an integer"));
+      return absl::InvalidArgumentError(absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is not an integer"));
     }
     out[k] = value;
     pos = end + 1;
@@ -139,8 +130,7 @@ absl::Status ParseIdLine(std::string_view line, int columns, std::string_view ex
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int64_t>> ReadIdCsvFile(const std::string& path, int columns,
-                                                   const std::string& expected) {
+absl::StatusOr<std::vector<int64_t>> ReadIdCsvFile(const std::string& path, int columns, const std::string& expected) {
   std::ifstream file(path == "-" ? "/dev/stdin" : path);
   if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
   const std::string name = path == "-" ? "<stdin>" : path;

@@ -24,8 +24,7 @@ namespace cmestream::cli {
 
 // Parses one data line into out[0..columns). requires: out has room for `columns` doubles.
 // Returns InvalidArgument without a location prefix ("expected ..., got ..."); the caller adds it.
-absl::Status ParseCsvLine(std::string_view line, int columns, std::string_view expected,
-                          double* out);
+absl::Status ParseCsvLine(std::string_view line, int columns, std::string_view expected, double* out);
 
 // True for lines the reader skips: empty/blank or a '#' comment.
 bool IsSkippableLine(std::string_view line);
@@ -54,19 +53,16 @@ class CsvReader {
 };
 
 // Reads a whole file ("-" = stdin) of rows with `columns` numbers each into a row-major vector.
-absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns,
-                                                const std::string& expected);
+absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns, const std::string& expected);
 
 // Integer rows (state ids of discrete models). Like ParseCsvLine, but every field must be a
 // decimal integer in the range of int64 ("3", "-1", "+7"; not "3.0", "1e2"): an id is an
 // index, so a float that happens to be integral is refused rather than silently truncated.
 // The range [0, P) is the daemon's to check (it knows P). requires: out has `columns` slots.
-absl::Status ParseIdLine(std::string_view line, int columns, std::string_view expected,
-                         int64_t* out);
+absl::Status ParseIdLine(std::string_view line, int columns, std::string_view expected, int64_t* out);
 
 // Reads a whole file ("-" = stdin, read to its end) of integer rows into a row-major vector.
 // Errors name file:line ("ids.csv:3: field 2: '2.5' is not an integer").
-absl::StatusOr<std::vector<int64_t>> ReadIdCsvFile(const std::string& path, int columns,
-                                                   const std::string& expected);
+absl::StatusOr<std::vector<int64_t>> ReadIdCsvFile(const std::string& path, int columns, const std::string& expected);
 
 }  // namespace cmestream::cli

@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,12 +30,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
-#include "cmestream_version.h"
 #include "client/cli/context.h"
 #include "client/cli/csv.h"
 #include "client/cli/json.h"
 #include "client/cli/output.h"
 #include "client/cpp/client.h"
+#include "cmestream_version.h"
 
 namespace cmestream::cli {
 namespace {
@@ -81,8 +81,10 @@ int Run(int argc, char** argv) {
         value = argv_s[++i];
       }
       if (value.empty()) return FailUsage("", flag + ": expected a file name");
-      (flag == "--tls-ca" ? ctx.tls_ca : flag == "--tls-cert" ? ctx.tls_cert : flag == "--tls-key" ? ctx.tls_key
-                                                                                            : token_file) = value;
+      (flag == "--tls-ca"     ? ctx.tls_ca
+       : flag == "--tls-cert" ? ctx.tls_cert
+       : flag == "--tls-key"  ? ctx.tls_key
+                              : token_file) = value;
     } else if (a.rfind("--server=", 0) == 0) {
       ctx.server = a.substr(9);
     } else if (a.rfind("--timeout=", 0) == 0) {
@@ -100,7 +102,8 @@ int Run(int argc, char** argv) {
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     std::string line;
-    if (!in || !std::getline(in, line)) return FailUsage("", "--token-file: cannot read a token from '" + token_file + "'");
+    if (!in || !std::getline(in, line))
+      return FailUsage("", "--token-file: cannot read a token from '" + token_file + "'");
     ctx.token = std::string(absl::StripAsciiWhitespace(line));
     if (ctx.token.empty()) return FailUsage("", "--token-file: '" + token_file + "' starts with an empty line");
   }
@@ -121,11 +124,35 @@ int Run(int argc, char** argv) {
     command += " " + argv_s[i++];
     if (command == "model create") {
       usage = kCreateUsage;
-      spec.values = {"dim", "sigma", "eta", "lambda", "epsilon", "max-dict", "dt", "seed",
-                     "warmup", "refresh-interval", "refresh-every", "step-decay",
-                     "step-decay-power", "states", "forgetting", "rff", "rank", "clusters",
-                     "meta", "anchor-threshold", "vertex-hunting", "latent", "tensor-restarts",
-                     "tensor-iterations", "reservoir", "window", "ridge1", "ridge2", "lags"};
+      spec.values = {"dim",
+                     "sigma",
+                     "eta",
+                     "lambda",
+                     "epsilon",
+                     "max-dict",
+                     "dt",
+                     "seed",
+                     "warmup",
+                     "refresh-interval",
+                     "refresh-every",
+                     "step-decay",
+                     "step-decay-power",
+                     "states",
+                     "forgetting",
+                     "rff",
+                     "rank",
+                     "clusters",
+                     "meta",
+                     "anchor-threshold",
+                     "vertex-hunting",
+                     "latent",
+                     "tensor-restarts",
+                     "tensor-iterations",
+                     "reservoir",
+                     "window",
+                     "ridge1",
+                     "ridge2",
+                     "lags"};
       spec.switches = {"averaging", "json"};
     } else if (command == "model describe" || command == "model list") {
       usage = command == "model describe" ? kDescribeUsage : kListUsage;
@@ -164,8 +191,7 @@ int Run(int argc, char** argv) {
     usage = command == "counts" ? kCountsUsage : kAggregationUsage;
     spec.switches = {"json"};
   } else if (command == "embedding" || command == "clusters" || command == "latent") {
-    usage = command == "embedding" ? kEmbeddingUsage
-            : command == "clusters" ? kClustersUsage : kLatentUsage;
+    usage = command == "embedding" ? kEmbeddingUsage : command == "clusters" ? kClustersUsage : kLatentUsage;
     spec.values = {"points"};
     spec.switches = {"json"};
   } else if (command == "timescales") {
@@ -181,8 +207,8 @@ int Run(int argc, char** argv) {
     spec.switches = {"json"};
   } else if (command == "simulate") {
     usage = kSimulateUsage;
-    spec.values = {"n", "seed", "dt", "box", "n-side", "tau", "truth", "states", "meta",
-                   "anchors-per-meta", "learn", "forget", "guess", "slip"};
+    spec.values = {"n",     "seed",   "dt",    "box", "n-side", "tau", "truth", "states", "meta", "anchors-per-meta",
+                   "learn", "forget", "guess", "slip"};
     spec.switches = {"trajectory", "hard"};
   } else if (command == "snapshot") {
     usage = kSnapshotUsage;

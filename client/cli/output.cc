@@ -80,7 +80,8 @@ void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   w.BeginObject();
   w.Key("name").String(c.name());
   w.Key("dim").Uint(c.dim());
-  if (c.has_sigma()) w.Key("sigma").Double(c.sigma()); else w.Key("sigma").String("auto");
+  if (c.has_sigma()) w.Key("sigma").Double(c.sigma());
+  else w.Key("sigma").String("auto");
   if (c.has_eta()) w.Key("eta").Double(c.eta());
   if (c.has_lambda()) w.Key("lambda").Double(c.lambda());
   if (c.has_epsilon()) w.Key("epsilon").Double(c.epsilon());
@@ -265,15 +266,14 @@ void PrintModel(const v1::ModelInfo& m) {
       std::cout << "auto (not chosen yet)";
     }
     std::cout << "\n";
-    std::cout << "  config            eta " << Num(c.eta()) << ", lambda " << Num(c.lambda())
-              << ", epsilon " << Num(c.epsilon()) << ", max_dict " << c.max_dict() << ", dt "
-              << Num(c.dt()) << ", seed " << c.seed() << "\n";
+    std::cout << "  config            eta " << Num(c.eta()) << ", lambda " << Num(c.lambda()) << ", epsilon "
+              << Num(c.epsilon()) << ", max_dict " << c.max_dict() << ", dt " << Num(c.dt()) << ", seed " << c.seed()
+              << "\n";
   }
   std::cout << "  views             rank " << c.rank() << ", clusters " << c.clusters();
   if (c.num_states() == 0) std::cout << ", rff " << c.rff_features();
   if (c.meta_states() > 0) {
-    std::cout << "; aggregation " << c.meta_states() << " meta-states (delta0 "
-              << Num(c.anchor_threshold()) << ", "
+    std::cout << "; aggregation " << c.meta_states() << " meta-states (delta0 " << Num(c.anchor_threshold()) << ", "
               << (c.vertex_hunting().empty() ? "spa" : c.vertex_hunting()) << ")";
   }
   if (c.latent_states() > 0) std::cout << "; latent " << c.latent_states() << " states";
@@ -284,9 +284,8 @@ void PrintModel(const v1::ModelInfo& m) {
   if (v.version() == 0) {
     std::cout << "  view              none yet\n";
   } else {
-    std::cout << "  view              version " << v.version() << ", " << v.samples()
-              << " samples, age " << Num(v.age_seconds()) << " s, built in "
-              << Num(v.build_seconds()) << " s\n";
+    std::cout << "  view              version " << v.version() << ", " << v.samples() << " samples, age "
+              << Num(v.age_seconds()) << " s, built in " << Num(v.build_seconds()) << " s\n";
     const auto by_view = ViewSecondsBySize(v);
     if (!by_view.empty()) {
       std::cout << "  view build        ";
@@ -302,9 +301,9 @@ void PrintModel(const v1::ModelInfo& m) {
   }
   for (const v1::SubViewStatus& sv : m.sub_views()) {
     const std::string& term = sv.summary().termination();
-    const std::string status = !sv.available()                      ? "not available: " + sv.error()
+    const std::string status = !sv.available()                     ? "not available: " + sv.error()
                                : term.empty() || term == "success" ? std::string("ok")
-                                                                     : "ok, fit ended " + term;
+                                                                   : "ok, fit ended " + term;
     std::printf("  %-17s %s\n", sv.name().c_str(), status.c_str());
   }
 }

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "client/cli/json.h"
 #include "client/cli/context.h"
+#include "client/cli/json.h"
 
 namespace cmestream::cli {
 

@@ -76,16 +76,14 @@ absl::Status ClientOptions::Validate() const {
     return absl::InvalidArgumentError("token: contains a line break");
   }
   if (max_message_bytes < (4 << 20)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_message_bytes: expected >= 4 MiB, got ", max_message_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("max_message_bytes: expected >= 4 MiB, got ", max_message_bytes));
   }
   return absl::OkStatus();
 }
 
 absl::Status IngestStream::Options::Validate() const {
   if (batch_pairs < 1 || batch_pairs > 1000000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_pairs: expected in [1, 1000000], got ", batch_pairs));
+    return absl::InvalidArgumentError(absl::StrCat("batch_pairs: expected in [1, 1000000], got ", batch_pairs));
   }
   if (producer_id.empty() && start_offset != 0) {
     return absl::InvalidArgumentError("start_offset: only meaningful with a producer_id");
@@ -97,11 +95,9 @@ absl::Status IngestStream::Options::Validate() const {
 // IngestStream
 // ---------------------------------------------------------------------------------------------
 
-IngestStream::IngestStream(std::unique_ptr<grpc::ClientContext> context,
-                           v1::IngestService::Stub* stub, std::string model, uint32_t dim,
-                           Options options)
-    : context_(std::move(context)), model_(std::move(model)), dim_(dim),
-      options_(std::move(options)) {
+IngestStream::IngestStream(std::unique_ptr<grpc::ClientContext> context, v1::IngestService::Stub* stub,
+                           std::string model, uint32_t dim, Options options)
+    : context_(std::move(context)), model_(std::move(model)), dim_(dim), options_(std::move(options)) {
   stream_ = stub->Ingest(context_.get());
   summary_.next_offset = options_.start_offset;
   const size_t doubles = static_cast<size_t>(options_.batch_pairs + 1) * dim_;
@@ -205,9 +201,8 @@ absl::Status IngestStream::AddPairs(absl::Span<const double> x, absl::Span<const
     return absl::FailedPreconditionError("AddPairs: this stream carries trajectory states");
   }
   if (x.size() != y.size() || x.size() % dim_ != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AddPairs: expected x and y of equal size, a multiple of dim ", dim_, "; got ", x.size(),
-        " and ", y.size()));
+    return absl::InvalidArgumentError(absl::StrCat("AddPairs: expected x and y of equal size, a multiple of dim ", dim_,
+                                                   "; got ", x.size(), " and ", y.size()));
   }
   mode_ = Mode::kPairs;
   const size_t n = x.size() / dim_;
@@ -234,8 +229,8 @@ absl::Status IngestStream::AddStates(absl::Span<const double> states) {
     return absl::FailedPreconditionError("AddStates: this stream carries pairs");
   }
   if (states.size() % dim_ != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("AddStates: expected a multiple of dim ", dim_,
-                                                   " doubles, got ", states.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AddStates: expected a multiple of dim ", dim_, " doubles, got ", states.size()));
   }
   mode_ = Mode::kTrajectory;
   const size_t k = states.size() / dim_;
@@ -250,17 +245,15 @@ absl::Status IngestStream::AddStates(absl::Span<const double> states) {
   return absl::OkStatus();
 }
 
-absl::Status IngestStream::AddIdPairs(absl::Span<const int64_t> x_ids,
-                                      absl::Span<const int64_t> y_ids) {
+absl::Status IngestStream::AddIdPairs(absl::Span<const int64_t> x_ids, absl::Span<const int64_t> y_ids) {
   if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
   if (!discrete()) return absl::FailedPreconditionError("AddIdPairs: this stream carries vectors");
   if (mode_ == Mode::kTrajectory) {
     return absl::FailedPreconditionError("AddIdPairs: this stream carries trajectory ids");
   }
   if (x_ids.size() != y_ids.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AddIdPairs: expected x_ids and y_ids of equal size, got ", x_ids.size(), " and ",
-        y_ids.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AddIdPairs: expected x_ids and y_ids of equal size, got ", x_ids.size(), " and ", y_ids.size()));
   }
   mode_ = Mode::kPairs;
   const size_t n = x_ids.size();
@@ -324,9 +317,8 @@ absl::StatusOr<IngestStream::Summary> IngestStream::Finish() {
   if (!final_status_.ok()) return final_status_;
   Summary summary = Progress();
   if (summary.batches_acked != summary.batches_sent) {
-    final_status_ = absl::DataLossError(absl::StrCat("ingest: sent ", summary.batches_sent,
-                                                     " batches but received ",
-                                                     summary.batches_acked, " acks"));
+    final_status_ = absl::DataLossError(
+        absl::StrCat("ingest: sent ", summary.batches_sent, " batches but received ", summary.batches_acked, " acks"));
     return final_status_;
   }
   return summary;
@@ -446,7 +438,8 @@ absl::StatusOr<v1::ModelInfo> Client::CreateModel(const v1::ModelConfig& config)
   v1::CreateModelRequest request;
   *request.mutable_config() = config;
   v1::ModelInfo reply;
-  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->CreateModel(ctx, request, &reply); });
+  if (auto s = Unary(
+          [&](const Client& c, grpc::ClientContext* ctx) { return c.models_->CreateModel(ctx, request, &reply); });
       !s.ok()) {
     return s;
   }
@@ -457,7 +450,8 @@ absl::StatusOr<v1::ModelInfo> Client::Describe(const std::string& name) {
   v1::GetModelRequest request;
   request.set_name(name);
   v1::ModelInfo reply;
-  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->GetModel(ctx, request, &reply); });
+  if (auto s =
+          Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->GetModel(ctx, request, &reply); });
       !s.ok()) {
     return s;
   }
@@ -468,8 +462,7 @@ absl::StatusOr<std::vector<v1::ModelInfo>> Client::List() {
   grpc::ClientContext context;
   SetDeadline(&context);
   v1::ListModelsResponse reply;
-  if (auto s = FromGrpcStatus(models_->ListModels(&context, v1::ListModelsRequest(), &reply));
-      !s.ok()) {
+  if (auto s = FromGrpcStatus(models_->ListModels(&context, v1::ListModelsRequest(), &reply)); !s.ok()) {
     return s;
   }
   return std::vector<v1::ModelInfo>(reply.models().begin(), reply.models().end());
@@ -522,7 +515,8 @@ absl::StatusOr<std::string> Client::ExportModel(const std::string& name) {
   v1::ExportModelRequest request;
   request.set_name(name);
   v1::ExportModelResponse reply;
-  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->ExportModel(ctx, request, &reply); });
+  if (auto s = Unary(
+          [&](const Client& c, grpc::ClientContext* ctx) { return c.models_->ExportModel(ctx, request, &reply); });
       !s.ok()) {
     return s;
   }
@@ -534,28 +528,29 @@ absl::StatusOr<v1::ModelInfo> Client::ImportModel(std::string data, const std::s
   *request.mutable_data() = std::move(data);
   request.set_name(new_name);
   v1::ModelInfo reply;
-  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->ImportModel(ctx, request, &reply); });
+  if (auto s = Unary(
+          [&](const Client& c, grpc::ClientContext* ctx) { return c.models_->ImportModel(ctx, request, &reply); });
       !s.ok()) {
     return s;
   }
   return reply;
 }
 
-absl::StatusOr<v1::ProducerStatus> Client::GetProducer(const std::string& model,
-                                                       const std::string& producer_id) {
+absl::StatusOr<v1::ProducerStatus> Client::GetProducer(const std::string& model, const std::string& producer_id) {
   v1::GetProducerRequest request;
   request.set_model(model);
   request.set_producer_id(producer_id);
   v1::ProducerStatus reply;
-  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.ingest_->GetProducer(ctx, request, &reply); });
+  if (auto s = Unary(
+          [&](const Client& c, grpc::ClientContext* ctx) { return c.ingest_->GetProducer(ctx, request, &reply); });
       !s.ok()) {
     return s;
   }
   return reply;
 }
 
-absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenIngest(
-    const std::string& model, uint32_t dim, const IngestStream::Options& options) {
+absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenIngest(const std::string& model, uint32_t dim,
+                                                                 const IngestStream::Options& options) {
   if (auto s = options.Validate(); !s.ok()) return s;
   if (dim == 0) return absl::InvalidArgumentError("OpenIngest: dim must be >= 1");
   // No deadline: a stream lives as long as the producer has data. With follow_owner the stream
@@ -563,12 +558,11 @@ absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenIngest(
   const Client& owner = OwnerClient(model);
   auto context = std::make_unique<grpc::ClientContext>();
   owner.Authenticate(context.get());
-  return std::unique_ptr<IngestStream>(
-      new IngestStream(std::move(context), owner.ingest_.get(), model, dim, options));
+  return std::unique_ptr<IngestStream>(new IngestStream(std::move(context), owner.ingest_.get(), model, dim, options));
 }
 
-absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenDiscreteIngest(
-    const std::string& model, const IngestStream::Options& options) {
+absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenDiscreteIngest(const std::string& model,
+                                                                         const IngestStream::Options& options) {
   if (auto s = options.Validate(); !s.ok()) return s;
   const Client& owner = OwnerClient(model);
   auto context = std::make_unique<grpc::ClientContext>();
@@ -577,15 +571,15 @@ absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenDiscreteIngest(
       new IngestStream(std::move(context), owner.ingest_.get(), model, /*dim=*/0, options));
 }
 
-absl::StatusOr<v1::ViewInfo> Client::Refresh(const std::string& model, bool wait,
-                                             double wait_timeout_seconds) {
+absl::StatusOr<v1::ViewInfo> Client::Refresh(const std::string& model, bool wait, double wait_timeout_seconds) {
   v1::RefreshRequest request;
   request.set_model(model);
   request.set_wait(wait);
   request.set_timeout_seconds(wait_timeout_seconds);
   v1::RefreshResponse reply;
-  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.queries_->Refresh(ctx, request, &reply); },
-                     wait ? wait_timeout_seconds : 0);
+  if (auto s =
+          Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.queries_->Refresh(ctx, request, &reply); },
+                wait ? wait_timeout_seconds : 0);
       !s.ok()) {
     return s;
   }
@@ -595,7 +589,8 @@ absl::StatusOr<v1::ViewInfo> Client::Refresh(const std::string& model, bool wait
 template <typename Response, typename Request, typename Method>
 absl::StatusOr<Response> Client::Query(Method method, const Request& request) const {
   Response reply;
-  if (auto s = Unary([&](const Client& c, grpc::ClientContext* ctx) { return (c.queries_.get()->*method)(ctx, request, &reply); });
+  if (auto s = Unary(
+          [&](const Client& c, grpc::ClientContext* ctx) { return (c.queries_.get()->*method)(ctx, request, &reply); });
       !s.ok()) {
     return s;
   }
@@ -611,8 +606,7 @@ absl::StatusOr<v1::KoopmanResponse> Client::Koopman(const std::string& model, ui
   return Query<v1::KoopmanResponse>(&v1::QueryService::Stub::GetKoopman, request);
 }
 
-absl::StatusOr<v1::PredictResponse> Client::Predict(const std::string& model,
-                                                    absl::Span<const double> points) {
+absl::StatusOr<v1::PredictResponse> Client::Predict(const std::string& model, absl::Span<const double> points) {
   v1::PredictRequest request;
   request.set_model(model);
   request.mutable_points()->Add(points.begin(), points.end());
@@ -631,8 +625,7 @@ absl::StatusOr<v1::CountsResponse> Client::Counts(const std::string& model) {
   return Query<v1::CountsResponse>(&v1::QueryService::Stub::GetCounts, request);
 }
 
-absl::StatusOr<v1::EmbeddingResponse> Client::Embedding(const std::string& model,
-                                                        absl::Span<const double> points,
+absl::StatusOr<v1::EmbeddingResponse> Client::Embedding(const std::string& model, absl::Span<const double> points,
                                                         absl::Span<const int64_t> state_ids) {
   v1::EmbeddingRequest request;
   request.set_model(model);
@@ -641,8 +634,7 @@ absl::StatusOr<v1::EmbeddingResponse> Client::Embedding(const std::string& model
   return Query<v1::EmbeddingResponse>(&v1::QueryService::Stub::GetEmbedding, request);
 }
 
-absl::StatusOr<v1::ClustersResponse> Client::Clusters(const std::string& model,
-                                                      absl::Span<const double> points,
+absl::StatusOr<v1::ClustersResponse> Client::Clusters(const std::string& model, absl::Span<const double> points,
                                                       absl::Span<const int64_t> state_ids) {
   v1::ClustersRequest request;
   request.set_model(model);
@@ -657,8 +649,7 @@ absl::StatusOr<v1::AggregationResponse> Client::Aggregation(const std::string& m
   return Query<v1::AggregationResponse>(&v1::QueryService::Stub::GetAggregation, request);
 }
 
-absl::StatusOr<v1::LatentResponse> Client::Latent(const std::string& model,
-                                                  absl::Span<const double> points,
+absl::StatusOr<v1::LatentResponse> Client::Latent(const std::string& model, absl::Span<const double> points,
                                                   absl::Span<const int64_t> state_ids) {
   v1::LatentRequest request;
   request.set_model(model);
@@ -667,10 +658,8 @@ absl::StatusOr<v1::LatentResponse> Client::Latent(const std::string& model,
   return Query<v1::LatentResponse>(&v1::QueryService::Stub::GetLatent, request);
 }
 
-absl::StatusOr<v1::ForecastResponse> Client::Forecast(const std::string& model,
-                                                      absl::Span<const double> window,
-                                                      absl::Span<const int64_t> window_ids,
-                                                      uint32_t horizon) {
+absl::StatusOr<v1::ForecastResponse> Client::Forecast(const std::string& model, absl::Span<const double> window,
+                                                      absl::Span<const int64_t> window_ids, uint32_t horizon) {
   if (horizon < 1) return absl::InvalidArgumentError("horizon: expected >= 1, got 0");
   v1::ForecastRequest request;
   request.set_model(model);

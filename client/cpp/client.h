@@ -93,10 +93,10 @@ struct ClientOptions {
 class IngestStream {
  public:
   struct Options {
-    std::string producer_id;   // empty: the daemon applies every pair without deduplication
-    uint64_t start_offset = 0; // offset of the first pair sent (in pairs), with producer_id
-    int batch_pairs = 1000;    // pairs per IngestBatch message, in [1, 1000000]
-    std::string episode_id;    // episode of trajectory segments (informational for the daemon)
+    std::string producer_id;    // empty: the daemon applies every pair without deduplication
+    uint64_t start_offset = 0;  // offset of the first pair sent (in pairs), with producer_id
+    int batch_pairs = 1000;     // pairs per IngestBatch message, in [1, 1000000]
+    std::string episode_id;     // episode of trajectory segments (informational for the daemon)
     absl::Status Validate() const;
   };
 
@@ -105,11 +105,11 @@ class IngestStream {
     uint64_t batches_sent = 0;
     uint64_t pairs_sent = 0;
     uint64_t batches_acked = 0;
-    uint64_t pairs_acked = 0;        // sum of IngestAck.pairs_received
-    uint64_t pairs_applied = 0;      // sum of IngestAck.pairs_applied
-    uint64_t producer_offset = 0;    // from the last ack
-    uint64_t model_samples = 0;      // from the last ack
-    uint64_t next_offset = 0;        // offset the next batch would carry
+    uint64_t pairs_acked = 0;      // sum of IngestAck.pairs_received
+    uint64_t pairs_applied = 0;    // sum of IngestAck.pairs_applied
+    uint64_t producer_offset = 0;  // from the last ack
+    uint64_t model_samples = 0;    // from the last ack
+    uint64_t next_offset = 0;      // offset the next batch would carry
   };
 
   ~IngestStream();
@@ -150,8 +150,8 @@ class IngestStream {
  private:
   friend class Client;
   // dim == 0: a discrete stream (ids instead of vectors).
-  IngestStream(std::unique_ptr<grpc::ClientContext> context, v1::IngestService::Stub* stub,
-               std::string model, uint32_t dim, Options options);
+  IngestStream(std::unique_ptr<grpc::ClientContext> context, v1::IngestService::Stub* stub, std::string model,
+               uint32_t dim, Options options);
   bool discrete() const { return dim_ == 0; }
   absl::Status SendBatch();
   absl::Status Fail();
@@ -164,13 +164,13 @@ class IngestStream {
   uint32_t dim_;
   Options options_;
   enum class Mode { kUnset, kPairs, kTrajectory } mode_ = Mode::kUnset;
-  v1::IngestBatch batch_;      // reused buffer of the batch being filled
-  int batch_pairs_filled_ = 0; // pairs in batch_ (trajectory: states - 1, >= 0)
+  v1::IngestBatch batch_;       // reused buffer of the batch being filled
+  int batch_pairs_filled_ = 0;  // pairs in batch_ (trajectory: states - 1, >= 0)
   bool have_last_state_ = false;
   bool closed_ = false;
   absl::Status final_status_;
   mutable std::mutex mu_;
-  Summary summary_;            // guarded by mu_
+  Summary summary_;  // guarded by mu_
 };
 
 class Client {
@@ -192,28 +192,24 @@ class Client {
   absl::StatusOr<bool> Health(const std::string& service = "");
   absl::StatusOr<std::string> ExportModel(const std::string& name);
   absl::StatusOr<v1::ModelInfo> ImportModel(std::string data, const std::string& new_name);
-  absl::StatusOr<v1::ProducerStatus> GetProducer(const std::string& model,
-                                                 const std::string& producer_id);
+  absl::StatusOr<v1::ProducerStatus> GetProducer(const std::string& model, const std::string& producer_id);
 
   // Opens an ingest stream for `model` of state dimension `dim` (from Describe).
   absl::StatusOr<std::unique_ptr<IngestStream>> OpenIngest(const std::string& model, uint32_t dim,
                                                            const IngestStream::Options& options);
 
   // Opens an ingest stream of state ids for discrete `model` (ModelConfig.num_states > 0).
-  absl::StatusOr<std::unique_ptr<IngestStream>> OpenDiscreteIngest(
-      const std::string& model, const IngestStream::Options& options);
+  absl::StatusOr<std::unique_ptr<IngestStream>> OpenDiscreteIngest(const std::string& model,
+                                                                   const IngestStream::Options& options);
 
   // Requests a refresh; with wait, blocks until a view covering the current samples exists
   // (server-side timeout `wait_timeout_seconds`; the call's deadline adds timeout_seconds).
-  absl::StatusOr<v1::ViewInfo> Refresh(const std::string& model, bool wait,
-                                       double wait_timeout_seconds = 60);
+  absl::StatusOr<v1::ViewInfo> Refresh(const std::string& model, bool wait, double wait_timeout_seconds = 60);
 
   // Leading `top` eigenpairs (0: server default); eigenfunction values at `points`
   // (n*dim packed, may be empty).
-  absl::StatusOr<v1::KoopmanResponse> Koopman(const std::string& model, uint32_t top,
-                                              absl::Span<const double> points);
-  absl::StatusOr<v1::PredictResponse> Predict(const std::string& model,
-                                              absl::Span<const double> points);
+  absl::StatusOr<v1::KoopmanResponse> Koopman(const std::string& model, uint32_t top, absl::Span<const double> points);
+  absl::StatusOr<v1::PredictResponse> Predict(const std::string& model, absl::Span<const double> points);
   absl::StatusOr<v1::DictionaryResponse> Dictionary(const std::string& model);
 
   // Views of docs/algorithms.md §2-6. Query points are `points` (n*dim packed) for
@@ -221,22 +217,17 @@ class Client {
   // with FAILED_PRECONDITION before the model's first refresh and NOT_FOUND for an unknown
   // model; the replies are returned unchanged (see the proto for their layouts).
   absl::StatusOr<v1::CountsResponse> Counts(const std::string& model);
-  absl::StatusOr<v1::EmbeddingResponse> Embedding(const std::string& model,
-                                                  absl::Span<const double> points,
+  absl::StatusOr<v1::EmbeddingResponse> Embedding(const std::string& model, absl::Span<const double> points,
                                                   absl::Span<const int64_t> state_ids = {});
-  absl::StatusOr<v1::ClustersResponse> Clusters(const std::string& model,
-                                                absl::Span<const double> points,
+  absl::StatusOr<v1::ClustersResponse> Clusters(const std::string& model, absl::Span<const double> points,
                                                 absl::Span<const int64_t> state_ids = {});
   absl::StatusOr<v1::AggregationResponse> Aggregation(const std::string& model);
-  absl::StatusOr<v1::LatentResponse> Latent(const std::string& model,
-                                            absl::Span<const double> points,
+  absl::StatusOr<v1::LatentResponse> Latent(const std::string& model, absl::Span<const double> points,
                                             absl::Span<const int64_t> state_ids = {});
   // Forecast of the next `horizon` (>= 1) observations after the window (oldest first):
   // `window` (k*dim doubles) for continuous models, `window_ids` for discrete ones.
-  absl::StatusOr<v1::ForecastResponse> Forecast(const std::string& model,
-                                                absl::Span<const double> window,
-                                                absl::Span<const int64_t> window_ids,
-                                                uint32_t horizon);
+  absl::StatusOr<v1::ForecastResponse> Forecast(const std::string& model, absl::Span<const double> window,
+                                                absl::Span<const int64_t> window_ids, uint32_t horizon);
   // Implied timescales at every lag of the model with jackknife standard errors.
   absl::StatusOr<v1::TimescalesResponse> Timescales(const std::string& model);
   // CK test: clusters / steps / lag 0 mean the model's clusters, every step, its first lag.

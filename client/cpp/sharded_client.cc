@@ -18,7 +18,8 @@ absl::StatusOr<std::vector<Pod>> ParsePods(const std::string& list) {
     Pod pod{std::string(eq == absl::string_view::npos ? entry : entry.substr(0, eq)),
             std::string(eq == absl::string_view::npos ? entry : entry.substr(eq + 1))};
     if (pod.id.empty() || pod.target.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("server list: expected ID=HOST:PORT or HOST:PORT, got '", entry, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("server list: expected ID=HOST:PORT or HOST:PORT, got '", entry, "'"));
     }
     if (!seen.insert(pod.id).second) {
       return absl::InvalidArgumentError(absl::StrCat("server list: '", pod.id, "' twice"));
@@ -54,8 +55,8 @@ absl::StatusOr<std::vector<v1::ModelInfo>> ShardedClient::List() {
   for (size_t i = 0; i < clients_.size(); ++i) {
     absl::StatusOr<std::vector<v1::ModelInfo>> some = clients_[i]->List();
     if (!some.ok()) {
-      return absl::Status(some.status().code(), absl::StrCat("pod ", pods_[i].id, " (", pods_[i].target, "): ",
-                                                             some.status().message()));
+      return absl::Status(some.status().code(),
+                          absl::StrCat("pod ", pods_[i].id, " (", pods_[i].target, "): ", some.status().message()));
     }
     all.insert(all.end(), some->begin(), some->end());
   }

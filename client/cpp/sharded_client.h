@@ -30,8 +30,7 @@ absl::StatusOr<std::vector<Pod>> ParsePods(const std::string& list);
 class ShardedClient {
  public:
   // One Client per pod, each with `options` (target replaced, follow_owner on).
-  static absl::StatusOr<std::unique_ptr<ShardedClient>> Connect(const ClientOptions& options,
-                                                                std::vector<Pod> pods);
+  static absl::StatusOr<std::unique_ptr<ShardedClient>> Connect(const ClientOptions& options, std::vector<Pod> pods);
 
   // The pod that owns `model`.
   const Pod& Owner(const std::string& model) const;

@@ -22,9 +22,7 @@ namespace {
 using SpMat = Eigen::SparseMatrix<double>;  // column-major
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // A row whose h_1 entry is below this fraction of max |h_1| is treated as numerically zero
 // (SCORE divides by it). In exact arithmetic h_1 > 0 on an irreducible chain (Perron).
@@ -56,9 +54,9 @@ absl::StatusOr<AggregationResult> FitSparse(const SpMat& n_all, const SoftAggreg
   sum.kept_states = k;
   sum.excluded_states = static_cast<int64_t>(out.excluded_states.size());
   if (k < r) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "soft aggregation needs at least r = ", r, " states with incoming transitions; have ", k,
-        " of ", p, " (", out.excluded_states.size(), " excluded)"));
+    return absl::FailedPreconditionError(absl::StrCat("soft aggregation needs at least r = ", r,
+                                                      " states with incoming transitions; have ", k, " of ", p, " (",
+                                                      out.excluded_states.size(), " excluded)"));
   }
 
   // ---- Step 1(i): N~ = N[:, kept] diag(c_kept)^{-1/2} (all p rows: excluded states' outgoing
@@ -113,8 +111,8 @@ absl::StatusOr<AggregationResult> FitSparse(const SpMat& n_all, const SoftAggreg
     sum.svd_iterations = svd->iterations;
     sum.svd_residual = svd->max_residual;
     if (!svd->converged) {
-      trouble.push_back(absl::StrCat("truncated SVD not converged after ", svd->iterations,
-                                     " iterations (residual ", svd->max_residual, ")"));
+      trouble.push_back(absl::StrCat("truncated SVD not converged after ", svd->iterations, " iterations (residual ",
+                                     svd->max_residual, ")"));
     }
   }
   sum.svd_seconds = Seconds(t_svd, Clock::now());
@@ -131,8 +129,7 @@ absl::StatusOr<AggregationResult> FitSparse(const SpMat& n_all, const SoftAggreg
     }
   }
   if (sum.zero_h1_rows > 0) {
-    trouble.push_back(absl::StrCat(sum.zero_h1_rows,
-                                   " rows with h_1 ~ 0 (disconnected states?) clamped before SCORE"));
+    trouble.push_back(absl::StrCat(sum.zero_h1_rows, " rows with h_1 ~ 0 (disconnected states?) clamped before SCORE"));
   }
   // SCORE: D^ = diag(h_1)^{-1} [h_2 ... h_r].
   out.score = h.rightCols(r - 1).array().colwise() / h1.array();
@@ -153,7 +150,8 @@ absl::StatusOr<AggregationResult> FitSparse(const SpMat& n_all, const SoftAggreg
     km.seed = options.seed;
     absl::StatusOr<WeightedKMeansResult> fit =
         WeightedKMeans(RowMatrixXd(out.score), VectorXd::Ones(out.score.rows()), km);
-    if (!fit.ok()) return absl::FailedPreconditionError(absl::StrCat("k-means on the SCORE rows: ", fit.status().message()));
+    if (!fit.ok())
+      return absl::FailedPreconditionError(absl::StrCat("k-means on the SCORE rows: ", fit.status().message()));
     const MatrixXd centers = fit->centroids;
     if (centers.rows() < r) {
       return absl::FailedPreconditionError("k-means produced fewer centers than meta-states");
@@ -326,8 +324,8 @@ std::string SoftAggregation::Summary::BriefReport() const {
   std::string s = absl::StrFormat(
       "SoftAggregation %s: kept %d excluded %d, svd %s (%d it, residual %.2e) %.4fs, vertices %.4fs "
       "(rcond %.3g), weights %.4fs, U %.4fs, distance %.4fs, total %.4fs; mean clipped mass %.3g",
-      term, kept_states, excluded_states, svd, svd_iterations, svd_residual, svd_seconds, vertex_seconds,
-      vertex_rcond, weights_seconds, u_seconds, distance_seconds, total_seconds, mean_clipped_mass);
+      term, kept_states, excluded_states, svd, svd_iterations, svd_residual, svd_seconds, vertex_seconds, vertex_rcond,
+      weights_seconds, u_seconds, distance_seconds, total_seconds, mean_clipped_mass);
   if (!message.empty()) absl::StrAppend(&s, "; ", message);
   return s;
 }
@@ -393,7 +391,10 @@ std::vector<int> MatchMetaStates(const Eigen::Ref<const MatrixXd>& truth, const 
     do {
       double c = 0;
       for (int a = 0; a < r; ++a) c += cost(a, perm[a]);
-      if (c < best_cost) { best_cost = c; best = perm; }
+      if (c < best_cost) {
+        best_cost = c;
+        best = perm;
+      }
     } while (std::next_permutation(perm.begin(), perm.end()));
     return best;
   }
@@ -406,7 +407,11 @@ std::vector<int> MatchMetaStates(const Eigen::Ref<const MatrixXd>& truth, const 
     for (int a = 0; a < r; ++a) {
       if (assign[a] >= 0) continue;
       for (int b = 0; b < r; ++b)
-        if (!used[b] && cost(a, b) < bc) { bc = cost(a, b); ba = a; bb = b; }
+        if (!used[b] && cost(a, b) < bc) {
+          bc = cost(a, b);
+          ba = a;
+          bb = b;
+        }
     }
     assign[ba] = bb;
     used[bb] = 1;

@@ -46,27 +46,27 @@ class SoftAggregation {
   };
   enum class SvdKind { kNone, kDense, kTruncated };
   enum class Termination {
-    kNotRun,            // sentinel
+    kNotRun,  // sentinel
     kSuccess,
     kNumericalTrouble,  // result returned, but see Summary::message (ill-posed vertices, SVD
                         // not converged, zero h_1 entries, an empty meta-state)
   };
 
   struct Options {
-    int meta_states = 2;                  // r, number of meta-states, >= 1 (and <= kept states)
-    double anchor_threshold = 0.1;        // delta_0: anchors are rows with max_k w_j(k) >= 1 - delta_0; in [0, 1)
+    int meta_states = 2;            // r, number of meta-states, >= 1 (and <= kept states)
+    double anchor_threshold = 0.1;  // delta_0: anchors are rows with max_k w_j(k) >= 1 - delta_0; in [0, 1)
     VertexHunting vertex_hunting = VertexHunting::kSpa;
-    int kmeans_centers = 30;              // k-means centers for kKMeansThenSpa, >= meta_states
-                                          // (12 centers pulled vertices inward at p = 200, r = 4; 30 matched SPA)
-    int kmeans_restarts = 5;              // >= 1
-    int kmeans_max_iterations = 100;      // >= 1
-    uint64_t seed = 0x5eed;               // k-means seeding and the truncated SVD starting block
+    int kmeans_centers = 30;          // k-means centers for kKMeansThenSpa, >= meta_states
+                                      // (12 centers pulled vertices inward at p = 200, r = 4; 30 matched SPA)
+    int kmeans_restarts = 5;          // >= 1
+    int kmeans_max_iterations = 100;  // >= 1
+    uint64_t seed = 0x5eed;           // k-means seeding and the truncated SVD starting block
     // Use the truncated SVD when the number of kept states is >= this (else dense BDCSVD).
     // Crossover measured by tests/bench/bench_aggregation.cc (docs/benchmarks.md).
-    int truncated_svd_min_states = 200;   // >= 1 (truncated was 5x faster already at p = 200)
-    int svd_oversampling = 5;             // truncated SVD block size is r + this, >= 0 (5 fastest of 5..40)
-    int svd_max_iterations = 500;         // >= 1
-    double svd_tolerance = 1e-10;         // residual of A^T A x = theta x relative to theta_1, in (0,1)
+    int truncated_svd_min_states = 200;  // >= 1 (truncated was 5x faster already at p = 200)
+    int svd_oversampling = 5;            // truncated SVD block size is r + this, >= 0 (5 fastest of 5..40)
+    int svd_max_iterations = 500;        // >= 1
+    double svd_tolerance = 1e-10;        // residual of A^T A x = theta x relative to theta_1, in (0,1)
 
     // OK or InvalidArgument("Violated constraint: ...").
     absl::Status Validate() const;
@@ -74,21 +74,21 @@ class SoftAggregation {
 
   struct Summary {
     Termination termination = Termination::kNotRun;
-    std::string message;                  // why kNumericalTrouble; empty on success
+    std::string message;  // why kNumericalTrouble; empty on success
     SvdKind svd_kind = SvdKind::kNone;
-    int svd_iterations = -1;              // truncated only; 0 for dense
-    double svd_residual = -1;             // truncated only; 0 for dense
-    VectorXd singular_values;             // top min(r + 1, kept) singular values of N~ (the gap
-                                          // sigma_r / sigma_{r+1} helps choose r); with the truncated
-                                          // SVD sigma_{r+1} is a Ritz value (lower bound, few digits)
-    std::vector<int> vertex_rows;         // SPA: rows chosen as vertices; k-means: empty
-    double vertex_rcond = -1;             // reciprocal condition of [1^T; B] (r x r); ~0 = degenerate simplex
-    double mean_clipped_mass = -1;        // mean over rows of sum of negative entries of w*_j (noise gauge)
-    int zero_h1_rows = -1;                // rows whose h_1 entry was numerically zero (clamped)
+    int svd_iterations = -1;        // truncated only; 0 for dense
+    double svd_residual = -1;       // truncated only; 0 for dense
+    VectorXd singular_values;       // top min(r + 1, kept) singular values of N~ (the gap
+                                    // sigma_r / sigma_{r+1} helps choose r); with the truncated
+                                    // SVD sigma_{r+1} is a Ritz value (lower bound, few digits)
+    std::vector<int> vertex_rows;   // SPA: rows chosen as vertices; k-means: empty
+    double vertex_rcond = -1;       // reciprocal condition of [1^T; B] (r x r); ~0 = degenerate simplex
+    double mean_clipped_mass = -1;  // mean over rows of sum of negative entries of w*_j (noise gauge)
+    int zero_h1_rows = -1;          // rows whose h_1 entry was numerically zero (clamped)
     int64_t kept_states = -1;
     int64_t excluded_states = -1;
-    double svd_seconds = -1, vertex_seconds = -1, weights_seconds = -1, u_seconds = -1,
-           distance_seconds = -1, total_seconds = -1;
+    double svd_seconds = -1, vertex_seconds = -1, weights_seconds = -1, u_seconds = -1, distance_seconds = -1,
+           total_seconds = -1;
 
     std::string BriefReport() const;
   };
@@ -99,15 +99,15 @@ struct AggregationResult {
   std::vector<int> states;                 // original state index of each row (p_kept)
   std::vector<int> excluded_states;        // original indices with no incoming transitions
   std::vector<int> rows_without_outgoing;  // rows whose empirical P^ row is undefined
-  MatrixXd V;       // p_kept x r, disaggregation distributions, columns >= 0 sum to 1
-  MatrixXd U_raw;   // p_kept x r, P^ V (V^T V)^{-1} exactly as step 2 (may be < 0)
-  MatrixXd U;       // p_kept x r, U_raw clipped at 0 and rows renormalized to 1 (for display and the estimate)
-  MatrixXd W_raw;   // p_kept x r, barycentric weights w*_j (rows sum to 1, may be < 0)
-  MatrixXd W;       // p_kept x r, clipped, renormalized weights w_j (step 1(iii))
-  MatrixXd score;   // p_kept x (r-1), SCORE coordinates d_j (rows of D^)
+  MatrixXd V;                              // p_kept x r, disaggregation distributions, columns >= 0 sum to 1
+  MatrixXd U_raw;                          // p_kept x r, P^ V (V^T V)^{-1} exactly as step 2 (may be < 0)
+  MatrixXd U;         // p_kept x r, U_raw clipped at 0 and rows renormalized to 1 (for display and the estimate)
+  MatrixXd W_raw;     // p_kept x r, barycentric weights w*_j (rows sum to 1, may be < 0)
+  MatrixXd W;         // p_kept x r, clipped, renormalized weights w_j (step 1(iii))
+  MatrixXd score;     // p_kept x (r-1), SCORE coordinates d_j (rows of D^)
   MatrixXd vertices;  // r x (r-1), the vertices b_k found by vertex hunting
-  std::vector<std::vector<int>> anchors;   // per meta-state, rows with max_k w_j(k) >= 1 - delta_0 and argmax k
-  std::vector<int> partition;              // per row, argmax_k w_j(k) (hard partition)
+  std::vector<std::vector<int>> anchors;  // per meta-state, rows with max_k w_j(k) >= 1 - delta_0 and argmax k
+  std::vector<int> partition;             // per row, argmax_k w_j(k) (hard partition)
   // Distance of the estimate U V^T (U clipped: a stochastic matrix) to the empirical
   // P^ = diag(N 1)^{-1} N over rows with outgoing transitions (kept columns only; excluded
   // columns of N are zero anyway). mean_row_tv = mean_i 1/2 ||P^_i - (U V^T)_i||_1.
@@ -145,8 +145,7 @@ absl::StatusOr<AggregationResult> FitSoftAggregation(int p, const std::vector<Tr
 
 // Permutation perm of the r meta-states minimizing sum_k ||truth.col(k) - estimate.col(perm[k])||_1
 // (exhaustive for r <= 8, greedy beyond). requires same shape.
-std::vector<int> MatchMetaStates(const Eigen::Ref<const MatrixXd>& truth,
-                                 const Eigen::Ref<const MatrixXd>& estimate);
+std::vector<int> MatchMetaStates(const Eigen::Ref<const MatrixXd>& truth, const Eigen::Ref<const MatrixXd>& estimate);
 // mean_k 1/2 ||truth.col(k) - estimate.col(perm[k])||_1.
 double MeanColumnTv(const Eigen::Ref<const MatrixXd>& truth, const Eigen::Ref<const MatrixXd>& estimate,
                     const std::vector<int>& perm);

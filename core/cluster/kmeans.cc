@@ -58,8 +58,8 @@ MatrixXd Assign(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, Run* 
   return d2;
 }
 
-Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k, int max_iter,
-               double tol, std::mt19937_64& rng) {
+Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k, int max_iter, double tol,
+               std::mt19937_64& rng) {
   const int n = static_cast<int>(x.rows());
   Run run;
   run.centroids.resize(k, x.cols());
@@ -109,9 +109,11 @@ Run OneRestart(const Eigen::Ref<const RowMatrixXd>& x, const VectorXd& w, int k,
 
 absl::Status WeightedKMeansOptions::Validate() const {
   if (k < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: k >= 1 (got ", k, ")"));
-  if (restarts < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: restarts >= 1 (got ", restarts, ")"));
+  if (restarts < 1)
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: restarts >= 1 (got ", restarts, ")"));
   if (max_iterations < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: max_iterations >= 1 (got ", max_iterations, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Violated constraint: max_iterations >= 1 (got ", max_iterations, ")"));
   }
   if (!(tolerance >= 0)) return absl::InvalidArgumentError("Violated constraint: tolerance >= 0");
   return absl::OkStatus();
@@ -128,8 +130,8 @@ absl::StatusOr<WeightedKMeansResult> WeightedKMeans(const Eigen::Ref<const RowMa
                                                     const WeightedKMeansOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (weights.size() != points.rows()) {
-    return absl::InvalidArgumentError(absl::StrCat("weights has ", weights.size(), " entries, points has ",
-                                                   points.rows(), " rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights has ", weights.size(), " entries, points has ", points.rows(), " rows"));
   }
   if (!points.allFinite()) return absl::InvalidArgumentError("points contain non-finite values");
   int positive = 0;
@@ -140,8 +142,8 @@ absl::StatusOr<WeightedKMeansResult> WeightedKMeans(const Eigen::Ref<const RowMa
     if (weights[i] > 0) ++positive;
   }
   if (positive < options.k) {
-    return absl::InvalidArgumentError(absl::StrCat("k = ", options.k, " clusters but only ", positive,
-                                                   " points with positive weight"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("k = ", options.k, " clusters but only ", positive, " points with positive weight"));
   }
   const VectorXd w = weights / weights.sum();  // scale-free inertia
   std::mt19937_64 rng(options.seed);

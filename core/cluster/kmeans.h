@@ -30,10 +30,10 @@ struct WeightedKMeansOptions {
 };
 
 struct WeightedKMeansResult {
-  RowMatrixXd centroids;     // k x r
-  Eigen::VectorXi labels;    // n, in [0, k); zero-weight points get their nearest centroid
-  double inertia = -1;       // sum_i w_i ||x_i - c_label||^2 of the kept restart
-  int iterations = -1;       // Lloyd iterations of the kept restart
+  RowMatrixXd centroids;   // k x r
+  Eigen::VectorXi labels;  // n, in [0, k); zero-weight points get their nearest centroid
+  double inertia = -1;     // sum_i w_i ||x_i - c_label||^2 of the kept restart
+  int iterations = -1;     // Lloyd iterations of the kept restart
   int best_restart = -1;
   VectorXd restart_inertia;  // per restart
   std::string BriefReport() const;

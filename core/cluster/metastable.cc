@@ -24,9 +24,10 @@ Eigen::VectorXi MetastableClusters::Label(const StateEmbedding& embedding,
   return NearestCentroid(kmeans_.centroids, embedding.Embed(points));
 }
 
-absl::StatusOr<MetastableClusters> ComputeMetastableClusters(
-    const StateEmbedding& embedding, const Eigen::Ref<const RowMatrixXd>& representatives,
-    const Eigen::Ref<const VectorXd>& weights, const WeightedKMeansOptions& options) {
+absl::StatusOr<MetastableClusters> ComputeMetastableClusters(const StateEmbedding& embedding,
+                                                             const Eigen::Ref<const RowMatrixXd>& representatives,
+                                                             const Eigen::Ref<const VectorXd>& weights,
+                                                             const WeightedKMeansOptions& options) {
   if (absl::Status s = embedding.features().ValidatePoints(representatives); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("representatives: ", s.message()));
   }
@@ -44,8 +45,8 @@ absl::StatusOr<CoarseGrainedChain> CoarseGrain(const CountsSnapshot& counts,
                                                const Eigen::Ref<const Eigen::VectorXi>& labels, int k) {
   if (k < 1) return absl::InvalidArgumentError(absl::StrCat("k must be >= 1 (got ", k, ")"));
   if (labels.size() < counts.num_states()) {
-    return absl::InvalidArgumentError(absl::StrCat("labels has ", labels.size(), " entries, need ",
-                                                   counts.num_states()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("labels has ", labels.size(), " entries, need ", counts.num_states()));
   }
   for (int i = 0; i < counts.num_states(); ++i) {
     if (labels[i] >= k) {
@@ -75,8 +76,7 @@ absl::StatusOr<CoarseGrainedChain> CoarseGrain(const CountsSnapshot& counts,
   return out;
 }
 
-absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot& counts, double dt,
-                                                           int count) {
+absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot& counts, double dt, int count) {
   if (!(dt > 0) || !std::isfinite(dt)) return absl::InvalidArgumentError(absl::StrCat("dt must be > 0 (got ", dt, ")"));
   if (count < 0) return absl::InvalidArgumentError("count must be >= 0");
   std::vector<int> states;
@@ -106,9 +106,7 @@ absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot&
   out.timescales.resize(m);
   for (int l = 0; l < m; ++l) {
     const double lam = out.eigenvalue_moduli[l];
-    out.timescales[l] = lam >= 1 ? std::numeric_limits<double>::infinity()
-                        : lam <= 0 ? 0.0
-                                   : -dt / std::log(lam);
+    out.timescales[l] = lam >= 1 ? std::numeric_limits<double>::infinity() : lam <= 0 ? 0.0 : -dt / std::log(lam);
   }
   return out;
 }

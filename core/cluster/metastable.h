@@ -26,10 +26,10 @@ class MetastableClusters {
  public:
   const WeightedKMeansResult& kmeans() const { return kmeans_; }
   int num_clusters() const { return static_cast<int>(kmeans_.centroids.rows()); }
-  const RowMatrixXd& representatives() const { return representatives_; }  // m x d (or m x 1 ids)
-  const RowMatrixXd& representative_embedding() const { return embedded_; } // m x r
-  const VectorXd& weights() const { return weights_; }                      // m, sums to 1
-  const Eigen::VectorXi& labels() const { return kmeans_.labels; }          // m
+  const RowMatrixXd& representatives() const { return representatives_; }    // m x d (or m x 1 ids)
+  const RowMatrixXd& representative_embedding() const { return embedded_; }  // m x r
+  const VectorXd& weights() const { return weights_; }                       // m, sums to 1
+  const Eigen::VectorXi& labels() const { return kmeans_.labels; }           // m
   // Stationary mass of each cluster: sum of the normalized weights of its representatives.
   VectorXd Masses() const;
   // requires: embedding.features().ValidatePoints(points).ok(), the embedding used to build
@@ -37,9 +37,10 @@ class MetastableClusters {
   Eigen::VectorXi Label(const StateEmbedding& embedding, const Eigen::Ref<const RowMatrixXd>& points) const;
 
  private:
-  friend absl::StatusOr<MetastableClusters> ComputeMetastableClusters(
-      const StateEmbedding&, const Eigen::Ref<const RowMatrixXd>&, const Eigen::Ref<const VectorXd>&,
-      const WeightedKMeansOptions&);
+  friend absl::StatusOr<MetastableClusters> ComputeMetastableClusters(const StateEmbedding&,
+                                                                      const Eigen::Ref<const RowMatrixXd>&,
+                                                                      const Eigen::Ref<const VectorXd>&,
+                                                                      const WeightedKMeansOptions&);
   RowMatrixXd representatives_;
   RowMatrixXd embedded_;
   VectorXd weights_;
@@ -48,9 +49,10 @@ class MetastableClusters {
 
 // Embeds the representatives and clusters them. weights: raw visit counts (normalized here).
 // Errors: InvalidArgument for bad points / weights / options (message names the problem).
-absl::StatusOr<MetastableClusters> ComputeMetastableClusters(
-    const StateEmbedding& embedding, const Eigen::Ref<const RowMatrixXd>& representatives,
-    const Eigen::Ref<const VectorXd>& weights, const WeightedKMeansOptions& options);
+absl::StatusOr<MetastableClusters> ComputeMetastableClusters(const StateEmbedding& embedding,
+                                                             const Eigen::Ref<const RowMatrixXd>& representatives,
+                                                             const Eigen::Ref<const VectorXd>& weights,
+                                                             const WeightedKMeansOptions& options);
 
 // ---------------------------------------------------------------------------------------------
 // Coarse-grained chain. labels[i] in [0, K) is the cluster of state i (size >= num_states;
@@ -58,9 +60,9 @@ absl::StatusOr<MetastableClusters> ComputeMetastableClusters(
 // is C row-normalized (rows of clusters without outgoing counts are zero and flagged);
 // masses[a] = sum_{i in a} π_i with π ∝ visits.
 struct CoarseGrainedChain {
-  MatrixXd transition;         // K x K
-  VectorXd masses;             // K
-  std::vector<bool> visited;   // K
+  MatrixXd transition;        // K x K
+  VectorXd masses;            // K
+  std::vector<bool> visited;  // K
 };
 absl::StatusOr<CoarseGrainedChain> CoarseGrain(const CountsSnapshot& counts,
                                                const Eigen::Ref<const Eigen::VectorXi>& labels, int k);
@@ -74,8 +76,7 @@ struct ImpliedTimescales {
   VectorXd eigenvalue_moduli;  // |λ_2|, |λ_3|, ...
   VectorXd timescales;
 };
-absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot& counts, double dt,
-                                                           int count);
+absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot& counts, double dt, int count);
 
 // π-weighted misclassification rate of paper 000 section 4 with the best label permutation:
 // min_σ sum_j π({x in Ω_j, label(x) != σ(j)}) / π(Ω_j), for K <= 8 (exhaustive search).

@@ -28,11 +28,11 @@ namespace cmestream {
 
 struct BandwidthSelectionOptions {
   std::vector<double> median_fractions = {0.0625, 0.125, 0.25, 0.5, 1.0};
-  int rank = 4;          // singular functions in the VAMP-2 score
-  uint64_t seed = 1;      // unused since the split became deterministic blocks; kept for callers
-  int blocks = 10;        // contiguous blocks, alternately train and test (>= 2)
-  int landmarks = 200;   // Nystrom landmarks (training x points), bounds the cost O(n p^2 + p^3)
-  double ridge = 1e-3;   // covariance ridge, relative to the mean eigenvalue
+  int rank = 4;              // singular functions in the VAMP-2 score
+  uint64_t seed = 1;         // unused since the split became deterministic blocks; kept for callers
+  int blocks = 10;           // contiguous blocks, alternately train and test (>= 2)
+  int landmarks = 200;       // Nystrom landmarks (training x points), bounds the cost O(n p^2 + p^3)
+  double ridge = 1e-3;       // covariance ridge, relative to the mean eigenvalue
   int median_points = 1000;  // points used for the median pairwise distance
 };
 
@@ -53,8 +53,7 @@ double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::R
                     const Eigen::Ref<const RowMatrixXd>& landmarks, double sigma, int rank, double ridge);
 
 // x, y: warm-up pairs (n x d each, n >= 20), in stream order. Deterministic.
-BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x,
-                                   const Eigen::Ref<const RowMatrixXd>& y,
+BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y,
                                    const BandwidthSelectionOptions& options);
 
 }  // namespace cmestream

@@ -30,7 +30,8 @@ absl::Status CompressedCme::Options::Validate() const {
   if (!(eta * lambda < 1)) return Violated(absl::StrCat("eta * lambda < 1, got ", eta * lambda));
   if (!(epsilon >= 0) || !std::isfinite(epsilon)) return Violated(absl::StrCat("epsilon >= 0, got ", epsilon));
   if (max_dict < 1) return Violated(absl::StrCat("max_dict >= 1, got ", max_dict));
-  if (max_dict > 20000) return Violated(absl::StrCat("max_dict <= 20000 (memory is up to 7 max_dict^2 doubles), got ", max_dict));
+  if (max_dict > 20000)
+    return Violated(absl::StrCat("max_dict <= 20000 (memory is up to 7 max_dict^2 doubles), got ", max_dict));
   if (!(jitter >= 0) || !(jitter < 1)) return Violated(absl::StrCat("0 <= jitter < 1, got ", jitter));
   if (!(drift_tolerance > 0)) return Violated(absl::StrCat("drift_tolerance > 0, got ", drift_tolerance));
   if (!(step_decay_samples >= 0) || !std::isfinite(step_decay_samples))
@@ -111,8 +112,8 @@ void CompressedCme::EnsureCapacity() {
 int64_t CompressedCme::HeapBytes() const {
   int64_t n = 0;
   for (const RowMatrixXd* m : {&x_atoms_, &y_atoms_}) n += m->size();
-  for (const MatrixXd* m : {&w_, &w_avg_, &gx_, &gy_, &gx_inv_, &gy_inv_, &bkx_, &bky_, &bkyx_, &bc_, &bb_, &bgb_,
-                            &bz_, &bvv_, &bq_, &bvr_})
+  for (const MatrixXd* m : {&w_, &w_avg_, &gx_, &gy_, &gx_inv_, &gy_inv_, &bkx_, &bky_, &bkyx_, &bc_, &bb_, &bgb_, &bz_,
+                            &bvv_, &bq_, &bvr_})
     n += m->size();
   for (const VectorXd* v : {&kx_, &ky_, &a_, &b_, &c_, &kyx_, &tmp_, &amb_, &bscale_, &bsum_}) n += v->size();
   return n * static_cast<int64_t>(sizeof(double));
@@ -149,8 +150,8 @@ void CompressedCme::KernelColumn(const RowMatrixXd& atoms, int m, const double* 
   v = v.array().exp().matrix();
 }
 
-void CompressedCme::GrowInverse(MatrixXd& g, MatrixXd& g_inv, int m, const VectorXd& k_new,
-                                const VectorXd& c, double delta) {
+void CompressedCme::GrowInverse(MatrixXd& g, MatrixXd& g_inv, int m, const VectorXd& k_new, const VectorXd& c,
+                                double delta) {
   // Gram of the enlarged dictionary (unjittered; the jitter is added where it is used).
   g.col(m).head(m) = k_new.head(m);
   g.row(m).head(m) = k_new.head(m).transpose();
@@ -241,8 +242,14 @@ CompressedCme::Decision CompressedCme::Decide(const PairStats& st, double eta) c
       // The budget binds (cap or floor): take the best feasible partial step, project the rest.
       dec.forced = true;
       dec.residual2 = st.err2;
-      if (can_y && err_y <= dec.residual2) { dec.choice = kY; dec.residual2 = err_y; }
-      if (can_x && err_x < dec.residual2) { dec.choice = kX; dec.residual2 = err_x; }
+      if (can_y && err_y <= dec.residual2) {
+        dec.choice = kY;
+        dec.residual2 = err_y;
+      }
+      if (can_x && err_x < dec.residual2) {
+        dec.choice = kX;
+        dec.residual2 = err_x;
+      }
     }
   } else {
     if (mx < cap && my < cap) {
@@ -270,9 +277,9 @@ void CompressedCme::Observe(const double* x, const double* y) {
   auto a = a_.head(my);
   auto b = b_.head(my);
   auto c = c_.head(mx);
-  a.noalias() = w_.topLeftCorner(my, mx) * kx;           // C phi(x) = Psi a
-  b.noalias() = gy_inv_.topLeftCorner(my, my) * ky;      // P_Y phi(y) = Psi b
-  c.noalias() = gx_inv_.topLeftCorner(mx, mx) * kx;      // P_X phi(x) = Phi c
+  a.noalias() = w_.topLeftCorner(my, mx) * kx;       // C phi(x) = Psi a
+  b.noalias() = gy_inv_.topLeftCorner(my, my) * ky;  // P_Y phi(y) = Psi b
+  c.noalias() = gx_inv_.topLeftCorner(mx, mx) * kx;  // P_X phi(x) = Phi c
   // pu = (a - b)^T G_Y (a - b) = ||P_Y u||^2 for u = Psi a - phi(y).
   amb_.head(my) = a - b;
   tmp_.head(my).noalias() = gy_.topLeftCorner(my, my) * amb_.head(my);
@@ -281,8 +288,8 @@ void CompressedCme::Observe(const double* x, const double* y) {
   ApplyStep(Decide(st, eta), st, x, y, eta, decay);
 }
 
-void CompressedCme::ApplyStep(const Decision& dec, const PairStats& st, const double* x, const double* y,
-                              double eta, double decay) {
+void CompressedCme::ApplyStep(const Decision& dec, const PairStats& st, const double* x, const double* y, double eta,
+                              double decay) {
   const int d = options_.dim;
   const int mx = mx_;
   const int my = my_;
@@ -323,7 +330,7 @@ void CompressedCme::ApplyStep(const Decision& dec, const PairStats& st, const do
     ++counters_.forced;
     counters_.forced_error_sum += std::sqrt(dec.residual2);
   }
-  last_step_ = dec.forced ? Step::kForced
+  last_step_ = dec.forced                ? Step::kForced
                : dec.choice == kCompress ? Step::kCompressed
                : dec.choice == kY        ? Step::kAdmittedY
                : dec.choice == kX        ? Step::kAdmittedX
@@ -436,8 +443,8 @@ RowMatrixXd PredictConditionalMean(const CmeSnapshot& s, const Eigen::Ref<const 
   RowMatrixXd out = RowMatrixXd::Zero(points.rows(), s.dim);
   if (points.rows() == 0 || s.x_atoms.rows() == 0 || s.y_atoms.rows() == 0) return out;
   const MatrixXd kx = GaussianGram(points, s.x_atoms, s.sigma);  // n x m_x
-  const MatrixXd beta = kx * s.W.transpose();                       // n x m_y, beta = W k_X(x)
-  out.noalias() = beta * s.y_atoms;                                 // sum_i beta_i y_i
+  const MatrixXd beta = kx * s.W.transpose();                    // n x m_y, beta = W k_X(x)
+  out.noalias() = beta * s.y_atoms;                              // sum_i beta_i y_i
   return out;
 }
 

@@ -50,8 +50,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/types/span.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/common/types.h"
 #include "core/io/fwd.h"
 
@@ -63,13 +63,13 @@ class CompressedCme {
   static constexpr int kMaxDim = 65536;
 
   struct Options {
-    int dim = 0;                 // state dimension d, 1 <= d <= kMaxDim
-    double sigma = 0.4;          // Gaussian kernel bandwidth, > 0
-    double eta = 0.1;            // SGD step, 0 < eta, eta*lambda < 1
-    double lambda = 1e-3;        // HS regularizer, >= 0
-    double epsilon = 1e-3;       // compression budget on ||C~ - Pi C~||_HS, >= 0
-    int max_dict = 1000;         // cap on m_x and on m_y, >= 1
-    bool one_sided = true;       // admit only the cheapest side (docs/algorithms.md §1.5)
+    int dim = 0;            // state dimension d, 1 <= d <= kMaxDim
+    double sigma = 0.4;     // Gaussian kernel bandwidth, > 0
+    double eta = 0.1;       // SGD step, 0 < eta, eta*lambda < 1
+    double lambda = 1e-3;   // HS regularizer, >= 0
+    double epsilon = 1e-3;  // compression budget on ||C~ - Pi C~||_HS, >= 0
+    int max_dict = 1000;    // cap on m_x and on m_y, >= 1
+    bool one_sided = true;  // admit only the cheapest side (docs/algorithms.md §1.5)
     // Relative jitter gamma = jitter * k(x,x) added to both Gram diagonals.
     double jitter = 1e-6;
     // Re-factorize the Gram inverses (Cholesky) when ||G G^-1 - I||_F exceeds this.
@@ -82,7 +82,7 @@ class CompressedCme {
     // Step schedule eta_t = eta / (1 + t/step_decay_samples)^step_decay_power (0 = constant).
     double step_decay_samples = 0;
     double step_decay_power = 0.5;
-    bool averaging = false;      // Polyak-Ruppert running mean of W, used by the views
+    bool averaging = false;  // Polyak-Ruppert running mean of W, used by the views
 
     // OK or InvalidArgument("Violated constraint: ...").
     absl::Status Validate() const;
@@ -91,11 +91,11 @@ class CompressedCme {
   // Counters describing what the learner did; cumulative since construction.
   struct Counters {
     int64_t samples = 0;
-    int64_t compressed = 0;        // absorbed into the current span
-    int64_t admitted_x = 0;        // X atoms added
-    int64_t admitted_y = 0;        // Y atoms added
-    int64_t forced = 0;            // admissions refused by max_dict (forced projections)
-    double forced_error_sum = 0;   // sum of sqrt(err^2) of forced projections
+    int64_t compressed = 0;       // absorbed into the current span
+    int64_t admitted_x = 0;       // X atoms added
+    int64_t admitted_y = 0;       // Y atoms added
+    int64_t forced = 0;           // admissions refused by max_dict (forced projections)
+    double forced_error_sum = 0;  // sum of sqrt(err^2) of forced projections
     int64_t refactorizations = 0;
   };
 
@@ -142,9 +142,9 @@ class CompressedCme {
   double last_drift() const { return last_drift_; }
 
   // Views of the live state (first m rows/cols of the capacity-sized buffers).
-  Eigen::Ref<const RowMatrixXd> x_atoms() const;   // m_x x d
-  Eigen::Ref<const RowMatrixXd> y_atoms() const;   // m_y x d
-  Eigen::Ref<const MatrixXd> W() const;            // m_y x m_x (averaged W if averaging)
+  Eigen::Ref<const RowMatrixXd> x_atoms() const;  // m_x x d
+  Eigen::Ref<const RowMatrixXd> y_atoms() const;  // m_y x d
+  Eigen::Ref<const MatrixXd> W() const;           // m_y x m_x (averaged W if averaging)
   // Index of the X atom with the largest kernel value for the most recent Observe()'d x
   // and its successor y (-1 before any atom exists). Lets counts reuse kernel values.
   // Cost: k_X(y) is m_x extra kernel evaluations per sample (O(m d), small next to O(m^2)).
@@ -193,51 +193,50 @@ class CompressedCme {
   Decision Decide(const PairStats& st, double eta) const;
   // Applies a decided step with the pair's vectors in the scratch a_, amb_, b_, c_, kx_, ky_
   // (W update, dictionary growth, counters, averaging, nearest atoms, drift schedule).
-  void ApplyStep(const Decision& dec, const PairStats& st, const double* x, const double* y, double eta,
-                 double decay);
+  void ApplyStep(const Decision& dec, const PairStats& st, const double* x, const double* y, double eta, double decay);
   // Grows capacity when an admission would not fit (no-op at max_dict).
   void EnsureCapacity();
   // ObserveBatch helpers (compressed_cme_batch.cc).
   void EnsureBatchScratch(int run);
-  int ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y, int64_t t0,
-                 int len, absl::Span<int> nearest_x, absl::Span<int> nearest_y, bool* ended_early);
+  int ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y, int64_t t0, int len,
+                 absl::Span<int> nearest_x, absl::Span<int> nearest_y, bool* ended_early);
   void FlushRun(int r, double scale, int64_t n0);
   // Samples left before the scheduled drift check (>= 1), or a large number when disabled.
   int64_t PairsUntilDriftCheck() const;
   void AfterPairDriftSchedule();
 
   Options options_;
-  int cap_ = 0;                     // capacity of every m-indexed buffer (see COST)
+  int cap_ = 0;  // capacity of every m-indexed buffer (see COST)
   Counters counters_;
   int mx_ = 0;
   int my_ = 0;
   double last_drift_ = 0;
   int last_nearest_x_ = -1;
   int last_nearest_y_in_x_ = -1;
-  RowMatrixXd x_atoms_, y_atoms_;   // cap x d
-  MatrixXd w_, w_avg_;              // cap x cap
-  MatrixXd gx_, gy_;                // Gram matrices (jittered), capacity-sized
-  MatrixXd gx_inv_, gy_inv_;        // their inverses
+  RowMatrixXd x_atoms_, y_atoms_;             // cap x d
+  MatrixXd w_, w_avg_;                        // cap x cap
+  MatrixXd gx_, gy_;                          // Gram matrices (jittered), capacity-sized
+  MatrixXd gx_inv_, gy_inv_;                  // their inverses
   VectorXd kx_, ky_, a_, b_, c_, kyx_, tmp_;  // scratch, capacity-sized
-  VectorXd amb_;                    // scratch: a - b, capacity-sized
+  VectorXd amb_;                              // scratch: a - b, capacity-sized
   // ObserveBatch scratch (ld = cap rounded up to 8 rows so columns stay SIMD-aligned) x run.
-  MatrixXd bkx_, bky_, bkyx_;       // kernel columns k_X(x_t), k_Y(y_t), k_X(y_t)
-  MatrixXd bc_, bb_, bgb_;          // G_X^-1 K_x, G_Y^-1 K_y, G_Y G_Y^-1 K_y
-  MatrixXd bz_;                     // 2 ld x run: [W~ K_x ; G_Y W~ K_x], then corrected in place
-  MatrixXd bvv_;                    // 2 ld x run: [v_t ; G_Y v_t], the deferred rank-1 factors
-  MatrixXd bq_;                     // run x run: Q(j,t) = c_j^T k_X(x_t), strictly upper part
-  MatrixXd bvr_;                    // ld x run: v_t scaled for the Polyak-Ruppert sum
-  VectorXd bscale_, bsum_;          // per-pair lazy scale S_t and its suffix sums
+  MatrixXd bkx_, bky_, bkyx_;  // kernel columns k_X(x_t), k_Y(y_t), k_X(y_t)
+  MatrixXd bc_, bb_, bgb_;     // G_X^-1 K_x, G_Y^-1 K_y, G_Y G_Y^-1 K_y
+  MatrixXd bz_;                // 2 ld x run: [W~ K_x ; G_Y W~ K_x], then corrected in place
+  MatrixXd bvv_;               // 2 ld x run: [v_t ; G_Y v_t], the deferred rank-1 factors
+  MatrixXd bq_;                // run x run: Q(j,t) = c_j^T k_X(x_t), strictly upper part
+  MatrixXd bvr_;               // ld x run: v_t scaled for the Polyak-Ruppert sum
+  VectorXd bscale_, bsum_;     // per-pair lazy scale S_t and its suffix sums
   Step last_step_ = Step::kNone;
   double last_error_ = 0;
   int64_t negative_delta_events_ = 0;
   int64_t samples_since_drift_check_ = 0;
 
-  double Gamma() const;             // relative jitter gamma = jitter * k(x,x) (k(x,x) = 1)
+  double Gamma() const;                      // relative jitter gamma = jitter * k(x,x) (k(x,x) = 1)
   double StepSizeAt(int64_t samples) const;  // eta_t of the schedule after `samples` pairs
   void GrowInverse(MatrixXd& g, MatrixXd& g_inv, int m, const VectorXd& k_new, const VectorXd& c,
                    double delta_jittered);
-  void AppendRowOfW(int my, int mx, double decay, double eta);   // add-y update
+  void AppendRowOfW(int my, int mx, double decay, double eta);     // add-y update
   void AppendColumnOfW(int my, int mx, double decay, double eta);  // add-x update
   void AppendBothOfW(int my, int mx, double decay, double eta);    // paired update
   void CompressW(int my, int mx, double decay, double eta);

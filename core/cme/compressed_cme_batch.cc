@@ -101,12 +101,12 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
   auto vv = bvv_.topLeftCorner(2 * my, len);
   auto q = bq_.topLeftCorner(len, len);
   const auto gy = gy_.topLeftCorner(my, my);
-  c.noalias() = gx_inv_.topLeftCorner(mx, mx) * kx;      // c_t = G_X^-1 k_x,t
-  b.noalias() = gy_inv_.topLeftCorner(my, my) * ky;      // b_t = G_Y^-1 k_y,t
-  gb.noalias() = gy * b;                                 // G_Y b_t
-  z.topRows(my).noalias() = w_.topLeftCorner(my, mx) * kx;       // W~_0 k_x,t
-  z.bottomRows(my).noalias() = gy * z.topRows(my);               // G_Y W~_0 k_x,t
-  q.triangularView<Eigen::StrictlyUpper>() = c.transpose() * kx; // Q(j,t) = c_j^T k_x,t, j < t
+  c.noalias() = gx_inv_.topLeftCorner(mx, mx) * kx;               // c_t = G_X^-1 k_x,t
+  b.noalias() = gy_inv_.topLeftCorner(my, my) * ky;               // b_t = G_Y^-1 k_y,t
+  gb.noalias() = gy * b;                                          // G_Y b_t
+  z.topRows(my).noalias() = w_.topLeftCorner(my, mx) * kx;        // W~_0 k_x,t
+  z.bottomRows(my).noalias() = gy * z.topRows(my);                // G_Y W~_0 k_x,t
+  q.triangularView<Eigen::StrictlyUpper>() = c.transpose() * kx;  // Q(j,t) = c_j^T k_x,t, j < t
 
   const int64_t n0 = counters_.samples;
   double scale = 1.0;  // S_{t-1}: W_{t-1} = scale (W~_0 - sum_{j<t} v_j c_j^T)
@@ -122,9 +122,9 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
 
     const double eta = StepSizeAt(n0 + t);
     const double decay = 1.0 - eta * options_.lambda;
-    a_.head(my) = scale * z.col(t).head(my);                   // a_t = W_{t-1} k_x,t
+    a_.head(my) = scale * z.col(t).head(my);  // a_t = W_{t-1} k_x,t
     amb_.head(my) = a_.head(my) - b.col(t);
-    tmp_.head(my) = scale * z.col(t).tail(my) - gb.col(t);     // G_Y (a_t - b_t)
+    tmp_.head(my) = scale * z.col(t).tail(my) - gb.col(t);  // G_Y (a_t - b_t)
     const PairStats st =
         MakeStats(kx.col(t).dot(c.col(t)), 1.0 - ky.col(t).dot(b.col(t)), amb_.head(my).dot(tmp_.head(my)), eta);
     const Decision dec = Decide(st, eta);

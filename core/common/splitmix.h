@@ -17,7 +17,7 @@ class SplitMix {
     return z ^ (z >> 31);
   }
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double Normal() {  // Box-Muller, one of the pair
+  double Normal() {                                                           // Box-Muller, one of the pair
     double u1 = Uniform(), u2 = Uniform();
     if (u1 < 1e-300) u1 = 1e-300;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);

@@ -89,8 +89,7 @@ DenseCounts CountsSnapshot::Dense() const {
 
 absl::Status TransitionCounts::Options::Validate() const {
   if (max_states < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Violated constraint: max_states >= 1 (got ", max_states, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: max_states >= 1 (got ", max_states, ")"));
   }
   // Lower bound keeps the lazy unit gamma^-1 per sample far from overflow.
   if (!(forgetting >= 1e-6 && forgetting <= 1)) {
@@ -98,8 +97,7 @@ absl::Status TransitionCounts::Options::Validate() const {
         absl::StrCat("Violated constraint: 1e-6 <= forgetting <= 1 (got ", forgetting, ")"));
   }
   if (row_reserve < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Violated constraint: row_reserve >= 0 (got ", row_reserve, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: row_reserve >= 0 (got ", row_reserve, ")"));
   }
   return absl::OkStatus();
 }
@@ -118,12 +116,10 @@ TransitionCounts::TransitionCounts(const Options& options) : options_(options) {
 absl::Status TransitionCounts::ValidatePair(int64_t i, int64_t j) const {
   const int64_t p = options_.max_states;
   if (i < 0 || i >= p) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state id i = ", i, " out of range [0, ", p, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("state id i = ", i, " out of range [0, ", p, ")"));
   }
   if (j < 0 || j >= p) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state id j = ", j, " out of range [0, ", p, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("state id j = ", j, " out of range [0, ", p, ")"));
   }
   return absl::OkStatus();
 }
@@ -152,8 +148,7 @@ void TransitionCounts::Add(int i, int j) {
     num_states_ = grown;
   }
   std::vector<Entry>& row = rows_[i];
-  auto it = std::lower_bound(row.begin(), row.end(), j,
-                             [](const Entry& e, int col) { return e.j < col; });
+  auto it = std::lower_bound(row.begin(), row.end(), j, [](const Entry& e, int col) { return e.j < col; });
   if (it != row.end() && it->j == j) {
     it->stored += scale_;
   } else {
@@ -191,8 +186,7 @@ void TransitionCounts::Rescale() {
 double TransitionCounts::Count(int i, int j) const {
   if (i < 0 || i >= num_states_) return 0;
   const std::vector<Entry>& row = rows_[i];
-  auto it = std::lower_bound(row.begin(), row.end(), j,
-                             [](const Entry& e, int col) { return e.j < col; });
+  auto it = std::lower_bound(row.begin(), row.end(), j, [](const Entry& e, int col) { return e.j < col; });
   if (it == row.end() || it->j != j) return 0;
   return it->stored / scale_;
 }

@@ -48,8 +48,8 @@ struct CountTriplet {
 // Row-stochastic estimate P_hat = diag(N 1)^-1 N; rows of unvisited states are all zero and
 // flagged by visited[i] == false (P_hat is undefined there).
 struct EmpiricalTransitionMatrix {
-  MatrixXd P;                  // num_states x num_states
-  std::vector<bool> visited;   // visited[i] <=> n_i > 0
+  MatrixXd P;                 // num_states x num_states
+  std::vector<bool> visited;  // visited[i] <=> n_i > 0
 };
 
 // Dense count matrix over the states with data (row or column sum > 0), for the soft state
@@ -66,7 +66,7 @@ class CountsSnapshot {
   CountsSnapshot() = default;
 
   int num_states() const { return num_states_; }
-  int64_t samples() const { return samples_; }          // raw number of pairs seen
+  int64_t samples() const { return samples_; }           // raw number of pairs seen
   double total_weight() const { return total_weight_; }  // sum_ij N[i,j] (== samples w/o forgetting)
   int64_t nonzeros() const { return static_cast<int64_t>(col_.size()); }
 
@@ -156,7 +156,7 @@ class TransitionCounts {
   int num_states_ = 0;
   int64_t samples_ = 0;
   int64_t nnz_ = 0;
-  double scale_ = 1;         // w = gamma^-t since the last rescale
+  double scale_ = 1;  // w = gamma^-t since the last rescale
   double inv_gamma_ = 1;
   double total_stored_ = 0;
   std::vector<std::vector<Entry>> rows_;  // max_states rows, sorted by j

@@ -20,8 +20,7 @@ using Normal = internal::BoxMullerNormal;
 absl::StatusOr<FeatureMap> FeatureMap::Rff(int dim, int num_features, double sigma, uint64_t seed) {
   if (dim < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: dim >= 1 (got ", dim, ")"));
   if (num_features < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Violated constraint: num_features >= 1 (got ", num_features, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: num_features >= 1 (got ", num_features, ")"));
   }
   if (!(sigma > 0) || !std::isfinite(sigma)) {
     return absl::InvalidArgumentError(absl::StrCat("Violated constraint: sigma > 0, finite (got ", sigma, ")"));
@@ -46,8 +45,9 @@ absl::StatusOr<FeatureMap> FeatureMap::Rff(int dim, int num_features, double sig
 
 absl::StatusOr<FeatureMap> FeatureMap::RffFrom(MatrixXd omega, VectorXd beta, double sigma, uint64_t seed) {
   if (omega.rows() < 1 || omega.cols() < 1 || beta.size() != omega.cols()) {
-    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: omega d x N with d, N >= 1 and beta of size N (got ",
-                                                   omega.rows(), " x ", omega.cols(), " and ", beta.size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Violated constraint: omega d x N with d, N >= 1 and beta of size N (got ", omega.rows(), " x ",
+                     omega.cols(), " and ", beta.size(), ")"));
   }
   if (!omega.allFinite() || !beta.allFinite()) {
     return absl::InvalidArgumentError("Violated constraint: omega and beta finite");
@@ -68,8 +68,7 @@ absl::StatusOr<FeatureMap> FeatureMap::RffFrom(MatrixXd omega, VectorXd beta, do
 
 absl::StatusOr<FeatureMap> FeatureMap::OneHot(int num_states) {
   if (num_states < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Violated constraint: num_states >= 1 (got ", num_states, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: num_states >= 1 (got ", num_states, ")"));
   }
   FeatureMap f;
   f.kind_ = Kind::kOneHot;
@@ -80,8 +79,7 @@ absl::StatusOr<FeatureMap> FeatureMap::OneHot(int num_states) {
 
 absl::Status FeatureMap::ValidatePoints(const Eigen::Ref<const RowMatrixXd>& points) const {
   if (points.cols() != input_dim()) {
-    return absl::InvalidArgumentError(absl::StrCat("points have ", points.cols(),
-                                                   " columns, expected ", input_dim()));
+    return absl::InvalidArgumentError(absl::StrCat("points have ", points.cols(), " columns, expected ", input_dim()));
   }
   for (Eigen::Index t = 0; t < points.rows(); ++t) {
     for (Eigen::Index a = 0; a < points.cols(); ++a) {

@@ -57,17 +57,16 @@ absl::Status EmbeddingMoments::Options::Validate() const {
   }
   // One batch multiplies the unit by gamma^-B; keep that far from overflow.
   if (batch_size * std::log(1.0 / forgetting) > 200.0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Violated constraint: batch_size * log(1/forgetting) <= 200 (got ", batch_size, " * log(1/",
-        forgetting, "))"));
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: batch_size * log(1/forgetting) <= 200 (got ",
+                                                   batch_size, " * log(1/", forgetting, "))"));
   }
   return absl::OkStatus();
 }
 
 EmbeddingMoments::EmbeddingMoments(std::shared_ptr<const FeatureMap> features, const Options& options)
     : features_(std::move(features)), options_(options) {
-  const absl::Status status = features_ == nullptr ? absl::InvalidArgumentError("null feature map")
-                                                   : options_.Validate();
+  const absl::Status status =
+      features_ == nullptr ? absl::InvalidArgumentError("null feature map") : options_.Validate();
   if (!status.ok()) {
     std::cerr << "EmbeddingMoments: invalid arguments: " << status.message() << "\n";
     std::abort();
@@ -116,8 +115,7 @@ void EmbeddingMoments::Observe(const double* x, const double* y) {
 absl::Status EmbeddingMoments::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x,
                                             const Eigen::Ref<const RowMatrixXd>& y) {
   if (x.rows() != y.rows()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("x has ", x.rows(), " rows but y has ", y.rows()));
+    return absl::InvalidArgumentError(absl::StrCat("x has ", x.rows(), " rows but y has ", y.rows()));
   }
   if (absl::Status s = features_->ValidatePoints(x); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("x: ", s.message()));
@@ -167,7 +165,8 @@ void EmbeddingMoments::Flush() {
       features_->Activate(x);
     }
     double* y = hy.row(k).data();
-    const bool next_may_reuse = k + 1 == b || std::memcmp(xbuf_.row(k + 1).data(), ybuf_.row(k).data(), point_bytes) == 0;
+    const bool next_may_reuse =
+        k + 1 == b || std::memcmp(xbuf_.row(k + 1).data(), ybuf_.row(k).data(), point_bytes) == 0;
     if (next_may_reuse) std::memcpy(last_arg_.data(), y, row_bytes);
     features_->Activate(y);
   }
@@ -219,8 +218,8 @@ EmbeddingMomentsSnapshot EmbeddingMoments::SnapshotOfFlushed() const {
 absl::Status StateEmbedding::Options::Validate() const {
   if (rank < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: rank >= 1 (got ", rank, ")"));
   if (!(relative_threshold > 0 && relative_threshold < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Violated constraint: 0 < relative_threshold < 1 (got ", relative_threshold, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Violated constraint: 0 < relative_threshold < 1 (got ", relative_threshold, ")"));
   }
   return absl::OkStatus();
 }
@@ -228,9 +227,8 @@ absl::Status StateEmbedding::Options::Validate() const {
 std::string StateEmbedding::Summary::BriefReport() const {
   return absl::StrFormat(
       "StateEmbedding: %s; N=%d J=%d J~=%d rank=%d suggested_rank=%d n=%.6g eigen=%.3fs svd=%.3fs%s%s",
-      termination == Termination::kSuccess ? "SUCCESS" : "RANK_CLIPPED", num_features, kept_x,
-      kept_y, rank, suggested_rank, samples_weight, seconds_eigen, seconds_svd,
-      message.empty() ? "" : "; ", message);
+      termination == Termination::kSuccess ? "SUCCESS" : "RANK_CLIPPED", num_features, kept_x, kept_y, rank,
+      suggested_rank, samples_weight, seconds_eigen, seconds_svd, message.empty() ? "" : "; ", message);
 }
 
 VectorXd StateEmbedding::SingularValueGaps() const {
@@ -246,8 +244,8 @@ RowMatrixXd StateEmbedding::Embed(const Eigen::Ref<const RowMatrixXd>& points) c
 
 MatrixXd StateEmbedding::TransitionDensity(const Eigen::Ref<const RowMatrixXd>& x,
                                            const Eigen::Ref<const RowMatrixXd>& y) const {
-  const RowMatrixXd psi = Embed(x);                          // n_x x r
-  const RowMatrixXd chi = features_->Map(y) * target_map_;   // n_y x r
+  const RowMatrixXd psi = Embed(x);                         // n_x x r
+  const RowMatrixXd chi = features_->Map(y) * target_map_;  // n_y x r
   return psi * chi.transpose();
 }
 
@@ -265,8 +263,7 @@ absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnaps
   if (snapshot.features == nullptr) return absl::FailedPreconditionError("snapshot has no feature map");
   if (!(snapshot.n > 0)) return absl::FailedPreconditionError("no samples observed yet (n = 0)");
   const int nf = snapshot.features->num_features();
-  if (snapshot.Sx.rows() != nf || snapshot.Sy.rows() != nf || snapshot.Ph.rows() != nf ||
-      snapshot.Ph.cols() != nf) {
+  if (snapshot.Sx.rows() != nf || snapshot.Sy.rows() != nf || snapshot.Ph.rows() != nf || snapshot.Ph.cols() != nf) {
     return absl::InvalidArgumentError("snapshot moment sizes do not match the feature map");
   }
 
@@ -291,8 +288,7 @@ absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnaps
   t0 = std::chrono::steady_clock::now();
   const VectorXd isx = e.rho_x_.array().rsqrt();
   const VectorXd isy = e.rho_y_.array().rsqrt();
-  const MatrixXd r = isx.asDiagonal() * (e.qx_.transpose() * (snapshot.Ph * inv_n) * e.qy_) *
-                     isy.asDiagonal();
+  const MatrixXd r = isx.asDiagonal() * (e.qx_.transpose() * (snapshot.Ph * inv_n) * e.qy_) * isy.asDiagonal();
   Eigen::BDCSVD<MatrixXd> svd(r, Eigen::ComputeThinU | Eigen::ComputeThinV);
   e.summary_.seconds_svd = SecondsSince(t0);
   e.singular_values_ = svd.singularValues();
@@ -303,8 +299,8 @@ absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnaps
   e.summary_.rank = e.rank_;
   if (e.rank_ < options.rank) {
     e.summary_.termination = StateEmbedding::Termination::kRankClipped;
-    e.summary_.message = absl::StrCat("rank clipped from ", options.rank, " to ", e.rank_,
-                                      " (only that many singular values)");
+    e.summary_.message =
+        absl::StrCat("rank clipped from ", options.rank, " to ", e.rank_, " (only that many singular values)");
   }
   const VectorXd gaps = e.SingularValueGaps();
   if (gaps.size() > 1) {
@@ -338,8 +334,7 @@ absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnaps
 MatrixXd TruncatedSvd(const Eigen::Ref<const MatrixXd>& m, int rank) {
   Eigen::BDCSVD<MatrixXd> svd(m, Eigen::ComputeThinU | Eigen::ComputeThinV);
   const int r = std::min<int>(rank, static_cast<int>(svd.singularValues().size()));
-  return svd.matrixU().leftCols(r) * svd.singularValues().head(r).asDiagonal() *
-         svd.matrixV().leftCols(r).transpose();
+  return svd.matrixU().leftCols(r) * svd.singularValues().head(r).asDiagonal() * svd.matrixV().leftCols(r).transpose();
 }
 
 }  // namespace cmestream

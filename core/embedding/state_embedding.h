@@ -24,10 +24,10 @@ namespace cmestream {
 // sums: S_x = sum_t w_t h(x_t) h(x_t)^T etc., n = sum_t w_t, w_t = gamma^(T - t).
 struct EmbeddingMomentsSnapshot {
   std::shared_ptr<const FeatureMap> features;
-  MatrixXd Sx;   // N x N symmetric
-  MatrixXd Sy;   // N x N symmetric
-  MatrixXd Ph;   // N x N
-  double n = 0;  // total weight
+  MatrixXd Sx;          // N x N symmetric
+  MatrixXd Sy;          // N x N symmetric
+  MatrixXd Ph;          // N x N
+  double n = 0;         // total weight
   int64_t samples = 0;  // raw number of pairs
 };
 
@@ -76,7 +76,7 @@ class EmbeddingMoments {
 
   const FeatureMap& features() const { return *features_; }
   const Options& options() const { return options_; }
-  int64_t samples() const { return samples_; }   // including buffered pairs
+  int64_t samples() const { return samples_; }  // including buffered pairs
   int buffered() const { return buffered_; }
   // Pairs whose x features were copied from the previous pair's y (trajectory reuse; RFF).
   // Diagnostics and tests; not serialized.
@@ -99,10 +99,10 @@ class EmbeddingMoments {
   int n_features_ = 0;
   int dim_ = 0;
   int64_t samples_ = 0;
-  double scale_ = 1;      // global unit w
+  double scale_ = 1;  // global unit w
   double inv_gamma_ = 1;
   double n_stored_ = 0;
-  MatrixXd sx_, sy_, ph_; // stored moments (S_x, S_y lower triangle only for RFF)
+  MatrixXd sx_, sy_, ph_;              // stored moments (S_x, S_y lower triangle only for RFF)
   RowMatrixXd xbuf_, ybuf_, hx_, hy_;  // B x d, B x d, B x N, B x N
   VectorXd wbuf_;                      // B, sqrt of per-row weights
   int buffered_ = 0;
@@ -131,7 +131,7 @@ class EmbeddingMoments {
 class StateEmbedding {
  public:
   struct Options {
-    int rank = 4;                    // r >= 1; clipped to the number of singular values
+    int rank = 4;                      // r >= 1; clipped to the number of singular values
     double relative_threshold = 1e-6;  // keep eigenvalues >= this * the largest; in (0, 1)
     absl::Status Validate() const;
   };
@@ -141,12 +141,12 @@ class StateEmbedding {
   struct Summary {
     Termination termination = Termination::kSuccess;
     std::string message;
-    int num_features = -1;      // N
-    int kept_x = -1;            // J
-    int kept_y = -1;            // J~
-    int rank = -1;              // r actually used
-    int suggested_rank = -1;    // argmax_k (σ_k - σ_{k+1}) over k >= 2 (σ_1 is the constant)
-    double samples_weight = -1; // n
+    int num_features = -1;       // N
+    int kept_x = -1;             // J
+    int kept_y = -1;             // J~
+    int rank = -1;               // r actually used
+    int suggested_rank = -1;     // argmax_k (σ_k - σ_{k+1}) over k >= 2 (σ_1 is the constant)
+    double samples_weight = -1;  // n
     double seconds_eigen = -1;
     double seconds_svd = -1;
     std::string BriefReport() const;
@@ -166,16 +166,14 @@ class StateEmbedding {
   // requires: features().ValidatePoints(points).ok(). Returns n x r, row t = Ψ(points_t)^T.
   RowMatrixXd Embed(const Eigen::Ref<const RowMatrixXd>& points) const;
   // requires: valid points. Returns n_x x n_y matrix of p_hat(y_b | x_a).
-  MatrixXd TransitionDensity(const Eigen::Ref<const RowMatrixXd>& x,
-                             const Eigen::Ref<const RowMatrixXd>& y) const;
+  MatrixXd TransitionDensity(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y) const;
   // The rank-r estimate of P_h/n in the original feature coordinates:
   // Q_J diag(ρ)^1/2 U_r Σ_r V_r^T diag(ρ~)^1/2 Q~^T (N x N). One-hot: the reshaped joint
   // frequency matrix, an estimate of diag(π) P.
   MatrixXd ReshapedMoments() const;
 
  private:
-  friend absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnapshot&,
-                                                              const Options&);
+  friend absl::StatusOr<StateEmbedding> ComputeStateEmbedding(const EmbeddingMomentsSnapshot&, const Options&);
   StateEmbedding() = default;
 
   std::shared_ptr<const FeatureMap> features_;
@@ -183,10 +181,10 @@ class StateEmbedding {
   int rank_ = 0;
   VectorXd singular_values_;
   VectorXd rho_x_, rho_y_;
-  MatrixXd qx_, qy_;       // N x J, N x J~
-  MatrixXd u_, v_;         // J x r, J~ x r
-  MatrixXd embed_map_;     // N x r: Q_J diag(ρ)^-1/2 U_r Σ_r, so Ψ(x) = embed_map^T h(x)
-  MatrixXd target_map_;    // N x r: Q~ diag(ρ~)^-1/2 V_r, so p_hat = Ψ(x)^T target_map^T h(y)
+  MatrixXd qx_, qy_;     // N x J, N x J~
+  MatrixXd u_, v_;       // J x r, J~ x r
+  MatrixXd embed_map_;   // N x r: Q_J diag(ρ)^-1/2 U_r Σ_r, so Ψ(x) = embed_map^T h(x)
+  MatrixXd target_map_;  // N x r: Q~ diag(ρ~)^-1/2 V_r, so p_hat = Ψ(x)^T target_map^T h(y)
 };
 
 // The refresh. Errors: FailedPrecondition when the snapshot has no weight (n == 0) or no

@@ -51,7 +51,7 @@ bool Reader::Need(uint64_t n, const char* what) {
   const uint64_t end = object_ends_.empty() ? data_.size() : object_ends_.back();
   if (n > end - pos_) {
     (void)Fail(absl::StrCat("truncated: reading ", what, " needs ", n, " bytes, ", end - pos_, " left",
-                      object_ends_.empty() ? " in the file" : " in the enclosing object"));
+                            object_ends_.empty() ? " in the file" : " in the enclosing object"));
     return false;
   }
   return true;
@@ -138,7 +138,7 @@ bool Reader::Reserve(uint64_t bytes, const char* what) {
   if (!ok()) return false;
   if (bytes > budget_) {
     (void)Fail(absl::StrCat(what, " would allocate ", bytes, " bytes, over the allocation budget of ", budget_,
-                      " bytes left"));
+                            " bytes left"));
     return false;
   }
   budget_ -= bytes;
@@ -159,7 +159,7 @@ bool Reader::BeginObject(uint32_t tag, uint32_t max_version, const char* name, u
   if (v < 1 || v > max_version) {
     pos_ = at - base_;
     (void)Fail(absl::StrCat(name, " (", FourccName(tag), ") version ", v, " is not supported by this build (reads 1..",
-                      max_version, ")"));
+                            max_version, ")"));
     return false;
   }
   if (!Need(length, name)) return false;

@@ -139,7 +139,8 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   const int nearest_x = Int(r, "cme last_nearest_x", -1, cap - 1);
   const int nearest_y = Int(r, "cme last_nearest_y_in_x", -1, cap - 1);
   const uint8_t step = r.U8("cme last_step");
-  if (r.ok() && step > static_cast<uint8_t>(Step::kForced)) (void)r.Fail(absl::StrCat("cme last_step is ", int{step}, ", expected 0..5"));
+  if (r.ok() && step > static_cast<uint8_t>(Step::kForced))
+    (void)r.Fail(absl::StrCat("cme last_step is ", int{step}, ", expected 0..5"));
   const double last_error = r.F64("cme last_error");
   const int64_t negative = NonNegative(r, "cme negative_delta_events");
   const int64_t since_check = NonNegative(r, "cme samples_since_drift_check");
@@ -149,8 +150,8 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   // The body holds the live blocks (atoms, W, the Grams and their inverses) in full: refuse a
   // size the remaining bytes cannot hold before allocating capacity for it.
   const int64_t matrices = o.averaging ? 8 : 7;
-  const int64_t live_doubles = int64_t{mx + my} * o.dim + int64_t{mx} * my * (o.averaging ? 2 : 1) +
-                               2 * (int64_t{mx} * mx + int64_t{my} * my);
+  const int64_t live_doubles =
+      int64_t{mx + my} * o.dim + int64_t{mx} * my * (o.averaging ? 2 : 1) + 2 * (int64_t{mx} * mx + int64_t{my} * my);
   if (!r.Expect(static_cast<uint64_t>(8 * live_doubles + 16 * matrices), "CompressedCme atoms and matrices")) {
     return r.status();
   }
@@ -318,8 +319,9 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
   absl::StatusOr<FeatureMap> map = rff ? FeatureMap::Rff(dim, n, sigma, seed) : FeatureMap::OneHot(n);
   if (!map.ok()) return r.Fail(absl::StrCat("moments feature map: ", map.status().message()));
   if (rff && (map->omega()(0, 0) != omega00 || map->beta()(n - 1) != beta_last)) {
-    return r.Fail("moments: the random Fourier features regenerated from the seed differ from the ones that "
-                  "wrote this snapshot (different generator build); cannot continue bit-exactly");
+    return r.Fail(
+        "moments: the random Fourier features regenerated from the seed differ from the ones that "
+        "wrote this snapshot (different generator build); cannot continue bit-exactly");
   }
   const int64_t samples = NonNegative(r, "moments samples");
   const double scale = r.F64("moments scale");
@@ -390,7 +392,8 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
   if (!r.BeginObject(kLatentTag, kLatentVersion, "MultiViewAccumulator", &version)) return r.status();
   Options o;
   const uint8_t kind = r.U8("latent feature kind");
-  if (r.ok() && kind > 1) (void)r.Fail(absl::StrCat("latent feature kind is ", int{kind}, ", expected 0 (RFF) or 1 (one-hot)"));
+  if (r.ok() && kind > 1)
+    (void)r.Fail(absl::StrCat("latent feature kind is ", int{kind}, ", expected 0 (RFF) or 1 (one-hot)"));
   const bool rff = kind == 0;
   o.features.kind = rff ? LatentFeatureOptions::Kind::kRff : LatentFeatureOptions::Kind::kOneHot;
   o.features.dim = r.I32("latent dim");
@@ -423,8 +426,8 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
     r.MatrixInto("latent Omega", omega);
     r.MatrixInto("latent beta", beta);
     if (!r.ok()) return r.status();
-    absl::StatusOr<FeatureMap> stored = FeatureMap::RffFrom(std::move(omega), std::move(beta), o.features.sigma,
-                                                            o.features.seed);
+    absl::StatusOr<FeatureMap> stored =
+        FeatureMap::RffFrom(std::move(omega), std::move(beta), o.features.sigma, o.features.seed);
     if (!stored.ok()) return r.Fail(absl::StrCat("latent feature map: ", stored.status().message()));
     map = std::make_shared<const FeatureMap>(*std::move(stored));
   }

@@ -2,8 +2,7 @@
 
 namespace cmestream {
 
-MatrixXd GaussianGram(const Eigen::Ref<const RowMatrixXd>& a, const Eigen::Ref<const RowMatrixXd>& b,
-                      double sigma) {
+MatrixXd GaussianGram(const Eigen::Ref<const RowMatrixXd>& a, const Eigen::Ref<const RowMatrixXd>& b, double sigma) {
   MatrixXd k(a.rows(), b.rows());
   if (a.rows() == 0 || b.rows() == 0) return k;
   // ||a_i - b_j||^2 = ||a_i||^2 + ||b_j||^2 - 2 a_i.b_j; the cross term is one GEMM.

@@ -15,7 +15,6 @@ inline double GaussianKernel(const double* a, const double* b, int d, double sig
 }
 
 // K[i,j] = k(a_i, b_j) for row sets a (n x d) and b (m x d), via ||a||^2 + ||b||^2 - 2 a b^T.
-MatrixXd GaussianGram(const Eigen::Ref<const RowMatrixXd>& a, const Eigen::Ref<const RowMatrixXd>& b,
-                      double sigma);
+MatrixXd GaussianGram(const Eigen::Ref<const RowMatrixXd>& a, const Eigen::Ref<const RowMatrixXd>& b, double sigma);
 
 }  // namespace cmestream

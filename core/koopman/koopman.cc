@@ -64,8 +64,8 @@ KoopmanDecomposition ComputeKoopman(const CmeSnapshot& snapshot, const KoopmanOp
     out.eigenvalues[l] = z;
     out.rates[l] = std::log(z) / options.dt;
     const double r = std::abs(z);
-    out.timescales[l] = r >= 1.0 || r == 0.0 ? (r == 0.0 ? 0.0 : std::numeric_limits<double>::infinity())
-                                             : -options.dt / std::log(r);
+    out.timescales[l] =
+        r >= 1.0 || r == 0.0 ? (r == 0.0 ? 0.0 : std::numeric_limits<double>::infinity()) : -options.dt / std::log(r);
     // Normalization: unit Euclidean norm over the dictionary coefficients, then rotate so that
     // the first entry with |v_j| > 1e-8 max|v| is real positive. A conjugate pair picks the same
     // index j, so the normalized pair stays conjugate.
@@ -88,7 +88,7 @@ MatrixXcd KoopmanDecomposition::Evaluate(const Eigen::Ref<const RowMatrixXd>& po
   const Eigen::Index cols = std::max(eigenvectors.cols(), constants.size());
   MatrixXcd out = MatrixXcd::Zero(points.rows(), cols);
   if (points.rows() > 0 && x_atoms.rows() > 0 && eigenvectors.cols() > 0) {
-    const MatrixXd k = GaussianGram(points, x_atoms, sigma);  // n x m_x
+    const MatrixXd k = GaussianGram(points, x_atoms, sigma);                            // n x m_x
     out.leftCols(eigenvectors.cols()) = k.cast<std::complex<double>>() * eigenvectors;  // sum_j v_l[j] k(x_j, x)
   }
   if (constants.size() > 0) out.rowwise() += constants.transpose();

@@ -12,8 +12,8 @@
 namespace cmestream {
 
 struct KoopmanOptions {
-  int top = 6;       // eigenpairs kept (leading by |mu|), >= 1
-  double dt = 1.0;   // sampling interval, > 0
+  int top = 6;      // eigenpairs kept (leading by |mu|), >= 1
+  double dt = 1.0;  // sampling interval, > 0
 };
 
 // Immutable result; Evaluate() needs only this object.

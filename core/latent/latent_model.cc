@@ -44,9 +44,10 @@ absl::Status LatentFeatureOptions::Validate() const {
 
 std::shared_ptr<const FeatureMap> MakeLatentFeatureMap(const LatentFeatureOptions& options) {
   if (!options.Validate().ok()) std::abort();
-  absl::StatusOr<FeatureMap> map = options.kind == FeatureKind::kOneHot
-                                       ? FeatureMap::OneHot(options.num_symbols)
-                                       : FeatureMap::Rff(options.dim, options.num_features, options.sigma, options.seed);
+  absl::StatusOr<FeatureMap> map =
+      options.kind == FeatureKind::kOneHot
+          ? FeatureMap::OneHot(options.num_symbols)
+          : FeatureMap::Rff(options.dim, options.num_features, options.sigma, options.seed);
   if (!map.ok()) std::abort();  // Validate() checked every argument
   return std::make_shared<const FeatureMap>(*std::move(map));
 }
@@ -153,7 +154,8 @@ absl::Status LatentModel::FitOptions::Validate() const {
   if (restarts < 1 || iterations < 1) {
     return absl::InvalidArgumentError("Violated constraint: restarts >= 1 and iterations >= 1");
   }
-  if (!(min_relative_eigenvalue > 0)) return absl::InvalidArgumentError("Violated constraint: min_relative_eigenvalue > 0");
+  if (!(min_relative_eigenvalue > 0))
+    return absl::InvalidArgumentError("Violated constraint: min_relative_eigenvalue > 0");
   return absl::OkStatus();
 }
 
@@ -172,8 +174,8 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapsho
   const int D = map.num_features(), d = map.input_dim(), k = options.k;
   if (k > D) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: k = ", k, " <= D = ", D));
   if (s.triples < std::max<int64_t>(options.min_triples, 1) || s.reservoir.rows() < 1) {
-    return absl::FailedPreconditionError(absl::StrCat("latent model has ", s.triples, " triples, needs ",
-                                                      options.min_triples));
+    return absl::FailedPreconditionError(
+        absl::StrCat("latent model has ", s.triples, " triples, needs ", options.min_triples));
   }
   const double n = static_cast<double>(s.triples);
   const MatrixXd m_ab = s.C_ab / n, m_cb = s.C_cb / n, m_ca = s.C_ca / n;
@@ -206,9 +208,9 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapsho
   model.summary_.triples = s.triples;
   model.summary_.reservoir = s.reservoir.rows();
   if (!(ev[k - 1] > options.min_relative_eigenvalue * ev[0])) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("symmetrized pair moment has eigenvalue ", ev[k - 1], " <= ", options.min_relative_eigenvalue,
-                     " x ", ev[0], ": fewer than k = ", k, " identifiable latent states"));
+    return absl::FailedPreconditionError(absl::StrCat("symmetrized pair moment has eigenvalue ", ev[k - 1],
+                                                      " <= ", options.min_relative_eigenvalue, " x ", ev[0],
+                                                      ": fewer than k = ", k, " identifiable latent states"));
   }
   const MatrixXd Wh = U * ev.cwiseSqrt().cwiseInverse().asDiagonal();  // whitening W = U S^-1/2
   // Projections of raw features to whitened views: z_a = Pa h(x_a), z_b = Pb h(x_b), z_c = Pc h(x_c).
@@ -239,8 +241,9 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapsho
   for (int i = 0; i < k; ++i)
     for (int j = 0; j < k; ++j)
       for (int l = 0; l < k; ++l)
-        Ts[Idx(k, i, j, l)] = (T[Idx(k, i, j, l)] + T[Idx(k, i, l, j)] + T[Idx(k, j, i, l)] +
-                               T[Idx(k, j, l, i)] + T[Idx(k, l, i, j)] + T[Idx(k, l, j, i)]) / 6.0;
+        Ts[Idx(k, i, j, l)] = (T[Idx(k, i, j, l)] + T[Idx(k, i, l, j)] + T[Idx(k, j, i, l)] + T[Idx(k, j, l, i)] +
+                               T[Idx(k, l, i, j)] + T[Idx(k, l, j, i)]) /
+                              6.0;
 
   // Robust tensor power method (Anandkumar et al. 2014, Alg. 1) with deflation: for each
   // component, L random unit starts x N iterations, keep the start with the largest T(v,v,v),
@@ -312,9 +315,8 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapsho
 absl::StatusOr<MatrixXd> LatentModel::Density(const Eigen::Ref<const RowMatrixXd>& points) const {
   if (absl::Status s = features_->ValidatePoints(points); !s.ok()) return s;
   const double sigma = features_->sigma();
-  const double norm = features_->kind() == FeatureKind::kOneHot
-                          ? 1.0
-                          : std::pow(2 * kPi * sigma * sigma, 0.5 * features_->input_dim());
+  const double norm =
+      features_->kind() == FeatureKind::kOneHot ? 1.0 : std::pow(2 * kPi * sigma * sigma, 0.5 * features_->input_dim());
   // Features as a column-major n x D matrix: the product with mu then sums in the order it
   // always did, so a model restored from an old snapshot gives the same bits.
   const MatrixXd feats = features_->Map(points);

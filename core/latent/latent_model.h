@@ -50,11 +50,11 @@ namespace cmestream {
 struct LatentFeatureOptions {
   using Kind = FeatureMap::Kind;
   Kind kind = Kind::kRff;
-  int dim = 1;              // observation dimension d >= 1 (one-hot: d = 1, ids as doubles)
-  int num_features = 200;   // RFF: D >= 1
-  double sigma = 1.0;       // RFF: Gaussian kernel bandwidth > 0
-  int num_symbols = 0;      // one-hot: D = num_symbols >= 2
-  uint64_t seed = 1;        // RFF frequencies and phases
+  int dim = 1;             // observation dimension d >= 1 (one-hot: d = 1, ids as doubles)
+  int num_features = 200;  // RFF: D >= 1
+  double sigma = 1.0;      // RFF: Gaussian kernel bandwidth > 0
+  int num_symbols = 0;     // one-hot: D = num_symbols >= 2
+  uint64_t seed = 1;       // RFF frequencies and phases
   absl::Status Validate() const;
   int size() const { return kind == Kind::kOneHot ? num_symbols : num_features; }
 };
@@ -121,13 +121,13 @@ class MultiViewAccumulator {
   std::shared_ptr<const FeatureMap> map_;  // never null; options_.features describe it
   int D_ = 0, d_ = 0;
   int64_t triples_ = 0, in_episode_ = 0;
-  MatrixXd feat_;                  // D x 3, features of the last three observations (circular)
-  RowMatrixXd raw_;                // 3 x d, the last three raw observations (circular)
-  int slot_ = 0;                   // slot of the most recent observation
-  MatrixXd pa_, pb_, pc_;          // D x batch pending features
+  MatrixXd feat_;          // D x 3, features of the last three observations (circular)
+  RowMatrixXd raw_;        // 3 x d, the last three raw observations (circular)
+  int slot_ = 0;           // slot of the most recent observation
+  MatrixXd pa_, pb_, pc_;  // D x batch pending features
   int pending_ = 0;
   MatrixXd c_ab_, c_cb_, c_ca_;
-  RowMatrixXd reservoir_;          // reservoir_size x 3d
+  RowMatrixXd reservoir_;  // reservoir_size x 3d
   int64_t reservoir_fill_ = 0;
   std::mt19937_64 rng_;
 };
@@ -135,10 +135,10 @@ class MultiViewAccumulator {
 class LatentModel {
  public:
   struct FitOptions {
-    int k = 2;                     // number of latent states, 1 <= k <= D
-    int restarts = 20;             // L random starts per component
-    int iterations = 30;           // N power iterations per start (and N more to refine)
-    uint64_t seed = 11;            // starts of the tensor power method
+    int k = 2;            // number of latent states, 1 <= k <= D
+    int restarts = 20;    // L random starts per component
+    int iterations = 30;  // N power iterations per start (and N more to refine)
+    uint64_t seed = 11;   // starts of the tensor power method
     // Smallest eigenvalue of the symmetrized pair moment M2, relative to the largest, that we
     // accept; below it the k components are not identifiable from the data (FailedPrecondition).
     double min_relative_eigenvalue = 1e-8;
@@ -146,8 +146,8 @@ class LatentModel {
     absl::Status Validate() const;
   };
   struct Summary {
-    VectorXd m2_eigenvalues;       // of the symmetrized, projected pair moment (descending)
-    VectorXd tensor_eigenvalues;   // lambda_h in extraction order
+    VectorXd m2_eigenvalues;      // of the symmetrized, projected pair moment (descending)
+    VectorXd tensor_eigenvalues;  // lambda_h in extraction order
     int64_t triples = 0, reservoir = 0;
     std::string BriefReport() const;
   };
@@ -182,16 +182,15 @@ class LatentModel {
   // densities are <= 0). readout_bandwidth == 0: p from Density() (O(D k) per point);
   // > 0: from ReservoirDensity() with that bandwidth (O(reservoir) per point, sharper: the RFF
   // read-out's noise floor leaks mass between components).
-  absl::StatusOr<MatrixXd> Posterior(const Eigen::Ref<const RowMatrixXd>& points,
-                                     double readout_bandwidth = 0) const;
+  absl::StatusOr<MatrixXd> Posterior(const Eigen::Ref<const RowMatrixXd>& points, double readout_bandwidth = 0) const;
   const Summary& summary() const { return summary_; }
 
  private:
   std::shared_ptr<const FeatureMap> features_;
   VectorXd weights_, raw_weights_;
-  MatrixXd mu_;            // D x k
-  RowMatrixXd res_x_;      // r x d, target views x_c of the reservoir
-  MatrixXd res_w_;         // r x k, read-out weights lambda_g <zbar, v_g>
+  MatrixXd mu_;        // D x k
+  RowMatrixXd res_x_;  // r x d, target views x_c of the reservoir
+  MatrixXd res_w_;     // r x k, read-out weights lambda_g <zbar, v_g>
   Summary summary_;
 };
 

@@ -70,9 +70,12 @@ absl::StatusOr<TruncatedSvdResult> Run(const Mat& a, int k, const TruncatedSvdOp
 }  // namespace
 
 absl::Status TruncatedSvdOptions::Validate() const {
-  if (oversampling < 0) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: oversampling >= 0; got ", oversampling));
-  if (max_iterations < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: max_iterations >= 1; got ", max_iterations));
-  if (!(tolerance > 0 && tolerance < 1)) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: 0 < tolerance < 1; got ", tolerance));
+  if (oversampling < 0)
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: oversampling >= 0; got ", oversampling));
+  if (max_iterations < 1)
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: max_iterations >= 1; got ", max_iterations));
+  if (!(tolerance > 0 && tolerance < 1))
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: 0 < tolerance < 1; got ", tolerance));
   return absl::OkStatus();
 }
 

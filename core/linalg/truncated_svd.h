@@ -32,21 +32,21 @@
 namespace cmestream {
 
 struct TruncatedSvdOptions {
-  int oversampling = 10;       // extra block columns b - k, >= 0
-  int max_iterations = 500;    // >= 1
-  double tolerance = 1e-10;    // residual bound relative to sigma_1^2, in (0, 1)
-  uint64_t seed = 0x5eed;      // starting block
+  int oversampling = 10;     // extra block columns b - k, >= 0
+  int max_iterations = 500;  // >= 1
+  double tolerance = 1e-10;  // residual bound relative to sigma_1^2, in (0, 1)
+  uint64_t seed = 0x5eed;    // starting block
 
   // OK or InvalidArgument("Violated constraint: ...").
   absl::Status Validate() const;
 };
 
 struct TruncatedSvdResult {
-  VectorXd singular_values;   // k (descending, >= 0); more if the block had spare Ritz values
-  MatrixXd right_vectors;     // n x k, orthonormal columns
-  int iterations = -1;        // iterations performed
-  double max_residual = -1;   // max_i ||A^T A x_i - theta_i x_i|| / theta_1 at exit (i < k)
-  bool converged = false;     // max_residual <= tolerance
+  VectorXd singular_values;  // k (descending, >= 0); more if the block had spare Ritz values
+  MatrixXd right_vectors;    // n x k, orthonormal columns
+  int iterations = -1;       // iterations performed
+  double max_residual = -1;  // max_i ||A^T A x_i - theta_i x_i|| / theta_1 at exit (i < k)
+  bool converged = false;    // max_residual <= tolerance
 };
 
 // requires: 1 <= k <= min(m, n); options.Validate().ok(). Errors: InvalidArgument otherwise.

@@ -199,8 +199,8 @@ absl::StatusOr<PredictiveStateModel> PredictiveStateModel::Fit(const PredictiveS
   if (a_reg.info() != Eigen::Success) return absl::FailedPreconditionError("S1 normal matrix is not factorizable");
   // S1A: psi ~ h. psi_t is the first pF entries of the extended window e_t.
   const MatrixXd b_psi = s.B_e.leftCols(dpsi);
-  const MatrixXd theta_psi = a_reg.solve(b_psi);                        // dh x pF
-  const MatrixXd g_psi = theta_psi.transpose() * s.A * theta_psi;       // Psibar^T Psibar
+  const MatrixXd theta_psi = a_reg.solve(b_psi);                   // dh x pF
+  const MatrixXd g_psi = theta_psi.transpose() * s.A * theta_psi;  // Psibar^T Psibar
   // Reduced-rank basis U: top-r eigenvectors of Psibar^T Psibar.
   Eigen::SelfAdjointEigenSolver<MatrixXd> eig(g_psi);
   MatrixXd U(dpsi, r);
@@ -209,23 +209,23 @@ absl::StatusOr<PredictiveStateModel> PredictiveStateModel::Fit(const PredictiveS
   MatrixXd L = MatrixXd::Zero(p + r, de);
   L.topLeftCorner(p, p).setIdentity();
   L.bottomRightCorner(r, dpsi) = U.transpose();
-  const MatrixXd b_xi = s.B_e * L.transpose();                           // dh x (p+r)
-  const MatrixXd exx = L * s.E * L.transpose();                          // sum xi xi^T
+  const MatrixXd b_xi = s.B_e * L.transpose();   // dh x (p+r)
+  const MatrixXd exx = L * s.E * L.transpose();  // sum xi xi^T
   MatrixXd W, resid;
   if (options.stage == Stage::kTwoStage) {
-    const MatrixXd theta_xi = a_reg.solve(b_xi);                         // S1B
-    const MatrixXd theta_q = theta_psi * U;                              // S1A in the q basis
-    const MatrixXd qq = theta_q.transpose() * s.A * theta_q;             // Qbar^T Qbar
-    const MatrixXd xq = theta_xi.transpose() * s.A * theta_q;            // Xibar^T Qbar
+    const MatrixXd theta_xi = a_reg.solve(b_xi);               // S1B
+    const MatrixXd theta_q = theta_psi * U;                    // S1A in the q basis
+    const MatrixXd qq = theta_q.transpose() * s.A * theta_q;   // Qbar^T Qbar
+    const MatrixXd xq = theta_xi.transpose() * s.A * theta_q;  // Xibar^T Qbar
     const double lam2 = options.lambda2 * qq.trace() / r;
     W = (qq + lam2 * MatrixXd::Identity(r, r)).ldlt().solve(xq.transpose()).transpose();
     // Sigma_xi: sum (xi - W qbar)(xi - W qbar)^T with qbar = Theta_q^T h (the S1A estimate of
     // the state from the history window), from the streamed moments only.
-    const MatrixXd wq_xi = W * theta_q.transpose() * b_xi;               // sum W qbar xi^T
+    const MatrixXd wq_xi = W * theta_q.transpose() * b_xi;  // sum W qbar xi^T
     resid = exx - wq_xi - wq_xi.transpose() + W * qq * W.transpose();
   } else {
     const MatrixXd qq = U.transpose() * s.E.topLeftCorner(dpsi, dpsi) * U;  // sum q q^T, q = U^T psi
-    const MatrixXd xq = L * s.E.leftCols(dpsi) * U;                           // sum xi q^T
+    const MatrixXd xq = L * s.E.leftCols(dpsi) * U;                         // sum xi q^T
     const double lam2 = options.lambda2 * qq.trace() / r;
     W = (qq + lam2 * MatrixXd::Identity(r, r)).ldlt().solve(xq.transpose()).transpose();
     resid = exx - W * xq.transpose() - xq * W.transpose() + W * qq * W.transpose();
@@ -237,7 +237,7 @@ absl::StatusOr<PredictiveStateModel> PredictiveStateModel::Fit(const PredictiveS
   if (oo.info() != Eigen::Success || !(s_oo.trace() > 0)) {
     return absl::FailedPreconditionError("observation residual covariance is singular (noise-free data?)");
   }
-  m.gain_ = oo.solve(s_qo.transpose()).transpose();                     // Sigma_qo Sigma_oo^-1
+  m.gain_ = oo.solve(s_qo.transpose()).transpose();  // Sigma_qo Sigma_oo^-1
   m.w_ = W;
   m.u_ = U;
   m.q0_ = U.transpose() * (s.sum_e.head(dpsi) / n);
@@ -292,7 +292,8 @@ absl::Status PredictiveStateModel::CheckObservation(const double* o) const {
     if (!std::isfinite(o[i])) return absl::InvalidArgumentError("observation is not finite");
   }
   if (kind_ == Kind::kDiscrete && (o[0] != std::floor(o[0]) || o[0] < 0 || o[0] >= s_)) {
-    return absl::InvalidArgumentError(absl::StrCat("discrete observation ", o[0], " is not a symbol id in [0, ", s_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("discrete observation ", o[0], " is not a symbol id in [0, ", s_, ")"));
   }
   return absl::OkStatus();
 }

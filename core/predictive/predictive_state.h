@@ -53,10 +53,10 @@ class PredictiveStateAccumulator {
   enum class Kind { kDiscrete, kLinearGaussian };
   struct Options {
     Kind kind = Kind::kDiscrete;
-    int num_symbols = 2;      // discrete: S >= 2 symbols 0..S-1
-    int dim = 1;              // linear-Gaussian: observation dimension p >= 1
-    int history_length = 3;   // H >= 1 (discrete: S^H <= max_history_states)
-    int future_length = 2;    // F >= 1, linear-Gaussian only (discrete uses psi = e_{o_t})
+    int num_symbols = 2;               // discrete: S >= 2 symbols 0..S-1
+    int dim = 1;                       // linear-Gaussian: observation dimension p >= 1
+    int history_length = 3;            // H >= 1 (discrete: S^H <= max_history_states)
+    int future_length = 2;             // F >= 1, linear-Gaussian only (discrete uses psi = e_{o_t})
     int max_history_states = 1 << 16;  // discrete bound on S^H (memory guard)
 
     // OK or InvalidArgument("Violated constraint: ...").
@@ -77,21 +77,21 @@ class PredictiveStateAccumulator {
   void StartEpisode() { in_episode_ = 0; }
 
   const Options& options() const { return options_; }
-  int64_t windows() const { return windows_; }          // training windows accumulated
+  int64_t windows() const { return windows_; }  // training windows accumulated
   int64_t observations() const { return observations_; }
 
   // Immutable copy of the statistics (O(size of the statistics)).
   struct Snapshot {
     Options options;
     int64_t windows = 0;
-    VectorXd a_diag;  // discrete: diag(A) (S^H)
-    MatrixXd A;       // linear-Gaussian: pH x pH
-    MatrixXd B_psi;   // discrete: S^H x S
-    MatrixXd B_xi;    // discrete: S^H x S^2 (column a*S+b for (o_t, o_{t+1}) = (a, b))
-    MatrixXd B_e;     // linear-Gaussian: pH x p(F+1)
-    MatrixXd E;       // linear-Gaussian: p(F+1) x p(F+1)
+    VectorXd a_diag;       // discrete: diag(A) (S^H)
+    MatrixXd A;            // linear-Gaussian: pH x pH
+    MatrixXd B_psi;        // discrete: S^H x S
+    MatrixXd B_xi;         // discrete: S^H x S^2 (column a*S+b for (o_t, o_{t+1}) = (a, b))
+    MatrixXd B_e;          // linear-Gaussian: pH x p(F+1)
+    MatrixXd E;            // linear-Gaussian: p(F+1) x p(F+1)
     MatrixXd pair_counts;  // discrete: S x S, counts of (o_t, o_{t+1}) over windows
-    VectorXd sum_e;   // sum of psi (discrete, S) or of e (linear-Gaussian, p(F+1)): initial state
+    VectorXd sum_e;        // sum of psi (discrete, S) or of e (linear-Gaussian, p(F+1)): initial state
   };
   Snapshot TakeSnapshot() const;
 
@@ -108,12 +108,12 @@ class PredictiveStateAccumulator {
   void AddWindow();
 
   Options options_;
-  int window_len_ = 0;      // H + F + 1 (discrete: H + 2)
+  int window_len_ = 0;  // H + F + 1 (discrete: H + 2)
   int64_t windows_ = 0, observations_ = 0;
   int64_t in_episode_ = 0;  // observations of the current episode seen
   int ring_pos_ = 0;
-  RowMatrixXd ring_;        // window_len_ x p, circular
-  VectorXd h_, e_;          // scratch
+  RowMatrixXd ring_;  // window_len_ x p, circular
+  VectorXd h_, e_;    // scratch
   Snapshot stats_;
 };
 
@@ -136,8 +136,8 @@ class PredictiveStateModel {
                                                   const FitOptions& options);
 
   PredictiveStateAccumulator::Kind kind() const { return kind_; }
-  int obs_dim() const { return p_; }          // p (discrete: 1)
-  int num_symbols() const { return s_; }      // discrete S
+  int obs_dim() const { return p_; }      // p (discrete: 1)
+  int num_symbols() const { return s_; }  // discrete S
   int state_dim() const { return static_cast<int>(q0_.size()); }
 
   // Predictive state q_t = E[psi_t | past] (discrete: S-vector; linear-Gaussian: n-vector).
@@ -170,10 +170,10 @@ class PredictiveStateModel {
 
   PredictiveStateAccumulator::Kind kind_ = PredictiveStateAccumulator::Kind::kDiscrete;
   int p_ = 1, s_ = 0;
-  MatrixXd w_;       // S2 operator
+  MatrixXd w_;  // S2 operator
   VectorXd q0_;
-  MatrixXd u_;       // reduced-rank basis
-  MatrixXd gain_;    // Sigma_qo Sigma_oo^{-1} (n x p)
+  MatrixXd u_;     // reduced-rank basis
+  MatrixXd gain_;  // Sigma_qo Sigma_oo^{-1} (n x p)
 };
 
 }  // namespace cmestream

@@ -30,9 +30,9 @@
 namespace cmestream {
 
 struct PrequentialModel {
-  RowMatrixXd basis;   // m x d
-  double sigma = 1;    // > 0
-  VampFactors vamp;    // su, v: (m+1) x k each
+  RowMatrixXd basis;  // m x d
+  double sigma = 1;   // > 0
+  VampFactors vamp;   // su, v: (m+1) x k each
 };
 
 class PrequentialVampE {
@@ -52,9 +52,9 @@ class PrequentialVampE {
   void Features(const double* z, VectorXd& psi) const;
 
   std::shared_ptr<const PrequentialModel> model_;
-  VectorXd psi_x_, psi_y_;      // m+1 scratch
-  VectorXd f_, g_;              // k scratch
-  MatrixXd a_, ff_, gg_;        // k x k sums
+  VectorXd psi_x_, psi_y_;  // m+1 scratch
+  VectorXd f_, g_;          // k scratch
+  MatrixXd a_, ff_, gg_;    // k x k sums
   int64_t n_ = 0;
 };
 

@@ -51,16 +51,19 @@ double WhiteningFloor(const MatrixXd& c) { return 1e-14 * std::max(1.0, c.diagon
 
 absl::Status SpectralFitOptions::Validate() const {
   if (top < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: top >= 1 (got ", top, ")"));
-  if (!(dt > 0) || !std::isfinite(dt)) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: dt > 0 (got ", dt, ")"));
+  if (!(dt > 0) || !std::isfinite(dt))
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: dt > 0 (got ", dt, ")"));
   if (ridge_grid.empty()) return absl::InvalidArgumentError("Violated constraint: ridge_grid non-empty");
   for (double r : ridge_grid) {
     if (!(r > 0) || !std::isfinite(r)) {
       return absl::InvalidArgumentError(absl::StrCat("Violated constraint: every ridge_grid entry > 0 (got ", r, ")"));
     }
   }
-  if (score_rank < 1) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: score_rank >= 1 (got ", score_rank, ")"));
+  if (score_rank < 1)
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: score_rank >= 1 (got ", score_rank, ")"));
   if (!(score_tolerance >= 0) || !std::isfinite(score_tolerance)) {
-    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: score_tolerance >= 0 (got ", score_tolerance, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Violated constraint: score_tolerance >= 0 (got ", score_tolerance, ")"));
   }
   if (!(unit_circle_tolerance >= 0)) {
     return absl::InvalidArgumentError("Violated constraint: unit_circle_tolerance >= 0");
@@ -84,8 +87,8 @@ VampFactors FitVampFactors(const MatrixXd& c00, const MatrixXd& c01, const Matri
   // docs/benchmarks.md "Refresh cost per view": this was most of the Koopman view's time.
   const Eigen::LLT<MatrixXd> f0(r00), f1(r11);
   if (f0.info() == Eigen::Success && f1.info() == Eigen::Success) {
-    MatrixXd w = f0.matrixL().solve(c01);                              // L0^{-1} C01
-    w = f1.matrixL().solve(w.transpose()).transpose();                 // ... L1^{-T}
+    MatrixXd w = f0.matrixL().solve(c01);               // L0^{-1} C01
+    w = f1.matrixL().solve(w.transpose()).transpose();  // ... L1^{-T}
     MatrixXd gram(w.cols(), w.cols());
     gram.noalias() = w.transpose() * w;
     const Eigen::SelfAdjointEigenSolver<MatrixXd> es(gram);
@@ -132,11 +135,11 @@ std::string SpectralFit::BriefReport() const {
     absl::StrAppend(&scored, i ? ", " : " (scores: ", candidates[i], " ", absl::StrFormat("%.6g", candidate_scores[i]),
                     i + 1 == candidates.size() ? ")" : "");
   }
-  return absl::StrFormat("epoch %d (%s basis%s of %d atoms, %d samples, weight %.6g%s): ridge %.3g, held-out "
-                         "VAMP-E %.6g (rank %d), slowest timescale %.6g; %s",
-                         epoch, basis_candidate, scored, koopman.x_atoms.rows(), samples, weight,
-                         ready ? "" : ", not ready", ridge, score, score_rank,
-                         SlowestTimescale(), message);
+  return absl::StrFormat(
+      "epoch %d (%s basis%s of %d atoms, %d samples, weight %.6g%s): ridge %.3g, held-out "
+      "VAMP-E %.6g (rank %d), slowest timescale %.6g; %s",
+      epoch, basis_candidate, scored, koopman.x_atoms.rows(), samples, weight, ready ? "" : ", not ready", ridge, score,
+      score_rank, SlowestTimescale(), message);
 }
 
 namespace {
@@ -145,8 +148,8 @@ namespace {
 // and its score come from.
 struct Candidate {
   const char* name = "";
-  int size = 0;                 // atoms: the first `size` rows of the snapshot's basis
-  SpectralEpochMoments sums;    // both folds, over [1, first `size` atoms]
+  int size = 0;               // atoms: the first `size` rows of the snapshot's basis
+  SpectralEpochMoments sums;  // both folds, over [1, first `size` atoms]
   // Held-out split: score = mean over s of VAMP-E(fit on train[s], test on test[s]).
   Normalized train[2], test[2];
   bool ready = false;
@@ -334,8 +337,8 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
   // K e0 = e0 holds exactly in exact arithmetic; a visible deviation means broken moments.
   const double col0 = (kmat.col(0) - VectorXd::Unit(p, 0)).cwiseAbs().maxCoeff();
   if (!(col0 < 1e-6)) {
-    fit.warnings.push_back(absl::StrCat("K e0 deviates from e0 by ", col0,
-                                        " (expected ~1e-12): the moments are inconsistent"));
+    fit.warnings.push_back(
+        absl::StrCat("K e0 deviates from e0 by ", col0, " (expected ~1e-12): the moments are inconsistent"));
   }
 
   // 3. Block form K = [[1, a^T], [0, K']]: the stationary mode is exactly (1, e0); the others
@@ -353,7 +356,7 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
     Eigen::EigenSolver<MatrixXd> es(kp, /*computeEigenvectors=*/true);
     if (es.info() != Eigen::Success) return false;
     const VectorXcd ev = es.eigenvalues();
-    const MatrixXcd evec = basis.cast<std::complex<double>>() * es.eigenvectors();  // m x q
+    const MatrixXcd evec = basis.cast<std::complex<double>>() * es.eigenvectors();           // m x q
     const VectorXcd aw = es.eigenvectors().transpose() * arow.cast<std::complex<double>>();  // a^T w
     for (int l = 0; l < q; ++l) {
       VectorXcd v(p);
@@ -450,7 +453,8 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
     if (l == 0) {
       kd.timescales[l] = std::numeric_limits<double>::infinity();
     } else {
-      kd.timescales[l] = r >= 1.0 ? std::numeric_limits<double>::infinity() : (r == 0.0 ? 0.0 : -options.dt / std::log(r));
+      kd.timescales[l] =
+          r >= 1.0 ? std::numeric_limits<double>::infinity() : (r == 0.0 ? 0.0 : -options.dt / std::log(r));
       if (r > 1.0 + options.unit_circle_tolerance) {
         fit.excess[l] = r - 1.0;
         fit.warnings.push_back(absl::StrFormat(

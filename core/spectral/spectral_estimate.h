@@ -52,14 +52,14 @@
 namespace cmestream {
 
 struct SpectralFitOptions {
-  int top = 6;                 // eigenpairs kept (stationary first, then by |mu| desc.), >= 1
-  double dt = 1.0;             // sampling interval, > 0 (timescale units)
+  int top = 6;      // eigenpairs kept (stationary first, then by |mu| desc.), >= 1
+  double dt = 1.0;  // sampling interval, > 0 (timescale units)
   std::vector<double> ridge_grid = {1e-3, 1e-4, 1e-5, 1e-6, 1e-7};  // candidates for r, each > 0
-  int score_rank = 6;          // singular functions in the VAMP-E score (constant included), >= 1
+  int score_rank = 6;  // singular functions in the VAMP-E score (constant included), >= 1
   // The ridge is the largest r whose held-out score is within score_tolerance * max(1, |best|)
   // of the best (see the .cc: near-ties go to the smoother fit). >= 0.
   double score_tolerance = 1e-3;
-  bool reversible = false;     // symmetrized estimator (only when detailed balance holds)
+  bool reversible = false;  // symmetrized estimator (only when detailed balance holds)
   // Rayleigh-Ritz refinement: the eigenvalues are re-estimated without the ridge on the span of
   // the refine_modes leading eigenvectors of the ridged K (0 or >= m: off). See the .cc.
   int refine_modes = 16;
@@ -82,7 +82,7 @@ struct SpectralFit {
   // Eigenpairs over the basis: koopman.x_atoms = basis, koopman.constants = coefficient of the
   // constant feature, koopman.stationary_index = 0 (eigenvalue exactly 1, timescale +inf).
   KoopmanDecomposition koopman;
-  VectorXd excess;             // per eigenpair: max(0, |mu| - 1) for non-stationary modes
+  VectorXd excess;  // per eigenpair: max(0, |mu| - 1) for non-stationary modes
   std::vector<std::string> warnings;
 
   // The basis candidate the spectrum rests on (spectral_moments.h, EPOCHS): "live" (the full
@@ -91,15 +91,15 @@ struct SpectralFit {
   std::string basis_candidate;
   std::vector<std::string> candidates;
   std::vector<double> candidate_scores;
-  double ridge = 0;            // chosen r
+  double ridge = 0;                              // chosen r
   std::vector<double> ridge_grid, ridge_scores;  // mean held-out VAMP-E per candidate
-  double score = 0;            // held-out VAMP-E of the chosen r (mean over the two folds)
-  VampFactors vamp;            // rank-score_rank VAMP model with the chosen r on both folds
-  int score_rank = 0;          // rank used in the score (constant included)
-  int64_t epoch = 0;           // the epoch the spectrum rests on
-  int64_t samples = 0;         // its pairs
-  double weight = 0;           // its total (forgotten) weight n_w
-  bool ready = false;          // the epoch had enough samples (see SpectralMoments)
+  double score = 0;                              // held-out VAMP-E of the chosen r (mean over the two folds)
+  VampFactors vamp;                              // rank-score_rank VAMP model with the chosen r on both folds
+  int score_rank = 0;                            // rank used in the score (constant included)
+  int64_t epoch = 0;                             // the epoch the spectrum rests on
+  int64_t samples = 0;                           // its pairs
+  double weight = 0;                             // its total (forgotten) weight n_w
+  bool ready = false;                            // the epoch had enough samples (see SpectralMoments)
 
   // Slowest non-stationary timescale (+inf if any mode is on/over the unit circle; NaN if none).
   double SlowestTimescale() const;

@@ -54,8 +54,8 @@ absl::Status SpectralMoments::Options::Validate() const {
   }
   // One flush multiplies the scale by gamma^-B; keep that far from overflow.
   if (batch_size * std::log(1.0 / forgetting) > 200.0) {
-    return Violated(absl::StrCat("batch_size * log(1/forgetting) <= 200 (got ", batch_size, " * log(1/",
-                                 forgetting, "))"));
+    return Violated(
+        absl::StrCat("batch_size * log(1/forgetting) <= 200 (got ", batch_size, " * log(1/", forgetting, "))"));
   }
   if (!(new_atom_fraction > 0 && new_atom_fraction < 1)) {
     return Violated(absl::StrCat("0 < new_atom_fraction < 1 (got ", new_atom_fraction, ")"));
@@ -90,9 +90,7 @@ bool SpectralMoments::Ready(const Epoch& e) const {
   return e.epoch > 0 && e.samples >= options_.min_epoch_samples && e.fold_samples[0] > 0 && e.fold_samples[1] > 0;
 }
 
-int SpectralMoments::Fold(const Epoch& e) const {
-  return static_cast<int>((e.samples / options_.block_length) % 2);
-}
+int SpectralMoments::Fold(const Epoch& e) const { return static_cast<int>((e.samples / options_.block_length) % 2); }
 
 double SpectralMoments::FrozenDecay() const {
   // Underflows to 0 after ~700/(1 - gamma) samples: the frozen pairs are then forgotten.
@@ -108,7 +106,8 @@ void SpectralMoments::StartEpoch(const Eigen::Ref<const RowMatrixXd>& atoms) {
     previous_.reset();
   } else if (live_.epoch > 0) {
     const double decay = FrozenDecay();
-    const double frozen_weight = previous_ ? decay * (previous_->sums.n[0] + previous_->sums.n[1]) / previous_->sums.scale : 0;
+    const double frozen_weight =
+        previous_ ? decay * (previous_->sums.n[0] + previous_->sums.n[1]) / previous_->sums.scale : 0;
     const double live_weight = (live_.n[0] + live_.n[1]) / live_.scale;
     if (!previous_ || live_weight >= frozen_weight) {
       // The live epoch (the bigger basis) carries at least half of the weight: freeze it.
@@ -161,10 +160,11 @@ void SpectralMoments::Observe(const double* x, const double* y) {
 
 absl::Status SpectralMoments::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x,
                                            const Eigen::Ref<const RowMatrixXd>& y) {
-  if (x.rows() != y.rows()) return absl::InvalidArgumentError(absl::StrCat("x has ", x.rows(), " rows but y has ", y.rows()));
+  if (x.rows() != y.rows())
+    return absl::InvalidArgumentError(absl::StrCat("x has ", x.rows(), " rows but y has ", y.rows()));
   if (x.cols() != options_.dim || y.cols() != options_.dim) {
-    return absl::InvalidArgumentError(absl::StrCat("points have ", x.cols(), " and ", y.cols(),
-                                                   " components, expected dim ", options_.dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("points have ", x.cols(), " and ", y.cols(), " components, expected dim ", options_.dim));
   }
   if (!x.allFinite() || !y.allFinite()) return absl::InvalidArgumentError("points must be finite");
   for (Eigen::Index t = 0; t < x.rows(); ++t) Observe(x.row(t).data(), y.row(t).data());

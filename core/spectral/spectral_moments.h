@@ -65,10 +65,10 @@ namespace cmestream {
 
 // One epoch's moments, normalized to true (forgotten) sums. Fold f in {0, 1}.
 struct SpectralEpochMoments {
-  int64_t epoch = 0;          // 1, 2, ... (0: none)
-  int64_t samples = 0;        // pairs observed in this epoch
+  int64_t epoch = 0;    // 1, 2, ... (0: none)
+  int64_t samples = 0;  // pairs observed in this epoch
   int64_t fold_samples[2] = {0, 0};
-  double n[2] = {0, 0};       // sum of weights per fold
+  double n[2] = {0, 0};             // sum of weights per fold
   MatrixXd c00[2], c01[2], c11[2];  // (m+1) x (m+1) each, symmetric ones full
   double total_weight() const { return n[0] + n[1]; }
 };
@@ -77,17 +77,17 @@ struct SpectralEpochMoments {
 struct SpectralMomentsSnapshot {
   int dim = 0;
   double sigma = 1;
-  RowMatrixXd basis;            // m x d atoms of the live epoch
-  SpectralEpochMoments moments; // the live epoch (full basis)
-  bool ready = false;           // the live epoch has >= min_epoch_samples and both folds
+  RowMatrixXd basis;             // m x d atoms of the live epoch
+  SpectralEpochMoments moments;  // the live epoch (full basis)
+  bool ready = false;            // the live epoch has >= min_epoch_samples and both folds
   // The frozen sums of the pairs before the live epoch over the first prefix_size atoms of
   // `basis` (a prefix; 0 and frozen.epoch == 0 when there are none), decayed to now. The prefix
   // candidate of the estimator is frozen + the live moments' top-left (prefix_size + 1)^2 blocks.
   int prefix_size = 0;
   SpectralEpochMoments frozen;
-  int64_t live_epoch = 0;       // the epoch accumulating now (== moments.epoch)
+  int64_t live_epoch = 0;  // the epoch accumulating now (== moments.epoch)
   int64_t live_epoch_samples = 0;
-  int64_t samples = 0;          // all pairs ever observed
+  int64_t samples = 0;            // all pairs ever observed
   int64_t min_epoch_samples = 1;  // a candidate is ready from this many pairs (and both folds)
   bool has_frozen() const { return frozen.epoch > 0; }
 };
@@ -95,13 +95,13 @@ struct SpectralMomentsSnapshot {
 class SpectralMoments {
  public:
   struct Options {
-    int dim = 0;                     // state dimension d, >= 1
-    double sigma = 1;                // Gaussian bandwidth of the basis bumps, > 0
-    int max_basis = 1000;            // cap on m (the CME's max_dict), >= 1
-    int batch_size = 64;             // B, pairs per GEMM flush, >= 1
-    int64_t block_length = 1000;     // L, samples per contiguous held-out block, >= 1
-    double forgetting = 1.0;         // per-sample decay gamma in (0, 1]; 1 = none
-    double new_atom_fraction = 0.1;  // epoch restart when (m_source - m) > f * m_source, (0, 1)
+    int dim = 0;                       // state dimension d, >= 1
+    double sigma = 1;                  // Gaussian bandwidth of the basis bumps, > 0
+    int max_basis = 1000;              // cap on m (the CME's max_dict), >= 1
+    int batch_size = 64;               // B, pairs per GEMM flush, >= 1
+    int64_t block_length = 1000;       // L, samples per contiguous held-out block, >= 1
+    double forgetting = 1.0;           // per-sample decay gamma in (0, 1]; 1 = none
+    double new_atom_fraction = 0.1;    // epoch restart when (m_source - m) > f * m_source, (0, 1)
     int64_t min_epoch_samples = 2000;  // an epoch serves from this many samples on, >= 1
     // OK or InvalidArgument("Violated constraint: ...").
     absl::Status Validate() const;
@@ -150,7 +150,7 @@ class SpectralMoments {
     int64_t epoch = 0;
     int64_t samples = 0;
     int64_t fold_samples[2] = {0, 0};
-    double scale = 1;       // u = gamma^-t within the epoch
+    double scale = 1;  // u = gamma^-t within the epoch
     double n[2] = {0, 0};
     MatrixXd c00[2], c01[2], c11[2];
   };
@@ -173,15 +173,15 @@ class SpectralMoments {
   double inv_gamma_ = 1;
   int64_t samples_ = 0;
   int m_ = 0;
-  RowMatrixXd basis_;            // m x d
-  VectorXd basis_sq_;            // m: squared norms of the atoms
+  RowMatrixXd basis_;  // m x d
+  VectorXd basis_sq_;  // m: squared norms of the atoms
   Epoch live_;
   // Sums of the pairs just before the live epoch over a prefix of basis_ (see EPOCHS).
   std::optional<Frozen> previous_;
   // Per-batch scratch (not state): sized at StartEpoch.
-  RowMatrixXd xbuf_, ybuf_;      // B x d
-  RowMatrixXd px_, py_;          // B x (m+1): sqrt(w) psi(x), sqrt(w) psi(y)
-  VectorXd wbuf_, sqx_, sqy_;    // B
+  RowMatrixXd xbuf_, ybuf_;    // B x d
+  RowMatrixXd px_, py_;        // B x (m+1): sqrt(w) psi(x), sqrt(w) psi(y)
+  VectorXd wbuf_, sqx_, sqy_;  // B
   int buffered_ = 0;
 };
 

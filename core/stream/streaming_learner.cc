@@ -14,7 +14,8 @@ namespace cmestream {
 StreamingLearner::StreamingLearner(const Options& options) : options_(options) {
   if (!options_.Validate().ok()) std::abort();  // a programming error: callers validate first
   counts_ = std::make_unique<TransitionCounts>(learner_options::Counts(options_));
-  if (options_.window > 0) predictive_ = std::make_unique<PredictiveStateAccumulator>(learner_options::Predictive(options_));
+  if (options_.window > 0)
+    predictive_ = std::make_unique<PredictiveStateAccumulator>(learner_options::Predictive(options_));
   episode_last_.assign(options_.discrete() ? 1 : options_.dim, 0.0);
   if (options_.discrete()) {
     if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, 0));
@@ -55,16 +56,16 @@ absl::Status StreamingLearner::Check(const StreamBatch& b) const {
   if (b.n == 0) return absl::OkStatus();
   if (b.producer.size() > options_.max_producer_bytes || b.episode.size() > options_.max_episode_bytes) {
     const bool producer = b.producer.size() > options_.max_producer_bytes;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch episode key: the ", producer ? "producer" : "episode", " id has ",
-        producer ? b.producer.size() : b.episode.size(), " bytes, expected at most ",
-        producer ? options_.max_producer_bytes : options_.max_episode_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch episode key: the ", producer ? "producer" : "episode", " id has ",
+                     producer ? b.producer.size() : b.episode.size(), " bytes, expected at most ",
+                     producer ? options_.max_producer_bytes : options_.max_episode_bytes));
   }
   if (options_.discrete()) {
     if (!b.discrete() || b.y_ids == nullptr || b.x != nullptr || b.y != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch is not a batch of state ids (x_ids and y_ids), expected ids for a discrete model with ",
-          options_.num_states, " states"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch is not a batch of state ids (x_ids and y_ids), expected ids for a discrete model with ",
+                       options_.num_states, " states"));
     }
     // The daemon's messages (core/common/validate.h): a trajectory is the wire's state_ids.
     if (b.trajectory) {
@@ -86,7 +87,8 @@ absl::Status StreamingLearner::Check(const StreamBatch& b) const {
   }
   // The daemon's messages (core/common/validate.h): a trajectory is the wire's states.
   if (b.trajectory) {
-    if (b.y != b.x + b.dim) return absl::InvalidArgumentError("trajectory batch: y is not x + dim, expected the states form");
+    if (b.y != b.x + b.dim)
+      return absl::InvalidArgumentError("trajectory batch: y is not x + dim, expected the states form");
     return CheckFiniteValues("states", "state", b.x, (b.n + 1) * b.dim, b.dim);
   }
   if (absl::Status s = CheckFiniteValues("x", "pair", b.x, b.n * b.dim, b.dim); !s.ok()) return s;
@@ -205,8 +207,8 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
   // of the pairs alone, not of where batches end: the lag basis follows the spectral epoch as it
   // was at that pair, and states after the sigma warm-up ends mid-batch are observed exactly as
   // when the warm-up ends on a batch boundary.
-  const bool states = batch.trajectory && batch.n > 0 &&
-                      (latent_ || predictive_ || lags_ || options_.latent || !options_.lags.empty());
+  const bool states =
+      batch.trajectory && batch.n > 0 && (latent_ || predictive_ || lags_ || options_.latent || !options_.lags.empty());
   if (states) batch_.episode_started = BeginEpisodeBatch(TrajectoryState(batch, 0), batch);
   for (int64_t i = 0; i < batch.n; ++i) {
     if (batch.discrete()) {
@@ -254,7 +256,8 @@ std::optional<StreamingLearnerSnapshot> StreamingLearner::Snapshot() const {
   if (predictive_) snap.predictive = predictive_->TakeSnapshot();
   if (spectral_) snap.spectral = spectral_->Snapshot();
   if (prequential_) {
-    snap.prequential = StreamingLearnerSnapshot::Prequential{prequential_view_, prequential_->pairs(), prequential_->Score()};
+    snap.prequential =
+        StreamingLearnerSnapshot::Prequential{prequential_view_, prequential_->pairs(), prequential_->Score()};
   }
   if (lags_) snap.lags = lags_->Snapshot();
   return snap;

@@ -62,7 +62,7 @@ namespace cmestream {
 // the choice, the median pairwise distance, the candidates and their held-out VAMP-2 scores.
 struct SigmaSelection {
   bool automatic = false;
-  double chosen = 0;           // 0 while the warm-up buffers (and for discrete models)
+  double chosen = 0;  // 0 while the warm-up buffers (and for discrete models)
   double median_distance = 0;
   std::vector<double> candidates;
   std::vector<double> scores;  // one per candidate, higher is better
@@ -77,7 +77,7 @@ struct SigmaSelection {
 // like any other).
 struct StreamBatch {
   int64_t n = 0;
-  int dim = 0;                  // continuous: the options' dim; discrete: 0
+  int dim = 0;  // continuous: the options' dim; discrete: 0
   const double* x = nullptr;
   const double* y = nullptr;
   const int64_t* x_ids = nullptr;
@@ -102,8 +102,8 @@ struct ObserveSummary {
   int64_t admitted_y = 0;
   int64_t forced = 0;
   double forced_error = 0;
-  int64_t spectral_epochs = 0;   // spectral epochs started (§7)
-  int64_t lag_rebases = 0;       // lag bases re-picked (§8.1)
+  int64_t spectral_epochs = 0;  // spectral epochs started (§7)
+  int64_t lag_rebases = 0;      // lag bases re-picked (§8.1)
   // Trajectory batches: whether the batch started a new episode (false: it continued the open
   // one, or the model keeps no sequence estimator) and the states the sequence estimators took.
   bool episode_started = false;
@@ -113,9 +113,9 @@ struct ObserveSummary {
 // Copies of what the views are built from (docs/algorithms.md, one section per estimator).
 // Taking it changes nothing in the learner.
 struct StreamingLearnerSnapshot {
-  int64_t samples = 0;                  // pairs learned (the warm-up's included once it ended)
-  double inverse_drift = 0;             // the CME's last Gram-inverse drift check (§1.7)
-  std::optional<CmeSnapshot> cme;       // continuous
+  int64_t samples = 0;             // pairs learned (the warm-up's included once it ended)
+  double inverse_drift = 0;        // the CME's last Gram-inverse drift check (§1.7)
+  std::optional<CmeSnapshot> cme;  // continuous
   CountsSnapshot counts;
   std::optional<EmbeddingMomentsSnapshot> moments;                 // continuous
   std::optional<MultiViewAccumulator::Snapshot> latent;            // options.latent
@@ -150,7 +150,7 @@ class StreamingLearner {
     // Per-sample decay of the counts, embedding moments and spectral moments, in [1e-6, 1];
     // 1 = none.
     double forgetting = 1.0;
-    int rff_features = 256;        // N, random Fourier features of the embedding moments
+    int rff_features = 256;  // N, random Fourier features of the embedding moments
     // The latent multi-view accumulator (§5): RFF features (continuous, N = rff_features) or
     // one-hot ids (discrete), and a third-moment reservoir of `reservoir` triples.
     bool latent = false;
@@ -200,12 +200,11 @@ class StreamingLearner {
   // Test-then-train score: from now on every pair the CME learns is first scored by `score`
   // (a view's VAMP model); returns the scorer it replaces (free it outside any lock). The
   // window is not learner state: neither serialized nor restored.
-  std::unique_ptr<PrequentialVampE> InstallPrequential(std::unique_ptr<PrequentialVampE> score,
-                                                       uint64_t view_version);
+  std::unique_ptr<PrequentialVampE> InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version);
 
   const Options& options() const { return options_; }
   bool ready() const { return options_.discrete() || cme_ != nullptr; }  // sigma is known
-  int64_t samples() const;          // pairs learned (not counting the warm-up buffer)
+  int64_t samples() const;  // pairs learned (not counting the warm-up buffer)
   int64_t pending_warmup() const { return warmup_n_; }
   const SigmaSelection& sigma_selection() const { return sigma_selection_; }
   // The CME (null for discrete models and during the warm-up): counters, dictionary sizes,
@@ -234,7 +233,7 @@ class StreamingLearner {
   void FeedLearner(const double* x, const double* y);  // warm-up buffer, or FeedPair
   void FeedPair(const double* x, const double* y);     // scorer, CME, counts, moments, spectral
   void FinishWarmup();
-  void CreateSigmaDependent(double sigma);             // moments, spectral, lags, latent
+  void CreateSigmaDependent(double sigma);  // moments, spectral, lags, latent
   // State k (0..n) of a trajectory batch as doubles (discrete: the id, in id_scratch_).
   const double* TrajectoryState(const StreamBatch& batch, int64_t k);
   bool BeginEpisodeBatch(const double* start, const StreamBatch& batch);  // true: new episode
@@ -243,8 +242,8 @@ class StreamingLearner {
   void SyncLagBasis();                        // lag basis follows the spectral epoch
 
   Options options_;
-  std::unique_ptr<CompressedCme> cme_;   // continuous, once sigma is known
-  RowMatrixXd warmup_x_, warmup_y_;      // auto_sigma_warmup x dim, only while sigma "auto" buffers
+  std::unique_ptr<CompressedCme> cme_;  // continuous, once sigma is known
+  RowMatrixXd warmup_x_, warmup_y_;     // auto_sigma_warmup x dim, only while sigma "auto" buffers
   int64_t warmup_n_ = 0;
   SigmaSelection sigma_selection_;
   std::unique_ptr<TransitionCounts> counts_;

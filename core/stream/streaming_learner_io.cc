@@ -35,8 +35,8 @@ void StreamingLearner::Serialize(io::Writer& w) const {
   if (lags_) lags_->Serialize(w);
 }
 
-absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options,
-                                                               uint32_t version, SigmaSelection sigma_selection) {
+absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options, uint32_t version,
+                                                               SigmaSelection sigma_selection) {
   namespace lo = learner_options;
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (version < 1 || version > kStateVersion) {

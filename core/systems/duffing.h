@@ -17,9 +17,9 @@ struct Transitions {
 // delta = 0.5, beta = -1, alpha = 1: two stable foci at (+-1, 0), saddle at the origin.
 struct DuffingOptions {
   double delta = 0.5, beta = -1.0, alpha = 1.0;
-  double dt = 0.25;          // sampling interval
-  double box = 2.0;          // starts uniform in [-box, box]^2
-  int substeps = 10;         // RK4 steps per dt
+  double dt = 0.25;   // sampling interval
+  double box = 2.0;   // starts uniform in [-box, box]^2
+  int substeps = 10;  // RK4 steps per dt
 };
 // n pairs: x uniform in the box, y = flow of x over dt. Deterministic given seed.
 Transitions SimulateDuffing(int64_t n, uint64_t seed, const DuffingOptions& options = {});
@@ -31,8 +31,8 @@ Eigen::VectorXi DuffingBasin(const Eigen::Ref<const RowMatrixXd>& points, const 
 // Overdamped Langevin diffusion in the 1-D double well V(x) = (x^2 - 1)^2:
 // dX = -V'(X) dt + sqrt(2/beta) dW, Euler-Maruyama. One trajectory, returned as pairs at lag dt.
 struct DoubleWellOptions {
-  double beta = 3.0;        // inverse temperature
-  double dt = 0.1;          // sampling interval
+  double beta = 3.0;  // inverse temperature
+  double dt = 0.1;    // sampling interval
   int substeps = 10;
 };
 Transitions SimulateDoubleWell(int64_t n, uint64_t seed, const DoubleWellOptions& options = {});

@@ -22,8 +22,7 @@ using Normal = internal::BoxMullerNormal;
 // D = 1/beta. The chain is reversible w.r.t. exp(-beta V_i), so D^1/2 L D^-1/2 is a symmetric
 // tridiagonal matrix with off-diagonal D/h^2 (the product of the two rates).
 template <typename Potential>
-VectorXd GeneratorEigenvalues(const Potential& v, double beta, double tau, int count, int grid,
-                              double half_width) {
+VectorXd GeneratorEigenvalues(const Potential& v, double beta, double tau, int count, int grid, double half_width) {
   const int m = std::max(grid, 3);
   const double h = 2 * half_width / (m - 1);
   VectorXd pot(m);
@@ -98,7 +97,8 @@ Eigen::Vector3d FourWellBarriers(const FourWellOptions& o) {
     const double g = (std::sqrt(5.0) - 1) / 2;
     for (int it = 0; it < 200; ++it) {
       const double a = hi - g * (hi - lo), c = lo + g * (hi - lo);
-      if (FourWellPotential(a, o) > FourWellPotential(c, o)) hi = c; else lo = a;
+      if (FourWellPotential(a, o) > FourWellPotential(c, o)) hi = c;
+      else lo = a;
     }
     tops[b] = 0.5 * (lo + hi);
   }
@@ -116,8 +116,8 @@ Eigen::VectorXi FourWellIndex(const Eigen::Ref<const RowMatrixXd>& points, const
 }
 
 VectorXd FourWellEigenvalues(int count, const FourWellOptions& o, int grid, double half_width) {
-  return GeneratorEigenvalues([&](double x) { return FourWellPotential(x, o); }, o.beta, o.tau, count,
-                              grid, half_width);
+  return GeneratorEigenvalues([&](double x) { return FourWellPotential(x, o); }, o.beta, o.tau, count, grid,
+                              half_width);
 }
 
 VectorXd FourWellStationaryDensity(const Eigen::Ref<const VectorXd>& x, const FourWellOptions& o) {
@@ -187,8 +187,7 @@ Eigen::VectorXi MultiWell2dIndex(const Eigen::Ref<const RowMatrixXd>& points) {
 
 VectorXd MultiWell2dEigenvalues(int count, const MultiWell2dOptions& o, int grid, double half_width) {
   const int k1 = std::max(count, 2);
-  const VectorXd e = GeneratorEigenvalues([&](double s) { return V1(s, o); }, o.beta, o.tau, k1, grid,
-                                          half_width);
+  const VectorXd e = GeneratorEigenvalues([&](double s) { return V1(s, o); }, o.beta, o.tau, k1, grid, half_width);
   std::vector<double> prod;
   for (int a = 0; a < e.size(); ++a)
     for (int b = 0; b < e.size(); ++b) prod.push_back(e[a] * e[b]);
@@ -290,7 +289,8 @@ std::vector<int> SampleChain(const MatrixXd& P, int64_t n, int start, uint64_t s
     int lo = 0, hi = p - 1;  // first j with cum(i, j) > u
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (cum(i, mid) > u) hi = mid; else lo = mid + 1;
+      if (cum(i, mid) > u) hi = mid;
+      else lo = mid + 1;
     }
     out[t + 1] = lo;
   }

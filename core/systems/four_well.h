@@ -40,8 +40,7 @@ Eigen::VectorXi FourWellIndex(const Eigen::Ref<const RowMatrixXd>& points, const
 // Scharfetter–Gummel-like) discretization of the generator on [-half_width, half_width] with
 // `grid` points (reflecting ends). Converges as O(h^2); grid = 1500 on [-3, 3] is accurate to
 // ~1e-4 for the defaults.
-VectorXd FourWellEigenvalues(int count, const FourWellOptions& options = {}, int grid = 1500,
-                             double half_width = 3.0);
+VectorXd FourWellEigenvalues(int count, const FourWellOptions& options = {}, int grid = 1500, double half_width = 3.0);
 // Stationary density ∝ exp(-beta V) on a grid of points (normalized to integrate to 1).
 VectorXd FourWellStationaryDensity(const Eigen::Ref<const VectorXd>& x, const FourWellOptions& options = {});
 
@@ -69,8 +68,8 @@ VectorXd MultiWell2dEigenvalues(int count, const MultiWell2dOptions& options = {
 // ---------------------------------------------------------------------------------------------
 // Finite chains.
 struct FiniteChain {
-  MatrixXd P;     // p x p row-stochastic
-  VectorXd pi;    // stationary distribution (pi^T P = pi^T, sums to 1)
+  MatrixXd P;              // p x p row-stochastic
+  VectorXd pi;             // stationary distribution (pi^T P = pi^T, sums to 1)
   Eigen::VectorXi blocks;  // block of each state (LumpableBlockChain), else empty
 };
 // P = U V with U (p x r) rows uniform on the simplex and V (r x p) rows random distributions

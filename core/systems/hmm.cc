@@ -74,9 +74,7 @@ double Emission::Density(double x) const {
   return std::exp((shape - 1) * std::log(u) - u / scale - shape * std::log(scale) - std::lgamma(shape));
 }
 
-double Emission::Mean() const {
-  return kind == Kind::kGaussian ? location : location + shape * scale;
-}
+double Emission::Mean() const { return kind == Kind::kGaussian ? location : location + shape * scale; }
 
 // ---------------------------------------------------------------------------------------------
 HmmMixture HmmMixture::Default() {
@@ -122,8 +120,7 @@ VectorXd HmmMixture::Simulate(int64_t n, uint64_t seed, Eigen::VectorXi* states)
   int s = SampleCategorical(StationaryWeights(), rng);
   for (int64_t t = 0; t < n; ++t) {
     const Emission& e = emissions[s];
-    out[t] = e.kind == Emission::Kind::kGaussian ? e.location + e.scale * normal(rng)
-                                                  : e.location + gammas[s](rng);
+    out[t] = e.kind == Emission::Kind::kGaussian ? e.location + e.scale * normal(rng) : e.location + gammas[s](rng);
     if (states) (*states)[t] = s;
     s = SampleCategorical(transition.row(s).transpose(), rng);
   }
@@ -140,8 +137,7 @@ std::string HmmMixture::GroundTruthJson(const VectorXd& grid) const {
   os << ",\"emissions\":[";
   for (size_t h = 0; h < emissions.size(); ++h) {
     const Emission& e = emissions[h];
-    os << (h ? "," : "") << "{\"kind\":\""
-       << (e.kind == Emission::Kind::kGaussian ? "gaussian" : "shifted_gamma")
+    os << (h ? "," : "") << "{\"kind\":\"" << (e.kind == Emission::Kind::kGaussian ? "gaussian" : "shifted_gamma")
        << "\",\"location\":" << e.location << ",\"scale\":" << e.scale << ",\"shape\":" << e.shape
        << ",\"mean\":" << e.Mean() << "}";
   }
@@ -238,8 +234,8 @@ LinearGaussianSsm LinearGaussianSsm::Default() {
 
 absl::Status LinearGaussianSsm::Validate() const {
   const int n = state_dim(), p = obs_dim();
-  if (n < 1 || A.cols() != n || C.cols() != n || p < 1 || Q.rows() != n || Q.cols() != n ||
-      R.rows() != p || R.cols() != p) {
+  if (n < 1 || A.cols() != n || C.cols() != n || p < 1 || Q.rows() != n || Q.cols() != n || R.rows() != p ||
+      R.cols() != p) {
     return absl::InvalidArgumentError("Violated constraint: A n x n, C p x n, Q n x n, R p x p");
   }
   if (Q.llt().info() != Eigen::Success || R.llt().info() != Eigen::Success) {

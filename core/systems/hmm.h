@@ -73,8 +73,8 @@ struct DiscreteHmm {
   // Paper 002 section 5 (Bayesian knowledge tracing): state 0 = not learned, 1 = learned;
   // P(0->1) = learn, P(1->0) = forget; observation 1 = correct answer, P(1|0) = guess,
   // P(0|1) = slip.
-  static DiscreteHmm BinaryLearningChain(double learn = 0.05, double forget = 0.03,
-                                         double guess = 0.25, double slip = 0.15);
+  static DiscreteHmm BinaryLearningChain(double learn = 0.05, double forget = 0.03, double guess = 0.25,
+                                         double slip = 0.15);
 
   int num_states() const { return static_cast<int>(transition.rows()); }
   int num_symbols() const { return static_cast<int>(emission.cols()); }

@@ -39,7 +39,8 @@ void DirichletRows(MatrixXd& m, double alpha, Rng& rng) {
   for (int i = 0; i < m.rows(); ++i) {
     for (int k = 0; k < m.cols(); ++k) m(i, k) = rng.Gamma(alpha);
     const double s = m.row(i).sum();
-    if (s > 0) m.row(i) /= s; else m.row(i).setConstant(1.0 / m.cols());
+    if (s > 0) m.row(i) /= s;
+    else m.row(i).setConstant(1.0 / m.cols());
   }
 }
 
@@ -64,17 +65,21 @@ VectorXd Stationary(const MatrixXd& u, const MatrixXd& v) {
 absl::Status SoftAggregationChainOptions::Validate() const {
   auto bad = [](const std::string& s) { return absl::InvalidArgumentError("Violated constraint: " + s); };
   if (states < 2) return bad(absl::StrCat("states >= 2; got ", states));
-  if (meta_states < 1 || meta_states > states) return bad(absl::StrCat("1 <= meta_states <= states; got ", meta_states));
+  if (meta_states < 1 || meta_states > states)
+    return bad(absl::StrCat("1 <= meta_states <= states; got ", meta_states));
   if (!hard) {
     if (anchors_per_meta < 1) return bad(absl::StrCat("anchors_per_meta >= 1; got ", anchors_per_meta));
     if (int64_t{anchors_per_meta} * meta_states > states) {
-      return bad(absl::StrCat("meta_states * anchors_per_meta <= states; got ", meta_states, " * ",
-                              anchors_per_meta, " > ", states));
+      return bad(absl::StrCat("meta_states * anchors_per_meta <= states; got ", meta_states, " * ", anchors_per_meta,
+                              " > ", states));
     }
   }
-  if (!(non_anchor_floor >= 0 && non_anchor_floor <= 1)) return bad(absl::StrCat("0 <= non_anchor_floor <= 1; got ", non_anchor_floor));
-  if (!(u_concentration > 0 && std::isfinite(u_concentration))) return bad(absl::StrCat("u_concentration > 0; got ", u_concentration));
-  if (!(anchor_weight > 0 && std::isfinite(anchor_weight))) return bad(absl::StrCat("anchor_weight > 0; got ", anchor_weight));
+  if (!(non_anchor_floor >= 0 && non_anchor_floor <= 1))
+    return bad(absl::StrCat("0 <= non_anchor_floor <= 1; got ", non_anchor_floor));
+  if (!(u_concentration > 0 && std::isfinite(u_concentration)))
+    return bad(absl::StrCat("u_concentration > 0; got ", u_concentration));
+  if (!(anchor_weight > 0 && std::isfinite(anchor_weight)))
+    return bad(absl::StrCat("anchor_weight > 0; got ", anchor_weight));
   return absl::OkStatus();
 }
 
@@ -144,7 +149,8 @@ DiscreteTransitions SimulateSoftAggregationChain(const SoftAggregationChain& c, 
   {
     const double u = rng.Uniform();
     double s = 0;
-    for (x = 0; x < p - 1; ++x) if ((s += c.stationary(x)) > u) break;
+    for (x = 0; x < p - 1; ++x)
+      if ((s += c.stationary(x)) > u) break;
   }
   DiscreteTransitions t;
   t.from.resize(n);
@@ -167,9 +173,7 @@ MatrixXd CountTransitions(const DiscreteTransitions& t, int p) {
   return n;
 }
 
-MatrixXd ExpectedCounts(const SoftAggregationChain& c, double n) {
-  return n * (c.stationary.asDiagonal() * c.P);
-}
+MatrixXd ExpectedCounts(const SoftAggregationChain& c, double n) { return n * (c.stationary.asDiagonal() * c.P); }
 
 std::string SoftAggregationChain::GroundTruthJson() const {
   auto matrix = [](const MatrixXd& m) {

@@ -44,12 +44,12 @@ struct SoftAggregationChainOptions {
 };
 
 struct SoftAggregationChain {
-  MatrixXd U;                               // p x r, rows sum to 1
-  MatrixXd V;                               // p x r, columns sum to 1
-  MatrixXd P;                               // p x p, P = U V^T
-  VectorXd stationary;                      // pi, pi^T P = pi^T, sums to 1
-  std::vector<std::vector<int>> anchors;    // per meta-state, sorted anchor states
-  std::vector<int> block;                   // hard only: block (meta-state) of each state; else empty
+  MatrixXd U;                             // p x r, rows sum to 1
+  MatrixXd V;                             // p x r, columns sum to 1
+  MatrixXd P;                             // p x p, P = U V^T
+  VectorXd stationary;                    // pi, pi^T P = pi^T, sums to 1
+  std::vector<std::vector<int>> anchors;  // per meta-state, sorted anchor states
+  std::vector<int> block;                 // hard only: block (meta-state) of each state; else empty
 
   int states() const { return static_cast<int>(U.rows()); }
   int meta_states() const { return static_cast<int>(U.cols()); }

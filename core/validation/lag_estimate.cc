@@ -111,8 +111,7 @@ double JackknifeStderr(double full, const std::vector<double>& loo, const std::v
   return std::sqrt(var / g);
 }
 
-absl::StatusOr<LagTimescales> EstimateImpliedTimescales(const LaggedMomentsSnapshot& s,
-                                                            const LagEstimateOptions& o) {
+absl::StatusOr<LagTimescales> EstimateImpliedTimescales(const LaggedMomentsSnapshot& s, const LagEstimateOptions& o) {
   if (absl::Status st = CheckSnapshot(s, o); !st.ok()) return st;
   LagTimescales r;
   r.lags = s.lags;
@@ -185,12 +184,12 @@ CkMatrices CkFrom(const std::vector<const LagSums*>& sums, int base, const std::
 
 }  // namespace
 
-absl::StatusOr<CkTest> ChapmanKolmogorovTest(const LaggedMomentsSnapshot& s, const MatrixXd& memberships,
-                                             int base_lag, int max_steps, const LagEstimateOptions& o) {
+absl::StatusOr<CkTest> ChapmanKolmogorovTest(const LaggedMomentsSnapshot& s, const MatrixXd& memberships, int base_lag,
+                                             int max_steps, const LagEstimateOptions& o) {
   if (absl::Status st = CheckSnapshot(s, o); !st.ok()) return st;
   if (memberships.rows() != s.dim || memberships.cols() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("memberships must be ", s.dim, " x K (got ", memberships.rows(),
-                                                   " x ", memberships.cols(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("memberships must be ", s.dim, " x K (got ", memberships.rows(), " x ", memberships.cols(), ")"));
   }
   if (max_steps < 2) return absl::InvalidArgumentError(absl::StrCat("steps must be >= 2 (got ", max_steps, ")"));
   const auto it = std::find(s.lags.begin(), s.lags.end(), base_lag);
@@ -207,10 +206,10 @@ absl::StatusOr<CkTest> ChapmanKolmogorovTest(const LaggedMomentsSnapshot& s, con
     }
   }
   if (steps.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "a CK test at lag ", base_lag, " needs model lags that are multiples k * ", base_lag, " with 2 <= k <= ",
-        max_steps, "; the model's lags are [", absl::StrJoin(s.lags, ","),
-        "] (create the model with e.g. --lags ", base_lag, ",", 2 * base_lag, ",", 5 * base_lag, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("a CK test at lag ", base_lag, " needs model lags that are multiples k * ", base_lag,
+                     " with 2 <= k <= ", max_steps, "; the model's lags are [", absl::StrJoin(s.lags, ","),
+                     "] (create the model with e.g. --lags ", base_lag, ",", 2 * base_lag, ",", 5 * base_lag, ")"));
   }
   std::vector<const LagSums*> total;
   for (const LagSums& t : s.total) total.push_back(&t);

@@ -50,21 +50,21 @@ struct LagTimescales {
 
 // InvalidArgument for bad options or a snapshot/options mismatch.
 absl::StatusOr<LagTimescales> EstimateImpliedTimescales(const LaggedMomentsSnapshot& snapshot,
-                                                            const LagEstimateOptions& options);
+                                                        const LagEstimateOptions& options);
 
 struct CkStep {
-  int steps = 0;   // k
-  int lag = 0;     // k * base lag
-  MatrixXd predicted, estimated;            // K x K set-to-set probabilities
+  int steps = 0;                                                  // k
+  int lag = 0;                                                    // k * base lag
+  MatrixXd predicted, estimated;                                  // K x K set-to-set probabilities
   MatrixXd predicted_stderr, estimated_stderr, deviation_stderr;  // jackknife s.e.
-  double max_deviation = 0;                 // max |predicted - estimated|
-  double max_deviation_stderr = 0;          // s.e. of (predicted - estimated) at that entry
+  double max_deviation = 0;                                       // max |predicted - estimated|
+  double max_deviation_stderr = 0;                                // s.e. of (predicted - estimated) at that entry
 };
 
 struct CkTest {
-  int lag = 0;                  // base lag tau
-  std::vector<CkStep> steps;    // increasing k
-  double max_deviation = 0;     // over all steps
+  int lag = 0;                // base lag tau
+  std::vector<CkStep> steps;  // increasing k
+  double max_deviation = 0;   // over all steps
   double max_deviation_stderr = 0;
   int blocks = 0;
 };

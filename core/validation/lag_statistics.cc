@@ -25,7 +25,8 @@ absl::Status LagStatistics::Options::Validate() const {
   if (absl::Status s = lo.Validate(); !s.ok()) return s;
   if (dim < 0) return absl::InvalidArgumentError("Violated constraint: dim >= 0");
   if (dim == 0 && num_states < 1) return absl::InvalidArgumentError("Violated constraint: num_states >= 1 (discrete)");
-  if (dim > 0 && (!(sigma > 0) || !std::isfinite(sigma))) return absl::InvalidArgumentError("Violated constraint: sigma > 0");
+  if (dim > 0 && (!(sigma > 0) || !std::isfinite(sigma)))
+    return absl::InvalidArgumentError("Violated constraint: sigma > 0");
   if (max_basis < 2) return absl::InvalidArgumentError("Violated constraint: max_basis >= 2");
   return absl::OkStatus();
 }

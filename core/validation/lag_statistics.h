@@ -30,10 +30,10 @@ namespace cmestream {
 
 struct LagStatisticsSnapshot {
   bool discrete = false;
-  int64_t epoch = 0;                   // source epoch of the basis (continuous)
-  RowMatrixXd basis;                   // continuous: k x d atoms
-  std::vector<int> basis_atoms;        // their indices in the source dictionary
-  double sigma = 0;                    // sigma_B
+  int64_t epoch = 0;                             // source epoch of the basis (continuous)
+  RowMatrixXd basis;                             // continuous: k x d atoms
+  std::vector<int> basis_atoms;                  // their indices in the source dictionary
+  double sigma = 0;                              // sigma_B
   std::optional<LaggedMomentsSnapshot> koopman;  // continuous only, once a basis exists
   std::optional<LaggedMomentsSnapshot> counts;   // once a basis exists (discrete: always)
   // Features of points (rows) in the Koopman basis: n x (k + 1).
@@ -44,10 +44,10 @@ class LagStatistics {
  public:
   struct Options {
     std::vector<int> lags = {1};
-    int dim = 0;           // continuous state dimension (0: discrete)
-    int num_states = 0;    // discrete: ids in [0, num_states)
-    double sigma = 1;      // the model's kernel bandwidth (continuous)
-    int max_basis = 32;    // lag basis size cap, >= 2
+    int dim = 0;         // continuous state dimension (0: discrete)
+    int num_states = 0;  // discrete: ids in [0, num_states)
+    double sigma = 1;    // the model's kernel bandwidth (continuous)
+    int max_basis = 32;  // lag basis size cap, >= 2
     int max_blocks = 16;
     int64_t initial_block_length = 64;
     absl::Status Validate() const;

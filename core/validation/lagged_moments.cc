@@ -49,8 +49,8 @@ absl::Status LaggedMoments::Options::Validate() const {
           absl::StrCat("Violated constraint: lag ", lags[k], " is at most ", kMaxLag, " samples"));
     }
     if (k > 0 && lags[k] <= lags[k - 1]) {
-      return absl::InvalidArgumentError(absl::StrCat("Violated constraint: lags are strictly increasing (",
-                                                     lags[k - 1], " then ", lags[k], ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Violated constraint: lags are strictly increasing (", lags[k - 1], " then ", lags[k], ")"));
     }
   }
   if (dim < 1) return absl::InvalidArgumentError("Violated constraint: dim >= 1");

@@ -60,18 +60,18 @@ struct LaggedMomentsSnapshot {
   std::vector<int> lags;
   int dim = 0;
   bool one_hot = false;
-  std::vector<LagSums> total;                   // per lag
-  std::vector<std::vector<LagSums>> blocks;     // [block][lag], blocks with samples only
-  std::vector<int64_t> block_samples;           // samples per block
-  int64_t samples = 0;                          // states + pairs observed
-  int64_t trajectory_states = 0;                // states observed through Observe*
-  int64_t unordered_pairs = 0;                  // pairs observed through ObservePair*
+  std::vector<LagSums> total;                // per lag
+  std::vector<std::vector<LagSums>> blocks;  // [block][lag], blocks with samples only
+  std::vector<int64_t> block_samples;        // samples per block
+  int64_t samples = 0;                       // states + pairs observed
+  int64_t trajectory_states = 0;             // states observed through Observe*
+  int64_t unordered_pairs = 0;               // pairs observed through ObservePair*
 };
 
 class LaggedMoments {
  public:
-  static constexpr int kMaxLag = 1000;    // documented maximum lag (memory of the ring)
-  static constexpr int kMaxLags = 16;     // documented maximum number of lags
+  static constexpr int kMaxLag = 1000;  // documented maximum lag (memory of the ring)
+  static constexpr int kMaxLags = 16;   // documented maximum number of lags
   struct Options {
     std::vector<int> lags = {1};        // positive, strictly increasing, <= kMaxLag, at most kMaxLags
     int dim = 1;                        // D, >= 1
@@ -111,7 +111,7 @@ class LaggedMoments {
 
  private:
   LagSums& Open(int lag_index) { return blocks_[num_blocks_ - 1][lag_index]; }
-  void EndSample();  // advances the block bookkeeping after one sample
+  void EndSample();                          // advances the block bookkeeping after one sample
   const double* RingAt(int64_t back) const;  // features of the state `back` steps ago
 
   Options options_;
@@ -124,8 +124,8 @@ class LaggedMoments {
   // Ring of the last tau_L + 1 states of the open episode (dense: D doubles each; one-hot: id).
   RowMatrixXd ring_;
   std::vector<int> ring_ids_;
-  int64_t ring_head_ = 0;     // slot of the next state
-  int64_t episode_len_ = 0;   // states in the open episode (capped use: only up to tau_L back)
+  int64_t ring_head_ = 0;    // slot of the next state
+  int64_t episode_len_ = 0;  // states in the open episode (capped use: only up to tau_L back)
 };
 
 }  // namespace cmestream

@@ -63,9 +63,7 @@ void BM_SoftAggregationFit(benchmark::State& state) {
   }
 }
 
-BENCHMARK(BM_SoftAggregationFit)
-    ->ArgsProduct({{100, 200, 400, 1000}, {0, 1}})
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SoftAggregationFit)->ArgsProduct({{100, 200, 400, 1000}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SoftAggregationFit)->Args({3000, 1})->Unit(benchmark::kMillisecond);
 // The dense O(p^3) SVD at p = 3000 takes tens of seconds: one iteration is enough.
 BENCHMARK(BM_SoftAggregationFit)->Args({3000, 0})->Iterations(1)->Unit(benchmark::kMillisecond);

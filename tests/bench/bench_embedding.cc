@@ -63,7 +63,11 @@ void BM_MomentsObserveTrajectory(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * chunk);
   state.counters["reused"] = static_cast<double>(m.reused_features()) / static_cast<double>(m.samples());
 }
-BENCHMARK(BM_MomentsObserveTrajectory)->ArgNames({"N", "B"})->Args({256, 64})->Args({512, 64})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MomentsObserveTrajectory)
+    ->ArgNames({"N", "B"})
+    ->Args({256, 64})
+    ->Args({512, 64})
+    ->Unit(benchmark::kMillisecond);
 
 // Snapshot (copy) + ComputeStateEmbedding (two N x N eigendecompositions, whitened SVD).
 void BM_Refresh(benchmark::State& state) {

@@ -94,7 +94,8 @@ void BM_ModelRefresh(benchmark::State& state) {
   const systems::Transitions data = systems::SimulateDuffing(n, 3);
   uint64_t index = 0;
   for (int64_t s = 0; s < n; s += 1000) {
-    const service::BatchCheck check = service::ValidateBatch(MakeBatch(data, s, std::min<int64_t>(1000, n - s)), 2, index);
+    const service::BatchCheck check =
+        service::ValidateBatch(MakeBatch(data, s, std::min<int64_t>(1000, n - s)), 2, index);
     if (!check.status.ok() || !model.Ingest(check.batch, "", 0, index++, "").ok()) std::abort();
   }
   std::map<std::string, double> seconds;

@@ -28,10 +28,12 @@ TEST(Bandwidth, Vamp2IsOneForIndependentPairsAndOnePlusRankForTheIdentity) {
   const RowMatrixXd x = Gaussian(1200, 2, 1), y = Gaussian(1200, 2, 2);
   const RowMatrixXd lm = x.topRows(100);
   // Independent: only the constant function is predictable (true VAMP-2 = 1).
-  const double indep = HeldOutVamp2(x.topRows(600), y.topRows(600), x.bottomRows(600), y.bottomRows(600), lm, 1.0, 4, 1e-3);
+  const double indep =
+      HeldOutVamp2(x.topRows(600), y.topRows(600), x.bottomRows(600), y.bottomRows(600), lm, 1.0, 4, 1e-3);
   EXPECT_NEAR(indep, 1.0, 0.1);
   // Identity map: every singular value is 1 (true VAMP-2 = 1 + rank).
-  const double ident = HeldOutVamp2(x.topRows(600), x.topRows(600), x.bottomRows(600), x.bottomRows(600), lm, 1.0, 4, 1e-3);
+  const double ident =
+      HeldOutVamp2(x.topRows(600), x.topRows(600), x.bottomRows(600), x.bottomRows(600), lm, 1.0, 4, 1e-3);
   EXPECT_NEAR(ident, 5.0, 0.01);
 }
 

@@ -155,7 +155,13 @@ TEST(MetastableClusters, FourWellClustersMatchTheWells) {
   for (int a = 0; a < 2000; a += 7)
     for (int b = a + 1; b < 2000; b += 5) {
       const double d = (psi.row(a) - psi.row(b)).norm();
-      if (w[a] == w[b]) { intra += d; ++n_intra; } else { inter += d; ++n_inter; }
+      if (w[a] == w[b]) {
+        intra += d;
+        ++n_intra;
+      } else {
+        inter += d;
+        ++n_inter;
+      }
     }
   ASSERT_GT(n_intra, 0);
   ASSERT_GT(n_inter, 0);
@@ -187,17 +193,16 @@ TEST(MetastableClusters, TwoDimensionalMultiWellClusters) {
   eo.rank = 4;
   const StateEmbedding e = *ComputeStateEmbedding(m.Snapshot(), eo);
   const VectorXd truth = systems::MultiWell2dEigenvalues(4, mw);
-  std::printf("2-D singular values %.4f %.4f %.4f %.4f; truth %.4f %.4f %.4f %.4f\n",
-              e.singular_values()[0], e.singular_values()[1], e.singular_values()[2],
-              e.singular_values()[3], truth[0], truth[1], truth[2], truth[3]);
+  std::printf("2-D singular values %.4f %.4f %.4f %.4f; truth %.4f %.4f %.4f %.4f\n", e.singular_values()[0],
+              e.singular_values()[1], e.singular_values()[2], e.singular_values()[3], truth[0], truth[1], truth[2],
+              truth[3]);
   for (int k = 1; k < 4; ++k) EXPECT_NEAR(e.singular_values()[k], truth[k], 0.05);
   // Representatives: the first 1500 sampled states, equal weights (empirical π).
   const RowMatrixXd reps = data.x.topRows(1500);
   WeightedKMeansOptions ko;
   ko.k = 4;
   const MetastableClusters cl = *ComputeMetastableClusters(e, reps, VectorXd::Ones(1500), ko);
-  const double miss = WeightedMisclassification(systems::MultiWell2dIndex(reps), cl.labels(),
-                                                VectorXd::Ones(1500), 4);
+  const double miss = WeightedMisclassification(systems::MultiWell2dIndex(reps), cl.labels(), VectorXd::Ones(1500), 4);
   std::printf("2-D misclassification %.4f\n", miss);
   EXPECT_LE(miss, 0.05);
 }

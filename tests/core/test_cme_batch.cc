@@ -17,7 +17,7 @@ namespace {
 
 struct Case {
   const char* name;
-  bool four_well;       // else Duffing
+  bool four_well;  // else Duffing
   int n;
   bool averaging;
   double decay_samples;  // 0 = constant step
@@ -44,9 +44,7 @@ CompressedCme::Options OptionsFor(const Case& c) {
   return o;
 }
 
-double RelativeDifference(const MatrixXd& a, const MatrixXd& b) {
-  return (a - b).norm() / std::max(a.norm(), 1e-300);
-}
+double RelativeDifference(const MatrixXd& a, const MatrixXd& b) { return (a - b).norm() / std::max(a.norm(), 1e-300); }
 
 class CmeBatchEquivalence : public ::testing::TestWithParam<Case> {};
 
@@ -105,17 +103,16 @@ TEST_P(CmeBatchEquivalence, BatchedEqualsSequential) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Streams, CmeBatchEquivalence,
-    ::testing::Values(Case{"four_well_constant", true, 4000, false, 0, 1000, true, 1e-3},
-                      Case{"duffing_constant", false, 4000, false, 0, 1000, true, 1e-3},
-                      Case{"duffing_decaying_step", false, 4000, false, 500, 1000, true, 1e-3},
-                      Case{"duffing_averaging", false, 4000, true, 500, 1000, true, 1e-3},
-                      Case{"four_well_averaging", true, 4000, true, 0, 1000, true, 1e-3},
-                      Case{"duffing_cap_binds", false, 4000, false, 0, 40, true, 1e-5},
-                      Case{"duffing_cap_binds_averaging", false, 4000, true, 300, 40, true, 1e-5},
-                      Case{"duffing_paired", false, 4000, false, 0, 1000, false, 1e-3}),
-    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Streams, CmeBatchEquivalence,
+                         ::testing::Values(Case{"four_well_constant", true, 4000, false, 0, 1000, true, 1e-3},
+                                           Case{"duffing_constant", false, 4000, false, 0, 1000, true, 1e-3},
+                                           Case{"duffing_decaying_step", false, 4000, false, 500, 1000, true, 1e-3},
+                                           Case{"duffing_averaging", false, 4000, true, 500, 1000, true, 1e-3},
+                                           Case{"four_well_averaging", true, 4000, true, 0, 1000, true, 1e-3},
+                                           Case{"duffing_cap_binds", false, 4000, false, 0, 40, true, 1e-5},
+                                           Case{"duffing_cap_binds_averaging", false, 4000, true, 300, 40, true, 1e-5},
+                                           Case{"duffing_paired", false, 4000, false, 0, 1000, false, 1e-3}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // Feeding one stream through ObserveBatch in the same batches gives bit-identical learners
 // (what WAL replay relies on), and a snapshot between batches continues bit-identically.

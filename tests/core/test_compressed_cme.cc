@@ -43,9 +43,7 @@ double HsDistance(const KernelOperator& a, const KernelOperator& b, double sigma
 
 double HsNorm(const KernelOperator& a, double sigma) { return std::sqrt(std::max(0.0, HsInner(a, a, sigma))); }
 
-KernelOperator FromLearner(const CompressedCme& cme) {
-  return {cme.y_atoms(), cme.x_atoms(), cme.W()};
-}
+KernelOperator FromLearner(const CompressedCme& cme) { return {cme.y_atoms(), cme.x_atoms(), cme.W()}; }
 
 // The uncompressed SGD iterate C~ = (1 - eta lambda) C - eta (C phi(x) - phi(y)) (x) phi(x) on the
 // atoms [Y; y], [X; x].
@@ -103,7 +101,8 @@ void CheckEveryStepAgainstExplicitAlgebra(bool one_sided, double epsilon, int ma
   int seen[6] = {0, 0, 0, 0, 0, 0};
   for (int t = 0; t < n; ++t) {
     const KernelOperator before = FromLearner(cme);
-    const KernelOperator tilde = UncompressedIterate(before, x.row(t).data(), y.row(t).data(), 2, o.eta, o.lambda, o.sigma);
+    const KernelOperator tilde =
+        UncompressedIterate(before, x.row(t).data(), y.row(t).data(), 2, o.eta, o.lambda, o.sigma);
     cme.Observe(x.row(t).data(), y.row(t).data());
     ++seen[static_cast<int>(cme.last_step())];
     const double scale = HsNorm(tilde, o.sigma);
@@ -233,8 +232,8 @@ void CheckEpsilonZeroIsBaseSgd(bool one_sided, double decay_samples) {
   const KernelOperator naive = NaiveSgd(x, y, o.sigma, o.lambda, etas);
   const double dist = HsDistance(FromLearner(cme), naive, o.sigma);
   const double norm = HsNorm(naive, o.sigma);
-  std::printf("eps=0 one_sided=%d decay=%g: ||C - C_sgd||_HS = %.3g (||C_sgd|| = %.3g)\n", one_sided,
-              decay_samples, dist, norm);
+  std::printf("eps=0 one_sided=%d decay=%g: ||C - C_sgd||_HS = %.3g (||C_sgd|| = %.3g)\n", one_sided, decay_samples,
+              dist, norm);
   EXPECT_LT(dist, 1e-6 * norm);
   EXPECT_GT(norm, 0.1);
 }
@@ -273,8 +272,8 @@ TEST(CompressedCme, ApproachesBatchRegularizedCme) {
       cme.Observe(data.x.row(i).data(), data.y.row(i).data());
     }
     dists.push_back(HsDistance(FromLearner(cme), batch, o.sigma) / norm);
-    std::printf("n=%ld: relative HS distance to batch CME %.4g (m_x=%d)\n", static_cast<long>(checkpoint),
-                dists.back(), cme.dict_x_size());
+    std::printf("n=%ld: relative HS distance to batch CME %.4g (m_x=%d)\n", static_cast<long>(checkpoint), dists.back(),
+                cme.dict_x_size());
   }
   for (size_t i = 1; i < dists.size(); ++i) EXPECT_LT(dists[i], dists[i - 1]);
   EXPECT_LT(dists.back(), 0.05);

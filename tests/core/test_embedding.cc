@@ -19,9 +19,7 @@ namespace {
 std::shared_ptr<const FeatureMap> Rff(int d, int n, double sigma, uint64_t seed) {
   return std::make_shared<const FeatureMap>(*FeatureMap::Rff(d, n, sigma, seed));
 }
-std::shared_ptr<const FeatureMap> OneHot(int p) {
-  return std::make_shared<const FeatureMap>(*FeatureMap::OneHot(p));
-}
+std::shared_ptr<const FeatureMap> OneHot(int p) { return std::make_shared<const FeatureMap>(*FeatureMap::OneHot(p)); }
 
 // One-hot moments of a trajectory of state ids.
 EmbeddingMomentsSnapshot OneHotMoments(const std::vector<int>& path, int p) {
@@ -42,8 +40,7 @@ TEST(FeatureMap, RffIsDeterministicAndApproximatesTheKernel) {
   std::mt19937_64 rng(42);
   const double u1 = 1.0 - static_cast<double>(rng() >> 11) * 0x1.0p-53;
   const double u2 = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-  EXPECT_DOUBLE_EQ(a->omega()(0, 0),
-                   std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2) / 0.7);
+  EXPECT_DOUBLE_EQ(a->omega()(0, 0), std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2) / 0.7);
   // h(a).h(b) ~ k(a, b): the RFF error has standard deviation <= 1/sqrt(N) ~ 0.016.
   RowMatrixXd pts(4, 2);
   pts << 0, 0, 0.3, -0.2, 1.0, 0.5, -0.8, 1.1;
@@ -129,7 +126,7 @@ TEST(StateEmbedding, OneHotMatchesTruncatedSvdOfTheNormalizedCountMatrix) {
   const DenseCounts dc = counts.Snapshot().Dense();
   ASSERT_EQ(static_cast<int>(dc.states.size()), p);
   const double n = dc.N.sum();
-  const MatrixXd f = dc.N / n;                      // joint frequencies
+  const MatrixXd f = dc.N / n;  // joint frequencies
   const VectorXd dx = f.rowwise().sum(), dy = f.colwise().sum().transpose();
   const MatrixXd rmat = dx.array().rsqrt().matrix().asDiagonal() * f * dy.array().rsqrt().matrix().asDiagonal();
   Eigen::JacobiSVD<MatrixXd> svd(rmat);
@@ -137,8 +134,8 @@ TEST(StateEmbedding, OneHotMatchesTruncatedSvdOfTheNormalizedCountMatrix) {
   ASSERT_EQ(e->singular_values().size(), p);
   EXPECT_LT((e->singular_values() - sv).cwiseAbs().maxCoeff(), 1e-10);
   EXPECT_NEAR(sv[0], 1.0, 1e-12);  // D^-1/2 F D'^-1/2 has sqrt(dx), sqrt(dy) as a σ = 1 pair
-  const MatrixXd reshaped = dx.array().sqrt().matrix().asDiagonal() * TruncatedSvd(rmat, r) *
-                            dy.array().sqrt().matrix().asDiagonal();
+  const MatrixXd reshaped =
+      dx.array().sqrt().matrix().asDiagonal() * TruncatedSvd(rmat, r) * dy.array().sqrt().matrix().asDiagonal();
   EXPECT_LT((e->ReshapedMoments() - reshaped).cwiseAbs().maxCoeff(), 1e-10);
   // Rows of the reshaped transition matrix diag(dx)^-1 F_r sum to 1 (σ_1 pair is kept).
   const MatrixXd pr = dx.cwiseInverse().asDiagonal() * e->ReshapedMoments();
@@ -206,15 +203,14 @@ TEST(StateEmbedding, FourWellSingularValuesMatchTransferOperatorEigenvalues) {
   const VectorXd truth = systems::FourWellEigenvalues(5, fw);
   const VectorXd sv = e->singular_values();
   std::printf("%s\nsingular values %.4f %.4f %.4f %.4f %.4f; truth %.4f %.4f %.4f %.4f %.4f\n",
-              e->summary().BriefReport().c_str(), sv[0], sv[1], sv[2], sv[3], sv[4], truth[0], truth[1],
-              truth[2], truth[3], truth[4]);
+              e->summary().BriefReport().c_str(), sv[0], sv[1], sv[2], sv[3], sv[4], truth[0], truth[1], truth[2],
+              truth[3], truth[4]);
   EXPECT_NEAR(sv[0], 1.0, 0.01);
   for (int k = 1; k < 4; ++k) EXPECT_NEAR(sv[k], truth[k], 0.02) << "k = " << k;
   // The spectral gap after the fourth value is what the rank report must find.
   EXPECT_EQ(e->summary().suggested_rank, 4);
   EXPECT_LT(sv[4], 0.5);
 }
-
 
 // The moments exactly as computed before trajectory reuse: each block of B pairs mapped with
 // FeatureMap::Map on both sides, weighted, then the same rank-B updates and GEMM. The live

@@ -433,9 +433,10 @@ TEST(LagsCoverage, JackknifeIntervalsCoverAClosedFormChain) {
     if (std::abs(st.estimated(0, 1) - p2(0, 1)) <= JackknifeT95(ck->blocks) * st.estimated_stderr(0, 1)) ++cover_p;
     if (std::abs(st.estimated(0, 1) - p2(0, 1)) <= 1.96 * st.estimated_stderr(0, 1)) ++cover_p_z;
   }
-  std::printf("coverage of nominal 95%% intervals over %d runs: timescale %.3f, T(2)_01 %.3f (t quantile); "
-              "%.3f, %.3f (+-1.96 s.e.)\n",
-              runs, cover_t / double(runs), cover_p / double(runs), cover_t_z / double(runs), cover_p_z / double(runs));
+  std::printf(
+      "coverage of nominal 95%% intervals over %d runs: timescale %.3f, T(2)_01 %.3f (t quantile); "
+      "%.3f, %.3f (+-1.96 s.e.)\n",
+      runs, cover_t / double(runs), cover_p / double(runs), cover_t_z / double(runs), cover_p_z / double(runs));
   EXPECT_GE(cover_t, 0.90 * runs);
   EXPECT_LE(cover_t, 0.99 * runs);
   EXPECT_GE(cover_p, 0.90 * runs);

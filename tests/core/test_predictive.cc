@@ -137,8 +137,8 @@ TEST(PredictiveState, LinearGaussianMatchesBatchTwoStage) {
   const MatrixXd xibar = Hm * Areg.ldlt().solve(Hm.transpose() * Xi);
   const MatrixXd qbar = psibar * U;
   const MatrixXd qq = qbar.transpose() * qbar;
-  const MatrixXd W = (xibar.transpose() * qbar) *
-                     (qq + fo.lambda2 * qq.trace() / 2 * MatrixXd::Identity(2, 2)).inverse();
+  const MatrixXd W =
+      (xibar.transpose() * qbar) * (qq + fo.lambda2 * qq.trace() / 2 * MatrixXd::Identity(2, 2)).inverse();
   // Eigenvector signs are arbitrary: compare W up to the sign flips of U's columns.
   MatrixXd D = MatrixXd::Identity(3, 3);
   for (int j = 0; j < 2; ++j) D(j + 1, j + 1) = m->basis().col(j).dot(U.col(j)) > 0 ? 1 : -1;
@@ -156,8 +156,8 @@ TEST(PredictiveState, BinaryHmmApproachesForwardAlgorithm) {
   const double small = LearnedRmse(FitDiscrete(train.head(2000), 3, Model::Stage::kTwoStage), AsRows(test));
   const double large = LearnedRmse(FitDiscrete(train, 3, Model::Stage::kTwoStage), AsRows(test));
   const double naive = LearnedRmse(FitDiscrete(train, 3, Model::Stage::kNaiveOneStage), AsRows(test));
-  std::printf("binary HMM one-step RMSE: optimal %.5f, learned n=2e3 %.5f, n=2e5 %.5f, naive %.5f\n",
-              optimal, small, large, naive);
+  std::printf("binary HMM one-step RMSE: optimal %.5f, learned n=2e3 %.5f, n=2e5 %.5f, naive %.5f\n", optimal, small,
+              large, naive);
   EXPECT_LT(large, 1.01 * optimal);
   EXPECT_LE(large, small);
   EXPECT_GT(naive - optimal, 5 * (large - optimal));
@@ -206,8 +206,8 @@ TEST(PredictiveState, KalmanModelApproachesKalmanFilter) {
   const double large = fit(100000, Model::Stage::kTwoStage);
   const double naive = fit(100000, Model::Stage::kNaiveOneStage);
   const double var = test.squaredNorm() / test.rows();
-  std::printf("Kalman one-step RMSE: optimal %.5f, learned n=1e3 %.5f, n=1e5 %.5f, naive %.5f, sd %.5f\n",
-              optimal, small, large, naive, std::sqrt(var));
+  std::printf("Kalman one-step RMSE: optimal %.5f, learned n=1e3 %.5f, n=1e5 %.5f, naive %.5f, sd %.5f\n", optimal,
+              small, large, naive, std::sqrt(var));
   EXPECT_LT(large, 1.02 * optimal);
   EXPECT_LE(large, small);
   // Without instruments the overlapping-window noise biases W; here the naive filter is worse

@@ -546,8 +546,7 @@ TEST(SerializationCorruption, DimensionsBeyondTheHeaderAreRejectedBeforeAllocati
     ASSERT_FALSE(c.ok());
     // The body cannot hold a 20000-atom dictionary: refused on the bytes left, whatever the
     // budget (a short hostile body must not cost its claimed allocation).
-    EXPECT_NE(c.status().message().find("truncated: reading CompressedCme atoms and matrices needs"),
-              std::string::npos)
+    EXPECT_NE(c.status().message().find("truncated: reading CompressedCme atoms and matrices needs"), std::string::npos)
         << c.status();
   }
   {
@@ -654,7 +653,8 @@ TEST(SpectralSerialization, TruncationBadTagAndHugeBasisAreRejected) {
   std::memcpy(&big[76], &m, 4);
   io::Reader rb(big, "f");
   const absl::Status s = SpectralMoments::Deserialize(rb).status();
-  EXPECT_NE(s.message().find("spectral basis size is 1001 (field at offset 76), expected 0..1000"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("spectral basis size is 1001 (field at offset 76), expected 0..1000"), std::string::npos)
+      << s;
   // A previous epoch whose basis is not the live basis's first rows cannot be merged with the
   // live sums (nested epochs): the previous basis (written last) starts with the live basis's
   // first coordinate; change it there.

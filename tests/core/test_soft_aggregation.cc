@@ -8,9 +8,9 @@
 #include <iterator>
 #include <set>
 
-#include <Eigen/SVD>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <Eigen/SVD>
 
 #include "core/linalg/truncated_svd.h"
 #include "core/systems/soft_aggregation_chain.h"
@@ -110,7 +110,8 @@ TEST(SoftAggregation, ExpectedCountsRecoverModelExactly) {
 // Paper 003, Theorem 3/4 and Figure 3: mean TV error of V^ columns and U^ rows ~ sqrt(p/n).
 // Measured (3 seeds, p = 200, r = 4, 3 anchors each, floor 0.2, Dirichlet(1) U):
 // TV(V) 0.33 / 0.080 / 0.024 and TV(U) 0.45 / 0.13 / 0.042 at n = 1e4 / 1e5 / 1e6;
-// sqrt(10) = 3.16 per decade. (The design prototype's chain, docs/algorithms.md §4.8, gave 0.146 / 0.046 / 0.015 for V.)
+// sqrt(10) = 3.16 per decade. (The design prototype's chain, docs/algorithms.md §4.8, gave 0.146 / 0.046 / 0.015 for
+// V.)
 TEST(SoftAggregation, ErrorFallsLikeSqrtPOverNAndAnchorsExactAtLargeN) {
   const std::vector<double> ns = {1e4, 1e5, 1e6};
   std::vector<double> tv_v(3, 0), tv_u(3, 0), fit_tv(3, 0);
@@ -118,8 +119,8 @@ TEST(SoftAggregation, ErrorFallsLikeSqrtPOverNAndAnchorsExactAtLargeN) {
   for (int s = 1; s <= kSeeds; ++s) {
     const SoftAggregationChain c = Chain(s);
     for (int t = 0; t < 3; ++t) {
-      const MatrixXd counts =
-          systems::CountTransitions(systems::SimulateSoftAggregationChain(c, static_cast<int64_t>(ns[t]), 100 + s), 200);
+      const MatrixXd counts = systems::CountTransitions(
+          systems::SimulateSoftAggregationChain(c, static_cast<int64_t>(ns[t]), 100 + s), 200);
       absl::StatusOr<AggregationResult> res = FitSoftAggregation(counts, Opt(4));
       ASSERT_TRUE(res.ok()) << res.status();
       ExpectWellFormed(*res, 4);

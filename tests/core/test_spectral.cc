@@ -227,7 +227,8 @@ void Print(const char* what, const StreamResult& r) {
   std::printf("\n  timescales:");
   for (Eigen::Index l = 0; l < r.fit.koopman.timescales.size(); ++l) std::printf(" %.4g", r.fit.koopman.timescales[l]);
   std::printf("\n  ridge scores:");
-  for (size_t i = 0; i < r.fit.ridge_grid.size(); ++i) std::printf(" %.0e:%.5f", r.fit.ridge_grid[i], r.fit.ridge_scores[i]);
+  for (size_t i = 0; i < r.fit.ridge_grid.size(); ++i)
+    std::printf(" %.0e:%.5f", r.fit.ridge_grid[i], r.fit.ridge_scores[i]);
   for (const std::string& w : r.fit.warnings) std::printf("\n  warning: %s", w.c_str());
   std::printf("\n");
 }
@@ -336,9 +337,10 @@ TEST(SpectralPrequential, StreamingScoreEqualsTheClosedFormOnTheNewPairs) {
   EXPECT_EQ(score.pairs(), n);
   const MatrixXd fx = Features(data.x.bottomRows(n), r.fit.koopman.x_atoms, sigma);
   const MatrixXd fy = Features(data.y.bottomRows(n), r.fit.koopman.x_atoms, sigma);
-  const double closed = VampEScore(r.fit.vamp, fx.transpose() * fx / n, fx.transpose() * fy / n, fy.transpose() * fy / n);
-  std::printf("prequential VAMP-E on 2000 new pairs: %.10f (closed form %.10f), cross-validated %.6f\n",
-              score.Score(), closed, r.fit.score);
+  const double closed =
+      VampEScore(r.fit.vamp, fx.transpose() * fx / n, fx.transpose() * fy / n, fy.transpose() * fy / n);
+  std::printf("prequential VAMP-E on 2000 new pairs: %.10f (closed form %.10f), cross-validated %.6f\n", score.Score(),
+              closed, r.fit.score);
   EXPECT_NEAR(score.Score(), closed, 1e-9 * std::abs(closed));
   // A model of the same process scores in the same range on new data as by cross-validation.
   EXPECT_NEAR(score.Score(), r.fit.score, 0.5);
@@ -382,14 +384,16 @@ double DuffingBasinAccuracy(const KoopmanDecomposition& kd, const systems::Duffi
   const MatrixXcd ga = kd.Evaluate(anchors), gp = kd.Evaluate(grid);
   const double saddle = ga(0, 1).real(), plus = ga(1, 1).real();
   int correct = 0;
-  for (int i = 0; i < grid.rows(); ++i) correct += ((gp(i, 1).real() - saddle) * (plus - saddle) > 0 ? 1 : -1) == truth[i];
+  for (int i = 0; i < grid.rows(); ++i)
+    correct += ((gp(i, 1).real() - saddle) * (plus - saddle) > 0 ? 1 : -1) == truth[i];
   return correct / 1600.0;
 }
 
 TEST(SpectralDuffing, AutoSigmaBasinsAndAnExactStationaryMode) {
   const systems::DuffingOptions dopt;
   const auto data = systems::SimulateDuffing(20000, 7, dopt);
-  const BandwidthSelection sel = SelectBandwidth(data.x.topRows(2000), data.y.topRows(2000), BandwidthSelectionOptions{});
+  const BandwidthSelection sel =
+      SelectBandwidth(data.x.topRows(2000), data.y.topRows(2000), BandwidthSelectionOptions{});
   const StreamResult r = RunStream(data, sel.chosen, dopt.dt);
   Print(absl::StrCat("duffing sigma=", sel.chosen).c_str(), r);
   const KoopmanDecomposition& kd = r.fit.koopman;
@@ -471,7 +475,8 @@ TEST(SpectralOrnsteinUhlenbeck, ComplexLeadingPairWithin5Percent) {
   Eigen::Vector2d x(nd(rng), nd(rng));
   for (int t = 0; t < n; ++t) {
     data.x.row(t) = x.transpose();
-    const Eigen::Vector2d next(decay * (c * x[0] + s * x[1]) + noise * nd(rng), decay * (-s * x[0] + c * x[1]) + noise * nd(rng));
+    const Eigen::Vector2d next(decay * (c * x[0] + s * x[1]) + noise * nd(rng),
+                               decay * (-s * x[0] + c * x[1]) + noise * nd(rng));
     x = next;
     data.y.row(t) = x.transpose();
   }
@@ -488,7 +493,8 @@ TEST(SpectralOrnsteinUhlenbeck, ComplexLeadingPairWithin5Percent) {
   EXPECT_NEAR(kd.rates[1].imag(), b, 0.05 * b);
   EXPECT_NEAR(kd.rates[1].real(), -a, 0.2 * a);
   // The next three modes share |mu| = exp(-0.2 tau).
-  for (int l = 3; l < 6; ++l) EXPECT_NEAR(std::abs(kd.eigenvalues[l]), std::exp(-2 * a * tau), 0.05 * std::exp(-2 * a * tau)) << l;
+  for (int l = 3; l < 6; ++l)
+    EXPECT_NEAR(std::abs(kd.eigenvalues[l]), std::exp(-2 * a * tau), 0.05 * std::exp(-2 * a * tau)) << l;
 }
 
 TEST(SpectralFit, NotReadyBeforeAnyEpochAndBadOptionsAreErrors) {

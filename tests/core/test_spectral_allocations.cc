@@ -2,8 +2,8 @@
 // allocation per sample), at the basis sizes the benchmark uses. Same counting malloc as
 // test_cme_allocations (a separate binary, so the interposition affects nothing else).
 #include <cmath>
-#include <memory>
 #include <cstddef>
+#include <memory>
 #include <random>
 
 #include <gtest/gtest.h>

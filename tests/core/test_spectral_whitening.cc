@@ -6,9 +6,9 @@
 #include <cmath>
 #include <random>
 
+#include <gtest/gtest.h>
 #include <Eigen/Eigenvalues>
 #include <Eigen/SVD>
-#include <gtest/gtest.h>
 
 #include "core/kernels/gaussian.h"
 #include "core/spectral/spectral_estimate.h"

@@ -373,8 +373,10 @@ TEST(StreamingLearner, EpisodeRuleAcrossBatches) {
     int64_t first, n;
     bool new_episode;
   };
-  for (const Span& sp : {Span{0, 10, true}, Span{10, 10, false}, Span{20, 10, true}, Span{31, 9, true}, Span{40, 10, true}}) {
-    for (int64_t i = sp.first; i < sp.first + sp.n; ++i) ref.counts->Add(static_cast<int>(ids[i]), static_cast<int>(ids[i + 1]));
+  for (const Span& sp :
+       {Span{0, 10, true}, Span{10, 10, false}, Span{20, 10, true}, Span{31, 9, true}, Span{40, 10, true}}) {
+    for (int64_t i = sp.first; i < sp.first + sp.n; ++i)
+      ref.counts->Add(static_cast<int>(ids[i]), static_cast<int>(ids[i + 1]));
     for (int64_t k = sp.new_episode ? 0 : 1; k <= sp.n; ++k) {
       if (k == 0) ref.StartEpisode();
       const double id = static_cast<double>(ids[sp.first + k]);

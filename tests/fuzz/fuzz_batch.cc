@@ -39,8 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_batch_pairs = 1000;
   if (!service::CheckBatchPairs(batch, discrete ? 0 : dim, 7, limits).ok()) return 0;
 
-  const service::BatchCheck check = discrete ? service::ValidateDiscreteBatch(batch, num_states, 7)
-                                             : service::ValidateBatch(batch, dim, 7);
+  const service::BatchCheck check =
+      discrete ? service::ValidateDiscreteBatch(batch, num_states, 7) : service::ValidateBatch(batch, dim, 7);
   if (!check.status.ok()) {
     Require(!check.reason.empty());
     Require(!check.status.message().empty());

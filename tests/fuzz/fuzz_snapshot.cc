@@ -42,11 +42,21 @@ void RoundTrip(const uint8_t* data, size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   switch (data[0] % 5) {
-    case 0: RoundTrip<cmestream::CompressedCme>(data + 1, size - 1); break;
-    case 1: RoundTrip<cmestream::TransitionCounts>(data + 1, size - 1); break;
-    case 2: RoundTrip<cmestream::EmbeddingMoments>(data + 1, size - 1); break;
-    case 3: RoundTrip<cmestream::MultiViewAccumulator>(data + 1, size - 1); break;
-    default: RoundTrip<cmestream::PredictiveStateAccumulator>(data + 1, size - 1); break;
+    case 0:
+      RoundTrip<cmestream::CompressedCme>(data + 1, size - 1);
+      break;
+    case 1:
+      RoundTrip<cmestream::TransitionCounts>(data + 1, size - 1);
+      break;
+    case 2:
+      RoundTrip<cmestream::EmbeddingMoments>(data + 1, size - 1);
+      break;
+    case 3:
+      RoundTrip<cmestream::MultiViewAccumulator>(data + 1, size - 1);
+      break;
+    default:
+      RoundTrip<cmestream::PredictiveStateAccumulator>(data + 1, size - 1);
+      break;
   }
   return 0;
 }

@@ -95,8 +95,7 @@ TEST(IdCsv, ParsesIntegersAndRefusesEverythingElse) {
   EXPECT_EQ(ParseIdLine("1,", 2, "i,j", out).message(), "field 2: '' is not an integer");
   EXPECT_EQ(ParseIdLine("99999999999999999999,1", 2, "i,j", out).message(),
             "field 1: '99999999999999999999' is out of the range of a 64-bit integer");
-  EXPECT_EQ(ParseIdLine("1,2,3", 2, "i,j", out).message(),
-            "expected 2 comma-separated integers (i,j), got 3 fields");
+  EXPECT_EQ(ParseIdLine("1,2,3", 2, "i,j", out).message(), "expected 2 comma-separated integers (i,j), got 3 fields");
 }
 
 TEST(IdCsv, ReadsFileWithFileAndLineInErrors) {
@@ -122,8 +121,7 @@ TEST(JsonWriter, NestsAndSeparates) {
   JsonWriter w;
   w.BeginObject().Key("a").Uint(1).Key("b").BeginArray().Complex(1, -2).Null().EndArray();
   w.Key("s").String("q\"\\\n").Key("t").Bool(true).Key("e").BeginArray().EndArray().EndObject();
-  EXPECT_EQ(w.str(),
-            R"({"a":1,"b":[{"re":1,"im":-2},null],"s":"q\"\\\n","t":true,"e":[]})");
+  EXPECT_EQ(w.str(), R"({"a":1,"b":[{"re":1,"im":-2},null],"s":"q\"\\\n","t":true,"e":[]})");
 }
 
 TEST(JsonWriter, DoublesRoundTripAndNonFiniteIsNull) {

@@ -25,9 +25,9 @@ using ::cmestream::testing::HttpGet;
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    data_dir_ = std::filesystem::temp_directory_path() /
-                ("cmestreamd-test-" + std::to_string(::getpid()) + "-" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    data_dir_ =
+        std::filesystem::temp_directory_path() / ("cmestreamd-test-" + std::to_string(::getpid()) + "-" +
+                                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
     service::DaemonOptions options;
     options.listen = "127.0.0.1:0";
     options.metrics_listen = "127.0.0.1:0";
@@ -77,8 +77,8 @@ class DaemonTest : public ::testing::Test {
     grpc::ClientContext ctx;
     return ingest_->IngestOne(&ctx, batch, ack);
   }
-  static v1::IngestBatch PairsBatch(const std::string& model, const systems::Transitions& t, int64_t begin,
-                                    int64_t end, const std::string& producer = "", uint64_t offset = 0) {
+  static v1::IngestBatch PairsBatch(const std::string& model, const systems::Transitions& t, int64_t begin, int64_t end,
+                                    const std::string& producer = "", uint64_t offset = 0) {
     v1::IngestBatch b;
     b.set_model(model);
     b.set_producer_id(producer);
@@ -320,9 +320,9 @@ TEST_F(DaemonTest, LearnsDuffingAndServesKoopmanPredictionsAndDictionary) {
   const double rms_err = std::sqrt(err2 / points.rows()), rms_move = std::sqrt(move2 / points.rows());
   std::cerr << "measured: m_x=" << info.dictionary_size() << " m_y=" << info.dictionary_size_y() << " of " << n
             << " samples, leading |mu|=" << lead << ", mu_1=" << k.eigenvalues(1).re() << "+" << k.eigenvalues(1).im()
-            << "i, rms forecast error " << rms_err << " vs rms motion " << rms_move
-            << ", refresh " << refreshed.view().build_seconds() << " s\n";
-  EXPECT_LT(rms_err, 0.08) << "rms prediction error";  // measured 0.027
+            << "i, rms forecast error " << rms_err << " vs rms motion " << rms_move << ", refresh "
+            << refreshed.view().build_seconds() << " s\n";
+  EXPECT_LT(rms_err, 0.08) << "rms prediction error";                               // measured 0.027
   EXPECT_LT(rms_err, 0.25 * rms_move) << "must beat the no-motion forecast by 4x";  // measured 0.11x
 
   // Dictionary atoms: as many as described, each a point of the stream's box.
@@ -378,15 +378,36 @@ TEST_F(DaemonTest, BadBatchesAreRejectedAndChangeNothing) {
     const char* expect_in_message;
   };
   const Case cases[] = {
-      {"wrong dimension", [](v1::IngestBatch& b) { b.mutable_x()->RemoveLast(); b.mutable_y()->RemoveLast(); },
+      {"wrong dimension",
+       [](v1::IngestBatch& b) {
+         b.mutable_x()->RemoveLast();
+         b.mutable_y()->RemoveLast();
+       },
        "field x has 19 values, expected a multiple of dim 2 (model 'm')"},
       {"x/y mismatch", [](v1::IngestBatch& b) { b.mutable_y()->Resize(18, 0.0); }, "field y has 18 values"},
       {"NaN", [](v1::IngestBatch& b) { b.set_x(5, std::nan("")); }, "field x value 5 (pair 2, component 1) is nan"},
       {"Inf", [](v1::IngestBatch& b) { b.set_y(0, INFINITY); }, "field y value 0 (pair 0, component 0) is inf"},
-      {"empty", [](v1::IngestBatch& b) { b.clear_x(); b.clear_y(); }, "no pairs"},
-      {"both forms", [](v1::IngestBatch& b) { b.add_states(0); b.add_states(0); b.add_states(1); b.add_states(1); },
+      {"empty",
+       [](v1::IngestBatch& b) {
+         b.clear_x();
+         b.clear_y();
+       },
+       "no pairs"},
+      {"both forms",
+       [](v1::IngestBatch& b) {
+         b.add_states(0);
+         b.add_states(0);
+         b.add_states(1);
+         b.add_states(1);
+       },
        "both x/y and states"},
-      {"one state", [](v1::IngestBatch& b) { b.clear_x(); b.clear_y(); b.add_states(0); b.add_states(0); },
+      {"one state",
+       [](v1::IngestBatch& b) {
+         b.clear_x();
+         b.clear_y();
+         b.add_states(0);
+         b.add_states(0);
+       },
        "field states has 2 values, expected at least 2 states"},
       {"ids", [](v1::IngestBatch& b) { b.add_x_ids(1); }, "state ids"},
   };
@@ -575,15 +596,14 @@ TEST_F(DaemonTest, MetricsExposePerModelSeriesAndDropThemOnDelete) {
 
   const std::string text = HttpGet(daemon_->metrics_port(), "/metrics");
   EXPECT_NE(text.find("cmestream_samples_ingested_total{model=\"metered\"} 30"), std::string::npos) << text;
-  EXPECT_NE(text.find("cmestream_dictionary_size{model=\"metered\",side=\"x\"} " +
-                      std::to_string(info.dictionary_size())),
-            std::string::npos);
+  EXPECT_NE(
+      text.find("cmestream_dictionary_size{model=\"metered\",side=\"x\"} " + std::to_string(info.dictionary_size())),
+      std::string::npos);
   EXPECT_NE(text.find("cmestream_view_version{model=\"metered\"} 1"), std::string::npos);
   EXPECT_NE(text.find("cmestream_refresh_duration_seconds_count{model=\"metered\"} 1"), std::string::npos);
   EXPECT_NE(text.find("cmestream_forced_compressions_total{model=\"metered\"} 0"), std::string::npos);
   EXPECT_NE(text.find("cmestream_rpc_duration_seconds_count{method=\"IngestOne\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("cmestream_rpc_completed_total{code=\"OK\",method=\"Refresh\"} 1"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("cmestream_rpc_completed_total{code=\"OK\",method=\"Refresh\"} 1"), std::string::npos) << text;
 
   grpc::ClientContext ctx;
   v1::DeleteModelRequest req;

@@ -9,9 +9,9 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <mutex>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
@@ -89,8 +89,8 @@ TEST(DaemonProcessTest, ServesOnPortZeroAndExitsCleanlyOnSigterm) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("cmestreamd-proc-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  Process d = Process::Spawn({"--listen", "127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--data-dir",
-                              dir.string(), "--refresh-interval", "0.2"});
+  Process d = Process::Spawn({"--listen", "127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--data-dir", dir.string(),
+                              "--refresh-interval", "0.2"});
   const std::string line = d.ReadLine();
   std::smatch m;
   const std::regex format(R"(^cmestreamd listening grpc=127\.0\.0\.1:(\d+) metrics=127\.0\.0\.1:(\d+)\n$)");
@@ -168,8 +168,8 @@ TEST(DaemonProcessTest, ServesOnPortZeroAndExitsCleanlyOnSigterm) {
 
   // A second daemon on the same data dir refuses to start.
   {
-    Process second = Process::Spawn({"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir",
-                                     dir.string()});
+    Process second =
+        Process::Spawn({"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", dir.string()});
     EXPECT_EQ(second.WaitExit(20), 1);
   }
   // Bad flags: exit 2.

@@ -40,9 +40,9 @@ using ::cmestream::testing::HttpGet;
 class DaemonViewsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    data_dir_ = std::filesystem::temp_directory_path() /
-                ("cmestreamd-views-" + std::to_string(::getpid()) + "-" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    data_dir_ =
+        std::filesystem::temp_directory_path() / ("cmestreamd-views-" + std::to_string(::getpid()) + "-" +
+                                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
     service::DaemonOptions options;
     options.listen = "127.0.0.1:0";
     options.metrics_listen = "127.0.0.1:0";
@@ -338,9 +338,10 @@ TEST_F(DaemonViewsTest, DiscreteLumpableChain) {
     v1::LatentResponse resp;
     grpc::Status s = query_->GetLatent(&ctx, req, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-    EXPECT_NE(s.error_message().find("model 'lump': latent model not available: the model was created without "
-                                     "latent states (latent_states 0); create it with latent_states K > 0 (CLI: --latent K)"),
-              std::string::npos)
+    EXPECT_NE(
+        s.error_message().find("model 'lump': latent model not available: the model was created without "
+                               "latent states (latent_states 0); create it with latent_states K > 0 (CLI: --latent K)"),
+        std::string::npos)
         << s.error_message();
     grpc::ClientContext ctx2;
     v1::ForecastRequest f;
@@ -452,8 +453,8 @@ TEST_F(DaemonViewsTest, DuffingComparisonSkipsFlaggedAndUnresolvedTimescales) {
     EXPECT_GT(t, 0.0);
     EXPECT_LE(t, span);
   }
-  std::printf("duffing comparison: koopman %.4g, count chain %.4g, embedding %.4g, disagreement %.4g\n",
-              cmp.koopman(), cmp.count_chain(), cmp.embedding(), cmp.relative_disagreement());
+  std::printf("duffing comparison: koopman %.4g, count chain %.4g, embedding %.4g, disagreement %.4g\n", cmp.koopman(),
+              cmp.count_chain(), cmp.embedding(), cmp.relative_disagreement());
   ASSERT_GE(available, 2);
   EXPECT_TRUE(std::isfinite(cmp.relative_disagreement()));
   EXPECT_EQ(cmp.warning(), cmp.relative_disagreement() > cmp.threshold());
@@ -591,11 +592,12 @@ TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
     const double hi = std::max({c.koopman(), c.count_chain(), c.embedding()});
     EXPECT_NEAR(c.relative_disagreement(), (hi - lo) / lo, 1e-12);
     EXPECT_EQ(c.warning(), c.relative_disagreement() > 0.25);
-    std::printf("four-well koopman: timescales %.4f %.4f %.4f, score %.4f, epoch %llu (%llu samples); "
-                "slowest koopman %.4f counts %.4f embedding %.4f (disagreement %.3f)\n",
-                k.timescales(1), k.timescales(2), k.timescales(3), sp.heldout_score(),
-                static_cast<unsigned long long>(sp.epoch()), static_cast<unsigned long long>(sp.epoch_samples()),
-                c.koopman(), c.count_chain(), c.embedding(), c.relative_disagreement());
+    std::printf(
+        "four-well koopman: timescales %.4f %.4f %.4f, score %.4f, epoch %llu (%llu samples); "
+        "slowest koopman %.4f counts %.4f embedding %.4f (disagreement %.3f)\n",
+        k.timescales(1), k.timescales(2), k.timescales(3), sp.heldout_score(),
+        static_cast<unsigned long long>(sp.epoch()), static_cast<unsigned long long>(sp.epoch_samples()), c.koopman(),
+        c.count_chain(), c.embedding(), c.relative_disagreement());
     const v1::ModelInfo described = Describe("wells");
     ASSERT_TRUE(described.has_spectrum());
     EXPECT_EQ(described.spectrum().heldout_score(), sp.heldout_score());

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "cmestream/v1/cmestream.grpc.pb.h"
-#include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "service/daemon.h"
 #include "service/flags.h"
@@ -29,9 +29,9 @@ using ::testing::HasSubstr;
 class LimitsTest : public ::testing::Test {
  protected:
   void Start(const service::LimitOptions& limits) {
-    data_dir_ = std::filesystem::temp_directory_path() /
-                ("cmestreamd-limits-" + std::to_string(::getpid()) + "-" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    data_dir_ =
+        std::filesystem::temp_directory_path() / ("cmestreamd-limits-" + std::to_string(::getpid()) + "-" +
+                                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
     service::DaemonOptions options;
     options.listen = "127.0.0.1:0";
     options.metrics_listen = "127.0.0.1:0";
@@ -282,8 +282,8 @@ TEST_P(QueueDepthTest, ManyClientsFillTheQueueAndGetTheRetryHint) {
 INSTANTIATE_TEST_SUITE_P(Depths, QueueDepthTest, ::testing::Values(1, 4));
 
 TEST(LimitFlagsTest, ParsedValidatedAndNamed) {
-  auto f = service::ParseFlags({"--max-batch-pairs", "5", "--max-models=3", "--max-dim", "16",
-                                "--max-queued-batches=0"});
+  auto f =
+      service::ParseFlags({"--max-batch-pairs", "5", "--max-models=3", "--max-dim", "16", "--max-queued-batches=0"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->options.limits.max_batch_pairs, 5);
   EXPECT_EQ(f->options.limits.max_models, 3);

@@ -63,9 +63,8 @@ TEST(OwnershipTest, OwnerIsTheClientsPlacement) {
     }
     ++refused;
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr("owned by pod " + o.peers[owner].first + " (" + o.peers[owner].second +
-                          "), not by this pod (cmestreamd-2)"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("owned by pod " + o.peers[owner].first + " (" +
+                                                    o.peers[owner].second + "), not by this pod (cmestreamd-2)"));
     // Without the header the override changes nothing.
     EXPECT_EQ(own.Check(name, ctx, /*allow_override=*/true).code(), absl::StatusCode::kFailedPrecondition);
   }

@@ -6,17 +6,17 @@
 
 #include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 
 #include "cmestream/v1/cmestream.grpc.pb.h"
-#include "grpcpp/grpcpp.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "service/auth.h"
 #include "service/daemon.h"
@@ -51,15 +51,15 @@ class Pki {
     const std::string q = " >/dev/null 2>&1";
     std::ofstream(dir_ / "san.cnf") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
     const std::string cmds[] = {
-        "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=cmestream-test-ca -keyout " + d +
-            "/ca.key -out " + d + "/ca.pem",
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=cmestream-test-ca -keyout " + d + "/ca.key -out " +
+            d + "/ca.pem",
         "openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout " + d + "/server.key -out " + d +
             "/server.csr",
-        "openssl x509 -req -in " + d + "/server.csr -CA " + d + "/ca.pem -CAkey " + d + "/ca.key -CAcreateserial -days 2 " +
-            "-extfile " + d + "/san.cnf -out " + d + "/server.pem",
+        "openssl x509 -req -in " + d + "/server.csr -CA " + d + "/ca.pem -CAkey " + d +
+            "/ca.key -CAcreateserial -days 2 " + "-extfile " + d + "/san.cnf -out " + d + "/server.pem",
         "openssl req -newkey rsa:2048 -nodes -subj /CN=producer -keyout " + d + "/client.key -out " + d + "/client.csr",
-        "openssl x509 -req -in " + d + "/client.csr -CA " + d + "/ca.pem -CAkey " + d + "/ca.key -CAcreateserial -days 2 " +
-            "-out " + d + "/client.pem",
+        "openssl x509 -req -in " + d + "/client.csr -CA " + d + "/ca.pem -CAkey " + d +
+            "/ca.key -CAcreateserial -days 2 " + "-out " + d + "/client.pem",
         "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=other-ca -keyout " + d + "/other.key -out " + d +
             "/other.pem",
     };
@@ -184,8 +184,8 @@ TEST_F(SecurityTest, BadTlsFilesFailTheStartNamingTheFlag) {
 // The scope table end to end: no token, wrong token, read, write and admin tokens.
 TEST_F(SecurityTest, TokensAndScopes) {
   service::SecurityOptions sec;
-  sec.auth_tokens = WriteTokens("# test tokens\n" + kAdmin + " admin\n" + kWriter + " write   # producer\n\n" +
-                                kReader + " read\n");
+  sec.auth_tokens =
+      WriteTokens("# test tokens\n" + kAdmin + " admin\n" + kWriter + " write   # producer\n\n" + kReader + " read\n");
   ASSERT_TRUE(Start(sec).ok());
   auto channel = Plain();
   auto models = v1::ModelService::NewStub(channel);
@@ -330,7 +330,7 @@ TEST(TokenFileTest, ParsesScopesCommentsAndLevels) {
   EXPECT_EQ(auth->Lookup(kReader.substr(0, kReader.size() - 1)), service::Scope::kNone);  // prefix
   EXPECT_EQ(auth->Lookup(kReader + "x"), service::Scope::kNone);                          // extension
   EXPECT_EQ(auth->Lookup(""), service::Scope::kNone);
-  EXPECT_TRUE(auth->Check("Bearer " + kAdmin, true, service::Scope::kWrite, "Ingest").ok());  // admin implies write
+  EXPECT_TRUE(auth->Check("Bearer " + kAdmin, true, service::Scope::kWrite, "Ingest").ok());    // admin implies write
   EXPECT_TRUE(auth->Check("Bearer " + kWriter, true, service::Scope::kRead, "GetModel").ok());  // write implies read
   EXPECT_EQ(auth->Check("Basic abc", true, service::Scope::kRead, "GetModel").code(),
             absl::StatusCode::kUnauthenticated);
@@ -364,8 +364,8 @@ TEST(TokenFileTest, WorldReadableFileWarns) {
 }
 
 TEST(SecurityFlagsTest, ParsedAndNoticeSaysPlaintext) {
-  auto f = service::ParseFlags({"--tls-cert", "c.pem", "--tls-key=k.pem", "--tls-client-ca", "ca.pem",
-                                "--auth-tokens", "t"});
+  auto f = service::ParseFlags(
+      {"--tls-cert", "c.pem", "--tls-key=k.pem", "--tls-client-ca", "ca.pem", "--auth-tokens", "t"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->options.security.tls_cert, "c.pem");
   EXPECT_EQ(f->options.security.tls_key, "k.pem");

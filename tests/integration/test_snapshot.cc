@@ -27,7 +27,8 @@ v1::IngestBatch Batch(int n, uint64_t seed, const std::string& model) {
     b.add_states(x0);
     b.add_states(x1);
     const double a = 0.3;
-    const double y0 = std::cos(a) * x0 - std::sin(a) * x1 + noise(rng), y1 = std::sin(a) * x0 + std::cos(a) * x1 + noise(rng);
+    const double y0 = std::cos(a) * x0 - std::sin(a) * x1 + noise(rng),
+                 y1 = std::sin(a) * x0 + std::cos(a) * x1 + noise(rng);
     x0 = y0;
     x1 = y1;
   }

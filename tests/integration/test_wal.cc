@@ -11,25 +11,25 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <mutex>
-#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "service/batch.h"
 #include "service/crc32c.h"
 #include "service/ingestor.h"
+#include "service/manifest.h"
 #include "service/metrics.h"
 #include "service/recovery.h"
 #include "service/refresh.h"
 #include "service/registry.h"
 #include "service/wal.h"
-#include "service/manifest.h"
 
 namespace cmestream::service {
 namespace {
@@ -66,9 +66,9 @@ TEST(Crc32c, Rfc3720Vectors) {
   for (int i = 0; i < 32; ++i) buf[i] = static_cast<unsigned char>(31 - i);
   EXPECT_EQ(crc32c::Value(buf, 32), 0x113fdb5cu);
   // The iSCSI read command PDU of B.4.
-  const unsigned char pdu[48] = {0x01, 0xc0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                 0x14, 0, 0, 0, 0, 0, 0x04, 0, 0, 0, 0, 0x14, 0, 0, 0, 0x18,
-                                 0x28, 0, 0, 0, 0, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0};
+  const unsigned char pdu[48] = {0x01, 0xc0, 0, 0, 0, 0, 0,    0, 0,    0, 0, 0,    0, 0, 0, 0,
+                                 0x14, 0,    0, 0, 0, 0, 0x04, 0, 0,    0, 0, 0x14, 0, 0, 0, 0x18,
+                                 0x28, 0,    0, 0, 0, 0, 0,    0, 0x02, 0, 0, 0,    0, 0, 0, 0};
   EXPECT_EQ(crc32c::Value(pdu, 48), 0xd9963a56u);
   EXPECT_EQ(crc32c::Value("123456789", 9), 0xe3069283u);  // the standard check value
 }
@@ -194,7 +194,7 @@ TEST(Wal, TornTailAtEveryByteIsCutAndNeverApplied) {
     } else {
       EXPECT_TRUE(rep.problem.empty());  // clean EOF at a record boundary
     }
-    EXPECT_EQ(fs::file_size(seg), start);  // the torn bytes are gone from disk
+    EXPECT_EQ(fs::file_size(seg), start);                 // the torn bytes are gone from disk
     EXPECT_EQ(*(*wal)->AppendModelDeleted("again"), 3u);  // the torn sequence is reused
     wal->reset();
     Collected again;
@@ -404,8 +404,7 @@ v1::ModelConfig DuffingConfig(const std::string& name) {
 }
 
 // Pairs of a deterministic 2-d map (x' = rotation + small nonlinearity).
-v1::IngestBatch Batch(const std::string& model, const std::string& producer, uint64_t offset, int n,
-                      uint64_t seed) {
+v1::IngestBatch Batch(const std::string& model, const std::string& producer, uint64_t offset, int n, uint64_t seed) {
   v1::IngestBatch b;
   b.set_model(model);
   b.set_producer_id(producer);
@@ -490,7 +489,8 @@ TEST(WalReplay, FailedAppendAppliesNothingAndSaysWhy) {
   // Files of this process may not grow beyond their current size (writes fail with EFBIG).
   struct rlimit old_limit;
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
-  struct sigaction ignore{}, old_action{};
+  struct sigaction ignore {
+  }, old_action{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGXFSZ, &ignore, &old_action);
   struct rlimit limit = old_limit;
@@ -518,7 +518,6 @@ TEST(WalReplay, FailedAppendAppliesNothingAndSaysWhy) {
   EXPECT_TRUE(rep.problem.empty()) << rep.problem;
   EXPECT_EQ((*again.Get("m"))->StateDigest(), after);
 }
-
 
 // --- group commit -----------------------------------------------------------------------------
 
@@ -793,9 +792,8 @@ TEST(RegistryLock, DeleteWaitsForAnInFlightBatchAndItsFsyncWithoutTheRegistryLoc
   EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_EQ(reg.List().size(), 2u); }, &threads));
   EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_TRUE(reg.Get("a").ok()); }, &threads));  // still there
   // The name is busy until the deletion ends: a creation under it is refused, not queued.
-  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_EQ(reg.Create(DuffingConfig("a")).status().code(),
-                                                  absl::StatusCode::kAlreadyExists); },
-                                  &threads));
+  EXPECT_TRUE(ReturnsWhileBlocked(
+      [&] { EXPECT_EQ(reg.Create(DuffingConfig("a")).status().code(), absl::StatusCode::kAlreadyExists); }, &threads));
 
   // 2. The batch goes on; the deletion record is written and its fdatasync is held.
   hold_sync = true;
@@ -852,11 +850,10 @@ TEST(RegistryLock, CreateWaitsForItsFsyncWithoutTheRegistryLockAndTheCutWaitsFor
   });
   ASSERT_TRUE(Eventually([&] { return held_syncs.load() == 1; }));
   EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_TRUE(reg.Get("b").ok()); }, &threads));
-  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_EQ(reg.Get("a").status().code(), absl::StatusCode::kNotFound); },
-                                  &threads));
-  EXPECT_TRUE(ReturnsWhileBlocked([&] { EXPECT_EQ(reg.Create(DuffingConfig("a")).status().code(),
-                                                  absl::StatusCode::kAlreadyExists); },
-                                  &threads));
+  EXPECT_TRUE(
+      ReturnsWhileBlocked([&] { EXPECT_EQ(reg.Get("a").status().code(), absl::StatusCode::kNotFound); }, &threads));
+  EXPECT_TRUE(ReturnsWhileBlocked(
+      [&] { EXPECT_EQ(reg.Create(DuffingConfig("a")).status().code(), absl::StatusCode::kAlreadyExists); }, &threads));
   uint64_t cut = 0;
   size_t cut_models = 0;
   threads.emplace_back([&] {
