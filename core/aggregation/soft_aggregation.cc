@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/aggregation/vertex_hunting.h"
+#include "core/cluster/kmeans.h"
 #include "core/linalg/truncated_svd.h"
 
 namespace cmestream {
@@ -140,8 +141,18 @@ absl::StatusOr<AggregationResult> FitSparse(const SpMat& n_all, const SoftAggreg
     out.vertices.resize(r, r - 1);
     for (int q = 0; q < r; ++q) out.vertices.row(q) = out.score.row(sum.vertex_rows[q]);
   } else {
-    const MatrixXd centers = internal::KMeansCenters(out.score, options.kmeans_centers, options.kmeans_restarts,
-                                                     options.kmeans_max_iterations, options.seed);
+    // The library's k-means (core/cluster/kmeans.h) with equal weights, min(kmeans_centers, p)
+    // centers (docs/algorithms.md §4.2).
+    WeightedKMeansOptions km;
+    km.k = static_cast<int>(std::min<int64_t>(options.kmeans_centers, out.score.rows()));
+    km.restarts = options.kmeans_restarts;
+    km.max_iterations = options.kmeans_max_iterations;
+    km.seed = options.seed;
+    absl::StatusOr<WeightedKMeansResult> fit =
+        WeightedKMeans(RowMatrixXd(out.score), VectorXd::Ones(out.score.rows()), km);
+    if (!fit.ok())
+      return absl::FailedPreconditionError(absl::StrCat("k-means on the SCORE rows: ", fit.status().message()));
+    const MatrixXd centers = fit->centroids;
     if (centers.rows() < r) {
       return absl::FailedPreconditionError("k-means produced fewer centers than meta-states");
     }

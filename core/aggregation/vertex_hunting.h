@@ -1,6 +1,7 @@
 // Vertex hunting for simplex-shaped point clouds (docs/algorithms.md §4.2; paper 003,
 // Algorithm 1 step 1(ii)): given points d_1..d_p in R^{r-1} that are noisy convex combinations of
-// r unknown vertices b_1..b_r, estimate the vertices.
+// r unknown vertices b_1..b_r, estimate the vertices. (The k-means pre-clustering option uses
+// the library's k-means, WeightedKMeans in core/cluster/kmeans.h, with equal weights.)
 #pragma once
 
 #include <cstdint>
@@ -17,12 +18,5 @@ namespace cmestream::internal {
 //   requires: d is p x (r-1) with p >= r >= 1, finite.
 //   ensures: returns r distinct row indices of d (in selection order). O(p r^2).
 std::vector<int> SuccessiveProjection(const Eigen::Ref<const MatrixXd>& d, int r);
-
-// Lloyd k-means with k-means++ seeding and `restarts` restarts (lowest inertia kept), equal
-// weights, deterministic given seed. Returns the centers (centers x dim).
-//   requires: points is p x dim with p >= 1; 1 <= centers; restarts >= 1.
-//   ensures: min(centers, p) rows; empty clusters are re-seeded at the farthest point.
-MatrixXd KMeansCenters(const Eigen::Ref<const MatrixXd>& points, int centers, int restarts, int max_iterations,
-                       uint64_t seed);
 
 }  // namespace cmestream::internal

@@ -1,5 +1,6 @@
-// π-weighted k-means and metastable clusters (seed paper 000, Algorithm 3; docs/algorithms.md
-// §3.4), coarse-grained transition matrices and implied timescales from counts.
+// Metastable clusters by π-weighted k-means (seed paper 000, Algorithm 3; docs/algorithms.md
+// §3.4; the k-means itself in core/cluster/kmeans.h), coarse-grained transition matrices and
+// implied timescales from counts.
 #pragma once
 
 #include <cstdint>
@@ -8,43 +9,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/cluster/kmeans.h"
 #include "core/common/types.h"
 #include "core/counts/transition_counts.h"
 #include "core/embedding/state_embedding.h"
 
 namespace cmestream {
-
-// ---------------------------------------------------------------------------------------------
-// Weighted k-means: minimize sum_i w_i ||x_i - c_{label(i)}||^2.
-struct WeightedKMeansOptions {
-  int k = 4;                 // clusters, >= 1 and <= number of points with positive weight
-  int restarts = 10;         // independent k-means++ seedings, >= 1; the lowest inertia wins
-  int max_iterations = 100;  // Lloyd iterations per restart, >= 1
-  double tolerance = 1e-10;  // stop when the relative inertia decrease is below this, >= 0
-  uint64_t seed = 0;         // everything is deterministic given the seed
-  absl::Status Validate() const;
-};
-
-struct WeightedKMeansResult {
-  RowMatrixXd centroids;   // k x r
-  Eigen::VectorXi labels;  // n, in [0, k); zero-weight points get their nearest centroid
-  double inertia = -1;     // sum_i w_i ||x_i - c_label||^2 of the kept restart
-  int iterations = -1;     // Lloyd iterations of the kept restart
-  int best_restart = -1;
-  VectorXd restart_inertia;  // per restart
-  std::string BriefReport() const;
-};
-
-// requires: points n x r finite, weights n, finite, >= 0, at least k positive.
-// k-means++ seeding with probabilities ∝ w_i D(x_i)^2; Lloyd iterations with weighted means;
-// an emptied cluster is re-seeded at the point with the largest weighted distance.
-absl::StatusOr<WeightedKMeansResult> WeightedKMeans(const Eigen::Ref<const RowMatrixXd>& points,
-                                                    const Eigen::Ref<const VectorXd>& weights,
-                                                    const WeightedKMeansOptions& options);
-
-// Index of the nearest centroid (Euclidean) of each row of points. requires same columns.
-Eigen::VectorXi NearestCentroid(const Eigen::Ref<const RowMatrixXd>& centroids,
-                                const Eigen::Ref<const RowMatrixXd>& points);
 
 // ---------------------------------------------------------------------------------------------
 // WHAT THIS OBJECT REPRESENTS

@@ -43,6 +43,29 @@ absl::StatusOr<FeatureMap> FeatureMap::Rff(int dim, int num_features, double sig
   return f;
 }
 
+absl::StatusOr<FeatureMap> FeatureMap::RffFrom(MatrixXd omega, VectorXd beta, double sigma, uint64_t seed) {
+  if (omega.rows() < 1 || omega.cols() < 1 || beta.size() != omega.cols()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Violated constraint: omega d x N with d, N >= 1 and beta of size N (got ", omega.rows(), " x ",
+                     omega.cols(), " and ", beta.size(), ")"));
+  }
+  if (!omega.allFinite() || !beta.allFinite()) {
+    return absl::InvalidArgumentError("Violated constraint: omega and beta finite");
+  }
+  if (!(sigma > 0) || !std::isfinite(sigma)) {
+    return absl::InvalidArgumentError(absl::StrCat("Violated constraint: sigma > 0, finite (got ", sigma, ")"));
+  }
+  FeatureMap f;
+  f.kind_ = Kind::kRff;
+  f.dim_ = static_cast<int>(omega.rows());
+  f.n_ = static_cast<int>(omega.cols());
+  f.sigma_ = sigma;
+  f.seed_ = seed;
+  f.omega_ = std::move(omega);
+  f.beta_ = std::move(beta);
+  return f;
+}
+
 absl::StatusOr<FeatureMap> FeatureMap::OneHot(int num_states) {
   if (num_states < 1) {
     return absl::InvalidArgumentError(absl::StrCat("Violated constraint: num_states >= 1 (got ", num_states, ")"));

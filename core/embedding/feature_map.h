@@ -14,6 +14,8 @@
 //   C++ standard) through our own uniform conversion (top 53 bits) and Box–Muller, not
 //   std::normal_distribution / std::uniform_real_distribution, whose algorithms differ
 //   between standard libraries. So the same seed gives the same features on every build.
+//   RffFrom builds the map from given Omega and beta instead (a stored map, or features drawn
+//   by an older algorithm that a stored object was accumulated with).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,11 @@ class FeatureMap {
 
   // requires: dim >= 1, num_features >= 1, sigma > 0 and finite. Else InvalidArgument.
   static absl::StatusOr<FeatureMap> Rff(int dim, int num_features, double sigma, uint64_t seed);
+  // The RFF map with the given frequencies omega (d x N) and phases beta (N). sigma and seed
+  // are recorded as given: they describe the draw, omega is not checked against them.
+  // requires: d >= 1, N >= 1, beta.size() == N, every entry finite, sigma > 0 and finite.
+  // Else InvalidArgument. O(dN); takes the matrices without copying them.
+  static absl::StatusOr<FeatureMap> RffFrom(MatrixXd omega, VectorXd beta, double sigma, uint64_t seed);
   // requires: num_states >= 1. Else InvalidArgument.
   static absl::StatusOr<FeatureMap> OneHot(int num_states);
 

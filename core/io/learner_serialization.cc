@@ -1,7 +1,7 @@
 // Serialize()/Deserialize() of the streaming learners (declared in their headers; framing in
 // core/io/binary_io.h). Kept in one file so that the on-disk layout of every learner can be
-// read in one place. Each object: fourcc tag, version 1, then the options (what the
-// constructor needs), the scalars, then the live blocks of the buffers.
+// read in one place. Each object: fourcc tag, version (1; the latent accumulator 2), then the
+// options (what the constructor needs), the scalars, then the live blocks of the buffers.
 // Capacity-sized buffers are written as their live blocks only: outside the live block they
 // hold zeros both in a fresh object and in the running one (the learners only write inside
 // it), and the round-trip test compares the re-serialized state after further samples.
@@ -15,6 +15,7 @@
 #include "core/embedding/state_embedding.h"
 #include "core/io/binary_io.h"
 #include "core/latent/latent_model.h"
+#include "core/latent/latent_rff_v1.h"
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/spectral_moments.h"
 
@@ -28,6 +29,9 @@ constexpr uint32_t kLatentTag = io::Fourcc("MVAC");
 constexpr uint32_t kPredictiveTag = io::Fourcc("PSAC");
 constexpr uint32_t kSpectralTag = io::Fourcc("SPMO");
 constexpr uint32_t kVersion = 1;
+// MultiViewAccumulator: version 2 stores the RFF map's Omega and beta after the options; version
+// 1 stored the seed only, its features drawn by an algorithm of its own (LatentRffVersion1).
+constexpr uint32_t kLatentVersion = 2;
 
 // Options that fail Validate() cannot come from a file we wrote.
 absl::Status BadOptions(io::Reader& r, const char* name, const absl::Status& s) {
@@ -344,9 +348,10 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
 // MultiViewAccumulator
 
 void MultiViewAccumulator::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kLatentTag, kVersion);
+  const size_t h = w.BeginObject(kLatentTag, kLatentVersion);
   const LatentFeatureOptions& f = options_.features;
-  w.U8(f.kind == LatentFeatureOptions::Kind::kOneHot ? 1 : 0);
+  const bool rff = f.kind == LatentFeatureOptions::Kind::kRff;
+  w.U8(rff ? 0 : 1);
   w.I32(f.dim);
   w.I32(f.num_features);
   w.F64(f.sigma);
@@ -355,6 +360,13 @@ void MultiViewAccumulator::Serialize(io::Writer& w) const {
   w.I32(options_.reservoir_size);
   w.U64(options_.reservoir_seed);
   w.I32(options_.batch);
+  // The map itself, not only its seed: an accumulator restored from version 1 keeps the
+  // features its moments were accumulated with (LatentRffVersion1), and writing them makes every
+  // later version independent of how they were drawn (d D + D doubles, next to 3 D^2 moments).
+  if (rff) {
+    w.Matrix(map_->omega());
+    w.Matrix(map_->beta());
+  }
   w.I64(triples_);
   w.I64(in_episode_);
   w.I32(slot_);
@@ -377,12 +389,13 @@ void MultiViewAccumulator::Serialize(io::Writer& w) const {
 
 absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reader& r) {
   uint32_t version = 0;
-  if (!r.BeginObject(kLatentTag, kVersion, "MultiViewAccumulator", &version)) return r.status();
+  if (!r.BeginObject(kLatentTag, kLatentVersion, "MultiViewAccumulator", &version)) return r.status();
   Options o;
   const uint8_t kind = r.U8("latent feature kind");
   if (r.ok() && kind > 1)
     (void)r.Fail(absl::StrCat("latent feature kind is ", int{kind}, ", expected 0 (RFF) or 1 (one-hot)"));
-  o.features.kind = kind == 1 ? LatentFeatureOptions::Kind::kOneHot : LatentFeatureOptions::Kind::kRandomFourier;
+  const bool rff = kind == 0;
+  o.features.kind = rff ? LatentFeatureOptions::Kind::kRff : LatentFeatureOptions::Kind::kOneHot;
   o.features.dim = r.I32("latent dim");
   o.features.num_features = r.I32("latent num_features");
   o.features.sigma = r.F64("latent sigma");
@@ -395,9 +408,28 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
   if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "MultiViewAccumulator", s);
   const int64_t D = o.features.size(), d = o.features.dim;
   if (!r.Reserve(Doubles(3 * D + 3 * d + 3 * D * o.batch + 3 * D * D + int64_t{o.reservoir_size} * 3 * d +
-                         (o.features.kind == LatentFeatureOptions::Kind::kOneHot ? 0 : d * D + D)),
+                         (rff ? d * D + D : 0)),
                  "MultiViewAccumulator buffers")) {
     return r.status();
+  }
+  std::shared_ptr<const FeatureMap> map;
+  if (!rff) {
+    map = MakeLatentFeatureMap(o.features);
+  } else if (version == 1) {
+    // The features this object was accumulated with.
+    absl::StatusOr<std::shared_ptr<const FeatureMap>> drawn = LatentRffVersion1(o.features);
+    if (!drawn.ok()) return r.Fail(absl::StrCat("latent feature map: ", drawn.status().message()));
+    map = *std::move(drawn);
+  } else {
+    MatrixXd omega(d, D);
+    VectorXd beta(D);
+    r.MatrixInto("latent Omega", omega);
+    r.MatrixInto("latent beta", beta);
+    if (!r.ok()) return r.status();
+    absl::StatusOr<FeatureMap> stored =
+        FeatureMap::RffFrom(std::move(omega), std::move(beta), o.features.sigma, o.features.seed);
+    if (!stored.ok()) return r.Fail(absl::StrCat("latent feature map: ", stored.status().message()));
+    map = std::make_shared<const FeatureMap>(*std::move(stored));
   }
   const int64_t triples = NonNegative(r, "latent triples");
   const int64_t in_episode = NonNegative(r, "latent in_episode");
@@ -406,7 +438,7 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
   const int64_t fill = r.Count("latent reservoir fill", 0, o.reservoir_size);
   const std::string rng_text = r.String("latent rng state", 1 << 16);
   if (!r.ok()) return r.status();
-  MultiViewAccumulator m(o);
+  MultiViewAccumulator m(o, std::move(map));
   m.triples_ = triples;
   m.in_episode_ = in_episode;
   m.slot_ = slot;

@@ -42,45 +42,14 @@ absl::Status LatentFeatureOptions::Validate() const {
   return absl::OkStatus();
 }
 
-LatentFeatureMap::LatentFeatureMap(const LatentFeatureOptions& options) : options_(options) {
-  if (!options_.Validate().ok()) std::abort();
-  if (options_.kind == FeatureKind::kRandomFourier) {
-    std::mt19937_64 rng(options_.seed);
-    std::normal_distribution<double> normal(0.0, 1.0 / options_.sigma);
-    std::uniform_real_distribution<double> uni(0.0, 2 * kPi);
-    omega_.resize(options_.dim, options_.num_features);
-    beta_.resize(options_.num_features);
-    for (int j = 0; j < options_.num_features; ++j) {
-      for (int i = 0; i < options_.dim; ++i) omega_(i, j) = normal(rng);
-      beta_[j] = uni(rng);
-    }
-  }
-}
-
-absl::Status LatentFeatureMap::Check(const double* x) const {
-  for (int i = 0; i < options_.dim; ++i) {
-    if (!std::isfinite(x[i])) return absl::InvalidArgumentError("observation is not finite");
-  }
-  if (options_.kind == FeatureKind::kOneHot && (x[0] != std::floor(x[0]) || x[0] < 0 || x[0] >= options_.num_symbols)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("discrete observation ", x[0], " is not a symbol id in [0, ", options_.num_symbols, ")"));
-  }
-  return absl::OkStatus();
-}
-
-void LatentFeatureMap::Map(const double* x, double* out) const {
-  const int D = size();
-  if (options_.kind == FeatureKind::kOneHot) {
-    std::fill(out, out + D, 0.0);
-    out[static_cast<int>(x[0])] = 1.0;
-    return;
-  }
-  const double scale = std::sqrt(2.0 / D);
-  for (int j = 0; j < D; ++j) {
-    double s = beta_[j];
-    for (int i = 0; i < options_.dim; ++i) s += omega_(i, j) * x[i];
-    out[j] = scale * std::cos(s);
-  }
+std::shared_ptr<const FeatureMap> MakeLatentFeatureMap(const LatentFeatureOptions& options) {
+  if (!options.Validate().ok()) std::abort();
+  absl::StatusOr<FeatureMap> map =
+      options.kind == FeatureKind::kOneHot
+          ? FeatureMap::OneHot(options.num_symbols)
+          : FeatureMap::Rff(options.dim, options.num_features, options.sigma, options.seed);
+  if (!map.ok()) std::abort();  // Validate() checked every argument
+  return std::make_shared<const FeatureMap>(*std::move(map));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -94,9 +63,15 @@ absl::Status MultiViewAccumulator::Options::Validate() const {
 }
 
 MultiViewAccumulator::MultiViewAccumulator(const Options& options)
-    : options_(options), map_(options.features), rng_(options.reservoir_seed) {
-  if (!options_.Validate().ok()) std::abort();
-  D_ = map_.size();
+    : MultiViewAccumulator(options, MakeLatentFeatureMap(options.features)) {}
+
+MultiViewAccumulator::MultiViewAccumulator(const Options& options, std::shared_ptr<const FeatureMap> map)
+    : options_(options), map_(std::move(map)), rng_(options.reservoir_seed) {
+  if (!options_.Validate().ok() || map_ == nullptr || map_->num_features() != options_.features.size() ||
+      map_->input_dim() != options_.features.dim) {
+    std::abort();
+  }
+  D_ = map_->num_features();
   d_ = options_.features.dim;
   feat_ = MatrixXd::Zero(D_, 3);
   raw_ = RowMatrixXd::Zero(3, d_);
@@ -106,9 +81,12 @@ MultiViewAccumulator::MultiViewAccumulator(const Options& options)
 }
 
 absl::Status MultiViewAccumulator::Observe(const double* x) {
-  if (absl::Status s = map_.Check(x); !s.ok()) return s;
+  // One point as a 1 x d row, its features into a 1 x D row aliasing column slot_ of feat_:
+  // Map's one-row product is a GEMV on the stack, no heap allocation.
+  const Eigen::Map<const RowMatrixXd> point(x, 1, d_);
+  if (absl::Status s = map_->ValidatePoints(point); !s.ok()) return s;
   slot_ = (slot_ + 1) % 3;
-  map_.Map(x, feat_.col(slot_).data());
+  map_->Map(point, Eigen::Map<RowMatrixXd>(feat_.col(slot_).data(), 1, D_));
   for (int i = 0; i < d_; ++i) raw_(slot_, i) = x[i];
   if (++in_episode_ < 3) return absl::OkStatus();
   // Views: a = x_{t-1} (two back), c = x_t (one back), b = x_{t+1} (this observation).
@@ -139,11 +117,8 @@ absl::Status MultiViewAccumulator::ObserveBatch(const Eigen::Ref<const RowMatrix
   if (x.cols() != d_) {
     return absl::InvalidArgumentError(absl::StrCat("observations have ", x.cols(), " columns, expected ", d_));
   }
-  for (Eigen::Index r = 0; r < x.rows(); ++r) {
-    if (absl::Status s = Observe(x.row(r).data()); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("row ", r, ": ", s.message()));
-    }
-  }
+  if (absl::Status s = map_->ValidatePoints(x); !s.ok()) return s;
+  for (Eigen::Index r = 0; r < x.rows(); ++r) (void)Observe(x.row(r).data());
   return absl::OkStatus();
 }
 
@@ -158,7 +133,7 @@ void MultiViewAccumulator::Flush() {
 
 MultiViewAccumulator::Snapshot MultiViewAccumulator::TakeSnapshot() const {
   Snapshot s;
-  s.features = options_.features;
+  s.features = map_;
   s.triples = triples_;
   s.C_ab = c_ab_;
   s.C_cb = c_cb_;
@@ -194,8 +169,9 @@ std::string LatentModel::Summary::BriefReport() const {
 
 absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapshot& s, const FitOptions& options) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
-  if (absl::Status st = s.features.Validate(); !st.ok()) return st;
-  const int D = s.features.size(), d = s.features.dim, k = options.k;
+  if (s.features == nullptr) return absl::InvalidArgumentError("latent snapshot has no feature map");
+  const FeatureMap& map = *s.features;
+  const int D = map.num_features(), d = map.input_dim(), k = options.k;
   if (k > D) return absl::InvalidArgumentError(absl::StrCat("Violated constraint: k = ", k, " <= D = ", D));
   if (s.triples < std::max<int64_t>(options.min_triples, 1) || s.reservoir.rows() < 1) {
     return absl::FailedPreconditionError(
@@ -243,18 +219,16 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapsho
   const MatrixXd Pc = Wh.transpose() * Uc.transpose();
 
   // Whitened third moment from the reservoir, then symmetrized over the 6 permutations.
-  const LatentFeatureMap map(s.features);
   const int64_t r = s.reservoir.rows();
-  VectorXd ha(D), hb(D), hc(D), za(k), zb(k), zc(k);
+  RowMatrixXd h3(3, D);  // features of [x_a, x_c, x_b] of one triple
+  VectorXd za(k), zb(k), zc(k);
   MatrixXd zbar(r, k);
   VectorXd T = VectorXd::Zero(k * k * k);
   for (int64_t t = 0; t < r; ++t) {
-    map.Map(s.reservoir.row(t).data(), ha.data());
-    map.Map(s.reservoir.row(t).data() + d, hc.data());
-    map.Map(s.reservoir.row(t).data() + 2 * d, hb.data());
-    za.noalias() = Pa * ha;
-    zb.noalias() = Pb * hb;
-    zc.noalias() = Pc * hc;
+    map.Map(Eigen::Map<const RowMatrixXd>(s.reservoir.row(t).data(), 3, d), h3);
+    za.noalias() = Pa * h3.row(0).transpose();
+    zc.noalias() = Pc * h3.row(1).transpose();
+    zb.noalias() = Pb * h3.row(2).transpose();
     zbar.row(t) = 0.5 * (za + zb).transpose();
     for (int i = 0; i < k; ++i)
       for (int j = 0; j < k; ++j) {
@@ -338,33 +312,14 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapsho
   return model;
 }
 
-absl::Status LatentModel::CheckPoints(const Eigen::Ref<const RowMatrixXd>& points) const {
-  if (points.cols() != features_.dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("points have ", points.cols(), " columns, expected ", features_.dim));
-  }
-  const LatentFeatureMap map(features_);
-  for (Eigen::Index i = 0; i < points.rows(); ++i) {
-    if (absl::Status s = map.Check(points.row(i).data()); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("point ", i, ": ", s.message()));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<MatrixXd> LatentModel::Density(const Eigen::Ref<const RowMatrixXd>& points) const {
-  if (absl::Status s = CheckPoints(points); !s.ok()) return s;
-  const LatentFeatureMap map(features_);
-  const int D = map.size();
-  const double norm = features_.kind == FeatureKind::kOneHot
-                          ? 1.0
-                          : std::pow(2 * kPi * features_.sigma * features_.sigma, 0.5 * features_.dim);
-  MatrixXd feats(points.rows(), D);
-  VectorXd f(D);
-  for (Eigen::Index i = 0; i < points.rows(); ++i) {
-    map.Map(points.row(i).data(), f.data());
-    feats.row(i) = f.transpose();
-  }
+  if (absl::Status s = features_->ValidatePoints(points); !s.ok()) return s;
+  const double sigma = features_->sigma();
+  const double norm =
+      features_->kind() == FeatureKind::kOneHot ? 1.0 : std::pow(2 * kPi * sigma * sigma, 0.5 * features_->input_dim());
+  // Features as a column-major n x D matrix: the product with mu then sums in the order it
+  // always did, so a model restored from an old snapshot gives the same bits.
+  const MatrixXd feats = features_->Map(points);
   return MatrixXd(feats * mu_ / norm);
 }
 
@@ -383,8 +338,8 @@ absl::StatusOr<MatrixXd> LatentModel::DensityNormalizedOnGrid(const Eigen::Ref<c
 absl::StatusOr<MatrixXd> LatentModel::ReservoirDensity(const Eigen::Ref<const RowMatrixXd>& points,
                                                        double bandwidth) const {
   if (!(bandwidth > 0)) return absl::InvalidArgumentError("bandwidth must be > 0");
-  if (absl::Status s = CheckPoints(points); !s.ok()) return s;
-  const int d = features_.dim;
+  if (absl::Status s = features_->ValidatePoints(points); !s.ok()) return s;
+  const int d = features_->input_dim();
   const double c = 1.0 / std::pow(2 * kPi * bandwidth * bandwidth, 0.5 * d);
   const double inv2s2 = 1.0 / (2 * bandwidth * bandwidth);
   MatrixXd out = MatrixXd::Zero(points.rows(), k());
@@ -400,7 +355,7 @@ absl::StatusOr<MatrixXd> LatentModel::ReservoirDensity(const Eigen::Ref<const Ro
 }
 
 absl::StatusOr<MatrixXd> LatentModel::BinnedDensity(double lo, double hi, int bins) const {
-  if (features_.dim != 1) return absl::InvalidArgumentError("binned read-out needs dim == 1");
+  if (features_->input_dim() != 1) return absl::InvalidArgumentError("binned read-out needs dim == 1");
   if (!(hi > lo) || bins < 1) return absl::InvalidArgumentError("binned read-out needs hi > lo and bins >= 1");
   const double width = (hi - lo) / bins;
   MatrixXd out = MatrixXd::Zero(bins, k());

@@ -3,8 +3,9 @@
 //
 // WHAT THIS REPRESENTS
 //   In an HMM, consecutive observations (x_{t-1}, x_t, x_{t+1}) are conditionally independent
-//   given the hidden state h_t. With finite features h(x) (random Fourier features of a Gaussian
-//   kernel, or one-hot indicators for discrete observations = the delta kernel) we use the
+//   given the hidden state h_t. With finite features h(x) (the library's FeatureMap,
+//   core/embedding/feature_map.h: random Fourier features of a Gaussian kernel, or one-hot
+//   indicators for discrete observations = the delta kernel) we use the
 //   views a = x_{t-1}, b = x_{t+1}, and the target view c = x_t, and recover
 //     pi_h = P(h_t = h) (the stationary weights) and mu_h = E[h(x_t) | h_t = h]
 //   (the component embedding; density of component h at x = <h(x), mu_h>).
@@ -13,7 +14,11 @@
 //   and keeps a bounded, seeded reservoir (Algorithm R) of raw observation triples for the
 //   whitened third moment, which needs the whitening matrix known only at fit time. Raw
 //   observations (3d doubles per triple) are stored rather than features (3D doubles): the
-//   features are a deterministic function of the options and are recomputed at fit time.
+//   features are recomputed at fit time with the same map.
+//
+//   One feature map per accumulator: drawn once from the options at construction (or restored
+//   from a snapshot), shared, immutable, by its snapshots and by the models fitted from them, so
+//   the moments, the fit and every query see the same features (docs/algorithms.md §5.1).
 //
 //   LatentModel::Fit is pure: snapshot + options -> immutable model.
 //
@@ -28,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,14 +41,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/common/types.h"
+#include "core/embedding/feature_map.h"
 #include "core/io/fwd.h"
 
 namespace cmestream {
 
-// Finite feature map of the latent model.
+// Finite feature map of the latent model: what MakeLatentFeatureMap builds.
 struct LatentFeatureOptions {
-  enum class Kind { kRandomFourier, kOneHot };
-  Kind kind = Kind::kRandomFourier;
+  using Kind = FeatureMap::Kind;
+  Kind kind = Kind::kRff;
   int dim = 1;             // observation dimension d >= 1 (one-hot: d = 1, ids as doubles)
   int num_features = 200;  // RFF: D >= 1
   double sigma = 1.0;      // RFF: Gaussian kernel bandwidth > 0
@@ -52,23 +59,11 @@ struct LatentFeatureOptions {
   int size() const { return kind == Kind::kOneHot ? num_symbols : num_features; }
 };
 
-// h(x) = sqrt(2/D) cos(Omega^T x + beta), Omega ~ N(0, sigma^-2 I) (d x D), beta ~ U[0, 2pi)
-// (docs/algorithms.md (3.1)), so that h(x)^T h(x') ~ exp(-||x-x'||^2 / (2 sigma^2)); or one-hot.
-class LatentFeatureMap {
- public:
-  explicit LatentFeatureMap(const LatentFeatureOptions& options);  // requires options valid
-  int size() const { return options_.size(); }
-  // out: size() doubles. requires x valid (finite; one-hot: integer id in range). No allocation.
-  void Map(const double* x, double* out) const;
-  // Checks one observation; InvalidArgument on non-finite values or a bad symbol id.
-  absl::Status Check(const double* x) const;
-  const LatentFeatureOptions& options() const { return options_; }
-
- private:
-  LatentFeatureOptions options_;
-  MatrixXd omega_;  // d x D
-  VectorXd beta_;   // D
-};
+// requires: options.Validate().ok() (checked; aborts otherwise).
+// ensures: FeatureMap::Rff(dim, num_features, sigma, seed) (docs/algorithms.md (3.1): the same
+// seed gives the same features as the state embedding's map) or FeatureMap::OneHot(num_symbols).
+// O(dD) for RFF; allocates the map.
+std::shared_ptr<const FeatureMap> MakeLatentFeatureMap(const LatentFeatureOptions& options);
 
 class MultiViewAccumulator {
  public:
@@ -80,22 +75,26 @@ class MultiViewAccumulator {
     absl::Status Validate() const;
   };
 
-  explicit MultiViewAccumulator(const Options& options);  // requires options.Validate().ok()
+  // requires options.Validate().ok(). Draws the feature map: MakeLatentFeatureMap(options.features).
+  explicit MultiViewAccumulator(const Options& options);
 
   // Appends one observation (d doubles) to the current episode; from the third observation of
-  // an episode on, each observation closes a triple (x_{t-1}, x_t, x_{t+1}). Bad input returns
-  // InvalidArgument and changes nothing.
+  // an episode on, each observation closes a triple (x_{t-1}, x_t, x_{t+1}). Bad input (not
+  // finite; one-hot: not a symbol id) returns InvalidArgument (features().ValidatePoints's
+  // message for one point) and changes nothing. No allocation.
   absl::Status Observe(const double* x);
-  // Rows in order; stops at the first bad row (earlier rows stay applied).
+  // Validates all rows (the message names the first bad row), then observes them in order:
+  // on error nothing changes.
   absl::Status ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x);
   // The next observation starts a new episode: no triple spans the boundary.
   void StartEpisode() { in_episode_ = 0; }
 
   int64_t triples() const { return triples_; }
   const Options& options() const { return options_; }
+  const FeatureMap& features() const { return *map_; }
 
   struct Snapshot {
-    LatentFeatureOptions features;
+    std::shared_ptr<const FeatureMap> features;  // the accumulator's map (shared, immutable)
     int64_t triples = 0;
     MatrixXd C_ab, C_cb, C_ca;  // D x D sums (not yet divided by triples)
     RowMatrixXd reservoir;      // r x 3d rows [x_a, x_c, x_b], r = min(triples, reservoir_size)
@@ -103,20 +102,23 @@ class MultiViewAccumulator {
   // O(D^2 + r d); includes the triples not yet flushed.
   Snapshot TakeSnapshot() const;
 
-  // Snapshot support (core/io/learner_serialization.cc; object tag "MVAC", version 1). Writes
-  // the full per-sample state (pending
-  // triples, reservoir, the reservoir RNG's std::mt19937_64 state) (no flush), so that Deserialize() followed by the
-  // same calls gives results bit-identical to never having stopped. Deserialize bounds every dimension by the stored
-  // options before allocating; errors are DataLoss naming the source and offset (a bad tag or an unknown version are
-  // named as such).
+  // Snapshot support (core/io/learner_serialization.cc; object tag "MVAC", version 2). Writes
+  // the full per-sample state (the feature map's Omega and beta, pending triples, reservoir, the
+  // reservoir RNG's std::mt19937_64 state) (no flush), so that Deserialize() followed by the
+  // same calls gives results bit-identical to never having stopped. Deserialize also reads
+  // version 1 (no stored map: its features are redrawn by LatentRffVersion1, the draw that
+  // wrote it, core/latent/latent_rff_v1.h). It bounds every dimension by the stored options
+  // before allocating; errors are DataLoss naming the source and offset (a bad tag or an
+  // unknown version are named as such).
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<MultiViewAccumulator> Deserialize(io::Reader& r);
 
  private:
+  MultiViewAccumulator(const Options& options, std::shared_ptr<const FeatureMap> map);  // Deserialize
   void Flush();
 
   Options options_;
-  LatentFeatureMap map_;
+  std::shared_ptr<const FeatureMap> map_;  // never null; options_.features describe it
   int D_ = 0, d_ = 0;
   int64_t triples_ = 0, in_episode_ = 0;
   MatrixXd feat_;          // D x 3, features of the last three observations (circular)
@@ -159,9 +161,12 @@ class LatentModel {
   const VectorXd& raw_weights() const { return raw_weights_; }
   // Component embeddings mu_h (D x k) in feature space.
   const MatrixXd& embeddings() const { return mu_; }
+  // The feature map of the accumulator the model was fitted from (shared with its snapshot).
+  const FeatureMap& features() const { return *features_; }
   // Component densities at points (n x d) -> n x k. RFF: <h(x), mu_h> / (2 pi sigma^2)^{d/2},
   // the Gaussian-smoothed density of component h (integrates to 1 in expectation); one-hot:
-  // the probability of the symbol. Raw values, may be slightly negative (noise).
+  // the probability of the symbol. Raw values, may be slightly negative (noise). Errors:
+  // features().ValidatePoints's InvalidArgument. O(n (dD + Dk)), one GEMM for the features.
   absl::StatusOr<MatrixXd> Density(const Eigen::Ref<const RowMatrixXd>& points) const;
   // As Density, each column divided by its Riemann sum sum_j p(x_j|h) * cell_volume over the
   // points (a uniform evaluation grid), docs/algorithms.md (5.8) normalization.
@@ -181,9 +186,7 @@ class LatentModel {
   const Summary& summary() const { return summary_; }
 
  private:
-  absl::Status CheckPoints(const Eigen::Ref<const RowMatrixXd>& points) const;
-
-  LatentFeatureOptions features_;
+  std::shared_ptr<const FeatureMap> features_;
   VectorXd weights_, raw_weights_;
   MatrixXd mu_;        // D x k
   RowMatrixXd res_x_;  // r x d, target views x_c of the reservoir

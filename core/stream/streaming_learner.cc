@@ -1,11 +1,11 @@
 #include "core/stream/streaming_learner.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "core/cme/bandwidth.h"
+#include "core/common/validate.h"
 #include "core/embedding/feature_map.h"
 #include "core/stream/streaming_learner_options.h"
 
@@ -67,17 +67,15 @@ absl::Status StreamingLearner::Check(const StreamBatch& b) const {
           absl::StrCat("batch is not a batch of state ids (x_ids and y_ids), expected ids for a discrete model with ",
                        options_.num_states, " states"));
     }
-    for (int64_t i = 0; i < b.n; ++i) {
-      const int64_t ids[2] = {b.x_ids[i], b.y_ids[i]};
-      for (int side = 0; side < 2; ++side) {
-        if (ids[side] < 0 || ids[side] >= options_.num_states) {
-          return absl::InvalidArgumentError(absl::StrCat("batch pair ", i, ": ", side == 0 ? "x" : "y", " id is ",
-                                                         ids[side], ", expected a state id in [0, ",
-                                                         options_.num_states, ")"));
-        }
+    // The daemon's messages (core/common/validate.h): a trajectory is the wire's state_ids.
+    if (b.trajectory) {
+      if (b.y_ids != b.x_ids + 1) {
+        return absl::InvalidArgumentError("trajectory batch: y_ids is not x_ids + 1, expected the state_ids form");
       }
+      return CheckStateIds("state_ids", b.x_ids, b.n + 1, options_.num_states);
     }
-    return absl::OkStatus();
+    if (absl::Status s = CheckStateIds("x_ids", b.x_ids, b.n, options_.num_states); !s.ok()) return s;
+    return CheckStateIds("y_ids", b.y_ids, b.n, options_.num_states);
   }
   if (b.discrete() || b.x == nullptr || b.y == nullptr) {
     return absl::InvalidArgumentError(
@@ -87,17 +85,14 @@ absl::Status StreamingLearner::Check(const StreamBatch& b) const {
     return absl::InvalidArgumentError(
         absl::StrCat("batch has dim ", b.dim, ", expected the model's dim ", options_.dim));
   }
-  for (int64_t i = 0; i < b.n; ++i) {
-    for (int j = 0; j < b.dim; ++j) {
-      if (!std::isfinite(b.x_at(i)[j]) || !std::isfinite(b.y_at(i)[j])) {
-        const bool bad_x = !std::isfinite(b.x_at(i)[j]);
-        return absl::InvalidArgumentError(absl::StrCat("batch pair ", i, ": ", bad_x ? "x" : "y", "[", j, "] is ",
-                                                       bad_x ? b.x_at(i)[j] : b.y_at(i)[j],
-                                                       ", expected a finite value"));
-      }
-    }
+  // The daemon's messages (core/common/validate.h): a trajectory is the wire's states.
+  if (b.trajectory) {
+    if (b.y != b.x + b.dim)
+      return absl::InvalidArgumentError("trajectory batch: y is not x + dim, expected the states form");
+    return CheckFiniteValues("states", "state", b.x, (b.n + 1) * b.dim, b.dim);
   }
-  return absl::OkStatus();
+  if (absl::Status s = CheckFiniteValues("x", "pair", b.x, b.n * b.dim, b.dim); !s.ok()) return s;
+  return CheckFiniteValues("y", "pair", b.y, b.n * b.dim, b.dim);
 }
 
 void StreamingLearner::FeedPair(const double* x, const double* y) {

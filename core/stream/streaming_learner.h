@@ -71,8 +71,8 @@ struct SigmaSelection {
 
 // One batch as the learner reads it (a view: it aliases the caller's buffers). n pairs;
 // continuous: pair i = (x + i*dim, y + i*dim), dim doubles each; discrete: (x_ids[i], y_ids[i]).
-// A trajectory batch of n pairs is the n + 1 states x_0..x_{n-1}, y_{n-1} with y_i = x_{i+1}
-// (the wire's `states` form gives exactly that with y = x + dim, y_ids = x_ids + 1).
+// A trajectory batch of n pairs is the n + 1 states x_0..x_{n-1}, y_{n-1} with y_i = x_{i+1},
+// in the wire's `states` form: y = x + dim (discrete: y_ids = x_ids + 1), required.
 // `producer` and `episode` are the episode key of the episode rule (empty strings are a key
 // like any other).
 struct StreamBatch {
@@ -185,9 +185,12 @@ class StreamingLearner {
   ~StreamingLearner();
 
   // Learns a batch (see the top of this file). The batch is checked first: its form must match
-  // the model (dim, or ids for a discrete model), every value finite, every id in
-  // [0, num_states), the episode key within its bounds; otherwise InvalidArgument naming the
-  // pair and the field, and nothing changes. An empty batch (n == 0) changes nothing.
+  // the model (dim, or ids for a discrete model; a trajectory in the states form), every value
+  // finite, every id in [0, num_states), the episode key within its bounds; otherwise
+  // InvalidArgument and nothing changes. Values and ids are checked by CheckFiniteValues and
+  // CheckStateIds (core/common/validate.h) on the wire's fields (x and y, or states; x_ids and
+  // y_ids, or state_ids), so the messages are the daemon's, e.g. "field states value 9 (state 4,
+  // component 1) is nan, expected a finite number". An empty batch (n == 0) changes nothing.
   absl::StatusOr<ObserveSummary> Observe(const StreamBatch& batch);
 
   // The copies the views need, or nullopt while the sigma warm-up buffers. O(model size);

@@ -60,7 +60,7 @@ MultiViewAccumulator::Options Latent(const StreamingLearner::Options& o, double 
     m.features.dim = 1;
     m.features.num_symbols = o.num_states;
   } else {
-    m.features.kind = LatentFeatureOptions::Kind::kRandomFourier;
+    m.features.kind = LatentFeatureOptions::Kind::kRff;
     m.features.dim = o.dim;
     m.features.num_features = o.rff_features;
     m.features.sigma = sigma;

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/embedding/feature_map.h"
 #include "core/latent/latent_model.h"
 #include "core/systems/hmm.h"
 
@@ -169,6 +171,41 @@ TEST(LatentModel, GaussianGammaMixtureWeightsAndDensities) {
   // The RFF read-out (sigma = 1) compares a smoothed density with the true one: a floor, as
   // docs/algorithms.md §5.5 reports; it must still be a sane estimate.
   EXPECT_LT(err_rff[1], 0.35);
+}
+
+// One feature map (docs/algorithms.md §5.1): the accumulator's map is the library's
+// FeatureMap::Rff for the same seed (the state embedding's features), drawn once and shared by
+// the snapshot and the fitted model; Density is that map's features times the embeddings.
+TEST(LatentModel, OneFeatureMapForAccumulatorSnapshotModelAndQueries) {
+  MultiViewAccumulator::Options o;
+  o.features.dim = 1;
+  o.features.num_features = 40;
+  o.features.sigma = 1.0;
+  o.features.seed = 17;
+  o.reservoir_size = 5000;
+  MultiViewAccumulator acc(o);
+  const FeatureMap rff = *FeatureMap::Rff(1, 40, 1.0, 17);
+  EXPECT_EQ(acc.features().omega(), rff.omega());
+  EXPECT_EQ(acc.features().beta(), rff.beta());
+  const auto hmm = systems::HmmMixture::Default();
+  ASSERT_TRUE(acc.ObserveBatch(AsRows(hmm.Simulate(5000, 4))).ok());
+  const MultiViewAccumulator::Snapshot s = acc.TakeSnapshot();
+  EXPECT_EQ(s.features.get(), &acc.features());  // shared, not redrawn
+  LatentModel::FitOptions fo;
+  fo.k = 3;
+  const absl::StatusOr<LatentModel> m = LatentModel::Fit(s, fo);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(&m->features(), &acc.features());
+  const RowMatrixXd q = (RowMatrixXd(3, 1) << -3.0, 0.0, 5.0).finished();
+  const MatrixXd want = rff.Map(q) * m->embeddings() / std::pow(2 * 3.14159265358979323846 * 1.0 * 1.0, 0.5);
+  EXPECT_EQ(*m->Density(q), want);
+  // A bad row is named and nothing is learned.
+  RowMatrixXd bad = (RowMatrixXd(3, 1) << 0.1, std::nan(""), 0.3).finished();
+  const absl::Status st = acc.ObserveBatch(bad);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("point 1"), std::string::npos) << st;
+  EXPECT_EQ(acc.TakeSnapshot().C_ab, s.C_ab);
+  EXPECT_EQ(acc.triples(), s.triples);
 }
 
 }  // namespace

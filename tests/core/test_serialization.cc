@@ -6,10 +6,13 @@
 // same bytes (every double bit-identical). n1 is chosen so that partial batch buffers,
 // pending triples, a used reservoir RNG and a pending forgetting rescale are all in flight.
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "core/cme/compressed_cme.h"
+#include "core/common/splitmix.h"
 #include "core/counts/transition_counts.h"
 #include "core/embedding/state_embedding.h"
 #include "core/io/binary_io.h"
@@ -20,6 +23,8 @@
 
 namespace cmestream {
 namespace {
+
+#include "tests/core/latent_v1_fixture.inc"
 
 // A noisy nonlinear 2-D map: x' = 0.9 [sin(x1) + 0.5 x2, cos(x0)] + 0.1 noise.
 RowMatrixXd Trajectory(int n, int d, uint64_t seed) {
@@ -265,6 +270,148 @@ TEST(LatentSerialization, ContinuesBitIdenticallyWithReservoirRngAndPendingTripl
     ASSERT_TRUE(c.Observe(x.row(t).data()).ok());
   }
   EXPECT_EQ(Bytes(a), Bytes(c));
+}
+
+// Version 1 of MVAC (written before the latent model used the library's FeatureMap) stored only
+// the seed of features drawn by an algorithm of its own. The fixtures were written by that code
+// (latent_v1_fixture.inc: how); loaded here they must give the densities that code computed, at
+// load and after the same further observations, and be written back as version 2 with their
+// features stored. d = 1 and one-hot: bit for bit; d = 2: to rounding (the new map sums
+// Omega^T x before adding beta; the measured difference is in the comment below).
+RowMatrixXd LatentFixtureSequence(int n, int d, bool discrete) {
+  internal::SplitMix rng(2024);
+  RowMatrixXd x(n, d);
+  int s = 0;
+  for (int t = 0; t < n; ++t) {
+    if (rng.Uniform() < 0.1) s = 1 - s;
+    if (discrete) {
+      const double u = rng.Uniform();
+      x(t, 0) = s == 0 ? (u < 0.7 ? 0 : (u < 0.9 ? 1 : 2)) : (u < 0.1 ? 0 : (u < 0.3 ? 1 : 2));
+      continue;
+    }
+    for (int j = 0; j < d; ++j) x(t, j) = (s == 0 ? -1.5 : 1.5) * (j == 0 ? 1.0 : 0.3) + 0.4 * rng.Normal();
+  }
+  return x;
+}
+
+MatrixXd FixtureDensities(const MultiViewAccumulator& acc, int d, bool discrete) {
+  RowMatrixXd pts(5, d);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < d; ++j) pts(i, j) = discrete ? (i % 3) : -2.0 + i * 1.0 + 0.25 * j;
+  LatentModel::FitOptions fo;
+  fo.k = 2;
+  absl::StatusOr<LatentModel> m = LatentModel::Fit(acc.TakeSnapshot(), fo);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m->Density(pts) : MatrixXd();
+}
+
+TEST(LatentSerialization, Version1ObjectsKeepTheirFeaturesAndDensities) {
+  struct Case {
+    const char* name;
+    const char* base64;
+    const double* at_load;
+    const double* after_more;
+    int d;
+    bool discrete;
+    double tolerance;  // relative to the largest density
+  };
+  const Case cases[] = {
+      {"RFF d=1", kRff1V1, kRff1DensityAtLoad, kRff1DensityAfterMore, 1, false, 0.0},
+      // d = 2: measured 1.7e-16 (absolute) at load and after more observations.
+      {"RFF d=2", kRff2V1, kRff2DensityAtLoad, kRff2DensityAfterMore, 2, false, 1e-14},
+      {"one-hot", kOneHotV1, kOneHotDensityAtLoad, kOneHotDensityAfterMore, 1, true, 0.0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string v1;
+    ASSERT_TRUE(absl::Base64Unescape(c.base64, &v1));
+    ASSERT_EQ(v1[4], 1);  // the object's version
+    io::Reader r(v1, "v1 fixture");
+    absl::StatusOr<MultiViewAccumulator> acc = MultiViewAccumulator::Deserialize(r);
+    ASSERT_TRUE(acc.ok()) << acc.status();
+    const auto same = [&](const MatrixXd& got, const double* want) {
+      ASSERT_EQ(got.size(), 10);
+      const Eigen::Map<const MatrixXd> w(want, 5, 2);
+      const double scale = w.cwiseAbs().maxCoeff();
+      EXPECT_LE((got - w).cwiseAbs().maxCoeff(), c.tolerance * scale) << got << "\nwant\n" << w;
+    };
+    same(FixtureDensities(*acc, c.d, c.discrete), c.at_load);
+    // Written back as version 2 (with Omega and beta): the same state, bit for bit.
+    const std::string v2 = Bytes(*acc);
+    EXPECT_EQ(v2[4], 2);
+    MultiViewAccumulator again = RoundTrip(*acc);
+    EXPECT_EQ(Bytes(again), v2);
+    if (!c.discrete) {
+      EXPECT_EQ(again.features().omega(), acc->features().omega());
+      // The bug version 2 fixes: a fresh accumulator draws the library's features, not these.
+      MultiViewAccumulator fresh(acc->options());
+      EXPECT_NE(fresh.features().omega(), acc->features().omega());
+      EXPECT_EQ(fresh.features().omega(), FeatureMap::Rff(c.d, 8, 0.8, 5)->omega());
+    }
+    // Continues as the version-1 code did.
+    const RowMatrixXd x = LatentFixtureSequence(400, c.d, c.discrete);
+    ASSERT_TRUE(acc->ObserveBatch(x.bottomRows(101)).ok());
+    ASSERT_TRUE(again.ObserveBatch(x.bottomRows(101)).ok());
+    same(FixtureDensities(*acc, c.d, c.discrete), c.after_more);
+    EXPECT_EQ(Bytes(again), Bytes(*acc));
+  }
+}
+
+// The double stored at `offset` of an encoded object, and the status of decoding the object
+// with that double replaced by `value`.
+double DoubleAt(const std::string& bytes, size_t offset) {
+  double v = 0;
+  std::memcpy(&v, &bytes[offset], 8);
+  return v;
+}
+absl::Status DecodeLatentWithDouble(std::string bytes, size_t offset, double value) {
+  std::memcpy(&bytes[offset], &value, 8);
+  io::Reader r(bytes, "f");
+  return MultiViewAccumulator::Deserialize(r).status();
+}
+constexpr char kNonFiniteMap[] = "latent feature map: Violated constraint: omega and beta finite";
+
+// A version-1 object whose sigma makes the old draw infinite (found by fuzz_snapshot: a
+// denormal sigma, 1/sigma = inf) is DataLoss, not an abort. Body: 16-byte header, kind (1),
+// dim (4), num_features (4), then sigma at offset 25.
+TEST(LatentSerialization, Version1WithANonFiniteDrawIsDataLoss) {
+  std::string v1;
+  ASSERT_TRUE(absl::Base64Unescape(kRff2V1, &v1));
+  ASSERT_EQ(DoubleAt(v1, 25), 0.8);
+  const absl::Status st = DecodeLatentWithDouble(v1, 25, 2.2250738585072034e-309);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find(kNonFiniteMap), std::string::npos) << st;
+}
+
+// Version 2's stored map: a future version is named, a non-finite Omega or a truncated one is
+// DataLoss naming the field.
+TEST(LatentSerialization, Version2MapCorruptionIsRefused) {
+  MultiViewAccumulator::Options o;
+  o.features.dim = 2;
+  o.features.num_features = 4;
+  o.reservoir_size = 10;
+  o.batch = 4;
+  MultiViewAccumulator a(o);
+  const RowMatrixXd x = Trajectory(20, 2, 3);
+  ASSERT_TRUE(a.ObserveBatch(x).ok());
+  const std::string bytes = Bytes(a);
+  {
+    std::string bad = bytes;
+    bad[4] = 3;
+    io::Reader r(bad, "f");
+    EXPECT_EQ(MultiViewAccumulator::Deserialize(r).status().message(),
+              "f: offset 0: MultiViewAccumulator (MVAC) version 3 is not supported by this build (reads 1..2)");
+  }
+  // Body: 16-byte object header, the options (45 bytes), then Omega (u64 rows, u64 cols, 2 x 4
+  // doubles column-major): its first entry at offset 77.
+  ASSERT_EQ(DoubleAt(bytes, 77), a.features().omega()(0, 0));
+  absl::Status st = DecodeLatentWithDouble(bytes, 77, std::nan(""));
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find(kNonFiniteMap), std::string::npos) << st;
+  io::Reader r(std::string_view(bytes).substr(0, 90), "f");
+  st = MultiViewAccumulator::Deserialize(r).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("truncated"), std::string::npos) << st;
 }
 
 // ---------------------------------------------------------------------------------------------

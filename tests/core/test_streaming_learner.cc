@@ -456,7 +456,14 @@ TEST(StreamingLearner, BadInputIsRefusedAndChangesNothing) {
   };
   RowMatrixXd bad = s;
   bad(4, 1) = std::nan("");  // pair 3's y[1] (and pair 4's x[1]) of a batch from state 0
-  refused(Trajectory(bad, 0, 10), "batch pair 3: y[1] is nan, expected a finite value");
+  // The daemon's message (core/common/validate.h): a trajectory is the wire's `states` field.
+  refused(Trajectory(bad, 0, 10), "field states value 9 (state 4, component 1) is nan, expected a finite number");
+  StreamBatch pairs = Trajectory(bad, 0, 10);
+  pairs.trajectory = false;
+  refused(pairs, "field x value 9 (pair 4, component 1) is nan, expected a finite number");
+  StreamBatch split = Trajectory(s, 0, 10);
+  split.y = s.row(2).data();
+  refused(split, "trajectory batch: y is not x + dim, expected the states form");
   StreamBatch wrong_dim = Trajectory(s, 0, 10);
   wrong_dim.dim = 3;
   refused(wrong_dim, "batch has dim 3, expected the model's dim 2");
@@ -475,8 +482,13 @@ TEST(StreamingLearner, BadInputIsRefusedAndChangesNothing) {
   const std::vector<int64_t> out_of_range = {0, 1, 2, 4, 1};
   absl::StatusOr<ObserveSummary> r = d.Observe(DiscreteTrajectory(out_of_range, 0, 4));
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("batch pair 2: y id is 4, expected a state id in [0, 4)"), std::string::npos)
+  EXPECT_NE(r.status().message().find("field state_ids value 3 is 4, expected a state id in [0, 4)"), std::string::npos)
       << r.status();
+  StreamBatch id_pairs = DiscreteTrajectory(out_of_range, 0, 4);
+  id_pairs.trajectory = false;
+  r = d.Observe(id_pairs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "field x_ids value 3 is 4, expected a state id in [0, 4)");
   EXPECT_EQ(d.samples(), 0);
   EXPECT_EQ(Bytes(d), Bytes(StreamingLearner(Discrete(4))));
 }
