@@ -330,7 +330,7 @@ std::string SoftAggregation::Summary::BriefReport() const {
   return s;
 }
 
-absl::StatusOr<AggregationResult> FitSoftAggregation(const SpMat& counts, const SoftAggregation::Options& options) {
+absl::StatusOr<AggregationResult> SoftAggregation::Fit(const SpMat& counts, const SoftAggregation::Options& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (counts.rows() != counts.cols() || counts.rows() < 1) {
     return absl::InvalidArgumentError(
@@ -344,8 +344,8 @@ absl::StatusOr<AggregationResult> FitSoftAggregation(const SpMat& counts, const 
   return FitSparse(counts, options);
 }
 
-absl::StatusOr<AggregationResult> FitSoftAggregation(const Eigen::Ref<const MatrixXd>& counts,
-                                                     const SoftAggregation::Options& options) {
+absl::StatusOr<AggregationResult> SoftAggregation::Fit(const Eigen::Ref<const MatrixXd>& counts,
+                                                       const SoftAggregation::Options& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (counts.rows() != counts.cols() || counts.rows() < 1) {
     return absl::InvalidArgumentError(
@@ -359,8 +359,8 @@ absl::StatusOr<AggregationResult> FitSoftAggregation(const Eigen::Ref<const Matr
   return FitSparse(counts.sparseView(), options);
 }
 
-absl::StatusOr<AggregationResult> FitSoftAggregation(int p, const std::vector<TransitionCount>& counts,
-                                                     const SoftAggregation::Options& options) {
+absl::StatusOr<AggregationResult> SoftAggregation::Fit(int p, const std::vector<TransitionCount>& counts,
+                                                       const SoftAggregation::Options& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (p < 1) return absl::InvalidArgumentError(absl::StrCat("number of states p >= 1; got ", p));
   std::vector<Eigen::Triplet<double>> t;

@@ -38,6 +38,9 @@
 
 namespace cmestream {
 
+struct AggregationResult;
+struct TransitionCount;
+
 class SoftAggregation {
  public:
   enum class VertexHunting {
@@ -92,6 +95,19 @@ class SoftAggregation {
 
     std::string BriefReport() const;
   };
+
+  // Runs Algorithm 1 of paper 003 on the counts.
+  //   requires: counts square p x p, entries finite and >= 0 (InvalidArgument otherwise);
+  //     options.Validate().ok() (InvalidArgument otherwise); at least r states with incoming
+  //     transitions (FailedPrecondition otherwise: not enough data yet).
+  //   ensures: V columns sum to 1 and are >= 0; U and W rows on the simplex; no NaN.
+  //     Numerical trouble (degenerate vertices, unconverged SVD) is summary.termination, not an
+  //     error. Deterministic given options.seed.
+  static absl::StatusOr<AggregationResult> Fit(const Eigen::Ref<const MatrixXd>& counts, const Options& options);
+  static absl::StatusOr<AggregationResult> Fit(const Eigen::SparseMatrix<double>& counts, const Options& options);
+  // Triplets are summed (duplicates allowed); requires 0 <= from, to < p.
+  static absl::StatusOr<AggregationResult> Fit(int p, const std::vector<TransitionCount>& counts,
+                                               const Options& options);
 };
 
 // Output of SoftAggregation Fit. Rows are kept states (see header comment).
@@ -125,21 +141,6 @@ struct TransitionCount {
   int to = 0;
   double count = 0;
 };
-
-// Runs Algorithm 1 of paper 003 on the counts.
-//   requires: counts square p x p, entries finite and >= 0 (InvalidArgument otherwise);
-//     options.Validate().ok() (InvalidArgument otherwise); at least r states with incoming
-//     transitions (FailedPrecondition otherwise: not enough data yet).
-//   ensures: V columns sum to 1 and are >= 0; U and W rows on the simplex; no NaN.
-//     Numerical trouble (degenerate vertices, unconverged SVD) is summary.termination, not an
-//     error. Deterministic given options.seed.
-absl::StatusOr<AggregationResult> FitSoftAggregation(const Eigen::Ref<const MatrixXd>& counts,
-                                                     const SoftAggregation::Options& options);
-absl::StatusOr<AggregationResult> FitSoftAggregation(const Eigen::SparseMatrix<double>& counts,
-                                                     const SoftAggregation::Options& options);
-// Triplets are summed (duplicates allowed); requires 0 <= from, to < p.
-absl::StatusOr<AggregationResult> FitSoftAggregation(int p, const std::vector<TransitionCount>& counts,
-                                                     const SoftAggregation::Options& options);
 
 // ---- Evaluation helpers (tests, demos, the CLI's ground-truth comparisons) ----
 

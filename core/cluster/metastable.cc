@@ -24,10 +24,10 @@ Eigen::VectorXi MetastableClusters::Label(const StateEmbedding& embedding,
   return NearestCentroid(kmeans_.centroids, embedding.Embed(points));
 }
 
-absl::StatusOr<MetastableClusters> ComputeMetastableClusters(const StateEmbedding& embedding,
-                                                             const Eigen::Ref<const RowMatrixXd>& representatives,
-                                                             const Eigen::Ref<const VectorXd>& weights,
-                                                             const WeightedKMeansOptions& options) {
+absl::StatusOr<MetastableClusters> MetastableClusters::Fit(const StateEmbedding& embedding,
+                                                           const Eigen::Ref<const RowMatrixXd>& representatives,
+                                                           const Eigen::Ref<const VectorXd>& weights,
+                                                           const WeightedKMeansOptions& options) {
   if (absl::Status s = embedding.features().ValidatePoints(representatives); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("representatives: ", s.message()));
   }
@@ -76,7 +76,7 @@ absl::StatusOr<CoarseGrainedChain> CoarseGrain(const CountsSnapshot& counts,
   return out;
 }
 
-absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot& counts, double dt, int count) {
+absl::StatusOr<ImpliedTimescales> ImpliedTimescales::Fit(const CountsSnapshot& counts, double dt, int count) {
   if (!(dt > 0) || !std::isfinite(dt)) return absl::InvalidArgumentError(absl::StrCat("dt must be > 0 (got ", dt, ")"));
   if (count < 0) return absl::InvalidArgumentError("count must be >= 0");
   std::vector<int> states;

@@ -24,6 +24,13 @@ namespace cmestream {
 //   nearest centroid in embedding space.
 class MetastableClusters {
  public:
+  // Embeds the representatives and clusters them. weights: raw visit counts (normalized here).
+  // Errors: InvalidArgument for bad points / weights / options (message names the problem).
+  static absl::StatusOr<MetastableClusters> Fit(const StateEmbedding& embedding,
+                                                const Eigen::Ref<const RowMatrixXd>& representatives,
+                                                const Eigen::Ref<const VectorXd>& weights,
+                                                const WeightedKMeansOptions& options);
+
   const WeightedKMeansResult& kmeans() const { return kmeans_; }
   int num_clusters() const { return static_cast<int>(kmeans_.centroids.rows()); }
   const RowMatrixXd& representatives() const { return representatives_; }    // m x d (or m x 1 ids)
@@ -37,22 +44,11 @@ class MetastableClusters {
   Eigen::VectorXi Label(const StateEmbedding& embedding, const Eigen::Ref<const RowMatrixXd>& points) const;
 
  private:
-  friend absl::StatusOr<MetastableClusters> ComputeMetastableClusters(const StateEmbedding&,
-                                                                      const Eigen::Ref<const RowMatrixXd>&,
-                                                                      const Eigen::Ref<const VectorXd>&,
-                                                                      const WeightedKMeansOptions&);
   RowMatrixXd representatives_;
   RowMatrixXd embedded_;
   VectorXd weights_;
   WeightedKMeansResult kmeans_;
 };
-
-// Embeds the representatives and clusters them. weights: raw visit counts (normalized here).
-// Errors: InvalidArgument for bad points / weights / options (message names the problem).
-absl::StatusOr<MetastableClusters> ComputeMetastableClusters(const StateEmbedding& embedding,
-                                                             const Eigen::Ref<const RowMatrixXd>& representatives,
-                                                             const Eigen::Ref<const VectorXd>& weights,
-                                                             const WeightedKMeansOptions& options);
 
 // ---------------------------------------------------------------------------------------------
 // Coarse-grained chain. labels[i] in [0, K) is the cluster of state i (size >= num_states;
@@ -75,8 +71,8 @@ absl::StatusOr<CoarseGrainedChain> CoarseGrain(const CountsSnapshot& counts,
 struct ImpliedTimescales {
   VectorXd eigenvalue_moduli;  // |λ_2|, |λ_3|, ...
   VectorXd timescales;
+  static absl::StatusOr<ImpliedTimescales> Fit(const CountsSnapshot& counts, double dt, int count);
 };
-absl::StatusOr<ImpliedTimescales> ComputeImpliedTimescales(const CountsSnapshot& counts, double dt, int count);
 
 // π-weighted misclassification rate of paper 000 section 4 with the best label permutation:
 // min_σ sum_j π({x in Ω_j, label(x) != σ(j)}) / π(Ω_j), for K <= 8 (exhaustive search).

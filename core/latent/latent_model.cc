@@ -131,8 +131,8 @@ void MultiViewAccumulator::Flush() {
   pending_ = 0;
 }
 
-MultiViewAccumulator::Snapshot MultiViewAccumulator::TakeSnapshot() const {
-  Snapshot s;
+MultiViewAccumulator::Statistics MultiViewAccumulator::Snapshot() const {
+  Statistics s;
   s.features = map_;
   s.triples = triples_;
   s.C_ab = c_ab_;
@@ -167,7 +167,7 @@ std::string LatentModel::Summary::BriefReport() const {
   return s;
 }
 
-absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Snapshot& s, const FitOptions& options) {
+absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Statistics& s, const FitOptions& options) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
   if (s.features == nullptr) return absl::InvalidArgumentError("latent snapshot has no feature map");
   const FeatureMap& map = *s.features;

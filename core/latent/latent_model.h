@@ -93,14 +93,15 @@ class MultiViewAccumulator {
   const Options& options() const { return options_; }
   const FeatureMap& features() const { return *map_; }
 
-  struct Snapshot {
+  // The accumulated statistics; Snapshot() returns an immutable copy.
+  struct Statistics {
     std::shared_ptr<const FeatureMap> features;  // the accumulator's map (shared, immutable)
     int64_t triples = 0;
     MatrixXd C_ab, C_cb, C_ca;  // D x D sums (not yet divided by triples)
     RowMatrixXd reservoir;      // r x 3d rows [x_a, x_c, x_b], r = min(triples, reservoir_size)
   };
   // O(D^2 + r d); includes the triples not yet flushed.
-  Snapshot TakeSnapshot() const;
+  Statistics Snapshot() const;
 
   // Snapshot support (core/io/learner_serialization.cc; object tag "MVAC", version 2). Writes
   // the full per-sample state (the feature map's Omega and beta, pending triples, reservoir, the
@@ -152,7 +153,7 @@ class LatentModel {
     std::string BriefReport() const;
   };
 
-  static absl::StatusOr<LatentModel> Fit(const MultiViewAccumulator::Snapshot& s, const FitOptions& options);
+  static absl::StatusOr<LatentModel> Fit(const MultiViewAccumulator::Statistics& s, const FitOptions& options);
 
   int k() const { return static_cast<int>(weights_.size()); }
   // Mixing weights pi_h = lambda_h^-2 normalized to the simplex; components sorted by

@@ -252,7 +252,7 @@ std::optional<StreamingLearnerSnapshot> StreamingLearner::Snapshot() const {
   snap.samples = samples();
   snap.counts = counts_->Snapshot();
   if (moments_) snap.moments = moments_->Snapshot();
-  if (latent_) snap.latent = latent_->TakeSnapshot();
+  if (latent_) snap.latent = latent_->Snapshot();
   if (predictive_) snap.predictive = predictive_->Snapshot();
   if (spectral_) snap.spectral = spectral_->Snapshot();
   if (prequential_) {

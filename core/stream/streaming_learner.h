@@ -118,7 +118,7 @@ struct StreamingLearnerSnapshot {
   std::optional<CmeSnapshot> cme;  // continuous
   CountsSnapshot counts;
   std::optional<EmbeddingMomentsSnapshot> moments;                   // continuous
-  std::optional<MultiViewAccumulator::Snapshot> latent;              // options.latent
+  std::optional<MultiViewAccumulator::Statistics> latent;            // options.latent
   std::optional<PredictiveStateAccumulator::Statistics> predictive;  // options.window > 0
   std::optional<SpectralMomentsSnapshot> spectral;                   // continuous
   // Prequential score window: the view it scores and its VAMP-E over the pairs learned since

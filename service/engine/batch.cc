@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/validate.h"
 
 namespace cmestream::service {
 namespace {
@@ -12,14 +13,6 @@ BatchCheck Reject(std::string reason, uint64_t index, const std::string& model, 
   c.reason = std::move(reason);
   c.status = absl::InvalidArgumentError(absl::StrCat("batch ", index, ": ", what, " (model '", model, "')"));
   return c;
-}
-
-// First non-finite value of a packed field, or -1.
-int64_t FirstNonFinite(const google::protobuf::RepeatedField<double>& v) {
-  for (int i = 0; i < v.size(); ++i) {
-    if (!std::isfinite(v.Get(i))) return i;
-  }
-  return -1;
 }
 
 // First value of a packed field with |v| > max_abs, or -1.
@@ -75,12 +68,9 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index, doub
     if (b.y_size() % dim != 0) return bad_size("y", b.y_size(), multiple);
     if (b.y_size() != b.x_size()) return bad_size("y", b.y_size(), absl::StrCat(b.x_size(), " (as many as x)"));
     for (const auto* field : {&b.x(), &b.y()}) {
-      const int64_t bad = FirstNonFinite(*field);
-      if (bad >= 0) {
-        return Reject("non_finite", index, model,
-                      absl::StrCat("field ", field == &b.x() ? "x" : "y", " value ", bad, " (pair ", bad / dim,
-                                   ", component ", bad % dim, ") is ", field->Get(bad), ", expected a finite number"));
-      }
+      const absl::Status finite =
+          CheckFiniteValues(field == &b.x() ? "x" : "y", "pair", field->data(), field->size(), dim);
+      if (!finite.ok()) return Reject("non_finite", index, model, std::string(finite.message()));
     }
     for (const auto* field : {&b.x(), &b.y()}) {
       const int64_t big = FirstTooLarge(*field, max_abs);
@@ -99,12 +89,8 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index, doub
     if (b.states_size() < 2 * dim) {
       return bad_size("states", b.states_size(), absl::StrCat("at least 2 states (", 2 * dim, " values)"));
     }
-    const int64_t bad = FirstNonFinite(b.states());
-    if (bad >= 0) {
-      return Reject("non_finite", index, model,
-                    absl::StrCat("field states value ", bad, " (state ", bad / dim, ", component ", bad % dim, ") is ",
-                                 b.states(bad), ", expected a finite number"));
-    }
+    const absl::Status finite = CheckFiniteValues("states", "state", b.states().data(), b.states_size(), dim);
+    if (!finite.ok()) return Reject("non_finite", index, model, std::string(finite.message()));
     const int64_t big = FirstTooLarge(b.states(), max_abs);
     if (big >= 0) {
       return Reject("magnitude", index, model,
@@ -140,14 +126,8 @@ BatchCheck ValidateDiscreteBatch(const v1::IngestBatch& b, uint32_t num_states, 
   }
   const auto check_ids = [&](absl::string_view field,
                              const google::protobuf::RepeatedField<int64_t>& ids) -> BatchCheck {
-    for (int i = 0; i < ids.size(); ++i) {
-      const int64_t v = ids.Get(i);
-      if (v < 0 || v >= static_cast<int64_t>(num_states)) {
-        return Reject(
-            "state_id", index, model,
-            absl::StrCat("field ", field, " value ", i, " is ", v, ", expected a state id in [0, ", num_states, ")"));
-      }
-    }
+    const absl::Status in_range = CheckStateIds(field, ids.data(), ids.size(), num_states);
+    if (!in_range.ok()) return Reject("state_id", index, model, std::string(in_range.message()));
     return BatchCheck{};
   };
   BatchCheck ok;

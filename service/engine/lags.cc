@@ -58,7 +58,7 @@ absl::StatusOr<Eigen::VectorXi> StateLabels(const v1::ModelConfig& config, const
     km.k = k;
     km.seed = config.seed();
     absl::StatusOr<MetastableClusters> c =
-        ComputeMetastableClusters(emb, cv.clusters.representatives(), cv.clusters.weights(), km);
+        MetastableClusters::Fit(emb, cv.clusters.representatives(), cv.clusters.weights(), km);
     if (!c.ok()) return c.status();
     clusters = *std::move(c);
   }

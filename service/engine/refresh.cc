@@ -142,7 +142,7 @@ void BuildClusters(const v1::ModelConfig& config, const Model::LearnerSnapshot& 
   WeightedKMeansOptions km;
   km.k = k;
   km.seed = config.seed();
-  absl::StatusOr<MetastableClusters> c = ComputeMetastableClusters(*view.embedding.value, reps, weights, km);
+  absl::StatusOr<MetastableClusters> c = MetastableClusters::Fit(*view.embedding.value, reps, weights, km);
   if (!c.ok()) {
     view.clusters.error = StatusText(c.status());
     return;
@@ -161,7 +161,7 @@ void BuildClusters(const v1::ModelConfig& config, const Model::LearnerSnapshot& 
   }
   out->coarse = *std::move(coarse);
   if (states <= static_cast<int>(kMaxDenseStates)) {
-    absl::StatusOr<ImpliedTimescales> ts = ComputeImpliedTimescales(counts, config.dt(), std::max(k, 1));
+    absl::StatusOr<ImpliedTimescales> ts = ImpliedTimescales::Fit(counts, config.dt(), std::max(k, 1));
     if (ts.ok()) out->timescales = ts->timescales;
   }
   view.clusters.value = std::move(out);
@@ -189,7 +189,7 @@ void BuildAggregation(const v1::ModelConfig& config, const Model::LearnerSnapsho
         absl::StrCat("needs at least meta_states = ", o.meta_states, " states with data, has ", counts.num_states());
     return;
   }
-  absl::StatusOr<AggregationResult> r = FitSoftAggregation(counts.num_states(), triplets, o);
+  absl::StatusOr<AggregationResult> r = SoftAggregation::Fit(counts.num_states(), triplets, o);
   if (!r.ok()) {
     view.aggregation.error = StatusText(r.status());
     return;

@@ -219,7 +219,8 @@ void ModelMetrics::OnSubView(const std::string& view, bool available, bool fit_w
   auto it = sub_view_gauges_.find(view);
   if (it == sub_view_gauges_.end()) {
     const std::map<std::string, std::string> labels = {{"model", model_}, {"view", view}};
-    it = sub_view_gauges_.emplace(view, std::make_pair(&m_.view_available_.Add(labels), &m_.view_fit_warning_.Add(labels)))
+    it = sub_view_gauges_
+             .emplace(view, std::make_pair(&m_.view_available_.Add(labels), &m_.view_fit_warning_.Add(labels)))
              .first;
   }
   it->second.first->Set(available ? 1 : 0);

@@ -44,7 +44,7 @@ void BM_SoftAggregationFit(benchmark::State& state) {
   double svd = 0, total = 0, iters = 0;
   int64_t runs = 0;
   for (auto _ : state) {
-    absl::StatusOr<AggregationResult> res = FitSoftAggregation(n, o);
+    absl::StatusOr<AggregationResult> res = SoftAggregation::Fit(n, o);
     if (!res.ok()) {
       state.SkipWithError("fit failed");
       break;

@@ -96,7 +96,7 @@ TEST(MetastableClusters, LumpableBlocksAreRecoveredExactly) {
   WeightedKMeansOptions ko;
   ko.k = 3;
   ko.seed = 1;
-  const MetastableClusters cl = *ComputeMetastableClusters(e, ids, counts.visits(), ko);
+  const MetastableClusters cl = *MetastableClusters::Fit(e, ids, counts.visits(), ko);
   EXPECT_DOUBLE_EQ(WeightedMisclassification(chain.blocks, cl.labels(), chain.pi, 3), 0.0);
   EXPECT_EQ(cl.Label(e, ids), cl.labels());
 
@@ -110,7 +110,7 @@ TEST(MetastableClusters, LumpableBlocksAreRecoveredExactly) {
     EXPECT_NEAR(masses[a], 1.0 / 3.0, 0.03);  // Q is doubly stochastic: uniform block masses
   }
   // Implied timescales: P has eigenvalues 1, 0.85, 0.85, then 0 (rank 3).
-  const ImpliedTimescales its = *ComputeImpliedTimescales(counts, 0.5, 3);
+  const ImpliedTimescales its = *ImpliedTimescales::Fit(counts, 0.5, 3);
   EXPECT_NEAR(its.eigenvalue_moduli[0], 0.85, 0.02);
   EXPECT_NEAR(its.eigenvalue_moduli[1], 0.85, 0.02);
   EXPECT_LT(its.eigenvalue_moduli[2], 0.1);
@@ -141,7 +141,7 @@ TEST(MetastableClusters, FourWellClustersMatchTheWells) {
   WeightedKMeansOptions ko;
   ko.k = 4;
   ko.seed = 5;
-  const MetastableClusters cl = *ComputeMetastableClusters(e, centers, cs.visits(), ko);
+  const MetastableClusters cl = *MetastableClusters::Fit(e, centers, cs.visits(), ko);
   const Eigen::VectorXi wells = systems::FourWellIndex(centers, fw);
   const double miss = WeightedMisclassification(wells, cl.labels(), cs.visits(), 4);
   std::printf("%s; misclassification %.4f\n", cl.kmeans().BriefReport().c_str(), miss);
@@ -175,7 +175,7 @@ TEST(MetastableClusters, FourWellClustersMatchTheWells) {
   EXPECT_NEAR(cg.masses.sum(), 1.0, 1e-12);
   // Implied timescales of the binned chain vs the true ones (-tau / log λ): a fine MSM at a
   // short lag underestimates them slightly (measured 2-4 %); allow 15 %.
-  const ImpliedTimescales its = *ComputeImpliedTimescales(cs, fw.tau, 3);
+  const ImpliedTimescales its = *ImpliedTimescales::Fit(cs, fw.tau, 3);
   const VectorXd truth = systems::FourWellEigenvalues(4, fw);
   for (int l = 0; l < 3; ++l) {
     const double t_true = -fw.tau / std::log(truth[l + 1]);
@@ -201,7 +201,7 @@ TEST(MetastableClusters, TwoDimensionalMultiWellClusters) {
   const RowMatrixXd reps = data.x.topRows(1500);
   WeightedKMeansOptions ko;
   ko.k = 4;
-  const MetastableClusters cl = *ComputeMetastableClusters(e, reps, VectorXd::Ones(1500), ko);
+  const MetastableClusters cl = *MetastableClusters::Fit(e, reps, VectorXd::Ones(1500), ko);
   const double miss = WeightedMisclassification(systems::MultiWell2dIndex(reps), cl.labels(), VectorXd::Ones(1500), 4);
   std::printf("2-D misclassification %.4f\n", miss);
   EXPECT_LE(miss, 0.05);

@@ -39,7 +39,7 @@ LatentModel FitOn(const RowMatrixXd& obs, const MultiViewAccumulator::Options& o
   EXPECT_TRUE(acc.ObserveBatch(obs).ok());
   LatentModel::FitOptions fo;
   fo.k = k;
-  auto m = LatentModel::Fit(acc.TakeSnapshot(), fo);
+  auto m = LatentModel::Fit(acc.Snapshot(), fo);
   EXPECT_TRUE(m.ok()) << m.status();
   return *m;
 }
@@ -68,7 +68,7 @@ TEST(LatentModel, MomentsMatchBruteForceAndEpisodesDoNotMix) {
   acc.StartEpisode();
   ASSERT_TRUE(acc.ObserveBatch(AsRows(e2)).ok());
   EXPECT_EQ(acc.triples(), 3 + 1);
-  const auto s = acc.TakeSnapshot();
+  const auto s = acc.Snapshot();
   MatrixXd ab = MatrixXd::Zero(3, 3), cb = ab, ca = ab;
   for (const VectorXd* e : {&e1, &e2}) {
     for (int t = 1; t + 1 < e->size(); ++t) {
@@ -85,7 +85,7 @@ TEST(LatentModel, MomentsMatchBruteForceAndEpisodesDoNotMix) {
   EXPECT_EQ(s.reservoir.row(3), (RowMatrixXd(1, 3) << 1, 1, 0).finished());
   // Bad input changes nothing.
   for (double v : {3.0, 0.5, -1.0, std::nan("")}) EXPECT_EQ(acc.Observe(&v).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(acc.TakeSnapshot().C_ab, ab);
+  EXPECT_EQ(acc.Snapshot().C_ab, ab);
   EXPECT_EQ(acc.triples(), 4);
   LatentModel::FitOptions fo;
   fo.k = 4;
@@ -189,7 +189,7 @@ TEST(LatentModel, OneFeatureMapForAccumulatorSnapshotModelAndQueries) {
   EXPECT_EQ(acc.features().beta(), rff.beta());
   const auto hmm = systems::HmmMixture::Default();
   ASSERT_TRUE(acc.ObserveBatch(AsRows(hmm.Simulate(5000, 4))).ok());
-  const MultiViewAccumulator::Snapshot s = acc.TakeSnapshot();
+  const MultiViewAccumulator::Statistics s = acc.Snapshot();
   EXPECT_EQ(s.features.get(), &acc.features());  // shared, not redrawn
   LatentModel::FitOptions fo;
   fo.k = 3;
@@ -204,7 +204,7 @@ TEST(LatentModel, OneFeatureMapForAccumulatorSnapshotModelAndQueries) {
   const absl::Status st = acc.ObserveBatch(bad);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("point 1"), std::string::npos) << st;
-  EXPECT_EQ(acc.TakeSnapshot().C_ab, s.C_ab);
+  EXPECT_EQ(acc.Snapshot().C_ab, s.C_ab);
   EXPECT_EQ(acc.triples(), s.triples);
 }
 

@@ -260,7 +260,7 @@ TEST(LatentSerialization, ContinuesBitIdenticallyWithReservoirRngAndPendingTripl
   }
   EXPECT_EQ(a.triples(), 403 + 600 - 405 + 300 - 2);
   EXPECT_EQ(Bytes(a), Bytes(b));
-  const auto sa = a.TakeSnapshot(), sb = b.TakeSnapshot();
+  const auto sa = a.Snapshot(), sb = b.Snapshot();
   EXPECT_EQ((sa.reservoir - sb.reservoir).cwiseAbs().maxCoeff(), 0.0);
 
   // The uninterrupted run (never serialized) ends in the same bytes as the restored one.
@@ -300,7 +300,7 @@ MatrixXd FixtureDensities(const MultiViewAccumulator& acc, int d, bool discrete)
     for (int j = 0; j < d; ++j) pts(i, j) = discrete ? (i % 3) : -2.0 + i * 1.0 + 0.25 * j;
   LatentModel::FitOptions fo;
   fo.k = 2;
-  absl::StatusOr<LatentModel> m = LatentModel::Fit(acc.TakeSnapshot(), fo);
+  absl::StatusOr<LatentModel> m = LatentModel::Fit(acc.Snapshot(), fo);
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? *m->Density(pts) : MatrixXd();
 }

@@ -84,7 +84,7 @@ void ExpectWellFormed(const AggregationResult& res, int r) {
 // so U, V, the anchors and P itself come back to rounding error.
 TEST(SoftAggregation, ExpectedCountsRecoverModelExactly) {
   const SoftAggregationChain c = Chain(7);
-  absl::StatusOr<AggregationResult> res = FitSoftAggregation(systems::ExpectedCounts(c, 1e6), Opt(4));
+  absl::StatusOr<AggregationResult> res = SoftAggregation::Fit(systems::ExpectedCounts(c, 1e6), Opt(4));
   ASSERT_TRUE(res.ok()) << res.status();
   ExpectWellFormed(*res, 4);
   EXPECT_EQ(res->summary.termination, SoftAggregation::Termination::kSuccess) << res->summary.BriefReport();
@@ -121,7 +121,7 @@ TEST(SoftAggregation, ErrorFallsLikeSqrtPOverNAndAnchorsExactAtLargeN) {
     for (int t = 0; t < 3; ++t) {
       const MatrixXd counts = systems::CountTransitions(
           systems::SimulateSoftAggregationChain(c, static_cast<int64_t>(ns[t]), 100 + s), 200);
-      absl::StatusOr<AggregationResult> res = FitSoftAggregation(counts, Opt(4));
+      absl::StatusOr<AggregationResult> res = SoftAggregation::Fit(counts, Opt(4));
       ASSERT_TRUE(res.ok()) << res.status();
       ExpectWellFormed(*res, 4);
       const MatrixXd v = Rows(c.V, res->states), u = Rows(c.U, res->states);
@@ -156,7 +156,7 @@ TEST(SoftAggregation, ErrorFallsLikeSqrtPOverNAndAnchorsExactAtLargeN) {
 TEST(SoftAggregation, LowRankEstimateBeatsEmpiricalAtSmallN) {
   const SoftAggregationChain c = Chain(11);
   const MatrixXd counts = systems::CountTransitions(systems::SimulateSoftAggregationChain(c, 10000, 5), 200);
-  absl::StatusOr<AggregationResult> res = FitSoftAggregation(counts, Opt(4));
+  absl::StatusOr<AggregationResult> res = SoftAggregation::Fit(counts, Opt(4));
   ASSERT_TRUE(res.ok()) << res.status();
   ASSERT_EQ(res->states.size(), 200u);  // every state entered at n = 1e4
   ASSERT_TRUE(res->rows_without_outgoing.empty());
@@ -177,14 +177,14 @@ TEST(SoftAggregation, LowRankEstimateBeatsEmpiricalAtSmallN) {
 TEST(SoftAggregation, HardLumpableAggregationRecoveredExactly) {
   const SoftAggregationChain c = Chain(3, 200, 4, /*hard=*/true, 0.3);
   {
-    absl::StatusOr<AggregationResult> res = FitSoftAggregation(systems::ExpectedCounts(c, 1e5), Opt(4));
+    absl::StatusOr<AggregationResult> res = SoftAggregation::Fit(systems::ExpectedCounts(c, 1e5), Opt(4));
     ASSERT_TRUE(res.ok()) << res.status();
     const std::vector<int> perm = MatchMetaStates(c.V, res->V);
     EXPECT_LT(MeanColumnTv(c.V, res->V, perm), 1e-9);
     EXPECT_LT(MeanRowTv(c.U, res->U, perm), 1e-9);
   }
   const MatrixXd counts = systems::CountTransitions(systems::SimulateSoftAggregationChain(c, 1000000, 9), 200);
-  absl::StatusOr<AggregationResult> res = FitSoftAggregation(counts, Opt(4));
+  absl::StatusOr<AggregationResult> res = SoftAggregation::Fit(counts, Opt(4));
   ASSERT_TRUE(res.ok()) << res.status();
   ExpectWellFormed(*res, 4);
   ASSERT_EQ(res->states.size(), 200u);
@@ -201,7 +201,7 @@ TEST(SoftAggregation, HardLumpableAggregationRecoveredExactly) {
   SoftAggregation::Options km = Opt(4);
   km.vertex_hunting = SoftAggregation::VertexHunting::kKMeansThenSpa;
   km.kmeans_centers = 4;
-  absl::StatusOr<AggregationResult> kmr = FitSoftAggregation(counts, km);
+  absl::StatusOr<AggregationResult> kmr = SoftAggregation::Fit(counts, km);
   ASSERT_TRUE(kmr.ok()) << kmr.status();
   const std::vector<int> kperm = MatchMetaStates(c.V, kmr->V);
   EXPECT_EQ(AnchorStates(*kmr), AnchorStates(c));  // all 200 states
@@ -233,7 +233,7 @@ TEST(SoftAggregation, ExcludedStatesAreReportedNotDividedByZero) {
   counts.block(0, 61, 60, 1) = base.col(5);
   counts(60, 61) = counts(60, 5);
   counts(62, 61) = counts(62, 5);
-  absl::StatusOr<AggregationResult> res = FitSoftAggregation(counts, Opt(3));
+  absl::StatusOr<AggregationResult> res = SoftAggregation::Fit(counts, Opt(3));
   ASSERT_TRUE(res.ok()) << res.status();
   ExpectWellFormed(*res, 3);
   EXPECT_THAT(res->excluded_states, ::testing::ElementsAre(60, 62));
@@ -261,15 +261,15 @@ TEST(SoftAggregation, KMeansPreclusteringOption) {
   km.vertex_hunting = SoftAggregation::VertexHunting::kKMeansThenSpa;
   km.kmeans_centers = 30;
   {
-    absl::StatusOr<AggregationResult> res = FitSoftAggregation(systems::ExpectedCounts(c, 1e6), km);
+    absl::StatusOr<AggregationResult> res = SoftAggregation::Fit(systems::ExpectedCounts(c, 1e6), km);
     ASSERT_TRUE(res.ok()) << res.status();
     EXPECT_TRUE(res->summary.vertex_rows.empty());
     const std::vector<int> perm = MatchMetaStates(c.V, res->V);
     EXPECT_LT(MeanColumnTv(c.V, res->V, perm), 1e-9);
   }
   const MatrixXd counts = systems::CountTransitions(systems::SimulateSoftAggregationChain(c, 1000000, 4), 200);
-  absl::StatusOr<AggregationResult> spa = FitSoftAggregation(counts, Opt(4));
-  absl::StatusOr<AggregationResult> kmr = FitSoftAggregation(counts, km);
+  absl::StatusOr<AggregationResult> spa = SoftAggregation::Fit(counts, Opt(4));
+  absl::StatusOr<AggregationResult> kmr = SoftAggregation::Fit(counts, km);
   ASSERT_TRUE(spa.ok() && kmr.ok());
   ExpectWellFormed(*kmr, 4);
   const double tv_spa = MeanColumnTv(c.V, spa->V, MatchMetaStates(c.V, spa->V));
@@ -277,7 +277,7 @@ TEST(SoftAggregation, KMeansPreclusteringOption) {
   EXPECT_LT(tv_km, 0.05);
   EXPECT_LT(tv_km, 2.0 * tv_spa) << "spa " << tv_spa << " kmeans " << tv_km;
   // Deterministic given the seed.
-  absl::StatusOr<AggregationResult> again = FitSoftAggregation(counts, km);
+  absl::StatusOr<AggregationResult> again = SoftAggregation::Fit(counts, km);
   EXPECT_EQ(again->V, kmr->V);
 }
 
@@ -288,8 +288,8 @@ TEST(SoftAggregation, TruncatedSvdMatchesDense) {
   SoftAggregation::Options dense = Opt(4), trunc = Opt(4);
   dense.truncated_svd_min_states = 1000;
   trunc.truncated_svd_min_states = 1;
-  absl::StatusOr<AggregationResult> a = FitSoftAggregation(counts, dense);
-  absl::StatusOr<AggregationResult> b = FitSoftAggregation(counts, trunc);
+  absl::StatusOr<AggregationResult> a = SoftAggregation::Fit(counts, dense);
+  absl::StatusOr<AggregationResult> b = SoftAggregation::Fit(counts, trunc);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->summary.svd_kind, SoftAggregation::SvdKind::kDense);
   EXPECT_EQ(b->summary.svd_kind, SoftAggregation::SvdKind::kTruncated);
@@ -312,9 +312,9 @@ TEST(SoftAggregation, TripletAndSparseInputsMatchDense) {
   std::vector<TransitionCount> triplets;
   for (size_t s = 0; s < t.from.size(); ++s) triplets.push_back({t.from[s], t.to[s], 1.0});  // duplicates summed
   const MatrixXd dense = systems::CountTransitions(t, 80);
-  absl::StatusOr<AggregationResult> a = FitSoftAggregation(dense, Opt(3));
-  absl::StatusOr<AggregationResult> b = FitSoftAggregation(80, triplets, Opt(3));
-  absl::StatusOr<AggregationResult> s = FitSoftAggregation(Eigen::SparseMatrix<double>(dense.sparseView()), Opt(3));
+  absl::StatusOr<AggregationResult> a = SoftAggregation::Fit(dense, Opt(3));
+  absl::StatusOr<AggregationResult> b = SoftAggregation::Fit(80, triplets, Opt(3));
+  absl::StatusOr<AggregationResult> s = SoftAggregation::Fit(Eigen::SparseMatrix<double>(dense.sparseView()), Opt(3));
   ASSERT_TRUE(a.ok() && b.ok() && s.ok());
   EXPECT_LT((a->V - b->V).cwiseAbs().maxCoeff(), 1e-12);
   EXPECT_LT((a->U - s->U).cwiseAbs().maxCoeff(), 1e-12);
@@ -335,16 +335,16 @@ TEST(SoftAggregation, BadInputIsRejectedWithAClearError) {
   EXPECT_THAT(o.Validate().message(), ::testing::HasSubstr("svd_tolerance"));
 
   MatrixXd n = MatrixXd::Ones(4, 4);
-  EXPECT_EQ(FitSoftAggregation(MatrixXd::Ones(3, 4), Opt(2)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SoftAggregation::Fit(MatrixXd::Ones(3, 4), Opt(2)).status().code(), absl::StatusCode::kInvalidArgument);
   n(1, 2) = -1;
-  EXPECT_THAT(FitSoftAggregation(n, Opt(2)).status().message(), ::testing::HasSubstr("N[1,2]"));
+  EXPECT_THAT(SoftAggregation::Fit(n, Opt(2)).status().message(), ::testing::HasSubstr("N[1,2]"));
   n(1, 2) = std::nan("");
-  EXPECT_EQ(FitSoftAggregation(n, Opt(2)).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(FitSoftAggregation(4, {{0, 4, 1.0}}, Opt(2)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SoftAggregation::Fit(n, Opt(2)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SoftAggregation::Fit(4, {{0, 4, 1.0}}, Opt(2)).status().code(), absl::StatusCode::kInvalidArgument);
   // Only one state has been entered: not enough data for r = 2 yet.
   MatrixXd one = MatrixXd::Zero(4, 4);
   one(0, 1) = one(2, 1) = 3;
-  EXPECT_EQ(FitSoftAggregation(one, Opt(2)).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(SoftAggregation::Fit(one, Opt(2)).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(TruncatedSvd, MatchesBdcsvdOnALowRankPlusNoiseMatrix) {

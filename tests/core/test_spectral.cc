@@ -254,7 +254,7 @@ VectorXd FourWellTrueTimescales(const systems::FourWellOptions& o) {
 // trajectory's range (x and y together), lag-1 counts C symmetrized as C + C^T (detailed
 // balance), row-normalized; timescales -tau / ln(lambda) of its `count` slowest eigenvalues.
 // Built from core/ pieces: TransitionCounts fed both (i, j) and (j, i) holds C + C^T, and
-// ComputeImpliedTimescales (core/cluster/metastable.h, docs/algorithms.md (3.11)) row-normalizes
+// ImpliedTimescales::Fit (core/cluster/metastable.h, docs/algorithms.md (3.11)) row-normalizes
 // it over the visited bins and skips the stationary eigenvalue.
 VectorXd ReversibleMsmTimescales(const systems::Transitions& data, int bins, double tau, int count) {
   const double lo = std::min(data.x.minCoeff(), data.y.minCoeff());
@@ -268,7 +268,7 @@ VectorXd ReversibleMsmTimescales(const systems::Transitions& data, int bins, dou
     counts.Add(i, j);
     counts.Add(j, i);
   }
-  const absl::StatusOr<ImpliedTimescales> its = ComputeImpliedTimescales(counts.Snapshot(), tau, count);
+  const absl::StatusOr<ImpliedTimescales> its = ImpliedTimescales::Fit(counts.Snapshot(), tau, count);
   EXPECT_TRUE(its.ok()) << its.status();
   return its.ok() ? its->timescales : VectorXd::Constant(count, std::nan(""));
 }
