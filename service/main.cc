@@ -1,6 +1,6 @@
 // cmestreamd: parse flags, start the daemon, print the listening line, wait for SIGTERM/SIGINT,
 // shut down cleanly and exit 0.
-#include <signal.h>
+#include <csignal>
 
 #include <cstdio>
 #include <iostream>

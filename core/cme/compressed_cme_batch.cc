@@ -45,8 +45,8 @@ void CompressedCme::EnsureBatchScratch(int run) {
   if (bkx_.rows() == ld && bkx_.cols() >= run) return;
   const int cols = std::max<int>(run, static_cast<int>(bkx_.rows() == ld ? bkx_.cols() : 0));
   for (MatrixXd* b : {&bkx_, &bky_, &bkyx_, &bc_, &bb_, &bgb_}) b->setZero(ld, cols);
-  bz_.setZero(2 * ld, cols);
-  bvv_.setZero(2 * ld, cols);
+  bz_.setZero(Eigen::Index{2} * ld, cols);
+  bvv_.setZero(Eigen::Index{2} * ld, cols);
   bq_.setZero(cols, cols);
   if (options_.averaging) bvr_.setZero(ld, cols);
   bscale_.setZero(cols);

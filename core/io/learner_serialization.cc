@@ -312,7 +312,7 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
   if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "EmbeddingMoments", s);
   const int64_t nn = n;
   const int64_t b = rff ? o.batch_size : 0;
-  if (!r.Reserve(Doubles(3 * nn * nn + b * (2 * dim + 2 * nn + 1) + (rff ? dim * nn + nn : 0)),
+  if (!r.Reserve(Doubles(3 * nn * nn + b * (2 * int64_t{dim} + 2 * nn + 1) + (rff ? dim * nn + nn : 0)),
                  "EmbeddingMoments buffers")) {
     return r.status();
   }
@@ -615,7 +615,8 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   const int64_t p = m + 1;
   // Live epoch: 6 p^2 sums, scratch 2 B (p + d) + 3 B, the basis; the previous epoch is
   // bounded separately below once its size is known.
-  if (!r.Reserve(Doubles(6 * p * p + 2 * int64_t{o.batch_size} * (p + o.dim) + 3 * o.batch_size + m * (o.dim + 1)),
+  if (!r.Reserve(Doubles(6 * p * p + 2 * int64_t{o.batch_size} * (p + o.dim) + 3 * int64_t{o.batch_size} +
+                         int64_t{m} * (o.dim + 1)),
                  "SpectralMoments buffers")) {
     return r.status();
   }
@@ -661,7 +662,7 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
     const int pm = Int(r, "spectral previous basis size", 0, o.max_basis);
     if (!r.ok()) return r.status();
     const int64_t pp = pm + 1;
-    if (!r.Reserve(Doubles(6 * pp * pp + pm * o.dim), "SpectralMoments previous epoch")) return r.status();
+    if (!r.Reserve(Doubles(6 * pp * pp + int64_t{pm} * o.dim), "SpectralMoments previous epoch")) return r.status();
     Frozen frozen;
     frozen.basis.resize(pm, o.dim);
     r.MatrixInto("spectral previous basis", frozen.basis);

@@ -40,7 +40,7 @@ KoopmanDecomposition KoopmanDecomposition::Fit(const CmeSnapshot& snapshot, cons
     out.eigenvectors.resize(0, 0);
     return out;
   }
-  const VectorXcd mu = es.eigenvalues();
+  const VectorXcd& mu = es.eigenvalues();
   const MatrixXcd vec = es.eigenvectors();
 
   // Order: |mu| descending; ties (conjugate pairs, equal moduli) by larger real part, then

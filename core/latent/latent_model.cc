@@ -77,7 +77,7 @@ MultiViewAccumulator::MultiViewAccumulator(const Options& options, std::shared_p
   raw_ = RowMatrixXd::Zero(3, d_);
   pa_ = pb_ = pc_ = MatrixXd::Zero(D_, options_.batch);
   c_ab_ = c_cb_ = c_ca_ = MatrixXd::Zero(D_, D_);
-  reservoir_ = RowMatrixXd::Zero(options_.reservoir_size, 3 * d_);
+  reservoir_ = RowMatrixXd::Zero(options_.reservoir_size, Eigen::Index{3} * d_);
 }
 
 absl::Status MultiViewAccumulator::Observe(const double* x) {
@@ -108,7 +108,7 @@ absl::Status MultiViewAccumulator::Observe(const double* x) {
   if (dest >= 0) {
     reservoir_.row(dest).segment(0, d_) = raw_.row(sa);
     reservoir_.row(dest).segment(d_, d_) = raw_.row(sc);
-    reservoir_.row(dest).segment(2 * d_, d_) = raw_.row(sb);
+    reservoir_.row(dest).segment(Eigen::Index{2} * d_, d_) = raw_.row(sb);
   }
   return absl::OkStatus();
 }
@@ -223,7 +223,7 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Statist
   RowMatrixXd h3(3, D);  // features of [x_a, x_c, x_b] of one triple
   VectorXd za(k), zb(k), zc(k);
   MatrixXd zbar(r, k);
-  VectorXd T = VectorXd::Zero(k * k * k);
+  VectorXd T = VectorXd::Zero(Eigen::Index{k} * k * k);
   for (int64_t t = 0; t < r; ++t) {
     map.Map(Eigen::Map<const RowMatrixXd>(s.reservoir.row(t).data(), 3, d), h3);
     za.noalias() = Pa * h3.row(0).transpose();
@@ -237,7 +237,7 @@ absl::StatusOr<LatentModel> LatentModel::Fit(const MultiViewAccumulator::Statist
       }
   }
   T /= static_cast<double>(r);
-  VectorXd Ts = VectorXd::Zero(k * k * k);
+  VectorXd Ts = VectorXd::Zero(Eigen::Index{k} * k * k);
   for (int i = 0; i < k; ++i)
     for (int j = 0; j < k; ++j)
       for (int l = 0; l < k; ++l)

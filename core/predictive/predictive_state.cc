@@ -58,18 +58,19 @@ PredictiveStateAccumulator::PredictiveStateAccumulator(const Options& options) :
     window_len_ = options_.history_length + 2;
     stats_.a_diag = VectorXd::Zero(dh);
     stats_.B_psi = MatrixXd::Zero(dh, S);
-    stats_.B_xi = MatrixXd::Zero(dh, S * S);
+    stats_.B_xi = MatrixXd::Zero(dh, Eigen::Index{S} * S);
     stats_.pair_counts = MatrixXd::Zero(S, S);
     stats_.sum_e = VectorXd::Zero(S);
   } else {
     const int p = options_.dim, H = options_.history_length, F = options_.future_length;
     window_len_ = H + F + 1;
-    stats_.A = MatrixXd::Zero(p * H, p * H);
-    stats_.B_e = MatrixXd::Zero(p * H, p * (F + 1));
-    stats_.E = MatrixXd::Zero(p * (F + 1), p * (F + 1));
-    stats_.sum_e = VectorXd::Zero(p * (F + 1));
-    h_ = VectorXd::Zero(p * H);
-    e_ = VectorXd::Zero(p * (F + 1));
+    const Eigen::Index ph = Eigen::Index{p} * H, pf = Eigen::Index{p} * (F + 1);  // dim h, dim e
+    stats_.A = MatrixXd::Zero(ph, ph);
+    stats_.B_e = MatrixXd::Zero(ph, pf);
+    stats_.E = MatrixXd::Zero(pf, pf);
+    stats_.sum_e = VectorXd::Zero(pf);
+    h_ = VectorXd::Zero(ph);
+    e_ = VectorXd::Zero(pf);
   }
   ring_ = RowMatrixXd::Zero(window_len_, options_.dim);
 }
@@ -123,8 +124,8 @@ void PredictiveStateAccumulator::AddWindow() {
     return;
   }
   const int p = options_.dim, H = options_.history_length, F = options_.future_length;
-  for (int i = 0; i < H; ++i) h_.segment(i * p, p) = at(i).transpose();
-  for (int i = 0; i <= F; ++i) e_.segment(i * p, p) = at(H + i).transpose();
+  for (int i = 0; i < H; ++i) h_.segment(Eigen::Index{i} * p, p) = at(i).transpose();
+  for (int i = 0; i <= F; ++i) e_.segment(Eigen::Index{i} * p, p) = at(H + i).transpose();
   // Rank-1 updates; noalias outer products do not allocate.
   stats_.A.noalias() += h_ * h_.transpose();
   stats_.B_e.noalias() += h_ * e_.transpose();
@@ -177,7 +178,7 @@ absl::StatusOr<PredictiveStateModel> PredictiveStateModel::Fit(const PredictiveS
     } else {
       // Naive one-stage: regress xi on psi directly (no instruments).
       G = s.pair_counts.rowwise().sum().asDiagonal();
-      X = MatrixXd::Zero(S * S, S);
+      X = MatrixXd::Zero(Eigen::Index{S} * S, S);
       for (int i = 0; i < S; ++i)
         for (int j = 0; j < S; ++j) X(i * S + j, i) = s.pair_counts(i, j);
     }
@@ -248,7 +249,7 @@ void PredictiveStateModel::Update(VectorXd& q, const double* o) const {
   if (kind_ == Kind::kDiscrete) {
     const int a = static_cast<int>(o[0]);
     const VectorXd joint = w_ * q;  // row-major S x S table of (o_t, o_{t+1})
-    VectorXd next = joint.segment(a * s_, s_);
+    VectorXd next = joint.segment(Eigen::Index{a} * s_, s_);
     ClipNormalize(next, q0_);
     q = next;
     return;
@@ -262,7 +263,7 @@ void PredictiveStateModel::Propagate(VectorXd& q) const {
   if (kind_ == Kind::kDiscrete) {
     const VectorXd joint = w_ * q;
     VectorXd next = VectorXd::Zero(s_);
-    for (int a = 0; a < s_; ++a) next += joint.segment(a * s_, s_);
+    for (int a = 0; a < s_; ++a) next += joint.segment(Eigen::Index{a} * s_, s_);
     ClipNormalize(next, q0_);
     q = next;
     return;

@@ -2,6 +2,7 @@
 #include "core/spectral/spectral_estimate.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <complex>
 #include <limits>
@@ -151,7 +152,7 @@ struct Candidate {
   int size = 0;               // atoms: the first `size` rows of the snapshot's basis
   SpectralEpochMoments sums;  // both folds, over [1, first `size` atoms]
   // Held-out split: score = mean over s of VAMP-E(fit on train[s], test on test[s]).
-  Normalized train[2], test[2];
+  std::array<Normalized, 2> train, test;
   bool ready = false;
 };
 
@@ -291,7 +292,7 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
     double ridge = 0, score = 0;
     std::vector<double> scores;
     if (!ChooseRidge(*c, options, rank, ridge, score, scores)) continue;
-    fit.candidates.push_back(c->name);
+    fit.candidates.emplace_back(c->name);
     fit.candidate_scores.push_back(score);
     // The prefix candidate (scored second) must beat the live one by more than
     // score_tolerance: near-ties keep the full basis, whose atoms cover the states visited
@@ -355,7 +356,7 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
     const VectorXd arow = kfull.row(0).tail(q).transpose();
     Eigen::EigenSolver<MatrixXd> es(kp, /*computeEigenvectors=*/true);
     if (es.info() != Eigen::Success) return false;
-    const VectorXcd ev = es.eigenvalues();
+    const VectorXcd& ev = es.eigenvalues();
     const MatrixXcd evec = basis.cast<std::complex<double>>() * es.eigenvectors();           // m x q
     const VectorXcd aw = es.eigenvectors().transpose() * arow.cast<std::complex<double>>();  // a^T w
     for (int l = 0; l < q; ++l) {
@@ -390,7 +391,7 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
       // on a q-dimensional subspace of well-separated eigenvectors the Galerkin problem is
       // well conditioned without it, so the eigenvalues lose that shrinkage while the
       // subspace keeps the ridge's protection against the ill-conditioned full basis.
-      const VectorXcd ev = es.eigenvalues();
+      const VectorXcd& ev = es.eigenvalues();
       std::vector<int> lead(m);
       std::iota(lead.begin(), lead.end(), 0);
       std::stable_sort(lead.begin(), lead.end(), [&](int i, int j) { return std::abs(ev[i]) > std::abs(ev[j]); });

@@ -113,8 +113,8 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snapshot,
 
 // The rank-k VAMP model of normalized moments (C/n) with ridge r on the non-constant features.
 VampFactors FitVampFactors(const MatrixXd& c00, const MatrixXd& c01, const MatrixXd& c11, double ridge, int rank);
-// VAMP-E of `model` on normalized test moments: 2 tr(A) - tr(B C) (see the header comment).
-double VampEScore(const VampFactors& model, const MatrixXd& t00, const MatrixXd& t01, const MatrixXd& t11);
+// VAMP-E of the fitted `f` on normalized test moments: 2 tr(A) - tr(B C) (see the header comment).
+double VampEScore(const VampFactors& f, const MatrixXd& t00, const MatrixXd& t01, const MatrixXd& t11);
 
 // Held-out VAMP-E score of the rank-k model fitted on `train` with ridge r, on `test` (both
 // normalized moments: C/n). Exposed for tests and the bandwidth selection.

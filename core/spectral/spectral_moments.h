@@ -53,6 +53,7 @@
 //   counts the sample (there is no basis yet).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 
@@ -67,9 +68,11 @@ namespace cmestream {
 struct SpectralEpochMoments {
   int64_t epoch = 0;    // 1, 2, ... (0: none)
   int64_t samples = 0;  // pairs observed in this epoch
-  int64_t fold_samples[2] = {0, 0};
-  double n[2] = {0, 0};             // sum of weights per fold
-  MatrixXd c00[2], c01[2], c11[2];  // (m+1) x (m+1) each, symmetric ones full
+  // std::array, not C arrays: the implicit copy of a C array member is a loop over an
+  // identifier clang-tidy flags as reserved (bugprone-reserved-identifier).
+  std::array<int64_t, 2> fold_samples = {0, 0};
+  std::array<double, 2> n = {0, 0};       // sum of weights per fold
+  std::array<MatrixXd, 2> c00, c01, c11;  // (m+1) x (m+1) each, symmetric ones full
   double total_weight() const { return n[0] + n[1]; }
 };
 
@@ -149,10 +152,10 @@ class SpectralMoments {
   struct Epoch {
     int64_t epoch = 0;
     int64_t samples = 0;
-    int64_t fold_samples[2] = {0, 0};
+    std::array<int64_t, 2> fold_samples = {0, 0};
     double scale = 1;  // u = gamma^-t within the epoch
-    double n[2] = {0, 0};
-    MatrixXd c00[2], c01[2], c11[2];
+    std::array<double, 2> n = {0, 0};
+    std::array<MatrixXd, 2> c00, c01, c11;
   };
   struct Frozen {
     RowMatrixXd basis;

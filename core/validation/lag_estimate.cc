@@ -170,14 +170,14 @@ CkMatrices CkFrom(const std::vector<const LagSums*>& sums, int base, const std::
       kp = kp * k;
       ++power;
     }
-    out.predicted.push_back(left * kp * ma);
+    out.predicted.emplace_back(left * kp * ma);
     const LagSums& e = *sums[step_index[q]];
     const VectorXd pik = m.transpose() * e.s0 / e.n;
     if (e.n <= 0 || (pik.array() <= 0).any()) {
       out.ok = false;
       return out;
     }
-    out.estimated.push_back(pik.cwiseInverse().asDiagonal() * (m.transpose() * (e.c0t / e.n) * m));
+    out.estimated.emplace_back(pik.cwiseInverse().asDiagonal() * (m.transpose() * (e.c0t / e.n) * m));
   }
   return out;
 }

@@ -87,7 +87,8 @@ MatrixXd MembershipCoefficients(const MatrixXd& features, const VectorXd& weight
 // NaN below 2. With so few blocks z = 1.96 under-covers.
 double JackknifeT95(int blocks);
 
-// Weighted delete-a-group jackknife standard error (see above). sizes: block sizes (> 0).
-double JackknifeStderr(double full, const std::vector<double>& leave_one_out, const std::vector<double>& sizes);
+// Weighted delete-a-group jackknife standard error (see above). loo[g]: the estimate with
+// block g left out; sizes: block sizes (> 0).
+double JackknifeStderr(double full, const std::vector<double>& loo, const std::vector<double>& sizes);
 
 }  // namespace cmestream

@@ -95,10 +95,10 @@ void LaggedMoments::EndSample() {
     for (int b = 0; b < half; ++b) {
       std::vector<LagSums>& dst = blocks_[b];
       for (size_t k = 0; k < dst.size(); ++k) {
-        if (b != 0) dst[k] = blocks_[2 * b][k];  // copy-assign into existing storage (same size)
-        dst[k].Add(blocks_[2 * b + 1][k]);
+        if (b != 0) dst[k] = blocks_[size_t{2} * b][k];  // copy-assign into existing storage (same size)
+        dst[k].Add(blocks_[size_t{2} * b + 1][k]);
       }
-      block_samples_[b] = block_samples_[2 * b] + block_samples_[2 * b + 1];
+      block_samples_[b] = block_samples_[size_t{2} * b] + block_samples_[size_t{2} * b + 1];
     }
     for (int b = half; b < options_.max_blocks; ++b) {
       for (LagSums& s : blocks_[b]) {

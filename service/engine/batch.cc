@@ -8,7 +8,7 @@
 namespace cmestream::service {
 namespace {
 
-BatchCheck Reject(std::string reason, uint64_t index, const std::string& model, std::string what) {
+BatchCheck Reject(std::string reason, uint64_t index, const std::string& model, const std::string& what) {
   BatchCheck c;
   c.reason = std::move(reason);
   c.status = absl::InvalidArgumentError(absl::StrCat("batch ", index, ": ", what, " (model '", model, "')"));

@@ -14,7 +14,7 @@ double UnixNow() { return std::chrono::duration<double>(std::chrono::system_cloc
 
 }  // namespace
 
-Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log)
+Model::Model(const v1::ModelConfig& config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log)
     : Model(config, std::move(metrics), log, StreamingLearner(LearnerOptionsFor(config))) {}
 
 Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log, StreamingLearner learner)

@@ -44,7 +44,7 @@ namespace cmestream::service {
 class Model {
  public:
   // requires: `config` came from NormalizeModelConfig; `log` outlives the model.
-  Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+  Model(const v1::ModelConfig& config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
 
   const std::string& name() const { return config_.name(); }
   const v1::ModelConfig& config() const { return config_; }

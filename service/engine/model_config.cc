@@ -82,7 +82,7 @@ absl::Status NormalizeViewFields(v1::ModelConfig& c) {
     return Bad(c, "tensor_iterations", c.tensor_iterations(), "1..10000");
   }
   const uint64_t obs = discrete ? 1 : c.dim();
-  if (c.reservoir() < 1 || c.reservoir() * 3 * obs > kMaxReservoirValues) {
+  if (c.reservoir() < 1 || static_cast<uint64_t>(c.reservoir()) * 3 * obs > kMaxReservoirValues) {
     return Bad(
         c, "reservoir", c.reservoir(),
         absl::StrCat("1..", kMaxReservoirValues / (3 * obs), " (3 * reservoir * dim <= ", kMaxReservoirValues, ")"));

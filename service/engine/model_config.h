@@ -39,21 +39,21 @@ inline constexpr uint32_t kMaxWindow = 16;
 inline constexpr double kMaxPredictiveDoubles = 1 << 23;  // discrete PSR statistics (64 MB)
 inline constexpr double kMaxPredictiveSide = 512;         // linear-Gaussian: dim * (2 window + 1)
 
-// Returns `config` with every optional field filled in (sigma "auto" is stored as 0), or
+// Returns `in` with every optional field filled in (sigma "auto" is stored as 0), or
 // InvalidArgument naming the first bad field and the expected value.
 // ensures: the result maps onto a valid CompressedCme::Options (for any chosen sigma > 0).
-absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& config, const ConfigDefaults& defaults);
+absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, const ConfigDefaults& defaults);
 
-// requires: `normalized` came from NormalizeModelConfig. `sigma`: the bandwidth (> 0), or 0
-// for "auto" in the learner's options (which then fill in the chosen one).
-CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& normalized, double sigma);
+// requires: `c` came from NormalizeModelConfig. `sigma`: the bandwidth (> 0), or 0 for "auto"
+// in the learner's options (which then fill in the chosen one).
+CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& c, double sigma);
 
 // The model's learner: every field of the config the per-sample math reads (the CME's options
 // with sigma 0 for "auto", warm-up, seed, forgetting, RFF features, latent, window, lags; lags
 // empty when the model keeps no lag statistics, service/engine/lags.h), the episode key bounds of
-// service/engine/wire_limits.h. requires: `normalized` came from NormalizeModelConfig.
+// service/engine/wire_limits.h. requires: `c` came from NormalizeModelConfig.
 // ensures: the result passes StreamingLearner::Options::Validate().
-StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& normalized);
+StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c);
 
 // The learner's sigma selection as the API's message and back (ModelInfo.sigma_selection, and
 // the snapshot's MODL object, which stores the message's bytes).

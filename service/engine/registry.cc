@@ -91,7 +91,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConf
 }
 
 absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Publish(const std::string& name,
-                                                              std::shared_ptr<ModelMetrics> metrics,
+                                                              const std::shared_ptr<ModelMetrics>& metrics,
                                                               absl::StatusOr<std::shared_ptr<Model>> model) {
   // The end of a Create or Adopt: the reserved name becomes the model, or is freed (with its
   // metric series, before the name can be taken again) when the slow part failed.

@@ -102,7 +102,7 @@ class ModelRegistry {
   }
   // Publishes the end of a change (reservation or deletion) to ListAtCut and Delete.
   void EndChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { changed_.SignalAll(); }
-  absl::StatusOr<std::shared_ptr<Model>> Publish(const std::string& name, std::shared_ptr<ModelMetrics> metrics,
+  absl::StatusOr<std::shared_ptr<Model>> Publish(const std::string& name, const std::shared_ptr<ModelMetrics>& metrics,
                                                  absl::StatusOr<std::shared_ptr<Model>> model) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Second in the lock order (service/README.md "Locks"): after the snapshot writer's and the

@@ -5,15 +5,22 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <string>
 
 namespace cmestream::service {
 namespace {
 
 // statm: size resident shared text lib data dt, in pages.
-bool ReadStatm(double* virtual_pages, double* resident_pages) {
+struct Statm {
+  double virtual_pages = 0;
+  double resident_pages = 0;
+};
+std::optional<Statm> ReadStatm() {
   std::ifstream in("/proc/self/statm");
-  return static_cast<bool>(in >> *virtual_pages >> *resident_pages);
+  Statm s;
+  if (!(in >> s.virtual_pages >> s.resident_pages)) return std::nullopt;
+  return s;
 }
 
 double OpenFds() {
@@ -44,15 +51,14 @@ ProcessMetrics::ProcessMetrics()
     : start_time_seconds_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
 
 double ProcessMetrics::ResidentBytes() {
-  double vsz = 0, rss = 0;
-  if (!ReadStatm(&vsz, &rss)) return 0;
-  return rss * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const std::optional<Statm> statm = ReadStatm();
+  return statm ? statm->resident_pages * static_cast<double>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
   const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
-  double vsz = 0, rss = 0;
-  ReadStatm(&vsz, &rss);
+  const Statm statm = ReadStatm().value_or(Statm{});
+  const double rss = statm.resident_pages, vsz = statm.virtual_pages;
   return {Gauge("process_resident_memory_bytes", "Resident memory size in bytes (/proc/self/statm)", rss * page),
           Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes (/proc/self/statm)", vsz * page),
           Gauge("process_open_fds", "Open file descriptors (/proc/self/fd)", OpenFds()),

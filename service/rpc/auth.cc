@@ -70,7 +70,7 @@ absl::StatusOr<TokenAuthenticator> TokenAuthenticator::Parse(absl::string_view t
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
-    const auto bad = [&](std::string what) {
+    const auto bad = [&](const std::string& what) {
       return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", what));
     };
     if (const size_t hash = line.find('#'); hash != absl::string_view::npos) line = line.substr(0, hash);

@@ -14,7 +14,7 @@ namespace {
 // worker's callback always finds it (and batch_, which the queued batch aliases, unchanged).
 class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
  public:
-  IngestReactor(grpc::CallbackServerContext* ctx, Ingestor& ingestor, Metrics& metrics, absl::Status access,
+  IngestReactor(grpc::CallbackServerContext* ctx, Ingestor& ingestor, Metrics& metrics, const absl::Status& access,
                 const Ownership* ownership)
       : ctx_(ctx), ingestor_(ingestor), metrics_(metrics), ownership_(ownership) {
     if (!access.ok()) {  // refused before reading anything (auth.h)
@@ -89,8 +89,9 @@ grpc::ServerUnaryReactor* IngestServiceImpl::IngestOne(grpc::CallbackServerConte
   // Finished from the pool worker once the batch is durable and applied (req and resp live
   // until Finish).
   ingestor_.Submit(*req, 0, [call, resp](absl::StatusOr<v1::IngestAck> ack) mutable {
+    const absl::Status status = ack.status();
     if (ack.ok()) *resp = *std::move(ack);
-    call.Finish(ack.status());
+    call.Finish(status);
   });
   return call.reactor();
 }

@@ -1,10 +1,10 @@
 #include "service/storage/wal.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -201,7 +201,7 @@ Wal::~Wal() {
 
 absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64_t after_sequence,
                                                const Visitor& visitor, WalRecoveryReport* report,
-                                               std::shared_ptr<prometheus::Registry> registry) {
+                                               const std::shared_ptr<prometheus::Registry>& registry) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   const auto start = std::chrono::steady_clock::now();
   WalRecoveryReport local;

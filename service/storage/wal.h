@@ -194,7 +194,7 @@ class Wal final : public BatchLog {
   // null) receives the cmestream_wal_* series. Errors name the path.
   static absl::StatusOr<std::unique_ptr<Wal>> Open(const WalOptions& options, uint64_t after_sequence,
                                                    const Visitor& visitor, WalRecoveryReport* report,
-                                                   std::shared_ptr<prometheus::Registry> registry = nullptr);
+                                                   const std::shared_ptr<prometheus::Registry>& registry = nullptr);
   ~Wal() override;
 
   // BatchLog: write one batch record (not yet durable); returns its sequence number. See
