@@ -87,7 +87,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConf
     }
     if (model.ok()) (*model)->set_applied_sequence(sequence);
   }
-  return Publish(name, std::move(metrics), std::move(model));
+  return Publish(name, metrics, std::move(model));
 }
 
 absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Publish(const std::string& name,
@@ -205,7 +205,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& n
       model = logged.status();
     }
   }
-  return Publish(name, std::move(metrics), std::move(model));
+  return Publish(name, metrics, std::move(model));
 }
 
 }  // namespace cmestream::service

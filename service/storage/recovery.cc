@@ -97,7 +97,7 @@ absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, R
 
 absl::StatusOr<std::unique_ptr<Wal>> OpenAndReplayWal(const WalOptions& options, uint64_t after_sequence,
                                                       ModelRegistry& registry,
-                                                      std::shared_ptr<prometheus::Registry> metrics,
+                                                      const std::shared_ptr<prometheus::Registry>& metrics,
                                                       WalRecoveryReport* report, ReplayStats* stats) {
   WalRecoveryReport local_report;
   ReplayStats local_stats;
@@ -106,8 +106,7 @@ absl::StatusOr<std::unique_ptr<Wal>> OpenAndReplayWal(const WalOptions& options,
   st = ReplayStats{};
   absl::StatusOr<std::unique_ptr<Wal>> wal = Wal::Open(
       options, after_sequence,
-      [&](const WalRecord& r) { return ReplayWalRecord(registry, r, &st, options.accept_data_loss); }, &rep,
-      std::move(metrics));
+      [&](const WalRecord& r) { return ReplayWalRecord(registry, r, &st, options.accept_data_loss); }, &rep, metrics);
   if (!wal.ok()) return wal.status();
   std::cerr << absl::StrFormat(
       "cmestreamd: recovered %d records (%d models created, %d imported, %d deleted, %d batches, %d pairs, "

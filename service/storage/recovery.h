@@ -46,7 +46,7 @@ absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, R
 // the details.
 absl::StatusOr<std::unique_ptr<Wal>> OpenAndReplayWal(const WalOptions& options, uint64_t after_sequence,
                                                       ModelRegistry& registry,
-                                                      std::shared_ptr<prometheus::Registry> metrics,
+                                                      const std::shared_ptr<prometheus::Registry>& metrics,
                                                       WalRecoveryReport* report, ReplayStats* stats);
 
 }  // namespace cmestream::service
