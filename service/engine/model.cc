@@ -138,7 +138,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   absl::StatusOr<ObserveSummary> learned = learner_.Observe(applied);
   if (!learned.ok()) {
     // Unreachable for a batch that passed ValidateBatch (the same checks); nothing was applied.
-    if (sequence != 0 && !replay_sequence) SetPending(0);
+    if (admitted->written) SetPending(0);
     return learned.status();
   }
   r.applied = static_cast<uint64_t>(learned->pairs);
@@ -154,7 +154,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     if (!producer_id.empty()) producer_offsets_[producer_id] = offset_after;
     if (chosen) published_sigma_ = std::move(*chosen);
   }
-  if (sequence != 0 && !replay_sequence) SetPending(0);
+  if (admitted->written) SetPending(0);
   metrics_->OnBatchApplied(r.applied, static_cast<uint64_t>(learned->forced), learned->forced_error,
                            {s.pending_warmup, s.dict_x, s.dict_y});
   r.producer_offset = offset_after;
