@@ -112,12 +112,13 @@ class CompressedCme {
   // (docs/algorithms.md §9); an admission ends a run and is applied by Observe()'s formulas.
   // The run lengths depend only on the position inside this call and on the stream, so a
   // learner's state is a function of the pairs and of the batch boundaries (replaying the same
-  // batches is bit-exact). nearest_x / nearest_y: empty, or n entries that receive
-  // last_nearest_x() / last_nearest_y_in_x() as they were after each pair.
+  // batches is bit-exact). nearest_x / nearest_y / dict_x: empty, or n entries that receive
+  // last_nearest_x() / last_nearest_y_in_x() / dict_x_size() as they were after each pair (the
+  // X atoms after pair t are the first dict_x[t] rows of x_atoms(): atoms are only appended).
   // requires: x, y n x dim, finite; spans empty or of size n (checked; aborts otherwise).
   // No allocation once capacity and scratch have been sized (same batch size seen before).
   void ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y,
-                    absl::Span<int> nearest_x = {}, absl::Span<int> nearest_y = {});
+                    absl::Span<int> nearest_x = {}, absl::Span<int> nearest_y = {}, absl::Span<int> dict_x = {});
 
   // Grows the capacity to hold m atoms per side now (m <= max_dict), so that no later
   // admission up to m allocates. Optional: capacity also grows on demand.
@@ -199,7 +200,7 @@ class CompressedCme {
   // ObserveBatch helpers (compressed_cme_batch.cc).
   void EnsureBatchScratch(int run);
   int ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y, int64_t t0, int len,
-                 absl::Span<int> nearest_x, absl::Span<int> nearest_y, bool* ended_early);
+                 absl::Span<int> nearest_x, absl::Span<int> nearest_y, absl::Span<int> dict_x, bool* ended_early);
   void FlushRun(int r, double scale, int64_t n0);
   // Samples left before the scheduled drift check (>= 1), or a large number when disabled.
   int64_t PairsUntilDriftCheck() const;

@@ -54,12 +54,13 @@ void CompressedCme::EnsureBatchScratch(int run) {
 }
 
 void CompressedCme::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y,
-                                 absl::Span<int> nearest_x, absl::Span<int> nearest_y) {
+                                 absl::Span<int> nearest_x, absl::Span<int> nearest_y, absl::Span<int> dict_x) {
   const int64_t n = x.rows();
   if (y.rows() != n || x.cols() != options_.dim || y.cols() != options_.dim) Die("x and y must both be n x dim");
   if ((!nearest_x.empty() && static_cast<int64_t>(nearest_x.size()) != n) ||
-      (!nearest_y.empty() && static_cast<int64_t>(nearest_y.size()) != n)) {
-    Die("nearest_x / nearest_y must be empty or have one entry per pair");
+      (!nearest_y.empty() && static_cast<int64_t>(nearest_y.size()) != n) ||
+      (!dict_x.empty() && static_cast<int64_t>(dict_x.size()) != n)) {
+    Die("nearest_x / nearest_y / dict_x must be empty or have one entry per pair");
   }
   int run = kMinRun;
   int64_t t = 0;
@@ -70,6 +71,7 @@ void CompressedCme::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const E
       Observe(x.row(t).data(), y.row(t).data());
       if (!nearest_x.empty()) nearest_x[t] = last_nearest_x_;
       if (!nearest_y.empty()) nearest_y[t] = last_nearest_y_in_x_;
+      if (!dict_x.empty()) dict_x[t] = mx_;
       ++t;
       continue;
     }
@@ -78,14 +80,14 @@ void CompressedCme::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const E
     // reallocate (allocation happens on the first batch and after a capacity growth only).
     EnsureBatchScratch(static_cast<int>(std::min<int64_t>(kMaxRun, n)));
     bool ended_early = false;
-    t += ObserveRun(x, y, t, len, nearest_x, nearest_y, &ended_early);
+    t += ObserveRun(x, y, t, len, nearest_x, nearest_y, dict_x, &ended_early);
     run = ended_early ? kMinRun : std::min(2 * run, kMaxRun);
   }
 }
 
 int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y,
                               int64_t t0, int len, absl::Span<int> nearest_x, absl::Span<int> nearest_y,
-                              bool* ended_early) {
+                              absl::Span<int> dict_x, bool* ended_early) {
   const int mx = mx_, my = my_;
   for (int t = 0; t < len; ++t) {
     KernelColumn(x_atoms_, mx, x.row(t0 + t).data(), &bkx_(0, t));
@@ -141,6 +143,7 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
       Observe(xt, yt);
       if (!nearest_x.empty()) nearest_x[t0 + t] = last_nearest_x_;
       if (!nearest_y.empty()) nearest_y[t0 + t] = last_nearest_y_in_x_;
+      if (!dict_x.empty()) dict_x[t0 + t] = mx_;
       *ended_early = true;
       return t + 1;
     }
@@ -167,6 +170,7 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
     last_nearest_y_in_x_ = static_cast<int>(i);
     if (!nearest_x.empty()) nearest_x[t0 + t] = last_nearest_x_;
     if (!nearest_y.empty()) nearest_y[t0 + t] = last_nearest_y_in_x_;
+    if (!dict_x.empty()) dict_x[t0 + t] = mx;
     const bool check_due = PairsUntilDriftCheck() == 1;
     if (check_due || scale < kMinScale) {
       FlushRun(t + 1, scale, n0);

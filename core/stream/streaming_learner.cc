@@ -44,11 +44,13 @@ void StreamingLearner::CreateSigmaDependent(double sigma) {
   spectral_ = std::make_unique<SpectralMoments>(learner_options::Spectral(options_, sigma));
   if (!options_.lags.empty()) lags_ = std::make_unique<LagStatistics>(learner_options::Lags(options_, sigma));
   if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, sigma));
+  run_ = std::make_unique<CmeRun>(options_.dim, options_.run_pairs());
+  run_scratch_.assign(static_cast<size_t>(3) * options_.run_pairs(), 0);
 }
 
 int64_t StreamingLearner::samples() const {
   if (options_.discrete()) return counts_->samples();
-  return cme_ ? cme_->samples() : 0;
+  return cme_ ? cme_->samples() + run_->pairs() : 0;
 }
 
 absl::Status StreamingLearner::Check(const StreamBatch& b) const {
@@ -98,18 +100,20 @@ absl::Status StreamingLearner::Check(const StreamBatch& b) const {
 void StreamingLearner::FeedPair(const double* x, const double* y) {
   // Test, then train: the installed view's model scores the pair before anything learns it.
   if (prequential_) prequential_->Observe(x, y);
-  cme_->Observe(x, y);
-  // The CME has just computed k_X(x) and k_X(y); reuse its nearest atoms (docs/algorithms.md §2).
-  const int i = cme_->last_nearest_x(), j = cme_->last_nearest_y_in_x();
-  if (i >= 0 && j >= 0) counts_->Add(i, j);
-  moments_->Observe(x, y);
-  // The spectral basis follows the X dictionary by epochs (O(1) check; a new epoch copies the
-  // atoms, rarely). Checked per sample so the state depends only on the pairs, not on batching.
-  if (spectral_->ShouldStartEpoch(cme_->dict_x_size())) {
-    spectral_->StartEpoch(cme_->x_atoms());
-    ++batch_.spectral_epochs;
-  }
-  spectral_->Observe(x, y);
+  moments_->Observe(x, y);  // reads no dictionary
+  // The CME, the counts (its nearest atoms, docs/algorithms.md §2) and the spectral moments (its
+  // X atoms, §7) take the pair with the run. Observe applies a full run once the pair's lag
+  // state or pair was recorded too; the warm-up's pairs (which have none) apply it here.
+  if (run_->full()) ApplyRun();
+  run_->AddPair(x, y);
+}
+
+void StreamingLearner::ApplyRun() {
+  const CmeRunEffects e =
+      run_->Apply(CmeRunTargets{cme_.get(), counts_.get(), spectral_.get(), lags_.get()}, run_scratch_);
+  run_->Clear();
+  batch_.spectral_epochs += e.spectral_epochs;
+  batch_.lag_rebases += e.lag_rebases;
 }
 
 void StreamingLearner::FeedLearner(const double* x, const double* y) {
@@ -149,20 +153,15 @@ void StreamingLearner::ObserveSequence(const double* state) {
   if (latent_) (void)latent_->Observe(state);
   if (predictive_) (void)predictive_->Observe(state);
   if (lags_) {
-    SyncLagBasis();
-    lags_->ObserveState(state);
+    // Continuous: the lag basis follows the spectral epoch as it is after the pairs before this
+    // state, so the state goes with the open run (CmeRun re-picks the basis when it applies).
+    if (run_) {
+      run_->AddLagState(state);
+    } else {
+      lags_->ObserveState(state);
+    }
   }
   ++batch_.states;
-}
-
-void StreamingLearner::SyncLagBasis() {
-  // Continuous: the lag basis is re-picked when the spectral moments start an epoch (the X
-  // dictionary outgrew the basis). Checked before every state or pair it feeds, right after the
-  // CME and spectral moments saw that pair, so the basis depends on the stream, not on batching.
-  if (spectral_ && cme_ && lags_->NeedsRebase(spectral_->epoch())) {
-    lags_->Rebase(cme_->x_atoms(), spectral_->epoch());
-    ++batch_.lag_rebases;
-  }
 }
 
 const double* StreamingLearner::TrajectoryState(const StreamBatch& batch, int64_t k) {
@@ -182,7 +181,13 @@ bool StreamingLearner::BeginEpisodeBatch(const double* start, const StreamBatch&
   if (!continues) {
     if (latent_) latent_->StartEpisode();
     if (predictive_) predictive_->StartEpisode();
-    if (lags_) lags_->StartEpisode();
+    if (lags_) {
+      if (run_) {
+        run_->AddLagEpisode();
+      } else {
+        lags_->StartEpisode();
+      }
+    }
     ObserveSequence(start);
   }
   return !continues;
@@ -224,10 +229,12 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
         const double ids[2] = {static_cast<double>(batch.x_ids[i]), static_cast<double>(batch.y_ids[i])};
         lags_->ObservePair(&ids[0], &ids[1]);
       } else {
-        SyncLagBasis();
-        lags_->ObservePair(batch.x_at(i), batch.y_at(i));
+        run_->AddLagPair();  // the pair FeedLearner just added to the run
       }
     }
+    // A run is applied right after its last pair and what goes with that pair, so runs end on
+    // the grid of the pair count wherever batches end (docs/algorithms.md §9.6).
+    if (run_ && run_->full()) ApplyRun();
   }
   if (states) EndEpisodeBatch(TrajectoryState(batch, batch.n), batch);
   batch_.pairs = batch.n;
@@ -245,21 +252,39 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
 std::optional<StreamingLearnerSnapshot> StreamingLearner::Snapshot() const {
   if (!ready()) return std::nullopt;
   StreamingLearnerSnapshot snap;
-  if (cme_) {
-    snap.inverse_drift = cme_->last_drift();  // measured by the CME's periodic check
-    snap.cme = CmeSnapshot::From(*cme_);
+  // The estimators that read the CME's dictionary, with the open run folded in: copies when a
+  // run is open (O(m^2) copy plus at most run_pairs() pairs of learning), the live ones otherwise.
+  std::optional<CompressedCme> cme_copy;
+  std::optional<TransitionCounts> counts_copy;
+  std::optional<SpectralMoments> spectral_copy;
+  std::optional<LagStatistics> lags_copy;
+  const CompressedCme* cme = cme_.get();
+  const TransitionCounts* counts = counts_.get();
+  const SpectralMoments* spectral = spectral_.get();
+  const LagStatistics* lags = lags_.get();
+  if (run_ && !run_->empty()) {
+    cme = &cme_copy.emplace(*cme_);
+    counts = &counts_copy.emplace(*counts_);
+    spectral = &spectral_copy.emplace(*spectral_);
+    if (lags_) lags = &lags_copy.emplace(*lags_);
+    std::vector<int> scratch;
+    run_->Apply(CmeRunTargets{&*cme_copy, &*counts_copy, &*spectral_copy, lags_copy ? &*lags_copy : nullptr}, scratch);
+  }
+  if (cme) {
+    snap.inverse_drift = cme->last_drift();  // measured by the CME's periodic check
+    snap.cme = CmeSnapshot::From(*cme);
   }
   snap.samples = samples();
-  snap.counts = counts_->Snapshot();
+  snap.counts = counts->Snapshot();
   if (moments_) snap.moments = moments_->Snapshot();
   if (latent_) snap.latent = latent_->Snapshot();
   if (predictive_) snap.predictive = predictive_->Snapshot();
-  if (spectral_) snap.spectral = spectral_->Snapshot();
+  if (spectral) snap.spectral = spectral->Snapshot();
   if (prequential_) {
     snap.prequential =
         StreamingLearnerSnapshot::Prequential{prequential_view_, prequential_->pairs(), prequential_->Score()};
   }
-  if (lags_) snap.lags = lags_->Snapshot();
+  if (lags) snap.lags = lags->Snapshot();
   return snap;
 }
 

@@ -22,6 +22,12 @@
 //   lag basis       continuous lag statistics re-pick their basis from the X atoms whenever the
 //                   spectral moments started an epoch, checked before each state or pair they
 //                   take.
+//   micro-batches   continuous models: the CME learns pairs in runs of run_pairs() (CmeRun,
+//                   core/stream/cme_run.h, docs/algorithms.md §9.6) on the grid of the pair count;
+//                   the counts, spectral moments and lag statistics, which read the CME's
+//                   dictionary, take their pairs and states when the run is applied, each at the
+//                   dictionary of its place in the stream. The open run is state (serialized) and
+//                   is folded into copies by Snapshot(), so views see every pair.
 // Every estimator's state is therefore a function of the pairs alone, not of where batches end
 // (a producer that resumes with other batch sizes gets the same state, bit for bit).
 //
@@ -53,6 +59,7 @@
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_moments.h"
+#include "core/stream/cme_run.h"
 #include "core/validation/lag_statistics.h"
 
 namespace cmestream {
@@ -163,6 +170,12 @@ class StreamingLearner {
     // the X atoms) once sigma is known.
     std::vector<int> lags = {1};
     int lag_basis_atoms = 32;
+    // Pairs per CME micro-batch (docs/algorithms.md §9.6), in [1, kMaxMicroBatch]; 1 = the
+    // sequential recursion, pair by pair. The run actually used is run_pairs().
+    int micro_batch = 256;
+    static constexpr int kMaxMicroBatch = 4096;
+    // A run holds at most kRunDoubles / dim pairs (its buffers stay under ~8 MB at any dim).
+    static constexpr int kRunDoubles = 1 << 18;
     // Longest producer and episode id of an episode key, in bytes (Observe refuses a longer
     // one, Deserialize a longer stored one).
     size_t max_producer_bytes = 256;
@@ -170,6 +183,8 @@ class StreamingLearner {
 
     bool discrete() const { return num_states > 0; }
     bool auto_sigma() const { return !discrete() && cme.sigma == 0; }
+    // Pairs per CME run: micro_batch, capped by kRunDoubles / dim (at least 1).
+    int run_pairs() const;
     // OK, or InvalidArgument naming the field (or the estimator whose own options would be
     // invalid) and what was expected. Each estimator's options are derived from these and
     // checked by that estimator's Validate().
@@ -204,11 +219,12 @@ class StreamingLearner {
 
   const Options& options() const { return options_; }
   bool ready() const { return options_.discrete() || cme_ != nullptr; }  // sigma is known
-  int64_t samples() const;  // pairs learned (not counting the warm-up buffer)
+  // Pairs learned (not counting the warm-up buffer), the open CME run's included.
+  int64_t samples() const;
   int64_t pending_warmup() const { return warmup_n_; }
   const SigmaSelection& sigma_selection() const { return sigma_selection_; }
   // The CME (null for discrete models and during the warm-up): counters, dictionary sizes,
-  // last drift.
+  // last drift, as of the last applied run (the open run's pairs are not in it yet).
   const CompressedCme* cme() const { return cme_.get(); }
 
   // SERIALIZATION. The per-sample state, everything Observe reads or writes except the sigma
@@ -217,13 +233,15 @@ class StreamingLearner {
   //   i64 warm-up pairs w, then (w > 0) the w x d buffered x and y matrices;
   //   bool episode open, string episode producer, string episode id, doubles last state;
   //   bool + CCME, CNTS, bool + EMOM, bool + MVAC, bool + PSAC, bool + SPMO, bool + LAGS
-  //   (core/io/learner_serialization.cc, core/validation/lag_statistics.cc).
+  //   (core/io/learner_serialization.cc, core/validation/lag_statistics.cc);
+  //   with a CME, the open CME run (CmeRun::Serialize).
   // Version kStateVersion; version 1 has no spectral moments (restored fresh when the CME
-  // exists), versions 1 and 2 no lag statistics (restored fresh, empty).
+  // exists), versions 1 and 2 no lag statistics (restored fresh, empty), versions 1 to 3 no
+  // open run (restored empty: the next run starts at the restored pair count).
   // Deserialize checks every part against `options` (the same options the learner had): a
   // mismatch or a corrupt part is DataLoss naming the part and the offset. Serialize followed
   // by Deserialize and the same batches gives the same state, bit for bit, as never stopping.
-  static constexpr uint32_t kStateVersion = 3;
+  static constexpr uint32_t kStateVersion = 4;
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<StreamingLearner> Deserialize(io::Reader& r, const Options& options, uint32_t version,
                                                       SigmaSelection sigma_selection);
@@ -231,7 +249,8 @@ class StreamingLearner {
  private:
   absl::Status Check(const StreamBatch& batch) const;
   void FeedLearner(const double* x, const double* y);  // warm-up buffer, or FeedPair
-  void FeedPair(const double* x, const double* y);     // scorer, CME, counts, moments, spectral
+  void FeedPair(const double* x, const double* y);     // scorer, moments; the rest via the run
+  void ApplyRun();                                     // applies and empties the open CME run
   void FinishWarmup();
   void CreateSigmaDependent(double sigma);  // moments, spectral, lags, latent
   // State k (0..n) of a trajectory batch as doubles (discrete: the id, in id_scratch_).
@@ -239,7 +258,6 @@ class StreamingLearner {
   bool BeginEpisodeBatch(const double* start, const StreamBatch& batch);  // true: new episode
   void EndEpisodeBatch(const double* last, const StreamBatch& batch);
   void ObserveSequence(const double* state);  // one state to latent + predictive + lags
-  void SyncLagBasis();                        // lag basis follows the spectral epoch
 
   Options options_;
   std::unique_ptr<CompressedCme> cme_;  // continuous, once sigma is known
@@ -256,6 +274,10 @@ class StreamingLearner {
   // Lagged moments and counts: discrete models (when lags are configured), continuous ones
   // once sigma is known. Trajectory states feed every lag; unordered pairs feed lag 1.
   std::unique_ptr<LagStatistics> lags_;
+  // Continuous, once sigma is known: the open CME run and its scratch (nearest atoms and
+  // dictionary sizes per pair).
+  std::unique_ptr<CmeRun> run_;
+  std::vector<int> run_scratch_;
   // Episode rule: key and last state of the last trajectory batch observed.
   bool episode_open_ = false;
   std::string episode_producer_, episode_id_;

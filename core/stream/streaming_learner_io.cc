@@ -33,6 +33,7 @@ void StreamingLearner::Serialize(io::Writer& w) const {
   if (spectral_) spectral_->Serialize(w);
   w.Bool(lags_ != nullptr);
   if (lags_) lags_->Serialize(w);
+  if (run_) run_->Serialize(w);
 }
 
 absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options, uint32_t version,
@@ -129,6 +130,14 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
   } else if (version < 3 && !options.lags.empty() && (discrete || l.cme_)) {
     l.lags_ = std::make_unique<LagStatistics>(lo::Lags(options, sigma));
   }
+  // The open CME run (version 4): with the CME; older states restore an empty one.
+  if (!l.cme_) {
+    l.run_.reset();
+  } else if (!l.run_) {
+    l.run_ = std::make_unique<CmeRun>(options.dim, options.run_pairs());
+    l.run_scratch_.assign(static_cast<size_t>(3) * options.run_pairs(), 0);
+  }
+  if (l.run_ && version >= 4 && r.ok()) l.run_->Deserialize(r);
   if (!r.ok()) return r.status();
   l.sigma_selection_ = std::move(sigma_selection);
   return l;

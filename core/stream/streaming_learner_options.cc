@@ -101,6 +101,11 @@ absl::Status Bad(const std::string& message) {
 
 }  // namespace
 
+int StreamingLearner::Options::run_pairs() const {
+  if (discrete()) return 1;
+  return std::max(1, std::min(micro_batch, kRunDoubles / std::max(1, dim)));
+}
+
 absl::Status StreamingLearner::Options::Validate() const {
   namespace lo = learner_options;
   if ((dim >= 1) == (num_states >= 1) || dim < 0 || num_states < 0) {
@@ -122,6 +127,10 @@ absl::Status StreamingLearner::Options::Validate() const {
     if (absl::Status s = lo::Spectral(*this, sigma).Validate(); !s.ok()) return Bad("spectral moments", s);
     if (latent) {
       if (absl::Status s = lo::Latent(*this, sigma).Validate(); !s.ok()) return Bad("latent accumulator", s);
+    }
+    if (micro_batch < 1 || micro_batch > kMaxMicroBatch) {
+      return Bad(absl::StrCat("micro_batch is ", micro_batch, ", expected 1..", kMaxMicroBatch,
+                              " (1 = the CME pair by pair)"));
     }
   } else if (latent) {
     if (absl::Status s = lo::Latent(*this, 0).Validate(); !s.ok()) return Bad("latent accumulator", s);

@@ -41,8 +41,11 @@ RowMatrixXd Chain(int64_t n, uint64_t seed) {
   return s;
 }
 
-StreamingLearner::Options Continuous(double sigma) {
+// micro_batch: pairs per CME run (docs/algorithms.md §9.6). 16 makes the short test streams cross
+// many run boundaries; 1 is the sequential recursion the hand-fed references below follow.
+StreamingLearner::Options Continuous(double sigma, int micro_batch = 16) {
   StreamingLearner::Options o;
+  o.micro_batch = micro_batch;
   o.dim = kDim;
   o.cme.dim = kDim;
   o.cme.sigma = sigma;  // 0: auto
@@ -171,6 +174,13 @@ struct Reference {
     if (spectral) spectral->Serialize(w);
     w.Bool(lags.has_value());
     if (lags) lags->Serialize(w);
+    if (cme) {
+      // The open CME run of a pair-by-pair learner: empty after every batch (0 pairs, 0 lag
+      // states, 0 events).
+      w.I64(0);
+      w.I64(0);
+      w.I64(0);
+    }
     return w.Release();
   }
 };
@@ -221,7 +231,9 @@ Reference ContinuousReference(double sigma) {
 TEST(StreamingLearner, WarmupBuffersThenChoosesSigmaAndRoutesEveryPair) {
   const int64_t n = 400, batch = 37;  // the warm-up (100 pairs) ends inside the third batch
   const RowMatrixXd s = Chain(n, 11);
-  StreamingLearner l(Continuous(0));
+  // Pair by pair, so that the CME is the reference's Observe bit for bit (the micro-batched
+  // learner is compared with this one in MicroBatchesEqualTheSequentialLearner).
+  StreamingLearner l(Continuous(0, 1));
   EXPECT_FALSE(l.ready());
   EXPECT_TRUE(l.sigma_selection().automatic);
 
@@ -320,6 +332,56 @@ TEST(StreamingLearner, StateDoesNotDependOnBatchBoundaries) {
     EXPECT_EQ(lags.counts->trajectory_states, 0);
     EXPECT_GT(lags.counts->unordered_pairs, 0);
     EXPECT_EQ(lags.counts->samples, lags.counts->unordered_pairs);
+  }
+}
+
+// The micro-batched learner (CME runs through ObserveBatch, docs/algorithms.md §9.6) against the
+// pair-by-pair one on the same stream: the same admissions (bit-identical atoms), hence the same
+// nearest atoms, counts, spectral epochs and lag bases; the moments that read only atoms and
+// pairs bit-identical; W equal up to reassociation. Snapshot() folds the open run in, so a view
+// sees every pair, and taking it changes nothing.
+TEST(StreamingLearner, MicroBatchesEqualTheSequentialLearner) {
+  const RowMatrixXd s = Chain(1500, 14);
+  StreamingLearner sequential(Continuous(0, 1));
+  FeedInBatches(sequential, s, 37);
+  const std::optional<StreamingLearnerSnapshot> want = sequential.Snapshot();
+  ASSERT_TRUE(want.has_value());
+  ASSERT_GT(want->cme->x_atoms.rows(), 20);
+  for (int micro_batch : {16, 256}) {
+    SCOPED_TRACE(micro_batch);
+    StreamingLearner l(Continuous(0, micro_batch));
+    FeedInBatches(l, s, 37);  // 1500 = 5 runs of 256 + 220 open: the snapshot folds them in
+    EXPECT_EQ(l.samples(), 1500);
+    const std::string before = Bytes(l);
+    const std::optional<StreamingLearnerSnapshot> got = l.Snapshot();
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(Bytes(l), before);  // the fold worked on copies
+    EXPECT_EQ(got->samples, want->samples);
+    EXPECT_EQ(got->cme->samples, want->cme->samples);
+    EXPECT_EQ(got->cme->x_atoms, want->cme->x_atoms);
+    EXPECT_EQ(got->cme->y_atoms, want->cme->y_atoms);
+    const double w_error = (got->cme->W - want->cme->W).norm() / want->cme->W.norm();
+    EXPECT_LT(w_error, 1e-10);
+    EXPECT_EQ(got->counts.samples(), want->counts.samples());
+    for (int i = 0; i < kMaxDict; ++i) {
+      for (int j = 0; j < kMaxDict; ++j) ASSERT_EQ(got->counts.Count(i, j), want->counts.Count(i, j)) << i << "," << j;
+    }
+    EXPECT_EQ(got->spectral->samples, want->spectral->samples);
+    EXPECT_EQ(got->spectral->live_epoch, want->spectral->live_epoch);
+    EXPECT_EQ(got->spectral->basis, want->spectral->basis);
+    for (int f = 0; f < 2; ++f) {
+      EXPECT_EQ(got->spectral->moments.c00[f], want->spectral->moments.c00[f]);
+      EXPECT_EQ(got->spectral->moments.c01[f], want->spectral->moments.c01[f]);
+    }
+    ASSERT_TRUE(got->lags.has_value() && got->lags->koopman.has_value());
+    EXPECT_EQ(got->lags->epoch, want->lags->epoch);
+    EXPECT_EQ(got->lags->basis_atoms, want->lags->basis_atoms);
+    EXPECT_EQ(got->lags->koopman->samples, want->lags->koopman->samples);
+    for (size_t k = 0; k < kLags.size(); ++k) {
+      EXPECT_EQ(got->lags->koopman->total[k].c0t, want->lags->koopman->total[k].c0t);
+      EXPECT_EQ(got->lags->counts->total[k].c0t, want->lags->counts->total[k].c0t);
+    }
+    EXPECT_EQ(got->moments->samples, want->moments->samples);
   }
 }
 

@@ -1,0 +1,97 @@
+// CmeRun: one micro-batch of a continuous StreamingLearner (docs/algorithms.md §9.6). The CME
+// learns pairs in runs of `run_pairs` consecutive pairs through CompressedCme::ObserveBatch
+// (several times faster per pair than Observe); what reads the CME's dictionary as it was at a
+// pair (the transition counts take its nearest atoms, the spectral moments' epochs follow its
+// size, the continuous lag statistics re-pick their basis from its atoms) is recorded here as
+// events in stream order and applied after the run's pairs, each event seeing the dictionary as
+// it was at its place in the stream.
+//
+// WHY RUNS ON A GRID: ObserveBatch's arithmetic depends on where its calls begin and end. A run
+// closes only when its `run_pairs`-th pair is followed by another pair, so run boundaries fall
+// on multiples of run_pairs of the learner's pair count, whatever the producers' batch sizes:
+// the state stays a function of the pairs alone (bit-exact WAL replay, identical digests for a
+// producer that resumes with other batch sizes). The open run is part of the learner's state
+// (serialized) and is folded into copies for the views (StreamingLearner::Snapshot).
+//
+// COST: storage for run_pairs pairs and up to 2 run_pairs + 1 lag states (d doubles each, at most
+// ~4 MB each with the learner's run_pairs cap), allocated at first use, then no allocation. Apply is ObserveBatch plus one O(m) or O(m^2)
+// step per event, as the sequential learner does per pair.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "core/common/types.h"
+#include "core/io/fwd.h"
+
+namespace cmestream {
+
+class CompressedCme;
+class TransitionCounts;
+class SpectralMoments;
+class LagStatistics;
+
+// The estimators a run is applied to (the learner's own, or copies of them for a view). lags may
+// be null (no lag statistics configured).
+struct CmeRunTargets {
+  CompressedCme* cme = nullptr;
+  TransitionCounts* counts = nullptr;
+  SpectralMoments* spectral = nullptr;
+  LagStatistics* lags = nullptr;
+};
+
+// What applying a run changed that the learner reports per batch.
+struct CmeRunEffects {
+  int64_t spectral_epochs = 0;
+  int64_t lag_rebases = 0;
+};
+
+class CmeRun {
+ public:
+  // requires: dim >= 1, run_pairs >= 1.
+  CmeRun(int dim, int run_pairs);
+
+  int dim() const { return dim_; }
+  int run_pairs() const { return run_pairs_; }
+  int pairs() const { return pairs_; }
+  bool full() const { return pairs_ == run_pairs_; }
+  bool empty() const { return events_.empty(); }
+
+  // Records, in stream order. requires: !full() for AddPair (the owner applies a full run first);
+  // AddLagPair refers to the pair added last.
+  void AddPair(const double* x, const double* y);
+  void AddLagPair();
+  void AddLagState(const double* state);
+  void AddLagEpisode();
+
+  // Applies the recorded events to `to` (see the top of this file) and, with clear, empties the
+  // run. Const apply (clear false) leaves the run as it is: a view folds the open run into
+  // copies of the estimators. `scratch` holds 3 run_pairs ints (nearest atoms, dictionary sizes).
+  CmeRunEffects Apply(const CmeRunTargets& to, std::vector<int>& scratch) const;
+  void Clear();
+
+  // Part of StreamingLearner's state (version 4): pairs, lag states, events.
+  void Serialize(io::Writer& w) const;
+  // Reads what Serialize wrote into an empty run with this dim and run_pairs; counts and event
+  // indices are checked against them (DataLoss naming the part otherwise, via the reader).
+  bool Deserialize(io::Reader& r);
+
+ private:
+  enum Kind : uint8_t { kPair = 1, kLagPair = 2, kLagState = 3, kLagEpisode = 4 };
+  struct Event {
+    Kind kind;
+    int32_t index;  // pair row (kPair, kLagPair) or state row (kLagState)
+  };
+  void Allocate(RowMatrixXd& m, int rows) const;
+
+  int dim_;
+  int run_pairs_;
+  int pairs_ = 0;
+  int states_ = 0;
+  RowMatrixXd x_, y_;  // run_pairs x dim once a pair was added
+  RowMatrixXd state_;  // 2 run_pairs + 1 rows x dim once a lag state was added
+  std::vector<Event> events_;
+};
+
+}  // namespace cmestream
