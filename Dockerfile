@@ -29,7 +29,10 @@ COPY client client
 COPY tests tests
 # The build context has no .git: the commit for --version comes in as a build argument.
 ARG GIT_COMMIT=unknown
-RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# Target ISA: the portable x86-64-v2 baseline by default, so the image runs on any x86-64 host;
+# --build-arg CMESTREAM_ARCH=x86-64-v3 for AVX2 hosts (2-4x faster learning, docs/benchmarks.md).
+ARG CMESTREAM_ARCH=x86-64-v2
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMESTREAM_ARCH="${CMESTREAM_ARCH}" \
       -DCMESTREAM_BUILD_TESTS=OFF -DCMESTREAM_BUILD_BENCHMARKS=OFF -DCMESTREAM_GIT_COMMIT="${GIT_COMMIT}" \
  && cmake --build /build -j2 --target cmestreamd cmestream \
  && strip /build/service/cmestreamd /build/client/cmestream

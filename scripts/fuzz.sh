@@ -23,7 +23,7 @@ if [ -z "$CXX_CLANG" ]; then
 fi
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$CXX_CLANG" \
-    -DCMESTREAM_FUZZ=ON -DCMESTREAM_BUILD_TESTS=OFF -DCMESTREAM_BUILD_BENCHMARKS=OFF >/dev/null
+    -DCMESTREAM_FUZZ=ON -DCMESTREAM_BUILD_TESTS=OFF -DCMESTREAM_BUILD_BENCHMARKS=OFF -DCMESTREAM_ARCH=x86-64-v2 >/dev/null
 fi
 cmake --build "$BUILD" --target "${TARGETS[@]}" -j "${FUZZ_JOBS:-2}"
 mkdir -p "$BUILD/artifacts"

@@ -12,6 +12,15 @@
 #include "service/flags.h"
 
 int main(int argc, char** argv) {
+#if defined(__x86_64__) && defined(__AVX2__)
+  // Built for x86-64-v3 or wider (CMESTREAM_ARCH, the default): a clear message instead of an
+  // illegal-instruction crash on an older CPU.
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    std::cerr << "cmestreamd: this build needs a CPU with AVX2 and FMA (built with -march for x86-64-v3 or wider);"
+                 " rebuild with -DCMESTREAM_ARCH=x86-64-v2 for this machine\n";
+    return 2;
+  }
+#endif
   using cmestream::service::Daemon;
   absl::StatusOr<cmestream::service::ParsedFlags> flags =
       cmestream::service::ParseFlags(std::vector<std::string>(argv + 1, argv + argc));

@@ -22,7 +22,7 @@ int MaxEvents(int run_pairs) { return 4 * run_pairs + 2; }
 }  // namespace
 
 CmeRun::CmeRun(int dim, int run_pairs) : dim_(dim), run_pairs_(run_pairs) {
-  if (dim < 1 || run_pairs < 1) std::abort();  // a programming error: the learner validated
+  if (dim < 1 || run_pairs < 1) std::abort();                  // a programming error: the learner validated
   events_.reserve(static_cast<size_t>(MaxEvents(run_pairs)));  // small: 8 bytes an event
 }
 
@@ -179,14 +179,14 @@ bool CmeRun::Deserialize(io::Reader& r) {
     }
     if (!valid) {
       (void)r.Fail(absl::StrCat("model CME run event ", k, " (kind ", kind, ", index ", index,
-                          ") is out of order or unknown, expected pairs and lag states in stream order"));
+                                ") is out of order or unknown, expected pairs and lag states in stream order"));
       break;
     }
     events_.push_back({static_cast<Kind>(kind), index});
   }
   if (r.ok() && (next_pair != pairs || next_state != states)) {
     (void)r.Fail(absl::StrCat("model CME run has ", pairs, " pairs and ", states, " lag states but its events name ",
-                        next_pair, " and ", next_state));
+                              next_pair, " and ", next_state));
   }
   if (!r.ok()) {
     Clear();

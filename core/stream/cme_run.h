@@ -1,4 +1,4 @@
-// CmeRun: one micro-batch of a continuous StreamingLearner (docs/algorithms.md §9.6). The CME
+// CmeRun: one micro-batch of a continuous StreamingLearner (docs/algorithms.md §9.2). The CME
 // learns pairs in runs of `run_pairs` consecutive pairs through CompressedCme::ObserveBatch
 // (several times faster per pair than Observe); what reads the CME's dictionary as it was at a
 // pair (the transition counts take its nearest atoms, the spectral moments' epochs follow its
@@ -14,8 +14,8 @@
 // (serialized) and is folded into copies for the views (StreamingLearner::Snapshot).
 //
 // COST: storage for run_pairs pairs and up to 2 run_pairs + 1 lag states (d doubles each, at most
-// ~4 MB each with the learner's run_pairs cap), allocated at first use, then no allocation. Apply is ObserveBatch plus one O(m) or O(m^2)
-// step per event, as the sequential learner does per pair.
+// ~4 MB each with the learner's run_pairs cap), allocated at first use, then no allocation. Apply is ObserveBatch plus
+// one O(m) or O(m^2) step per event, as the sequential learner does per pair.
 #pragma once
 
 #include <cstdint>

@@ -233,7 +233,7 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
       }
     }
     // A run is applied right after its last pair and what goes with that pair, so runs end on
-    // the grid of the pair count wherever batches end (docs/algorithms.md §9.6).
+    // the grid of the pair count wherever batches end (docs/algorithms.md §9.2).
     if (run_ && run_->full()) ApplyRun();
   }
   if (states) EndEpisodeBatch(TrajectoryState(batch, batch.n), batch);

@@ -23,7 +23,7 @@
 //                   spectral moments started an epoch, checked before each state or pair they
 //                   take.
 //   micro-batches   continuous models: the CME learns pairs in runs of run_pairs() (CmeRun,
-//                   core/stream/cme_run.h, docs/algorithms.md §9.6) on the grid of the pair count;
+//                   core/stream/cme_run.h, docs/algorithms.md §9.2) on the grid of the pair count;
 //                   the counts, spectral moments and lag statistics, which read the CME's
 //                   dictionary, take their pairs and states when the run is applied, each at the
 //                   dictionary of its place in the stream. The open run is state (serialized) and
@@ -170,7 +170,7 @@ class StreamingLearner {
     // the X atoms) once sigma is known.
     std::vector<int> lags = {1};
     int lag_basis_atoms = 32;
-    // Pairs per CME micro-batch (docs/algorithms.md §9.6), in [1, kMaxMicroBatch]; 1 = the
+    // Pairs per CME micro-batch (docs/algorithms.md §9.2), in [1, kMaxMicroBatch]; 1 = the
     // sequential recursion, pair by pair. The run actually used is run_pairs().
     int micro_batch = 256;
     static constexpr int kMaxMicroBatch = 4096;

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/stream/streaming_learner.h"
 #include "service/engine/lags.h"
 
 namespace cmestream::service {
@@ -50,6 +51,13 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     // Spectral moments (core/spectral/spectral_moments.h): C00, C01, C11 per fold over the
     // m + 1 features, for the live epoch and the serving previous one: 12 (m+1)^2 doubles.
     bytes += 12 * (m + 1) * (m + 1) * kDouble;
+    // Micro-batches (docs/algorithms.md §9.2): the open run's pairs and lag states (4 R + 1
+    // rows of d doubles, R = run_pairs() of the default micro_batch) and ObserveBatch's scratch
+    // (about 10 m x 128 doubles).
+    const StreamingLearner::Options defaults;
+    const double run =
+        std::max(1.0, std::min<double>(defaults.micro_batch, StreamingLearner::Options::kRunDoubles / d));
+    bytes += (4 * run + 1) * d * kDouble + 10 * m * 128 * kDouble;
   }
   // Lag statistics (core/validation/lag_statistics.h): per lag and block (16 + the open one),
   // two D x D sums with D = P one-hot ids (discrete, P <= kMaxLagStates) or the Koopman basis

@@ -31,7 +31,7 @@ constexpr uint32_t kFormatVersion = 1;
 // Version 3 adds the lag statistics (docs/algorithms.md §8) after the spectral moments;
 // version 1 and 2 objects load with fresh, empty lag statistics.
 // Version 4 adds the open CME micro-batch run after the lag statistics (docs/algorithms.md
-// §9.6); older objects load with an empty run (the next run starts at the stored pair count).
+// §9.2); older objects load with an empty run (the next run starts at the stored pair count).
 constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
 static_assert(kModelVersion == 4, "a new learner state version is a new MODL version: document it here");
 constexpr size_t kHeaderBytes = 44;

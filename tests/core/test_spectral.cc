@@ -545,11 +545,11 @@ TEST(SpectralOrnsteinUhlenbeck, ComplexLeadingPairWithin5Percent) {
   const double noise = std::sqrt(1 - std::exp(-2 * a * tau));
   Eigen::Vector2d x(nd(rng), nd(rng));
   for (int t = 0; t < n; ++t) {
-    data.x.row(t) = x.transpose();
+    data.x.row(t).head<2>() = x.transpose();  // fixed-size destination (GCC 12 -Warray-bounds with AVX)
     const Eigen::Vector2d next(decay * (c * x[0] + s * x[1]) + noise * nd(rng),
                                decay * (-s * x[0] + c * x[1]) + noise * nd(rng));
     x = next;
-    data.y.row(t) = x.transpose();
+    data.y.row(t).head<2>() = x.transpose();
   }
   const StreamResult r = RunStream(data, 1.0, tau);
   Print("ornstein-uhlenbeck", r);

@@ -26,7 +26,8 @@ Moments ChainMoments(int n, int m, uint64_t seed, const RowMatrixXd& atoms) {
   std::normal_distribution<double> g;
   RowMatrixXd s(n + 1, 2);
   s.row(0) << 0, 0;
-  for (int t = 0; t < n; ++t) s.row(t + 1) = 0.9 * s.row(t) + 0.4 * Eigen::RowVector2d(g(rng), g(rng));
+  // head<2>(): a fixed-size destination (GCC 12 -Warray-bounds false positive with AVX).
+  for (int t = 0; t < n; ++t) s.row(t + 1).head<2>() = 0.9 * s.row(t) + 0.4 * Eigen::RowVector2d(g(rng), g(rng));
   MatrixXd px(n, m + 1), py(n, m + 1);
   px.col(0).setOnes();
   py.col(0).setOnes();

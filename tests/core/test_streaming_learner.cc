@@ -41,7 +41,7 @@ RowMatrixXd Chain(int64_t n, uint64_t seed) {
   return s;
 }
 
-// micro_batch: pairs per CME run (docs/algorithms.md §9.6). 16 makes the short test streams cross
+// micro_batch: pairs per CME run (docs/algorithms.md §9.2). 16 makes the short test streams cross
 // many run boundaries; 1 is the sequential recursion the hand-fed references below follow.
 StreamingLearner::Options Continuous(double sigma, int micro_batch = 16) {
   StreamingLearner::Options o;
@@ -335,7 +335,7 @@ TEST(StreamingLearner, StateDoesNotDependOnBatchBoundaries) {
   }
 }
 
-// The micro-batched learner (CME runs through ObserveBatch, docs/algorithms.md §9.6) against the
+// The micro-batched learner (CME runs through ObserveBatch, docs/algorithms.md §9.2) against the
 // pair-by-pair one on the same stream: the same admissions (bit-identical atoms), hence the same
 // nearest atoms, counts, spectral epochs and lag bases; the moments that read only atoms and
 // pairs bit-identical; W equal up to reassociation. Snapshot() folds the open run in, so a view

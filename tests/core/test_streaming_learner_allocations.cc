@@ -55,7 +55,7 @@ TEST(StreamingLearnerAllocations, ObserveIsAllocationFreeAfterTheWarmup) {
   o.reservoir = 50;
   o.window = 2;
   o.lags = {1, 4};
-  // CME runs of 250 pairs (docs/algorithms.md §9.6): the warm run's 6000 pairs end on a run
+  // CME runs of 250 pairs (docs/algorithms.md §9.2): the warm run's 6000 pairs end on a run
   // boundary, so the measured window does not count pairs of the warm run, whose first-time
   // count entries would allocate. Batches of 100 and 99 pairs cross run boundaries in it.
   o.micro_batch = 250;

@@ -493,7 +493,8 @@ TEST_F(DaemonTest, TrajectoryBatchesYieldConsecutivePairs) {
   RowMatrixXd states(51, 2);
   states.row(0) << 1.5, -0.5;
   for (int i = 1; i < states.rows(); ++i) {
-    states.row(i) = systems::DuffingFlow(states.row(i - 1).transpose(), 0.25).transpose();
+    states.row(i).head<2>() =
+        systems::DuffingFlow(states.row(i - 1).transpose(), 0.25).transpose();  // fixed size: see test_embedding
   }
   v1::IngestBatch traj;
   traj.set_model("traj");

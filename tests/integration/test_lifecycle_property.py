@@ -78,6 +78,13 @@ class LifecyclePropertyTest(unittest.TestCase):
             ref = Node(os.path.join(tmp, "ref"), tmp, ["--snapshot-interval", "0"])
             sut.start()
             ref.start()
+
+            def kill_left_over():  # a failed assertion must not leave the daemons running
+                for node in (sut, ref):
+                    if node.daemon is not None:
+                        node.daemon.process.kill()
+                        node.daemon.process.wait()
+            self.addCleanup(kill_left_over)
             models = {}     # name -> config index
             offsets = {}    # (name, producer) -> applied offset
             counter = [0]
