@@ -250,42 +250,54 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
 }
 
 std::optional<StreamingLearnerSnapshot> StreamingLearner::Snapshot() const {
+  std::optional<SnapshotCopy> copy = CopyForSnapshot();
+  if (!copy) return std::nullopt;
+  return std::move(*copy).Finish();
+}
+
+std::optional<StreamingLearner::SnapshotCopy> StreamingLearner::CopyForSnapshot() const {
   if (!ready()) return std::nullopt;
-  StreamingLearnerSnapshot snap;
-  // The estimators that read the CME's dictionary, with the open run folded in: copies when a
-  // run is open (O(m^2) copy plus at most run_pairs() pairs of learning), the live ones otherwise.
-  std::optional<CompressedCme> cme_copy;
-  std::optional<TransitionCounts> counts_copy;
-  std::optional<SpectralMoments> spectral_copy;
-  std::optional<LagStatistics> lags_copy;
-  const CompressedCme* cme = cme_.get();
-  const TransitionCounts* counts = counts_.get();
-  const SpectralMoments* spectral = spectral_.get();
-  const LagStatistics* lags = lags_.get();
-  if (run_ && !run_->empty()) {
-    cme = &cme_copy.emplace(*cme_);
-    counts = &counts_copy.emplace(*counts_);
-    spectral = &spectral_copy.emplace(*spectral_);
-    if (lags_) lags = &lags_copy.emplace(*lags_);
-    std::vector<int> scratch;
-    run_->Apply(CmeRunTargets{&*cme_copy, &*counts_copy, &*spectral_copy, lags_copy ? &*lags_copy : nullptr}, scratch);
-  }
-  if (cme) {
-    snap.inverse_drift = cme->last_drift();  // measured by the CME's periodic check
-    snap.cme = CmeSnapshot::From(*cme);
-  }
+  SnapshotCopy c;
+  StreamingLearnerSnapshot& snap = c.snap_;
   snap.samples = samples();
-  snap.counts = counts->Snapshot();
   if (moments_) snap.moments = moments_->Snapshot();
   if (latent_) snap.latent = latent_->Snapshot();
   if (predictive_) snap.predictive = predictive_->Snapshot();
-  if (spectral) snap.spectral = spectral->Snapshot();
   if (prequential_) {
     snap.prequential =
         StreamingLearnerSnapshot::Prequential{prequential_view_, prequential_->pairs(), prequential_->Score()};
   }
-  if (lags) snap.lags = lags->Snapshot();
-  return snap;
+  if (run_ && !run_->empty()) {
+    // The estimators that read the CME's dictionary, copied whole: Finish() applies the open run
+    // to them (docs/algorithms.md §9.2). About the size of their snapshots.
+    c.cme_.emplace(*cme_);
+    c.counts_.emplace(*counts_);
+    c.spectral_.emplace(*spectral_);
+    if (lags_) c.lags_.emplace(*lags_);
+    c.run_.emplace(*run_);
+    return c;
+  }
+  if (cme_) {
+    snap.inverse_drift = cme_->last_drift();  // measured by the CME's periodic check
+    snap.cme = CmeSnapshot::From(*cme_);
+  }
+  snap.counts = counts_->Snapshot();
+  if (spectral_) snap.spectral = spectral_->Snapshot();
+  if (lags_) snap.lags = lags_->Snapshot();
+  return c;
+}
+
+StreamingLearnerSnapshot StreamingLearner::SnapshotCopy::Finish() && {
+  if (run_) {
+    std::vector<int> scratch;
+    run_->Apply(CmeRunTargets{&*cme_, &*counts_, &*spectral_, lags_ ? &*lags_ : nullptr}, scratch);
+    snap_.inverse_drift = cme_->last_drift();
+    snap_.cme = CmeSnapshot::From(*cme_);
+    snap_.counts = counts_->Snapshot();
+    snap_.spectral = spectral_->Snapshot();
+    if (lags_) snap_.lags = lags_->Snapshot();
+  }
+  return std::move(snap_);
 }
 
 std::unique_ptr<PrequentialVampE> StreamingLearner::InstallPrequential(std::unique_ptr<PrequentialVampE> score,

@@ -212,6 +212,26 @@ class StreamingLearner {
   // changes nothing (buffered pairs are folded into copies).
   std::optional<StreamingLearnerSnapshot> Snapshot() const;
 
+  // Snapshot() in two steps, so that an owner can hold its lock only for the copy:
+  // CopyForSnapshot() takes the copies (O(model size), the cost of Snapshot() without an open
+  // run), Finish() folds the open CME run into them (up to run_pairs() pairs of learning on
+  // the copies) and needs no access to the learner.
+  class SnapshotCopy {
+   public:
+    StreamingLearnerSnapshot Finish() &&;
+
+   private:
+    friend class StreamingLearner;
+    StreamingLearnerSnapshot snap_;  // the parts that need no fold, already taken
+    // With an open run: copies of what reads the CME's dictionary, and of the run.
+    std::optional<CompressedCme> cme_;
+    std::optional<TransitionCounts> counts_;
+    std::optional<SpectralMoments> spectral_;
+    std::optional<LagStatistics> lags_;
+    std::optional<CmeRun> run_;
+  };
+  std::optional<SnapshotCopy> CopyForSnapshot() const;
+
   // Test-then-train score: from now on every pair the CME learns is first scored by `score`
   // (a view's VAMP model); returns the scorer it replaces (free it outside any lock). The
   // window is not learner state: neither serialized nor restored.

@@ -208,12 +208,18 @@ v1::ModelInfo Model::Describe() const {
 }
 
 std::optional<Model::LearnerSnapshot> Model::Snapshot() {
-  absl::MutexLock learner_lock(&learner_mu_);
-  std::optional<StreamingLearnerSnapshot> learned = learner_.Snapshot();
-  if (!learned) return std::nullopt;
+  std::optional<StreamingLearner::SnapshotCopy> copy;
+  uint64_t applied_sequence = 0;
+  {
+    // Only the copy under the learner lock; the open CME run is folded in after it.
+    absl::MutexLock learner_lock(&learner_mu_);
+    copy = learner_.CopyForSnapshot();
+    applied_sequence = applied_sequence_.load();
+  }
+  if (!copy) return std::nullopt;
   LearnerSnapshot snap;
-  static_cast<StreamingLearnerSnapshot&>(snap) = *std::move(learned);
-  snap.applied_sequence = applied_sequence_.load();
+  static_cast<StreamingLearnerSnapshot&>(snap) = std::move(*copy).Finish();
+  snap.applied_sequence = applied_sequence;
   absl::MutexLock stats_lock(&stats_mu_);
   stats_.inverse_drift = snap.inverse_drift;
   return snap;

@@ -126,7 +126,8 @@ class Model {
   v1::ModelInfo Describe() const ABSL_LOCKS_EXCLUDED(stats_mu_, view_mu_);
 
   // Refresh support. Snapshot() copies what the views need under the learner lock and changes
-  // nothing (StreamingLearner::Snapshot): the Gram-inverse drift check and re-factorization
+  // nothing (StreamingLearner::CopyForSnapshot; the open CME run is folded into the copies
+  // after the lock is released, SnapshotCopy::Finish): the Gram-inverse drift check and re-factorization
   // (docs/algorithms.md §1.7) run inside CompressedCme::Observe on a sample-count schedule, and
   // the embedding moments fold their buffered pairs into a copy. A refresh that touched the
   // learner would make its state depend on wall-clock timing, and WAL replay / snapshots could
