@@ -36,8 +36,9 @@ void PrequentialVampE::Features(const double* z, VectorXd& psi) const {
       const double diff = z[a] - b(j, a);
       dist += diff * diff;
     }
-    psi[j + 1] = std::exp(dist * scale);
+    psi[j + 1] = dist * scale;
   }
+  psi.segment(1, m) = psi.segment(1, m).array().exp().matrix();  // one vectorized exp
 }
 
 void PrequentialVampE::Observe(const double* x, const double* y) {

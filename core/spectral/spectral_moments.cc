@@ -224,13 +224,15 @@ void SpectralMoments::FlushInto(Epoch& e, RowMatrixXd& px_buf, RowMatrixXd& py_b
     const double w = wbuf[k];
     px(k, 0) = w;
     py(k, 0) = w;
-    for (int j = 0; j < m_; ++j) {
-      // Cancellation can make tiny distances slightly negative: clamp at 0 so k <= 1.
-      const double dx = std::max(0.0, sqx[k] + basis_sq_[j] - 2 * px(k, j + 1));
-      const double dy = std::max(0.0, sqy[k] + basis_sq_[j] - 2 * py(k, j + 1));
-      px(k, j + 1) = w * std::exp(dx * scale);
-      py(k, j + 1) = w * std::exp(dy * scale);
-    }
+    // Rows are contiguous (row-major): distances in place, then one vectorized exp per row.
+    // Cancellation can make tiny distances slightly negative: clamp at 0 so k <= 1.
+    auto rx = px.row(k).segment(1, m_).array();
+    auto ry = py.row(k).segment(1, m_).array();
+    const auto sq = basis_sq_.head(m_).transpose().array();
+    rx = (sqx[k] + sq - 2 * rx).max(0.0);
+    ry = (sqy[k] + sq - 2 * ry).max(0.0);
+    rx = w * (rx * scale).exp();
+    ry = w * (ry * scale).exp();
   }
   // C00 += Px^T Px, C11 += Py^T Py (lower triangles), C01 += Px^T Py: GEMM over tiles.
   AddProductTiled(e.c00[fold], px.transpose(), px, /*lower_only=*/true);
