@@ -213,10 +213,15 @@ void PrintSpectrum(const v1::SpectrumInfo& s, const std::string& indent) {
   if (s.estimator() == "spectral-moments") {
     std::cout << ": epoch " << s.epoch() << " (" << s.epoch_samples() << " samples, " << s.basis_size()
               << " basis atoms" << (s.ready() ? "" : ", not ready") << "), ridge " << Num(s.ridge())
-              << " (selection VAMP-E " << Num(s.selection_score()) << "), prequential VAMP-E "
-              << (s.heldout_pairs() > 0 ? Num(s.heldout_score()) : std::string("pending")) << " over "
-              << s.heldout_pairs() << " pairs after view " << s.heldout_view_version() << " (rank " << s.score_rank()
-              << ")";
+              << " (selection VAMP-E " << Num(s.selection_score()) << "), ";
+    if (s.heldout_pairs() > 0) {
+      std::cout << "prequential VAMP-E " << Num(s.heldout_score()) << " over " << s.heldout_pairs()
+                << " pairs after view " << s.heldout_view_version();
+    } else {
+      // The score rates a published view on the pairs that arrive after it (test, then train).
+      std::cout << "prequential VAMP-E pending (it scores a view on the pairs that arrive after it)";
+    }
+    std::cout << " (rank " << s.score_rank() << ")";
   }
   std::cout << "\n";
   const auto& c = s.comparison();
