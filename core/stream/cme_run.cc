@@ -13,8 +13,8 @@
 namespace cmestream {
 namespace {
 
-// Lag states of one run: a state after each pair plus an episode's first state between pairs,
-// and one before the first pair of the learner's first run.
+// Lag states of one run: the trajectory state after each pair, and the first state of an
+// episode starting before a pair (one more kept as slack).
 int MaxStates(int run_pairs) { return 2 * run_pairs + 1; }
 // Events of one run: per pair the pair, a lag pair or state, an episode start and its state.
 int MaxEvents(int run_pairs) { return 4 * run_pairs + 2; }
@@ -56,6 +56,10 @@ void CmeRun::AddLagState(const double* state) {
 }
 
 void CmeRun::AddLagEpisode() { events_.push_back({kLagEpisode, 0}); }
+
+bool CmeRun::has_lag_events() const {
+  return std::any_of(events_.begin(), events_.end(), [](const Event& e) { return e.kind != kPair; });
+}
 
 void CmeRun::Clear() {
   pairs_ = 0;

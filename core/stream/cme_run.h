@@ -6,12 +6,13 @@
 // events in stream order and applied after the run's pairs, each event seeing the dictionary as
 // it was at its place in the stream.
 //
-// WHY RUNS ON A GRID: ObserveBatch's arithmetic depends on where its calls begin and end. A run
-// closes only when its `run_pairs`-th pair is followed by another pair, so run boundaries fall
-// on multiples of run_pairs of the learner's pair count, whatever the producers' batch sizes:
-// the state stays a function of the pairs alone (bit-exact WAL replay, identical digests for a
-// producer that resumes with other batch sizes). The open run is part of the learner's state
-// (serialized) and is folded into copies for the views (StreamingLearner::Snapshot).
+// WHY RUNS ON A GRID: ObserveBatch's arithmetic depends on where its calls begin and end. The
+// learner applies a run right after its `run_pairs`-th pair and the lag pair or state that goes
+// with that pair, so run boundaries fall on multiples of run_pairs of the learner's pair count,
+// whatever the producers' batch sizes: the state stays a function of the pairs alone (bit-exact
+// WAL replay, identical digests for a producer that resumes with other batch sizes). The open
+// run is part of the learner's state (serialized) and is folded into copies for the views
+// (StreamingLearner::CopyForSnapshot / SnapshotCopy::Finish).
 //
 // COST: storage for run_pairs pairs and up to 2 run_pairs + 1 lag states (d doubles each, at most
 // ~4 MB each with the learner's run_pairs cap), allocated at first use, then no allocation. Apply is ObserveBatch plus
@@ -57,6 +58,7 @@ class CmeRun {
   int pairs() const { return pairs_; }
   bool full() const { return pairs_ == run_pairs_; }
   bool empty() const { return events_.empty(); }
+  bool has_lag_events() const;  // any event for the lag statistics (a restored run is checked)
 
   // Records, in stream order. requires: !full() for AddPair (the owner applies a full run first);
   // AddLagPair refers to the pair added last.

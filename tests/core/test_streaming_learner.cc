@@ -382,6 +382,22 @@ TEST(StreamingLearner, MicroBatchesEqualTheSequentialLearner) {
       EXPECT_EQ(got->lags->counts->total[k].c0t, want->lags->counts->total[k].c0t);
     }
     EXPECT_EQ(got->moments->samples, want->moments->samples);
+
+    // The open run is state: it round-trips, and a corrupt one is refused with the part named.
+    const std::string bytes = Bytes(l);
+    io::Reader r(bytes, "test");
+    absl::StatusOr<StreamingLearner> back =
+        StreamingLearner::Deserialize(r, Continuous(0, micro_batch), StreamingLearner::kStateVersion, {});
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(Bytes(*back), bytes);
+    std::string corrupt = bytes;
+    corrupt[corrupt.size() - 4] ^= 0x40;  // the last event's index (u8 kind, i32 index at the end)
+    io::Reader bad(corrupt, "test");
+    absl::StatusOr<StreamingLearner> refused =
+        StreamingLearner::Deserialize(bad, Continuous(0, micro_batch), StreamingLearner::kStateVersion, {});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(refused.status().message().find("model CME run event"), std::string::npos) << refused.status();
   }
 }
 
