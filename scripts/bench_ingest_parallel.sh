@@ -5,7 +5,8 @@
 # Env: CMESTREAMD / LOADGEN override the binaries (e.g. to compare with another build),
 #      N pairs per stream (default 300000), SYNC_POLICIES (default "never always"),
 #      DAEMON_FLAGS added to every daemon (e.g. "--ingest-nice 10"), PROBE_ONLY=1 runs only the
-#      query-latency run (50 streams + probe).
+#      query-latency run (50 streams + probe), PRODUCER_NICE=N runs its producer threads at nice
+#      N (as if they ran on other machines; the probe keeps nice 0 and its own client).
 # Prints one loadgen line per run, prefixed with what ran. Runs take seconds each; do not loop.
 set -euo pipefail
 BUILD="${1:-build}"
@@ -39,7 +40,7 @@ for sync in $SYNC_POLICIES; do
 done
 # Queries under 50 concurrent ingest streams (10 models), default --wal-sync always.
 run "50 streams / 10 models + GetModel/Koopman(1000 points) probe" "" --model r --models 10 --streams 50 \
-    --n $((N / 10)) "${MODEL[@]}" --producer p --probe r-0
+    --n $((N / 10)) "${MODEL[@]}" --producer p --probe r-0 --producer-nice "${PRODUCER_NICE:-0}"
 # Back-pressure: 50 streams into one model with a queue of 1 and of 4.
 [ "${PROBE_ONLY:-0}" = 1 ] && exit 0
 for q in 1 4; do

@@ -15,6 +15,14 @@
 // 1000 points (--probe-points) on model P (refreshed once before the clock starts) in a loop
 // and the line adds their p50/p99 latencies in ms ("getmodel_p50_ms=... koopman_p99_ms=...").
 // Streams refused with RESOURCE_EXHAUSTED are counted (refused=K) rather than fatal.
+// --producer-nice N: the producer threads lower their own priority by N (Linux, per thread) and
+// the probe uses its own client, so that on one machine the probe measures the daemon rather
+// than its CPU contention with 50 producers in the same process (in production producers run
+// elsewhere).
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -35,7 +43,8 @@ int Usage(const char* msg) {
   std::fprintf(stderr,
                "usage: cmestream_ingest_loadgen --server HOST:PORT --model NAME [--create] "
                "[--n N] [--dim D] [--batch B] [--producer ID] [--sigma S] [--epsilon EPS] "
-               "[--max-dict M] [--streams K] [--models M] [--probe MODEL] [--probe-points P]\n");
+               "[--max-dict M] [--streams K] [--models M] [--probe MODEL] [--probe-points P] "
+               "[--producer-nice N]\n");
   return 2;
 }
 
@@ -46,7 +55,7 @@ int main(int argc, char** argv) {
   bool create = false;
   uint64_t n = 1000000, dim = 2, batch = 1000, max_dict = 0;
   double sigma = 0.5, epsilon = 0;
-  uint64_t streams = 1, models = 1, probe_points = 1000;
+  uint64_t streams = 1, models = 1, probe_points = 1000, producer_nice = 0;
   std::string probe;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -66,6 +75,7 @@ int main(int argc, char** argv) {
     else if (a == "--models") ok = absl::SimpleAtoi(next(), &models);
     else if (a == "--probe") probe = next();
     else if (a == "--probe-points") ok = absl::SimpleAtoi(next(), &probe_points);
+    else if (a == "--producer-nice") ok = absl::SimpleAtoi(next(), &producer_nice) && producer_nice <= 19;
     else return Usage(("unknown option " + a).c_str());
     if (!ok) return Usage(("bad value for " + a).c_str());
   }
@@ -78,6 +88,8 @@ int main(int argc, char** argv) {
     return Usage("need 1 <= models <= streams <= 1000");
   auto client = cmestream::client::Client::Connect(options);
   if (!client.ok()) return Usage(std::string(client.status().message()).c_str());
+  auto probe_client = cmestream::client::Client::Connect(options);  // the probe's own client
+  if (!probe_client.ok()) return Usage(std::string(probe_client.status().message()).c_str());
   auto model_name = [&](uint64_t k) { return models == 1 ? model : model + "-" + std::to_string(k % models); };
   if (create) {
     for (uint64_t k = 0; k < models; ++k) {
@@ -127,9 +139,9 @@ int main(int argc, char** argv) {
     prober = std::thread([&] {
       while (running.load() > 0) {
         auto t0 = std::chrono::steady_clock::now();
-        auto info = (*client)->Describe(probe);
+        auto info = (*probe_client)->Describe(probe);
         auto t1 = std::chrono::steady_clock::now();
-        auto k = (*client)->Koopman(probe, 0, probe_x);
+        auto k = (*probe_client)->Koopman(probe, 0, probe_x);
         auto t2 = std::chrono::steady_clock::now();
         if (info.ok()) getmodel_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         if (k.ok()) koopman_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
@@ -140,6 +152,10 @@ int main(int argc, char** argv) {
   std::vector<std::thread> workers;
   for (uint64_t k = 0; k < streams; ++k) {
     workers.emplace_back([&, k] {
+      if (producer_nice > 0) {
+        const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+        (void)setpriority(PRIO_PROCESS, static_cast<id_t>(tid), static_cast<int>(producer_nice));
+      }
       cmestream::client::IngestStream::Options so;
       so.producer_id = producer.empty() ? "" : producer + "-" + std::to_string(k);
       so.batch_pairs = static_cast<int>(batch);
