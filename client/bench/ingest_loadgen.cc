@@ -18,7 +18,8 @@
 // --producer-nice N: the producer threads lower their own priority by N (Linux, per thread) and
 // the probe uses its own client, so that on one machine the probe measures the daemon rather
 // than its CPU contention with 50 producers in the same process (in production producers run
-// elsewhere).
+// elsewhere). --probe-seconds S: the probe runs for S seconds (with --streams 0: a probe-only
+// process, e.g. beside a load generator run under `nice`).
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -44,7 +45,7 @@ int Usage(const char* msg) {
                "usage: cmestream_ingest_loadgen --server HOST:PORT --model NAME [--create] "
                "[--n N] [--dim D] [--batch B] [--producer ID] [--sigma S] [--epsilon EPS] "
                "[--max-dict M] [--streams K] [--models M] [--probe MODEL] [--probe-points P] "
-               "[--producer-nice N]\n");
+               "[--producer-nice N] [--probe-seconds S]\n");
   return 2;
 }
 
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   uint64_t n = 1000000, dim = 2, batch = 1000, max_dict = 0;
   double sigma = 0.5, epsilon = 0;
   uint64_t streams = 1, models = 1, probe_points = 1000, producer_nice = 0;
+  double probe_seconds = 0;
   std::string probe;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
     else if (a == "--models") ok = absl::SimpleAtoi(next(), &models);
     else if (a == "--probe") probe = next();
     else if (a == "--probe-points") ok = absl::SimpleAtoi(next(), &probe_points);
+    else if (a == "--probe-seconds") ok = absl::SimpleAtod(next(), &probe_seconds) && probe_seconds >= 0;
     else if (a == "--producer-nice") ok = absl::SimpleAtoi(next(), &producer_nice) && producer_nice <= 19;
     else return Usage(("unknown option " + a).c_str());
     if (!ok) return Usage(("bad value for " + a).c_str());
@@ -84,8 +87,9 @@ int main(int argc, char** argv) {
 
   cmestream::client::ClientOptions options;
   options.target = server;
-  if (streams == 0 || models == 0 || streams > 1000 || models > streams)
-    return Usage("need 1 <= models <= streams <= 1000");
+  const bool probe_only = streams == 0 && !probe.empty() && probe_seconds > 0;
+  if (!probe_only && (streams == 0 || models == 0 || streams > 1000 || models > streams))
+    return Usage("need 1 <= models <= streams <= 1000 (or --streams 0 with --probe and --probe-seconds)");
   auto client = cmestream::client::Client::Connect(options);
   if (!client.ok()) return Usage(std::string(client.status().message()).c_str());
   auto probe_client = cmestream::client::Client::Connect(options);  // the probe's own client
@@ -137,7 +141,12 @@ int main(int argc, char** argv) {
   std::thread prober;
   if (!probe.empty()) {
     prober = std::thread([&] {
-      while (running.load() > 0) {
+      auto probing = [&] {
+        if (probe_seconds > 0)
+          return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < probe_seconds;
+        return running.load() > 0;
+      };
+      while (probing()) {
         auto t0 = std::chrono::steady_clock::now();
         auto info = (*probe_client)->Describe(probe);
         auto t1 = std::chrono::steady_clock::now();
