@@ -4,14 +4,16 @@
 #include <cmath>
 #include <random>
 
-#if defined(__x86_64__)
+// glibc's vector math (x86-64 Linux); elsewhere the scalar cos.
+#if defined(__x86_64__) && defined(__GLIBC__)
+#define CMESTREAM_LIBMVEC 1
 #include <immintrin.h>
 #endif
 
 #include "absl/strings/str_cat.h"
 #include "core/common/random.h"
 
-#if defined(__x86_64__)
+#if defined(CMESTREAM_LIBMVEC)
 // glibc's vector math library (libmvec, linked by core/CMakeLists.txt): cos of 4 (AVX2 ABI) or
 // 2 (SSE2 ABI) doubles per call, < 4 ulp, lane by lane. Resolved at load time to the widest
 // implementation the CPU has, like the scalar cos.
@@ -131,7 +133,7 @@ void FeatureMap::Activate(double* row) const {
   // embedding moments' cost with the scalar cos (docs/benchmarks.md).
   const double scale = std::sqrt(2.0 / n_);
   int k = 0;
-#if defined(__x86_64__) && defined(__AVX2__)
+#if defined(CMESTREAM_LIBMVEC) && defined(__AVX2__)
   constexpr int kLanes = 4;
   for (; k + kLanes <= n_; k += kLanes) {
     const __m256d a = _mm256_add_pd(_mm256_loadu_pd(row + k), _mm256_loadu_pd(beta_.data() + k));
@@ -143,7 +145,7 @@ void FeatureMap::Activate(double* row) const {
     _mm256_store_pd(out, _ZGVdN4v_cos(_mm256_load_pd(in)));
     for (int j = k; j < n_; ++j) row[j] = scale * out[j - k];
   }
-#elif defined(__x86_64__)
+#elif defined(CMESTREAM_LIBMVEC)
   constexpr int kLanes = 2;
   for (; k + kLanes <= n_; k += kLanes) {
     const __m128d a = _mm_add_pd(_mm_loadu_pd(row + k), _mm_loadu_pd(beta_.data() + k));
