@@ -1,5 +1,7 @@
 // cmestreamd: parse flags, start the daemon, print the listening line, wait for SIGTERM/SIGINT,
 // shut down cleanly and exit 0.
+#include <unistd.h>
+
 #include <csignal>
 
 #include <cstdio>
@@ -11,16 +13,25 @@
 #include "service/daemon.h"
 #include "service/flags.h"
 
-int main(int argc, char** argv) {
 #if defined(__x86_64__) && defined(__AVX2__)
-  // Built for x86-64-v3 or wider (CMESTREAM_ARCH, the default): a clear message instead of an
-  // illegal-instruction crash on an older CPU.
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    std::cerr << "cmestreamd: this build needs a CPU with AVX2 and FMA (built with -march for x86-64-v3 or wider);"
-                 " rebuild with -DCMESTREAM_ARCH=x86-64-v2 for this machine\n";
-    return 2;
-  }
+namespace {
+// Built for x86-64-v3 or wider (CMESTREAM_ARCH, the default): on an older CPU a clear message
+// instead of an illegal-instruction crash. A constructor of the highest priority, compiled for
+// the baseline ISA and using only write/_exit, so it runs before any other initializer of this
+// binary could execute an AVX2 instruction.
+__attribute__((constructor(101), target("arch=x86-64"))) void RequireAvx2() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return;
+  static const char kMessage[] =
+      "cmestreamd: this build needs a CPU with AVX2 and FMA (built for x86-64-v3 or wider); rebuild with "
+      "-DCMESTREAM_ARCH=x86-64-v2 for this machine\n";
+  (void)!write(2, kMessage, sizeof kMessage - 1);
+  _exit(2);
+}
+}  // namespace
 #endif
+
+int main(int argc, char** argv) {
   using cmestream::service::Daemon;
   absl::StatusOr<cmestream::service::ParsedFlags> flags =
       cmestream::service::ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
