@@ -24,6 +24,7 @@ int MaxEvents(int run_pairs) { return 4 * run_pairs + 2; }
 CmeRun::CmeRun(int dim, int run_pairs) : dim_(dim), run_pairs_(run_pairs) {
   if (dim < 1 || run_pairs < 1) std::abort();                  // a programming error: the learner validated
   events_.reserve(static_cast<size_t>(MaxEvents(run_pairs)));  // small: 8 bytes an event
+  scratch_.assign(static_cast<size_t>(3) * run_pairs, 0);
 }
 
 void CmeRun::Allocate(RowMatrixXd& m, int rows) const {
@@ -67,10 +68,9 @@ void CmeRun::Clear() {
   events_.clear();  // keeps the capacity
 }
 
-CmeRunEffects CmeRun::Apply(const CmeRunTargets& to, std::vector<int>& scratch) const {
+CmeRunEffects CmeRun::Apply(const CmeRunTargets& to) {
   CmeRunEffects effects;
-  if (scratch.size() < static_cast<size_t>(3) * run_pairs_) scratch.resize(static_cast<size_t>(3) * run_pairs_);
-  int* nearest_x = scratch.data();
+  int* nearest_x = scratch_.data();
   int* nearest_y = nearest_x + run_pairs_;
   int* dict_x = nearest_y + run_pairs_;
   // The X dictionary size at the current event: before the run's first pair, the CME's size now.
@@ -122,6 +122,7 @@ CmeRunEffects CmeRun::Apply(const CmeRunTargets& to, std::vector<int>& scratch) 
         break;
     }
   }
+  Clear();
   return effects;
 }
 

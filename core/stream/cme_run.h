@@ -67,11 +67,9 @@ class CmeRun {
   void AddLagState(const double* state);
   void AddLagEpisode();
 
-  // Applies the recorded events to `to` (see the top of this file) and, with clear, empties the
-  // run. Const apply (clear false) leaves the run as it is: a view folds the open run into
-  // copies of the estimators. `scratch` holds 3 run_pairs ints (nearest atoms, dictionary sizes).
-  CmeRunEffects Apply(const CmeRunTargets& to, std::vector<int>& scratch) const;
-  void Clear();
+  // Applies the recorded events to `to` (see the top of this file) and empties the run. A view
+  // folds the open run into copies of the estimators by applying a copy of the run.
+  CmeRunEffects Apply(const CmeRunTargets& to);
 
   // Part of StreamingLearner's state (version 4): pairs, lag states, events.
   void Serialize(io::Writer& w) const;
@@ -86,6 +84,7 @@ class CmeRun {
     int32_t index;  // pair row (kPair, kLagPair) or state row (kLagState)
   };
   void Allocate(RowMatrixXd& m, int rows) const;
+  void Clear();
 
   int dim_;
   int run_pairs_;
@@ -94,6 +93,7 @@ class CmeRun {
   RowMatrixXd x_, y_;  // run_pairs x dim once a pair was added
   RowMatrixXd state_;  // 2 run_pairs + 1 rows x dim once a lag state was added
   std::vector<Event> events_;
+  std::vector<int> scratch_;  // 3 run_pairs: nearest X atoms of x and y, m_x after each pair
 };
 
 }  // namespace cmestream

@@ -45,7 +45,6 @@ void StreamingLearner::CreateSigmaDependent(double sigma) {
   if (!options_.lags.empty()) lags_ = std::make_unique<LagStatistics>(learner_options::Lags(options_, sigma));
   if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, sigma));
   run_ = std::make_unique<CmeRun>(options_.dim, options_.run_pairs());
-  run_scratch_.assign(static_cast<size_t>(3) * options_.run_pairs(), 0);
 }
 
 int64_t StreamingLearner::samples() const {
@@ -109,9 +108,7 @@ void StreamingLearner::FeedPair(const double* x, const double* y) {
 }
 
 void StreamingLearner::ApplyRun() {
-  const CmeRunEffects e =
-      run_->Apply(CmeRunTargets{cme_.get(), counts_.get(), spectral_.get(), lags_.get()}, run_scratch_);
-  run_->Clear();
+  const CmeRunEffects e = run_->Apply(CmeRunTargets{cme_.get(), counts_.get(), spectral_.get(), lags_.get()});
   batch_.spectral_epochs += e.spectral_epochs;
   batch_.lag_rebases += e.lag_rebases;
 }
@@ -289,8 +286,7 @@ std::optional<StreamingLearner::SnapshotCopy> StreamingLearner::CopyForSnapshot(
 
 StreamingLearnerSnapshot StreamingLearner::SnapshotCopy::Finish() && {
   if (run_) {
-    std::vector<int> scratch;
-    run_->Apply(CmeRunTargets{&*cme_, &*counts_, &*spectral_, lags_ ? &*lags_ : nullptr}, scratch);
+    run_->Apply(CmeRunTargets{&*cme_, &*counts_, &*spectral_, lags_ ? &*lags_ : nullptr});
     snap_.inverse_drift = cme_->last_drift();
     snap_.cme = CmeSnapshot::From(*cme_);
     snap_.counts = counts_->Snapshot();

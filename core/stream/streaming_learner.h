@@ -294,10 +294,8 @@ class StreamingLearner {
   // Lagged moments and counts: discrete models (when lags are configured), continuous ones
   // once sigma is known. Trajectory states feed every lag; unordered pairs feed lag 1.
   std::unique_ptr<LagStatistics> lags_;
-  // Continuous, once sigma is known: the open CME run and its scratch (nearest atoms and
-  // dictionary sizes per pair).
+  // Continuous, once sigma is known: the open CME run.
   std::unique_ptr<CmeRun> run_;
-  std::vector<int> run_scratch_;
   // Episode rule: key and last state of the last trajectory batch observed.
   bool episode_open_ = false;
   std::string episode_producer_, episode_id_;

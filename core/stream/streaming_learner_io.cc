@@ -135,7 +135,6 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
     l.run_.reset();
   } else if (!l.run_) {
     l.run_ = std::make_unique<CmeRun>(options.dim, options.run_pairs());
-    l.run_scratch_.assign(static_cast<size_t>(3) * options.run_pairs(), 0);
   }
   if (l.run_ && version >= 4 && r.ok() && l.run_->Deserialize(r) && !l.lags_ && l.run_->has_lag_events()) {
     return r.Fail("model CME run holds lag states or pairs but the model keeps no lag statistics");

@@ -54,9 +54,9 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     // Micro-batches (docs/algorithms.md §9.2): the open run's pairs and lag states (4 R + 1
     // rows of d doubles, R = run_pairs() of the default micro_batch) and ObserveBatch's scratch
     // (about 10 m x 128 doubles).
-    const StreamingLearner::Options defaults;
-    const double run =
-        std::max(1.0, std::min<double>(defaults.micro_batch, StreamingLearner::Options::kRunDoubles / d));
+    StreamingLearner::Options learner;  // the daemon's micro_batch is the learner's default
+    learner.dim = c.dim();
+    const double run = learner.run_pairs();
     bytes += (4 * run + 1) * d * kDouble + 10 * m * 128 * kDouble;
   }
   // Lag statistics (core/validation/lag_statistics.h): per lag and block (16 + the open one),
