@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/splitmix.h"
 #include "core/kernels/gaussian.h"
 
 namespace cmestream {
@@ -90,16 +91,17 @@ void CompressedCme::Reserve(int m) {
   const int d = options_.dim;
   GrowMatrix(x_atoms_, cap, d, mx_, d);
   GrowMatrix(y_atoms_, cap, d, my_, d);
-  GrowMatrix(w_, cap, cap, my_, mx_);
-  if (options_.averaging) GrowMatrix(w_avg_, cap, cap, my_, mx_);
+  GrowMatrix(wf_, cap, cap, my_, mx_);
+  if (options_.averaging) GrowMatrix(wf_avg_, cap, cap, my_, mx_);
   GrowMatrix(gx_, cap, cap, mx_, mx_);
   GrowMatrix(gy_, cap, cap, my_, my_);
-  GrowMatrix(gx_inv_, cap, cap, mx_, mx_);
-  GrowMatrix(gy_inv_, cap, cap, my_, my_);
+  GrowMatrix(rx_, cap, cap, mx_, mx_);
+  GrowMatrix(ry_, cap, cap, my_, my_);
   // Scratch vectors are rewritten before every read: no need to keep their contents.
-  for (VectorXd* v : {&kx_, &ky_, &a_, &b_, &c_, &kyx_, &tmp_, &amb_}) *v = VectorXd::Zero(cap);
+  for (VectorXd* v : {&kx_, &ky_, &kyx_, &s_, &t_, &a_, &r_, &c_, &tmp_}) *v = VectorXd::Zero(cap);
+  for (MatrixXd* p : {&probe_z_, &probe_u_, &probe_v_}) p->setZero(cap, kDriftProbes);
   // ObserveBatch scratch is sized from cap on its next use.
-  for (MatrixXd* b : {&bkx_, &bky_, &bkyx_, &bc_, &bb_, &bgb_, &bz_, &bvv_, &bq_, &bvr_}) b->resize(0, 0);
+  for (MatrixXd* b : {&bkx_, &bky_, &bkyx_, &bs_, &bt_, &bz_, &bv_, &bq_, &bvr_}) b->resize(0, 0);
   cap_ = cap;
 }
 
@@ -112,10 +114,10 @@ void CompressedCme::EnsureCapacity() {
 int64_t CompressedCme::HeapBytes() const {
   int64_t n = 0;
   for (const RowMatrixXd* m : {&x_atoms_, &y_atoms_}) n += m->size();
-  for (const MatrixXd* m : {&w_, &w_avg_, &gx_, &gy_, &gx_inv_, &gy_inv_, &bkx_, &bky_, &bkyx_, &bc_, &bb_, &bgb_, &bz_,
-                            &bvv_, &bq_, &bvr_})
+  for (const MatrixXd* m : {&wf_, &wf_avg_, &gx_, &gy_, &rx_, &ry_, &probe_z_, &probe_u_, &probe_v_, &bkx_, &bky_,
+                            &bkyx_, &bs_, &bt_, &bz_, &bv_, &bq_, &bvr_})
     n += m->size();
-  for (const VectorXd* v : {&kx_, &ky_, &a_, &b_, &c_, &kyx_, &tmp_, &amb_, &bscale_, &bsum_}) n += v->size();
+  for (const VectorXd* v : {&kx_, &ky_, &kyx_, &s_, &t_, &a_, &r_, &c_, &tmp_, &bscale_, &bsum_}) n += v->size();
   return n * static_cast<int64_t>(sizeof(double));
 }
 
@@ -150,53 +152,25 @@ void CompressedCme::KernelColumn(const RowMatrixXd& atoms, int m, const double* 
   v = v.array().exp().matrix();
 }
 
-void CompressedCme::GrowInverse(MatrixXd& g, MatrixXd& g_inv, int m, const VectorXd& k_new, const VectorXd& c,
-                                double delta) {
+void CompressedCme::GrowFactor(MatrixXd& g, MatrixXd& r, int m, const VectorXd& k_new, const VectorXd& c, double ell) {
   // Gram of the enlarged dictionary (unjittered; the jitter is added where it is used).
   g.col(m).head(m) = k_new.head(m);
   g.row(m).head(m) = k_new.head(m).transpose();
   g(m, m) = 1.0;
-  // Block (Schur) inverse: [[G^-1 + c c^T/delta, -c/delta], [-c^T/delta, 1/delta]], O(m^2).
-  tmp_.head(m) = c.head(m) / delta;
-  g_inv.topLeftCorner(m, m).noalias() += tmp_.head(m) * c.head(m).transpose();
-  g_inv.col(m).head(m) = -tmp_.head(m);
-  g_inv.row(m).head(m) = -tmp_.head(m).transpose();
-  g_inv(m, m) = 1.0 / delta;
-}
-
-void CompressedCme::CompressW(int my, int mx, double decay, double eta) {
-  // W <- (1 - eta lambda) W - eta (a - b) c^T.
-  tmp_.head(my) = eta * amb_.head(my);
-  DecayAndSubtractOuter(w_, my, mx, decay, tmp_, c_);
-}
-
-void CompressedCme::AppendRowOfW(int my, int mx, double decay, double eta) {
-  // Add y only: W <- [(1 - eta lambda) W - eta a c^T ; eta c^T].
-  tmp_.head(my) = eta * a_.head(my);
-  DecayAndSubtractOuter(w_, my, mx, decay, tmp_, c_);
-  w_.row(my).head(mx) = eta * c_.head(mx).transpose();
-}
-
-void CompressedCme::AppendColumnOfW(int my, int mx, double decay, double eta) {
-  // Add x only: W <- [(1 - eta lambda) W , -eta (a - b)].
-  w_.topLeftCorner(my, mx) *= decay;
-  w_.col(mx).head(my) = -eta * amb_.head(my);
-}
-
-void CompressedCme::AppendBothOfW(int my, int mx, double decay, double eta) {
-  // Add the pair: W <- [[(1 - eta lambda) W, -eta a], [0, eta]].
-  w_.topLeftCorner(my, mx) *= decay;
-  w_.col(mx).head(my) = -eta * a_.head(my);
-  w_.row(my).head(mx).setZero();
-  w_(my, mx) = eta;
+  // L' = [[L, 0], [s^T, ell]] with s = R k_new, so R' = L'^{-1} = [[R, 0], [-s^T R / ell, 1/ell]]
+  // and s^T R = (R^T s)^T = c^T (docs/algorithms.md (1.13)). O(m).
+  r.row(m).head(m) = (-1.0 / ell) * c.head(m).transpose();
+  r(m, m) = 1.0 / ell;
 }
 
 void CompressedCme::UpdateAverage() {
-  // Polyak-Ruppert: running mean over all iterates; atoms added later enter with zeros
-  // (the admission code zeroes their row/column of w_avg_ before this update).
+  // Polyak-Ruppert: running mean over all iterates, kept in the whitened basis (the map
+  // W~ -> W is linear and fixed between re-factorizations, and atoms added later enter with
+  // zero rows/columns in both bases: docs/algorithms.md §1.8). The admission code zeroes their
+  // row/column of wf_avg_ before this update.
   const double t = static_cast<double>(counters_.samples);
-  auto avg = w_avg_.topLeftCorner(my_, mx_);
-  avg += (w_.topLeftCorner(my_, mx_) - avg) / t;
+  auto avg = wf_avg_.topLeftCorner(my_, mx_);
+  avg += (wf_.topLeftCorner(my_, mx_) - avg) / t;
 }
 
 CompressedCme::PairStats CompressedCme::MakeStats(double pv, double dy_raw, double pu_raw, double eta) const {
@@ -272,18 +246,14 @@ void CompressedCme::Observe(const double* x, const double* y) {
   // kx = k_X(x), ky = k_Y(y): m kernel evaluations each.
   KernelColumn(x_atoms_, mx, x, kx_.data());
   KernelColumn(y_atoms_, my, y, ky_.data());
-  auto kx = kx_.head(mx);
-  auto ky = ky_.head(my);
-  auto a = a_.head(my);
-  auto b = b_.head(my);
-  auto c = c_.head(mx);
-  a.noalias() = w_.topLeftCorner(my, mx) * kx;       // C phi(x) = Psi a
-  b.noalias() = gy_inv_.topLeftCorner(my, my) * ky;  // P_Y phi(y) = Psi b
-  c.noalias() = gx_inv_.topLeftCorner(mx, mx) * kx;  // P_X phi(x) = Phi c
-  // pu = (a - b)^T G_Y (a - b) = ||P_Y u||^2 for u = Psi a - phi(y).
-  amb_.head(my) = a - b;
-  tmp_.head(my).noalias() = gy_.topLeftCorner(my, my) * amb_.head(my);
-  const PairStats st = MakeStats(kx.dot(c), 1.0 - ky.dot(b), amb_.head(my).dot(tmp_.head(my)), eta);
+  auto s = s_.head(mx);
+  auto t = t_.head(my);
+  auto r = r_.head(my);
+  s.noalias() = rx_.topLeftCorner(mx, mx).triangularView<Eigen::Lower>() * kx_.head(mx);  // ||s||^2 = ||P_X phi(x)||^2
+  t.noalias() = ry_.topLeftCorner(my, my).triangularView<Eigen::Lower>() * ky_.head(my);  // ||t||^2 = ||P_Y phi(y)||^2
+  a_.head(my).noalias() = wf_.topLeftCorner(my, mx) * s;                                  // L_Y^T a, a = W kx
+  r = a_.head(my) - t;                                                                    // L_Y^T (a - b): ||r||^2 = pu
+  const PairStats st = MakeStats(s.squaredNorm(), 1.0 - t.squaredNorm(), r.squaredNorm(), eta);
   RecordStats(st);
   ApplyStep(Decide(st, eta), st, x, y, eta, decay);
 }
@@ -294,36 +264,33 @@ void CompressedCme::ApplyStep(const Decision& dec, const PairStats& st, const do
   const int mx = mx_;
   const int my = my_;
   const double gamma = Gamma();
-  switch (dec.choice) {
-    case kCompress:
-      CompressW(my, mx, decay, eta);
-      break;
-    case kY:
-      AppendRowOfW(my, mx, decay, eta);
-      break;
-    case kX:
-      AppendColumnOfW(my, mx, decay, eta);
-      break;
-    case kBoth:
-      AppendBothOfW(my, mx, decay, eta);
-      break;
-  }
+  // Every step updates the existing block the same way, W~ <- (1 - eta lambda) W~ - eta r s^T
+  // (docs/algorithms.md (1.11)); an admission then appends a row (y) and/or a column (x).
+  tmp_.head(my) = eta * r_.head(my);
+  DecayAndSubtractOuter(wf_, my, mx, decay, tmp_, s_);
   const bool add_y = dec.choice == kY || dec.choice == kBoth;
   const bool add_x = dec.choice == kX || dec.choice == kBoth;
-  // Dictionary and inverse growth. The Schur complement of the jittered Gram is delta + gamma.
-  if (add_y) {
-    y_atoms_.row(my) = Eigen::Map<const Eigen::RowVectorXd>(y, d);
-    GrowInverse(gy_, gy_inv_, my, ky_, b_, st.dy + gamma);
-    if (options_.averaging) w_avg_.row(my).head(mx + (add_x ? 1 : 0)).setZero();
-    my_ = my + 1;
-    ++counters_.admitted_y;
-  }
+  // Dictionary and factor growth. The Schur complement of the jittered Gram is delta + gamma.
+  const double ell_x = add_x ? std::sqrt(st.dx + gamma) : 0;
+  const double ell_y = add_y ? std::sqrt(st.dy + gamma) : 0;
   if (add_x) {
+    wf_.col(mx).head(my) = (-eta * ell_x) * r_.head(my);
+    c_.head(mx).noalias() = rx_.topLeftCorner(mx, mx).triangularView<Eigen::Lower>().transpose() * s_.head(mx);
     x_atoms_.row(mx) = Eigen::Map<const Eigen::RowVectorXd>(x, d);
-    GrowInverse(gx_, gx_inv_, mx, kx_, c_, st.dx + gamma);
-    if (options_.averaging) w_avg_.col(mx).head(my_).setZero();
+    GrowFactor(gx_, rx_, mx, kx_, c_, ell_x);
+    if (options_.averaging) wf_avg_.col(mx).head(my).setZero();
     mx_ = mx + 1;
     ++counters_.admitted_x;
+  }
+  if (add_y) {
+    wf_.row(my).head(mx) = (eta * ell_y) * s_.head(mx).transpose();
+    if (add_x) wf_(my, mx) = eta * ell_x * ell_y;
+    c_.head(my).noalias() = ry_.topLeftCorner(my, my).triangularView<Eigen::Lower>().transpose() * t_.head(my);
+    y_atoms_.row(my) = Eigen::Map<const Eigen::RowVectorXd>(y, d);
+    GrowFactor(gy_, ry_, my, ky_, c_, ell_y);
+    if (options_.averaging) wf_avg_.row(my).head(mx_).setZero();
+    my_ = my + 1;
+    ++counters_.admitted_y;
   }
   if (dec.choice == kCompress && !dec.forced) ++counters_.compressed;
   if (dec.forced) {
@@ -371,47 +338,97 @@ void CompressedCme::AfterPairDriftSchedule() {
 }
 
 double CompressedCme::MeasureInverseDrift() {
-  // ||(G + gamma I) G^-1 - I||_F one column at a time into the capacity-sized scratch tmp_, so
-  // that the periodic check inside Observe() does not allocate.
+  // ||R (G + gamma I) R^T - I||_F one column at a time (column j of R^T is row j of R, zero
+  // beyond j) into the capacity-sized scratch c_ and tmp_, so that the periodic check inside
+  // Observe() does not allocate.
   const double gamma = Gamma();
-  auto drift = [this, gamma](const MatrixXd& g, const MatrixXd& g_inv, int m) {
+  auto drift = [this, gamma](const MatrixXd& g, const MatrixXd& r, int m) {
     double sum = 0;
     for (int j = 0; j < m; ++j) {
-      auto r = tmp_.head(m);
-      r.noalias() = g.topLeftCorner(m, m) * g_inv.col(j).head(m);
-      r += gamma * g_inv.col(j).head(m);
-      r[j] -= 1.0;
-      sum += r.squaredNorm();
+      auto u = c_.head(m);
+      auto v = tmp_.head(m);
+      u.noalias() = g.topLeftCorner(m, j + 1) * r.row(j).head(j + 1).transpose();
+      u.head(j + 1) += gamma * r.row(j).head(j + 1).transpose();
+      v.noalias() = r.topLeftCorner(m, m).triangularView<Eigen::Lower>() * u;
+      v[j] -= 1.0;
+      sum += v.squaredNorm();
     }
     return std::sqrt(sum);
   };
-  last_drift_ = std::max(drift(gx_, gx_inv_, mx_), drift(gy_, gy_inv_, my_));
+  last_drift_ = std::max(drift(gx_, rx_, mx_), drift(gy_, ry_, my_));
   return last_drift_;
 }
 
-void CompressedCme::Refactorize() {
-  // Cholesky of the jittered Gram (SPD by construction: Gaussian Gram + gamma I, gamma > 0), so
-  // no pivoting or SVD fallback is needed; the inverse is then exact to O(cond * eps_machine).
+double CompressedCme::EstimateInverseDrift() {
+  // Hutchinson: for E = R (G + gamma I) R^T - I and z with independent +-1 entries,
+  // E ||E z||^2 = ||E||_F^2. kDriftProbes probes at once: U = R^T Z, V = R ((G + gamma I) U) - Z.
   const double gamma = Gamma();
-  auto refactor = [gamma](const MatrixXd& g, MatrixXd& g_inv, int m) {
-    if (m == 0) return;
+  internal::SplitMix rng(0x6a09e667f3bcc908ULL ^ static_cast<uint64_t>(counters_.samples));
+  auto estimate = [&](const MatrixXd& g, const MatrixXd& r, int m) {
+    if (m == 0) return 0.0;
+    auto z = probe_z_.topRows(m);
+    auto u = probe_u_.topRows(m);
+    auto v = probe_v_.topRows(m);
+    for (int j = 0; j < kDriftProbes; ++j) {
+      for (int i = 0; i < m; ++i) z(i, j) = (rng.Next() >> 63) ? 1.0 : -1.0;
+    }
+    u.noalias() = r.topLeftCorner(m, m).triangularView<Eigen::Lower>().transpose() * z;
+    v.noalias() = g.topLeftCorner(m, m) * u;
+    v += gamma * u;
+    u.noalias() = r.topLeftCorner(m, m).triangularView<Eigen::Lower>() * v;
+    u -= z;
+    return std::sqrt(u.squaredNorm() / kDriftProbes);
+  };
+  last_drift_ = std::max(estimate(gx_, rx_, mx_), estimate(gy_, ry_, my_));
+  return last_drift_;
+}
+
+bool CompressedCme::Refactorize() {
+  // Cholesky of the jittered Gram (SPD by construction: Gaussian Gram + gamma I, gamma > 0), so
+  // no pivoting is needed; R = L^{-1} is then exact to O(cond * eps_machine). W~ = L_Y^T W L_X
+  // changes with the factors: W = R_Y^T W~ R_X is formed with the old ones and re-expressed
+  // with the new ones (and likewise the average). With jitter = 0 and duplicate atoms the
+  // Cholesky can fail; that side then keeps its incrementally grown factor.
+  const double gamma = Gamma();
+  const int mx = mx_, my = my_;
+  auto factor = [gamma](const MatrixXd& g, int m, MatrixXd* l) {
     MatrixXd gj = g.topLeftCorner(m, m);
     gj.diagonal().array() += gamma;
     Eigen::LLT<MatrixXd> llt(gj);
-    if (llt.info() == Eigen::Success) {
-      g_inv.topLeftCorner(m, m) = llt.solve(MatrixXd::Identity(m, m));
-    } else {
-      // Only possible with jitter = 0 and duplicate atoms: fall back to a pivoted LU.
-      g_inv.topLeftCorner(m, m) = gj.fullPivLu().inverse();
-    }
+    if (llt.info() != Eigen::Success) return false;
+    *l = llt.matrixL();
+    return true;
   };
-  refactor(gx_, gx_inv_, mx_);
-  refactor(gy_, gy_inv_, my_);
+  MatrixXd lx, ly;
+  const bool new_x = mx > 0 && factor(gx_, mx, &lx);
+  const bool new_y = my > 0 && factor(gy_, my, &ly);
+  auto rebase = [&](MatrixXd& wf) {
+    if (mx == 0 || my == 0) return;
+    auto block = wf.topLeftCorner(my, mx);
+    MatrixXd w = block;
+    if (new_y) {
+      w = ry_.topLeftCorner(my, my).triangularView<Eigen::Lower>().transpose() * w;  // R_Y^T W~
+      w = ly.transpose().triangularView<Eigen::Upper>() * w;                         // L_Y'^T ...
+    }
+    if (new_x) {
+      w = w * rx_.topLeftCorner(mx, mx).triangularView<Eigen::Lower>();  // ... R_X
+      w = w * lx.triangularView<Eigen::Lower>();                         // ... L_X'
+    }
+    block = w;
+  };
+  rebase(wf_);
+  if (options_.averaging) rebase(wf_avg_);
+  auto invert = [](const MatrixXd& l, MatrixXd& r, int m) {
+    r.topLeftCorner(m, m) = l.triangularView<Eigen::Lower>().solve(MatrixXd::Identity(m, m));
+  };
+  if (new_x) invert(lx, rx_, mx);
+  if (new_y) invert(ly, ry_, my);
   ++counters_.refactorizations;
+  return (mx == 0 || new_x) && (my == 0 || new_y);
 }
 
 double CompressedCme::CheckDriftAndRefactorize() {
-  const double drift = MeasureInverseDrift();
+  const double drift = EstimateInverseDrift();
   if (drift > options_.drift_tolerance || negative_delta_events_ > 0) {
     Refactorize();
     negative_delta_events_ = 0;
@@ -419,23 +436,62 @@ double CompressedCme::CheckDriftAndRefactorize() {
   return drift;
 }
 
+namespace {
+
+// W = R_Y^T W~ R_X (two triangular products, O(m^3)).
+MatrixXd Unwhiten(const Eigen::Ref<const MatrixXd>& wf, const Eigen::Ref<const MatrixXd>& rx,
+                  const Eigen::Ref<const MatrixXd>& ry) {
+  MatrixXd w = ry.triangularView<Eigen::Lower>().transpose() * wf;
+  w = w * rx.triangularView<Eigen::Lower>();
+  return w;
+}
+
+}  // namespace
+
 Eigen::Ref<const RowMatrixXd> CompressedCme::x_atoms() const { return x_atoms_.topRows(mx_); }
 Eigen::Ref<const RowMatrixXd> CompressedCme::y_atoms() const { return y_atoms_.topRows(my_); }
-Eigen::Ref<const MatrixXd> CompressedCme::W() const {
-  return options_.averaging ? w_avg_.topLeftCorner(my_, mx_) : w_.topLeftCorner(my_, mx_);
+Eigen::Ref<const MatrixXd> CompressedCme::W_whitened() const {
+  return options_.averaging ? wf_avg_.topLeftCorner(my_, mx_) : wf_.topLeftCorner(my_, mx_);
 }
-Eigen::Ref<const MatrixXd> CompressedCme::W_iterate() const { return w_.topLeftCorner(my_, mx_); }
-Eigen::Ref<const MatrixXd> CompressedCme::gram_x_inverse() const { return gx_inv_.topLeftCorner(mx_, mx_); }
-Eigen::Ref<const MatrixXd> CompressedCme::gram_y_inverse() const { return gy_inv_.topLeftCorner(my_, my_); }
+Eigen::Ref<const MatrixXd> CompressedCme::inverse_factor_x() const { return rx_.topLeftCorner(mx_, mx_); }
+Eigen::Ref<const MatrixXd> CompressedCme::inverse_factor_y() const { return ry_.topLeftCorner(my_, my_); }
+MatrixXd CompressedCme::W() const { return Unwhiten(W_whitened(), inverse_factor_x(), inverse_factor_y()); }
+MatrixXd CompressedCme::W_iterate() const {
+  return Unwhiten(wf_.topLeftCorner(my_, mx_), inverse_factor_x(), inverse_factor_y());
+}
+MatrixXd CompressedCme::gram_x_inverse() const {
+  const auto r = inverse_factor_x();
+  return r.transpose() * r;
+}
+MatrixXd CompressedCme::gram_y_inverse() const {
+  const auto r = inverse_factor_y();
+  return r.transpose() * r;
+}
 
-CmeSnapshot CmeSnapshot::From(const CompressedCme& cme) {
+CmeSnapshot CmeSnapshot::FromFactors(const CompressedCme& cme) {
   CmeSnapshot s;
   s.dim = cme.options().dim;
   s.sigma = cme.options().sigma;
   s.samples = cme.samples();
   s.x_atoms = cme.x_atoms();
   s.y_atoms = cme.y_atoms();
-  s.W = cme.W();
+  s.w_whitened = cme.W_whitened();
+  s.r_x = cme.inverse_factor_x();
+  s.r_y = cme.inverse_factor_y();
+  return s;
+}
+
+void CmeSnapshot::Materialize() {
+  if (w_whitened.size() == 0 && W.rows() == y_atoms.rows() && W.cols() == x_atoms.rows()) return;
+  W = Unwhiten(w_whitened, r_x, r_y);
+  w_whitened = MatrixXd();
+  r_x = MatrixXd();
+  r_y = MatrixXd();
+}
+
+CmeSnapshot CmeSnapshot::From(const CompressedCme& cme) {
+  CmeSnapshot s = FromFactors(cme);
+  s.Materialize();
   return s;
 }
 

@@ -19,18 +19,24 @@
 //   Memory follows the dictionary: the m-indexed buffers have a capacity that grows
 //   geometrically (16, 32, 64, ... capped at max_dict) when an admission needs room, so an empty
 //   learner holds no matrices and a learner with m atoms holds 6-7 cap^2 doubles, cap < 2m
-//   (plus ObserveBatch's scratch, about 10 cap x run doubles). Growth is the only allocation on
+//   (plus ObserveBatch's scratch, about 7 cap x run doubles). Growth is the only allocation on
 //   the hot path: O(log max_dict) times over a learner's life; Reserve() removes even that.
 //   Measured: docs/benchmarks.md.
 //
 // NUMERICS
-//   Gram inverses are of G + gamma I with gamma = jitter * k(x,x) (relative jitter, docs/algorithms.md
-//   (1.18)), grown by the block (Schur) formula. A side whose delta is below gamma is never
-//   admitted (one-sided mode). Drift ||(G + gamma I) G^-1 - I||_F is measured by
-//   MeasureInverseDrift() (allocation-free, column by column); CheckDriftAndRefactorize(),
-//   which Observe() runs every max(drift_check_interval, m_x + m_y) samples, recomputes the
-//   inverses by Cholesky when the drift exceeds drift_tolerance or when Observe() saw a
-//   negative delta (a free drift symptom). The re-factorization itself allocates (rare repair).
+//   The recursion works in whitened bases (docs/algorithms.md §1.3): with the Cholesky factors
+//   L L^T = G + gamma I of both jittered Grams (gamma = jitter * k(x,x), relative jitter,
+//   docs/algorithms.md (1.18)) it keeps R = L^{-1} (lower triangular) per side and
+//   W~ = L_Y^T W L_X, so that W = R_Y^T W~ R_X. Per pair that costs s = R_X k_x, t = R_Y k_y,
+//   W~ s and the rank-1 update: 3 m^2 multiply-adds instead of 5 with explicit inverses, and an
+//   admission appends one row to R and one row or column to W~ (O(m^2)). A side whose delta is
+//   below gamma is never admitted (one-sided mode). Drift ||R (G + gamma I) R^T - I||_F is
+//   estimated from random probes by EstimateInverseDrift() (O(m^2), allocation-free; the exact
+//   O(m^3) MeasureInverseDrift() cost a third of the learner's time at m = 1000);
+//   CheckDriftAndRefactorize(), which Observe() runs every max(drift_check_interval, m_x + m_y)
+//   samples, recomputes the factors by Cholesky (and re-expresses W~ in the new bases) when the
+//   drift exceeds drift_tolerance or when Observe() saw a negative delta (a free drift symptom).
+//   The re-factorization itself allocates (rare repair).
 //
 // STEP SCHEDULE AND AVERAGING
 //   step_decay_samples = 0: constant eta (tracks drift, weights recent data more; eigenvalue
@@ -128,11 +134,19 @@ class CompressedCme {
   int capacity() const { return cap_; }
   int64_t HeapBytes() const;
 
-  // Max over both sides of ||G G^-1 - I||_F (O(m^3)); cached in last_drift().
+  // Max over both sides of ||R (G + gamma I) R^T - I||_F, exactly (O(m^3)); cached in
+  // last_drift(). For tests and diagnostics.
   double MeasureInverseDrift();
-  // Recomputes both Gram inverses from a Cholesky factorization of the jittered Gram.
-  void Refactorize();
-  // Measures drift and refactorizes if above drift_tolerance. Returns the drift measured.
+  // The same quantity estimated from kDriftProbes random +-1 probes z (E ||E z||^2 = ||E||_F^2,
+  // relative spread about 1/2 at 8 probes), O(m^2); the probes are seeded by samples(), so the
+  // estimate is a function of the state. Cached in last_drift(). What the periodic check uses.
+  double EstimateInverseDrift();
+  static constexpr int kDriftProbes = 8;
+  // Recomputes both factors from a Cholesky factorization of the jittered Gram (and W~ in the
+  // new bases). False if a side's Cholesky failed (jitter = 0 and duplicate atoms only): that
+  // side keeps its incrementally grown factor.
+  bool Refactorize();
+  // Estimates drift and refactorizes if above drift_tolerance. Returns the drift estimated.
   double CheckDriftAndRefactorize();
 
   const Options& options() const { return options_; }
@@ -145,7 +159,13 @@ class CompressedCme {
   // Views of the live state (first m rows/cols of the capacity-sized buffers).
   Eigen::Ref<const RowMatrixXd> x_atoms() const;  // m_x x d
   Eigen::Ref<const RowMatrixXd> y_atoms() const;  // m_y x d
-  Eigen::Ref<const MatrixXd> W() const;           // m_y x m_x (averaged W if averaging)
+  // W = R_Y^T W~ R_X, m_y x m_x (averaged W if averaging); formed on each call, O(m^3): read
+  // it off the hot path (views use CmeSnapshot, which forms it off the learner's lock).
+  MatrixXd W() const;
+  // The factored state itself (see NUMERICS): W~ (averaged if averaging), R_X, R_Y.
+  Eigen::Ref<const MatrixXd> W_whitened() const;
+  Eigen::Ref<const MatrixXd> inverse_factor_x() const;  // R_X, m_x x m_x, lower triangular
+  Eigen::Ref<const MatrixXd> inverse_factor_y() const;  // R_Y, m_y x m_y, lower triangular
   // Index of the X atom with the largest kernel value for the most recent Observe()'d x
   // and its successor y (-1 before any atom exists). Lets counts reuse kernel values.
   // Cost: k_X(y) is m_x extra kernel evaluations per sample (O(m d), small next to O(m^2)).
@@ -158,16 +178,18 @@ class CompressedCme {
   // sqrt(err^2) of the most recent sample: the HS distance between the uncompressed SGD
   // iterate and its projection onto span{psi_i (x) phi_j} (before any admission).
   double last_error() const { return last_error_; }
-  // The non-averaged SGD iterate (equals W() when averaging is off).
-  Eigen::Ref<const MatrixXd> W_iterate() const;
-  // Live inverses of the jittered Grams (G + gamma I)^{-1}, m x m; for tests and diagnostics.
-  Eigen::Ref<const MatrixXd> gram_x_inverse() const;
-  Eigen::Ref<const MatrixXd> gram_y_inverse() const;
+  // The non-averaged SGD iterate (equals W() when averaging is off); formed like W().
+  MatrixXd W_iterate() const;
+  // Inverses of the jittered Grams (G + gamma I)^{-1} = R^T R, m x m, formed on each call; for
+  // tests and diagnostics.
+  MatrixXd gram_x_inverse() const;
+  MatrixXd gram_y_inverse() const;
   // Number of samples whose computed delta came out below -1e-6 (a symptom of inverse drift,
   // detected for free on the hot path; the next CheckDriftAndRefactorize() repairs it).
   int64_t negative_delta_events() const { return negative_delta_events_; }
 
-  // Snapshot support (core/io/learner_serialization.cc; object tag "CCME", version 1). Writes
+  // Snapshot support (core/io/learner_serialization.cc; object tag "CCME", version 2; version 1,
+  // which stored W and the Gram inverses, loads by re-factorizing). Writes
   // the full per-sample state (no flush, no re-factorization), so that Deserialize() followed
   // by the same calls gives results bit-identical to never having stopped. Deserialize bounds
   // every dimension by the stored options before allocating; errors are DataLoss naming the
@@ -192,8 +214,8 @@ class CompressedCme {
   PairStats MakeStats(double pv, double dy_raw, double pu_raw, double eta) const;
   void RecordStats(const PairStats& st);  // last_error_, negative_delta_events_
   Decision Decide(const PairStats& st, double eta) const;
-  // Applies a decided step with the pair's vectors in the scratch a_, amb_, b_, c_, kx_, ky_
-  // (W update, dictionary growth, counters, averaging, nearest atoms, drift schedule).
+  // Applies a decided step with the pair's vectors in the scratch s_, t_, r_, kx_, ky_
+  // (W~ update, dictionary growth, counters, averaging, nearest atoms, drift schedule).
   void ApplyStep(const Decision& dec, const PairStats& st, const double* x, const double* y, double eta, double decay);
   // Grows capacity when an admission would not fit (no-op at max_dict).
   void EnsureCapacity();
@@ -214,18 +236,20 @@ class CompressedCme {
   double last_drift_ = 0;
   int last_nearest_x_ = -1;
   int last_nearest_y_in_x_ = -1;
-  RowMatrixXd x_atoms_, y_atoms_;             // cap x d
-  MatrixXd w_, w_avg_;                        // cap x cap
-  MatrixXd gx_, gy_;                          // Gram matrices (jittered), capacity-sized
-  MatrixXd gx_inv_, gy_inv_;                  // their inverses
-  VectorXd kx_, ky_, a_, b_, c_, kyx_, tmp_;  // scratch, capacity-sized
-  VectorXd amb_;                              // scratch: a - b, capacity-sized
+  RowMatrixXd x_atoms_, y_atoms_;  // cap x d
+  MatrixXd wf_, wf_avg_;           // W~ = L_Y^T W L_X and its Polyak-Ruppert mean, cap x cap
+  MatrixXd gx_, gy_;               // Gram matrices (unjittered), capacity-sized
+  MatrixXd rx_, ry_;               // R = L^{-1}, L L^T = G + gamma I (lower triangular)
+  // Scratch, capacity-sized: kernel columns, s = R_X kx, t = R_Y ky, a = W~ s, r = a - t,
+  // c = R^T (s or t) for an admission, tmp for the drift check.
+  VectorXd kx_, ky_, kyx_, s_, t_, a_, r_, c_, tmp_;
+  MatrixXd probe_z_, probe_u_, probe_v_;  // cap x kDriftProbes, EstimateInverseDrift()
   // ObserveBatch scratch (ld = cap rounded up to 8 rows so columns stay SIMD-aligned) x run.
   MatrixXd bkx_, bky_, bkyx_;  // kernel columns k_X(x_t), k_Y(y_t), k_X(y_t)
-  MatrixXd bc_, bb_, bgb_;     // G_X^-1 K_x, G_Y^-1 K_y, G_Y G_Y^-1 K_y
-  MatrixXd bz_;                // 2 ld x run: [W~ K_x ; G_Y W~ K_x], then corrected in place
-  MatrixXd bvv_;               // 2 ld x run: [v_t ; G_Y v_t], the deferred rank-1 factors
-  MatrixXd bq_;                // run x run: Q(j,t) = c_j^T k_X(x_t), strictly upper part
+  MatrixXd bs_, bt_;           // S = R_X K_x, T = R_Y K_y
+  MatrixXd bz_;                // W~_0 S, then corrected in place
+  MatrixXd bv_;                // the deferred rank-1 factors v_t
+  MatrixXd bq_;                // run x run: Q(j,t) = s_j^T s_t, strictly upper part
   MatrixXd bvr_;               // ld x run: v_t scaled for the Polyak-Ruppert sum
   VectorXd bscale_, bsum_;     // per-pair lazy scale S_t and its suffix sums
   Step last_step_ = Step::kNone;
@@ -235,12 +259,9 @@ class CompressedCme {
 
   double Gamma() const;                      // relative jitter gamma = jitter * k(x,x) (k(x,x) = 1)
   double StepSizeAt(int64_t samples) const;  // eta_t of the schedule after `samples` pairs
-  void GrowInverse(MatrixXd& g, MatrixXd& g_inv, int m, const VectorXd& k_new, const VectorXd& c,
-                   double delta_jittered);
-  void AppendRowOfW(int my, int mx, double decay, double eta);     // add-y update
-  void AppendColumnOfW(int my, int mx, double decay, double eta);  // add-x update
-  void AppendBothOfW(int my, int mx, double decay, double eta);    // paired update
-  void CompressW(int my, int mx, double decay, double eta);
+  // Appends atom m to a side: its Gram row/column k_new, and row m of R from c = R^T (R k_new)
+  // and the Schur complement ell^2 = delta + gamma.
+  void GrowFactor(MatrixXd& g, MatrixXd& r, int m, const VectorXd& k_new, const VectorXd& c, double ell);
   void UpdateAverage();
   void KernelColumn(const RowMatrixXd& atoms, int m, const double* p, double* out) const;
 };
@@ -250,10 +271,17 @@ struct CmeSnapshot {
   int dim = 0;
   double sigma = 1;
   int64_t samples = 0;
-  RowMatrixXd x_atoms;  // m_x x d
-  RowMatrixXd y_atoms;  // m_y x d
-  MatrixXd W;           // m_y x m_x
-  static CmeSnapshot From(const CompressedCme& cme);
+  RowMatrixXd x_atoms;                                // m_x x d
+  RowMatrixXd y_atoms;                                // m_y x d
+  MatrixXd W;                                         // m_y x m_x
+  static CmeSnapshot From(const CompressedCme& cme);  // FromFactors + Materialize
+
+  // In two steps, so that an owner can hold its lock only for the copy: FromFactors copies
+  // the atoms and the factored W (O(m^2)); Materialize() forms W = R_Y^T W~ R_X (O(m^3)) and
+  // drops the factors. A snapshot is used only after Materialize() (a no-op when done).
+  static CmeSnapshot FromFactors(const CompressedCme& cme);
+  void Materialize();
+  MatrixXd w_whitened, r_x, r_y;  // empty once materialized
 };
 
 // E[Y | X = x] ~ sum_i beta_i y_i with beta = W k_X(x) (docs/algorithms.md (1.24)). points: n x d.

@@ -1,17 +1,18 @@
 // CompressedCme::ObserveBatch: exact micro-batching of the CME recursion (docs/algorithms.md §9).
 //
-// A run is a stretch of consecutive pairs in which the dictionary (hence G_X^-1, G_Y^-1, G_Y) does
-// not change. Inside a run W is kept lazily as W_t = S_t (W~_0 - sum_{j<=t} v_j c_j^T), with
-// S_t = prod_{i<=t} (1 - eta_i lambda) and v_j = eta_j (a_j - b_j) / S_j, so that
-//   a_t = W_{t-1} k_x,t = S_{t-1} (W~_0 k_x,t - sum_{j<t} v_j (c_j^T k_x,t)),
-// where c_j^T k_x,t = Q(j,t) for Q = C^T K_x and C = G_X^-1 K_x (matrix products over the run).
-// G_Y (a_t - b_t), needed for pu, follows the same way from G_Y W~_0 K_x and G_Y v_j (which is
-// eta_j G_Y (a_j - b_j) / S_j, already computed for pair j). What is left per pair is O(m t)
-// corrections (applied per sub-block as matrix products, per pair only inside a sub-block) and
-// O(m) dot products. At the end of the run: W <- S (W~_0 - V C^T), one GEMM; the Polyak-Ruppert
-// mean gets sum_t W_t = R_1 W~_0 - V diag(R) C^T with R_j = sum_{t>=j} S_t, one more GEMM.
+// A run is a stretch of consecutive pairs in which the dictionary (hence the factors R_X, R_Y)
+// does not change. The recursion works on W~ (see compressed_cme.h, NUMERICS): with
+// s_t = R_X k_x,t and t_t = R_Y k_y,t, a pair compresses as W~ <- (1 - eta_t lambda) W~ - eta_t r_t s_t^T,
+// r_t = W~_{t-1} s_t - t_t. Inside a run W~ is kept lazily as W~_t = S_t (W~_0 - sum_{j<=t} v_j s_j^T),
+// with S_t = prod_{i<=t} (1 - eta_i lambda) and v_j = eta_j r_j / S_j, so that
+//   W~_{t-1} s_t = S_{t-1} (W~_0 s_t - sum_{j<t} v_j (s_j^T s_t)),
+// where s_j^T s_t = Q(j,t) for Q = S^T S (matrix products over the run). What is left per pair
+// is O(m t) corrections (applied per sub-block as matrix products, per pair only inside a
+// sub-block) and O(m) dot products. At the end of the run: W~ <- S (W~_0 - V S^T), one GEMM; the
+// Polyak-Ruppert mean gets sum_t W~_t = R_1 W~_0 - V diag(R) S^T with R_j = sum_{t>=j} S_t, one
+// more GEMM. Per pair that is 3 m^2 multiply-adds (two triangular products, W~_0 S, the flush).
 // A pair that admits ends the run: the run before it is flushed, and the pair is redone by
-// Observe() (see the comment there: the Gram inverses must see the sequential arithmetic).
+// Observe() (see the comment there: the factors must see the sequential arithmetic).
 // A scheduled drift check also ends a run (runs are cut so that the check falls on a run's last
 // pair), as does S falling below kMinScale (keeps v_j = u_j / S_j far from overflow).
 #include <algorithm>
@@ -24,7 +25,10 @@ namespace cmestream {
 namespace {
 
 // Run lengths: start short after an admission (a run that ends early wastes the products of
-// its remaining columns), double after each run that completes, up to kMaxRun.
+// its remaining columns), double after each run that completes, up to kMaxRun. A call starts
+// at kMaxRun unless the last pair before it admitted: restarting every call at kMinRun made
+// the average run of a 256-pair call 43 pairs, and each run re-reads the m x m matrices
+// (packing took 24% of the time at m = 1000).
 constexpr int kMinRun = 8;
 constexpr int kMaxRun = 128;
 // Corrections from earlier sub-blocks are applied as one matrix product per sub-block.
@@ -44,9 +48,7 @@ void CompressedCme::EnsureBatchScratch(int run) {
   const int ld = RoundUp8(cap_);
   if (bkx_.rows() == ld && bkx_.cols() >= run) return;
   const int cols = std::max<int>(run, static_cast<int>(bkx_.rows() == ld ? bkx_.cols() : 0));
-  for (MatrixXd* b : {&bkx_, &bky_, &bkyx_, &bc_, &bb_, &bgb_}) b->setZero(ld, cols);
-  bz_.setZero(Eigen::Index{2} * ld, cols);
-  bvv_.setZero(Eigen::Index{2} * ld, cols);
+  for (MatrixXd* b : {&bkx_, &bky_, &bkyx_, &bs_, &bt_, &bz_, &bv_}) b->setZero(ld, cols);
   bq_.setZero(cols, cols);
   if (options_.averaging) bvr_.setZero(ld, cols);
   bscale_.setZero(cols);
@@ -62,7 +64,11 @@ void CompressedCme::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const E
       (!dict_x.empty() && static_cast<int64_t>(dict_x.size()) != n)) {
     Die("nearest_x / nearest_y / dict_x must be empty or have one entry per pair");
   }
-  int run = kMinRun;
+  // The first run of a call is long unless the learner's last pair admitted (last_step() is
+  // state, so the run lengths stay a function of the stream and the call boundaries).
+  const bool after_admission = last_step_ == Step::kAdmittedX || last_step_ == Step::kAdmittedY ||
+                               last_step_ == Step::kAdmittedBoth || last_step_ == Step::kNone;
+  int run = after_admission ? kMinRun : kMaxRun;
   int64_t t = 0;
   while (t < n) {
     EnsureCapacity();
@@ -95,23 +101,18 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
     KernelColumn(x_atoms_, mx, y.row(t0 + t).data(), &bkyx_(0, t));
   }
   const auto kx = bkx_.topLeftCorner(mx, len);
-  const auto ky = bky_.topLeftCorner(my, len);
-  auto c = bc_.topLeftCorner(mx, len);
-  auto b = bb_.topLeftCorner(my, len);
-  auto gb = bgb_.topLeftCorner(my, len);
-  auto z = bz_.topLeftCorner(2 * my, len);
-  auto vv = bvv_.topLeftCorner(2 * my, len);
+  auto sx = bs_.topLeftCorner(mx, len);
+  auto ty = bt_.topLeftCorner(my, len);
+  auto z = bz_.topLeftCorner(my, len);
+  auto vv = bv_.topLeftCorner(my, len);
   auto q = bq_.topLeftCorner(len, len);
-  const auto gy = gy_.topLeftCorner(my, my);
-  c.noalias() = gx_inv_.topLeftCorner(mx, mx) * kx;               // c_t = G_X^-1 k_x,t
-  b.noalias() = gy_inv_.topLeftCorner(my, my) * ky;               // b_t = G_Y^-1 k_y,t
-  gb.noalias() = gy * b;                                          // G_Y b_t
-  z.topRows(my).noalias() = w_.topLeftCorner(my, mx) * kx;        // W~_0 k_x,t
-  z.bottomRows(my).noalias() = gy * z.topRows(my);                // G_Y W~_0 k_x,t
-  q.triangularView<Eigen::StrictlyUpper>() = c.transpose() * kx;  // Q(j,t) = c_j^T k_x,t, j < t
+  sx.noalias() = rx_.topLeftCorner(mx, mx).triangularView<Eigen::Lower>() * kx;  // s_t = R_X k_x,t
+  ty.noalias() = ry_.topLeftCorner(my, my).triangularView<Eigen::Lower>() * bky_.topLeftCorner(my, len);  // t_t
+  z.noalias() = wf_.topLeftCorner(my, mx) * sx;                                                           // W~_0 s_t
+  q.triangularView<Eigen::StrictlyUpper>() = sx.transpose() * sx;  // Q(j,t) = s_j^T s_t, j < t
 
   const int64_t n0 = counters_.samples;
-  double scale = 1.0;  // S_{t-1}: W_{t-1} = scale (W~_0 - sum_{j<t} v_j c_j^T)
+  double scale = 1.0;  // S_{t-1}: W~_{t-1} = scale (W~_0 - sum_{j<t} v_j s_j^T)
   for (int t = 0; t < len; ++t) {
     // Corrections of the earlier pairs of this run: whole sub-blocks at once, then the pairs
     // before t inside t's sub-block.
@@ -124,20 +125,18 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
 
     const double eta = StepSizeAt(n0 + t);
     const double decay = 1.0 - eta * options_.lambda;
-    a_.head(my) = scale * z.col(t).head(my);  // a_t = W_{t-1} k_x,t
-    amb_.head(my) = a_.head(my) - b.col(t);
-    tmp_.head(my) = scale * z.col(t).tail(my) - gb.col(t);  // G_Y (a_t - b_t)
+    r_.head(my) = scale * z.col(t) - ty.col(t);  // r_t = W~_{t-1} s_t - t_t
     const PairStats st =
-        MakeStats(kx.col(t).dot(c.col(t)), 1.0 - ky.col(t).dot(b.col(t)), amb_.head(my).dot(tmp_.head(my)), eta);
+        MakeStats(sx.col(t).squaredNorm(), 1.0 - ty.col(t).squaredNorm(), r_.head(my).squaredNorm(), eta);
     const Decision dec = Decide(st, eta);
     const double* xt = x.row(t0 + t).data();
     const double* yt = y.row(t0 + t).data();
     if (dec.choice != kCompress) {
-      // Admission: materialize W_{t-1}, then redo this pair with Observe(). The Gram inverses
-      // are grown from c and delta with 1/delta amplification (delta can be ~1e-6), so feeding
-      // them the run's reassociated c would let rounding differences grow to ~1e-6 in a few
-      // admissions; Observe() computes them exactly as the sequential recursion does, which keeps
-      // the inverses identical and W equal to reassociation error. O(m^2) per admission, the
+      // Admission: materialize W~_{t-1}, then redo this pair with Observe(). The factors grow
+      // from s and delta with 1/sqrt(delta) amplification (delta can be ~1e-6), so feeding them
+      // the run's reassociated s would let rounding differences grow in a few admissions;
+      // Observe() computes them exactly as the sequential recursion does, which keeps the
+      // factors identical and W~ equal to reassociation error. O(m^2) per admission, the
       // sequential price.
       FlushRun(t, scale, n0);
       Observe(xt, yt);
@@ -147,12 +146,10 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
       *ended_early = true;
       return t + 1;
     }
-    // Compression (possibly forced at the cap): defer W <- decay W - eta (a - b) c^T.
+    // Compression (possibly forced at the cap): defer W~ <- decay W~ - eta r s^T.
     RecordStats(st);
     scale *= decay;
-    const double f = eta / scale;
-    vv.col(t).head(my) = f * amb_.head(my);
-    vv.col(t).tail(my) = f * tmp_.head(my);
+    vv.col(t) = (eta / scale) * r_.head(my);
     bscale_[t] = scale;
     if (dec.forced) {
       ++counters_.forced;
@@ -185,25 +182,25 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
 }
 
 void CompressedCme::FlushRun(int r, double scale, int64_t n0) {
-  // Applies the r deferred compressions of the current run: W = S_r (W~_0 - V C^T).
+  // Applies the r deferred compressions of the current run: W~ = S_r (W~_0 - V S^T).
   if (r == 0) return;
   const int mx = mx_, my = my_;
-  auto w = w_.topLeftCorner(my, mx);
-  const auto v = bvv_.topLeftCorner(my, r);
-  const auto c = bc_.topLeftCorner(mx, r);
+  auto w = wf_.topLeftCorner(my, mx);
+  const auto v = bv_.topLeftCorner(my, r);
+  const auto sx = bs_.topLeftCorner(mx, r);
   if (options_.averaging) {
-    // mean_{n0 + r} = (n0 mean_{n0} + sum_{t=1..r} W_t) / (n0 + r), with
-    // sum_t W_t = R_1 W~_0 - sum_j R_j v_j c_j^T, R_j = sum_{t >= j} S_t.
+    // mean_{n0 + r} = (n0 mean_{n0} + sum_{t=1..r} W~_t) / (n0 + r), with
+    // sum_t W~_t = R_1 W~_0 - sum_j R_j v_j s_j^T, R_j = sum_{t >= j} S_t.
     double suffix = 0;
     for (int j = r - 1; j >= 0; --j) bsum_[j] = (suffix += bscale_[j]);
     const double nr = static_cast<double>(n0 + r);
-    auto avg = w_avg_.topLeftCorner(my, mx);
+    auto avg = wf_avg_.topLeftCorner(my, mx);
     avg = (static_cast<double>(n0) / nr) * avg + (bsum_[0] / nr) * w;
     auto vr = bvr_.topLeftCorner(my, r);
     vr = v * (bsum_.head(r) / nr).asDiagonal();
-    avg.noalias() -= vr * c.transpose();
+    avg.noalias() -= vr * sx.transpose();
   }
-  w.noalias() -= v * c.transpose();
+  w.noalias() -= v * sx.transpose();
   w *= scale;
 }
 

@@ -29,6 +29,9 @@ constexpr uint32_t kLatentTag = io::Fourcc("MVAC");
 constexpr uint32_t kPredictiveTag = io::Fourcc("PSAC");
 constexpr uint32_t kSpectralTag = io::Fourcc("SPMO");
 constexpr uint32_t kVersion = 1;
+// CompressedCme: version 2 stores the whitened W~ and the inverse Cholesky factors R_X, R_Y;
+// version 1 stored W and the Gram inverses, and loads by factorizing the stored Grams.
+constexpr uint32_t kCmeVersion = 2;
 // MultiViewAccumulator: version 2 stores the RFF map's Omega and beta after the options; version
 // 1 stored the seed only, its features drawn by an algorithm of its own (LatentRffVersion1).
 constexpr uint32_t kLatentVersion = 2;
@@ -62,7 +65,7 @@ int64_t NonNegative(io::Reader& r, const char* what) {
 // CompressedCme
 
 void CompressedCme::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kCmeTag, kVersion);
+  const size_t h = w.BeginObject(kCmeTag, kCmeVersion);
   const Options& o = options_;
   w.I32(o.dim);
   w.F64(o.sigma);
@@ -96,18 +99,18 @@ void CompressedCme::Serialize(io::Writer& w) const {
   w.I64(samples_since_drift_check_);
   w.Matrix(x_atoms_.topRows(mx_));
   w.Matrix(y_atoms_.topRows(my_));
-  w.Matrix(w_.topLeftCorner(my_, mx_));
-  if (o.averaging) w.Matrix(w_avg_.topLeftCorner(my_, mx_));
+  w.Matrix(wf_.topLeftCorner(my_, mx_));
+  if (o.averaging) w.Matrix(wf_avg_.topLeftCorner(my_, mx_));
   w.Matrix(gx_.topLeftCorner(mx_, mx_));
   w.Matrix(gy_.topLeftCorner(my_, my_));
-  w.Matrix(gx_inv_.topLeftCorner(mx_, mx_));
-  w.Matrix(gy_inv_.topLeftCorner(my_, my_));
+  w.Matrix(rx_.topLeftCorner(mx_, mx_));
+  w.Matrix(ry_.topLeftCorner(my_, my_));
   w.EndObject(h);
 }
 
 absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   uint32_t version = 0;
-  if (!r.BeginObject(kCmeTag, kVersion, "CompressedCme", &version)) return r.status();
+  if (!r.BeginObject(kCmeTag, kCmeVersion, "CompressedCme", &version)) return r.status();
   Options o;
   o.dim = r.I32("cme dim");
   o.sigma = r.F64("cme sigma");
@@ -177,13 +180,27 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   cme.samples_since_drift_check_ = since_check;
   r.MatrixInto("cme x_atoms", cme.x_atoms_.topRows(mx));
   r.MatrixInto("cme y_atoms", cme.y_atoms_.topRows(my));
-  r.MatrixInto("cme W", cme.w_.topLeftCorner(my, mx));
-  if (o.averaging) r.MatrixInto("cme W average", cme.w_avg_.topLeftCorner(my, mx));
+  const bool v1 = version == 1;
+  r.MatrixInto(v1 ? "cme W" : "cme W whitened", cme.wf_.topLeftCorner(my, mx));
+  if (o.averaging) r.MatrixInto(v1 ? "cme W average" : "cme W whitened average", cme.wf_avg_.topLeftCorner(my, mx));
   r.MatrixInto("cme Gram X", cme.gx_.topLeftCorner(mx, mx));
   r.MatrixInto("cme Gram Y", cme.gy_.topLeftCorner(my, my));
-  r.MatrixInto("cme Gram X inverse", cme.gx_inv_.topLeftCorner(mx, mx));
-  r.MatrixInto("cme Gram Y inverse", cme.gy_inv_.topLeftCorner(my, my));
+  // Version 1's Gram inverses are read into the factors' buffers and replaced below.
+  r.MatrixInto(v1 ? "cme Gram X inverse" : "cme R_X", cme.rx_.topLeftCorner(mx, mx));
+  r.MatrixInto(v1 ? "cme Gram Y inverse" : "cme R_Y", cme.ry_.topLeftCorner(my, my));
   if (!r.EndObject("CompressedCme")) return r.status();
+  if (v1) {
+    // W = R_Y^T W~ R_X with identity factors is the stored W; Refactorize() factorizes the
+    // stored Grams and re-expresses W~ (and its average) in the new bases. Not counted as a
+    // re-factorization of the learner.
+    cme.rx_.topLeftCorner(mx, mx).setIdentity();
+    cme.ry_.topLeftCorner(my, my).setIdentity();
+    const int64_t refactorizations = cme.counters_.refactorizations;
+    if (!cme.Refactorize()) {
+      return r.Fail("CompressedCme version 1: a stored Gram is not positive definite with its jitter; cannot convert");
+    }
+    cme.counters_.refactorizations = refactorizations;
+  }
   return cme;
 }
 

@@ -6,6 +6,7 @@
 // same bytes (every double bit-identical). n1 is chosen so that partial batch buffers,
 // pending triples, a used reservoir RNG and a pending forgetting rescale are all in flight.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 #include "core/counts/transition_counts.h"
 #include "core/embedding/state_embedding.h"
 #include "core/io/binary_io.h"
+#include "core/kernels/gaussian.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/spectral_moments.h"
@@ -169,6 +171,97 @@ TEST(CmeSerialization, RefactorizeAfterLoadMatches) {
   Feed(a, x, 400, 500);
   Feed(b, x, 400, 500);
   EXPECT_EQ(Bytes(a), Bytes(b));
+}
+
+// Version 1 (written before the factored representation) stored W and the Gram inverses. A
+// version-1 object is written here field by field from a running learner; loading it factorizes
+// the Grams, and the loaded learner has the same W and goes on learning like the original.
+std::string CmeVersion1Bytes(const CompressedCme& a) {
+  io::Writer w;
+  const size_t h = w.BeginObject(io::Fourcc("CCME"), 1);
+  const CompressedCme::Options& o = a.options();
+  w.I32(o.dim);
+  w.F64(o.sigma);
+  w.F64(o.eta);
+  w.F64(o.lambda);
+  w.F64(o.epsilon);
+  w.I32(o.max_dict);
+  w.Bool(o.one_sided);
+  w.F64(o.jitter);
+  w.F64(o.drift_tolerance);
+  w.I64(o.drift_check_interval);
+  w.F64(o.step_decay_samples);
+  w.F64(o.step_decay_power);
+  w.Bool(o.averaging);
+  const CompressedCme::Counters& c = a.counters();
+  w.I64(c.samples);
+  w.I64(c.compressed);
+  w.I64(c.admitted_x);
+  w.I64(c.admitted_y);
+  w.I64(c.forced);
+  w.F64(c.forced_error_sum);
+  w.I64(c.refactorizations);
+  w.I32(a.dict_x_size());
+  w.I32(a.dict_y_size());
+  w.F64(a.last_drift());
+  w.I32(a.last_nearest_x());
+  w.I32(a.last_nearest_y_in_x());
+  w.U8(static_cast<uint8_t>(a.last_step()));
+  w.F64(a.last_error());
+  w.I64(a.negative_delta_events());
+  w.I64(0);  // samples since the last drift check
+  w.Matrix(a.x_atoms());
+  w.Matrix(a.y_atoms());
+  w.Matrix(a.W_iterate());
+  if (o.averaging) w.Matrix(a.W());
+  w.Matrix(GaussianGram(a.x_atoms(), a.x_atoms(), o.sigma));
+  w.Matrix(GaussianGram(a.y_atoms(), a.y_atoms(), o.sigma));
+  w.Matrix(a.gram_x_inverse());
+  w.Matrix(a.gram_y_inverse());
+  w.EndObject(h);
+  return w.Release();
+}
+
+TEST(CmeSerialization, Version1LoadsByFactorizingTheGrams) {
+  for (const bool averaging : {false, true}) {
+    const RowMatrixXd x = Trajectory(1200, 2, 6);
+    CompressedCme a(CmeOptions(averaging, 1000));
+    Feed(a, x, 0, 700);
+    ASSERT_GT(a.dict_x_size(), 10);
+    const std::string v1 = CmeVersion1Bytes(a);
+    io::Reader r(v1, "v1");
+    absl::StatusOr<CompressedCme> b = CompressedCme::Deserialize(r);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->counters().refactorizations, a.counters().refactorizations);
+    auto rel = [](const MatrixXd& p, const MatrixXd& q) { return (p - q).norm() / q.norm(); };
+    EXPECT_LT(rel(b->W(), a.W()), 1e-9);
+    EXPECT_LT(rel(b->W_iterate(), a.W_iterate()), 1e-9);
+    EXPECT_LT(rel(b->gram_x_inverse(), a.gram_x_inverse()), 1e-6);
+    Feed(a, x, 700, 1200);
+    Feed(*b, x, 700, 1200);
+    EXPECT_EQ(b->dict_x_size(), a.dict_x_size());
+    EXPECT_EQ(b->dict_y_size(), a.dict_y_size());
+    EXPECT_LT(rel(b->W(), a.W()), 1e-8) << "averaging " << averaging;
+    // And it is written back as the current version.
+    EXPECT_EQ(Bytes(*b).substr(4, 1), std::string(1, '\x02'));
+  }
+}
+
+// The periodic check's probe estimate of the factors' drift agrees with the exact measure.
+TEST(CmeSerialization, DriftEstimateTracksTheExactMeasure) {
+  const RowMatrixXd x = Trajectory(2000, 2, 8);
+  CompressedCme::Options o = CmeOptions(false, 1000);
+  o.epsilon = 1e-4;
+  o.drift_check_interval = 0;  // let rounding accumulate: no repairs
+  CompressedCme a(o);
+  Feed(a, x, 0, 2000);
+  ASSERT_GT(a.dict_x_size(), 40);
+  const double exact = a.MeasureInverseDrift();
+  const double estimate = a.EstimateInverseDrift();
+  std::printf("m_x = %d: drift exact %.3g, estimated %.3g\n", a.dict_x_size(), exact, estimate);
+  ASSERT_GT(exact, 0);
+  EXPECT_GT(estimate, exact / 3);
+  EXPECT_LT(estimate, exact * 3);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -512,12 +605,12 @@ TEST(SerializationCorruption, BadTagAndFutureVersionAreNamed) {
   }
   {
     std::string bad = bytes;
-    bad[4] = 2;  // version 2
+    bad[4] = 3;  // version 3
     io::Reader r(bad, "f");
     absl::StatusOr<CompressedCme> c = CompressedCme::Deserialize(r);
     ASSERT_FALSE(c.ok());
     EXPECT_EQ(c.status().message(),
-              "f: offset 0: CompressedCme (CCME) version 2 is not supported by this build (reads 1..1)");
+              "f: offset 0: CompressedCme (CCME) version 3 is not supported by this build (reads 1..2)");
   }
   {
     // A counts object where a CME is expected.
