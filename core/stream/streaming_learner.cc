@@ -275,8 +275,8 @@ std::optional<StreamingLearner::SnapshotCopy> StreamingLearner::CopyForSnapshot(
     return c;
   }
   if (cme_) {
-    snap.inverse_drift = cme_->last_drift();  // measured by the CME's periodic check
-    snap.cme = CmeSnapshot::From(*cme_);
+    snap.inverse_drift = cme_->last_drift();     // measured by the CME's periodic check
+    snap.cme = CmeSnapshot::FromFactors(*cme_);  // W is formed by Finish(), off the lock
   }
   snap.counts = counts_->Snapshot();
   if (spectral_) snap.spectral = spectral_->Snapshot();
@@ -288,11 +288,12 @@ StreamingLearnerSnapshot StreamingLearner::SnapshotCopy::Finish() && {
   if (run_) {
     run_->Apply(CmeRunTargets{&*cme_, &*counts_, &*spectral_, lags_ ? &*lags_ : nullptr});
     snap_.inverse_drift = cme_->last_drift();
-    snap_.cme = CmeSnapshot::From(*cme_);
+    snap_.cme = CmeSnapshot::FromFactors(*cme_);
     snap_.counts = counts_->Snapshot();
     snap_.spectral = spectral_->Snapshot();
     if (lags_) snap_.lags = lags_->Snapshot();
   }
+  if (snap_.cme) snap_.cme->Materialize();  // W = R_Y^T W~ R_X, O(m^3)
   return std::move(snap_);
 }
 

@@ -215,7 +215,7 @@ class StreamingLearner {
   // Snapshot() in two steps, so that an owner can hold its lock only for the copy:
   // CopyForSnapshot() takes the copies (O(model size), the cost of Snapshot() without an open
   // run), Finish() folds the open CME run into them (up to run_pairs() pairs of learning on
-  // the copies) and needs no access to the learner.
+  // the copies), forms the CME's W from its factors (O(m^3)) and needs no access to the learner.
   class SnapshotCopy {
    public:
     StreamingLearnerSnapshot Finish() &&;

@@ -41,7 +41,8 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     if (p <= 2048) bytes += 4 * p * p * kDouble;  // dense embedding / clusters view (P x P)
   } else {
     const double m = c.max_dict();
-    // CME: W (and its average), both Grams and their inverses at max_dict, atoms, scratch.
+    // CME: W~ (and its average), both Grams and their inverse factors at max_dict, atoms,
+    // scratch.
     bytes += (c.averaging() ? 6 : 5) * m * m * kDouble + 2 * m * d * kDouble + 16 * m * kDouble;
     bytes += m * std::min(m, 64.0) * 32;  // sparse counts over the atoms
     const double n = c.rff_features();
@@ -53,7 +54,7 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     bytes += 12 * (m + 1) * (m + 1) * kDouble;
     // Micro-batches (docs/algorithms.md §9.2): the open run's pairs and lag states (4 R + 1
     // rows of d doubles, R = run_pairs() of the default micro_batch) and ObserveBatch's scratch
-    // (about 10 m x 128 doubles).
+    // (8 m x 128 doubles and a 128 x 128 block; counted as 10 m x 128).
     StreamingLearner::Options learner;  // the daemon's micro_batch is the learner's default
     learner.dim = c.dim();
     const double run = learner.run_pairs();
