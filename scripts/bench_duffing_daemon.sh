@@ -68,10 +68,14 @@ cpu = open(sys.argv[1]).read().split()
 print("client CPU %.2f s user + %.2f s sys; Ingest RPCs %d, %.3f s server time in all; fdatasyncs %d, %.3f s in all" % (
     float(cpu[0]), float(cpu[1]), v.get("cmestream_rpc_duration_seconds_count", 0), v.get("cmestream_rpc_duration_seconds_sum", 0),
     v.get("cmestream_wal_fsync_seconds_count", 0), v.get("cmestream_wal_fsync_seconds_sum", 0)))' "$dir/client_cpu"
+# Both numpy formulations of the recursion: explicit Gram inverses (the learner's before the
+# whitened bases) and whitened bases (the learner's now, docs/algorithms.md §1.3.1).
 if [ "${NUMPY:-1}" != 0 ]; then
-  /usr/bin/python3 scripts/cme_numpy_baseline.py --pairs "$dir/d.csv" --stream 0.5 | tail -1 | \
-    awk -F, -v n="$N" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v c0="$c0" -v c1="$c1" -v hz="$hz" '{
-      printf "numpy recursion: %.3f s CPU, %.3f s wall (%.0f pairs/s CPU), m_x %d\n", $2, $3, $4, $5;
+  for variant in "" --whitened; do
+  /usr/bin/python3 scripts/cme_numpy_baseline.py --pairs "$dir/d.csv" --stream 0.5 $variant | tail -1 | \
+    awk -F, -v n="$N" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v c0="$c0" -v c1="$c1" -v hz="$hz" -v v="${variant:-(explicit inverses)}" '{
+      printf "numpy recursion %s: %.3f s CPU, %.3f s wall (%.0f pairs/s CPU), m_x %d\n", v, $2, $3, $4, $5;
       printf "ratios: numpy CPU / daemon ingest CPU %.2fx; daemon ingest pairs/s (wall) / numpy pairs/s (CPU) %.2fx; numpy wall / daemon ingest+refresh wall %.2fx\n",
              $2 / ((c1 - c0) / hz), (n / (t1 - t0)) / $4, $3 / (t2 - t0) }'
+  done
 fi
