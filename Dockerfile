@@ -17,7 +17,7 @@ FROM debian:bookworm-slim AS build
 RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
-      protobuf-compiler libeigen3-dev libabsl-dev prometheus-cpp-dev \
+      protobuf-compiler libeigen3-dev libabsl-dev prometheus-cpp-dev libspectra-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./

@@ -8,6 +8,7 @@ PACKAGES=(
   ccache       # compiler cache: CMakeLists.txt uses it when present (repeat and CI builds)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libeigen3-dev libabsl-dev prometheus-cpp-dev
+  libspectra-dev   # header-only truncated eigensolvers (core/linalg/leading_eigen.cc)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-grpcio python3-protobuf python3-numpy python3-matplotlib
   python3-venv python3-setuptools python3-wheel python3-pip   # pip-installable client/python (test in a venv)

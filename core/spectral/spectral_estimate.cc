@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/linalg/leading_eigen.h"
 #include "core/linalg/symmetric.h"
 
 namespace cmestream {
@@ -90,11 +91,8 @@ VampFactors FitVampFactors(const MatrixXd& c00, const MatrixXd& c01, const Matri
   if (f0.info() == Eigen::Success && f1.info() == Eigen::Success) {
     MatrixXd w = f0.matrixL().solve(c01);               // L0^{-1} C01
     w = f1.matrixL().solve(w.transpose()).transpose();  // ... L1^{-T}
-    MatrixXd gram(w.cols(), w.cols());
-    gram.noalias() = w.transpose() * w;
-    const Eigen::SelfAdjointEigenSolver<MatrixXd> es(gram);
-    const int k = std::min<int>(rank, static_cast<int>(gram.cols()));
-    const MatrixXd v = es.eigenvectors().rightCols(k).rowwise().reverse();  // descending sigma
+    const int k = std::min<int>(rank, static_cast<int>(w.cols()));
+    const MatrixXd v = LeadingGramEigenvectors(w, k);  // descending sigma
     VampFactors f;
     f.su = f0.matrixU().solve(w * v);
     f.v = f1.matrixU().solve(v);
@@ -370,13 +368,6 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
     return true;
   };
   if (m > 0) {
-    const MatrixXd kp = kmat.bottomRightCorner(m, m);
-    Eigen::EigenSolver<MatrixXd> es(kp, /*computeEigenvectors=*/true);
-    if (es.info() != Eigen::Success) {
-      fit.termination = SpectralFit::Termination::kNumericalFailure;
-      fit.message = "the eigensolver did not converge on K'";
-      return fit;
-    }
     const int q = std::min(options.refine_modes, m);
     if (q <= 0 || q >= m) {
       if (!lift(kmat, MatrixXd::Identity(m, m))) {
@@ -391,14 +382,23 @@ absl::StatusOr<SpectralFit> FitSpectrum(const SpectralMomentsSnapshot& snap, con
       // on a q-dimensional subspace of well-separated eigenvectors the Galerkin problem is
       // well conditioned without it, so the eigenvalues lose that shrinkage while the
       // subspace keeps the ridge's protection against the ill-conditioned full basis.
-      const VectorXcd& ev = es.eigenvalues();
-      std::vector<int> lead(m);
+      // The q leading eigenpairs of K' (two more, so that a conjugate pair at the boundary is
+      // whole; all m from the dense solver when m is small: core/linalg/leading_eigen.h).
+      VectorXcd ev;
+      MatrixXcd evec;
+      if (!LeadingEigenpairs(kmat.bottomRightCorner(m, m), std::min(q + 2, m - 1), &ev, &evec)) {
+        fit.termination = SpectralFit::Termination::kNumericalFailure;
+        fit.message = "the eigensolver did not converge on K'";
+        return fit;
+      }
+      const int found = static_cast<int>(ev.size());
+      std::vector<int> lead(found);
       std::iota(lead.begin(), lead.end(), 0);
       std::stable_sort(lead.begin(), lead.end(), [&](int i, int j) { return std::abs(ev[i]) > std::abs(ev[j]); });
       MatrixXd w(m, q + 1);
       int cols = 0;
-      for (int idx = 0; idx < m && cols < q; ++idx) {
-        const VectorXcd& v = es.eigenvectors().col(lead[idx]);
+      for (int idx = 0; idx < found && cols < q; ++idx) {
+        const VectorXcd v = evec.col(lead[idx]);
         if (ev[lead[idx]].imag() < 0) continue;  // its conjugate contributes both parts
         w.col(cols++) = v.real();
         if (ev[lead[idx]].imag() > 0) w.col(cols++) = v.imag();

@@ -42,10 +42,14 @@ MatrixXd InvSqrt(MatrixXd c, double ridge) {
   return es.eigenvectors() * es.eigenvalues().cwiseSqrt().cwiseInverse().asDiagonal() * es.eigenvectors().transpose();
 }
 
-TEST(FitVampFactors, CholeskyWhiteningGivesTheSymmetricWhiteningModel) {
+// m = 60 takes the dense eigensolver, m = 150 the truncated Lanczos one
+// (core/linalg/leading_eigen.h, kDenseMaxSize = 64).
+class FitVampFactorsAtSize : public ::testing::TestWithParam<int> {};
+
+TEST_P(FitVampFactorsAtSize, CholeskyWhiteningGivesTheSymmetricWhiteningModel) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(-1.5, 1.5);
-  const int m = 60, k = 6;
+  const int m = GetParam(), k = 6;
   RowMatrixXd atoms(m, 2);
   for (int i = 0; i < m; ++i) atoms.row(i) << u(rng), u(rng);
   const Moments a = ChainMoments(4000, m, 1, atoms), b = ChainMoments(4000, m, 2, atoms);
@@ -80,6 +84,8 @@ TEST(FitVampFactors, CholeskyWhiteningGivesTheSymmetricWhiteningModel) {
     EXPECT_NEAR(s_got, s_want, 1e-10 * std::abs(s_want)) << "ridge " << ridge;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(DenseAndLanczos, FitVampFactorsAtSize, ::testing::Values(60, 150));
 
 }  // namespace
 }  // namespace cmestream
