@@ -3,10 +3,10 @@
 
 #include <algorithm>
 
-#include <Eigen/Eigenvalues>
 #include <Spectra/GenEigsSolver.h>
 #include <Spectra/MatOp/DenseGenMatProd.h>
 #include <Spectra/SymEigsSolver.h>
+#include <Eigen/Eigenvalues>
 
 namespace cmestream {
 namespace {

@@ -55,7 +55,9 @@ Metrics::Metrics()
                         .Register(*registry_)),
       drift_(BuildGauge()
                  .Name("cmestream_inverse_drift")
-                 .Help("max ||G G^-1 - I||_F over both Gram inverses, measured at the last refresh")
+                 .Help("CME factor drift max ||R (G + gamma I) R^T - I||_F over both sides, from the learner's last "
+                       "periodic "
+                       "check (probe estimate), as of the last refresh")
                  .Register(*registry_)),
       refresh_(BuildHistogram()
                    .Name("cmestream_refresh_duration_seconds")

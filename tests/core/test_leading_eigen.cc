@@ -78,8 +78,8 @@ TEST(LeadingEigenpairs, ArnoldiFindsThePlantedLeadingEigenvaluesOfANonSymmetricM
   MatrixXcd vectors;
   ASSERT_TRUE(LeadingEigenpairs(a, k, &values, &vectors));
   ASSERT_EQ(values.size(), k);
-  const std::vector<std::complex<double>> planted = {
-      {0.99, 0}, {0.95, 0.2}, {0.95, -0.2}, {0.9, 0}, {0.7, 0.5}, {0.7, -0.5}, {-0.85, 0}};
+  const std::vector<std::complex<double>> planted = {{0.99, 0},  {0.95, 0.2}, {0.95, -0.2}, {0.9, 0},
+                                                     {0.7, 0.5}, {0.7, -0.5}, {-0.85, 0}};
   for (const std::complex<double>& mu : planted) {
     double best = 1e300;
     for (int i = 0; i < k; ++i) best = std::min(best, std::abs(values[i] - mu));
