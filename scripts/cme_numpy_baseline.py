@@ -82,28 +82,7 @@ class NumpyCme:
         dx = max(0.0, 1.0 - pv); dy = max(0.0, 1.0 - ky @ b)
         amb = a - b
         pu = max(0.0, amb @ (self.Gy[:my, :my] @ amb))
-        e2 = eta * eta
-        err2 = e2 * (pu * dx + dy * pv + dx * dy)
-        must = mx == 0 or my == 0
-        choice = "c"
-        if err2 > self.eps ** 2 or must:
-            can_y = my < self.cap and dy > g
-            can_x = mx < self.cap and dx > g
-            ey = e2 * (pu + dy) * dx; ex = e2 * dy * (pv + dx)
-            eps2 = self.eps ** 2
-            if not must and can_y and ey <= eps2 and (not can_x or ex > eps2 or ey <= ex):
-                choice = "y"
-            elif not must and can_x and ex <= eps2:
-                choice = "x"
-            elif can_x and can_y:
-                choice = "b"
-            else:
-                self.forced += 1
-                r = err2
-                if can_y and ey <= r:
-                    choice, r = "y", ey
-                if can_x and ex < r:
-                    choice = "x"
+        choice = self.decide(pv, dx, dy, pu)
         if choice == "c":
             W *= decay
             W -= eta * np.outer(amb, c)
@@ -127,8 +106,37 @@ class NumpyCme:
             self.X[mx] = x
             self.grow(self.Gx, self.Gxi, mx, kx, c, dx + g)
             self.mx += 1
+        return self.after_pair(kx, mx, y)
+
+    def decide(self, pv, dx, dy, pu):
+        """Compress ("c") or admit y, x or both (docs/algorithms.md §1.4-1.6); counts forced steps."""
+        mx, my, g, e2 = self.mx, self.my, self.gamma, self.eta * self.eta
+        err2 = e2 * (pu * dx + dy * pv + dx * dy)
+        must = mx == 0 or my == 0
+        if not (err2 > self.eps ** 2 or must):
+            return "c"
+        can_y = my < self.cap and dy > g
+        can_x = mx < self.cap and dx > g
+        ey = e2 * (pu + dy) * dx; ex = e2 * dy * (pv + dx)
+        eps2 = self.eps ** 2
+        if not must and can_y and ey <= eps2 and (not can_x or ex > eps2 or ey <= ex):
+            return "y"
+        if not must and can_x and ex <= eps2:
+            return "x"
+        if can_x and can_y:
+            return "b"
+        self.forced += 1
+        choice, r = "c", err2
+        if can_y and ey <= r:
+            choice, r = "y", ey
+        if can_x and ex < r:
+            choice = "x"
+        return choice
+
+    def after_pair(self, kx, mx, y):
+        """Counts the pair, finds the nearest X atoms of x and y (the daemon's transition counts
+        need them) and runs the drift check on its sample-count schedule."""
         self.samples += 1
-        # Nearest X atoms of x and y (the daemon's transition counts need them).
         nx = int(np.argmax(kx)) if mx > 0 else -1
         ny = int(np.argmax(self.k(self.X[:self.mx], y))) if self.mx > 0 else -1
         self.since_check += 1
@@ -167,28 +175,7 @@ class NumpyCmeWhitened(NumpyCme):
         pv = s @ s
         dx = max(0.0, 1.0 - pv); dy = max(0.0, 1.0 - t @ t)
         pu = r @ r
-        e2 = eta * eta
-        err2 = e2 * (pu * dx + dy * pv + dx * dy)
-        must = mx == 0 or my == 0
-        choice = "c"
-        if err2 > self.eps ** 2 or must:
-            can_y = my < self.cap and dy > g
-            can_x = mx < self.cap and dx > g
-            ey = e2 * (pu + dy) * dx; ex = e2 * dy * (pv + dx)
-            eps2 = self.eps ** 2
-            if not must and can_y and ey <= eps2 and (not can_x or ex > eps2 or ey <= ex):
-                choice = "y"
-            elif not must and can_x and ex <= eps2:
-                choice = "x"
-            elif can_x and can_y:
-                choice = "b"
-            else:
-                self.forced += 1
-                rr = err2
-                if can_y and ey <= rr:
-                    choice, rr = "y", ey
-                if can_x and ex < rr:
-                    choice = "x"
+        choice = self.decide(pv, dx, dy, pu)
         W *= decay
         W -= eta * np.outer(r, s)
         lx = np.sqrt(dx + g) if choice in "xb" else 0.0
@@ -209,14 +196,7 @@ class NumpyCmeWhitened(NumpyCme):
             self.Gy[:my, my] = ky; self.Gy[my, :my] = ky; self.Gy[my, my] = 1.0
             Ry[my, :my] = -c / ly; Ry[my, my] = 1.0 / ly
             self.my += 1
-        self.samples += 1
-        nx = int(np.argmax(kx)) if mx > 0 else -1
-        ny = int(np.argmax(self.k(self.X[:self.mx], y))) if self.mx > 0 else -1
-        self.since_check += 1
-        if self.since_check >= max(self.drift_every, self.mx + self.my):
-            self.since_check = 0
-            self.check_drift()
-        return nx, ny
+        return self.after_pair(kx, mx, y)
 
     def check_drift(self):
         # Exact ||R (G + gamma I) R^T - I||_F (the C++ learner estimates it from probes); on drift,
