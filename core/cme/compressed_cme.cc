@@ -158,7 +158,7 @@ void CompressedCme::GrowFactor(MatrixXd& g, MatrixXd& r, int m, const VectorXd& 
   g.row(m).head(m) = k_new.head(m).transpose();
   g(m, m) = 1.0;
   // L' = [[L, 0], [s^T, ell]] with s = R k_new, so R' = L'^{-1} = [[R, 0], [-s^T R / ell, 1/ell]]
-  // and s^T R = (R^T s)^T = c^T (docs/algorithms.md (1.13)). O(m).
+  // and s^T R = (R^T s)^T = c^T (docs/algorithms.md (1.13')). O(m).
   r.row(m).head(m) = (-1.0 / ell) * c.head(m).transpose();
   r(m, m) = 1.0 / ell;
 }
@@ -265,7 +265,7 @@ void CompressedCme::ApplyStep(const Decision& dec, const PairStats& st, const do
   const int my = my_;
   const double gamma = Gamma();
   // Every step updates the existing block the same way, W~ <- (1 - eta lambda) W~ - eta r s^T
-  // (docs/algorithms.md (1.11)); an admission then appends a row (y) and/or a column (x).
+  // (docs/algorithms.md (1.11')); an admission then appends a row (y) and/or a column (x), (1.12').
   tmp_.head(my) = eta * r_.head(my);
   DecayAndSubtractOuter(wf_, my, mx, decay, tmp_, s_);
   const bool add_y = dec.choice == kY || dec.choice == kBoth;
@@ -339,8 +339,8 @@ void CompressedCme::AfterPairDriftSchedule() {
 
 double CompressedCme::MeasureInverseDrift() {
   // ||R (G + gamma I) R^T - I||_F one column at a time (column j of R^T is row j of R, zero
-  // beyond j) into the capacity-sized scratch c_ and tmp_, so that the periodic check inside
-  // Observe() does not allocate.
+  // beyond j) into the capacity-sized scratch c_ and tmp_ (no allocation). O(m^3): tests and
+  // diagnostics; the periodic check uses EstimateInverseDrift().
   const double gamma = Gamma();
   auto drift = [this, gamma](const MatrixXd& g, const MatrixXd& r, int m) {
     double sum = 0;

@@ -24,7 +24,7 @@
 //   Measured: docs/benchmarks.md.
 //
 // NUMERICS
-//   The recursion works in whitened bases (docs/algorithms.md §1.3): with the Cholesky factors
+//   The recursion works in whitened bases (docs/algorithms.md §1.3.1): with the Cholesky factors
 //   L L^T = G + gamma I of both jittered Grams (gamma = jitter * k(x,x), relative jitter,
 //   docs/algorithms.md (1.18)) it keeps R = L^{-1} (lower triangular) per side and
 //   W~ = L_Y^T W L_X, so that W = R_Y^T W~ R_X. Per pair that costs s = R_X k_x, t = R_Y k_y,
@@ -116,9 +116,9 @@ class CompressedCme {
   // up to floating-point reassociation (exactly the same admissions; W within ~1e-13 relative).
   // Runs of pairs without admission are evaluated as matrix products against a fixed dictionary
   // (docs/algorithms.md §9); an admission ends a run and is applied by Observe()'s formulas.
-  // The run lengths depend only on the position inside this call and on the stream, so a
-  // learner's state is a function of the pairs and of the batch boundaries (replaying the same
-  // batches is bit-exact). nearest_x / nearest_y / dict_x: empty, or n entries that receive
+  // The run lengths depend only on the position inside this call, on last_step() before it and
+  // on the stream, so a learner's state is a function of the pairs and of the batch boundaries
+  // (replaying the same batches is bit-exact). nearest_x / nearest_y / dict_x: empty, or n entries that receive
   // last_nearest_x() / last_nearest_y_in_x() / dict_x_size() as they were after each pair (the
   // X atoms after pair t are the first dict_x[t] rows of x_atoms(): atoms are only appended).
   // requires: x, y n x dim, finite; spans empty or of size n (checked; aborts otherwise).
