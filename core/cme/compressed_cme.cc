@@ -98,7 +98,7 @@ void CompressedCme::Reserve(int m) {
   GrowMatrix(rx_, cap, cap, mx_, mx_);
   GrowMatrix(ry_, cap, cap, my_, my_);
   // Scratch vectors are rewritten before every read: no need to keep their contents.
-  for (VectorXd* v : {&kx_, &ky_, &kyx_, &s_, &t_, &a_, &r_, &c_, &tmp_}) *v = VectorXd::Zero(cap);
+  for (VectorXd* v : {&kx_, &ky_, &kyx_, &s_, &t_, &r_, &c_, &tmp_}) *v = VectorXd::Zero(cap);
   for (MatrixXd* p : {&probe_z_, &probe_u_, &probe_v_}) p->setZero(cap, kDriftProbes);
   // ObserveBatch scratch is sized from cap on its next use.
   for (MatrixXd* b : {&bkx_, &bky_, &bkyx_, &bs_, &bt_, &bz_, &bv_, &bq_, &bvr_}) b->resize(0, 0);
@@ -117,7 +117,7 @@ int64_t CompressedCme::HeapBytes() const {
   for (const MatrixXd* m : {&wf_, &wf_avg_, &gx_, &gy_, &rx_, &ry_, &probe_z_, &probe_u_, &probe_v_, &bkx_, &bky_,
                             &bkyx_, &bs_, &bt_, &bz_, &bv_, &bq_, &bvr_})
     n += m->size();
-  for (const VectorXd* v : {&kx_, &ky_, &kyx_, &s_, &t_, &a_, &r_, &c_, &tmp_, &bscale_, &bsum_}) n += v->size();
+  for (const VectorXd* v : {&kx_, &ky_, &kyx_, &s_, &t_, &r_, &c_, &tmp_, &bscale_, &bsum_}) n += v->size();
   return n * static_cast<int64_t>(sizeof(double));
 }
 
@@ -251,8 +251,8 @@ void CompressedCme::Observe(const double* x, const double* y) {
   auto r = r_.head(my);
   s.noalias() = rx_.topLeftCorner(mx, mx).triangularView<Eigen::Lower>() * kx_.head(mx);  // ||s||^2 = ||P_X phi(x)||^2
   t.noalias() = ry_.topLeftCorner(my, my).triangularView<Eigen::Lower>() * ky_.head(my);  // ||t||^2 = ||P_Y phi(y)||^2
-  a_.head(my).noalias() = wf_.topLeftCorner(my, mx) * s;                                  // L_Y^T a, a = W kx
-  r = a_.head(my) - t;                                                                    // L_Y^T (a - b): ||r||^2 = pu
+  r.noalias() = wf_.topLeftCorner(my, mx) * s;                                            // L_Y^T a, a = W kx
+  r -= t;                                                                                 // L_Y^T (a - b): ||r||^2 = pu
   const PairStats st = MakeStats(s.squaredNorm(), 1.0 - t.squaredNorm(), r.squaredNorm(), eta);
   RecordStats(st);
   ApplyStep(Decide(st, eta), st, x, y, eta, decay);

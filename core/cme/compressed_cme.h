@@ -240,9 +240,9 @@ class CompressedCme {
   MatrixXd wf_, wf_avg_;           // W~ = L_Y^T W L_X and its Polyak-Ruppert mean, cap x cap
   MatrixXd gx_, gy_;               // Gram matrices (unjittered), capacity-sized
   MatrixXd rx_, ry_;               // R = L^{-1}, L L^T = G + gamma I (lower triangular)
-  // Scratch, capacity-sized: kernel columns, s = R_X kx, t = R_Y ky, a = W~ s, r = a - t,
-  // c = R^T (s or t) for an admission, tmp for the drift check.
-  VectorXd kx_, ky_, kyx_, s_, t_, a_, r_, c_, tmp_;
+  // Scratch, capacity-sized: kernel columns, s = R_X kx, t = R_Y ky, r = W~ s - t,
+  // c = R^T (s or t) for an admission, tmp for the update and the drift check.
+  VectorXd kx_, ky_, kyx_, s_, t_, r_, c_, tmp_;
   MatrixXd probe_z_, probe_u_, probe_v_;  // cap x kDriftProbes, EstimateInverseDrift()
   // ObserveBatch scratch (ld = cap rounded up to 8 rows so columns stay SIMD-aligned) x run.
   MatrixXd bkx_, bky_, bkyx_;  // kernel columns k_X(x_t), k_Y(y_t), k_X(y_t)

@@ -83,10 +83,11 @@ VampFactors FitVampFactors(const MatrixXd& c00, const MatrixXd& c01, const Matri
   // positive definite for r > 0 (the unregularized constant has C(0,0) = 1). If a factorization
   // still fails numerically, the floored inverse square roots below are used.
   // Only the k leading right singular vectors V of W = L0^{-1} C01 L1^{-T} are needed, and
-  // U S = W V: they are the top eigenvectors of W^T W (one symmetric eigensolver, a third of
-  // BDCSVD's time at p = 191). Squaring limits the accuracy of sigma_i to eps sigma_1^2 / sigma_i,
-  // immaterial for the leading k that VAMP keeps (sigma near 1 on the chosen ridges).
-  // docs/benchmarks.md "Refresh cost per view": this was most of the Koopman view's time.
+  // U S = W V: they are the top eigenvectors of W^T W (LeadingGramEigenvectors: truncated
+  // Lanczos for large bases, the dense symmetric solver for small ones and heavy spectra; the
+  // dense one took a third of BDCSVD's time at p = 191). Squaring limits the accuracy of sigma_i
+  // to eps sigma_1^2 / sigma_i, immaterial for the leading k that VAMP keeps (sigma near 1 on
+  // the chosen ridges). docs/benchmarks.md "Refresh cost per view" and "Truncated eigensolvers".
   const Eigen::LLT<MatrixXd> f0(r00), f1(r11);
   if (f0.info() == Eigen::Success && f1.info() == Eigen::Success) {
     MatrixXd w = f0.matrixL().solve(c01);               // L0^{-1} C01
