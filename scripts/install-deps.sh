@@ -11,6 +11,7 @@ PACKAGES=(
   libspectra-dev   # header-only truncated eigensolvers (core/linalg/leading_eigen.cc)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-grpcio python3-protobuf python3-numpy python3-matplotlib
+  python3-yaml   # deploy/validate/rendered_policy.py, promtool test checks (tests/integration)
   python3-venv python3-setuptools python3-wheel python3-pip   # pip-installable client/python (test in a venv)
   prometheus   # promtool: `promtool check rules` on deploy/prometheus/alerts.yaml in the tests
   curl
