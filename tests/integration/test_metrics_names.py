@@ -5,6 +5,12 @@ with a message when promtool is not installed), and the series the alerts rely o
 rejection counters exist at 0 from a model's creation, a model without a view reports its age
 since creation (not 0), the dictionary budget is max_dict, RSS matches /proc/PID/status.
 
+Without a daemon (PrometheusArtifactsTest): `promtool test rules` runs the alert unit tests
+(deploy/prometheus/alerts_test.yaml) and every alert has one that fires it and one that keeps
+it silent; `promtool check config` accepts deploy/prometheus/prometheus.yml with its rule file;
+its Kubernetes scrape job, applied to the daemon's rendered pod, keeps exactly the metrics port
+and gives the job label the alerts select; the dashboard shows the learned dynamics.
+
 Environment (ctest): CMESTREAMD, PYTHONPATH=<build>/python.
 """
 import json
@@ -12,12 +18,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 import urllib.request
 
 import numpy as np
+import yaml
 
 from cmestream import Client, CmestreamError
 from cmestream.metrics_text import parse_exposition
@@ -27,7 +35,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
 DASHBOARD = os.path.join(ROOT, "deploy", "grafana", "cmestream.json")
-ALERTS = os.path.join(ROOT, "deploy", "prometheus", "alerts.yaml")
+PROMETHEUS_DIR = os.path.join(ROOT, "deploy", "prometheus")
+ALERTS = os.path.join(PROMETHEUS_DIR, "alerts.yaml")
+ALERT_TESTS = os.path.join(PROMETHEUS_DIR, "alerts_test.yaml")
+PROMETHEUS_CONFIG = os.path.join(PROMETHEUS_DIR, "prometheus.yml")
+# What the dashboard must show of the learned dynamics (all exported by ModelMetrics).
+DYNAMICS_METRICS = {"cmestream_lag_timescale", "cmestream_lag_timescale_stderr",
+                    "cmestream_ck_max_deviation", "cmestream_ck_max_deviation_stderr",
+                    "cmestream_spectrum_heldout_score", "cmestream_timescale_disagreement",
+                    "cmestream_view_samples", "cmestream_view_available",
+                    "cmestream_view_fit_warning"}
 
 # Series Prometheus itself synthesizes for every target (not in any exposition).
 SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
@@ -119,6 +136,14 @@ class MetricsNamesTest(unittest.TestCase):
         m.ingest(x, 0.5 * x)
         m.refresh()
         m.koopman(points=x[:5])
+        # A trajectory with two lags: the lag scan's gauges (cmestream_lag_timescale{lag,mode})
+        # exist only once a lag view was built.
+        lagged = c.create("lagged", dim=1, sigma=0.5, lags=[1, 2], clusters=2)
+        states = np.zeros((3000, 1))
+        for t in range(1, len(states)):
+            states[t] = 0.9 * states[t - 1] + 0.3 * rng.standard_normal()
+        lagged.ingest(trajectory=states)
+        lagged.refresh()
         with self.assertRaises(CmestreamError):
             c.describe("no-such-model")
         series = self.scrape()
@@ -131,6 +156,9 @@ class MetricsNamesTest(unittest.TestCase):
         self.assertIn("cmestream_rpc_duration_seconds_bucket", dash)
         self.assertIn("process_resident_memory_bytes", dash)
         self.assertIn("up", alerts)
+        self.assertLessEqual(DYNAMICS_METRICS, dash)
+        self.assertIn(("cmestream_lag_timescale", {"model": "lagged", "lag": "2", "mode": "1"}),
+                      [(n, l) for n, l, _ in series])
         missing = sorted(n for n in dash | alerts if n not in exposed and n not in SYNTHETIC)
         self.assertEqual(missing, [], f"referenced but not exposed; exposed: {sorted(exposed)}")
 
@@ -197,6 +225,157 @@ class MetricsNamesTest(unittest.TestCase):
         self.assertLess(abs(rss - vmrss) / vmrss, 0.1)
         self.assertGreater(value("process_open_fds"), 3)
         self.assertLess(abs(value("process_start_time_seconds") - time.time()), 600)
+
+
+def relabel(labels, configs):
+    """Prometheus relabelling (keep and replace; the regex is anchored at both ends): the
+    target's labels, or None when a keep drops it."""
+    labels = dict(labels)
+    for c in configs:
+        value = c.get("separator", ";").join(labels.get(n, "") for n in c.get("source_labels", []))
+        m = re.fullmatch(c.get("regex", "(.*)"), value)
+        action = c.get("action", "replace")
+        if action == "keep":
+            if not m:
+                return None
+        elif action == "replace":
+            if m:
+                labels[c["target_label"]] = m.expand(c.get("replacement", "$1").replace("$", "\\"))
+        else:
+            raise ValueError(f"relabel action {action} not emulated")
+    return labels
+
+
+def discovered_pod_targets(pod, namespace, pod_name, pod_ip):
+    """The targets Prometheus' Kubernetes discovery (role: pod) makes of a pod template: one
+    per declared container port, with the meta labels of the pod."""
+    def sanitize(name):
+        return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+    base = {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_pod_name": pod_name}
+    base.update({f"__meta_kubernetes_pod_label_{sanitize(k)}": v
+                 for k, v in pod["metadata"].get("labels", {}).items()})
+    base.update({f"__meta_kubernetes_pod_annotation_{sanitize(k)}": v
+                 for k, v in pod["metadata"].get("annotations", {}).items()})
+    for container in pod["spec"]["containers"]:
+        for port in container.get("ports", []):
+            t = dict(base)
+            t.update({"__address__": f"{pod_ip}:{port['containerPort']}",
+                      "__meta_kubernetes_pod_container_name": container["name"],
+                      "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                      "__meta_kubernetes_pod_container_port_number": str(port["containerPort"])})
+            yield t
+
+
+class PrometheusArtifactsTest(unittest.TestCase):
+    """promtool and the Prometheus configuration; no daemon needed."""
+
+    def promtool(self):
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            self.skipTest("promtool not installed (Debian package prometheus)")
+        return promtool
+
+    def test_promtool_rule_unit_tests_pass(self):
+        p = subprocess.run([self.promtool(), "test", "rules", os.path.basename(ALERT_TESTS)],
+                           cwd=PROMETHEUS_DIR, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("SUCCESS", p.stdout)
+
+    def test_every_alert_has_a_firing_and_a_silent_unit_test(self):
+        with open(ALERTS) as f:
+            alerts = [r["alert"] for g in yaml.safe_load(f)["groups"] for r in g["rules"] if "alert" in r]
+        with open(ALERT_TESTS) as f:
+            suite = yaml.safe_load(f)
+        self.assertEqual(suite["rule_files"], ["alerts.yaml"])
+        fires, silent = set(), set()
+        for test in suite["tests"]:
+            for case in test.get("alert_rule_test", []):
+                (fires if case.get("exp_alerts") else silent).add(case["alertname"])
+        self.assertGreaterEqual(len(alerts), 11)
+        self.assertEqual(sorted(set(alerts) - fires), [], "alerts no unit test fires")
+        self.assertEqual(sorted(set(alerts) - silent), [], "alerts no unit test keeps silent")
+        self.assertEqual(sorted((fires | silent) - set(alerts)), [], "tests of unknown alerts")
+
+    def test_promtool_accepts_the_config(self):
+        promtool = self.promtool()
+        with open(PROMETHEUS_CONFIG) as f:
+            config = yaml.safe_load(f)
+        self.assertEqual(config["rule_files"], ["alerts.yaml"])
+        p = subprocess.run([promtool, "check", "config", PROMETHEUS_CONFIG], capture_output=True, text=True)
+        out = p.stdout + p.stderr
+        if p.returncode != 0 and "field kubernetes_sd_configs not found" in out:
+            # Debian builds promtool without Kubernetes discovery: check everything else (the
+            # rule file, relabelling, globals) with the discovery block as a static target.
+            print("promtool lacks kubernetes_sd_configs (Debian build): the discovery block is "
+                  "checked by test_scrape_job_discovers_the_daemon_pods only")
+            for job in config["scrape_configs"]:
+                job["static_configs"] = [{"targets": ["10.0.0.1:9464"]}] if job.pop(
+                    "kubernetes_sd_configs", None) is not None else job.get("static_configs")
+            with tempfile.TemporaryDirectory() as tmp:
+                shutil.copy(ALERTS, tmp)
+                path = os.path.join(tmp, "prometheus.yml")
+                with open(path, "w") as f:
+                    yaml.safe_dump(config, f)
+                p = subprocess.run([promtool, "check", "config", path], capture_output=True, text=True)
+                out = p.stdout + p.stderr
+        self.assertEqual(p.returncode, 0, out)
+        self.assertIn("SUCCESS: 1 rule files found", out)
+        with open(ALERTS) as f:
+            rules = sum(1 for line in f if line.strip().startswith("- alert:"))
+        self.assertIn(f"SUCCESS: {rules} rules found", out)
+
+    def test_scrape_job_discovers_the_daemon_pods(self):
+        sys.path.insert(0, os.path.join(ROOT, "deploy", "validate"))
+        import rendered_policy
+        with open(PROMETHEUS_CONFIG) as f:
+            config = yaml.safe_load(f)
+        (job,) = config["scrape_configs"]
+        self.assertEqual(job["kubernetes_sd_configs"], [{"role": "pod"}])
+        # The job label (= job_name) is the one the alerts select.
+        selected = set(re.findall(r'job="([^"]+)"', "\n".join(alert_exprs())))
+        self.assertEqual(selected, {job["job_name"]})
+        objs = rendered_policy.render(os.path.join(ROOT, "deploy", "kubernetes", "overlays", "sharded"))
+        (sts,) = [o for o in objs if o["kind"] == "StatefulSet"]
+        targets = []
+        for i in range(sts["spec"]["replicas"]):
+            for t in discovered_pod_targets(sts["spec"]["template"], "prod", f"cmestreamd-{i}", f"10.0.0.{i + 1}"):
+                kept = relabel(t, job["relabel_configs"])
+                if kept is not None:
+                    targets.append(kept)
+        self.assertEqual([t["__address__"] for t in targets], ["10.0.0.1:9464", "10.0.0.2:9464", "10.0.0.3:9464"])
+        self.assertEqual([t["instance"] for t in targets], ["prod/cmestreamd-0", "prod/cmestreamd-1", "prod/cmestreamd-2"])
+        self.assertEqual({(t["namespace"], t["pod"]) for t in targets},
+                         {("prod", f"cmestreamd-{i}") for i in range(3)})
+        # Another pod of the namespace (no daemon label) is not scraped.
+        other = {"metadata": {"labels": {"app": "web"}, "annotations": {"prometheus.io/scrape": "true"}},
+                 "spec": {"containers": [{"name": "web", "ports": [{"name": "metrics", "containerPort": 9464}]}]}}
+        self.assertEqual([relabel(t, job["relabel_configs"]) for t in
+                          discovered_pod_targets(other, "prod", "web-0", "10.0.0.9")], [None])
+
+    def test_relabel_emulation(self):
+        cfg = [{"source_labels": ["a", "b"], "separator": "/", "target_label": "c"},
+               {"source_labels": ["a"], "regex": "x.", "action": "keep"}]
+        self.assertEqual(relabel({"a": "xy", "b": "z"}, cfg), {"a": "xy", "b": "z", "c": "xy/z"})
+        self.assertIsNone(relabel({"a": "xyz"}, cfg))   # anchored: "x." does not match "xyz"
+
+    def test_dashboard_shows_the_learned_dynamics(self):
+        with open(DASHBOARD) as f:
+            d = json.load(f)
+        ids = [p["id"] for p in d["panels"]]
+        self.assertEqual(len(ids), len(set(ids)))
+        names = set().union(*(metric_names(e) for e in dashboard_exprs()))
+        self.assertLessEqual(DYNAMICS_METRICS, names)
+        for p in d["panels"]:
+            if p["type"] in ("timeseries", "table", "stat"):
+                self.assertTrue(p.get("targets"), p["title"])
+        # Panels do not overlap on the 24-column grid.
+        cells = set()
+        for p in d["panels"]:
+            g = p["gridPos"]
+            mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+            self.assertFalse(cells & mine, p["title"])
+            self.assertLessEqual(g["x"] + g["w"], 24, p["title"])
+            cells |= mine
 
 
 if __name__ == "__main__":
