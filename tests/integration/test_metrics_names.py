@@ -9,7 +9,8 @@ Without a daemon (PrometheusArtifactsTest): `promtool test rules` runs the alert
 (deploy/prometheus/alerts_test.yaml) and every alert has one that fires it and one that keeps
 it silent; `promtool check config` accepts deploy/prometheus/prometheus.yml with its rule file;
 its Kubernetes scrape job, applied to the daemon's rendered pod, keeps exactly the metrics port
-and gives the job label the alerts select; the dashboard shows the learned dynamics.
+and gives the job label the alerts select; the dashboard shows the learned dynamics and
+promtool parses every panel query.
 
 Environment (ctest): CMESTREAMD, PYTHONPATH=<build>/python.
 """
@@ -351,6 +352,25 @@ class PrometheusArtifactsTest(unittest.TestCase):
                  "spec": {"containers": [{"name": "web", "ports": [{"name": "metrics", "containerPort": 9464}]}]}}
         self.assertEqual([relabel(t, job["relabel_configs"]) for t in
                           discovered_pod_targets(other, "prod", "web-0", "10.0.0.9")], [None])
+
+    def test_dashboard_queries_parse(self):
+        # Every panel query as a recording rule, Grafana's variables substituted: promtool
+        # parses each one as PromQL.
+        exprs = [e for e in dashboard_exprs() if not e.startswith("label_values(")]
+        subst = {"$__rate_interval": "5m", "$model": ".*", "$instance": ".*"}
+        rules = []
+        for i, e in enumerate(exprs):
+            for var, value in subst.items():
+                e = e.replace(var, value)
+            self.assertNotIn("$", e)
+            rules.append({"record": f"dashboard:query_{i}", "expr": e})
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "dashboard_rules.yaml")
+            with open(path, "w") as f:
+                yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, f)
+            p = subprocess.run([self.promtool(), "check", "rules", path], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn(f"SUCCESS: {len(rules)} rules found", p.stdout)
 
     def test_relabel_emulation(self):
         cfg = [{"source_labels": ["a", "b"], "separator": "/", "target_label": "c"},
