@@ -55,8 +55,10 @@ with tempfile.TemporaryDirectory() as tmp, \
         print(f"predict max error vs 0.5 x: {err:.4f}", file=sys.stderr)
         assert err < 0.05, err
         np.testing.assert_allclose(m.predict(q[0]), y[:1])   # one point as a (dim,) vector
-        k = m.koopman(points=q, top=3)
-        assert k.eigenvalues.shape == (3,) and k.eigenfunctions.shape == (3, 3)
+        view = m.info().view
+        assert isinstance(view, cmestream.ViewInfo) and view.samples == 3000, view
+        k = m.koopman(points=q, top=2)
+        assert k.eigenvalues.shape == (2,) and k.eigenfunctions.shape == (3, 2)  # samples first
         assert k.samples == 3000
         # Leading eigenvalue of a contraction towards 0: the constant function, mu ~ 1.
         assert abs(abs(k.eigenvalues[0]) - 1) < 0.05, k.eigenvalues
@@ -72,6 +74,9 @@ with tempfile.TemporaryDirectory() as tmp, \
         raises(lambda: m.predict(np.array([["a", "b"]])), "expected real numbers")
         raises(lambda: m.predict(np.zeros((1, 2), complex)), "dtype complex128")
         raises(lambda: m.ingest(trajectory=np.zeros((5, 1))), "got (5, 1)")
+        late_nan = np.zeros((3000, 2))
+        late_nan[2500, 1] = np.nan
+        raises(lambda: m.ingest(late_nan, late_nan), "x: row 2500, column 1 is nan")
         assert m.samples == 3000
 
         # A discrete model takes 1-D integer state ids.

@@ -28,9 +28,12 @@ import urllib.request
 import numpy as np
 import yaml
 
+import grpc
+
 from cmestream import Client, CmestreamError
 from cmestream.metrics_text import parse_exposition
-from cmestream.testing import Daemon
+from cmestream.testing import Daemon, Stubs
+from cmestream.v1 import cmestream_pb2 as pb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -198,8 +201,17 @@ class MetricsNamesTest(unittest.TestCase):
         self.assertEqual(value("cmestream_dictionary_budget", model="fresh"), 123.0)
         bad = np.zeros((3, 2))
         bad[1, 0] = np.nan
-        with self.assertRaises(CmestreamError):
+        with self.assertRaises(ValueError):  # the client refuses it before sending
             m.ingest(bad, np.zeros((3, 2)))
+        # The daemon's own check, for clients that do not check: sent with the raw stub.
+        stubs = Stubs(self.daemon.grpc_target)
+        try:
+            with self.assertRaises(grpc.RpcError) as e:
+                stubs.ingest.IngestOne(pb.IngestBatch(model="fresh", x=bad.ravel(),
+                                                      y=np.zeros(6)), timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        finally:
+            stubs.close()
         self.assertEqual(value("cmestream_ingest_batches_rejected_total", model="fresh",
                                reason="non_finite"), 1.0)
 

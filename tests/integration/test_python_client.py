@@ -4,21 +4,52 @@ Environment: CMESTREAMD (daemon binary), CMESTREAM (CLI binary, for `simulate`),
 <build>/python and client/python. Ground truth: the Duffing basins from long integration
 (`cmestream simulate duffing-grid`), the one-step flow, exact deduplication counts.
 """
+import ast
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import tempfile
 import unittest
 
 import grpc
 import numpy as np
+from google.protobuf.message import Message
 
-from cmestream import Client, CmestreamError
+import cmestream
+from cmestream import Client, CmestreamError, info, results
 from cmestream.basins import classify_basins
-from cmestream.testing import Daemon
+from cmestream.testing import Daemon, Stubs
+from cmestream.v1 import cmestream_pb2 as pb
 
 CLI = os.environ.get("CMESTREAM", "cmestream")
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
+
+
+def no_protobuf_inside(value, path="result"):
+    """Paths inside a result (dataclass fields, lists, dicts) that hold a protobuf message."""
+    if isinstance(value, Message):
+        return [path]
+    if dataclasses.is_dataclass(value):
+        return [p for f in dataclasses.fields(value)
+                for p in no_protobuf_inside(getattr(value, f.name), f"{path}.{f.name}")]
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in no_protobuf_inside(v, f"{path}[{i}]")]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in no_protobuf_inside(v, f"{path}[{k!r}]")]
+    return []
+
+
+def ar_trajectory(n, seed):
+    """A 2-d linear AR(1) trajectory x' = A x + 0.3 noise (rotation by 0.3 rad, radius 0.9)."""
+    rng = np.random.default_rng(seed)
+    c, s = 0.9 * np.cos(0.3), 0.9 * np.sin(0.3)
+    a = np.array([[c, -s], [s, c]])
+    out = np.zeros((n, 2))
+    for t in range(1, n):
+        out[t] = a @ out[t - 1] + 0.3 * rng.standard_normal(2)
+    return out
 
 
 def simulate(*args):
@@ -56,7 +87,7 @@ class PythonClientTest(unittest.TestCase):
         grid = simulate("duffing-grid", "--n-side", "30")
         k = c.koopman("duffing", points=grid[:, :2], top=4)
         self.assertEqual(k.eigenvalues.shape, (4,))
-        self.assertEqual(k.eigenfunctions.shape, (4, 900))
+        self.assertEqual(k.eigenfunctions.shape, (900, 4))  # samples first: one row per point
         self.assertAlmostEqual(abs(k.eigenvalues[0]), 1.0, delta=0.05)
         self.assertEqual(k.samples, 10000)
         # Basins: the basin indicator's level set through the saddle at the origin (default), and
@@ -130,7 +161,7 @@ class PythonClientTest(unittest.TestCase):
             self.assertEqual(list(k.stationary), [True, False, False, False])
             self.assertEqual(k.eigenvalues[0], 1.0 + 0.0j)
             self.assertTrue(np.isinf(k.timescales[0]))
-            np.testing.assert_allclose(k.eigenfunctions[0], 1.0, atol=1e-12)
+            np.testing.assert_allclose(k.eigenfunctions[:, 0], 1.0, atol=1e-12)
             self.assertEqual(list(k.excess), [0.0, 0.0, 0.0, 0.0])
             # The three slowest timescales within 10 % of the truth (30k pairs).
             for l in range(3):
@@ -213,9 +244,9 @@ class PythonClientTest(unittest.TestCase):
         good = np.zeros((5, 2))
         bad = good.copy()
         bad[3, 1] = np.nan
-        with self.assertRaises(CmestreamError) as e:
+        with self.assertRaises(ValueError) as e:  # found by the client, nothing sent
             c.ingest_pairs("strict", bad, good, producer="p")
-        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("x: row 3, column 1 is nan", str(e.exception))
         # Wrong dimension: caught before sending, naming the expected shape (a (3, 3) array is
         # not reinterpreted as 4.5 or 3 pairs of 2-d states).
         with self.assertRaises(ValueError) as e:
@@ -241,6 +272,370 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(CmestreamError) as e:
             c.koopman("strict")
         self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
+    # -- inputs are checked whole before anything is sent ------------------------------------
+
+    def assertNothingApplied(self, model, producer=None):
+        d = self.client.describe(model)
+        self.assertEqual(d.samples + d.pending_warmup, 0)
+        self.assertEqual(d.batches_applied, 0)
+        if producer:
+            self.assertEqual(self.client.producer_offset(model, producer), 0)
+
+    def test_a_nan_at_a_late_row_is_refused_before_anything_is_applied(self):
+        """A NaN at row 4,500 of 5,000 (batches of 1,000) used to apply 4,000 pairs and then fail
+        with a batch-relative position; re-sending then doubled them."""
+        c = self.client
+        m = c.create("late-nan", dim=2, sigma=0.5)
+        x = ar_trajectory(5001, seed=8)
+        xs, ys = x[:-1], x[1:]
+        for what, bad_x, bad_y, needle in (
+                ("x", np.nan, None, "x: row 4500, column 1 is nan"),
+                ("y", None, np.inf, "y: row 4500, column 1 is inf"),
+                ("x", -np.inf, None, "x: row 4500, column 1 is -inf")):
+            bx, by = xs.copy(), ys.copy()
+            if bad_x is not None:
+                bx[4500, 1] = bad_x
+            if bad_y is not None:
+                by[4500, 1] = bad_y
+            for send in (lambda: c.ingest_pairs("late-nan", bx, by, producer="p"),
+                         lambda: c.ingest_pairs("late-nan", bx, by),
+                         lambda: m.ingest(bx, by),
+                         lambda: m.partial_fit(bx, by, batch=100)):
+                with self.assertRaises(ValueError, msg=what) as e:
+                    send()
+                self.assertIn(needle, str(e.exception))
+                self.assertIn("nothing was sent", str(e.exception))
+                self.assertNothingApplied("late-nan", producer="p")
+        traj = x.copy()
+        traj[4500, 0] = np.nan
+        with self.assertRaises(ValueError) as e:
+            m.ingest(trajectory=traj, producer="p")
+        self.assertIn("states: row 4500, column 0 is nan", str(e.exception))
+        self.assertNothingApplied("late-nan", producer="p")
+        # The clean data then goes in once: exactly 5,000 pairs, no duplicates.
+        r = m.ingest(xs, ys)
+        self.assertEqual((r.pairs_applied, r.model_samples), (5000, 5000))
+        self.assertEqual(m.samples, 5000)
+
+    def test_a_state_id_out_of_range_at_a_late_row_is_refused_before_anything_is_applied(self):
+        c = self.client
+        c.create_model("late-id", num_states=4)
+        ids = np.arange(5001) % 4
+        bad = ids.copy()
+        bad[4500] = 9
+        with self.assertRaises(ValueError) as e:
+            c.ingest_ids("late-id", bad[:-1], ids[1:], producer="p")
+        self.assertIn("x_ids: row 4500 is 9, expected a state id in [0, 4)", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            c.ingest_state_ids("late-id", bad, producer="p")
+        self.assertIn("row 4500 is 9", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            c.model("late-id").ingest(ids[:-1], np.where(ids[1:] == 0, np.nan, ids[1:]))
+        self.assertIn("y_ids: expected integer state ids, got non-integral values (row 3 is nan",
+                      str(e.exception))
+        self.assertNothingApplied("late-id", producer="p")
+        self.assertEqual(c.ingest_state_ids("late-id", ids).pairs_applied, 5000)
+
+    def test_a_wrong_dtype_is_refused_before_anything_is_applied(self):
+        c = self.client
+        c.create_model("dtypes", dim=2, sigma=0.5)
+        c.create_model("dtypes-d", num_states=3)
+        good = np.zeros((5000, 2))
+        objects = good.astype(object)
+        objects[4500, 1] = None
+        cases = [
+            # numpy counts timedelta64 as an integer type: it used to be sent as numbers.
+            (good.astype("timedelta64[s]"), "dtype timedelta64[s]"),
+            (good.astype("datetime64[s]"), "dtype datetime64[s]"),
+            (objects, "dtype object ([4500, 1] holds None)"),
+            (good.astype(bool), "dtype bool"),
+            (good.astype(complex), "dtype complex128"),
+            (good.astype(str), "expected real numbers"),
+            ([[0.0, 0.0], [0.0]], "expected an array of real numbers"),
+        ]
+        for bad, needle in cases:
+            with self.assertRaises(ValueError, msg=needle) as e:
+                c.ingest_pairs("dtypes", bad, good)
+            self.assertIn(needle, str(e.exception))
+            with self.assertRaises(ValueError, msg=needle):
+                c.ingest_trajectory("dtypes", bad)
+        for bad, needle in ((np.arange(10).astype("timedelta64[s]"), "dtype timedelta64[s]"),
+                            (np.array([0, 1, 2, True], dtype=object), "holds True"),
+                            (np.ones(10, dtype=bool), "dtype bool"),
+                            (["0", "1"], "dtype <U1")):
+            with self.assertRaises(ValueError, msg=needle) as e:
+                c.ingest_state_ids("dtypes-d", bad)
+            self.assertIn(needle, str(e.exception))
+        self.assertNothingApplied("dtypes")
+        self.assertNothingApplied("dtypes-d")
+
+    def test_unknown_keyword_arguments_raise_type_error(self):
+        c = self.client
+        with self.assertRaises(TypeError) as e:
+            c.create_model("kwargs", dim=2, sigma=0.5, rnak=3)
+        self.assertIn("create_model() got an unexpected keyword argument 'rnak'", str(e.exception))
+        self.assertIn("did you mean rank", str(e.exception))
+        with self.assertRaises(TypeError) as e:
+            c.create("kwargs", dim=2, name="other")  # ModelConfig fields set by the signature
+        with self.assertRaises(TypeError) as e:
+            c.create_model("kwargs", dim=2, rank="4")  # a wrong type, named
+        self.assertIn("rank: expected an integer, got str", str(e.exception))
+        with self.assertRaises(CmestreamError) as e:
+            c.describe("kwargs")
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)  # nothing was created
+        m = c.create("kwargs", dim=2, sigma=0.5)
+        x = np.zeros((10, 2))
+        with self.assertRaises(TypeError):
+            m.partial_fit(x, x, sample_weight=np.ones(10))
+        with self.assertRaises(TypeError):
+            m.ingest(x, x, episode_id="e")
+        self.assertNothingApplied("kwargs")
+
+    def test_out_of_range_arguments_raise_value_error_naming_them(self):
+        c = self.client
+        m = c.create("ranges", dim=2, sigma=0.5)
+        x = np.zeros((10, 2))
+        refusals = [
+            # (call, what the message says: the argument's name first)
+            (lambda: c.create_model("ranges-bad", dim=-1), "dim: expected an integer in [0, "),
+            (lambda: c.create_model("ranges-bad", dim=2, max_dict=2 ** 40), "max_dict: expected"),
+            (lambda: c.create_model("ranges-bad", dim=2, sigma=-1.0), "sigma: expected a bandwidth > 0"),
+            (lambda: c.create_model("ranges-bad", dim=2, sigma="wide"), "sigma: expected a bandwidth > 0"),
+            (lambda: c.create_model("ranges-bad", dim=2, eta=float("nan")), "eta: expected a finite"),
+            (lambda: c.create_model("ranges-bad", dim=2, lags=[1, 2 ** 40]), "lags[1]: expected"),
+            # Ranges only the daemon knows: its INVALID_ARGUMENT is a ValueError naming the field.
+            (lambda: c.create_model("ranges-bad", dim=2, rank=0), "field rank is 0, expected 1.."),
+            (lambda: c.create_model("ranges-bad", dim=2, lags=[0]), "lags"),
+            (lambda: m.koopman(top=-1), "top: expected an integer in [0, "),
+            (lambda: c.cktest("ranges", lag=-1), "lag: expected an integer in [0, "),
+            (lambda: c.cktest("ranges", clusters=2 ** 33), "clusters: expected an integer"),
+            (lambda: m.forecast(x[:2], horizon=0), "horizon: expected an integer in [1, "),
+            (lambda: m.ingest(x, x, batch=0), "batch: expected an integer in [1, "),
+            (lambda: m.ingest(x, x, producer="p", offset=-1), "offset: expected an integer in [0, "),
+            (lambda: m.refresh(timeout=-5), "timeout: expected a number > 0"),
+            (lambda: Client(self.daemon.grpc_target, timeout=0), "timeout: expected a number > 0"),
+            (lambda: Client(self.daemon.grpc_target, max_retries=-1), "max_retries: expected"),
+        ]
+        for call, needle in refusals:
+            with self.assertRaises(ValueError, msg=needle) as e:
+                call()
+            self.assertIn(needle, str(e.exception))
+            self.assertNotIn("Value out of range", str(e.exception))  # protobuf's own words
+        refused = refusals[6][0]
+        with self.assertRaises(cmestream.InvalidArgumentError) as e:
+            refused()
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)  # still a CmestreamError
+        self.assertIsInstance(e.exception, CmestreamError)
+        self.assertNotIn("ranges-bad", [i.config.name for i in c.list_models()])
+        self.assertNothingApplied("ranges")
+
+    # -- results: samples first, documented dataclasses ------------------------------------------
+
+    def test_every_result_is_samples_first_and_protobuf_free(self):
+        c = self.client
+        name = "shapes"
+        m = c.create(name, dim=2, sigma=0.7, rank=2, clusters=3, meta_states=2, latent_states=2,
+                     window=2, lags=[1, 2], seed=5, rff_features=64, reservoir=2000)
+        traj = ar_trajectory(4001, seed=3)
+        m.ingest(trajectory=traj, producer="p", episode="e")
+        view = m.refresh()
+        self.assertIsInstance(view, cmestream.ViewInfo)
+        self.assertEqual(view.samples, 4000)
+        self.assertGreaterEqual(view.version, 1)
+        n = 7  # query points; differs from every k, r, K below so no axis can be mistaken
+        pts = traj[100:100 + n]
+
+        k = m.koopman(points=pts, top=3)
+        self.assertEqual(k.eigenfunctions.shape, (n, 3))
+        for f in ("eigenvalues", "rates", "timescales", "stationary", "excess"):
+            self.assertEqual(getattr(k, f).shape, (3,), f)
+        # Orientation by value: column 0 is the stationary mode, the constant 1 at every point.
+        self.assertTrue(k.stationary[0])
+        np.testing.assert_allclose(k.eigenfunctions[:, 0], 1.0, atol=1e-12)
+        self.assertEqual(m.koopman(top=3).eigenfunctions.shape, (0, 3))
+        self.assertIsInstance(k.spectrum, cmestream.SpectrumInfo)
+        self.assertEqual(m.predict(pts).shape, (n, 2))
+
+        e = m.embedding(pts)
+        self.assertEqual(e.embedding.shape, (n, 2))
+        np.testing.assert_array_equal(m.transform(pts), e.embedding)
+        np.testing.assert_allclose(e.singular_value_gaps, -np.diff(e.singular_values), rtol=1e-12)
+
+        cl = m.clusters(pts)
+        reps = cl.ids.shape[0]
+        self.assertEqual(cl.point_labels.shape, (n,))
+        self.assertEqual(cl.coordinates.shape, (reps, 2))
+        for f in ("weights", "labels"):
+            self.assertEqual(getattr(cl, f).shape, (reps,), f)
+        self.assertEqual(cl.transition_matrix.shape, (3, 3))
+        np.testing.assert_allclose(cl.transition_matrix.sum(axis=1), 1.0, atol=1e-9)
+        self.assertEqual(cl.masses.shape, (3,))
+
+        counts = m.counts()
+        p = counts.num_states
+        self.assertEqual(counts.states.shape, (p, 2))
+        self.assertEqual(counts.entries.shape[1], 3)
+        self.assertEqual(counts.dense().shape, (p, p))
+
+        ag = m.aggregation()
+        rows = ag.state_ids.shape[0]
+        self.assertEqual((ag.V.shape, ag.U.shape, ag.coordinates.shape, ag.partition.shape),
+                         ((rows, 2), (rows, 2), (rows, 2), (rows,)))
+        np.testing.assert_allclose(ag.V.sum(axis=0), 1.0, atol=1e-9)  # columns of V sum to 1
+
+        lat = m.latent(pts)
+        self.assertEqual(lat.weights.shape, (2,))
+        self.assertEqual(lat.densities.shape, (n, 2))
+        self.assertEqual(lat.posteriors.shape, (n, 2))
+        # Orientation by value: P(h | x_i) = w_h max(p(x_i | h), 0) / sum over h
+        # (docs/algorithms.md (5.10)), row by row.
+        w = lat.weights * np.maximum(lat.densities, 0)
+        np.testing.assert_allclose(lat.posteriors, w / w.sum(axis=1, keepdims=True), atol=1e-9)
+
+        fc = m.forecast(traj[-2:], horizon=4)
+        self.assertEqual((fc.forecast.shape, fc.distribution.shape), ((4, 2), (4, 0)))
+        self.assertEqual(fc.state.ndim, 1)
+
+        ts = m.timescales()
+        scan = ts.primary
+        self.assertEqual(scan.lags.tolist(), [1, 2])
+        self.assertEqual(scan.timescales.shape[0], 2)
+        self.assertEqual(scan.stderr.shape, scan.timescales.shape)
+        self.assertEqual(scan.samples.shape, (2,))
+        ck = c.cktest(name)
+        s = ck.primary.steps.shape[0]
+        for f in ("predicted", "estimated", "stderr", "predicted_stderr"):
+            self.assertEqual(getattr(ck.primary, f).shape, (s, ck.primary.clusters,
+                                                            ck.primary.clusters), f)
+
+        x_atoms, y_atoms, _ = m.dictionary()
+        self.assertEqual((x_atoms.shape[1], y_atoms.shape[1]), (2, 2))
+
+        for result in (view, k, e, cl, counts, ag, lat, fc, ts, ck, m.info(), c.list_models()):
+            self.assertEqual(no_protobuf_inside(result), [], type(result).__name__)
+
+    def test_describe_returns_a_model_info_equal_to_the_wire(self):
+        c = self.client
+        m = c.create("described", dim=2, sigma=0.5, lags=[1, 3], lambda_=2e-3, averaging=True)
+        m.ingest(trajectory=ar_trajectory(3001, seed=4))
+        c.refresh("described")
+        d = c.describe("described", state_digest=True)
+        self.assertIsInstance(d, cmestream.ModelInfo)
+        self.assertIsInstance(d.config, cmestream.ModelConfig)
+        self.assertIsInstance(d.view, cmestream.ViewInfo)
+        self.assertIsInstance(d.sigma_selection, cmestream.SigmaSelection)
+        self.assertIsInstance(d.spectrum, cmestream.SpectrumInfo)
+        self.assertIsInstance(d.spectrum.comparison, cmestream.TimescaleComparison)
+        self.assertTrue(d.sub_views)
+        for sv in d.sub_views:
+            self.assertIsInstance(sv, cmestream.SubViewStatus)
+            self.assertTrue(sv.summary is None or isinstance(sv.summary, cmestream.FitSummary))
+        self.assertEqual(no_protobuf_inside(d), [])
+        self.assertIsInstance(m.info(), cmestream.ModelInfo)
+        self.assertIsNone(c.describe("described").state_digest)  # only when asked for
+
+        # Field for field what the daemon sent (the raw stub reads the same model).
+        stubs = Stubs(self.daemon.grpc_target)
+        try:
+            raw = stubs.models.GetModel(pb.GetModelRequest(name="described", with_state_digest=True))
+        finally:
+            stubs.close()
+        self.assertEqual(d.state_digest, raw.state_digest)
+        self.assertNotEqual(d.state_digest, 0)
+        self.assertEqual((d.samples, d.dictionary_size, d.dictionary_size_y, d.batches_applied),
+                         (raw.samples, raw.dictionary_size, raw.dictionary_size_y, raw.batches_applied))
+        self.assertEqual(d.samples, 3000)
+        self.assertEqual((d.config.dim, d.config.sigma, d.config.lambda_, d.config.averaging,
+                          d.config.lags), (2, 0.5, 2e-3, True, [1, 3]))
+        self.assertEqual(d.config.eta, raw.config.eta)  # a default the daemon filled in
+        self.assertEqual(d.view.version, raw.view.version)
+        self.assertEqual(d.view.build_seconds_by_view, dict(raw.view.build_seconds_by_view))
+        self.assertEqual(d.sigma_selection.chosen, raw.sigma_selection.chosen)
+        np.testing.assert_array_equal(d.spectrum.ridge_grid, np.array(raw.spectrum.ridge_grid))
+        self.assertEqual(d.spectrum.comparison.koopman, raw.spectrum.comparison.koopman)
+        self.assertEqual([(s.name, s.available, s.error) for s in d.sub_views],
+                         [(s.name, s.available, s.error) for s in raw.sub_views])
+        # Before the first view there is no spectrum.
+        self.assertIsNone(c.create_model("described-empty", dim=1, sigma=0.5).spectrum)
+
+
+class PackageStructureTest(unittest.TestCase):
+    """Checks of the package's source that need no daemon."""
+
+    PACKAGE = os.path.dirname(cmestream.__file__)
+
+    @classmethod
+    def import_graph(cls):
+        """module -> the package's modules it imports: at module level, inside functions and
+        under TYPE_CHECKING alike (a type-only import is still a cycle for readers and tools)."""
+        names = {f[:-3] for f in os.listdir(cls.PACKAGE) if f.endswith(".py")}
+        graph = {}
+        for name in names:
+            with open(os.path.join(cls.PACKAGE, name + ".py")) as f:
+                tree = ast.parse(f.read())
+            deps = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom):
+                    if node.level == 1:  # from .x import y / from . import x
+                        path = (node.module or "").split(".")[:1]
+                    elif (node.module or "").startswith("cmestream"):  # from cmestream.x import y
+                        path = node.module.split(".")[1:2]
+                    else:
+                        continue
+                    if path and path[0]:
+                        deps.add(path[0])
+                    else:  # from . import x / from cmestream import x
+                        deps.update(a.name for a in node.names)
+                elif isinstance(node, ast.Import):
+                    for a in node.names:
+                        parts = a.name.split(".")
+                        if parts[0] == "cmestream" and len(parts) > 1:
+                            deps.add(parts[1])
+            graph[name] = (deps & names) - {name}
+        return graph
+
+    def test_the_modules_import_each_other_without_a_cycle(self):
+        graph = self.import_graph()
+        self.assertIn("model", graph["client"])  # the graph is read, not empty
+        self.assertIn("client", graph["sharded"])
+
+        def cycle_from(node, path):
+            for dep in sorted(graph[node]):
+                if dep in path:
+                    return path[path.index(dep):] + [dep]
+                found = cycle_from(dep, path + [dep])
+                if found:
+                    return found
+            return None
+
+        for start in sorted(graph):
+            cycle = cycle_from(start, [start])
+            self.assertIsNone(cycle, f"import cycle: {' -> '.join(cycle or [])}")
+
+    def test_the_description_dataclasses_mirror_the_proto_field_for_field(self):
+        pairs = [(info.ModelInfo, pb.ModelInfo), (info.ModelConfig, pb.ModelConfig),
+                 (info.ViewInfo, pb.ViewInfo), (info.SigmaSelection, pb.SigmaSelection),
+                 (info.SpectrumInfo, pb.SpectrumInfo),
+                 (info.TimescaleComparison, pb.TimescaleComparison),
+                 (info.SubViewStatus, pb.SubViewStatus), (info.FitSummary, pb.FitSummary)]
+        for cls, message in pairs:
+            ours = {"lambda" if f.name == "lambda_" else f.name for f in dataclasses.fields(cls)}
+            self.assertEqual(ours, {f.name for f in message.DESCRIPTOR.fields}, cls.__name__)
+
+    def test_every_result_dataclass_documents_every_field_and_array_shape(self):
+        classes = [c for module in (results, info) for c in vars(module).values()
+                   if isinstance(c, type) and dataclasses.is_dataclass(c)
+                   and c.__module__ == module.__name__]
+        self.assertGreaterEqual(len(classes), 20)
+        for cls in classes:
+            doc = cls.__doc__ or ""
+            for f in dataclasses.fields(cls):
+                if str(f.type) == "np.ndarray":  # a shape: "name: (n, k) ..."
+                    self.assertRegex(doc, rf"(?m)^\s+{re.escape(f.name)}: \(",
+                                     f"{cls.__name__}.{f.name}: no shape documented")
+                elif cls is not info.ModelConfig:  # ModelConfig: one line per field in the proto
+                    self.assertIn(f.name, doc, f"{cls.__name__}.{f.name}: not documented")
 
 
 if __name__ == "__main__":

@@ -9,23 +9,32 @@
 
 `Client` speaks to one daemon (every RPC, results as numpy arrays); `Model` is a handle on one
 model with estimator-like methods (ingest / partial_fit, refresh, koopman, predict, transform,
-clusters, ...). Input arrays are checked against the model's dimension before anything is sent:
-a wrong shape or dtype is a ValueError naming the expected shape. Server errors are
-CmestreamError (gRPC code + message). The generated gRPC stubs are `cmestream.v1`.
+clusters, ...). Every input is checked before anything is sent: a wrong shape or dtype, a NaN or
+infinity (named by row and column), a state id out of range, an argument out of range is a
+ValueError naming it; an unknown keyword argument a TypeError. Server errors are CmestreamError
+(gRPC code + message; INVALID_ARGUMENT answers are InvalidArgumentError, also a ValueError).
+Results are dataclasses of numpy arrays, samples first: `koopman(points=P).eigenfunctions` is
+(n, k), one row per point, like `transform(P)` (n, r); describe() returns a ModelInfo and
+refresh() a ViewInfo (cmestream.info). The generated gRPC stubs are `cmestream.v1`.
 
 Install: `pip install --no-deps --no-build-isolation ./client/python` (needs Debian's protoc,
 grpc_python_plugin, python3-grpcio, python3-protobuf, python3-numpy; see client/python/README.md).
 """
-from .client import (AggregationResult, CkResult, CkTestResult, Client, ClustersResult,
-                     CmestreamError, CountsResult, EmbeddingResult, FitSummary, ForecastResult,
-                     IngestResult, KoopmanResult, LagScan, LatentResult, TimescalesResult)
+from .client import Client, CmestreamError, InvalidArgumentError
+from .info import (FitSummary, ModelConfig, ModelInfo, SigmaSelection, SpectrumInfo,
+                   SubViewStatus, TimescaleComparison, ViewInfo)
 from .model import Model
+from .results import (AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
+                      EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LagScan,
+                      LatentResult, TimescalesResult)
 from .sharded import ShardedClient
 from . import placement
 
 __version__ = "0.1.0"  # = project(cmestream VERSION) in CMakeLists.txt (a test checks)
 
-__all__ = ["AggregationResult", "Client", "ClustersResult", "CmestreamError", "CountsResult",
-           "EmbeddingResult", "FitSummary", "ForecastResult", "IngestResult", "KoopmanResult",
-           "LatentResult", "LagScan", "TimescalesResult", "CkResult", "CkTestResult", "Model",
-           "ShardedClient", "placement", "__version__"]
+__all__ = ["AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
+           "CmestreamError", "CountsResult", "EmbeddingResult", "FitSummary", "ForecastResult",
+           "IngestResult", "InvalidArgumentError", "KoopmanResult", "LagScan", "LatentResult",
+           "Model", "ModelConfig", "ModelInfo", "ShardedClient", "SigmaSelection", "SpectrumInfo",
+           "SubViewStatus", "TimescaleComparison", "TimescalesResult", "ViewInfo", "placement",
+           "__version__"]

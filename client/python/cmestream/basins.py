@@ -21,9 +21,10 @@ import numpy as np
 
 
 def eigenfunction_features(eigenfunctions: np.ndarray, count: int = 2) -> np.ndarray:
-    """(k, n) complex eigenfunction values -> (n, 2*count) real features [Re g_0, Im g_0, ...]."""
-    g = np.asarray(eigenfunctions)[:count]
-    return np.concatenate([g.real, g.imag], axis=0).T
+    """(n, k) complex eigenfunction values (KoopmanResult.eigenfunctions: one row per point)
+    -> (n, 2*count) real features [Re g_0, ..., Re g_{count-1}, Im g_0, ..., Im g_{count-1}]."""
+    g = np.asarray(eigenfunctions)[:, :count]
+    return np.concatenate([g.real, g.imag], axis=1)
 
 
 def nearest_attractor(features: np.ndarray, attractor_features: np.ndarray,
@@ -44,8 +45,8 @@ def saddle_level_set(indicator: np.ndarray, at_saddle: float, at_first_attractor
 def classify_basins(client, model: str, points, attractors=((1.0, 0.0), (-1.0, 0.0)),
                     attractor_labels=(1, -1), count: int = 2, top: int = 6, saddle=(0.0, 0.0)):
     """Queries the model's eigenfunctions at `points`, the attractors (and the saddle); returns
-    (labels per point, KoopmanResult of the query; its eigenfunctions cover points + attractors
-    (+ saddle)). With `saddle` the level-set rule above, else the nearest attractor."""
+    (labels per point, KoopmanResult of the query; the rows of its (n, k) eigenfunctions are
+    the points, then the attractors (then the saddle)). With `saddle` the level-set rule above, else the nearest attractor."""
     points = np.asarray(points, dtype=np.float64)
     attractors = np.asarray(attractors, dtype=np.float64)
     queried = [points, attractors] + ([np.asarray(saddle, dtype=np.float64).reshape(1, -1)] if saddle is not None else [])
@@ -53,8 +54,8 @@ def classify_basins(client, model: str, points, attractors=((1.0, 0.0), (-1.0, 0
     n = points.shape[0]
     if saddle is not None:
         stationary = np.asarray(k.stationary, dtype=bool)
-        modes = [l for l in range(k.eigenfunctions.shape[0]) if not (l < stationary.size and stationary[l])]
-        g = k.eigenfunctions[modes[0]].real  # the basin indicator: the first non-stationary mode
+        modes = [l for l in range(k.eigenfunctions.shape[1]) if not (l < stationary.size and stationary[l])]
+        g = k.eigenfunctions[:, modes[0]].real  # the basin indicator: the first non-stationary mode
         return saddle_level_set(g[:n], g[-1], g[n], attractor_labels), k
     f = eigenfunction_features(k.eigenfunctions, count)
     return nearest_attractor(f[:n], f[n:n + attractors.shape[0]], attractor_labels), k

@@ -3,16 +3,24 @@
 Every error the daemon returns is raised as CmestreamError carrying the gRPC status code
 (`code`, a grpc.StatusCode) and the server's message (`message`), e.g.
     CmestreamError: NOT_FOUND: model 'x' not found
+INVALID_ARGUMENT answers (an argument the daemon refuses, named in the message) are
+InvalidArgumentError, which is both a CmestreamError and a ValueError.
+
+Inputs are checked before anything is sent (cmestream.inputs): a wrong shape, dtype, a NaN or
+infinity (named by row and column), a state id outside [0, num_states), an argument out of
+range is a ValueError; a wrong type or an unknown keyword argument a TypeError. So a call that
+raises one of them has applied nothing.
+
 Point sets are (n, d) arrays; a 1-D array of length d is one point. Discrete models
 (created with num_states=P) take integer state ids instead: ingest_ids / ingest_state_ids, and
-the `state_ids=` argument of the view queries.
+the `state_ids=` argument of the view queries. Results are dataclasses (cmestream.results,
+cmestream.info) with samples first: one row per query point.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -21,8 +29,22 @@ import numpy.typing as npt
 from cmestream.v1 import cmestream_pb2 as pb
 from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
 
-if TYPE_CHECKING:
-    from .model import Model
+from . import inputs
+from .info import (FitSummary, ModelConfig, ModelInfo, SigmaSelection, SpectrumInfo,
+                   SubViewStatus, TimescaleComparison, ViewInfo, model_info_from_proto,
+                   spectrum_from_proto, view_from_proto)
+from .model import Model
+from .results import (AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
+                      EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LagScan,
+                      LatentResult, TimescalesResult, ck_from_proto, complex_array,
+                      eigenfunctions_from_proto, lag_scan_from_proto, samples_first)
+
+# Re-exported: these lived in this module before cmestream.results and cmestream.info.
+__all__ = ["AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
+           "CmestreamError", "CountsResult", "EmbeddingResult", "FitSummary", "ForecastResult",
+           "IngestResult", "InvalidArgumentError", "KoopmanResult", "LagScan", "LatentResult",
+           "ModelConfig", "ModelInfo", "SigmaSelection", "SpectrumInfo", "SubViewStatus",
+           "TimescaleComparison", "TimescalesResult", "ViewInfo"]
 
 _MAX_MESSAGE = 256 << 20  # Koopman replies grow with the number of query points
 
@@ -31,7 +53,8 @@ class CmestreamError(Exception):
     """A failed request: `code` is the grpc.StatusCode, `message` the server's explanation.
     `owner`: when a sharded daemon (--shard-peers) refused a call for a model another pod owns
     (FAILED_PRECONDITION), that pod as (id, target) from the `cmestream-owner` trailer; else
-    None. ShardedClient follows it once."""
+    None. ShardedClient follows it once. `pairs_applied`: for a failed ingest call, the pairs
+    of that call applied before the failure."""
 
     def __init__(self, code: grpc.StatusCode, message: str,
                  owner: Optional[Tuple[str, str]] = None):
@@ -39,6 +62,17 @@ class CmestreamError(Exception):
         self.code = code
         self.message = message
         self.owner = owner
+        # Ingestion only: pairs of the failed call the daemon applied before it (None: no
+        # ingest call, or nothing is known).
+        self.pairs_applied: Optional[int] = None
+
+
+class InvalidArgumentError(CmestreamError, ValueError):
+    """The daemon refused an argument (INVALID_ARGUMENT, the message names it): also a
+    ValueError, like the client's own checks, so `except ValueError` catches every bad
+    argument wherever it was found. Nothing was applied by the refused call (for ingestion:
+    by the refused message; the client checks whole arrays first, so the daemon's per-message
+    checks only refuse what it alone knows, e.g. |value| above its --max-abs-value)."""
 
 
 def _error(e) -> CmestreamError:
@@ -49,252 +83,9 @@ def _error(e) -> CmestreamError:
             if key == "cmestream-owner" and "=" in value:
                 pod, target = value.split("=", 1)
                 owner = (pod, target)
+    if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgumentError(e.code(), e.details())
     return CmestreamError(e.code(), e.details(), owner)
-
-
-@dataclasses.dataclass
-class IngestResult:
-    batches: int
-    pairs_sent: int
-    pairs_applied: int
-    producer_offset: int
-    model_samples: int
-
-
-@dataclasses.dataclass
-class KoopmanResult:
-    eigenvalues: np.ndarray      # (k,) complex: the stationary mode first, then |mu| descending
-    rates: np.ndarray            # (k,) complex, log(mu)/dt
-    timescales: np.ndarray       # (k,) float, -dt/log|mu| (inf for |mu| >= 1)
-    eigenfunctions: np.ndarray   # (k, n) complex: eigenfunction l at point i
-    dt: float
-    view_version: int
-    samples: int
-    # Per eigenpair: the stationary mode (eigenvalue exactly 1) and max(0, |mu| - 1); `spectrum`
-    # is the SpectrumInfo message (estimator, epoch, held-out score, cross-view timescales,
-    # warnings).
-    stationary: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=bool))
-    excess: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    spectrum: object = None
-
-
-@dataclasses.dataclass
-class CountsResult:
-    entries: np.ndarray      # (nnz, 3): from, to, count (float: counts decay with forgetting)
-    visits: np.ndarray       # (num_states,)
-    stationary: np.ndarray   # (num_states,)
-    num_states: int
-    states: np.ndarray       # (num_states, d) atom coordinates; (num_states, 0) when discrete
-    view_version: int
-    samples: int
-
-    def dense(self) -> np.ndarray:
-        """The count matrix N as a (num_states, num_states) array."""
-        n = np.zeros((self.num_states, self.num_states))
-        for i, j, c in self.entries:
-            n[int(i), int(j)] += c
-        return n
-
-
-@dataclasses.dataclass
-class FitSummary:
-    """How a sub-view's fit ended (docs/user-guide.md, "Reading a fit summary")."""
-    termination: str        # "success", or what went wrong ("rank_clipped", "numerical_trouble")
-    message: str            # why, when termination is not "success"
-    brief_report: str       # one line for people
-    figures: dict           # named numbers, e.g. "kept_x", "svd_iterations", "inertia"
-
-    @staticmethod
-    def from_proto(s) -> "FitSummary":
-        return FitSummary(termination=s.termination, message=s.message,
-                          brief_report=s.brief_report, figures=dict(s.figures))
-
-
-@dataclasses.dataclass
-class EmbeddingResult:
-    embedding: np.ndarray            # (n, r): Psi(x) per query point
-    singular_values: np.ndarray      # descending
-    singular_value_gaps: np.ndarray  # sigma_i - sigma_{i+1}
-    view_version: int
-    samples: int
-    summary: Optional[FitSummary] = None  # the estimator's fit summary
-
-
-@dataclasses.dataclass
-class ClustersResult:
-    ids: np.ndarray                # (m,) representative atom index or state id
-    coordinates: np.ndarray        # (m, d) representative atoms (continuous), (m, 0) discrete
-    weights: np.ndarray            # (m,) stationary weight of each representative
-    labels: np.ndarray             # (m,) cluster of each representative
-    point_labels: np.ndarray       # (n,) cluster of each query point
-    transition_matrix: np.ndarray  # (K, K) coarse-grained
-    masses: np.ndarray             # (K,)
-    timescales: np.ndarray         # implied timescales of the count-based chain
-    inertia: float
-    view_version: int
-    samples: int
-    summary: Optional[FitSummary] = None  # the estimator's fit summary
-
-
-@dataclasses.dataclass
-class AggregationResult:
-    state_ids: np.ndarray     # (p,) row order
-    coordinates: np.ndarray   # (p, d) continuous models; (p, 0) discrete
-    V: np.ndarray             # (p, r), columns sum to 1
-    U: np.ndarray             # (p, r)
-    anchors: list             # r arrays of row indices
-    partition: np.ndarray     # (p,)
-    excluded: np.ndarray      # state ids with no incoming transitions
-    distance_to_empirical: float
-    view_version: int
-    samples: int
-    summary: Optional[FitSummary] = None  # the estimator's fit summary
-
-
-@dataclasses.dataclass
-class LatentResult:
-    weights: np.ndarray     # (k,)
-    densities: np.ndarray   # (k, n): component h at point i
-    posteriors: np.ndarray  # (n, k)
-    view_version: int
-    samples: int
-    summary: Optional[FitSummary] = None  # the estimator's fit summary
-
-
-@dataclasses.dataclass
-class ForecastResult:
-    forecast: np.ndarray      # (H, d) expected observations
-    distribution: np.ndarray  # (H, P) discrete models; (H, 0) continuous
-    state: np.ndarray         # filtered predictive state
-    view_version: int
-    samples: int
-
-
-@dataclasses.dataclass
-class LagScan:
-    """Implied timescales against lag (units of dt, slowest first, stationary mode left out)."""
-    lags: np.ndarray          # (L,)
-    timescales: np.ndarray    # (L, n) NaN: undefined, inf: |mu| >= 1
-    stderr: np.ndarray        # (L, n) jackknife standard errors
-    samples: np.ndarray       # (L,) pairs per lag
-    blocks: int
-
-
-@dataclasses.dataclass
-class TimescalesResult:
-    estimator: str            # the primary scan: "koopman" (continuous) or "counts"
-    koopman: Optional[LagScan]
-    counts: LagScan
-    dt: float
-    view_version: int
-    samples: int
-
-    @property
-    def primary(self) -> LagScan:
-        return self.koopman if self.estimator == "koopman" and self.koopman else self.counts
-
-
-@dataclasses.dataclass
-class CkResult:
-    """Chapman-Kolmogorov test: predicted T(lag)^k vs estimated T(k lag), per step k."""
-    lag: int
-    clusters: int
-    steps: np.ndarray             # (S,) k
-    predicted: np.ndarray         # (S, K, K)
-    estimated: np.ndarray         # (S, K, K)
-    stderr: np.ndarray            # (S, K, K) of estimated
-    predicted_stderr: np.ndarray  # (S, K, K)
-    max_deviation: float
-    max_deviation_stderr: float
-    blocks: int
-
-
-@dataclasses.dataclass
-class CkTestResult:
-    estimator: str
-    koopman: Optional[CkResult]
-    counts: CkResult
-    view_version: int
-    samples: int
-
-    @property
-    def primary(self) -> CkResult:
-        return self.koopman if self.estimator == "koopman" and self.koopman else self.counts
-
-
-def _lag_scan(s) -> LagScan:
-    n = max((len(r.timescales) for r in s.per_lag), default=0)
-    return LagScan(lags=np.array(s.lags, dtype=np.int64),
-                   timescales=np.array([list(r.timescales) for r in s.per_lag],
-                                       dtype=np.float64).reshape(len(s.per_lag), n),
-                   stderr=np.array([list(r.stderr) for r in s.per_lag],
-                                   dtype=np.float64).reshape(len(s.per_lag), n),
-                   samples=np.array([r.samples for r in s.per_lag], dtype=np.float64),
-                   blocks=s.blocks)
-
-
-def _ck_result(c) -> CkResult:
-    k = c.clusters
-    s = len(c.steps)
-
-    def cube(field):
-        return np.array([list(getattr(st, field)) for st in c.steps],
-                        dtype=np.float64).reshape(s, k, k)
-    return CkResult(lag=c.lag, clusters=k, steps=np.array([st.steps for st in c.steps], dtype=np.int64),
-                    predicted=cube("predicted"), estimated=cube("estimated"), stderr=cube("stderr"),
-                    predicted_stderr=cube("predicted_stderr"), max_deviation=c.max_deviation,
-                    max_deviation_stderr=c.max_deviation_stderr, blocks=c.blocks)
-
-
-def _real_array(values, what: str) -> np.ndarray:
-    """values as a float64 array; ValueError unless they are real numbers (ints, floats)."""
-    a = np.asarray(values)
-    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer)
-                                   or np.issubdtype(a.dtype, np.floating)):
-        raise ValueError(f"{what}: expected real numbers, got an array of dtype {a.dtype}")
-    return a.astype(np.float64, copy=False)
-
-
-def _as_points(values, dim: int, what: str = "points", model: str = "") -> np.ndarray:
-    """values as a C-contiguous (n, dim) float64 array. Accepted: an (n, dim) array, one point
-    as a (dim,) vector, and for dim 1 also a flat (n,) vector. Anything else is a ValueError
-    naming the expected shape: nothing is reshaped behind the caller's back (a (2, 3) array is
-    not three 2-d points)."""
-    a = _real_array(values, what)
-    of = f" for model '{model}' (dim {dim})" if model else f" (dim {dim})"
-    if dim < 1:
-        raise ValueError(f"{what}: model '{model}' is discrete (states, not points): pass state ids")
-    if a.ndim == 0 and dim == 1:
-        a = a.reshape(1, 1)
-    elif a.ndim == 1 and dim == 1:
-        a = a.reshape(-1, 1)
-    elif a.ndim == 1 and a.shape[0] == dim:
-        a = a.reshape(1, dim)
-    if a.ndim != 2 or a.shape[1] != dim:
-        raise ValueError(f"{what}: expected shape (n, {dim}) or ({dim},){of}, got {a.shape}")
-    return np.ascontiguousarray(a)
-
-
-def _as_ids(ids, what: str = "state ids") -> np.ndarray:
-    """ids as a 1-D int64 array; ValueError for other shapes, non-integers and negative ids."""
-    a = np.asarray(ids)
-    if a.ndim == 0:
-        a = a.reshape(1)
-    if a.ndim != 1:
-        raise ValueError(f"{what}: expected a 1-D sequence of state ids, got shape {a.shape}")
-    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer)
-                                   or np.issubdtype(a.dtype, np.floating)):
-        raise ValueError(f"{what}: expected integer state ids, got dtype {a.dtype}")
-    if a.size and np.issubdtype(a.dtype, np.floating) and not np.all(np.mod(a, 1) == 0):
-        raise ValueError(f"{what}: expected integer state ids, got non-integral values")
-    a = a.astype(np.int64)
-    if a.size and a.min() < 0:
-        raise ValueError(f"{what}: expected ids >= 0, got {int(a.min())}")
-    return a
-
-
-def _complex(values) -> np.ndarray:
-    return np.array([complex(c.re, c.im) for c in values], dtype=np.complex128)
 
 
 def _retry_after(error, attempt: int) -> Optional[float]:
@@ -335,10 +126,10 @@ class Client:
         `ignore_placement` sends `cmestream-placement: ignore`: sharded daemons then serve
         describe, export_model, import_model and delete_model for models they do not own (for
         moving models between pods, cmestream.rebalance; ingestion and queries stay checked)."""
-        self.target = target
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.resume_timeout = resume_timeout
+        self.target = inputs.text("target", target)
+        self.timeout = inputs.real("timeout", timeout, positive=True)
+        self.max_retries = inputs.integer("max_retries", max_retries, 0, 1000)
+        self.resume_timeout = inputs.real("resume_timeout", resume_timeout, minimum=0)
         options = [
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
             ("grpc.max_send_message_length", _MAX_MESSAGE),
@@ -367,7 +158,8 @@ class Client:
         if ignore_placement:
             metadata.append(("cmestream-placement", "ignore"))
         self._metadata = tuple(metadata) or None
-        self._dims: Dict[str, int] = {}  # model name -> dim (0: discrete), for input checks
+        # model name -> (dim, num_states) (dim 0: discrete), for the input checks
+        self._shapes: Dict[str, Tuple[int, int]] = {}
         self._models = pb_grpc.ModelServiceStub(self._channel)
         self._ingest = pb_grpc.IngestServiceStub(self._channel)
         self._queries = pb_grpc.QueryServiceStub(self._channel)
@@ -382,22 +174,43 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- input checks against the model's dimension -------------------------------------------
+    # -- input checks against the model's shape -----------------------------------------------
 
-    def _dim(self, model: str, refresh: bool = False) -> int:
-        """The model's dim (0 for a discrete model), cached per client (one GetModel call the
-        first time a model's data is sent or queried)."""
-        if refresh or model not in self._dims:
-            self._dims[model] = self.describe(model).config.dim
-        return self._dims[model]
+    def _shape(self, model: str, refresh: bool = False) -> Tuple[int, int]:
+        """The model's (dim, num_states) (dim 0 for a discrete model), cached per client (one
+        GetModel call the first time a model's data is sent or queried)."""
+        if refresh or model not in self._shapes:
+            self.describe(model)  # fills the cache
+        return self._shapes[model]
+
+    def _remember(self, info: ModelInfo) -> ModelInfo:
+        self._shapes[info.config.name] = (info.config.dim, info.config.num_states)
+        return info
+
+    def _checked(self, model: str, check):
+        """check(dim, num_states); a refusal is re-checked against a fresh describe (the model
+        may have been deleted and re-created with another shape) before it is raised."""
+        cached = self._shape(model)
+        try:
+            return check(*cached)
+        except ValueError:
+            fresh = self._shape(model, refresh=True)
+            if fresh == cached:
+                raise
+            return check(*fresh)
 
     def _points_for(self, model: str, values, what: str = "points") -> np.ndarray:
-        """values as (n, dim) for `model`; a mismatch is re-checked against a fresh describe
-        (the model may have been deleted and re-created with another dim) before it raises."""
-        try:
-            return _as_points(values, self._dim(model), what, model)
-        except ValueError:
-            return _as_points(values, self._dim(model, refresh=True), what, model)
+        """values as a finite (n, dim) array for the continuous `model` (inputs.as_points)."""
+        return self._checked(model, lambda dim, _: inputs.as_points(values, dim, what, model))
+
+    def _ids_for(self, model: str, ids, what: str = "state ids") -> np.ndarray:
+        """ids as a 1-D int64 array of states of the discrete `model`, each in [0, num_states)."""
+        def check(dim, num_states):
+            if num_states == 0:
+                raise ValueError(f"{what}: model '{model}' is continuous (dim {dim}): pass "
+                                 "points, not state ids")
+            return inputs.as_ids(ids, what, num_states, model)
+        return self._checked(model, check)
 
     def _call(self, method, request, timeout=None):
         attempt = 0
@@ -415,61 +228,67 @@ class Client:
     # -- models ------------------------------------------------------------------------------
 
     def create_model(self, name: str, dim: int = 0, sigma: Optional[float | str] = None,
-                     **config) -> pb.ModelInfo:
-        """Creates a model. sigma: a bandwidth > 0, or None / "auto" for the automatic choice.
+                     **config) -> ModelInfo:
+        """Creates a model. sigma: a bandwidth > 0, or None / "auto" / 0 for the automatic choice.
         Other keyword arguments are ModelConfig fields (eta, lambda_ or **{"lambda": ...},
-        epsilon, max_dict, dt, seed, auto_sigma_warmup, refresh_interval_seconds, num_states
+        epsilon, max_dict, dt, seed, auto_sigma_warmup, refresh_interval_seconds,
+        refresh_every_samples, step_decay_samples, step_decay_power, averaging, num_states
         (discrete model, dim 0), forgetting, rff_features, rank, clusters, meta_states,
         anchor_threshold, vertex_hunting, latent_states, tensor_restarts, tensor_iterations,
-        reservoir, window, ridge_stage1, ridge_stage2)."""
-        if "lambda_" in config:
-            config["lambda"] = config.pop("lambda_")
-        cfg = pb.ModelConfig(name=name, dim=dim, **config)
-        if sigma is not None and sigma != "auto":
-            cfg.sigma = float(sigma)
+        reservoir, window, ridge_stage1, ridge_stage2, lags). Any other keyword is a
+        TypeError; a value of the wrong type a TypeError, one the field cannot hold a ValueError
+        naming it (before anything is sent); ranges that depend on the model (rank 1..64, eta
+        > 0, ...) are the daemon's: InvalidArgumentError (a ValueError) naming the field."""
+        fields = inputs.config_fields("create_model", config)
+        cfg = pb.ModelConfig(name=inputs.text("name", name), dim=inputs.integer("dim", dim),
+                             **fields)
+        if sigma is not None and not (isinstance(sigma, str) and sigma == "auto"):
+            # 0 is "auto" on the wire (ModelConfig.sigma of an automatic model reads 0).
+            bandwidth = None if isinstance(sigma, str) else inputs.real("sigma", sigma)
+            if bandwidth is None or bandwidth < 0:
+                raise ValueError(f'sigma: expected a bandwidth > 0, or "auto" / None / 0 for the '
+                                 f'automatic choice, got {sigma!r}')
+            cfg.sigma = bandwidth
         info = self._call(self._models.CreateModel, pb.CreateModelRequest(config=cfg))
-        self._dims[name] = info.config.dim
-        return info
+        return self._remember(model_info_from_proto(info))
 
     def create(self, name: str, dim: int = 0, sigma: Optional[float | str] = None,
-               **config) -> "Model":
+               **config) -> Model:
         """Creates a model (arguments as create_model) and returns its Model handle."""
-        from .model import Model
         return Model(self, name, self.create_model(name, dim=dim, sigma=sigma, **config))
 
-    def model(self, name: str) -> "Model":
+    def model(self, name: str) -> Model:
         """The Model handle of an existing model (CmestreamError NOT_FOUND if there is none)."""
-        from .model import Model
         return Model(self, name, self.describe(name))
 
-    def describe(self, name: str, state_digest: bool = False) -> pb.ModelInfo:
-        """The model's ModelInfo: config, samples, dictionary size, view, sigma choice; with
-        `state_digest`, also ModelInfo.state_digest (a digest of the full learned state, equal
-        for equal states: e.g. before an export and after its import)."""
+    def describe(self, name: str, state_digest: bool = False) -> ModelInfo:
+        """The model's ModelInfo (cmestream.info): config, samples, dictionary sizes, view,
+        sigma choice, spectrum, sub-views; with `state_digest`, also ModelInfo.state_digest (a
+        digest of the full learned state, equal for equal states: e.g. before an export and
+        after its import; None otherwise)."""
         info = self._call(self._models.GetModel,
-                          pb.GetModelRequest(name=name, with_state_digest=state_digest))
-        self._dims[name] = info.config.dim
-        return info
+                          pb.GetModelRequest(name=name, with_state_digest=bool(state_digest)))
+        return self._remember(model_info_from_proto(info, with_state_digest=bool(state_digest)))
 
-    def list_models(self) -> List[pb.ModelInfo]:
+    def list_models(self) -> List[ModelInfo]:
         """ModelInfo of every model of the daemon."""
-        return list(self._call(self._models.ListModels, pb.ListModelsRequest()).models)
+        return [self._remember(model_info_from_proto(m))
+                for m in self._call(self._models.ListModels, pb.ListModelsRequest()).models]
 
     def delete_model(self, name: str) -> None:
         """Deletes the model and its durable state."""
-        self._dims.pop(name, None)
+        self._shapes.pop(name, None)
         self._call(self._models.DeleteModel, pb.DeleteModelRequest(name=name))
 
     def export_model(self, name: str) -> bytes:
         """The model's full state as a portable file (admin scope); see import_model."""
         return self._call(self._models.ExportModel, pb.ExportModelRequest(name=name)).data
 
-    def import_model(self, data: bytes, name: str = "") -> pb.ModelInfo:
+    def import_model(self, data: bytes, name: str = "") -> ModelInfo:
         """Registers exported bytes as model `name` (empty: the exported name; a sharded daemon
         needs the name). ALREADY_EXISTS for a taken name."""
         info = self._call(self._models.ImportModel, pb.ImportModelRequest(data=data, name=name))
-        self._dims[info.config.name] = info.config.dim
-        return info
+        return self._remember(model_info_from_proto(info))
 
     def producer_offset(self, model: str, producer: str) -> int:
         """Pairs of `producer` the daemon has applied to `model` (where a resumed stream starts)."""
@@ -479,14 +298,17 @@ class Client:
 
     # -- ingestion ---------------------------------------------------------------------------
 
-    def _stream(self, batches: Iterator[pb.IngestBatch]) -> IngestResult:
+    def _stream(self, batches: Iterator[Tuple[pb.IngestBatch, int]],
+                first_pair: int = 0) -> IngestResult:
+        """Streams (batch, pairs) messages, one acknowledged before the next is read by the
+        daemon. A refusal names the refused message's pairs (counted from the start of the
+        call) and what was applied before it: CmestreamError.pairs_applied."""
         result = IngestResult(0, 0, 0, 0, 0)
-        sent = {"batches": 0, "pairs": 0}
+        sent = []  # pairs per message, in order
 
         def counted():
             for b, pairs in batches:
-                sent["batches"] += 1
-                sent["pairs"] += pairs
+                sent.append(pairs)
                 yield b
 
         try:
@@ -496,11 +318,19 @@ class Client:
                 result.producer_offset = ack.producer_offset
                 result.model_samples = ack.model_samples
         except grpc.RpcError as e:
-            raise _error(e) from None
-        result.pairs_sent = sent["pairs"]
-        if result.batches != sent["batches"]:
+            err = _error(e)
+            if result.batches < len(sent):  # acks are in order: message `batches` was refused
+                first = first_pair + sum(sent[:result.batches])
+                err.message += (f" [message {result.batches} of this call held pairs {first}.."
+                                f"{first + sent[result.batches] - 1}; the {result.pairs_applied} "
+                                f"pairs before it were applied, none after]")
+                err.args = (f"{err.code.name}: {err.message}",)
+            err.pairs_applied = result.pairs_applied
+            raise err from None
+        result.pairs_sent = sum(sent)
+        if result.batches != len(sent):
             raise CmestreamError(grpc.StatusCode.DATA_LOSS,
-                                 f"sent {sent['batches']} batches, got {result.batches} acks")
+                                 f"sent {len(sent)} batches, got {result.batches} acks")
         return result
 
     def _resumable(self, model: str, producer: Optional[str], offset: int, n_pairs: int,
@@ -514,7 +344,7 @@ class Client:
         deadline = None
         while True:
             try:
-                r = self._stream(batches_from(start))
+                r = self._stream(batches_from(start), start)
                 total.batches += r.batches
                 total.pairs_sent += r.pairs_sent
                 total.pairs_applied += r.pairs_applied
@@ -523,6 +353,8 @@ class Client:
                 return total
             except CmestreamError as e:
                 if not producer or e.code != grpc.StatusCode.UNAVAILABLE:
+                    if e.pairs_applied is not None:
+                        e.pairs_applied += total.pairs_applied
                     raise
                 deadline = deadline or time.monotonic() + self.resume_timeout
             # Reconnect and ask where to resume; the daemon may still be starting.
@@ -541,24 +373,31 @@ class Client:
             start = min(max(applied - offset, start), n_pairs)
             deadline = None
 
+    @staticmethod
+    def _stream_args(producer, offset, episode, batch) -> Tuple[str, int, str, int]:
+        """The common ingest arguments, checked (TypeError / ValueError naming them)."""
+        producer = "" if producer is None else inputs.text("producer", producer)
+        return (producer, inputs.integer("offset", offset, 0, inputs.UINT64_MAX),
+                inputs.text("episode", episode), inputs.integer("batch", batch, 1))
+
     def ingest_pairs(self, model: str, x: npt.ArrayLike, y: npt.ArrayLike,
                      producer: Optional[str] = None, offset: int = 0,
                      batch: int = 1000) -> IngestResult:
         """Streams pairs (x[i], y[i]) in messages of `batch` pairs; x and y are (n, dim) arrays
-        (ValueError naming the expected shape otherwise). With a producer id the daemon applies
-        each pair at most once: offsets count pairs from `offset`, and the stream resumes by
-        itself after a daemon restart (see Client)."""
+        of finite real numbers, checked whole before anything is sent (ValueError naming the
+        expected shape, or the row and column of a NaN / infinity). With a producer id the
+        daemon applies each pair at most once: offsets count pairs from `offset`, and the
+        stream resumes by itself after a daemon restart (see Client)."""
+        producer, offset, _, batch = self._stream_args(producer, offset, "", batch)
         x = self._points_for(model, x, "x")
         y = self._points_for(model, y, "y")
         if x.shape != y.shape:
             raise ValueError(f"x and y: expected equal shapes, got {x.shape} and {y.shape}")
-        if batch < 1:
-            raise ValueError("batch: expected >= 1")
 
         def batches_from(first):
             for start in range(first, x.shape[0], batch):
                 xs, ys = x[start:start + batch], y[start:start + batch]
-                yield pb.IngestBatch(model=model, producer_id=producer or "",
+                yield pb.IngestBatch(model=model, producer_id=producer,
                                      offset=offset + start if producer else 0,
                                      x=xs.ravel(), y=ys.ravel()), xs.shape[0]
 
@@ -567,16 +406,17 @@ class Client:
     def ingest_trajectory(self, model: str, states: npt.ArrayLike,
                           producer: Optional[str] = None, offset: int = 0, episode: str = "",
                           batch: int = 1000) -> IngestResult:
-        """Streams one trajectory (rows of the (n, dim) array `states`; consecutive rows are
-        pairs). Consecutive messages overlap by one state so no pair is lost at a message
-        boundary."""
+        """Streams one trajectory (rows of the (n, dim) array `states`, checked whole first;
+        consecutive rows are pairs). Consecutive messages overlap by one state so no pair is
+        lost at a message boundary."""
+        producer, offset, episode, batch = self._stream_args(producer, offset, episode, batch)
         s = self._points_for(model, states, "states")
         n_pairs = max(s.shape[0] - 1, 0)
 
         def batches():
             for start in range(0, n_pairs, batch):
                 seg = s[start:min(start + batch, n_pairs) + 1]
-                yield pb.IngestBatch(model=model, producer_id=producer or "",
+                yield pb.IngestBatch(model=model, producer_id=producer,
                                      offset=offset + start if producer else 0,
                                      states=seg.ravel(), episode_id=episode), seg.shape[0] - 1
 
@@ -584,18 +424,17 @@ class Client:
 
     def ingest_ids(self, model: str, x_ids, y_ids, producer: Optional[str] = None,
                    offset: int = 0, batch: int = 1000) -> IngestResult:
-        """Discrete models: streams pairs of state ids (x_ids[i] -> y_ids[i]). The daemon
-        refuses a batch holding an id outside [0, P) (INVALID_ARGUMENT naming the id)."""
-        x, y = _as_ids(x_ids, "x_ids"), _as_ids(y_ids, "y_ids")
+        """Discrete models: streams pairs of state ids (x_ids[i] -> y_ids[i]). Every id is
+        checked to lie in [0, num_states) before anything is sent (ValueError naming the row)."""
+        producer, offset, _, batch = self._stream_args(producer, offset, "", batch)
+        x, y = self._ids_for(model, x_ids, "x_ids"), self._ids_for(model, y_ids, "y_ids")
         if x.shape != y.shape:
             raise ValueError(f"x_ids and y_ids: expected equal lengths, got {x.size} and {y.size}")
-        if batch < 1:
-            raise ValueError("batch: expected >= 1")
 
         def batches():
             for start in range(0, x.size, batch):
                 xs, ys = x[start:start + batch], y[start:start + batch]
-                yield pb.IngestBatch(model=model, producer_id=producer or "",
+                yield pb.IngestBatch(model=model, producer_id=producer,
                                      offset=offset + start if producer else 0,
                                      x_ids=xs.tolist(), y_ids=ys.tolist()), xs.size
 
@@ -603,14 +442,16 @@ class Client:
 
     def ingest_state_ids(self, model: str, ids, producer: Optional[str] = None, offset: int = 0,
                          episode: str = "", batch: int = 1000) -> IngestResult:
-        """Discrete models: streams one trajectory of state ids (consecutive ids are pairs)."""
-        s = _as_ids(ids)
+        """Discrete models: streams one trajectory of state ids (consecutive ids are pairs),
+        checked whole first as in ingest_ids."""
+        producer, offset, episode, batch = self._stream_args(producer, offset, episode, batch)
+        s = self._ids_for(model, ids, "state ids")
         n_pairs = max(s.size - 1, 0)
 
         def batches():
             for start in range(0, n_pairs, batch):
                 seg = s[start:min(start + batch, n_pairs) + 1]
-                yield pb.IngestBatch(model=model, producer_id=producer or "",
+                yield pb.IngestBatch(model=model, producer_id=producer,
                                      offset=offset + start if producer else 0,
                                      state_ids=seg.tolist(), episode_id=episode), seg.size - 1
 
@@ -618,19 +459,22 @@ class Client:
 
     # -- queries -----------------------------------------------------------------------------
 
-    def refresh(self, model: str, wait: bool = True, timeout: float = 60.0) -> pb.ViewInfo:
+    def refresh(self, model: str, wait: bool = True, timeout: float = 60.0) -> ViewInfo:
         """Requests a new view; with wait, returns once a view covering every sample applied so
-        far exists (the daemon gives up after `timeout` seconds)."""
+        far exists (the daemon gives up after `timeout` seconds, > 0). Returns the ViewInfo
+        (cmestream.info: version, samples, build times) of the view then published."""
+        timeout = inputs.real("timeout", timeout, positive=True)
         r = self._call(self._queries.Refresh,
-                       pb.RefreshRequest(model=model, wait=wait, timeout_seconds=timeout),
+                       pb.RefreshRequest(model=model, wait=bool(wait), timeout_seconds=timeout),
                        timeout=self.timeout + (timeout if wait else 0))
-        return r.view
+        return view_from_proto(r.view)
 
     def koopman(self, model: str, points: Optional[npt.ArrayLike] = None,
                 top: int = 6) -> KoopmanResult:
-        """Leading `top` Koopman eigenpairs of the current view, and the eigenfunctions at
-        `points` ((n, dim) array; ValueError naming the expected shape otherwise)."""
-        req = pb.KoopmanRequest(model=model, top=top)
+        """Leading `top` Koopman eigenpairs of the current view (top 0: the daemon's default,
+        6), and the eigenfunctions at `points` ((n, dim) array; ValueError naming the expected
+        shape otherwise): KoopmanResult.eigenfunctions is (n, k), one row per point."""
+        req = pb.KoopmanRequest(model=model, top=inputs.integer("top", top))
         n = 0
         if points is not None:
             p = self._points_for(model, points)
@@ -638,15 +482,15 @@ class Client:
             req.points.extend(p.ravel())
         r = self._call(self._queries.GetKoopman, req)
         k = len(r.eigenvalues)
-        ef = np.zeros((k, n), dtype=np.complex128)
-        for l, f in enumerate(r.eigenfunctions[:k]):
-            vals = np.array([(c.re, c.im) for c in f.values], dtype=np.float64).reshape(-1, 2)
-            ef[l, :vals.shape[0]] = vals[:, 0] + 1j * vals[:, 1]
-        return KoopmanResult(eigenvalues=_complex(r.eigenvalues), rates=_complex(r.rates),
+        return KoopmanResult(eigenvalues=complex_array(r.eigenvalues),
+                             rates=complex_array(r.rates),
                              timescales=np.array(r.timescales, dtype=np.float64),
-                             eigenfunctions=ef, dt=r.dt, view_version=r.view.version,
-                             samples=r.view.samples, stationary=np.array(r.stationary, dtype=bool),
-                             excess=np.array(r.excess, dtype=np.float64), spectrum=r.spectrum)
+                             eigenfunctions=eigenfunctions_from_proto(r.eigenfunctions, k, n),
+                             dt=r.dt, view_version=r.view.version, samples=r.view.samples,
+                             stationary=np.array(r.stationary, dtype=bool),
+                             excess=np.array(r.excess, dtype=np.float64),
+                             spectrum=(spectrum_from_proto(r.spectrum)
+                                       if r.HasField("spectrum") else None))
 
     def predict(self, model: str, points: npt.ArrayLike) -> np.ndarray:
         """E[Y | X = point] per point of the (n, dim) array `points`: an (n, dim) array."""
@@ -672,7 +516,7 @@ class Client:
             req.points.extend(p.ravel())
             return p.shape[0]
         if state_ids is not None:
-            ids = _as_ids(state_ids)
+            ids = self._ids_for(req.model, state_ids)
             req.state_ids.extend(ids.tolist())
             return ids.size
         return 0
@@ -745,14 +589,15 @@ class Client:
 
     def latent(self, model: str, points: Optional[npt.ArrayLike] = None,
                state_ids: Optional[npt.ArrayLike] = None) -> LatentResult:
-        """Latent-state weights, densities at the query points, posteriors (latent_states=K)."""
+        """Latent-state weights, densities and posteriors at the query points, each (n, k)
+        (model created with latent_states=k)."""
         req = pb.LatentRequest(model=model)
         n = self._query_points(req, points, state_ids)
         r = self._call(self._queries.GetLatent, req)
         k = r.latent_states
         return LatentResult(
             weights=np.array(r.weights, dtype=np.float64),
-            densities=np.array(r.densities, dtype=np.float64).reshape(k, n),
+            densities=samples_first(r.densities, k, n),  # the wire holds k x n
             posteriors=np.array(r.posteriors, dtype=np.float64).reshape(n, k),
             view_version=r.view.version, samples=r.view.samples,
             summary=FitSummary.from_proto(r.summary))
@@ -762,13 +607,12 @@ class Client:
                  horizon: int = 1) -> ForecastResult:
         """Forecast of the next `horizon` observations after `window` (rows, oldest first) or,
         for discrete models, `window_ids`."""
-        if horizon < 1:
-            raise ValueError("horizon: expected >= 1")
+        horizon = inputs.integer("horizon", horizon, 1)
         req = pb.ForecastRequest(model=model, horizon=horizon)
         if window is not None:
             req.window.extend(self._points_for(model, window, "window").ravel())
         if window_ids is not None:
-            req.window_ids.extend(_as_ids(window_ids, "window_ids").tolist())
+            req.window_ids.extend(self._ids_for(model, window_ids, "window_ids").tolist())
         r = self._call(self._queries.Forecast, req)
         dist = np.array(r.distribution, dtype=np.float64)
         return ForecastResult(
@@ -782,16 +626,19 @@ class Client:
         jackknife standard errors over contiguous time blocks (docs/algorithms.md section 8)."""
         r = self._call(self._queries.GetTimescales, pb.TimescalesRequest(model=model))
         return TimescalesResult(estimator=r.estimator,
-                                koopman=_lag_scan(r.koopman) if r.HasField("koopman") else None,
-                                counts=_lag_scan(r.counts), dt=r.dt,
+                                koopman=(lag_scan_from_proto(r.koopman)
+                                         if r.HasField("koopman") else None),
+                                counts=lag_scan_from_proto(r.counts), dt=r.dt,
                                 view_version=r.view.version, samples=r.view.samples)
 
     def cktest(self, model: str, clusters: int = 0, steps: int = 0, lag: int = 0) -> CkTestResult:
         """Chapman-Kolmogorov test on the metastable sets (0 = the model's clusters, every
         step, its first lag) for the Koopman model and the count chain."""
-        r = self._call(self._queries.CkTest,
-                       pb.CkTestRequest(model=model, clusters=clusters, steps=steps, lag=lag))
+        req = pb.CkTestRequest(model=model, clusters=inputs.integer("clusters", clusters),
+                               steps=inputs.integer("steps", steps),
+                               lag=inputs.integer("lag", lag))
+        r = self._call(self._queries.CkTest, req)
         return CkTestResult(estimator=r.estimator,
-                            koopman=_ck_result(r.koopman) if r.HasField("koopman") else None,
-                            counts=_ck_result(r.counts),
+                            koopman=ck_from_proto(r.koopman) if r.HasField("koopman") else None,
+                            counts=ck_from_proto(r.counts),
                             view_version=r.view.version, samples=r.view.samples)

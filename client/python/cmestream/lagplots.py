@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from .client import CkResult, CkTestResult, LagScan, TimescalesResult
+from .results import CkResult, CkTestResult, LagScan, TimescalesResult
 
 
 def _pyplot():

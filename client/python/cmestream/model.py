@@ -10,31 +10,34 @@
         labels = m.clusters(grid).point_labels
 
 Continuous models take (n, dim) float arrays; discrete models (num_states=P) take 1-D integer
-state ids wherever a continuous model takes points. A wrong shape or dtype is a ValueError that
-names the expected shape, raised before anything is sent. Server errors are CmestreamError.
+state ids wherever a continuous model takes points. A wrong shape or dtype, a NaN or an id out
+of range is a ValueError naming the argument (and row), raised before anything is sent. Results
+are samples first (cmestream.results). Server errors are CmestreamError.
+
+This module imports no other module of the package but its result types: the client it is
+given (Client or ShardedClient) creates it, so it must not import them back.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
 
-from .client import (AggregationResult, ClustersResult, CountsResult, EmbeddingResult,
-                     ForecastResult, IngestResult, KoopmanResult, LatentResult)
-
-if TYPE_CHECKING:
-    from .client import Client
-    from .v1 import cmestream_pb2 as pb
+from .info import ModelInfo, ViewInfo
+from .results import (AggregationResult, CkTestResult, ClustersResult, CountsResult,
+                      EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LatentResult,
+                      TimescalesResult)
 
 
 class Model:
-    """One model of the daemon behind `client`. Cheap to create; holds no server state."""
+    """One model of the daemon behind `client` (a cmestream.Client or ShardedClient). Cheap to
+    create; holds no server state."""
 
-    def __init__(self, client: "Client", name: str, info: Optional["pb.ModelInfo"] = None):
+    def __init__(self, client: Any, name: str, info: Optional[ModelInfo] = None):
         self.client = client
         self.name = name
-        self._info = info if info is not None else client.describe(name)
+        self._info: ModelInfo = info if info is not None else client.describe(name)
 
     def __repr__(self) -> str:
         kind = (f"num_states={self.num_states}" if self.is_discrete else f"dim={self.dim}")
@@ -42,8 +45,9 @@ class Model:
 
     # -- description --------------------------------------------------------------------------
 
-    def info(self) -> "pb.ModelInfo":
-        """A fresh ModelInfo (samples, dictionary size, view, sigma choice, config)."""
+    def info(self) -> ModelInfo:
+        """A fresh ModelInfo (cmestream.info: samples, dictionary sizes, view, sigma choice,
+        config, spectrum, sub-views)."""
         self._info = self.client.describe(self.name)
         return self._info
 
@@ -90,9 +94,11 @@ class Model:
         return self.client.ingest_pairs(self.name, x, y, producer=producer, offset=offset,
                                         batch=batch)
 
-    def partial_fit(self, x: npt.ArrayLike, y: npt.ArrayLike, **kwargs) -> "Model":
+    def partial_fit(self, x: npt.ArrayLike, y: npt.ArrayLike, *,
+                    producer: Optional[str] = None, offset: int = 0,
+                    batch: int = 1000) -> "Model":
         """scikit-learn's incremental-learning name for ingest(x, y); returns self."""
-        self.ingest(x, y, **kwargs)
+        self.ingest(x, y, producer=producer, offset=offset, batch=batch)
         return self
 
     def producer_offset(self, producer: str) -> int:
@@ -101,12 +107,13 @@ class Model:
 
     # -- views --------------------------------------------------------------------------------
 
-    def refresh(self, wait: bool = True, timeout: float = 60.0) -> "pb.ViewInfo":
-        """Rebuilds the view; with wait, returns once it covers every sample applied so far."""
+    def refresh(self, wait: bool = True, timeout: float = 60.0) -> ViewInfo:
+        """Rebuilds the view; with wait, returns once it covers every sample applied so far.
+        Returns the ViewInfo (version, samples, build times) of the view then published."""
         return self.client.refresh(self.name, wait=wait, timeout=timeout)
 
     def koopman(self, points: Optional[npt.ArrayLike] = None, top: int = 6) -> KoopmanResult:
-        """Leading `top` Koopman eigenpairs; eigenfunctions at `points` ((n, dim))."""
+        """Leading `top` Koopman eigenpairs; eigenfunctions (n, k) at `points` ((n, dim))."""
         return self.client.koopman(self.name, points=points, top=top)
 
     def predict(self, x: npt.ArrayLike) -> np.ndarray:
@@ -140,7 +147,8 @@ class Model:
         return self.client.aggregation(self.name)
 
     def latent(self, x: Optional[npt.ArrayLike] = None) -> LatentResult:
-        """Latent-state model (created with latent_states=K) evaluated at x."""
+        """Latent-state model (created with latent_states=k): densities and posteriors (n, k)
+        at the points (or state ids) x."""
         return self.client.latent(self.name, **self._query(x))
 
     def forecast(self, window: npt.ArrayLike, horizon: int = 1) -> ForecastResult:
@@ -148,6 +156,14 @@ class Model:
         if self.is_discrete:
             return self.client.forecast(self.name, window_ids=window, horizon=horizon)
         return self.client.forecast(self.name, window=window, horizon=horizon)
+
+    def timescales(self) -> TimescalesResult:
+        """Implied timescales at every lag of the model (created with lags=[...])."""
+        return self.client.timescales(self.name)
+
+    def cktest(self, clusters: int = 0, steps: int = 0, lag: int = 0) -> CkTestResult:
+        """Chapman-Kolmogorov test on the metastable sets (0: the model's defaults)."""
+        return self.client.cktest(self.name, clusters=clusters, steps=steps, lag=lag)
 
     def dictionary(self) -> Tuple[np.ndarray, np.ndarray, float]:
         """(x_atoms (m_x, dim), y_atoms (m_y, dim), sigma) of the current view."""

@@ -41,15 +41,15 @@ def main():
         labels, kr = classify_basins(c, a.model, points, top=6)
         atoms, _, sigma = c.dictionary(a.model)
     accuracy = float(np.mean(labels == truth))
-    ef = kr.eigenfunctions[:, :points.shape[0]]
+    ef = kr.eigenfunctions[:points.shape[0]]  # (n, k): one row per grid point
     mu = kr.eigenvalues
 
     extent = (-2, 2, -2, 2)
     img = lambda v: np.asarray(v).reshape(k, k)  # rows: x2 ascending, cols: x1 ascending
     fig, axes = plt.subplots(2, 3, figsize=(15, 9.5))
-    panels = [(np.real(ef[0]), f"Re g_0   mu_0 = {mu[0].real:.4f}{mu[0].imag:+.4f}i"),
-              (np.real(ef[1]), f"Re g_1   mu_1 = {mu[1].real:.4f}{mu[1].imag:+.4f}i"),
-              (np.abs(ef[2]), f"|g_2|   mu_2 = {mu[2].real:.4f}{mu[2].imag:+.4f}i")]
+    panels = [(np.real(ef[:, 0]), f"Re g_0   mu_0 = {mu[0].real:.4f}{mu[0].imag:+.4f}i"),
+              (np.real(ef[:, 1]), f"Re g_1   mu_1 = {mu[1].real:.4f}{mu[1].imag:+.4f}i"),
+              (np.abs(ef[:, 2]), f"|g_2|   mu_2 = {mu[2].real:.4f}{mu[2].imag:+.4f}i")]
     for ax, (v, title) in zip(axes[0], panels):
         im = ax.imshow(img(v), origin="lower", extent=extent, cmap="viridis", aspect="equal")
         ax.scatter(atoms[:, 0], atoms[:, 1], s=6, c="white", edgecolors="black", linewidths=0.3,

@@ -1,0 +1,298 @@
+"""What describe() and refresh() return: plain dataclasses mirroring the daemon's ModelInfo,
+ModelConfig, ViewInfo, SigmaSelection, SpectrumInfo, TimescaleComparison, SubViewStatus and
+FitSummary messages field for field (same names, so code written against the protobuf
+messages keeps working), with repeated numbers as numpy arrays. A test compares every field
+list with the proto, so a field added there cannot be forgotten here.
+
+No protobuf object leaves the client: these are built by the `*_from_proto` functions below.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class FitSummary:
+    """How a sub-view's fit ended (docs/user-guide.md, "Reading a fit summary").
+
+    Attributes:
+        termination: "success", or what went wrong ("rank_clipped", "numerical_trouble").
+        message: why, when termination is not "success".
+        brief_report: one line for people.
+        figures: named numbers of the estimator (e.g. "kept_x", "svd_iterations", "inertia");
+            absent names are not applicable.
+    """
+    termination: str
+    message: str
+    brief_report: str
+    figures: Dict[str, float]
+
+    @staticmethod
+    def from_proto(s) -> "FitSummary":
+        return FitSummary(termination=s.termination, message=s.message,
+                          brief_report=s.brief_report, figures=dict(s.figures))
+
+
+@dataclasses.dataclass
+class ViewInfo:
+    """The published view a reply was computed from (what refresh() returns).
+
+    Attributes:
+        version: 0 = no view yet.
+        samples: pairs the view reflects.
+        age_seconds: time since the view was built.
+        build_seconds: how long the refresh took.
+        build_seconds_by_view: sub-view ("koopman", "embedding", ...) -> seconds.
+    """
+    version: int
+    samples: int
+    age_seconds: float
+    build_seconds: float
+    build_seconds_by_view: Dict[str, float]
+
+
+@dataclasses.dataclass
+class SigmaSelection:
+    """How the kernel bandwidth was chosen.
+
+    Attributes:
+        automatic: False for a bandwidth given at creation.
+        chosen: the bandwidth in use.
+        median_distance: median pairwise distance of the warm-up states.
+        candidates: (c,) bandwidths scored.
+        scores: (c,) held-out VAMP-2 score per candidate (higher is better).
+        warmup_pairs: pairs the choice rests on.
+    """
+    automatic: bool
+    chosen: float
+    median_distance: float
+    candidates: np.ndarray
+    scores: np.ndarray
+    warmup_pairs: int
+
+
+@dataclasses.dataclass
+class TimescaleComparison:
+    """The slowest non-stationary timescale (units of dt) by three estimators of the same model.
+
+    Attributes:
+        koopman, count_chain, embedding: the three estimates (NaN: view unavailable).
+        relative_disagreement: (max - min) / min over the available ones.
+        threshold: above it, `warning` is set.
+        warning: bool.
+        lag_scan: the lag view's figure at lag `lag_scan_lag` (samples).
+        lag_scan_stderr: its delete-one-block jackknife standard error over `lag_scan_blocks`
+            contiguous blocks (docs/algorithms.md §8.3).
+        lag_scan_lag, lag_scan_blocks: ints.
+    """
+    koopman: float
+    count_chain: float
+    embedding: float
+    relative_disagreement: float
+    threshold: float
+    warning: bool
+    lag_scan: float
+    lag_scan_stderr: float
+    lag_scan_lag: int
+    lag_scan_blocks: int
+
+
+@dataclasses.dataclass
+class SpectrumInfo:
+    """How the Koopman spectrum was estimated and how far to trust it (docs/user-guide.md).
+
+    Attributes:
+        estimator: "spectral-moments" (consistent) or "cme" (until the first epoch has data).
+        epoch, epoch_samples, epoch_weight: the basis epoch the spectrum rests on, its pairs and
+            their (forgotten) weight.
+        ready: the epoch has enough samples to serve.
+        basis_size: atoms in the epoch's basis.
+        heldout_score: prequential VAMP-E of view `heldout_view_version` on the `heldout_pairs`
+            pairs ingested after it (NaN until a window of >= 1000 pairs completed).
+        score_rank: singular functions scored, the constant included.
+        ridge: the chosen regularizer.
+        ridge_grid: (g,) the regularizers scored.
+        ridge_scores: (g,) their cross-validated scores.
+        warnings: list of strings (|mu| > 1 modes, a not-ready epoch, view disagreement).
+        comparison: TimescaleComparison.
+        selection_score: cross-validated VAMP-E of `ridge`.
+    """
+    estimator: str
+    epoch: int
+    epoch_samples: int
+    epoch_weight: float
+    ready: bool
+    basis_size: int
+    heldout_score: float
+    score_rank: int
+    ridge: float
+    ridge_grid: np.ndarray
+    ridge_scores: np.ndarray
+    warnings: List[str]
+    comparison: TimescaleComparison
+    selection_score: float
+    heldout_pairs: int
+    heldout_view_version: int
+
+
+@dataclasses.dataclass
+class SubViewStatus:
+    """One sub-view of the latest view.
+
+    Attributes:
+        name: "counts", "embedding", "clusters", "aggregation", "latent", "predictive", "lags".
+        available: bool.
+        error: why not available (too little data, not enabled and how to enable it, ...).
+        summary: its FitSummary; None when the estimator reports none.
+    """
+    name: str
+    available: bool
+    error: str
+    summary: Optional[FitSummary]
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """A model's configuration as the daemon stores it, every default filled in (meanings and
+    ranges: proto/cmestream/v1/cmestream.proto ModelConfig). `lambda_` is the proto's `lambda`
+    (a Python keyword). `sigma` is 0 for "auto" (and for discrete models); dim is 0 for a
+    discrete model (num_states > 0). Fields the daemon leaves unset are None."""
+    name: str
+    dim: int
+    sigma: Optional[float]
+    eta: Optional[float]
+    lambda_: Optional[float]
+    epsilon: Optional[float]
+    max_dict: Optional[int]
+    dt: Optional[float]
+    seed: Optional[int]
+    auto_sigma_warmup: Optional[int]
+    refresh_interval_seconds: Optional[float]
+    refresh_every_samples: Optional[int]
+    step_decay_samples: Optional[float]
+    step_decay_power: Optional[float]
+    averaging: Optional[bool]
+    num_states: int
+    forgetting: Optional[float]
+    rff_features: Optional[int]
+    rank: Optional[int]
+    clusters: Optional[int]
+    meta_states: Optional[int]
+    anchor_threshold: Optional[float]
+    vertex_hunting: str
+    latent_states: Optional[int]
+    tensor_restarts: Optional[int]
+    tensor_iterations: Optional[int]
+    reservoir: Optional[int]
+    window: Optional[int]
+    ridge_stage1: Optional[float]
+    ridge_stage2: Optional[float]
+    lags: List[int]
+
+
+@dataclasses.dataclass
+class ModelInfo:
+    """What describe(), create_model(), import_model() and list_models() return.
+
+    Attributes:
+        config: ModelConfig.
+        samples: pairs applied to the learner.
+        pending_warmup: pairs buffered while sigma "auto" is being chosen.
+        dictionary_size, dictionary_size_y: atoms on the X and Y side (m_x, m_y).
+        forced_compressions, forced_error_sum: dictionary-cap compressions and their error.
+        inverse_drift: max ||R (G + gamma I) R^T - I||_F at the last check (estimate).
+        view: ViewInfo of the latest view (version 0: none yet).
+        sigma_selection: SigmaSelection.
+        batches_applied: ingest batches applied.
+        created_unix_seconds: creation time.
+        state_digest: 64-bit digest of the full learned state (equal for equal states), only
+            when asked for (describe(..., state_digest=True)); else None.
+        spectrum: SpectrumInfo of the latest view; None before the first view.
+        sub_views: list of SubViewStatus of the latest view (empty before the first view).
+    """
+    config: ModelConfig
+    samples: int
+    pending_warmup: int
+    dictionary_size: int
+    dictionary_size_y: int
+    forced_compressions: int
+    forced_error_sum: float
+    inverse_drift: float
+    view: ViewInfo
+    sigma_selection: SigmaSelection
+    batches_applied: int
+    created_unix_seconds: float
+    state_digest: Optional[int]
+    spectrum: Optional[SpectrumInfo]
+    sub_views: List[SubViewStatus]
+
+
+# -- conversion from the wire -----------------------------------------------------------------
+
+def _floats(values) -> np.ndarray:
+    return np.array(values, dtype=np.float64)
+
+
+def view_from_proto(v) -> ViewInfo:
+    return ViewInfo(version=v.version, samples=v.samples, age_seconds=v.age_seconds,
+                    build_seconds=v.build_seconds,
+                    build_seconds_by_view=dict(v.build_seconds_by_view))
+
+
+def sigma_selection_from_proto(s) -> SigmaSelection:
+    return SigmaSelection(automatic=s.automatic, chosen=s.chosen,
+                          median_distance=s.median_distance, candidates=_floats(s.candidates),
+                          scores=_floats(s.scores), warmup_pairs=s.warmup_pairs)
+
+
+def comparison_from_proto(c) -> TimescaleComparison:
+    return TimescaleComparison(
+        koopman=c.koopman, count_chain=c.count_chain, embedding=c.embedding,
+        relative_disagreement=c.relative_disagreement, threshold=c.threshold, warning=c.warning,
+        lag_scan=c.lag_scan, lag_scan_stderr=c.lag_scan_stderr, lag_scan_lag=c.lag_scan_lag,
+        lag_scan_blocks=c.lag_scan_blocks)
+
+
+def spectrum_from_proto(s) -> SpectrumInfo:
+    return SpectrumInfo(
+        estimator=s.estimator, epoch=s.epoch, epoch_samples=s.epoch_samples,
+        epoch_weight=s.epoch_weight, ready=s.ready, basis_size=s.basis_size,
+        heldout_score=s.heldout_score, score_rank=s.score_rank, ridge=s.ridge,
+        ridge_grid=_floats(s.ridge_grid), ridge_scores=_floats(s.ridge_scores),
+        warnings=list(s.warnings), comparison=comparison_from_proto(s.comparison),
+        selection_score=s.selection_score, heldout_pairs=s.heldout_pairs,
+        heldout_view_version=s.heldout_view_version)
+
+
+def sub_view_from_proto(s) -> SubViewStatus:
+    return SubViewStatus(name=s.name, available=s.available, error=s.error,
+                         summary=FitSummary.from_proto(s.summary) if s.HasField("summary")
+                         else None)
+
+
+def config_from_proto(c) -> ModelConfig:
+    values = {}
+    for field in c.DESCRIPTOR.fields:
+        value = getattr(c, field.name)
+        if field.label == field.LABEL_REPEATED:
+            value = list(value)
+        elif field.has_presence and field.message_type is None and not c.HasField(field.name):
+            value = None
+        values["lambda_" if field.name == "lambda" else field.name] = value
+    return ModelConfig(**values)
+
+
+def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
+    return ModelInfo(
+        config=config_from_proto(m.config), samples=m.samples, pending_warmup=m.pending_warmup,
+        dictionary_size=m.dictionary_size, dictionary_size_y=m.dictionary_size_y,
+        forced_compressions=m.forced_compressions, forced_error_sum=m.forced_error_sum,
+        inverse_drift=m.inverse_drift, view=view_from_proto(m.view),
+        sigma_selection=sigma_selection_from_proto(m.sigma_selection),
+        batches_applied=m.batches_applied, created_unix_seconds=m.created_unix_seconds,
+        state_digest=m.state_digest if with_state_digest else None,
+        spectrum=spectrum_from_proto(m.spectrum) if m.HasField("spectrum") else None,
+        sub_views=[sub_view_from_proto(s) for s in m.sub_views])
