@@ -201,7 +201,8 @@ const char kClustersUsage[] = R"(usage: cmestream clusters NAME [--points FILE] 
 
 Metastable clusters: representatives (atoms or states) with weight and label, the label of each
 query point (FILE as for embedding), the K x K coarse-grained transition matrix, cluster masses
-and the implied timescales of the count-based chain.
+and the K - 1 implied timescales of that matrix (-dt / ln|lambda|, the stationary mode left
+out). A hard partition underestimates timescales (lower bounds): see `koopman` for estimates.
 JSON: {"representatives": [{"coordinates"|"id", "weight", "label"}...], "point_labels",
        "transition_matrix": [[K] x K], "masses", "timescales", "clusters", "inertia",
        "summary" (as for embedding), "view_version", "samples"}

@@ -129,7 +129,7 @@ class ClustersResult:
     point_labels: np.ndarray       # (n,) cluster of each query point
     transition_matrix: np.ndarray  # (K, K) coarse-grained
     masses: np.ndarray             # (K,)
-    timescales: np.ndarray         # implied timescales of the count-based chain
+    timescales: np.ndarray         # (K-1,) implied timescales of transition_matrix (lower bounds)
     inertia: float
     view_version: int
     samples: int
