@@ -63,6 +63,7 @@ absl::Status NormalizeViewFields(v1::ModelConfig& c) {
   if (!c.has_latent_states()) c.set_latent_states(0);
   if (!c.has_tensor_restarts()) c.set_tensor_restarts(20);
   if (!c.has_tensor_iterations()) c.set_tensor_iterations(30);
+  const uint64_t obs = discrete ? 1 : c.dim();
   if (!c.has_reservoir()) c.set_reservoir(20000);
   if (c.latent_states() > 0) {
     const uint64_t features = discrete ? p : c.rff_features();
@@ -81,11 +82,14 @@ absl::Status NormalizeViewFields(v1::ModelConfig& c) {
   if (c.tensor_iterations() < 1 || c.tensor_iterations() > 10000) {
     return Bad(c, "tensor_iterations", c.tensor_iterations(), "1..10000");
   }
-  const uint64_t obs = discrete ? 1 : c.dim();
-  if (c.reservoir() < 1 || static_cast<uint64_t>(c.reservoir()) * 3 * obs > kMaxReservoirValues) {
-    return Bad(
-        c, "reservoir", c.reservoir(),
-        absl::StrCat("1..", kMaxReservoirValues / (3 * obs), " (3 * reservoir * dim <= ", kMaxReservoirValues, ")"));
+  // The reservoir's memory bound depends on dim and binds only a model that runs the latent
+  // estimator: a model without it allocates no reservoir, so its (default) size never refuses
+  // the model; a value below 1 is refused either way (a typo, not a limit).
+  if (c.reservoir() < 1) return Bad(c, "reservoir", c.reservoir(), ">= 1");
+  if (c.latent_states() > 0 && static_cast<uint64_t>(c.reservoir()) * 3 * obs > kMaxReservoirValues) {
+    return Bad(c, "reservoir", c.reservoir(),
+               absl::StrCat("1..", kMaxReservoirValues / (3 * obs), " (3 * reservoir * dim <= ", kMaxReservoirValues,
+                            ") for a latent model (latent_states > 0)"));
   }
   if (!c.has_window()) c.set_window(0);
   if (c.window() > kMaxWindow) return Bad(c, "window", c.window(), absl::StrCat("0 (off) .. ", kMaxWindow));
