@@ -100,7 +100,7 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --latent K           latent states k (needs trajectory ingestion: --trajectory)
   --tensor-restarts L  robust tensor power method restarts (default 20)
   --tensor-iterations N  power iterations per restart (default 30)
-  --reservoir S        third-moment reservoir size (default 20000)
+  --reservoir S        third-moment reservoir size (default min(100000, 1e6/dim))
  predictive-state model (section 6), off unless --window is given:
   --window L           history/future window length k (needs --trajectory ingestion)
   --ridge1 X           stage-1 ridge lambda1 (default 1e-3)

@@ -171,6 +171,7 @@ TEST_F(LimitsTest, DisabledEstimatorsNeverRefuseAModel) {
   grpc::Status s = create("g", 0, std::nullopt, &info);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(info.config().latent_states(), 0u);
+  EXPECT_EQ(info.config().reservoir(), 1953u);  // the default, min(100000, 1e6 / dim): unused
   // The reservoir of a model without the latent model costs no memory.
   v1::ModelConfig small = info.config();
   small.set_reservoir(1);
@@ -197,6 +198,10 @@ TEST_F(LimitsTest, DisabledEstimatorsNeverRefuseAModel) {
   EXPECT_THAT(s.error_message(), HasSubstr("for a latent model"));
   s = create("fits", 3, 1000, &info);
   EXPECT_TRUE(s.ok()) << s.error_message();
+  // The default reservoir fits every dimension: min(100000, 1e6 / dim) triples.
+  s = create("default", 3, std::nullopt, &info);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.config().reservoir(), 1953u);
   // A reservoir below 1 is refused whether or not the latent model runs.
   s = create("zero", 0, 0, &info);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
