@@ -100,7 +100,7 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --latent K           latent states k (needs trajectory ingestion: --trajectory)
   --tensor-restarts L  robust tensor power method restarts (default 20)
   --tensor-iterations N  power iterations per restart (default 30)
-  --reservoir S        third-moment reservoir size (default 20000)
+  --reservoir S        third-moment reservoir size (default min(100000, 1e6/dim))
  predictive-state model (section 6), off unless --window is given:
   --window L           history/future window length k (needs --trajectory ingestion)
   --ridge1 X           stage-1 ridge lambda1 (default 1e-3)
@@ -201,7 +201,8 @@ const char kClustersUsage[] = R"(usage: cmestream clusters NAME [--points FILE] 
 
 Metastable clusters: representatives (atoms or states) with weight and label, the label of each
 query point (FILE as for embedding), the K x K coarse-grained transition matrix, cluster masses
-and the implied timescales of the count-based chain.
+and the K - 1 implied timescales of that matrix (-dt / ln|lambda|, the stationary mode left
+out). A hard partition underestimates timescales (lower bounds): see `koopman` for estimates.
 JSON: {"representatives": [{"coordinates"|"id", "weight", "label"}...], "point_labels",
        "transition_matrix": [[K] x K], "masses", "timescales", "clusters", "inertia",
        "summary" (as for embedding), "view_version", "samples"}

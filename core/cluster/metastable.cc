@@ -7,9 +7,8 @@
 #include <limits>
 #include <numeric>
 
-#include <Eigen/Eigenvalues>
-
 #include "absl/strings/str_cat.h"
+#include "core/cluster/chain_timescales.h"
 
 namespace cmestream {
 
@@ -97,18 +96,7 @@ absl::StatusOr<ImpliedTimescales> ImpliedTimescales::Fit(const CountsSnapshot& c
     const double row = t.row(a).sum();
     if (row > 0) t.row(a) /= row;  // a row can lose all mass only if it leads to unvisited states
   }
-  Eigen::EigenSolver<MatrixXd> es(t, /*computeEigenvectors=*/false);
-  VectorXd mod = es.eigenvalues().cwiseAbs();
-  std::sort(mod.data(), mod.data() + mod.size(), std::greater<double>());
-  ImpliedTimescales out;
-  const int m = std::max(0, std::min<int>(count, static_cast<int>(mod.size()) - 1));
-  out.eigenvalue_moduli = mod.segment(1, m);
-  out.timescales.resize(m);
-  for (int l = 0; l < m; ++l) {
-    const double lam = out.eigenvalue_moduli[l];
-    out.timescales[l] = lam >= 1 ? std::numeric_limits<double>::infinity() : lam <= 0 ? 0.0 : -dt / std::log(lam);
-  }
-  return out;
+  return TimescalesOfMatrix(t, dt, count);
 }
 
 double WeightedMisclassification(const Eigen::Ref<const Eigen::VectorXi>& truth,

@@ -79,7 +79,7 @@ struct ClustersView {
   VectorXd weights;          // stationary weight per representative
   Eigen::VectorXi labels;    // cluster per representative
   CoarseGrainedChain coarse;
-  VectorXd timescales;  // implied timescales of the count-based chain at lag dt
+  VectorXd timescales;  // of `coarse.transition` at lag dt: K - 1, docs/algorithms.md (3.11')
 };
 
 struct AggregationView {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/cluster/chain_timescales.h"
 #include "service/engine/fit_summary.h"
 #include "service/engine/model_config.h"
 
@@ -160,10 +161,10 @@ void BuildClusters(const v1::ModelConfig& config, const Model::LearnerSnapshot& 
     return;
   }
   out->coarse = *std::move(coarse);
-  if (states <= static_cast<int>(kMaxDenseStates)) {
-    absl::StatusOr<ImpliedTimescales> ts = ImpliedTimescales::Fit(counts, config.dt(), std::max(k, 1));
-    if (ts.ok()) out->timescales = ts->timescales;
-  }
+  // The reply's timescales are those of the K x K matrix it reports (the counts' pairs are one
+  // step, dt, apart): docs/algorithms.md (3.11'), never those of another chain.
+  absl::StatusOr<ImpliedTimescales> ts = TimescalesOfMatrix(out->coarse.transition, config.dt(), k);
+  if (ts.ok()) out->timescales = ts->timescales;
   view.clusters.value = std::move(out);
 }
 
@@ -325,7 +326,7 @@ bool Resolved(double t, double span) { return std::isfinite(t) && t > 0 && t <= 
 // Slowest resolved non-stationary timescale of each view and their relative disagreement.
 // Skipped: the stationary mode (the CME estimator does not identify it: its leading mode plays
 // that role), modes flagged with an excess |mu| > 1, and unresolved timescales.
-void CompareTimescales(const ModelView& view, double span, CmeView& cme) {
+void CompareTimescales(const v1::ModelConfig& config, const ModelView& view, double span, CmeView& cme) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   v1::TimescaleComparison& c = *cme.spectrum.mutable_comparison();
   double koopman = nan;
@@ -338,11 +339,16 @@ void CompareTimescales(const ModelView& view, double span, CmeView& cme) {
       break;
     }
   }
+  // The count chain: (3.11) of the fine chain over every visited state (atom or id), dense, so
+  // for at most kMaxDenseStates of them; computed when the clusters view is (as it always was).
   double counts = nan;
-  if (view.clusters.value) {
-    for (double t : view.clusters.value->timescales) {
-      if (Resolved(t, span)) {
-        counts = t;
+  const CountsSnapshot* fine = view.counts.value ? &view.counts.value->counts : nullptr;
+  if (view.clusters.value && fine != nullptr && fine->num_states() <= static_cast<int>(kMaxDenseStates)) {
+    absl::StatusOr<ImpliedTimescales> ts =
+        ImpliedTimescales::Fit(*fine, config.dt(), std::max(static_cast<int>(config.clusters()), 1));
+    for (Eigen::Index l = 0; ts.ok() && l < ts->timescales.size(); ++l) {
+      if (Resolved(ts->timescales[l], span)) {
+        counts = ts->timescales[l];
         break;
       }
     }
@@ -484,7 +490,7 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
   const std::shared_ptr<const ModelView> previous = model.view();
   bool install_scorer = false;
   if (cme) {
-    CompareTimescales(*view, static_cast<double>(snap->samples) * config.dt(), *cme);
+    CompareTimescales(config, *view, static_cast<double>(snap->samples) * config.dt(), *cme);
     install_scorer = ReportPrequential(snap->prequential, previous, cme->spectrum) && scorer != nullptr;
     model.metrics().OnSpectrum(cme->spectrum.heldout_score(), cme->spectrum.comparison().relative_disagreement());
     view->cme = std::move(cme);

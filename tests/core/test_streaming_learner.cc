@@ -571,6 +571,51 @@ TEST(StreamingLearner, BadInputIsRefusedAndChangesNothing) {
   EXPECT_EQ(Bytes(d), Bytes(StreamingLearner(Discrete(4))));
 }
 
+// An estimator a model does not enable keeps nothing: after a trajectory, the snapshot carries
+// the latent, predictive and lag statistics exactly when the options enable them, and the
+// options of a disabled latent model (its reservoir size) leave the learner's bytes unchanged:
+// nothing allocated, nothing updated.
+TEST(StreamingLearner, DisabledEstimatorsKeepNoStatistics) {
+  const RowMatrixXd s = Chain(400, 21);
+  std::vector<int64_t> ids(401);
+  for (int64_t t = 0; t <= 400; ++t) ids[t] = (t * 7 + t / 5) % 4;
+  for (const bool discrete : {false, true}) {
+    for (int mask = 0; mask < 8; ++mask) {
+      StreamingLearner::Options o = discrete ? Discrete(4) : Continuous(0.5);
+      o.latent = (mask & 1) != 0;
+      o.window = (mask & 2) != 0 ? kWindow : 0;
+      if ((mask & 4) == 0) o.lags.clear();
+      SCOPED_TRACE(::testing::Message() << (discrete ? "discrete" : "continuous") << " mask " << mask);
+      auto feed = [&](StreamingLearner& l) {
+        if (discrete) {
+          Feed(l, DiscreteTrajectory(ids, 0, 400));
+        } else {
+          Feed(l, Trajectory(s, 0, 400));
+        }
+      };
+      StreamingLearner l(o);
+      feed(l);
+      const std::optional<StreamingLearnerSnapshot> snap = l.Snapshot();
+      ASSERT_TRUE(snap.has_value());
+      EXPECT_EQ(snap->latent.has_value(), o.latent);
+      EXPECT_EQ(snap->predictive.has_value(), o.window > 0);
+      EXPECT_EQ(snap->lags.has_value(), !o.lags.empty());
+      EXPECT_EQ(snap->cme.has_value(), !discrete);
+      if (snap->latent) {
+        EXPECT_EQ(snap->latent->triples, 399);
+      }
+      if (!o.latent) {
+        // The latent model is off: a reservoir of a million triples changes nothing.
+        StreamingLearner::Options big = o;
+        big.reservoir = 1000000;
+        StreamingLearner lb(big);
+        feed(lb);
+        EXPECT_EQ(Bytes(lb), Bytes(l));
+      }
+    }
+  }
+}
+
 TEST(StreamingLearner, OptionsValidateNamesTheProblem) {
   auto says = [](const StreamingLearner::Options& o, const std::string& what) {
     const absl::Status s = o.Validate();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,6 +150,62 @@ TEST_F(LimitsTest, DimAboveTheFlagIsInvalidArgument) {
   EXPECT_THAT(s.error_message(), HasSubstr("field dim is 9"));
   EXPECT_THAT(s.error_message(), HasSubstr("--max-dim 8"));
   EXPECT_TRUE(Create("ok", 8).ok());
+}
+
+// A 512-dimensional model with every default creates: the latent model is off, so the
+// reservoir's memory bound (3 * reservoir * dim <= 3e7 doubles) does not apply, and the
+// reservoir costs nothing. With the latent model on, the bound refuses a reservoir too large
+// for the dimension (naming the field and why) and accepts one that fits.
+TEST_F(LimitsTest, DisabledEstimatorsNeverRefuseAModel) {
+  Start(service::LimitOptions{});
+  auto create = [&](const std::string& name, uint32_t latent, std::optional<uint32_t> reservoir, v1::ModelInfo* info) {
+    grpc::ClientContext ctx;
+    v1::CreateModelRequest req;
+    req.mutable_config()->set_name(name);
+    req.mutable_config()->set_dim(512);
+    if (latent > 0) req.mutable_config()->set_latent_states(latent);
+    if (reservoir) req.mutable_config()->set_reservoir(*reservoir);
+    return models_->CreateModel(&ctx, req, info);
+  };
+  v1::ModelInfo info;
+  grpc::Status s = create("g", 0, std::nullopt, &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.config().latent_states(), 0u);
+  EXPECT_EQ(info.config().reservoir(), 1953u);  // the default, min(100000, 1e6 / dim): unused
+  // The reservoir of a model without the latent model costs no memory.
+  v1::ModelConfig small = info.config();
+  small.set_reservoir(1);
+  EXPECT_EQ(service::EstimateModelBytes(small), service::EstimateModelBytes(info.config()));
+  // 1,500 pairs in 512 dimensions are learned (sigma auto chosen after 1,000), in batches of
+  // 250 (2 MB each).
+  for (int first = 0; first < 1500; first += 250) {
+    v1::IngestBatch b;
+    b.set_model("g");
+    for (int i = first; i < first + 250; ++i) {
+      for (int j = 0; j < 512; ++j) b.add_x(std::sin(0.01 * i + j));
+      for (int j = 0; j < 512; ++j) b.add_y(std::sin(0.01 * (i + 1) + j));
+    }
+    grpc::ClientContext ctx;
+    v1::IngestAck ack;
+    const grpc::Status st = ingest_->IngestOne(&ctx, b, &ack);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  EXPECT_EQ(Samples("g"), 1500u);
+
+  s = create("big", 3, 20000, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("field reservoir is 20000, expected 1..19531"));
+  EXPECT_THAT(s.error_message(), HasSubstr("for a latent model"));
+  s = create("fits", 3, 1000, &info);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // The default reservoir fits every dimension: min(100000, 1e6 / dim) triples.
+  s = create("default", 3, std::nullopt, &info);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.config().reservoir(), 1953u);
+  // A reservoir below 1 is refused whether or not the latent model runs.
+  s = create("zero", 0, 0, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("field reservoir is 0, expected >= 1"));
 }
 
 // Deterministic queue accounting: Q waiting + 1 applying are admitted, the next is refused

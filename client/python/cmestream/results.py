@@ -125,8 +125,8 @@ class ClustersResult:
         point_labels: (n,) int, cluster of each query point.
         transition_matrix: (K, K) coarse-grained chain, row-stochastic.
         masses: (K,) stationary mass per cluster.
-        timescales: (t,) implied timescales of the count-based chain, slowest first, the
-            stationary mode left out.
+        timescales: (K-1,) implied timescales -dt/ln|lambda| of transition_matrix, slowest
+            first, the stationary mode left out (lower bounds: a hard partition underestimates).
         inertia: weighted k-means inertia.
         view_version, samples: the view the reply was computed from.
         summary: the estimator's FitSummary.
