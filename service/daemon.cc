@@ -21,6 +21,7 @@
 #include "service/engine/registry.h"
 #include "service/observability/metrics.h"
 #include "service/rpc/auth.h"
+#include "service/rpc/recovering_service.h"
 #include "service/rpc/services.h"
 #include "service/storage/data_dir.h"
 #include "service/storage/manifest.h"
@@ -156,6 +157,7 @@ struct Daemon::Impl {
   std::unique_ptr<DataDir> data_dir;
   std::unique_ptr<TokenAuthenticator> auth;  // null: no --auth-tokens
   Metrics metrics;
+  RecoveryProgress progress;   // what the port answers while Recover runs
   std::unique_ptr<Wal> wal;    // installed into batch_log after recovery
   DeferredBatchLog batch_log;  // what the registry and models log to
   std::unique_ptr<ModelRegistry> registry;
@@ -203,6 +205,16 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   } else if (loaded_manifest.status().code() != absl::StatusCode::kNotFound) {
     if (!ro.accept_data_loss) return refuse(loaded_manifest.status());
     loss.push_back(std::string(loaded_manifest.status().message()));
+  } else if (const std::string versioned = FindVersionedSegment(dir + "/wal"); !versioned.empty()) {
+    // No manifest, but a segment written by a version that always writes one before its first
+    // segment: the manifest was deleted, and with it the list that detects a deleted segment or
+    // snapshot. Only a data dir of the first release (no segment header) has none legitimately.
+    const std::string what = absl::StrCat(
+        impl.manifest->path(), " is missing, but ", versioned,
+        " was written by a version that keeps one: which WAL segments and snapshots must exist is unknown, so a "
+        "deleted one could not be detected");
+    if (!ro.accept_data_loss) return refuse(absl::FailedPreconditionError(what));
+    loss.push_back(absl::StrCat(what, "; started from the files present, and the manifest is rebuilt from them"));
   }
 
   SnapshotOptions snapshot_options;
@@ -227,7 +239,10 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   wal_options.sync = impl.options.wal_sync;
   wal_options.sync_interval_ms = impl.options.wal_sync_interval_ms;
   wal_options.accept_data_loss = ro.accept_data_loss;
-  if (manifest && ro.recover_from.empty()) {
+  wal_options.progress = &impl.progress;
+  // --recover-from replaces the base snapshot, not the log: the segments the manifest lists
+  // must still all be there (a missing one refuses by name; accepted, its loss is reported).
+  if (manifest) {
     wal_options.expected_first_segment = manifest->wal_first_segment;
     wal_options.expected_last_segment = manifest->wal_last_segment;
   }
@@ -235,16 +250,17 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   // than the newest one listed (a fallback), the log must reach the newest one's cut too,
   // or the fallback would silently drop what the newer snapshot held.
   wal_options.require_from_sequence = loaded->covered_sequence + 1;
-  if (ro.recover_from.empty() && loaded->covered_sequence < loaded->newest_listed_covered) {
+  if (loaded->covered_sequence < loaded->newest_listed_covered) {
     wal_options.require_through_sequence = loaded->newest_listed_covered;
   }
   wal_options.on_segments_changed = [m = impl.manifest.get()](uint64_t first, uint64_t last) {
     return m->SetWalSegments(first, last);
   };
   WalRecoveryReport wal_report;
+  LossReport dropped;
   absl::StatusOr<std::unique_ptr<Wal>> wal =
       OpenAndReplayWal(wal_options, /*after_sequence=*/loaded->covered_sequence, *impl.registry,
-                       impl.metrics.registry(), &wal_report, nullptr);
+                       impl.metrics.registry(), &wal_report, nullptr, &dropped);
   if (!wal.ok()) {
     if (wal.status().code() == absl::StatusCode::kFailedPrecondition ||
         wal.status().code() == absl::StatusCode::kDataLoss) {
@@ -262,6 +278,7 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
     for (const std::string& sk : loaded->skipped) loss.push_back(absl::StrCat("snapshot ", sk));
   }
   impl.wal = *std::move(wal);
+  impl.progress.phase = RecoveryProgress::kSettle;
 
   // Settle what exists: unusable snapshots aside, the manifest rewritten to match.
   if (absl::Status s = impl.snapshots->SetAside(loaded->unusable); !s.ok()) return s;
@@ -279,6 +296,13 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   impl.recovery_metrics->unusable.Set(static_cast<double>(loaded->unusable.size()));
   impl.recovery_metrics->loss.Set(static_cast<double>(loss.size()));
   for (const std::string& l : loss) std::cerr << "cmestreamd: DATA LOSS accepted (--accept-data-loss): " << l << "\n";
+  // What was dropped, per model, as JSON lines (service/README.md "Recovery"): the same
+  // numbers a client sees missing (acknowledged pairs minus the model's samples).
+  for (const std::string& line : dropped.JsonLines(*impl.registry)) std::cerr << line << "\n";
+  if (dropped.empty() && (!loss.empty() || !ro.recover_from.empty())) {
+    std::cerr << "cmestreamd: no WAL record was dropped: every record after the snapshot's covered sequence "
+              << loaded->covered_sequence << " that is on disk was replayed\n";
+  }
 
   impl.batch_log.Install(impl.wal.get());
   impl.snapshot_metrics = std::make_unique<SnapshotMetrics>(*impl.metrics.registry());
@@ -352,17 +376,21 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   impl->registry = std::make_unique<ModelRegistry>(defaults, impl->metrics, impl->batch_log);
   impl->manifest = std::make_unique<Manifest>(impl->data_dir->path() + "/MANIFEST");
   impl->recovery_metrics = std::make_unique<RecoveryMetrics>(*impl->metrics.registry());
-  // While recovery replays, the port is already ours and answers health checks with
-  // NOT_SERVING (readiness probes wait; a second daemon on the port fails now, not after a
-  // long replay). The serving server takes the same port right after.
+  // While recovery replays, the port is already ours: health checks answer NOT_SERVING
+  // (readiness probes wait; a second daemon on the port fails now, not after a long replay)
+  // and every other method UNAVAILABLE with the progress (RecoveringService), which clients
+  // retry. The serving server takes the same port right after.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   std::string serve_address = options.listen;
   {
+    RecoveringService recovering_service(impl->progress);
     grpc::ServerBuilder recovering_builder;
     int port = 0;
     recovering_builder.AddListeningPort(options.listen, *credentials, &port);
     recovering_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    recovering_builder.SetMaxReceiveMessageSize(options.max_message_mb * 1024 * 1024);
+    recovering_builder.RegisterCallbackGenericService(&recovering_service);
     std::unique_ptr<grpc::Server> recovering = recovering_builder.BuildAndStart();
     if (!recovering || port == 0) {
       return absl::UnavailableError(
@@ -371,7 +399,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     recovering->GetHealthCheckService()->SetServingStatus(false);
     serve_address = absl::StrCat(impl->grpc_host, ":", port);
     absl::Status recovered = Recover(*impl, defaults);
-    recovering->Shutdown(std::chrono::system_clock::now());
+    // A short grace: calls in flight get their answer (UNAVAILABLE, or the health status)
+    // instead of CANCELLED; none of them does any work.
+    recovering->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     recovering->Wait();
     if (!recovered.ok()) return recovered;
   }

@@ -12,11 +12,16 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "service/engine/registry.h"
+#include "service/storage/recovery_progress.h"
 #include "service/storage/wal.h"
 
 namespace cmestream::service {
@@ -32,21 +37,57 @@ struct ReplayStats {
   uint64_t lost = 0;  // records of models whose creation was lost (--accept-data-loss only)
 };
 
+// What an accepted data loss (--accept-data-loss) dropped, per model, from the records
+// recovery could still read: the dropped ones (Wal's point-in-time cut) and the batches of
+// models whose creation was lost. Printed as one JSON line per affected model (service/README.md
+// "Recovery"), then one line per range of sequences that could not be read at all.
+class LossReport {
+ public:
+  // A record dropped by the cut (WalOptions::on_dropped_record): a batch counts its pairs; a
+  // creation or import only names the model. `registry` (the recovered state) gives the dim of
+  // models that still exist; dropped creations give the others'.
+  void AddDropped(const WalRecord& record, const ModelRegistry& registry);
+  // A batch recovery read but could not apply: its model's creation was lost.
+  void AddOrphanBatch(const v1::IngestBatch& batch, uint64_t sequence);
+  // Sequences [first, last] that are lost and unreadable (last 0: an unknown number from first on).
+  void AddUnreadable(uint64_t first, uint64_t last);
+  bool empty() const { return models_.empty() && unreadable_.empty(); }
+
+  // {"model": NAME, "pairs_dropped": P, "wal_sequences": [[FIRST, LAST], ...], "model_dropped": B}
+  // per model in name order (P null if a batch's dimension was unknown; B: the model does not
+  // exist after recovery), then {"model": null, "pairs_dropped": null, "wal_sequences":
+  // [[FIRST, LAST or null]], "model_dropped": null} per unreadable range.
+  std::vector<std::string> JsonLines(const ModelRegistry& registry) const;
+
+ private:
+  struct ModelLoss {
+    uint64_t pairs = 0;
+    bool pairs_known = true;
+    std::vector<std::pair<uint64_t, uint64_t>> sequences;  // ranges, ascending
+  };
+  void Add(const std::string& model, uint64_t sequence, std::optional<uint64_t> pairs);
+  std::map<std::string, ModelLoss> models_;
+  std::map<std::string, uint32_t> dims_;  // of models created in dropped records
+  std::vector<std::pair<uint64_t, uint64_t>> unreadable_;
+};
+
 // Applies one record. Errors: a record that cannot be decoded or is refused by the live path
 // (which would mean a different binary wrote the log) — recovery must not silently diverge.
 // With `accept_data_loss`, a batch or deletion of a model that does not exist (its creation
 // was in data declared lost) is counted in stats->lost and skipped instead.
+// `loss` (may be null) receives those skipped batches.
 absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, ReplayStats* stats,
-                             bool accept_data_loss = false);
+                             bool accept_data_loss = false, LossReport* loss = nullptr);
 
 // Opens the WAL under `options`, replays every record with sequence > after_sequence into
 // `registry`, prints the recovery summary line to stderr ("cmestreamd: recovered N records
 // (M models, B batches, P pairs) from the write-ahead log in S s") and any cut or corruption,
 // and returns the open log, ready for appends. `*report` and `*stats` (may be null) receive
-// the details.
+// the details; `loss` (may be null) what an accepted loss dropped, per model.
 absl::StatusOr<std::unique_ptr<Wal>> OpenAndReplayWal(const WalOptions& options, uint64_t after_sequence,
                                                       ModelRegistry& registry,
                                                       const std::shared_ptr<prometheus::Registry>& metrics,
-                                                      WalRecoveryReport* report, ReplayStats* stats);
+                                                      WalRecoveryReport* report, ReplayStats* stats,
+                                                      LossReport* loss = nullptr);
 
 }  // namespace cmestream::service

@@ -311,6 +311,13 @@ absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::st
     return r.Fail(absl::StrCat("unknown snapshot kind ", io::FourccName(kind), " (expected SNAP or EXPT)"));
   }
   const uint32_t version = r.U32("snapshot format version");
+  if (version > kFormatVersion) {
+    // Not damage (the checksum matched): a newer build wrote it. FailedPrecondition, so that
+    // recovery refuses by name instead of setting the file aside and falling back.
+    return absl::FailedPreconditionError(absl::StrCat(source, ": snapshot format version ", version,
+                                                      " was written by a newer cmestreamd (this one reads 1..",
+                                                      kFormatVersion, "): run the version that wrote it"));
+  }
   if (version != kFormatVersion) {
     return r.Fail(absl::StrCat("snapshot format version ", version, " is not supported by this build (reads 1..1)"));
   }
@@ -478,6 +485,12 @@ absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState
     }
     if (!status.ok()) {
       for (const auto& m : adopted) (void)registry_.Delete(m->name(), /*replay=*/true);  // all or nothing
+      if (status.code() == absl::StatusCode::kFailedPrecondition) {
+        // Written by a newer build: falling back would hide it and the next snapshot would
+        // supersede it; the operator must run the newer version (service/README.md "Fault table").
+        return absl::FailedPreconditionError(absl::StrCat(
+            "refusing to start: ", status.message(), "; the file is kept as it is and nothing was changed"));
+      }
       const bool missing = status.code() == absl::StatusCode::kNotFound;
       std::fprintf(stderr, "cmestreamd: snapshot %s is %s: %s; trying the previous one\n", path.c_str(),
                    missing ? "missing" : "unusable", std::string(status.message()).c_str());

@@ -47,7 +47,8 @@
 // runs (the daemon deletes WAL segments covered by the OLDEST kept snapshot, so the fallback
 // snapshot can still be replayed forward). Load tries the newest file first; a file that fails
 // (checksum, truncation, bad tag/version) is reported on stderr with its path and the
-// previous one is used.
+// previous one is used, except a file of a newer format version (its checksum matches: a newer
+// build wrote it), which refuses the load by name (FailedPrecondition) and is left in place.
 #pragma once
 
 #include <cstdint>

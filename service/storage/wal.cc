@@ -20,6 +20,7 @@
 #include "prometheus/histogram.h"
 #include "service/storage/crc32c.h"
 #include "service/storage/file_util.h"
+#include "service/storage/recovery_progress.h"
 
 namespace cmestream::service {
 namespace {
@@ -113,6 +114,78 @@ bool ZeroFilledFromSector(const std::string& data, size_t pos) {
   return sector < data.size();                  // the zero run covers a sector boundary and reaches the end
 }
 
+// Records with sequence > after in the segment at `path`, found by walking the length fields
+// with small reads (no checksum): only the progress report's total, so damage that ends the
+// walk early just makes it an underestimate.
+uint64_t CountRecordsAfter(const std::string& path, uint64_t after) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st;
+  uint64_t count = 0;
+  if (::fstat(fd, &st) == 0) {
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    char header[kWalSegmentHeaderBytes > kWalHeaderBytes ? kWalSegmentHeaderBytes : kWalHeaderBytes];
+    uint64_t pos = 0;
+    if (::pread(fd, header, kWalSegmentHeaderBytes, 0) == static_cast<ssize_t>(kWalSegmentHeaderBytes) &&
+        std::memcmp(header, kSegmentMagic, 8) == 0) {
+      pos = kWalSegmentHeaderBytes;
+    }
+    while (pos + kWalHeaderBytes <= size &&
+           ::pread(fd, header, kWalHeaderBytes, static_cast<off_t>(pos)) == static_cast<ssize_t>(kWalHeaderBytes)) {
+      const uint64_t length = LoadLe32(header + 4);
+      if (length > kWalMaxPayloadBytes || size - pos - kWalHeaderBytes < length) break;
+      if (LoadLe64(header + 9) > after) ++count;
+      pos += kWalHeaderBytes + length;
+    }
+  }
+  ::close(fd);
+  return count;
+}
+
+// With accept_data_loss, what recovery drops after damage: every record of data[from, end) in
+// order, checked (damaged = false) or, failing its checksum but complete, with the expected
+// sequence and a known type, as written (damaged = true: best effort, for the loss report).
+// Sequences that cannot be read at all are appended to `unreadable`. *expected: the next
+// sequence, advanced past what was passed on.
+void CollectDropped(const std::string& data, size_t from, uint64_t* expected,
+                    const std::function<void(const WalRecord&, bool)>& on_dropped,
+                    std::vector<std::pair<uint64_t, uint64_t>>* unreadable) {
+  WalRecord record;
+  size_t pos = from;
+  while (pos < data.size()) {
+    size_t n = 0;
+    if (ParseWalRecord(data.data() + pos, data.size() - pos, &record, &n).ok()) {
+      if (record.sequence > *expected) unreadable->emplace_back(*expected, record.sequence - 1);
+      if (record.sequence >= *expected) {
+        if (on_dropped) on_dropped(record, false);
+        *expected = record.sequence + 1;
+      }
+      pos += n;
+      continue;
+    }
+    if (RecordIsComplete(data, pos)) {
+      const auto type = static_cast<uint8_t>(data[pos + 8]);
+      const uint64_t length = LoadLe32(data.data() + pos + 4);
+      if (LoadLe64(data.data() + pos + 9) == *expected && type >= 1 && type <= kWalMaxKnownRecordType) {
+        record.type = static_cast<WalRecordType>(type);
+        record.sequence = *expected;
+        record.payload.assign(data.data() + pos + kWalHeaderBytes, length);
+        if (on_dropped) on_dropped(record, true);
+        ++*expected;
+        pos += kWalHeaderBytes + length;
+        continue;
+      }
+    }
+    uint64_t next = 0;
+    size_t offset = 0;
+    if (!FindNextValidRecord(data, pos + 1, *expected - 1, &next, &offset)) {
+      if (!AllZero(data, pos)) unreadable->emplace_back(*expected, 0);  // how many records: unknown
+      return;
+    }
+    pos = offset;
+  }
+}
+
 }  // namespace
 
 absl::Status WalOptions::Validate() const {
@@ -145,6 +218,28 @@ const char* WalSyncName(WalSync sync) {
       return "never";
   }
   return "?";
+}
+
+std::string FindVersionedSegment(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return "";
+  std::string found;
+  while (dirent* e = ::readdir(d)) {
+    uint64_t n = 0;
+    if (!ParseSegmentName(e->d_name, &n)) continue;
+    const std::string path = absl::StrCat(dir, "/", e->d_name);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char magic[8];
+    const bool versioned = ::pread(fd, magic, 8, 0) == 8 && std::memcmp(magic, kSegmentMagic, 8) == 0;
+    ::close(fd);
+    if (versioned) {
+      found = path;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
 }
 
 std::string EncodeWalRecord(WalRecordType type, uint64_t sequence, const std::string& payload) {
@@ -233,13 +328,20 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
   max_number = std::max(max_number, options.expected_last_segment);
 
   // Segments the manifest lists must all be there: a missing one is acknowledged data gone.
+  bool missing_prefix = false;
+  bool missing_tail = false;  // newer segments than any present are gone (accepted)
+  std::string missing_listed;  // what is missing, for the messages below
   if (options.expected_last_segment > 0) {
     std::vector<uint64_t> missing;
     for (uint64_t n = options.expected_first_segment; n <= options.expected_last_segment; ++n) {
       if (!std::binary_search(numbers.begin(), numbers.end(), n)) missing.push_back(n);
     }
-    if (!missing.empty()) {
-      rep.missing_segments = missing.size();
+    rep.missing_segments = missing.size();
+    // Only older segments missing (all below the first one present): what they held is lost
+    // only if the state still needs it, which the log's first sequence tells after reading
+    // (require_from_sequence below). Any other missing segment held records the state needs.
+    missing_prefix = !missing.empty() && !numbers.empty() && missing.back() < numbers.front();
+    if (!missing.empty() && !missing_prefix) {
       const std::string what = absl::StrCat(missing.size(), " WAL segment(s) listed in the manifest are missing from ",
                                             options.dir, " (", SegmentName(missing.front()),
                                             missing.size() > 1 ? absl::StrCat(" .. ", SegmentName(missing.back())) : "",
@@ -247,7 +349,21 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
       std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
       rep.data_loss.push_back(what);
+      missing_listed = what;
+      missing_tail = numbers.empty() || missing.back() > numbers.back();
+    } else if (missing_prefix) {
+      missing_listed = absl::StrCat(missing.size(), " older WAL segment(s) listed in the manifest are missing from ",
+                                    options.dir, " (", SegmentName(missing.front()),
+                                    missing.size() > 1 ? absl::StrCat(" .. ", SegmentName(missing.back())) : "", ")");
     }
+  }
+
+  if (options.progress) {
+    uint64_t total = 0;
+    for (uint64_t n : numbers) total += CountRecordsAfter(absl::StrCat(options.dir, "/", SegmentName(n)), after_sequence);
+    options.progress->total = total;
+    options.progress->replayed = 0;
+    options.progress->phase = RecoveryProgress::kReplay;
   }
 
   uint64_t prev_sequence = 0;
@@ -280,10 +396,35 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
         data.clear();  // a crash while creating the newest segment: nothing in it was acknowledged
         if (absl::Status s = files::TruncateAndSync(seg.path, 0); !s.ok()) return s;
       } else {
-        if (crc32c::Unmask(LoadLe32(data.data() + 12)) != crc32c::Value(data.data(), 12)) {
-          return absl::FailedPreconditionError(absl::StrCat(seg.path, ": damaged segment header (checksum)"));
+        const bool header_ok = crc32c::Unmask(LoadLe32(data.data() + 12)) == crc32c::Value(data.data(), 12);
+        if (!header_ok && !options.accept_data_loss) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              seg.path, ": damaged segment header (checksum); with --accept-data-loss its records are read as format "
+                        "version ", kWalFormatVersion, ", each checked by its own checksum"));
         }
-        const uint32_t version = LoadLe32(data.data() + 8);
+        if (!header_ok) {
+          // The magic matched and the checksum did not: damage, not a newer writer (a newer
+          // writer's header checks). The records after it carry their own checksums. The header
+          // is rewritten (the damaged file kept beside it), so the next start needs no flag.
+          const std::string saved = absl::StrCat(seg.path, ".corrupt.", static_cast<long long>(std::time(nullptr)));
+          if (absl::Status s = files::CopyFileSynced(seg.path, saved); !s.ok()) return s;
+          const std::string header = SegmentHeader();
+          const int fd = ::open(seg.path.c_str(), O_WRONLY | O_CLOEXEC);
+          const bool rewritten = fd >= 0 && ::pwrite(fd, header.data(), header.size(), 0) ==
+                                                static_cast<ssize_t>(header.size()) && ::fdatasync(fd) == 0;
+          const int err = errno;
+          if (fd >= 0) ::close(fd);
+          if (!rewritten) {
+            return absl::InternalError(absl::StrCat("cannot rewrite the segment header of ", seg.path, ": ", Errno(err)));
+          }
+          const std::string what =
+              absl::StrCat(seg.path, ": damaged segment header (checksum); its records were read as format version ",
+                           kWalFormatVersion, ", each checked by its own checksum, and the header rewritten (the "
+                           "damaged file is kept as ", saved, ")");
+          std::cerr << "cmestreamd: WAL recovery: warning (--accept-data-loss): " << what << "\n";
+          rep.skipped_damage.push_back(what);
+        }
+        const uint32_t version = header_ok ? LoadLe32(data.data() + 8) : kWalFormatVersion;
         if (version > kWalFormatVersion) {
           return absl::FailedPreconditionError(absl::StrCat(
               seg.path, ": WAL format version ", version, " was written by a newer cmestreamd (this one reads 0..",
@@ -340,9 +481,12 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                          "records from ",
                          options.require_from_sequence, ": records ", options.require_from_sequence, "..",
                          record.sequence - 1, " are gone");
-        if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
+        if (!options.accept_data_loss) {
+          return absl::FailedPreconditionError(missing_listed.empty() ? what : absl::StrCat(missing_listed, ": ", what));
+        }
         std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
         rep.data_loss.push_back(what);
+        rep.lost_unreadable.emplace_back(options.require_from_sequence, record.sequence - 1);
       }
       record.segment = seg.path;
       record.offset = pos;
@@ -352,6 +496,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                                                      record.sequence, "): ", v.message()));
         }
         ++rep.records_visited;
+        if (options.progress) options.progress->replayed.fetch_add(1, std::memory_order_relaxed);
       }
       if (seg.first_sequence == 0) seg.first_sequence = record.sequence;
       seg.last_sequence = record.sequence;
@@ -394,7 +539,14 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     const bool zero_header = complete && std::all_of(data.begin() + static_cast<std::ptrdiff_t>(pos),
                                                      data.begin() + static_cast<std::ptrdiff_t>(pos + kWalHeaderBytes),
                                                      [](char c) { return c == 0; });
-    const bool torn = next_sequence == 0 && last_segment &&
+    // A record that seems to run past the end of the file, but whose checksum matches the bytes
+    // up to the end: it was written whole and only its length field is damaged (item of the
+    // fault table "damage inside the last record"), not a write cut short.
+    const bool whole_but_length_damaged =
+        !complete && data.size() - pos >= kWalHeaderBytes &&
+        crc32c::Unmask(LoadLe32(data.data() + pos)) == crc32c::Value(data.data() + pos + 8, data.size() - pos - 8);
+    if (whole_but_length_damaged) problem = "length field damaged; the checksum matches the bytes to the end of the file";
+    const bool torn = next_sequence == 0 && last_segment && !whole_but_length_damaged &&
                       (!complete || zero_header || AllZero(data, pos) || ZeroFilledFromSector(data, pos));
     const uint64_t dropped_here = data.size() - pos;
     rep.bytes_dropped = dropped_here;
@@ -417,7 +569,24 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
         return absl::FailedPreconditionError(absl::StrCat(what, "; refusing to start with acknowledged data missing"));
       }
       rep.corrupt = true;
-      rep.data_loss.push_back(what);
+      // Point in time: everything from here on is dropped, not only the damaged record. Read
+      // what can be read of it for the per-model report (before the files are renamed).
+      uint64_t expected = prev_sequence + 1;
+      CollectDropped(data, pos, &expected, options.on_dropped_record, &rep.lost_unreadable);
+      for (size_t sj = si + 1; sj < numbers.size(); ++sj) {
+        std::string later;
+        if (!files::ReadFile(absl::StrCat(options.dir, "/", SegmentName(numbers[sj])), &later).ok()) continue;
+        const size_t from = later.size() >= kWalSegmentHeaderBytes && std::memcmp(later.data(), kSegmentMagic, 8) == 0
+                                ? kWalSegmentHeaderBytes
+                                : 0;
+        CollectDropped(later, from, &expected, options.on_dropped_record, &rep.lost_unreadable);
+      }
+      // Said once, as what happens: the records named above and every valid one after them.
+      const std::string dropped =
+          absl::StrCat(seg.path, " offset ", pos, ": damaged record (", problem,
+                       "); recovery stops before it (point in time), so records ", prev_sequence + 1, "..",
+                       std::max(expected - 1, prev_sequence + 1), " are dropped");
+      rep.data_loss.push_back(dropped);
       const std::string saved = absl::StrCat(seg.path, ".corrupt.", static_cast<long long>(std::time(nullptr)));
       if (absl::Status s = files::CopyFileSynced(seg.path, saved); !s.ok()) return s;
       for (size_t sj = si + 1; sj < numbers.size(); ++sj) {
@@ -429,7 +598,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
           return absl::InternalError(absl::StrCat("cannot rename ", p, " to ", q, ": ", Errno(errno)));
         }
       }
-      rep.problem = absl::StrCat(what,
+      rep.problem = absl::StrCat(dropped,
                                  "; DATA LOSS accepted (--accept-data-loss): recovery stopped there (point in "
                                  "time: sequence ",
                                  prev_sequence, "), ", rep.bytes_dropped, " bytes not applied, kept in ", saved,
@@ -446,9 +615,33 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                                           "snapshot covered sequence ",
                                           options.require_through_sequence, ": records ", prev_sequence + 1, "..",
                                           options.require_through_sequence, " are gone");
-    if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
+    if (!options.accept_data_loss) {
+      return absl::FailedPreconditionError(missing_listed.empty() ? what : absl::StrCat(missing_listed, ": ", what));
+    }
     std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
     rep.data_loss.push_back(what);
+    rep.lost_unreadable.emplace_back(prev_sequence + 1, options.require_through_sequence);
+  }
+  if (missing_tail && !stop) rep.lost_unreadable.emplace_back(prev_sequence + 1, 0);  // their count: unknown
+  if (missing_prefix) {
+    // Older segments are gone. Lost only if the state needs records older than the log's
+    // first (then the check at the first record above has already refused or reported it).
+    const uint64_t needed_from = std::max<uint64_t>(options.require_from_sequence, 1);
+    if (rep.first_sequence == 0) {
+      const std::string what =
+          absl::StrCat(missing_listed, " and no record is left in the log: the records they held are lost");
+      if (!options.accept_data_loss) return absl::FailedPreconditionError(what);
+      std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
+      rep.data_loss.push_back(what);
+      rep.lost_unreadable.emplace_back(needed_from, 0);
+    } else if (rep.first_sequence <= needed_from) {
+      const std::string what = absl::StrCat(
+          missing_listed, "; they held only records before sequence ", rep.first_sequence,
+          ", and the state needs the log from sequence ", needed_from, " on (the snapshot in use covers the rest), "
+          "so nothing is lost");
+      std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
+      rep.skipped_damage.push_back(what);
+    }
   }
   if (absl::Status s = files::FsyncDir(options.dir); !s.ok()) return s;
   rep.last_sequence = prev_sequence;

@@ -75,7 +75,11 @@
 // holds for a process crash between write and ack under any policy. A snapshot never covers
 // such a record while a batch is between write and application (Model::WaitAppliedThrough).
 //
-// RECOVERY (Open): the segments the manifest lists must all exist; then segments are read in
+// RECOVERY (Open): the segments the manifest lists must all exist, except older ones whose
+// records the state no longer needs (all missing segments below the first present one, and the
+// log's first record <= require_from_sequence: a warning, nothing lost); a segment whose header
+// checksum fails refuses, unless accept_data_loss (its records are then read as version 1, each
+// checked by its own checksum); then segments are read in
 // numeric order and every record checked (length within the file, CRC, sequence = previous +
 // 1). A record whose CRC matches but whose type is unknown was written by a newer version:
 // the start is refused (never cut). At the first bad record:
@@ -87,13 +91,18 @@
 //     all zero, or its tail is zero from a 512-byte sector boundary to the end of the file (a
 //     power loss that persisted the file size but not the last sectors). Such a write never
 //     returned from fdatasync, so it was never acknowledged: reported (path, offset, bytes
-//     dropped) and cut;
+//     dropped) and cut. Not torn: a record that seems to run past the end but whose checksum
+//     matches the bytes up to the end (written whole, its length field damaged). The limit:
+//     damage that has exactly a torn write's shape (zeros from a sector boundary) is cut, as
+//     PostgreSQL ends its recovery at the first record failing its CRC;
 //   * anything else loses acknowledged records — a gap (valid records follow with a later
 //     sequence), or a last record that was written whole and then damaged. Open fails with
 //     FailedPrecondition naming the file, the offset and the sequences lost, unless
 //     accept_data_loss: then recovery stops there (point in time), the damaged segment is
 //     copied to *.log.corrupt.TIME, later segments are renamed likewise, and the loss is listed
-//     in WalRecoveryReport::data_loss.
+//     in WalRecoveryReport::data_loss; every dropped record that can still be read is passed to
+//     WalOptions::on_dropped_record (the per-model loss report), the unreadable sequences go to
+//     WalRecoveryReport::lost_unreadable.
 // Also refused unless accept_data_loss: a log that starts after require_from_sequence (the
 // records after the snapshot in use are gone) or ends before require_through_sequence (a
 // fallback to an older snapshot would drop what the newer one held).
@@ -118,6 +127,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -170,6 +180,9 @@ struct WalRecoveryReport {
   uint64_t missing_segments = 0;            // listed in the manifest but absent
   std::vector<std::string> skipped_damage;  // damaged bytes skipped with nothing lost
   std::vector<std::string> data_loss;       // damage accepted with --accept-data-loss
+  // With accept_data_loss: sequences lost whose records cannot be read (a missing segment,
+  // unparsable bytes), as ranges [first, last]; last 0: up to an unknown end.
+  std::vector<std::pair<uint64_t, uint64_t>> lost_unreadable;
   uint64_t bytes_dropped = 0;
   double seconds = 0;
 };
@@ -181,6 +194,9 @@ struct WalRecoveryReport {
 absl::Status ParseWalRecord(const char* data, size_t size, WalRecord* record, size_t* record_bytes);
 // Payload of a kModelImported record: u32 name length, the name, the export file.
 absl::Status DecodeImportRecord(const std::string& payload, std::string* name, std::string* image);
+// The path of a segment in `dir` that starts with the segment header (written by a version that
+// keeps a MANIFEST), or "" if there is none.
+std::string FindVersionedSegment(const std::string& dir);
 // The record bytes of (type, sequence, payload) as Append writes them (tests use it too).
 std::string EncodeWalRecord(WalRecordType type, uint64_t sequence, const std::string& payload);
 

@@ -11,6 +11,9 @@
 
 namespace cmestream::service {
 
+struct RecoveryProgress;  // recovery_progress.h
+struct WalRecord;         // wal.h
+
 enum class WalSync { kAlways, kInterval, kNever };
 
 struct WalOptions {
@@ -31,6 +34,15 @@ struct WalOptions {
   // and last segment numbers that now exist (the manifest records them). An error fails the
   // append that created the segment.
   std::function<absl::Status(uint64_t first, uint64_t last)> on_segments_changed;
+  // With accept_data_loss: called for each record that recovery drops after damage (it stops
+  // there: point in time), in sequence order, for the per-model loss report. `damaged`: the
+  // record failed its checksum but has the expected sequence and a known type, and is passed as
+  // written (best effort). Sequences that cannot be read at all go to
+  // WalRecoveryReport::lost_unreadable instead.
+  std::function<void(const WalRecord& record, bool damaged)> on_dropped_record;
+  // Open counts the records it will replay into progress->total before replaying and counts each
+  // replayed one in progress->replayed, for the RPCs answered meanwhile. Null: not reported.
+  RecoveryProgress* progress = nullptr;
   // Tests only: called by the group-commit leader (wal.h GROUP COMMIT) without the WAL's lock,
   // just before its fdatasync; a nonzero return is taken as the fdatasync's errno (fault
   // injection), 0 lets the real fdatasync run. Unset in the daemon.

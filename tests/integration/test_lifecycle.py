@@ -422,6 +422,212 @@ class LifecycleTest(unittest.TestCase):
         log = self.start(data, expect_fail=True)
         self.assertIn("in use by another cmestreamd", log)
 
+    # --- 9. what a start with damage says and does ------------------------------------------
+
+    def snapshot_rpc(self, d):
+        s = Stubs(d.grpc_target)
+        try:
+            return s.models.Snapshot(pb.SnapshotRequest(), timeout=60)
+        finally:
+            s.close()
+
+    def two_snapshots_and_a_tail(self, name):
+        """Snapshot A, more pairs, snapshot B, more pairs, kill -9: the WAL holds A's cut to the end
+        (retention keeps what the older snapshot needs), in a segment before B's cut and one after."""
+        data = os.path.join(self.dir, name)
+        d = self.populated(data)
+        x, y = pairs(3000, seed=5)
+        self.snapshot_rpc(d)
+        self.ingest(d, "m", x[:1000], y[:1000], offset=3000)
+        self.snapshot_rpc(d)
+        self.ingest(d, "m", x[1000:2000], y[1000:2000], offset=4000)
+        before = self.digests(d)
+        self.kill9(d)
+        snaps = sorted(glob.glob(os.path.join(data, "snapshots", "*.snap")))
+        segs = sorted(glob.glob(os.path.join(data, "wal", "*.log")))
+        self.assertEqual(len(snaps), 2)
+        self.assertEqual(len(segs), 2)
+        return data, snaps, segs, before
+
+    @staticmethod
+    def loss_lines(log_path):
+        import json
+        return [json.loads(line) for line in read_text(log_path).splitlines() if line.startswith('{"model"')]
+
+    def test_rpcs_while_replaying_answer_unavailable_and_health_not_serving(self):
+        import socket
+        data = os.path.join(self.dir, "replay")
+        d = self.populated(data, n=100000)
+        before = self.digests(d)
+        self.kill9(d)  # the WAL holds every pair: the restart replays 100k pairs
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        target = f"127.0.0.1:{port}"
+        log = os.path.join(self.dir, "replay.log")
+        with open(log, "wb") as err:
+            proc = subprocess.Popen([DAEMON, "--listen", target, "--data-dir", data, "--metrics-listen", "127.0.0.1:0",
+                                     "--snapshot-interval", "0"], stdout=subprocess.PIPE, stderr=err)
+        try:
+            from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
+            # Reconnect at once after a refused connection (the default backoff of 1 s or more
+            # could sleep through the whole replay).
+            channel = grpc.insecure_channel(target, options=[("grpc.initial_reconnect_backoff_ms", 20),
+                                                             ("grpc.min_reconnect_backoff_ms", 20),
+                                                             ("grpc.max_reconnect_backoff_ms", 50)])
+            health = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda _: b"",
+                                         response_deserializer=lambda b: b)
+            s = Stubs.__new__(Stubs)
+            s.channel = channel
+            s.models = pb_grpc.ModelServiceStub(channel)
+            s.queries = pb_grpc.QueryServiceStub(channel)
+            seen, messages, health_answers = set(), [], set()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    health_answers.add(health(None, timeout=2))
+                except grpc.RpcError as e:
+                    seen.add(("health", e.code(), e.details()))
+                try:
+                    s.models.GetModel(pb.GetModelRequest(name="m"), timeout=2)
+                    break
+                except grpc.RpcError as e:
+                    seen.add(("GetModel", e.code(), e.details()))
+                    if e.code() == grpc.StatusCode.UNAVAILABLE and e.details().startswith("recovering:"):
+                        messages.append(e.details())
+                try:  # a query gets the same answer
+                    s.queries.GetKoopman(pb.KoopmanRequest(model="m"), timeout=2)
+                except grpc.RpcError as e:
+                    seen.add(("GetKoopman", e.code(), e.details()))
+            else:
+                self.fail("the daemon did not become ready")
+            channel.close()
+            codes = {code for _, code, _ in seen}
+            self.assertNotIn(grpc.StatusCode.UNIMPLEMENTED, codes, seen)
+            # CANCELLED: a call that raced the switch from the recovering to the serving server
+            # (service/README.md "Recovery"); anything else is UNAVAILABLE.
+            self.assertLessEqual(codes, {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                         grpc.StatusCode.CANCELLED},
+                                 [x for x in seen if x[1] != grpc.StatusCode.UNAVAILABLE])
+            self.assertTrue(messages, "no RPC was answered during the replay")
+            self.assertRegex(messages[-1], r"^recovering: (\d+ of \d+ records replayed|loading the newest snapshot)")
+            self.assertIn(b"\x08\x02", health_answers)  # NOT_SERVING while recovering
+        finally:
+            proc.send_signal(2)
+            proc.wait(timeout=60)
+            proc.stdout.close()
+        d = self.start(data)
+        self.assertEqual(self.digests(d), before)
+
+    def test_recover_from_with_a_missing_wal_segment_refuses_by_name(self):
+        data, snaps, segs, before = self.two_snapshots_and_a_tail("recover-missing")
+        copy = os.path.join(self.dir, "recover-missing.snap")
+        shutil.copy(snaps[-1], copy)
+        os.remove(segs[-1])  # the pairs after the newest snapshot
+        log = self.start(data, "--recover-from", copy, expect_fail=True)
+        self.assertIn("refusing to start", log)
+        self.assertIn(os.path.basename(segs[-1]), log)
+        # Accepted: the loss is stated (sequences known, content gone) and is what the daemon lacks.
+        d = self.start(data, "--recover-from", copy, "--accept-data-loss")
+        got = self.digests(d)
+        self.assertEqual(got["m"][1], before["m"][1] - 1000)
+        lines = self.loss_lines(d.log_path)
+        self.assertEqual([(l["model"], l["pairs_dropped"], l["model_dropped"]) for l in lines], [(None, None, None)])
+        self.assertIsNone(lines[0]["wal_sequences"][0][1])  # how many records the segment held: unknown
+
+    def test_a_missing_manifest_and_segment_refuse_by_name(self):
+        data, snaps, segs, before = self.two_snapshots_and_a_tail("manifest-missing")
+        os.remove(os.path.join(data, "MANIFEST"))
+        os.remove(segs[-1])
+        log = self.start(data, expect_fail=True)
+        self.assertIn("MANIFEST is missing", log)
+        self.assertIn("--accept-data-loss", log)
+        d = self.start(data, "--accept-data-loss")
+        self.assertIn("DATA LOSS accepted", read_text(d.log_path))
+        self.assertEqual(self.digests(d)["m"][1], before["m"][1] - 1000)
+
+    def test_accept_data_loss_reports_per_model_what_it_drops(self):
+        data = os.path.join(self.dir, "report")
+        d = self.start(data)
+        self.create(d, "a", dim=2, sigma=0.5, max_dict=60)
+        self.create(d, "b", dim=3, sigma=0.5, max_dict=60)
+        acked = {"a": 0, "b": 0, "c": 0}
+        rng = np.random.default_rng(9)
+        for k in range(12):  # interleaved batches of both models
+            for name, dim in (("a", 2), ("b", 3)):
+                n = int(rng.integers(50, 150))
+                x = rng.uniform(-1, 1, size=(n, dim))
+                self.ingest(d, name, x, 0.9 * x, offset=acked[name])
+                acked[name] += n
+            if k == 8:
+                self.create(d, "c", dim=2, sigma=0.5, max_dict=60)
+            if k >= 8:
+                x = rng.uniform(-1, 1, size=(70, 2))
+                self.ingest(d, "c", x, 0.9 * x, offset=acked["c"])
+                acked["c"] += 70
+        self.kill9(d)
+        seg = sorted(glob.glob(os.path.join(data, "wal", "*.log")))[-1]
+        recs = records(seg)
+        # Damage a batch of 'a' in the middle: every record from it on is dropped (point in time).
+        off, length, typ, seq = [r for r in recs if r[2] == 3][10]
+        self.flip(seg, off + RECORD_HEADER + length - 20)  # inside the coordinates
+        d = self.start(data, "--accept-data-loss")
+        lines = {l["model"]: l for l in self.loss_lines(d.log_path)}
+        have = {name: samples for name, (_, samples) in self.digests(d).items()}
+        self.assertEqual(set(lines), {"a", "b", "c"})
+        for name, line in lines.items():
+            self.assertEqual(line["pairs_dropped"], acked[name] - have.get(name, 0), name)
+            self.assertEqual(line["model_dropped"], name not in have, name)
+        self.assertTrue(lines["c"]["model_dropped"])
+        self.assertEqual(lines["a"]["wal_sequences"][0][0], seq)
+        last = recs[-1][3]
+        self.assertEqual(max(r[1] for l in lines.values() for r in l["wal_sequences"]), last)
+        self.assertIn(f"records {seq}..{last} are dropped", read_text(d.log_path))
+
+    def test_a_damaged_segment_header_refuses_then_accepting_reads_its_records(self):
+        data, segs, before = self.damaged_wal("header")
+        self.flip(segs[-1], 9)  # the format version field; the header checksum no longer matches
+        log = self.start(data, expect_fail=True)
+        self.assertIn("damaged segment header", log)
+        self.assertIn("--accept-data-loss", log)
+        d = self.start(data, "--accept-data-loss")
+        self.assertEqual(self.digests(d), before)  # every record checked by its own checksum
+        self.assertEqual(len(glob.glob(segs[-1] + ".corrupt.*")), 1)  # the damaged file, kept
+        self.kill9(d)
+        d = self.start(data)  # the header was rewritten: no flag needed any more
+        self.assertEqual(self.digests(d), before)
+
+    def test_a_newer_snapshot_version_is_refused_even_when_the_wal_allows_a_fallback(self):
+        data, snaps, _, _ = self.two_snapshots_and_a_tail("newer-fallback")
+        raw = bytearray(read_bytes(snaps[-1]))
+        struct.pack_into("<I", raw, 12, 2)  # format version 2
+        struct.pack_into("<I", raw, len(raw) - 4, mask(crc32c(bytes(raw[:-4]))))
+        write_bytes(snaps[-1], bytes(raw))
+        log = self.start(data, expect_fail=True)
+        self.assertIn(f"{snaps[-1]}: snapshot format version 2 was written by a newer cmestreamd", log)
+        self.assertIn("refusing to start", log)
+        self.assertEqual(sorted(glob.glob(os.path.join(data, "snapshots", "*.snap"))), snaps)  # kept in place
+        self.assertEqual(glob.glob(os.path.join(data, "snapshots", "unusable", "*")), [])
+
+    def test_a_deleted_older_segment_the_snapshot_covers_loses_nothing(self):
+        data, snaps, segs, before = self.two_snapshots_and_a_tail("covered")
+        os.remove(segs[0])  # records between the two snapshots: the newest one holds them
+        d = self.start(data)
+        self.assertEqual(self.digests(d), before)
+        log = read_text(d.log_path)
+        self.assertIn("nothing is lost", log)
+        self.assertNotIn("are lost", log.replace("nothing is lost", ""))
+
+    def test_damage_in_the_last_records_length_field_is_refused_not_cut(self):
+        data, segs, _ = self.damaged_wal("length")
+        off, length, typ, seq = records(segs[-1])[-1]
+        raw = bytearray(read_bytes(segs[-1]))
+        struct.pack_into("<I", raw, off + 4, length + 4096)  # now it seems to run past the end
+        write_bytes(segs[-1], bytes(raw))
+        log = self.start(data, expect_fail=True)
+        self.assertIn(f"the last record (sequence {seq}) is complete but damaged (length field damaged", log)
+        self.assertEqual(len(read_bytes(segs[-1])), len(raw))  # nothing cut
+
     # --- 8. memory -----------------------------------------------------------------------
 
     def test_memory_and_query_budgets(self):

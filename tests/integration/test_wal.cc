@@ -975,5 +975,45 @@ TEST(Manifest, RoundTripsAndRefusesDamageAndNewerVersions) {
   EXPECT_EQ(loaded->snapshots.size(), 2u);
 }
 
+// The per-model report of an accepted data loss (service/README.md "Recovery"): pairs counted
+// from the dropped records (a trajectory holds one state more than pairs), dims from the model
+// that still exists or from a dropped creation, unknown dims as null, names escaped.
+TEST(LossReport, OneJsonLinePerModelWithWhatWasDropped) {
+  Metrics metrics;
+  DeferredBatchLog log;
+  ModelRegistry reg({}, metrics, log);
+  auto wal = OpenAndReplayWal(Options(TempDir("loss")), 0, reg, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  log.Install(wal->get());
+  ASSERT_TRUE(reg.Create(DuffingConfig("kept")).ok());
+  const auto record = [](WalRecordType type, uint64_t sequence, const google::protobuf::Message& m) {
+    WalRecord r;
+    r.type = type;
+    r.sequence = sequence;
+    r.payload = m.SerializeAsString();
+    return r;
+  };
+  LossReport loss;
+  EXPECT_TRUE(loss.empty());
+  loss.AddDropped(record(WalRecordType::kBatch, 7, Batch("kept", "p", 0, 30, 1)), reg);
+  loss.AddDropped(record(WalRecordType::kBatch, 8, Batch("kept", "p", 30, 20, 2)), reg);
+  const std::string odd = "new\"\x01";
+  loss.AddDropped(record(WalRecordType::kModelCreated, 9, DuffingConfig(odd)), reg);
+  v1::IngestBatch trajectory;
+  trajectory.set_model("kept");
+  for (int i = 0; i < 22; ++i) trajectory.add_states(0.1 * i);  // 11 states of dim 2: 10 pairs
+  loss.AddDropped(record(WalRecordType::kBatch, 10, trajectory), reg);
+  loss.AddDropped(record(WalRecordType::kBatch, 11, Batch(odd, "", 0, 10, 3)), reg);
+  loss.AddOrphanBatch(Batch("orphan", "", 0, 5, 4), 12);  // its creation is gone: dim unknown
+  loss.AddUnreadable(20, 0);
+  EXPECT_FALSE(loss.empty());
+  const std::vector<std::string> expected = {
+      R"({"model": "kept", "pairs_dropped": 60, "wal_sequences": [[7, 8], [10, 10]], "model_dropped": false})",
+      R"({"model": "new\"\u0001", "pairs_dropped": 10, "wal_sequences": [[9, 9], [11, 11]], "model_dropped": true})",
+      R"({"model": "orphan", "pairs_dropped": null, "wal_sequences": [[12, 12]], "model_dropped": true})",
+      R"({"model": null, "pairs_dropped": null, "wal_sequences": [[20, null]], "model_dropped": null})"};
+  EXPECT_EQ(loss.JsonLines(reg), expected);
+}
+
 }  // namespace
 }  // namespace cmestream::service
