@@ -2,23 +2,28 @@
 // jackknife error bars (docs/algorithms.md §8, docs/user-guide.md "Lag times and the CK test").
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <string>
 
 #include "client/cli/commands.h"
 #include "client/cli/context.h"
 #include "client/cli/json.h"
 #include "client/cli/output.h"
+#include "client/cli/timescale_text.h"
 #include "client/cpp/client.h"
 
 namespace cmestream::cli {
 
 const char kTimescalesUsage[] = R"(usage: cmestream timescales NAME [--json]
 
-Implied timescales (units of the model's dt, slowest first, the stationary mode left out) at
-every lag of the model (model create --lags), with delete-one-block jackknife standard errors
-over contiguous time blocks. For a Markov process they do not depend on the lag: choose the
-smallest lag from which they are flat. Continuous models: the Koopman estimate (features
-[1, k_B(x)] on a lag basis of dictionary atoms) and the count chain on the same atoms.
+Implied timescales in time units, -lag*dt/ln|mu| (the model's dt is the time of one sample
+step, so with dt = 0.1 a mode that decays over 20 steps shows 2), slowest first, the stationary
+mode left out, at every lag of the model (model create --lags; lags count sample steps), with
+delete-one-block jackknife standard errors over contiguous time blocks. "inf": a mode with
+|mu| >= 1 (no error bar); "n/a": undefined (e.g. a mode that does not exist). For a Markov
+process they do not depend on the lag: choose the smallest lag from which they are flat.
+Continuous models: the Koopman estimate (features [1, k_B(x)] on a lag basis of dictionary
+atoms) and the count chain on the same atoms.
 --json: {"model", "estimator", "lags", "timescales": [[per lag]], "stderr": [[same]],
          "samples": [pairs per lag], "blocks", "dt",
          "count_chain": {"lags", "timescales", "stderr", "samples", "blocks"}}
@@ -63,7 +68,8 @@ void PrintScan(const char* title, const v1::LagScan& s) {
     const auto& row = s.per_lag(k);
     std::printf("%6u %12.0f", s.lags(k), row.samples());
     for (int i = 0; i < row.timescales_size(); ++i) {
-      std::printf("  %10.4g +- %-9.3g", row.timescales(i), i < row.stderr_size() ? row.stderr(i) : 0.0);
+      const double se = i < row.stderr_size() ? row.stderr(i) : std::numeric_limits<double>::quiet_NaN();
+      std::printf("  %s", TimescaleCell(row.timescales(i), se).c_str());
     }
     std::printf("\n");
   }
@@ -137,7 +143,8 @@ int Timescales(Context& ctx, const Args& args) {
     PrintJson(w);
     return 0;
   }
-  std::printf("# model '%s': implied timescales (units of dt = %g) against lag\n", model.c_str(), r->dt());
+  std::printf("# model '%s': implied timescales in time units (dt = %g per sample step) against the lag in steps\n",
+              model.c_str(), r->dt());
   if (koopman) PrintScan("koopman", r->koopman());
   PrintScan("count chain", r->counts());
   return 0;

@@ -97,7 +97,7 @@ Metrics::Metrics()
                             .Register(*registry_)),
       lag_timescale_(BuildGauge()
                          .Name("cmestream_lag_timescale")
-                         .Help("Implied timescale (units of the model's dt) of slow mode `mode` at lag `lag` "
+                         .Help("Implied timescale (time units: -lag*dt/ln|mu|) of slow mode `mode` at lag `lag` "
                                "from the lag statistics at the last refresh (docs/algorithms.md section 8)")
                          .Register(*registry_)),
       lag_timescale_stderr_(BuildGauge()

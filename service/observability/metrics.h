@@ -34,7 +34,7 @@
 //                                            summary's termination is not "success" (rank clipped,
 //                                            numerical trouble: FitSummary.message), else 0
 //                                            (NaN with < 2 views; warning above 0.25)
-//   lag_timescale{model,lag,mode}            gauge    implied timescale (units of dt) of slow mode
+//   lag_timescale{model,lag,mode}            gauge    implied timescale (time units) of slow mode
 //                                            1..3 at each lag of the model (service/engine/lags.h)
 //   lag_timescale_stderr{model,lag,mode}     gauge    its jackknife standard error
 //   ck_max_deviation{model}                  gauge    CK test max |T(tau)^k - T(k tau)| at the first

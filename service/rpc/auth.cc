@@ -51,18 +51,29 @@ const char* ScopeName(Scope scope) {
   }
 }
 
+const std::vector<MethodScope>& ScopeTable() {
+  // One row per RPC of the cmestream.v1 services. test_security.cc checks this table against the
+  // methods in the proto (every method listed exactly once, no stale rows), so a new RPC fails
+  // that test until it is classified here. Read-only queries are read: a read token must be able
+  // to run every `cmestream` command that only looks (timescales and cktest included).
+  static const std::vector<MethodScope> kTable = {
+      {"CreateModel", Scope::kAdmin}, {"DeleteModel", Scope::kAdmin},  {"Snapshot", Scope::kAdmin},
+      {"ExportModel", Scope::kAdmin}, {"ImportModel", Scope::kAdmin},  {"Ingest", Scope::kWrite},
+      {"IngestOne", Scope::kWrite},   {"GetProducer", Scope::kWrite},  {"GetModel", Scope::kRead},
+      {"ListModels", Scope::kRead},   {"Refresh", Scope::kRead},       {"GetKoopman", Scope::kRead},
+      {"Predict", Scope::kRead},      {"GetDictionary", Scope::kRead}, {"GetCounts", Scope::kRead},
+      {"GetEmbedding", Scope::kRead}, {"GetClusters", Scope::kRead},   {"GetAggregation", Scope::kRead},
+      {"GetLatent", Scope::kRead},    {"Forecast", Scope::kRead},      {"GetTimescales", Scope::kRead},
+      {"CkTest", Scope::kRead},
+  };
+  return kTable;
+}
+
 Scope RequiredScope(absl::string_view method) {
-  static constexpr absl::string_view kRead[] = {"GetModel",    "ListModels",     "Refresh",   "GetKoopman",
-                                                "Predict",     "GetDictionary",  "GetCounts", "GetEmbedding",
-                                                "GetClusters", "GetAggregation", "GetLatent", "Forecast"};
-  static constexpr absl::string_view kWrite[] = {"Ingest", "IngestOne", "GetProducer"};
-  for (absl::string_view m : kRead) {
-    if (m == method) return Scope::kRead;
+  for (const MethodScope& row : ScopeTable()) {
+    if (row.method == method) return row.scope;
   }
-  for (absl::string_view m : kWrite) {
-    if (m == method) return Scope::kWrite;
-  }
-  return Scope::kAdmin;  // CreateModel, DeleteModel, and anything not listed: fail closed
+  return Scope::kAdmin;  // not listed: fail closed
 }
 
 absl::StatusOr<TokenAuthenticator> TokenAuthenticator::Parse(absl::string_view text, const std::string& source) {

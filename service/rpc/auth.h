@@ -12,10 +12,13 @@
 // without spaces or '#'; duplicates are an error. A file readable by others (mode & 0004) is loaded
 // with a warning.
 //
-// Which RPC needs what (one table, RequiredScope):
-//   admin: CreateModel, DeleteModel (and import/snapshot/export when they exist)
+// Which RPC needs what (one table, ScopeTable, with a row for every RPC):
+//   admin: CreateModel, DeleteModel, Snapshot, ExportModel, ImportModel
 //   write: Ingest, IngestOne, GetProducer
-//   read:  GetModel, ListModels, Refresh and every QueryService query
+//   read:  GetModel, ListModels, Refresh and every QueryService query (GetTimescales and
+//          CkTest included)
+// A method missing from the table requires admin (fail closed); a test derives the RPC list from
+// the proto and fails when one is missing.
 // grpc.health.v1.Health and server reflection are never checked; the Prometheus endpoint is a
 // separate read-only HTTP server.
 //
@@ -45,8 +48,15 @@ enum class Scope { kNone = 0, kRead = 1, kWrite = 2, kAdmin = 3 };
 // "read", "write", "admin" ("none" for kNone).
 const char* ScopeName(Scope scope);
 
+struct MethodScope {
+  absl::string_view method;  // short name of a cmestream.v1 RPC ("CreateModel")
+  Scope scope;
+};
+// The classification of every RPC of the cmestream.v1 services.
+const std::vector<MethodScope>& ScopeTable();
+
 // Scope required by a method of cmestream.v1 given by its short name ("CreateModel");
-// unknown names require admin (fail closed).
+// names not in ScopeTable require admin (fail closed).
 Scope RequiredScope(absl::string_view method);
 
 class TokenAuthenticator {

@@ -1,5 +1,7 @@
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+
 #include "service/rpc/rpc_util.h"
 #include "service/rpc/services.h"
 
@@ -12,7 +14,10 @@ namespace {
 // batch ends the stream with its status; the batches before it stay applied (as the proto
 // documents). The reactor lives until OnDone, which gRPC calls only after Finish, so the
 // worker's callback always finds it (and batch_, which the queued batch aliases, unchanged).
-class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck> {
+// Batches are read as Checked<IngestBatch> (checked_request.h): bytes that do not parse end the
+// stream with INVALID_ARGUMENT naming the batch, where a typed read would look like the end of
+// the stream and finish OK.
+class IngestReactor final : public grpc::ServerBidiReactor<Checked<v1::IngestBatch>, v1::IngestAck> {
  public:
   IngestReactor(grpc::CallbackServerContext* ctx, Ingestor& ingestor, Metrics& metrics, const absl::Status& access,
                 const Ownership* ownership)
@@ -31,13 +36,19 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
       return;
     }
     const auto start = std::chrono::steady_clock::now();
+    if (!batch_.parsed) {
+      OnApplied(start, UnparsableRequest(absl::StrCat("batch ", next_index_,
+                                                      " of this Ingest stream (the batches before it are applied)"),
+                                         *v1::IngestBatch::descriptor(), batch_.bytes, batch_.reason));
+      return;
+    }
     if (ownership_ != nullptr) {  // a batch for a model another pod owns ends the stream (ownership.h)
-      if (absl::Status s = ownership_->Check(batch_.model(), *ctx_); !s.ok()) {
+      if (absl::Status s = ownership_->Check(batch_.message.model(), *ctx_); !s.ok()) {
         OnApplied(start, s);
         return;
       }
     }
-    ingestor_.Submit(batch_, next_index_,
+    ingestor_.Submit(batch_.message, next_index_,
                      [this, start](absl::StatusOr<v1::IngestAck> ack) { OnApplied(start, std::move(ack)); });
   }
 
@@ -70,14 +81,15 @@ class IngestReactor final : public grpc::ServerBidiReactor<v1::IngestBatch, v1::
   Ingestor& ingestor_;
   Metrics& metrics_;
   const Ownership* ownership_;
-  v1::IngestBatch batch_;
+  Checked<v1::IngestBatch> batch_;
   v1::IngestAck ack_;
   uint64_t next_index_ = 0;
 };
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* IngestServiceImpl::Ingest(grpc::CallbackServerContext* ctx) {
+grpc::ServerBidiReactor<Checked<v1::IngestBatch>, v1::IngestAck>* IngestServiceImpl::StartIngest(
+    grpc::CallbackServerContext* ctx) {
   return new IngestReactor(ctx, ingestor_, metrics_, Authorize(auth_, *ctx, "Ingest"), ownership_);
 }
 

@@ -6,6 +6,11 @@
 // processes one batch per read and acks it before reading the next (one batch in flight per
 // stream: natural back-pressure, acks in order). A batch is learned on the gRPC callback
 // thread that read it; that is CPU work, not blocking, and it keeps the ack after the apply.
+//
+// Every method is registered on Checked<Request> (checked_request.h) in the constructor, so a
+// request whose bytes do not parse gets INVALID_ARGUMENT naming its type, not gRPC's
+// UNIMPLEMENTED. A new RPC must be added there too (test_malformed_requests.cc sends garbage to
+// every method of the proto).
 #pragma once
 
 #include "cmestream/v1/cmestream.grpc.pb.h"
@@ -14,12 +19,13 @@
 #include "service/engine/registry.h"
 #include "service/observability/metrics.h"
 #include "service/rpc/auth.h"
+#include "service/rpc/checked_request.h"
 #include "service/rpc/ownership.h"
 #include "service/storage/snapshot.h"
 
 namespace cmestream::service {
 
-class ModelServiceImpl final : public v1::ModelService::CallbackService {
+class ModelServiceImpl final : public CheckedService<v1::ModelService::CallbackService> {
  public:
   // `auth` null: no authentication (every handler starts with UnaryCall::Authorize).
   // `snapshots` null: Snapshot answers FAILED_PRECONDITION and ImportModel does not snapshot
@@ -27,12 +33,21 @@ class ModelServiceImpl final : public v1::ModelService::CallbackService {
   ModelServiceImpl(ModelRegistry& registry, Metrics& metrics, const TokenAuthenticator* auth = nullptr,
                    SnapshotManager* snapshots = nullptr, ConfigDefaults defaults = {},
                    const Ownership* ownership = nullptr)
-      : registry_(registry),
+      : CheckedService(v1::ModelService::service_full_name(), metrics, auth),
+        registry_(registry),
         metrics_(metrics),
         auth_(auth),
         snapshots_(snapshots),
         defaults_(defaults),
-        ownership_(ownership) {}
+        ownership_(ownership) {
+    CheckUnary("CreateModel", &ModelServiceImpl::CreateModel);
+    CheckUnary("GetModel", &ModelServiceImpl::GetModel);
+    CheckUnary("ListModels", &ModelServiceImpl::ListModels);
+    CheckUnary("DeleteModel", &ModelServiceImpl::DeleteModel);
+    CheckUnary("Snapshot", &ModelServiceImpl::Snapshot);
+    CheckUnary("ExportModel", &ModelServiceImpl::ExportModel);
+    CheckUnary("ImportModel", &ModelServiceImpl::ImportModel);
+  }
   grpc::ServerUnaryReactor* CreateModel(grpc::CallbackServerContext* ctx, const v1::CreateModelRequest* req,
                                         v1::ModelInfo* resp) override;
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* ctx, const v1::GetModelRequest* req,
@@ -60,12 +75,24 @@ class ModelServiceImpl final : public v1::ModelService::CallbackService {
   const Ownership* ownership_;  // null: this daemon owns every model (ownership.h)
 };
 
-class IngestServiceImpl final : public v1::IngestService::CallbackService {
+class IngestServiceImpl final : public CheckedService<v1::IngestService::CallbackService> {
  public:
   IngestServiceImpl(ModelRegistry& registry, Ingestor& ingestor, Metrics& metrics,
                     const TokenAuthenticator* auth = nullptr, const Ownership* ownership = nullptr)
-      : registry_(registry), ingestor_(ingestor), metrics_(metrics), auth_(auth), ownership_(ownership) {}
-  grpc::ServerBidiReactor<v1::IngestBatch, v1::IngestAck>* Ingest(grpc::CallbackServerContext* ctx) override;
+      : CheckedService(v1::IngestService::service_full_name(), metrics, auth),
+        registry_(registry),
+        ingestor_(ingestor),
+        metrics_(metrics),
+        auth_(auth),
+        ownership_(ownership) {
+    CheckBidi<v1::IngestBatch, v1::IngestAck>("Ingest",
+                                              [this](grpc::CallbackServerContext* ctx) { return StartIngest(ctx); });
+    CheckUnary("IngestOne", &IngestServiceImpl::IngestOne);
+    CheckUnary("GetProducer", &IngestServiceImpl::GetProducer);
+  }
+  // The Ingest stream (registered by CheckBidi instead of the generated Ingest override, whose
+  // reactor type could not tell unparsable bytes from the client's half-close).
+  grpc::ServerBidiReactor<Checked<v1::IngestBatch>, v1::IngestAck>* StartIngest(grpc::CallbackServerContext* ctx);
   grpc::ServerUnaryReactor* IngestOne(grpc::CallbackServerContext* ctx, const v1::IngestBatch* req,
                                       v1::IngestAck* resp) override;
   grpc::ServerUnaryReactor* GetProducer(grpc::CallbackServerContext* ctx, const v1::GetProducerRequest* req,
@@ -79,11 +106,29 @@ class IngestServiceImpl final : public v1::IngestService::CallbackService {
   const Ownership* ownership_;
 };
 
-class QueryServiceImpl final : public v1::QueryService::CallbackService {
+class QueryServiceImpl final : public CheckedService<v1::QueryService::CallbackService> {
  public:
   QueryServiceImpl(ModelRegistry& registry, RefreshScheduler& scheduler, Metrics& metrics,
                    const TokenAuthenticator* auth = nullptr, const Ownership* ownership = nullptr)
-      : registry_(registry), scheduler_(scheduler), metrics_(metrics), auth_(auth), ownership_(ownership) {}
+      : CheckedService(v1::QueryService::service_full_name(), metrics, auth),
+        registry_(registry),
+        scheduler_(scheduler),
+        metrics_(metrics),
+        auth_(auth),
+        ownership_(ownership) {
+    CheckUnary("Refresh", &QueryServiceImpl::Refresh);
+    CheckUnary("GetKoopman", &QueryServiceImpl::GetKoopman);
+    CheckUnary("Predict", &QueryServiceImpl::Predict);
+    CheckUnary("GetDictionary", &QueryServiceImpl::GetDictionary);
+    CheckUnary("GetCounts", &QueryServiceImpl::GetCounts);
+    CheckUnary("GetEmbedding", &QueryServiceImpl::GetEmbedding);
+    CheckUnary("GetClusters", &QueryServiceImpl::GetClusters);
+    CheckUnary("GetAggregation", &QueryServiceImpl::GetAggregation);
+    CheckUnary("GetLatent", &QueryServiceImpl::GetLatent);
+    CheckUnary("Forecast", &QueryServiceImpl::Forecast);
+    CheckUnary("GetTimescales", &QueryServiceImpl::GetTimescales);
+    CheckUnary("CkTest", &QueryServiceImpl::CkTest);
+  }
   grpc::ServerUnaryReactor* Refresh(grpc::CallbackServerContext* ctx, const v1::RefreshRequest* req,
                                     v1::RefreshResponse* resp) override;
   grpc::ServerUnaryReactor* GetKoopman(grpc::CallbackServerContext* ctx, const v1::KoopmanRequest* req,

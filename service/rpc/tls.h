@@ -30,8 +30,17 @@ struct SecurityOptions {
 };
 
 // Credentials for ServerBuilder::AddListeningPort: insecure without TLS, else SSL with the
-// files' contents. Errors name the flag and the file (missing, unreadable, not PEM).
+// files' contents. Errors name the flag and the file (missing, unreadable, not PEM, a key that
+// is not the certificate's: CheckTlsFiles).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const SecurityOptions& options);
+
+// What gRPC would find only when binding the port (and then report as a port it cannot bind):
+// the certificate file holds a certificate, the key file a private key that loads without a
+// passphrase, the key is the certificate's, and the client CA file (if any) holds a
+// certificate. InvalidArgument naming the flags and files. Uses OpenSSL (gRPC's own TLS library
+// on Debian).
+absl::Status CheckTlsFiles(const SecurityOptions& options, const std::string& cert_pem, const std::string& key_pem,
+                           const std::string& client_ca_pem);
 
 // True for 127.0.0.0/8, ::1 (with or without brackets) and "localhost".
 bool IsLoopbackHost(const std::string& host);

@@ -406,6 +406,13 @@ absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std:
   const std::string image = replay_sequence ? std::string() : bytes;
   absl::StatusOr<SnapshotFile> f = ParseSnapshotBytes(std::move(bytes), "import");
   if (!f.ok()) return f.status();
+  // A daemon snapshot is not an export, even with one model: its applied sequences belong to
+  // the daemon that wrote it. Replay still takes what an earlier build accepted and logged.
+  if (!f->is_export && !replay_sequence) {
+    return absl::InvalidArgumentError(
+        "import: not an export: the file is a daemon snapshot (kind SNAP); import takes the file of `cmestream "
+        "model export` (ExportModel, kind EXPT). To restore a snapshot, start the daemon with --recover-from FILE");
+  }
   if (f->model_ranges.size() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("import: the file holds ", f->model_ranges.size(), " models, expected exactly 1 (an export)"));

@@ -124,13 +124,14 @@ absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path);
 
 // An export file of one model (same format, kind "EXPT"). Serialized under its learner lock.
 std::string ExportModel(Model& model);
-// Decodes an export (or a one-model snapshot) and registers it as `new_name` (or its stored
+// Decodes an export (kind EXPT; a daemon snapshot is refused "not an export", except in WAL
+// replay of what an earlier build accepted) and registers it as `new_name` (or its stored
 // name), after checking --max-models and the memory budget. A live import is logged as a WAL
 // import record holding the whole file, with the name reserved, before the model is visible
 // (like a creation), and its applied sequence is that record's: an acknowledged import
 // survives any restart, and the batches that follow it replay onto it. `replay_sequence`: WAL
 // replay of such a record (nothing logged). AlreadyExists if the name is taken; DataLoss for a
-// corrupt file (with what and where); InvalidArgument if the bytes are not a snapshot at all;
+// corrupt file (with what and where); InvalidArgument if the bytes are not an export;
 // ResourceExhausted beyond the limits.
 absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
                                                    ModelRegistry& registry, const ConfigDefaults& defaults,

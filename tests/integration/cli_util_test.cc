@@ -11,6 +11,7 @@
 
 #include "client/cli/csv.h"
 #include "client/cli/json.h"
+#include "client/cli/timescale_text.h"
 #include "client/cpp/client.h"
 #include "client/cpp/placement.h"
 
@@ -134,6 +135,26 @@ TEST(JsonWriter, DoublesRoundTripAndNonFiniteIsNull) {
 
 // The same placement as client/python/cmestream/placement.py (test_sharding.py pins the same
 // values): published FNV-1a 64 and splitmix64 vectors, then the score and owner.
+TEST(TimescaleCell, InfiniteHasNoErrorBarAndNothingPrintsNan) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(TimescaleCell(12.345678, 0.5678), "     12.35 +- 0.568    ");
+  EXPECT_EQ(TimescaleCell(inf, nan), "       inf             ");
+  EXPECT_EQ(TimescaleCell(inf, 3.0), "       inf             ");  // an error bar on inf means nothing
+  EXPECT_EQ(TimescaleCell(nan, nan), "       n/a             ");
+  EXPECT_EQ(TimescaleCell(2.5, nan), "       2.5 +- n/a      ");
+  for (double v : {12.345678, inf, nan, 2.5, 1e-300, 1e300}) {
+    for (double se : {0.5678, inf, nan}) {
+      const std::string cell = TimescaleCell(v, se);
+      EXPECT_EQ(cell.size(), static_cast<size_t>(kTimescaleCellWidth)) << cell;
+      EXPECT_EQ(cell.find("nan"), std::string::npos) << cell;
+      if (std::isinf(v)) {
+        EXPECT_EQ(cell.find("+-"), std::string::npos) << cell;
+      }
+    }
+  }
+}
+
 TEST(Placement, MatchesTheReferenceValues) {
   EXPECT_EQ(client::Fnv1a64(""), 0xcbf29ce484222325ULL);
   EXPECT_EQ(client::Fnv1a64("a"), 0xaf63dc4c8601ec8cULL);

@@ -87,6 +87,66 @@ class LagsTest(unittest.TestCase):
             # Pairs per lag: each episode of 500 states has 500 - lag pairs.
             self.assertEqual(out["samples"][k], 40 * (500 - lag))
 
+    @staticmethod
+    def text_rows(text):
+        """The data rows of `cmestream timescales` text: (lag, pairs, [cell tokens])."""
+        rows = []
+        for line in text.splitlines():
+            f = line.split()
+            if f and f[0].isdigit():
+                rows.append((int(f[0]), float(f[1]), f[2:]))
+        return rows
+
+    def test_timescales_text_is_in_time_units(self):
+        # The same data as "chain" at dt = 0.1: every timescale is 0.1 x the one in steps
+        # (-lag dt / ln|mu|), and the text says "time units", not "units of dt".
+        self.client.create_model("chain_dt", num_states=3, rank=3, clusters=3, lags=[1, 2, 5], dt=0.1)
+        for e in range(40):
+            self.client.ingest_state_ids("chain_dt", chain(500, e), episode=f"e{e}")
+        self.client.refresh("chain_dt")
+        steps = json.loads(self.cli("timescales", "chain", "--json").stdout)
+        timed = json.loads(self.cli("timescales", "chain_dt", "--json").stdout)
+        self.assertEqual(timed["dt"], 0.1)
+        truth = true_timescales()
+        for k in range(3):
+            for i in range(2):
+                self.assertAlmostEqual(timed["timescales"][k][i], 0.1 * steps["timescales"][k][i], delta=1e-9)
+                self.assertLess(abs(timed["timescales"][k][i] / (0.1 * truth[i]) - 1), 0.15)
+        text = self.cli("timescales", "chain_dt").stdout
+        self.assertIn("implied timescales in time units (dt = 0.1 per sample step) against the lag in steps", text)
+        self.assertNotIn("units of dt", text)
+        self.assertNotIn("nan", text.lower())
+        rows = self.text_rows(text)
+        self.assertEqual([r[0] for r in rows], [1, 2, 5])
+        for k, (lag, pairs, cells) in enumerate(rows):
+            self.assertEqual(pairs, 40 * (500 - lag))
+            # Two modes "t +- s", then the third (undefined for 3 states: one is stationary) "n/a".
+            self.assertEqual(len(cells), 7, cells)
+            self.assertEqual((cells[1], cells[4], cells[6]), ("+-", "+-", "n/a"), cells)
+            for i, at in enumerate((0, 3)):
+                self.assertAlmostEqual(float(cells[at]), timed["timescales"][k][i],
+                                       delta=1e-3 * timed["timescales"][k][i])
+                self.assertAlmostEqual(float(cells[at + 2]), timed["stderr"][k][i],
+                                       delta=1e-2 * timed["stderr"][k][i])
+
+    def test_timescales_text_prints_an_infinite_timescale_as_inf_without_an_error_bar(self):
+        # Two states that never change: the count chain is the identity, so its second eigenvalue
+        # is 1 and the timescale +inf (JSON null); its jackknife error is undefined.
+        self.client.create_model("frozen", num_states=2, rank=2, clusters=2, lags=[1, 2])
+        for e in range(4):
+            self.client.ingest_state_ids("frozen", np.full(300, e % 2, dtype=np.int64), episode=f"f{e}")
+        self.client.refresh("frozen")
+        out = json.loads(self.cli("timescales", "frozen", "--json").stdout)
+        self.assertIsNone(out["timescales"][0][0])
+        text = self.cli("timescales", "frozen").stdout
+        self.assertNotIn("nan", text.lower())
+        rows = self.text_rows(text)
+        self.assertEqual([r[0] for r in rows], [1, 2])
+        for lag, pairs, cells in rows:
+            self.assertEqual(pairs, 4 * (300 - lag))
+            self.assertEqual(cells[0], "inf", cells)
+            self.assertNotIn("+-", cells[:2], cells)
+
     def test_cktest_json_predicts_the_estimated_chain(self):
         out = json.loads(self.cli("cktest", "chain", "--json").stdout)
         for key in ("lag", "steps", "predicted", "estimated", "stderr", "max_deviation"):

@@ -1,7 +1,8 @@
 // Security of cmestreamd: TLS with a test CA generated at test time by the
 // openssl CLI (server certificate; optional verified client certificates), a plaintext client
-// refused by a TLS server, bearer tokens with scopes (UNAUTHENTICATED / PERMISSION_DENIED),
-// health checking left open, and the token-file parser. In-process daemon on loopback port 0.
+// refused by a TLS server, a key that is not the certificate's, bearer tokens with scopes
+// (UNAUTHENTICATED / PERMISSION_DENIED) over every RPC of the proto, health checking left open,
+// and the token-file parser. In-process daemon on loopback port 0.
 #include <sys/stat.h>
 
 #include <condition_variable>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -22,6 +24,7 @@
 #include "service/flags.h"
 #include "service/rpc/auth.h"
 #include "service/rpc/tls.h"
+#include "tests/integration/generic_call.h"
 
 namespace cmestream {
 namespace {
@@ -179,6 +182,127 @@ TEST_F(SecurityTest, BadTlsFilesFailTheStartNamingTheFlag) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("is not a PEM file"));
   sec.tls_key.clear();
   EXPECT_THAT(std::string(sec.Validate().message()), HasSubstr("--tls-cert and --tls-key go together"));
+}
+
+// gRPC would load the pair only when binding the port and report a mismatch as a port it cannot
+// bind; the start names the flags instead, before anything binds.
+TEST_F(SecurityTest, KeyThatIsNotTheCertificatesFailsTheStartNamingBothFlags) {
+  Pki pki(dir_);
+  ASSERT_TRUE(HavePki(pki)) << "openssl failed: " << pki.error();
+  service::SecurityOptions sec;
+  sec.tls_cert = pki.path("server.pem");
+  sec.tls_key = pki.path("other.key");  // a valid key, of another certificate
+  absl::Status s = Start(sec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("flags --tls-cert and --tls-key do not match: the private key in '" +
+                                                  pki.path("other.key") + "' is not the key of the certificate in '" +
+                                                  pki.path("server.pem") + "' (subject /CN=localhost)"));
+  EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr("cannot serve gRPC")));
+  EXPECT_FALSE(fs::exists(dir_ / "data"));  // refused before the data directory is touched
+
+  // The two files swapped.
+  sec.tls_cert = pki.path("server.key");
+  sec.tls_key = pki.path("server.pem");
+  s = Start(sec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("flag --tls-cert: '" + pki.path("server.key") + "' holds no PEM certificate"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("are swapped?"));
+
+  // A key encrypted with a passphrase (never prompted for).
+  ASSERT_EQ(std::system(("openssl pkey -in " + pki.path("server.key") + " -aes256 -passout pass:secret -out " +
+                         pki.path("encrypted.key") + " >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  sec.tls_cert = pki.path("server.pem");
+  sec.tls_key = pki.path("encrypted.key");
+  s = Start(sec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("flag --tls-key: '" + pki.path("encrypted.key") +
+                                                  "' holds no private key that can be read: it is encrypted"));
+
+  // A client CA file without a certificate.
+  std::ofstream(dir_ / "ca-junk.pem") << "-----BEGIN NOTHING-----\n";
+  sec.tls_key = pki.path("server.key");
+  sec.tls_client_ca = (dir_ / "ca-junk.pem").string();
+  s = Start(sec);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("flag --tls-client-ca: '" + sec.tls_client_ca + "' holds no PEM certificate"));
+
+  // The matching pair still starts.
+  sec.tls_client_ca.clear();
+  ASSERT_TRUE(Start(sec).ok());
+  EXPECT_TRUE(List(Tls(pki, false)).ok());
+}
+
+// The scope table against the proto: every RPC of every cmestream.v1 service has exactly one
+// row (a new RPC fails here until it is classified), no row names an RPC that does not exist,
+// and the read-only ones (every QueryService query, GetModel, ListModels) need only read.
+TEST(ScopeTableTest, EveryRpcOfTheProtoIsClassifiedAndQueriesNeedOnlyRead) {
+  std::set<std::string> in_proto;
+  for (const google::protobuf::MethodDescriptor* m : testing_util::AllMethods()) {
+    EXPECT_TRUE(in_proto.insert(m->name()).second) << m->full_name() << ": short names must be unique";
+    int rows = 0;
+    for (const service::MethodScope& row : service::ScopeTable()) rows += row.method == m->name();
+    EXPECT_EQ(rows, 1) << m->full_name() << " must have exactly one row in auth.cc's ScopeTable";
+    if (m->service()->name() == "QueryService" || m->name() == "GetModel" || m->name() == "ListModels") {
+      EXPECT_EQ(service::RequiredScope(m->name()), service::Scope::kRead) << m->full_name() << " is read-only";
+    }
+  }
+  EXPECT_GE(in_proto.size(), 22u);
+  for (const service::MethodScope& row : service::ScopeTable()) {
+    EXPECT_EQ(in_proto.count(std::string(row.method)), 1u) << row.method << " is in ScopeTable but not in the proto";
+  }
+  EXPECT_EQ(service::RequiredScope("GetTimescales"), service::Scope::kRead);
+  EXPECT_EQ(service::RequiredScope("CkTest"), service::Scope::kRead);
+  EXPECT_EQ(service::RequiredScope("NoSuchMethod"), service::Scope::kAdmin);  // fail closed
+}
+
+// Every RPC of the proto (raw calls: nothing is listed by hand) with no token, an unknown token
+// and read, write and admin tokens: UNAUTHENTICATED, then PERMISSION_DENIED exactly below the
+// method's scope, and above it the method's own answer (about a model that does not exist).
+TEST_F(SecurityTest, ScopeMatrixOverEveryRpcOfTheProto) {
+  service::SecurityOptions sec;
+  sec.auth_tokens = WriteTokens(kAdmin + " admin\n" + kWriter + " write\n" + kReader + " read\n");
+  ASSERT_TRUE(Start(sec).ok());
+  auto channel = Plain();
+  const std::pair<std::string, service::Scope> credentials[] = {{"", service::Scope::kNone},
+                                                                {"unknown-token-0123456789", service::Scope::kNone},
+                                                                {kReader, service::Scope::kRead},
+                                                                {kWriter, service::Scope::kWrite},
+                                                                {kAdmin, service::Scope::kAdmin}};
+  int calls = 0;
+  for (const google::protobuf::MethodDescriptor* m : testing_util::AllMethods()) {
+    // The request: the method's message with its model field naming a model that does not exist.
+    std::unique_ptr<google::protobuf::Message> req(
+        google::protobuf::MessageFactory::generated_factory()->GetPrototype(m->input_type())->New());
+    for (const char* field : {"model", "name"}) {
+      const google::protobuf::FieldDescriptor* f = m->input_type()->FindFieldByName(field);
+      if (f != nullptr && f->type() == google::protobuf::FieldDescriptor::TYPE_STRING && !f->is_repeated()) {
+        req->GetReflection()->SetString(req.get(), f, "absent");
+      }
+    }
+    const std::string bytes = req->SerializeAsString();
+    const service::Scope needed = service::RequiredScope(m->name());
+    for (const auto& [token, have] : credentials) {
+      const grpc::Status s = testing_util::RawCall(channel, *m, bytes, token).status;
+      ++calls;
+      const std::string where = m->full_name() + " with a " + service::ScopeName(have) +
+                                " token: " + std::to_string(s.error_code()) + " " + s.error_message();
+      if (have == service::Scope::kNone) {
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << where;
+      } else if (have < needed) {
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << where;
+        EXPECT_THAT(s.error_message(), HasSubstr(m->name() + " requires scope '" + service::ScopeName(needed) +
+                                                 "'; this token has scope '" + service::ScopeName(have) + "'"));
+      } else {
+        EXPECT_NE(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << where;
+        EXPECT_NE(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << where;
+        EXPECT_NE(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << where;
+      }
+    }
+  }
+  EXPECT_GE(calls, 22 * 5);
 }
 
 // The scope table end to end: no token, wrong token, read, write and admin tokens.

@@ -11,6 +11,7 @@
 #include "service/engine/batch_log.h"
 #include "service/engine/registry.h"
 #include "service/observability/metrics.h"
+#include "service/storage/crc32c.h"
 #include "service/storage/snapshot.h"
 
 namespace cmestream::service {
@@ -151,6 +152,31 @@ TEST_F(SnapshotTest, ExportImportRefusesTakenNamesAndCorruptFiles) {
     ASSERT_TRUE(m->Ingest(check.batch, "p", 119, 1).ok());
   }
   EXPECT_EQ(ModelSnapshotCodec::Encode(*ma).bytes, ModelSnapshotCodec::Encode(**imported).bytes);
+}
+
+// A hostile edit: an export whose kind says SNAP, with the checksum recomputed so that only the
+// kind check can tell. Import refuses it by name and registers nothing.
+TEST_F(SnapshotTest, ImportRefusesASnapshotKindEvenWithAValidChecksum) {
+  ModelRegistry a(defaults_, metrics_a_, log_);
+  std::shared_ptr<Model> ma = *a.Create(Config("m"));
+  Apply(*ma, Batch(50, 3, "m"));
+  std::string file = ExportModel(*ma);
+  ASSERT_EQ(file.compare(8, 4, "EXPT"), 0);
+  file.replace(8, 4, "SNAP");
+  const size_t body = file.size() - 4;
+  const uint32_t masked = crc32c::Mask(crc32c::Value(file.data(), body));
+  for (int i = 0; i < 4; ++i) file[body + i] = static_cast<char>((masked >> (8 * i)) & 0xff);
+  absl::StatusOr<SnapshotFile> parsed = ParseSnapshotBytes(file, "edited");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();  // a well-formed one-model snapshot...
+  EXPECT_FALSE(parsed->is_export);
+  ModelRegistry b(defaults_, metrics_b_, log_);
+  absl::StatusOr<std::shared_ptr<Model>> imported = ImportModel(file, "m2", b, defaults_);
+  ASSERT_FALSE(imported.ok());  // ...is still not an export
+  EXPECT_EQ(imported.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(imported.status().message().find("import: not an export"), std::string::npos) << imported.status();
+  EXPECT_NE(imported.status().message().find("--recover-from"), std::string::npos) << imported.status();
+  EXPECT_FALSE(b.Get("m2").ok());
+  EXPECT_TRUE(b.List().empty());
 }
 
 }  // namespace
