@@ -60,6 +60,12 @@ int ModelCreate(Context& ctx, const Args& args) {
   if (auto s = args.Value("sigma"); s && *s != "auto") {
     num("sigma", [&](double v) { config.set_sigma(v); });
   }
+  if (auto s = args.Value("scale")) {
+    if (*s != "auto" && *s != "none") {
+      return FailUsage("model create", absl::StrCat("--scale: expected auto or none, got '", *s, "'"));
+    }
+    config.set_scale(*s);
+  }
   num("eta", [&](double v) { config.set_eta(v); });
   num("lambda", [&](double v) { config.set_lambda(v); });
   num("epsilon", [&](double v) { config.set_epsilon(v); });

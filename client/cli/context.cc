@@ -74,14 +74,19 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --states P           discrete model over state ids 0..P-1: ingest takes ids (CSV 'i,j', or
                        one id per line with --trajectory) and keeps counts directly (no kernel)
   --sigma S|auto       Gaussian kernel bandwidth; 'auto' (default) picks it on the first
-                       --warmup pairs by a held-out VAMP-2 score and records the choice
+                       --warmup pairs by a held-out VAMP-2 score and records the choice.
+                       An explicit S is in your units and implies --scale none
+  --scale auto|none    per-channel input scaling (default auto with sigma auto): each
+                       channel is centered by its median and divided by IQR/1.349, estimated
+                       on the warm-up and then frozen; replies stay in your units
   --eta E              SGD step (default 0.1)
   --lambda L           HS-norm regularizer (default 1e-3)
   --epsilon EPS        compression budget in HS norm (default 1e-3)
   --max-dict M         dictionary cap per side (default 1000)
   --dt T               sampling interval, for rates and timescales (default 1)
   --seed N             seed of all random choices (default 1)
-  --warmup N           pairs buffered for sigma auto (default 1000)
+  --warmup N           pairs buffered for sigma auto and the scaler (default 1000); an
+                       explicit 'refresh' ends the warm-up early once 50 pairs are buffered
   --refresh-interval S refresh the view every S seconds (default: the daemon's)
   --refresh-every N    refresh the view every N samples (default off)
   --step-decay N       eta_t = eta / (1 + t/N)^p (default 0 = constant step)

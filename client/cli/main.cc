@@ -126,6 +126,7 @@ int Run(int argc, char** argv) {
       usage = kCreateUsage;
       spec.values = {"dim",
                      "sigma",
+                     "scale",
                      "eta",
                      "lambda",
                      "epsilon",

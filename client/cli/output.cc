@@ -82,6 +82,7 @@ void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   w.Key("dim").Uint(c.dim());
   if (c.has_sigma()) w.Key("sigma").Double(c.sigma());
   else w.Key("sigma").String("auto");
+  w.Key("scale").String(c.has_scale() ? c.scale() : "none");
   if (c.has_eta()) w.Key("eta").Double(c.eta());
   if (c.has_lambda()) w.Key("lambda").Double(c.lambda());
   if (c.has_epsilon()) w.Key("epsilon").Double(c.epsilon());
@@ -150,6 +151,22 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.EndArray();
   w.Key("warmup_pairs").Uint(s.warmup_pairs());
   w.EndObject();
+  if (m.has_input_scaling()) {
+    const v1::InputScaling& in = m.input_scaling();
+    w.Key("input_scaling").BeginObject();
+    w.Key("mode").String(in.mode());
+    w.Key("frozen").Bool(in.frozen());
+    w.Key("center").BeginArray();
+    for (double v : in.center()) w.Double(v);
+    w.EndArray();
+    w.Key("scale").BeginArray();
+    for (double v : in.scale()) w.Double(v);
+    w.EndArray();
+    w.Key("spread").BeginArray();
+    for (const std::string& v : in.spread()) w.String(v);
+    w.EndArray();
+    w.EndObject();
+  }
   w.Key("config");
   WriteConfigJson(w, m.config());
   if (m.has_spectrum()) {
@@ -271,6 +288,22 @@ void PrintModel(const v1::ModelInfo& m) {
       std::cout << "auto (not chosen yet)";
     }
     std::cout << "\n";
+    if (m.has_input_scaling()) {
+      const v1::InputScaling& in = m.input_scaling();
+      std::cout << "  scale             " << in.mode();
+      if (in.mode() == "auto") {
+        if (!in.frozen()) {
+          std::cout << " (estimated with sigma at the end of the warm-up)";
+        } else {
+          std::cout << " (frozen; center/scale per channel:";
+          for (int j = 0; j < in.center_size() && j < in.scale_size(); ++j) {
+            std::cout << " " << Num(in.center(j)) << "/" << Num(in.scale(j));
+          }
+          std::cout << ")";
+        }
+      }
+      std::cout << "\n";
+    }
     std::cout << "  config            eta " << Num(c.eta()) << ", lambda " << Num(c.lambda()) << ", epsilon "
               << Num(c.epsilon()) << ", max_dict " << c.max_dict() << ", dt " << Num(c.dt()) << ", seed " << c.seed()
               << "\n";

@@ -113,9 +113,15 @@ void StreamingLearner::ApplyRun() {
   batch_.lag_rebases += e.lag_rebases;
 }
 
+const double* StreamingLearner::Scaled(const double* v, std::vector<double>& scratch) const {
+  if (!scaler_) return v;
+  scaler_->Apply(v, scratch.data());
+  return scratch.data();
+}
+
 void StreamingLearner::FeedLearner(const double* x, const double* y) {
   if (cme_) {
-    FeedPair(x, y);
+    FeedPair(Scaled(x, scaled_x_), Scaled(y, scaled_y_));
     return;
   }
   for (int j = 0; j < options_.dim; ++j) {
@@ -125,10 +131,35 @@ void StreamingLearner::FeedLearner(const double* x, const double* y) {
   if (++warmup_n_ == warmup_x_.rows()) FinishWarmup();
 }
 
+absl::Status StreamingLearner::EndWarmup() {
+  if (ready()) return absl::FailedPreconditionError("the warm-up has ended already (sigma is chosen)");
+  if (warmup_n_ < kMinEarlyWarmup) {
+    return absl::FailedPreconditionError(absl::StrCat("the warm-up holds ", warmup_n_, " pairs, expected at least ",
+                                                      kMinEarlyWarmup, " to end it early"));
+  }
+  batch_ = ObserveSummary{};
+  FinishWarmup();
+  return absl::OkStatus();
+}
+
 void StreamingLearner::FinishWarmup() {
+  // The buffer's first warmup_n_ rows: all of it when the warm-up filled, fewer when EndWarmup
+  // ended it early.
+  auto x = warmup_x_.topRows(warmup_n_);
+  auto y = warmup_y_.topRows(warmup_n_);
+  if (options_.scale_inputs) {
+    // The scaler first, from the raw pairs; then sigma, the estimators and the buffered pairs
+    // in its units (docs/algorithms.md §1.13).
+    scaler_ = InputScaler::Estimate(x, y);
+    scaler_->ApplyRows(x);
+    scaler_->ApplyRows(y);
+    scaled_x_.assign(options_.dim, 0.0);
+    scaled_y_.assign(options_.dim, 0.0);
+    scaled_state_.assign(options_.dim, 0.0);
+  }
   BandwidthSelectionOptions options;
   options.seed = options_.seed;
-  const BandwidthSelection sel = SelectBandwidth(warmup_x_, warmup_y_, options);
+  const BandwidthSelection sel = SelectBandwidth(x, y, options);
   sigma_selection_.chosen = sel.chosen;
   sigma_selection_.median_distance = sel.median_distance;
   sigma_selection_.candidates = sel.candidates;
@@ -145,10 +176,13 @@ void StreamingLearner::FinishWarmup() {
   batch_.warmup_finished = true;
 }
 
-void StreamingLearner::ObserveSequence(const double* state) {
+void StreamingLearner::ObserveSequence(const double* raw) {
+  // The kernel estimators take the state scaled, the linear-Gaussian predictive accumulator in
+  // the user's units (it is affine-equivariant and its forecasts are replies).
+  const double* state = (latent_ || lags_) ? Scaled(raw, scaled_state_) : raw;
   // The batch was checked, so these cannot fail.
   if (latent_) (void)latent_->Observe(state);
-  if (predictive_) (void)predictive_->Observe(state);
+  if (predictive_) (void)predictive_->Observe(raw);
   if (lags_) {
     // Continuous: the lag basis follows the spectral epoch as it is after the pairs before this
     // state, so the state goes with the open run (CmeRun re-picks the basis when it applies).
@@ -257,6 +291,7 @@ std::optional<StreamingLearner::SnapshotCopy> StreamingLearner::CopyForSnapshot(
   SnapshotCopy c;
   StreamingLearnerSnapshot& snap = c.snap_;
   snap.samples = samples();
+  snap.scaler = scaler_;
   if (moments_) snap.moments = moments_->Snapshot();
   if (latent_) snap.latent = latent_->Snapshot();
   if (predictive_) snap.predictive = predictive_->Snapshot();

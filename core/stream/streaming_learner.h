@@ -3,9 +3,16 @@
 //
 // WHAT IT DOES WITH A BATCH (Observe), pair by pair in stream order:
 //   sigma warm-up   continuous models with sigma "auto" (cme.sigma == 0) buffer the first
-//                   auto_sigma_warmup pairs, choose the bandwidth from them (SelectBandwidth,
+//                   auto_sigma_warmup pairs (or fewer, >= kMinEarlyWarmup, when the owner calls
+//                   EndWarmup), choose the bandwidth from them (SelectBandwidth,
 //                   docs/algorithms.md §1.11), build the sigma-dependent estimators and feed them
 //                   the buffered pairs; until then nothing else learns (ready() is false).
+//   input scaling   with options.scale_inputs, the end of the warm-up first estimates the
+//                   per-channel InputScaler from the buffered pairs (core/stream/input_scaler.h,
+//                   §1.13) and freezes it; the bandwidth is chosen on the scaled pairs, and every
+//                   pair and trajectory state after it reaches the kernel estimators (CME, counts,
+//                   moments, spectral, lags, latent) scaled. The predictive-state accumulator (a
+//                   linear-Gaussian model, §6) and the episode rule keep the user's units.
 //   routing         each pair is scored by the installed prequential scorer (test, then train),
 //                   then learned by the CME; the CME's nearest X atoms of x and y give the count
 //                   chain's states (§2, (2.1)); the RFF embedding moments (§3.2) and the spectral
@@ -60,6 +67,7 @@
 #include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_moments.h"
 #include "core/stream/cme_run.h"
+#include "core/stream/input_scaler.h"
 #include "core/validation/lag_statistics.h"
 
 namespace cmestream {
@@ -137,6 +145,9 @@ struct StreamingLearnerSnapshot {
   };
   std::optional<Prequential> prequential;
   std::optional<LagStatisticsSnapshot> lags;  // unless options.lags is empty
+  // options.scale_inputs, once the warm-up ended: the frozen scaler; every coordinate above
+  // (atoms, lag basis, RFF moments) is in its scaled units.
+  std::optional<InputScaler> scaler;
 };
 
 class StreamingLearner {
@@ -151,6 +162,9 @@ class StreamingLearner {
     // bandwidth of the RFF features, the spectral basis and the lag basis.
     CompressedCme::Options cme;
     int auto_sigma_warmup = 1000;  // >= 20 (SelectBandwidth's minimum)
+    // Per-channel robust scaling (InputScaler), estimated with sigma at the end of the
+    // warm-up; requires sigma "auto" (an explicit sigma is in the user's units).
+    bool scale_inputs = false;
     // Every random choice derives from it: bandwidth selection, RFF features (seed), latent
     // features (seed) and reservoir (seed + 7).
     uint64_t seed = 1;
@@ -242,6 +256,18 @@ class StreamingLearner {
   // Pairs learned (not counting the warm-up buffer), the open CME run's included.
   int64_t samples() const;
   int64_t pending_warmup() const { return warmup_n_; }
+  // Ends the sigma warm-up early on the pairs buffered so far (>= kMinEarlyWarmup of them):
+  // the scaler and sigma are chosen from them and the learner built, as when the warm-up fills
+  // (bit for bit the learner of a warm-up of that many pairs, except that the lag statistics and
+  // the latent accumulator start with the next batch's states, where a warm-up that fills
+  // mid-batch hands them the state after its last pair). The daemon calls it for an explicit
+  // refresh and logs it first, so replay ends the warm-up at the same pair.
+  // FailedPrecondition (nothing changes) when the learner is ready already or too few pairs
+  // are buffered.
+  static constexpr int64_t kMinEarlyWarmup = 50;
+  absl::Status EndWarmup();
+  // The frozen scaler (options.scale_inputs, once the warm-up ended), else null.
+  const InputScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
   const SigmaSelection& sigma_selection() const { return sigma_selection_; }
   // The CME (null for discrete models and during the warm-up): counters, dictionary sizes,
   // last drift, as of the last applied run (the open run's pairs are not in it yet).
@@ -254,14 +280,17 @@ class StreamingLearner {
   //   bool episode open, string episode producer, string episode id, doubles last state;
   //   bool + CCME, CNTS, bool + EMOM, bool + MVAC, bool + PSAC, bool + SPMO, bool + LAGS
   //   (core/io/learner_serialization.cc, core/validation/lag_statistics.cc);
-  //   with a CME, the open CME run (CmeRun::Serialize).
+  //   with a CME, the open CME run (CmeRun::Serialize);
+  //   version 5, with a CME and options.scale_inputs: the frozen InputScaler (nothing for an
+  //   unscaled model, whose bytes are those of version 4).
   // Version kStateVersion; version 1 has no spectral moments (restored fresh when the CME
   // exists), versions 1 and 2 no lag statistics (restored fresh, empty), versions 1 to 3 no
-  // open run (restored empty: the next run starts at the restored pair count).
+  // open run (restored empty: the next run starts at the restored pair count); versions 1 to 4
+  // cannot hold a scaled model (DataLoss if the options ask for one).
   // Deserialize checks every part against `options` (the same options the learner had): a
   // mismatch or a corrupt part is DataLoss naming the part and the offset. Serialize followed
   // by Deserialize and the same batches gives the same state, bit for bit, as never stopping.
-  static constexpr uint32_t kStateVersion = 4;
+  static constexpr uint32_t kStateVersion = 5;
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<StreamingLearner> Deserialize(io::Reader& r, const Options& options, uint32_t version,
                                                       SigmaSelection sigma_selection);
@@ -272,6 +301,9 @@ class StreamingLearner {
   void FeedPair(const double* x, const double* y);     // scorer, moments; the rest via the run
   void ApplyRun();                                     // applies and empties the open CME run
   void FinishWarmup();
+  // The pair or state as the kernel estimators see it: scaled into a scratch buffer with a
+  // scaler, else `v` itself.
+  const double* Scaled(const double* v, std::vector<double>& scratch) const;
   void CreateSigmaDependent(double sigma);  // moments, spectral, lags, latent
   // State k (0..n) of a trajectory batch as doubles (discrete: the id, in id_scratch_).
   const double* TrajectoryState(const StreamBatch& batch, int64_t k);
@@ -284,6 +316,8 @@ class StreamingLearner {
   RowMatrixXd warmup_x_, warmup_y_;     // auto_sigma_warmup x dim, only while sigma "auto" buffers
   int64_t warmup_n_ = 0;
   SigmaSelection sigma_selection_;
+  std::optional<InputScaler> scaler_;  // scale_inputs, once the warm-up ended
+  std::vector<double> scaled_x_, scaled_y_, scaled_state_;  // dim each, with a scaler
   std::unique_ptr<TransitionCounts> counts_;
   std::unique_ptr<EmbeddingMoments> moments_;               // continuous, once sigma is known
   std::unique_ptr<MultiViewAccumulator> latent_;            // options.latent (continuous: once sigma is known)

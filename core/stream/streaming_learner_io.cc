@@ -34,6 +34,9 @@ void StreamingLearner::Serialize(io::Writer& w) const {
   w.Bool(lags_ != nullptr);
   if (lags_) lags_->Serialize(w);
   if (run_) run_->Serialize(w);
+  // Version 5: only a scaled model writes its scaler, so an unscaled model's bytes (and state
+  // digest) are those of version 4.
+  if (scaler_) scaler_->Serialize(w);
 }
 
 absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options, uint32_t version,
@@ -138,6 +141,16 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
   }
   if (l.run_ && version >= 4 && r.ok() && l.run_->Deserialize(r) && !l.lags_ && l.run_->has_lag_events()) {
     return r.Fail("model CME run holds lag states or pairs but the model keeps no lag statistics");
+  }
+  // The frozen scaler (version 5): with the CME of a scaled model.
+  if (r.ok() && options.scale_inputs && l.cme_) {
+    if (version < 5) return r.Fail(absl::StrCat("model state version ", version, " cannot hold an input scaler"));
+    absl::StatusOr<InputScaler> scaler = InputScaler::Deserialize(r, options.dim);
+    if (!scaler.ok()) return scaler.status();
+    l.scaler_ = *std::move(scaler);
+    l.scaled_x_.assign(options.dim, 0.0);
+    l.scaled_y_.assign(options.dim, 0.0);
+    l.scaled_state_.assign(options.dim, 0.0);
   }
   if (!r.ok()) return r.status();
   l.sigma_selection_ = std::move(sigma_selection);

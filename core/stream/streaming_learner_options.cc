@@ -113,6 +113,10 @@ absl::Status StreamingLearner::Options::Validate() const {
                             ", expected exactly one of them >= 1 (continuous: dim; discrete: num_states)"));
   }
   if (absl::Status s = lo::Counts(*this).Validate(); !s.ok()) return Bad("transition counts", s);
+  if (scale_inputs && !auto_sigma()) {
+    return Bad(absl::StrCat("scale_inputs needs sigma auto (a continuous model with cme.sigma 0); cme.sigma is ",
+                            cme.sigma, discrete() ? " and the model is discrete" : ""));
+  }
   if (!discrete()) {
     if (cme.dim != dim) return Bad(absl::StrCat("cme.dim is ", cme.dim, ", expected dim ", dim));
     if (!(cme.sigma >= 0)) return Bad(absl::StrCat("cme.sigma is ", cme.sigma, ", expected > 0, or 0 for auto"));

@@ -36,6 +36,11 @@ BatchCheck CheckIds(const v1::IngestBatch& b, uint64_t index) {
   if (b.episode_id().size() > kMaxEpisodeIdBytes) {
     return too_long("episode_id", b.episode_id().size(), kMaxEpisodeIdBytes);
   }
+  if (b.end_warmup()) {
+    return Reject("payload_form", index, b.model(),
+                  "field end_warmup is set, expected it unset: only the daemon's log writes it (call Refresh to end "
+                  "the warm-up early)");
+  }
   return BatchCheck{};
 }
 

@@ -26,6 +26,9 @@ struct PairBatch {
   const int64_t* x_ids = nullptr;
   const int64_t* y_ids = nullptr;
   bool trajectory = false;
+  // No pairs (n = 0): the write-ahead log's record that an explicit refresh ended the sigma
+  // warm-up (Model::EndWarmup, IngestBatch.end_warmup).
+  bool end_warmup = false;
 
   bool discrete() const { return x_ids != nullptr; }
   const double* x_at(int64_t i) const { return x + i * dim; }

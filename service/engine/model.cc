@@ -29,6 +29,7 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
   absl::MutexLock stats_lock(&stats_mu_);
   stats_ = LearnerStatsLocked();
   published_sigma_ = SigmaSelectionProto(learner_.sigma_selection());
+  published_scaling_ = InputScalingProto(config_, learner_.scaler());
 }
 
 Model::Stats Model::LearnerStatsLocked() const {
@@ -143,23 +144,84 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   }
   r.applied = static_cast<uint64_t>(learned->pairs);
 
-  Stats s = LearnerStatsLocked();
-  // Converted before the stats lock (it allocates), once: when this batch ended the warm-up.
-  std::optional<v1::SigmaSelection> chosen;
-  if (learned->warmup_finished) chosen = SigmaSelectionProto(learner_.sigma_selection());
-  {
-    absl::MutexLock stats_lock(&stats_mu_);
-    s.batches_applied = stats_.batches_applied + (r.applied > 0 ? 1 : 0);
-    stats_ = s;
-    if (!producer_id.empty()) producer_offsets_[producer_id] = offset_after;
-    if (chosen) published_sigma_ = std::move(*chosen);
-  }
+  const Stats s = PublishLocked(learned->warmup_finished, r.applied > 0 ? 1 : 0,
+                                producer_id.empty() ? nullptr : &producer_id, offset_after);
   if (admitted->written) SetPending(0);
   metrics_->OnBatchApplied(r.applied, static_cast<uint64_t>(learned->forced), learned->forced_error,
                            {s.pending_warmup, s.dict_x, s.dict_y});
   r.producer_offset = offset_after;
   r.model_samples = s.samples + s.pending_warmup;
   return r;
+}
+
+Model::Stats Model::PublishLocked(bool warmup_finished, uint64_t batches_added, const std::string* producer_id,
+                                  uint64_t offset_after) {
+  Stats s = LearnerStatsLocked();
+  // Converted before the stats lock (they allocate), once: when the warm-up ended.
+  std::optional<v1::SigmaSelection> chosen;
+  std::optional<v1::InputScaling> scaling;
+  if (warmup_finished) {
+    chosen = SigmaSelectionProto(learner_.sigma_selection());
+    scaling = InputScalingProto(config_, learner_.scaler());
+  }
+  absl::MutexLock stats_lock(&stats_mu_);
+  s.batches_applied = stats_.batches_applied + batches_added;
+  stats_ = s;
+  if (producer_id != nullptr) producer_offsets_[*producer_id] = offset_after;
+  if (chosen) published_sigma_ = std::move(*chosen);
+  if (scaling) published_scaling_ = std::move(*scaling);
+  return s;
+}
+
+absl::Status Model::EndWarmup(std::optional<uint64_t> replay_sequence) {
+  // The same three steps as Ingest, for a record without pairs: check and log under the
+  // sequencer and log lock, wait for durability, apply under the learner lock.
+  absl::MutexLock sequencer(&ingest_mu_);
+  uint64_t sequence = 0;
+  bool written = false;
+  {
+    absl::MutexLock log_lock(&log_mu_);
+    if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
+    {
+      // The sequencer keeps every batch out, so the check holds until the record is applied.
+      absl::MutexLock learner_lock(&learner_mu_);
+      if (learner_.ready()) {
+        return absl::FailedPreconditionError(absl::StrCat("model '", name(), "' has ended its warm-up already"));
+      }
+      if (learner_.pending_warmup() < StreamingLearner::kMinEarlyWarmup) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "model '", name(), "' cannot build a view yet: it is still choosing sigma (", learner_.pending_warmup(),
+            " of ", config_.auto_sigma_warmup(), " warm-up pairs buffered; a refresh ends the warm-up from ",
+            StreamingLearner::kMinEarlyWarmup, " pairs on); ingest more pairs first"));
+      }
+    }
+    if (replay_sequence) {
+      sequence = *replay_sequence;
+    } else {
+      SetPending(1);
+      PairBatch marker;
+      marker.dim = dim();
+      marker.end_warmup = true;
+      absl::StatusOr<uint64_t> logged = log_->WriteBatch(name(), "", 0, marker, 0, "");
+      if (!logged.ok() || *logged == 0) SetPending(0);
+      if (!logged.ok()) return logged.status();
+      sequence = *logged;
+      written = sequence != 0;
+      if (written) SetPending(sequence);
+    }
+  }
+  if (written) {
+    if (absl::Status durable = log_->WaitDurable(sequence); !durable.ok()) {
+      SetPending(0);
+      return durable;
+    }
+  }
+  absl::MutexLock learner_lock(&learner_mu_);
+  if (sequence != 0) applied_sequence_.store(sequence);
+  const absl::Status ended = learner_.EndWarmup();  // checked above: cannot fail
+  if (ended.ok()) PublishLocked(/*warmup_finished=*/true, 0, nullptr, 0);
+  if (written) SetPending(0);
+  return ended;
 }
 
 bool Model::producer_offsets_known(const std::string& producer_id) const {
@@ -197,6 +259,7 @@ v1::ModelInfo Model::Describe() const {
     info.set_inverse_drift(stats_.inverse_drift);
     info.set_batches_applied(stats_.batches_applied);
     *info.mutable_sigma_selection() = published_sigma_;
+    if (!discrete()) *info.mutable_input_scaling() = published_scaling_;
   }
   if (auto v = view()) {
     *info.mutable_view() = v->Info();

@@ -79,6 +79,16 @@ class Model {
                                       std::optional<uint64_t> replay_sequence = std::nullopt)
       ABSL_LOCKS_EXCLUDED(ingest_mu_, log_mu_, learner_mu_, stats_mu_);
 
+  // Ends the sigma warm-up early, on the pairs buffered so far (StreamingLearner::EndWarmup:
+  // >= 50 of them; the scaler and sigma are chosen from them). Called by an explicit Refresh,
+  // never by the scheduler's timer: it changes the learner, so it is logged first (a WAL batch
+  // record with end_warmup and no pairs) and replay ends the warm-up at the same pair.
+  // FailedPrecondition (nothing logged or changed) when the learner is ready or too few pairs
+  // are buffered; the log's status when the record cannot be written; NotFound once deleted.
+  // With `replay_sequence` the record is not logged again.
+  absl::Status EndWarmup(std::optional<uint64_t> replay_sequence = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(ingest_mu_, log_mu_, learner_mu_, stats_mu_);
+
   // Sequence number of the last WAL record applied to this model (its creation record at
   // first; 0 without a WAL). Stable while the learner lock is held: Snapshot() reports it.
   uint64_t applied_sequence() const { return applied_sequence_.load(); }
@@ -163,6 +173,10 @@ class Model {
 
   // The learner's counters.
   Stats LearnerStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_);
+  // After the learner changed under learner_mu_: publishes its counters, and the sigma
+  // selection and scaler when `warmup_finished`.
+  Stats PublishLocked(bool warmup_finished, uint64_t batches_added, const std::string* producer_id,
+                      uint64_t offset_after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_) ABSL_LOCKS_EXCLUDED(stats_mu_);
   void SetPending(uint64_t sequence) ABSL_LOCKS_EXCLUDED(pending_mu_);  // 0: none in flight
 
   // Step (a) of Ingest: under log_mu_, de-duplicates the batch against the producer's offset
@@ -198,6 +212,7 @@ class Model {
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);
   std::map<std::string, uint64_t> producer_offsets_ ABSL_GUARDED_BY(stats_mu_);
   v1::SigmaSelection published_sigma_ ABSL_GUARDED_BY(stats_mu_);
+  v1::InputScaling published_scaling_ ABSL_GUARDED_BY(stats_mu_);
 
   mutable absl::Mutex view_mu_;  // a leaf
   std::shared_ptr<const ModelView> view_ ABSL_GUARDED_BY(view_mu_);

@@ -186,6 +186,22 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
   }
   if (!c.has_averaging()) c.set_averaging(false);
 
+  // Input conditioning: "auto" by default where sigma is chosen by the daemon (the bandwidth is
+  // then chosen on the scaled channels); an explicit sigma is in the user's units.
+  if (c.has_scale() && c.scale() != kScaleAuto && c.scale() != kScaleNone) {
+    return absl::InvalidArgumentError(absl::StrCat("field scale is '", c.scale().substr(0, 40), "' of model '",
+                                                   c.name(), "', expected 'auto' or 'none'"));
+  }
+  if (c.has_scale() && c.scale() == kScaleAuto && (discrete || c.sigma() > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field scale is 'auto' for model '", c.name(), "', expected 'none' ",
+        discrete ? "for a discrete model (num_states > 0)"
+                 : "with an explicit sigma (sigma is in the user's units; omit sigma to let the daemon choose it on "
+                   "the scaled channels)"));
+  }
+  if (!c.has_scale() && !discrete && c.sigma() == 0) c.set_scale(kScaleAuto);
+  if (c.scale() == kScaleNone) c.clear_scale();  // stored unset: configs older than the field mean "none"
+
   absl::Status views = NormalizeViewFields(c);
   if (!views.ok()) return views;
   if (absl::Status lags = NormalizeLags(c); !lags.ok()) return lags;
@@ -218,6 +234,7 @@ StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
   o.num_states = static_cast<int>(c.num_states());
   o.cme = CmeOptionsFor(c, discrete ? 0 : c.sigma());
   o.auto_sigma_warmup = static_cast<int>(c.auto_sigma_warmup());
+  o.scale_inputs = ScalesInputs(c);
   o.seed = c.seed();
   o.forgetting = c.forgetting();
   o.rff_features = static_cast<int>(c.rff_features());
@@ -233,6 +250,25 @@ StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
   o.max_producer_bytes = kMaxProducerIdBytes;
   o.max_episode_bytes = kMaxEpisodeIdBytes;
   return o;
+}
+
+absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig& stored,
+                                                            const ConfigDefaults& defaults) {
+  absl::StatusOr<v1::ModelConfig> c = NormalizeModelConfig(stored, defaults);
+  if (c.ok() && !stored.has_scale()) c->clear_scale();
+  return c;
+}
+
+v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler) {
+  v1::InputScaling p;
+  p.set_mode(ScalesInputs(c) ? kScaleAuto : kScaleNone);
+  p.set_frozen(scaler != nullptr);
+  if (scaler != nullptr) {
+    for (double v : scaler->center()) p.add_center(v);
+    for (double v : scaler->scale()) p.add_scale(v);
+    for (InputScaler::Spread s : scaler->spread()) p.add_spread(SpreadName(s));
+  }
+  return p;
 }
 
 v1::SigmaSelection SigmaSelectionProto(const SigmaSelection& s) {

@@ -44,6 +44,19 @@ inline constexpr double kMaxPredictiveSide = 512;         // linear-Gaussian: di
 // ensures: the result maps onto a valid CompressedCme::Options (for any chosen sigma > 0).
 absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, const ConfigDefaults& defaults);
 
+// A config read back from a snapshot or an export: NormalizeModelConfig, except that a missing
+// `scale` stays missing ("none": the file was written before input scaling existed, or the
+// model was created unscaled), where a new model's default would be "auto".
+absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig& stored,
+                                                            const ConfigDefaults& defaults);
+
+inline constexpr char kScaleAuto[] = "auto";
+inline constexpr char kScaleNone[] = "none";
+// Whether a normalized config scales its inputs (ModelConfig.scale "auto"; unset is "none").
+inline bool ScalesInputs(const v1::ModelConfig& c) { return c.has_scale() && c.scale() == kScaleAuto; }
+// ModelInfo.input_scaling: the mode, and the frozen scaler's figures once the warm-up ended.
+v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler);
+
 // requires: `c` came from NormalizeModelConfig. `sigma`: the bandwidth (> 0), or 0 for "auto"
 // in the learner's options (which then fill in the chosen one).
 CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& c, double sigma);

@@ -25,6 +25,7 @@
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/spectral_estimate.h"
+#include "core/stream/input_scaler.h"
 #include "service/engine/lags.h"
 
 namespace cmestream::service {
@@ -96,6 +97,11 @@ struct ModelView {
   // build order; the same figures as the cmestream_view_build_seconds histogram.
   std::vector<std::pair<std::string, double>> view_seconds;
   std::shared_ptr<const CmeView> cme;  // set once the learner exists (never for discrete models)
+  // The model's frozen input scaler (ModelConfig.scale "auto"), else null. Every estimator of
+  // this view works in its scaled coordinates: queries scale the points they are sent
+  // (ScaleQueryRows) and invert what they report in state space (atoms, predictions); the
+  // coordinates of counts, clusters and aggregation are stored inverted already.
+  std::shared_ptr<const InputScaler> scaler;
   SubView<CountsView> counts;
   SubView<StateEmbedding> embedding;
   SubView<ClustersView> clusters;

@@ -426,6 +426,27 @@ bool ReportPrequential(const std::optional<Model::LearnerSnapshot::Prequential>&
   return !window.has_value();
 }
 
+// The coordinates the replies carry (count states', representatives', meta-states' atoms) in
+// the user's units; the estimators keep the scaled ones (docs/algorithms.md §1.13).
+void UnscaleCoordinates(ModelView& view) {
+  if (!view.scaler) return;
+  if (view.counts.value) {
+    auto counts = std::make_shared<CountsView>(*view.counts.value);
+    view.scaler->InvertRows(counts->coordinates);
+    view.counts.value = std::move(counts);
+  }
+  if (view.clusters.value) {
+    auto clusters = std::make_shared<ClustersView>(*view.clusters.value);
+    view.scaler->InvertRows(clusters->coordinates);
+    view.clusters.value = std::move(clusters);
+  }
+  if (view.aggregation.value) {
+    auto aggregation = std::make_shared<AggregationView>(*view.aggregation.value);
+    view.scaler->InvertRows(aggregation->coordinates);
+    view.aggregation.value = std::move(aggregation);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<const ModelView> RefreshModel(Model& model) {
@@ -435,6 +456,7 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
 
   auto view = std::make_shared<ModelView>();
   view->view_seconds.emplace_back("snapshot", Seconds(std::chrono::steady_clock::now() - start));
+  if (snap->scaler) view->scaler = std::make_shared<const InputScaler>(*snap->scaler);
   std::shared_ptr<CmeView> cme;  // completed (cross-view comparison) after the other views
   std::shared_ptr<const PrequentialModel> scorer;
   if (snap->cme) {
@@ -501,6 +523,7 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
   view->built_at = std::chrono::steady_clock::now();
   view->build_seconds = Seconds(view->built_at - start);
   ReportSubViews(*view, model.metrics());
+  UnscaleCoordinates(*view);
   model.Publish(view);
   // The new view scores the pairs from now on (allocated here, outside the learner lock).
   if (install_scorer) model.InstallPrequential(std::make_unique<PrequentialVampE>(scorer), view->version);

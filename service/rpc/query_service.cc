@@ -170,6 +170,7 @@ absl::StatusOr<ViewQuery<T>> StartViewQuery(const UnaryCall& call, const TokenAu
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(*q.model);
   if (!view.ok()) return view.status();
   q.view = *std::move(view);
+  if (q.view->scaler && !q.model->discrete()) q.view->scaler->ApplyRows(q.points);
   absl::StatusOr<std::shared_ptr<const T>> value = Require(*q.model, (*q.view).*sub, what);
   if (!value.ok()) return value.status();
   q.sub = *std::move(value);
@@ -194,6 +195,19 @@ Eigen::Map<const RowMatrixXd> AsRows(const google::protobuf::RepeatedField<doubl
   return Eigen::Map<const RowMatrixXd>(v.data(), n, d);
 }
 
+// Query points as the view's estimators take them: scaled with the model's input scaler.
+RowMatrixXd ScaledRows(const ModelView& view, const google::protobuf::RepeatedField<double>& v, int64_t n, int d) {
+  RowMatrixXd rows = AsRows(v, n, d);
+  if (view.scaler) view.scaler->ApplyRows(rows);
+  return rows;
+}
+
+// State-space rows of the view (atoms, predictions) in the user's units.
+void AddUnscaled(const ModelView& view, RowMatrixXd rows, google::protobuf::RepeatedField<double>* out) {
+  if (view.scaler) view.scaler->InvertRows(rows);
+  out->Add(rows.data(), rows.data() + rows.size());
+}
+
 void SetComplex(v1::Complex* out, std::complex<double> z) {
   out->set_re(z.real());
   out->set_im(z.imag());
@@ -213,6 +227,12 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
                                                                 ", expected 0 (default ", kDefaultRefreshTimeoutSeconds,
                                                                 ") to ", kMaxRefreshTimeoutSeconds)));
   }
+  // An explicit refresh ends a warm-up that holds enough pairs (a short stream may never fill
+  // it); the scheduler's timer never does, so the learner's state stays a function of the log.
+  if (const Model::Stats before = model->stats();
+      !before.learner_ready && before.pending_warmup >= static_cast<uint64_t>(StreamingLearner::kMinEarlyWarmup)) {
+    if (absl::Status s = model->EndWarmup(); !s.ok() && !absl::IsFailedPrecondition(s)) return call->Finish(s);
+  }
   if (!req->wait()) {
     scheduler_.Request(*model);
     if (auto view = model->view()) *resp->mutable_view() = view->Info();
@@ -224,7 +244,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
         !stats.learner_ready
             ? absl::StrCat("model '", model->name(), "' cannot build a view yet: it is still choosing sigma (",
                            stats.pending_warmup, " of ", model->config().auto_sigma_warmup(),
-                           " warm-up pairs buffered); ingest more pairs first")
+                           " warm-up pairs buffered; a refresh ends the warm-up from ",
+                           StreamingLearner::kMinEarlyWarmup, " pairs on); ingest more pairs first")
             : absl::StrCat("model '", model->name(), "' has no samples yet; ingest pairs before refreshing")));
   }
   // Wait no longer than the client does.
@@ -274,7 +295,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
   }
   *resp->mutable_spectrum() = cme.spectrum;
   if (*n > 0 && count > 0) {
-    const MatrixXcd values = k.Evaluate(AsRows(req->points(), *n, (*model)->dim()));  // n x K
+    const MatrixXcd values = k.Evaluate(ScaledRows(**view, req->points(), *n, (*model)->dim()));  // n x K
     for (int l = 0; l < count; ++l) {
       v1::Eigenfunction* f = resp->add_eigenfunctions();
       f->mutable_values()->Reserve(static_cast<int>(*n));
@@ -303,8 +324,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext*
   *resp->mutable_view() = (*view)->Info();
   resp->set_dim(static_cast<uint32_t>(d));
   if (*n > 0) {
-    const RowMatrixXd pred = PredictConditionalMean((*view)->cme->snapshot, AsRows(req->points(), *n, d));
-    resp->mutable_predictions()->Add(pred.data(), pred.data() + pred.size());
+    AddUnscaled(**view, PredictConditionalMean((*view)->cme->snapshot, ScaledRows(**view, req->points(), *n, d)),
+                resp->mutable_predictions());
   }
   return call.Finish(absl::OkStatus());
 }
@@ -321,8 +342,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetDictionary(grpc::CallbackServerCo
   *resp->mutable_view() = (*view)->Info();
   resp->set_dim((*model)->config().dim());
   resp->set_sigma(s.sigma);
-  resp->mutable_x_atoms()->Add(s.x_atoms.data(), s.x_atoms.data() + s.x_atoms.size());
-  resp->mutable_y_atoms()->Add(s.y_atoms.data(), s.y_atoms.data() + s.y_atoms.size());
+  AddUnscaled(**view, s.x_atoms, resp->mutable_x_atoms());
+  AddUnscaled(**view, s.y_atoms, resp->mutable_y_atoms());
   return call.Finish(absl::OkStatus());
 }
 

@@ -191,6 +191,15 @@ absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, R
         ++stats->skipped;
         return absl::OkStatus();
       }
+      if (batch.end_warmup()) {
+        // An explicit refresh ended the warm-up here (Model::EndWarmup): end it at the same pair.
+        if (absl::Status s = (*model)->EndWarmup(record.sequence); !s.ok()) {
+          return absl::DataLossError(absl::StrCat("end-of-warm-up record of model '", batch.model(),
+                                                  "' does not replay: ", s.message()));
+        }
+        ++stats->batches;
+        return absl::OkStatus();
+      }
       const uint32_t num_states = (*model)->config().num_states();
       // No magnitude bound on replay: what was accepted then is replayed whatever --max-abs-value says now.
       BatchCheck check = num_states > 0

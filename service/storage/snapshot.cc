@@ -32,8 +32,12 @@ constexpr uint32_t kFormatVersion = 1;
 // version 1 and 2 objects load with fresh, empty lag statistics.
 // Version 4 adds the open CME micro-batch run after the lag statistics (docs/algorithms.md
 // §9.2); older objects load with an empty run (the next run starts at the stored pair count).
+// Version 5 adds the frozen input scaler of a scaled model (ModelConfig.scale "auto",
+// docs/algorithms.md §1.13) after the open run; an unscaled model's body is that of version 4,
+// so its state digest did not change, and version 1-4 objects load unscaled (their configs
+// have no `scale`, which NormalizeStoredModelConfig keeps as "none").
 constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
-static_assert(kModelVersion == 4, "a new learner state version is a new MODL version: document it here");
+static_assert(kModelVersion == 5, "a new learner state version is a new MODL version: document it here");
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;
@@ -237,7 +241,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
   v1::ModelConfig stored;
   if (!stored.ParseFromString(config_text)) return r.Fail("model config is not a valid ModelConfig message");
   if (!rename.empty()) stored.set_name(rename);
-  absl::StatusOr<v1::ModelConfig> config = NormalizeModelConfig(stored, defaults);
+  absl::StatusOr<v1::ModelConfig> config = NormalizeStoredModelConfig(stored, defaults);
   if (!config.ok()) {
     if (!rename.empty()) return config.status();
     return r.Fail(absl::StrCat("model config is invalid: ", config.status().message()));

@@ -119,6 +119,7 @@ TEST_F(DaemonTest, CreateDescribeListDeleteWithDefaultsFilled) {
   EXPECT_DOUBLE_EQ(info.config().dt(), 1.0);
   EXPECT_EQ(info.config().seed(), 1u);
   EXPECT_EQ(info.config().auto_sigma_warmup(), 1000u);
+  EXPECT_EQ(info.config().scale(), "auto");  // per-channel scaling with sigma auto
   EXPECT_DOUBLE_EQ(info.config().refresh_interval_seconds(), 3600);  // the daemon's flag
   EXPECT_TRUE(info.sigma_selection().automatic());
   EXPECT_EQ(info.samples(), 0u);
@@ -559,13 +560,16 @@ TEST_F(DaemonTest, AutoSigmaBuffersWarmupThenLearnsAllPairs) {
   ASSERT_TRUE(Create(c).ok());
   const systems::Transitions t = systems::SimulateDuffing(300, 11);
   v1::IngestAck ack;
-  ASSERT_TRUE(IngestOne(PairsBatch("auto", t, 0, 150), &ack).ok());
+  ASSERT_TRUE(IngestOne(PairsBatch("auto", t, 0, 40), &ack).ok());
+  // Fewer than 50 pairs: an explicit refresh cannot end the warm-up either (from 50 on it would,
+  // docs/algorithms.md §1.13; tests/integration/test_input_scaling.cc).
+  v1::RefreshResponse r;
+  EXPECT_EQ(RefreshWait("auto", &r).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(IngestOne(PairsBatch("auto", t, 40, 150), &ack).ok());
   EXPECT_EQ(ack.model_samples(), 150u);
   v1::ModelInfo info = Describe("auto");
   EXPECT_EQ(info.samples(), 0u);
   EXPECT_EQ(info.pending_warmup(), 150u);
-  v1::RefreshResponse r;
-  EXPECT_EQ(RefreshWait("auto", &r).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 
   ASSERT_TRUE(IngestOne(PairsBatch("auto", t, 150, 300), &ack).ok());
   info = Describe("auto");

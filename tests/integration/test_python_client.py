@@ -136,8 +136,10 @@ class PythonClientTest(unittest.TestCase):
         chosen = None
         scores = {}
         for name in ("wells-auto", "wells-wide"):
-            if name == "wells-wide":  # the same data, 20x the auto bandwidth
-                chosen = c.describe("wells-auto").sigma_selection.chosen
+            if name == "wells-wide":  # the same data, 20x the auto bandwidth (in the data's units:
+                # sigma auto is chosen on the scaled channel, docs/algorithms.md §1.13)
+                info = c.describe("wells-auto")
+                chosen = info.sigma_selection.chosen * info.input_scaling.scale[0]
                 c.create_model(name, dim=1, sigma=20 * chosen, dt=tau)
             # Test-then-train: the view after 20k pairs is scored on the next 10k, which it has
             # not seen; the second refresh reports that window.

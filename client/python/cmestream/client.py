@@ -231,8 +231,9 @@ class Client:
                      **config) -> ModelInfo:
         """Creates a model. sigma: a bandwidth > 0, or None / "auto" / 0 for the automatic choice.
         Other keyword arguments are ModelConfig fields (eta, lambda_ or **{"lambda": ...},
-        epsilon, max_dict, dt, seed, auto_sigma_warmup, refresh_interval_seconds,
-        refresh_every_samples, step_decay_samples, step_decay_power, averaging, num_states
+        epsilon, max_dict, dt, seed, auto_sigma_warmup, scale ("auto": per-channel input scaling,
+        the default with sigma auto; "none"), refresh_interval_seconds, refresh_every_samples,
+        step_decay_samples, step_decay_power, averaging, num_states
         (discrete model, dim 0), forgetting, rff_features, rank, clusters, meta_states,
         anchor_threshold, vertex_hunting, latent_states, tensor_restarts, tensor_iterations,
         reservoir, window, ridge_stage1, ridge_stage2, lags). Any other keyword is a
