@@ -620,7 +620,8 @@ class PackageStructureTest(unittest.TestCase):
                  (info.ViewInfo, pb.ViewInfo), (info.SigmaSelection, pb.SigmaSelection),
                  (info.SpectrumInfo, pb.SpectrumInfo),
                  (info.TimescaleComparison, pb.TimescaleComparison),
-                 (info.SubViewStatus, pb.SubViewStatus), (info.FitSummary, pb.FitSummary)]
+                 (info.SubViewStatus, pb.SubViewStatus), (info.FitSummary, pb.FitSummary),
+                 (info.InputScaling, pb.InputScaling)]
         for cls, message in pairs:
             ours = {"lambda" if f.name == "lambda_" else f.name for f in dataclasses.fields(cls)}
             self.assertEqual(ours, {f.name for f in message.DESCRIPTOR.fields}, cls.__name__)

@@ -155,6 +155,25 @@ class SubViewStatus:
 
 
 @dataclasses.dataclass
+class InputScaling:
+    """A continuous model's input conditioning (ModelConfig.scale): the kernel sees
+    z_j = (v_j - center_j) / scale_j (docs/algorithms.md §1.13).
+
+    Attributes:
+        mode: "auto" or "none".
+        frozen: the warm-up ended and center/scale are estimated (empty before).
+        center: (dim,) per-channel center in the user's units (the warm-up median).
+        scale: (dim,) per-channel scale in the user's units (> 0).
+        spread: per channel, which estimate gave the scale: "iqr", "std" or "unit".
+    """
+    mode: str
+    frozen: bool
+    center: np.ndarray
+    scale: np.ndarray
+    spread: List[str]
+
+
+@dataclasses.dataclass
 class ModelConfig:
     """A model's configuration as the daemon stores it, every default filled in (meanings and
     ranges: proto/cmestream/v1/cmestream.proto ModelConfig). `lambda_` is the proto's `lambda`
@@ -191,6 +210,7 @@ class ModelConfig:
     ridge_stage1: Optional[float]
     ridge_stage2: Optional[float]
     lags: List[int]
+    scale: Optional[str]
 
 
 @dataclasses.dataclass
@@ -212,6 +232,7 @@ class ModelInfo:
             when asked for (describe(..., state_digest=True)); else None.
         spectrum: SpectrumInfo of the latest view; None before the first view.
         sub_views: list of SubViewStatus of the latest view (empty before the first view).
+        input_scaling: InputScaling (continuous models; None for discrete ones).
     """
     config: ModelConfig
     samples: int
@@ -228,6 +249,7 @@ class ModelInfo:
     state_digest: Optional[int]
     spectrum: Optional[SpectrumInfo]
     sub_views: List[SubViewStatus]
+    input_scaling: Optional[InputScaling] = None
 
 
 # -- conversion from the wire -----------------------------------------------------------------
@@ -285,6 +307,11 @@ def config_from_proto(c) -> ModelConfig:
     return ModelConfig(**values)
 
 
+def input_scaling_from_proto(s) -> InputScaling:
+    return InputScaling(mode=s.mode, frozen=s.frozen, center=_floats(s.center),
+                        scale=_floats(s.scale), spread=list(s.spread))
+
+
 def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
     return ModelInfo(
         config=config_from_proto(m.config), samples=m.samples, pending_warmup=m.pending_warmup,
@@ -295,4 +322,6 @@ def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
         batches_applied=m.batches_applied, created_unix_seconds=m.created_unix_seconds,
         state_digest=m.state_digest if with_state_digest else None,
         spectrum=spectrum_from_proto(m.spectrum) if m.HasField("spectrum") else None,
-        sub_views=[sub_view_from_proto(s) for s in m.sub_views])
+        sub_views=[sub_view_from_proto(s) for s in m.sub_views],
+        input_scaling=(input_scaling_from_proto(m.input_scaling)
+                       if m.HasField("input_scaling") else None))
