@@ -76,6 +76,11 @@ class KoopmanResult:
     stationary: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=bool))
     excess: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     spectrum: object = None
+    # Per eigenpair: 2 pi dt / |arg mu| (NaN where mu is real); `headline` is the one timescale
+    # to quote with its standard error (KoopmanHeadline: timescale, stderr, view,
+    # nonstationary, nonstationary_reason, note; docs/user-guide.md "Which timescale to quote").
+    periods: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    headline: object = None
 
 
 @dataclasses.dataclass
@@ -646,7 +651,8 @@ class Client:
                              timescales=np.array(r.timescales, dtype=np.float64),
                              eigenfunctions=ef, dt=r.dt, view_version=r.view.version,
                              samples=r.view.samples, stationary=np.array(r.stationary, dtype=bool),
-                             excess=np.array(r.excess, dtype=np.float64), spectrum=r.spectrum)
+                             excess=np.array(r.excess, dtype=np.float64), spectrum=r.spectrum,
+                             periods=np.array(r.periods, dtype=np.float64), headline=r.headline)
 
     def predict(self, model: str, points: npt.ArrayLike) -> np.ndarray:
         """E[Y | X = point] per point of the (n, dim) array `points`: an (n, dim) array."""
