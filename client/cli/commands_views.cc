@@ -21,6 +21,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
 #include "client/cli/context.h"
@@ -115,6 +116,18 @@ int Koopman(Context& ctx, const Args& args) {
     w.Key("excess").BeginArray();
     for (double e : r->excess()) w.Double(e);
     w.EndArray();
+    w.Key("periods").BeginArray();  // null where mu is real
+    for (double p : r->periods()) w.Double(p);
+    w.EndArray();
+    const auto& h = r->headline();
+    w.Key("headline").BeginObject();
+    w.Key("timescale").Double(h.timescale());
+    w.Key("stderr").Double(h.stderr());
+    w.Key("view").String(h.view());
+    w.Key("nonstationary").Bool(h.nonstationary());
+    w.Key("nonstationary_reason").String(h.nonstationary_reason());
+    w.Key("note").String(h.note());
+    w.EndObject();
     w.Key("spectrum");
     WriteSpectrumJson(w, r->spectrum());
     // One list per eigenpair (empty without --points), one value per point.
@@ -133,7 +146,15 @@ int Koopman(Context& ctx, const Args& args) {
   }
   std::cout << "model " << model << ": view version " << r->view().version() << ", " << r->view().samples()
             << " samples, dt " << Num(r->dt()) << "\n";
-  std::printf("%3s %12s %12s %10s %12s %12s %12s\n", "#", "mu.re", "mu.im", "|mu|", "rate.re", "rate.im", "timescale");
+  const auto& h = r->headline();
+  if (!h.view().empty()) {
+    std::cout << "headline: slowest timescale " << Num(h.timescale());
+    if (std::isfinite(h.stderr())) std::cout << " +/- " << Num(h.stderr()) << " (s.e.)";
+    std::cout << " [" << h.view() << "]" << (h.note().empty() ? "" : ": ") << h.note() << "\n";
+  }
+  if (h.nonstationary()) std::cout << "nonstationary: " << h.nonstationary_reason() << "\n";
+  std::printf("%3s %12s %12s %10s %12s %12s %12s %12s\n", "#", "mu.re", "mu.im", "|mu|", "rate.re", "rate.im",
+              "timescale", "period");
   for (int l = 0; l < k; ++l) {
     const auto& mu = r->eigenvalues(l);
     const double re = l < r->rates_size() ? r->rates(l).re() : NAN;
@@ -141,8 +162,15 @@ int Koopman(Context& ctx, const Args& args) {
     const double ts = l < r->timescales_size() ? r->timescales(l) : NAN;
     const bool stationary = l < r->stationary_size() && r->stationary(l);
     const double excess = l < r->excess_size() ? r->excess(l) : 0.0;
-    std::printf("%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12.6g%s\n", l, mu.re(), mu.im(), std::hypot(mu.re(), mu.im()),
-                re, im, ts, stationary ? "  stationary" : (excess > 0 ? "  |mu| > 1 (see warnings)" : ""));
+    const double period = l < r->periods_size() ? r->periods(l) : NAN;
+    // "-" where there is no finite figure (a real mu has no period; |mu| >= 1 no decay time).
+    const std::string ts_text = std::isfinite(ts) ? absl::StrFormat("%.6g", ts) : "-";
+    const std::string period_text = std::isfinite(period) ? absl::StrFormat("%.6g", period) : "-";
+    std::printf("%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12s %12s%s\n", l, mu.re(), mu.im(),
+                std::hypot(mu.re(), mu.im()), re, im, ts_text.c_str(), period_text.c_str(),
+                stationary ? "  stationary"
+                           : (excess > 0 ? (h.nonstationary() ? "  |mu| > 1 (nonstationary)" : "  |mu| > 1 (see warnings)")
+                                         : ""));
   }
   PrintSpectrum(r->spectrum(), "");
   if (!points.empty()) {

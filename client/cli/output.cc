@@ -194,6 +194,8 @@ void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s) {
   w.Key("epoch_weight").Double(s.epoch_weight());
   w.Key("ready").Bool(s.ready());
   w.Key("basis_size").Uint(s.basis_size());
+  w.Key("epochs").Uint(s.epochs());
+  w.Key("data_share").Double(s.data_share());
   w.Key("heldout_score").Double(s.heldout_score());
   w.Key("heldout_pairs").Uint(s.heldout_pairs());
   w.Key("heldout_view_version").Uint(s.heldout_view_version());
@@ -218,6 +220,8 @@ void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s) {
   w.Key("lag_scan_stderr").Double(c.lag_scan_stderr());
   w.Key("lag_scan_lag").Uint(c.lag_scan_lag());
   w.Key("lag_scan_blocks").Uint(c.lag_scan_blocks());
+  w.Key("relative_stderr").Double(c.relative_stderr());
+  w.Key("diagnostic").String(c.diagnostic());
   w.EndObject();
   w.Key("warnings").BeginArray();
   for (const auto& text : s.warnings()) w.String(text);
@@ -228,10 +232,11 @@ void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s) {
 void PrintSpectrum(const v1::SpectrumInfo& s, const std::string& indent) {
   std::cout << indent << "estimator " << s.estimator();
   if (s.estimator() == "spectral-moments") {
-    std::cout << ": epoch " << s.epoch() << " (" << s.epoch_samples() << " samples, " << s.basis_size()
-              << " basis atoms" << (s.ready() ? "" : ", not ready") << "), ridge " << Num(s.ridge())
+    std::cout << ": epoch " << s.epoch() << " of " << s.epochs() << " (" << s.epoch_samples() << " samples = "
+              << Num(100 * s.data_share()) << " % of the stream, " << s.basis_size() << " basis atoms"
+              << (s.ready() ? "" : ", not ready") << "), ridge " << Num(s.ridge())
               << " (selection VAMP-E " << Num(s.selection_score()) << "), ";
-    if (s.heldout_pairs() > 0) {
+    if (s.heldout_pairs() > 0 && std::isfinite(s.heldout_score())) {
       std::cout << "prequential VAMP-E " << Num(s.heldout_score()) << " over " << s.heldout_pairs()
                 << " pairs after view " << s.heldout_view_version();
     } else {
@@ -242,9 +247,12 @@ void PrintSpectrum(const v1::SpectrumInfo& s, const std::string& indent) {
   }
   std::cout << "\n";
   const auto& c = s.comparison();
-  std::cout << indent << "slowest timescale koopman " << Num(c.koopman()) << ", count chain " << Num(c.count_chain())
-            << ", embedding " << Num(c.embedding()) << "; disagreement " << Num(c.relative_disagreement())
-            << (c.warning() ? " (WARNING: above " : " (threshold ") << Num(c.threshold()) << ")\n";
+  // "n/a" for a view without a resolved timescale (NaN in the reply).
+  const auto fig = [](double v) { return std::isfinite(v) ? Num(v) : std::string("n/a"); };
+  std::cout << indent << "slowest timescale koopman " << fig(c.koopman()) << ", count chain " << fig(c.count_chain())
+            << ", embedding " << fig(c.embedding()) << "; spread " << fig(c.relative_disagreement())
+            << (c.warning() ? " (WARNING: beyond the error bars)" : "") << "\n";
+  if (!c.diagnostic().empty()) std::cout << indent << "cross-view check: " << c.diagnostic() << "\n";
   if (std::isfinite(c.lag_scan())) {
     std::cout << indent << "lag scan (lag " << c.lag_scan_lag() << ") " << Num(c.lag_scan()) << " +/- "
               << Num(c.lag_scan_stderr()) << " (jackknife s.e., " << c.lag_scan_blocks()

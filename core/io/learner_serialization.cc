@@ -35,6 +35,10 @@ constexpr uint32_t kCmeVersion = 2;
 // MultiViewAccumulator: version 2 stores the RFF map's Omega and beta after the options; version
 // 1 stored the seed only, its features drawn by an algorithm of its own (LatentRffVersion1).
 constexpr uint32_t kLatentVersion = 2;
+// SpectralMoments: version 2 stores rebase_growth and min_block_length after the options;
+// version 1 loads with the behaviour it was written with (rebase_growth 1: a re-base at every
+// outgrowth; min_block_length = block_length: fixed blocks).
+constexpr uint32_t kSpectralVersion = 2;
 
 // Options that fail Validate() cannot come from a file we wrote.
 absl::Status BadOptions(io::Reader& r, const char* name, const absl::Status& s) {
@@ -572,7 +576,7 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
 // same layout, so version 1 is unchanged and old files load as they are).
 
 void SpectralMoments::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kSpectralTag, kVersion);
+  const size_t h = w.BeginObject(kSpectralTag, kSpectralVersion);
   const Options& o = options_;
   w.I32(o.dim);
   w.F64(o.sigma);
@@ -582,6 +586,8 @@ void SpectralMoments::Serialize(io::Writer& w) const {
   w.F64(o.forgetting);
   w.F64(o.new_atom_fraction);
   w.I64(o.min_epoch_samples);
+  w.F64(o.rebase_growth);
+  w.I64(o.min_block_length);
   w.I64(samples_);
   w.I32(m_);
   w.Matrix(basis_);
@@ -609,12 +615,17 @@ void SpectralMoments::Serialize(io::Writer& w) const {
     w.Matrix(previous_->basis);
     write_epoch(previous_->sums);
   }
+  w.I64(drift_block_length_);
+  w.I32(drift_blocks_);
+  for (int b = 0; b < drift_blocks_; ++b) w.I64(drift_count_[b]);
+  w.Matrix(drift_sum_.topRows(drift_blocks_));
+  w.Matrix(drift_sq_.topRows(drift_blocks_));
   w.EndObject(h);
 }
 
 absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   uint32_t version = 0;
-  if (!r.BeginObject(kSpectralTag, kVersion, "SpectralMoments", &version)) return r.status();
+  if (!r.BeginObject(kSpectralTag, kSpectralVersion, "SpectralMoments", &version)) return r.status();
   Options o;
   o.dim = Int(r, "spectral dim", 1, CompressedCme::kMaxDim);
   o.sigma = r.F64("spectral sigma");
@@ -624,6 +635,13 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   o.forgetting = r.F64("spectral forgetting");
   o.new_atom_fraction = r.F64("spectral new_atom_fraction");
   o.min_epoch_samples = r.I64("spectral min_epoch_samples");
+  if (version >= 2) {
+    o.rebase_growth = r.F64("spectral rebase_growth");
+    o.min_block_length = r.I64("spectral min_block_length");
+  } else {
+    o.rebase_growth = 1;
+    o.min_block_length = o.block_length;
+  }
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "SpectralMoments", s);
   const int64_t samples = NonNegative(r, "spectral samples");
@@ -643,7 +661,7 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   acc.basis_.resize(m, o.dim);
   r.MatrixInto("spectral basis", acc.basis_);
   if (!r.ok()) return r.status();
-  acc.basis_sq_ = acc.basis_.rowwise().squaredNorm();
+  acc.ComputeBasisSquaredNorms();
   const auto read_epoch = [&](Epoch& e, int64_t size) {
     e.epoch = NonNegative(r, "spectral epoch");
     e.samples = NonNegative(r, "spectral epoch samples");
@@ -665,6 +683,8 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   };
   read_epoch(acc.live_, p);
   if (!r.ok()) return r.status();
+  if (acc.live_.samples > samples) return r.Fail("spectral: the live epoch has more samples than the stream");
+  acc.live_block_ = acc.EpochBlockLength(samples - acc.live_.samples);
   if (acc.live_.epoch > 0) {
     acc.px_.resize(o.batch_size, p);
     acc.py_.resize(o.batch_size, p);
@@ -692,6 +712,21 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
       return r.status();
     }
     acc.previous_ = std::move(frozen);
+  }
+  if (version >= 2) {
+    acc.drift_block_length_ = r.I64("spectral drift block length");
+    acc.drift_blocks_ = Int(r, "spectral drift blocks", 1, SpectralMoments::kDriftBlocks);
+    if (!r.ok()) return r.status();
+    if (acc.drift_block_length_ < SpectralMoments::kDriftFirstBlockLength) {
+      return r.Fail("spectral: drift block length below the first block length");
+    }
+    for (int b = 0; b < acc.drift_blocks_; ++b) {
+      acc.drift_count_[b] = NonNegative(r, "spectral drift block count");
+      if (r.ok() && acc.drift_count_[b] > acc.drift_block_length_) return r.Fail("spectral: drift block overfull");
+    }
+    r.MatrixInto("spectral drift sums", acc.drift_sum_.topRows(acc.drift_blocks_));
+    r.MatrixInto("spectral drift squares", acc.drift_sq_.topRows(acc.drift_blocks_));
+    if (!r.ok()) return r.status();
   }
   if (!r.EndObject("SpectralMoments")) return r.status();
   return acc;

@@ -23,6 +23,8 @@
 //   frozen pair plus the other live fold), so both are scored on the same held-out pairs; the
 //   prefix candidate wins only if its score beats the live one's by more than score_tolerance.
 //   One ready (or none: the one with more pairs, flagged not ready): its own two folds.
+//   A candidate with less than min_share of the stream's pairs competes only when no other
+//   ready one holds that much (so >= 80 % of the stream is inside the estimate).
 //
 // CHOICE OF r (held-out, contiguous blocks)
 //   For each r of a small grid: fit on fold A, score on fold B and vice versa; the score is the
@@ -63,6 +65,10 @@ struct SpectralFitOptions {
   // Rayleigh-Ritz refinement: the eigenvalues are re-estimated without the ridge on the span of
   // the refine_modes leading eigenvectors of the ridged K (0 or >= m: off). See the .cc.
   int refine_modes = 16;
+  // A candidate basis holding less than min_share of the stream's pairs competes only when no
+  // other ready candidate holds that much (spectral_moments.h, RE-BASE SCHEDULE). [0, 1].
+  // 0: off (every ready candidate competes); the daemon uses 0.8 (service/engine/refresh.cc).
+  double min_share = 0;
   // A non-stationary eigenvalue with |mu| > 1 + unit_circle_tolerance is reported as a warning.
   double unit_circle_tolerance = 1e-9;
   absl::Status Validate() const;
@@ -100,6 +106,8 @@ struct SpectralFit {
   int64_t samples = 0;                           // its pairs
   double weight = 0;                             // its total (forgotten) weight n_w
   bool ready = false;                            // the epoch had enough samples (see SpectralMoments)
+  int64_t epochs = 0;                            // epochs begun so far (the live epoch's number)
+  double share = 0;                              // samples / all pairs the moments observed
 
   // Slowest non-stationary timescale (+inf if any mode is on/over the unit circle; NaN if none).
   double SlowestTimescale() const;

@@ -37,6 +37,18 @@ void AddProductTiled(MatrixXd& c, const A& a, const B& b, bool lower_only) {
   }
 }
 
+// Squared norms of the first `rows` rows by a plain loop: Eigen's vectorized rowwise reduction
+// takes a different path (and may round differently, with FMA) depending on the address
+// alignment of the data, which differs between an accumulator and its restored copy; a restored
+// accumulator must compute the same bits (tests/core/test_serialization.cc).
+void RowSquaredNorms(const RowMatrixXd& m, int rows, double* out) {
+  for (int i = 0; i < rows; ++i) {
+    double s = 0;
+    for (Eigen::Index j = 0; j < m.cols(); ++j) s += m(i, j) * m(i, j);
+    out[i] = s;
+  }
+}
+
 absl::Status Violated(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("Violated constraint: ", what));
 }
@@ -61,6 +73,10 @@ absl::Status SpectralMoments::Options::Validate() const {
     return Violated(absl::StrCat("0 < new_atom_fraction < 1 (got ", new_atom_fraction, ")"));
   }
   if (min_epoch_samples < 1) return Violated(absl::StrCat("min_epoch_samples >= 1 (got ", min_epoch_samples, ")"));
+  if (!(rebase_growth >= 1) || !std::isfinite(rebase_growth)) {
+    return Violated(absl::StrCat("rebase_growth >= 1 (got ", rebase_growth, ")"));
+  }
+  if (min_block_length < 1) return Violated(absl::StrCat("min_block_length >= 1 (got ", min_block_length, ")"));
   return absl::OkStatus();
 }
 
@@ -71,7 +87,10 @@ SpectralMoments::SpectralMoments(const Options& options) : options_(options) {
     std::abort();
   }
   inv_gamma_ = 1.0 / options_.forgetting;
+  live_block_ = EpochBlockLength(0);
   basis_.resize(0, options_.dim);
+  drift_sum_ = RowMatrixXd::Zero(kDriftBlocks, options_.dim);
+  drift_sq_ = RowMatrixXd::Zero(kDriftBlocks, options_.dim);
   xbuf_.resize(options_.batch_size, options_.dim);
   ybuf_.resize(options_.batch_size, options_.dim);
   wbuf_.resize(options_.batch_size);
@@ -83,14 +102,27 @@ bool SpectralMoments::ShouldStartEpoch(int source_atoms) const {
   const int source = std::min(source_atoms, options_.max_basis);
   if (source <= m_) return false;
   if (m_ == 0) return true;
-  return static_cast<double>(source - m_) > options_.new_atom_fraction * source;
+  if (!(static_cast<double>(source - m_) > options_.new_atom_fraction * source)) return false;
+  // Rare re-bases: the stream must have grown by rebase_growth since the live epoch began.
+  const int64_t before = samples_ - live_.samples;
+  return static_cast<double>(samples_) >= options_.rebase_growth * static_cast<double>(before);
+}
+
+void SpectralMoments::ComputeBasisSquaredNorms() {
+  basis_sq_.resize(m_);
+  RowSquaredNorms(basis_, m_, basis_sq_.data());
+}
+
+int64_t SpectralMoments::EpochBlockLength(int64_t before) const {
+  const int64_t lo = std::min(options_.min_block_length, options_.block_length);
+  return std::clamp<int64_t>(before / 4, lo, options_.block_length);
 }
 
 bool SpectralMoments::Ready(const Epoch& e) const {
   return e.epoch > 0 && e.samples >= options_.min_epoch_samples && e.fold_samples[0] > 0 && e.fold_samples[1] > 0;
 }
 
-int SpectralMoments::Fold(const Epoch& e) const { return static_cast<int>((e.samples / options_.block_length) % 2); }
+int SpectralMoments::Fold(const Epoch& e) const { return static_cast<int>((e.samples / live_block_) % 2); }
 
 double SpectralMoments::FrozenDecay() const {
   // Underflows to 0 after ~700/(1 - gamma) samples: the frozen pairs are then forgotten.
@@ -132,9 +164,10 @@ void SpectralMoments::StartEpoch(const Eigen::Ref<const RowMatrixXd>& atoms) {
   const int64_t next = std::max(live_.epoch, previous_ ? previous_->sums.epoch : 0) + 1;
   m_ = next_m;
   basis_ = atoms.topRows(m_);
-  basis_sq_ = basis_.rowwise().squaredNorm();
+  ComputeBasisSquaredNorms();
   live_ = Epoch{};
   live_.epoch = next;
+  live_block_ = EpochBlockLength(samples_);
   const int p = m_ + 1;
   for (int f = 0; f < 2; ++f) {
     live_.c00[f] = MatrixXd::Zero(p, p);
@@ -147,6 +180,7 @@ void SpectralMoments::StartEpoch(const Eigen::Ref<const RowMatrixXd>& atoms) {
 
 void SpectralMoments::Observe(const double* x, const double* y) {
   ++samples_;
+  ObserveDrift(x);
   if (live_.epoch == 0) return;  // no basis yet: nothing to accumulate against
   for (int a = 0; a < options_.dim; ++a) {
     xbuf_(buffered_, a) = x[a];
@@ -155,7 +189,32 @@ void SpectralMoments::Observe(const double* x, const double* y) {
   ++buffered_;
   ++live_.samples;
   // Flush when the buffer is full and at every block end, so one flush never mixes folds.
-  if (buffered_ == options_.batch_size || live_.samples % options_.block_length == 0) Flush();
+  if (buffered_ == options_.batch_size || live_.samples % live_block_ == 0) Flush();
+}
+
+void SpectralMoments::ObserveDrift(const double* x) {
+  int b = drift_blocks_ - 1;
+  if (drift_count_[b] == drift_block_length_) {
+    if (drift_blocks_ == kDriftBlocks) {
+      // All blocks full: merge neighbours (half as many blocks of twice the length).
+      for (int i = 0; i < kDriftBlocks / 2; ++i) {
+        drift_sum_.row(i) = drift_sum_.row(2 * i) + drift_sum_.row(2 * i + 1);
+        drift_sq_.row(i) = drift_sq_.row(2 * i) + drift_sq_.row(2 * i + 1);
+        drift_count_[i] = drift_count_[2 * i] + drift_count_[2 * i + 1];
+      }
+      drift_sum_.bottomRows(kDriftBlocks / 2).setZero();
+      drift_sq_.bottomRows(kDriftBlocks / 2).setZero();
+      for (int i = kDriftBlocks / 2; i < kDriftBlocks; ++i) drift_count_[i] = 0;
+      drift_blocks_ = kDriftBlocks / 2;
+      drift_block_length_ *= 2;
+    }
+    b = drift_blocks_++;
+  }
+  for (int a = 0; a < options_.dim; ++a) {
+    drift_sum_(b, a) += x[a];
+    drift_sq_(b, a) += x[a] * x[a];
+  }
+  ++drift_count_[b];
 }
 
 absl::Status SpectralMoments::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x,
@@ -192,7 +251,7 @@ void SpectralMoments::FlushInto(Epoch& e, RowMatrixXd& px_buf, RowMatrixXd& py_b
                                 VectorXd& sqy) const {
   const int b = buffered_;
   // The buffered samples are the last b of the epoch and lie in one block (see Observe).
-  const int fold = static_cast<int>(((e.samples - 1) / options_.block_length) % 2);
+  const int fold = static_cast<int>(((e.samples - 1) / live_block_) % 2);
   if (e.scale > kRescaleAt) Rescale(e);
   // Sample k of the block (oldest first) gets weight u * gamma^-(k+1), exactly as if the unit
   // had grown one sample at a time; rows carry sqrt(weight) so the products are weighted sums.
@@ -211,8 +270,8 @@ void SpectralMoments::FlushInto(Epoch& e, RowMatrixXd& px_buf, RowMatrixXd& py_b
   // Kernel block: ||x - z||^2 = ||x||^2 + ||z||^2 - 2 x.z, the cross term one GEMM per side.
   const auto xb = xbuf_.topRows(b);
   const auto yb = ybuf_.topRows(b);
-  sqx.head(b) = xb.rowwise().squaredNorm();
-  sqy.head(b) = yb.rowwise().squaredNorm();
+  RowSquaredNorms(xbuf_, b, sqx.data());
+  RowSquaredNorms(ybuf_, b, sqy.data());
   const int tile = TileFor(options_.dim);
   for (int j0 = 0; j0 < m_; j0 += tile) {
     const int cols = std::min(tile, m_ - j0);
@@ -261,6 +320,16 @@ SpectralMomentsSnapshot SpectralMoments::Snapshot() const {
   s.dim = options_.dim;
   s.sigma = options_.sigma;
   s.samples = samples_;
+  int used = 0;
+  while (used < drift_blocks_ && drift_count_[used] > 0) ++used;
+  s.drift_counts.assign(drift_count_.begin(), drift_count_.begin() + used);
+  s.drift_means.resize(used, options_.dim);
+  s.drift_square_means.resize(used, options_.dim);
+  for (int b = 0; b < used; ++b) {
+    const double inv = 1.0 / static_cast<double>(drift_count_[b]);
+    s.drift_means.row(b) = drift_sum_.row(b) * inv;
+    s.drift_square_means.row(b) = drift_sq_.row(b) * inv;
+  }
   s.live_epoch = live_.epoch;
   s.live_epoch_samples = live_.samples;
   // Fold the buffered pairs into a copy of the live epoch (the learner itself is unchanged).

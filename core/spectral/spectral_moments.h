@@ -31,6 +31,26 @@
 //   stream whose dictionary grew 41 -> 46 atoms at pair 34 951 of 100k).
 //   StartEpoch with atoms that do NOT extend the basis (not the CME's case) starts over: no
 //   earlier sums can be expressed in the new basis.
+// RE-BASE SCHEDULE (landmark basis, re-based rarely)
+//   A dictionary that keeps growing (a real stream that keeps exploring: 12-month delay vectors
+//   of sunspot numbers, an 8-channel sensor stream) used to restart the epoch at every 10 % of
+//   growth: 46-49 epochs, none with enough pairs to serve. The basis is now a landmark set
+//   re-based rarely: besides the outgrowth, a new epoch needs samples() >= rebase_growth x the
+//   pairs observed before the live epoch began (default 5). So the live epoch holds at least
+//   1 - 1/rebase_growth (80 %) of all pairs when it is frozen, the frozen epoch is always the
+//   previous live one, and the prefix candidate (frozen + live prefix blocks) keeps >= 80 % of
+//   the stream at every moment; epochs start at geometrically spaced pair counts (about
+//   log_5(n) of them: 6 at 3 165 pairs, 8 at 100k). The atoms admitted between re-bases wait
+//   for the next one (their region is covered by the constant and the neighbouring bumps).
+//   Each epoch's held-out blocks are clamp(pairs before it / 4, min_block_length,
+//   block_length) long, so an epoch begun at pair s has ~16 blocks by pair 5 s and a stream of
+//   100 pairs has both folds.
+// STATIONARITY
+//   Besides the moments, the sources x are summed per contiguous time block (16 blocks at most,
+//   merged pairwise with the block length doubling from 16, as the lag jackknife does: 8-16
+//   equal blocks). The Koopman reply reads a trend or drifting mean from them
+//   (spectral_summary.h). O(d) per pair, 2 * 16 * d doubles. Counted from the first pair (also
+//   before the first epoch); version-1 snapshots load with empty blocks.
 // COST
 //   Observe: O(d) copy into a B x d buffer; every B samples (or at a block end) one flush: the
 //   B x m kernel block is one GEMM plus exp, the sums are two symmetric rank-B updates and one
@@ -56,6 +76,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -91,6 +112,10 @@ struct SpectralMomentsSnapshot {
   int64_t live_epoch = 0;  // the epoch accumulating now (== moments.epoch)
   int64_t live_epoch_samples = 0;
   int64_t samples = 0;            // all pairs ever observed
+  // Contiguous time blocks of the sources x (STATIONARITY): per block (oldest first) the pair
+  // count, the mean and the mean of squares of each coordinate (blocks with pairs only).
+  std::vector<int64_t> drift_counts;
+  RowMatrixXd drift_means, drift_square_means;  // blocks x d
   int64_t min_epoch_samples = 1;  // a candidate is ready from this many pairs (and both folds)
   bool has_frozen() const { return frozen.epoch > 0; }
 };
@@ -105,7 +130,18 @@ class SpectralMoments {
     int64_t block_length = 1000;       // L, samples per contiguous held-out block, >= 1
     double forgetting = 1.0;           // per-sample decay gamma in (0, 1]; 1 = none
     double new_atom_fraction = 0.1;    // epoch restart when (m_source - m) > f * m_source, (0, 1)
-    int64_t min_epoch_samples = 2000;  // an epoch serves from this many samples on, >= 1
+    // An epoch serves from this many samples on (and both folds), >= 1. The daemon's models use
+    // 50 (core/stream/streaming_learner_options.cc): a short stream gets the estimate, noisily.
+    int64_t min_epoch_samples = 2000;
+    // Rare re-bases (RE-BASE SCHEDULE above): a new epoch starts only when, besides the
+    // outgrowth, the pairs observed reach rebase_growth x the pairs before the live epoch
+    // began. 1: at every outgrowth (what snapshots of version 1 do); the daemon's models use 5
+    // (core/stream/streaming_learner_options.cc). >= 1.
+    double rebase_growth = 1;
+    // Block length of an epoch: clamp(pairs before it / 4, min_block_length, block_length), so
+    // that an epoch begun early on a short stream has both folds within a few dozen pairs.
+    // >= block_length: fixed blocks (version 1); the daemon's models use 25. >= 1.
+    int64_t min_block_length = 1000;
     // OK or InvalidArgument("Violated constraint: ...").
     absl::Status Validate() const;
   };
@@ -114,8 +150,9 @@ class SpectralMoments {
   explicit SpectralMoments(const Options& options);
 
   // True when the source dictionary (m_source atoms, whose first basis_size() rows are the
-  // basis) has outgrown the basis: m_source - m > new_atom_fraction * m_source, or there is
-  // no basis yet and m_source > 0. O(1).
+  // basis) has outgrown the basis, m_source - m > new_atom_fraction * m_source, and the stream
+  // has grown since the live epoch began (samples() >= rebase_growth x the pairs before it), or
+  // there is no basis yet and m_source > 0. O(1).
   bool ShouldStartEpoch(int source_atoms) const;
   // Flushes the buffered pairs into the current epoch, freezes the live epoch or the prefix
   // merge (see EPOCHS), copies the first min(rows, max_basis) atoms as the new basis and starts
@@ -138,6 +175,7 @@ class SpectralMoments {
   int64_t epoch_samples() const { return live_.samples; }
   int basis_size() const { return m_; }
   int buffered() const { return buffered_; }
+  int64_t block_length() const { return live_block_; }  // of the live epoch
   bool has_previous() const { return previous_.has_value(); }
   int previous_basis_size() const { return previous_ ? static_cast<int>(previous_->basis.rows()) : 0; }
 
@@ -163,6 +201,9 @@ class SpectralMoments {
   };
 
   bool Ready(const Epoch& e) const;
+  void ComputeBasisSquaredNorms();  // basis_sq_ from basis_, alignment-independent
+  // Held-out block length of an epoch that begins after `before` pairs (RE-BASE SCHEDULE).
+  int64_t EpochBlockLength(int64_t before) const;
   int Fold(const Epoch& e) const;  // fold of the next sample of e
   void Flush();
   // Folds the buffered_ pairs into e using the given scratch (Flush: the members; Snapshot: copies).
@@ -179,6 +220,15 @@ class SpectralMoments {
   RowMatrixXd basis_;  // m x d
   VectorXd basis_sq_;  // m: squared norms of the atoms
   Epoch live_;
+  // Drift blocks (STATIONARITY): rows 0..drift_blocks_-1 in use, the last one open.
+  static constexpr int kDriftBlocks = 16;
+  static constexpr int64_t kDriftFirstBlockLength = 16;
+  void ObserveDrift(const double* x);
+  RowMatrixXd drift_sum_, drift_sq_;  // kDriftBlocks x d
+  std::array<int64_t, kDriftBlocks> drift_count_{};
+  int drift_blocks_ = 1;
+  int64_t drift_block_length_ = kDriftFirstBlockLength;
+  int64_t live_block_ = 1;  // block length of the live epoch (derived: EpochBlockLength)
   // Sums of the pairs just before the live epoch over a prefix of basis_ (see EPOCHS).
   std::optional<Frozen> previous_;
   // Per-batch scratch (not state): sized at StartEpoch.

@@ -37,6 +37,11 @@ SpectralMoments::Options Spectral(const StreamingLearner::Options& o, double sig
   s.sigma = sigma;
   s.max_basis = o.cme.max_dict;
   s.forgetting = o.forgetting;
+  // Rare re-bases (core/spectral/spectral_moments.h, RE-BASE SCHEDULE): a growing dictionary
+  // keeps >= 80 % of the stream in the estimate, ready from 50 pairs.
+  s.rebase_growth = 5;
+  s.min_block_length = 25;
+  s.min_epoch_samples = 50;
   // One flush multiplies the lazy scale by forgetting^-B: keep B log(1/forgetting) <= 200 even
   // at the smallest forgetting accepted.
   while (s.batch_size > 1 && s.batch_size * std::log(1.0 / s.forgetting) > 200.0) s.batch_size /= 2;

@@ -25,6 +25,7 @@
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/spectral_estimate.h"
+#include "core/spectral/spectral_summary.h"
 #include "core/stream/input_scaler.h"
 #include "service/engine/lags.h"
 
@@ -53,6 +54,8 @@ struct CmeView {
   KoopmanDecomposition koopman;
   VectorXd excess;            // per eigenpair: max(0, |mu| - 1) of non-stationary modes
   v1::SpectrumInfo spectrum;  // estimator, epoch, score, warnings, cross-view comparison
+  v1::KoopmanHeadline headline;  // the one timescale to quote (core/spectral/spectral_summary.h)
+  StationarityCheck stationarity;  // trend / transient (named in headline.nonstationary)
   double inverse_drift = 0;   // measured just before the snapshot
 };
 

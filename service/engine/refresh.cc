@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cluster/chain_timescales.h"
@@ -263,6 +265,23 @@ void BuildPredictive(const v1::ModelConfig& config, const Model::LearnerSnapshot
   view.predictive.value = std::make_shared<const PredictiveStateModel>(*std::move(m));
 }
 
+// Trend (block means of the sources) and transient (|mu| > 1) checks (spectral_summary.h). A
+// transient names itself in the headline; |mu| > 1 on a stream without that diagnosis (the CME
+// fallback does not identify the stationary mode) keeps its per-mode warnings.
+void CheckKoopmanStationarity(const SpectralMomentsSnapshot& s, CmeView& cme,
+                              const std::vector<std::string>& unit_circle_warnings) {
+  const KoopmanDecomposition& kd = cme.koopman;
+  // The CME fallback has no exact stationary mode: its leading mode plays that role.
+  const int stationary = kd.stationary_index >= 0 ? kd.stationary_index : 0;
+  cme.stationarity =
+      CheckStationarity(s.drift_counts, s.drift_means, s.drift_square_means, kd.eigenvalues, stationary);
+  cme.headline.set_nonstationary(cme.stationarity.nonstationary);
+  cme.headline.set_nonstationary_reason(cme.stationarity.reason);
+  if (!cme.stationarity.nonstationary) {
+    for (const std::string& w : unit_circle_warnings) cme.spectrum.add_warnings(w);
+  }
+}
+
 // The Koopman view: the spectral-moments fit when it has data (consistent eigenvalues, exact
 // stationary mode), else the CME's W^T K_YX with a warning that says why and how it is biased.
 // `scorer` receives the fit's rank-k VAMP model, which will score the pairs after this view.
@@ -270,7 +289,12 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
                   std::shared_ptr<const PrequentialModel>& scorer) {
   const int top = std::max(1, kStoredEigenpairs);
   v1::SpectrumInfo& info = cme.spectrum;
+  // Warnings of |mu| > 1 modes wait for the stationarity check: on a transient stream they are
+  // named once, in the headline, instead of once per mode.
+  std::vector<std::string> unit_circle_warnings;
   if (snap.spectral) {
+    info.set_epochs(static_cast<uint64_t>(snap.spectral->live_epoch));
+    info.set_data_share(0);
     SpectralFitOptions o;
     o.top = top;
     o.dt = config.dt();
@@ -279,6 +303,7 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
     // two (m+1)^3 fits per basis candidate, twice that while a frozen prefix epoch exists
     // (docs/benchmarks.md "Refresh cost per view": 77.5 ms for five ridges at m = 160).
     o.ridge_grid = {1e-3, 1e-5, 1e-7};
+    o.min_share = 0.8;  // >= 80 % of the stream inside the estimate (spectral_estimate.h)
     absl::StatusOr<SpectralFit> fit = FitSpectrum(*snap.spectral, o);
     if (fit.ok() && fit->termination == SpectralFit::Termination::kOk) {
       cme.koopman = fit->koopman;
@@ -288,13 +313,22 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
       info.set_epoch_samples(static_cast<uint64_t>(fit->samples));
       info.set_epoch_weight(fit->weight);
       info.set_ready(fit->ready);
+      info.set_epochs(static_cast<uint64_t>(fit->epochs));
+      info.set_data_share(fit->share);
       info.set_basis_size(static_cast<uint32_t>(fit->koopman.x_atoms.rows()));
       info.set_selection_score(fit->score);
       info.set_score_rank(static_cast<uint32_t>(fit->score_rank));
       info.set_ridge(fit->ridge);
       for (double r : fit->ridge_grid) info.add_ridge_grid(r);
       for (double v : fit->ridge_scores) info.add_ridge_scores(v);
-      for (const std::string& w : fit->warnings) info.add_warnings(w);
+      for (const std::string& w : fit->warnings) {
+        if (absl::StrContains(w, "|mu| = ")) {
+          unit_circle_warnings.push_back(w);
+        } else {
+          info.add_warnings(w);
+        }
+      }
+      CheckKoopmanStationarity(*snap.spectral, cme, unit_circle_warnings);
       auto model = std::make_shared<PrequentialModel>();
       model->basis = fit->koopman.x_atoms;
       model->sigma = fit->koopman.sigma;
@@ -315,6 +349,7 @@ void BuildKoopman(const v1::ModelConfig& config, const Model::LearnerSnapshot& s
   if (cme.snapshot.x_atoms.rows() > 0) cme.koopman = KoopmanDecomposition::Fit(cme.snapshot, koopman);
   if (!cme.koopman.solver_error.empty()) info.add_warnings(cme.koopman.solver_error);
   cme.excess = VectorXd::Zero(cme.koopman.eigenvalues.size());
+  if (snap.spectral) CheckKoopmanStationarity(*snap.spectral, cme, unit_circle_warnings);
 }
 
 // A view's timescale counts in the comparison only if it is resolved (the rule documented at
@@ -393,13 +428,55 @@ void CompareTimescales(const v1::ModelConfig& config, const ModelView& view, dou
   }
   const double disagreement = available >= 2 ? (hi - lo) / lo : nan;  // finite: every t is resolved
   c.set_relative_disagreement(disagreement);
-  c.set_warning(available >= 2 && disagreement > kTimescaleDisagreementThreshold);
-  if (c.warning()) {
-    cme.spectrum.add_warnings(absl::StrFormat(
-        "the slowest timescales disagree by %.3g (relative, threshold %.2f): koopman %.6g, count chain %.6g, "
-        "embedding %.6g (units of time); see docs/user-guide.md",
-        disagreement, kTimescaleDisagreementThreshold, koopman, counts, embedding));
+  // Error bars: the lag scan's jackknife s.e. as a relative error of a slowest timescale on this
+  // stream (the sampling error is a property of the data: docs/algorithms.md §7). Two views
+  // differ beyond their error bars when max - min > 3 s.e. of the difference.
+  const double rel = RelativeStderr(c.lag_scan(), c.lag_scan_stderr());
+  c.set_relative_stderr(rel);
+  const bool above = available >= 2 && disagreement > kTimescaleDisagreementThreshold;
+  const bool beyond = above && std::isfinite(rel) && (hi - lo) > 3 * rel * std::hypot(hi, lo);
+  const bool nonstationary = cme.stationarity.nonstationary;
+  c.set_warning(beyond && !nonstationary);
+  const std::string views =
+      absl::StrFormat("koopman %.6g, count chain %.6g, embedding %.6g (units of time)", koopman, counts, embedding);
+  if (available < 2) {
+    c.set_diagnostic("fewer than two views have a resolved slowest timescale: nothing to compare");
+  } else if (nonstationary) {
+    c.set_diagnostic(absl::StrFormat(
+        "the stream is not stationary (see headline.nonstationary_reason): the views' slowest timescales (%s, "
+        "relative spread %.3g) describe the drift or transient, not relaxation, and are not compared",
+        views, disagreement));
+  } else if (!above) {
+    c.set_diagnostic(absl::StrFormat("the views agree within %.2f (relative spread %.3g): %s",
+                                     kTimescaleDisagreementThreshold, disagreement, views));
+  } else if (!std::isfinite(rel)) {
+    c.set_diagnostic(absl::StrFormat(
+        "the views spread by %.3g (relative) but there is no error bar to judge it (the lag scan has no "
+        "resolved timescale with a jackknife s.e.): %s",
+        disagreement, views));
+  } else if (!beyond) {
+    c.set_diagnostic(absl::StrFormat(
+        "the views spread by %.3g (relative), within 3 s.e. of their difference (relative s.e. %.3g from the "
+        "lag scan's jackknife): %s",
+        disagreement, rel, views));
+  } else {
+    c.set_diagnostic(absl::StrFormat(
+        "the slowest timescales disagree by %.3g (relative), more than 3 s.e. of their difference (relative "
+        "s.e. %.3g from the lag scan's jackknife): %s; see docs/user-guide.md",
+        disagreement, rel, views));
+    cme.spectrum.add_warnings(c.diagnostic());
   }
+  // The headline: the estimate trusted most, with its error bar (spectral_summary.h).
+  HeadlineInputs in;
+  in.koopman = koopman;
+  in.consistent = cme.spectrum.estimator() == "spectral-moments" && cme.spectrum.ready();
+  in.lag_scan = c.lag_scan();
+  in.lag_scan_stderr = c.lag_scan_stderr();
+  const Headline h = ChooseHeadline(in);
+  cme.headline.set_timescale(h.timescale);
+  cme.headline.set_stderr(h.stderr_);
+  cme.headline.set_view(h.view);
+  cme.headline.set_note(h.note);
 }
 
 // The held-out score the view reports (prequential, test-then-train): the window of the
@@ -514,7 +591,8 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
   if (cme) {
     CompareTimescales(config, *view, static_cast<double>(snap->samples) * config.dt(), *cme);
     install_scorer = ReportPrequential(snap->prequential, previous, cme->spectrum) && scorer != nullptr;
-    model.metrics().OnSpectrum(cme->spectrum.heldout_score(), cme->spectrum.comparison().relative_disagreement());
+    model.metrics().OnSpectrum(cme->spectrum.heldout_score(), cme->spectrum.comparison().relative_disagreement(),
+                               static_cast<double>(cme->spectrum.epochs()), cme->spectrum.data_share());
     view->cme = std::move(cme);
   }
 

@@ -80,6 +80,16 @@ Metrics::Metrics()
                          .Help("Held-out VAMP-E score (contiguous blocks) of the Koopman spectrum at the last "
                                "refresh; higher is better, NaN while the CME fallback serves")
                          .Register(*registry_)),
+      spectral_epochs_(BuildGauge()
+                           .Name("cmestream_spectral_epochs")
+                           .Help("Epochs of the spectral-moments basis begun so far (1 + re-bases; "
+                                 "docs/algorithms.md §7) at the last refresh")
+                           .Register(*registry_)),
+      spectral_data_share_(BuildGauge()
+                               .Name("cmestream_spectral_data_share")
+                               .Help("Share of the stream's pairs inside the Koopman spectral estimate at the last "
+                                     "refresh (0 while the CME fallback serves)")
+                               .Register(*registry_)),
       disagreement_(BuildGauge()
                         .Name("cmestream_timescale_disagreement")
                         .Help("Relative disagreement of the slowest timescales of the koopman, count-chain and "
@@ -160,6 +170,8 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model)
       view_age_(&m.view_age_.Add({{"model", model_}})),
       view_samples_(&m.view_samples_.Add({{"model", model_}})),
       heldout_score_(&m.heldout_score_.Add({{"model", model_}})),
+      spectral_epochs_(&m.spectral_epochs_.Add({{"model", model_}})),
+      spectral_data_share_(&m.spectral_data_share_.Add({{"model", model_}})),
       disagreement_(&m.disagreement_.Add({{"model", model_}})),
       ck_deviation_(&m.ck_deviation_.Add({{"model", model_}})),
       ck_stderr_(&m.ck_stderr_.Add({{"model", model_}})) {
@@ -167,6 +179,7 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model)
   ck_stderr_->Set(std::numeric_limits<double>::quiet_NaN());
   heldout_score_->Set(std::numeric_limits<double>::quiet_NaN());
   disagreement_->Set(std::numeric_limits<double>::quiet_NaN());
+  spectral_data_share_->Set(0);
   // Every rejection series at 0 from the start: increase()/rate() need a sample before the
   // first rejection to see it.
   for (const char* reason : kRejectReasons) {
@@ -229,10 +242,13 @@ void ModelMetrics::OnSubView(const std::string& view, bool available, bool fit_w
   it->second.second->Set(available && fit_warning ? 1 : 0);
 }
 
-void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreement) {
+void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreement, double epochs,
+                              double data_share) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
   heldout_score_->Set(heldout_score);
+  spectral_epochs_->Set(epochs);
+  spectral_data_share_->Set(data_share);
   disagreement_->Set(timescale_disagreement);
 }
 
@@ -292,6 +308,8 @@ void ModelMetrics::Remove() {
   m_.view_age_.Remove(view_age_);
   m_.view_samples_.Remove(view_samples_);
   m_.heldout_score_.Remove(heldout_score_);
+  m_.spectral_epochs_.Remove(spectral_epochs_);
+  m_.spectral_data_share_.Remove(spectral_data_share_);
   m_.disagreement_.Remove(disagreement_);
   m_.ck_deviation_.Remove(ck_deviation_);
   m_.ck_stderr_.Remove(ck_stderr_);

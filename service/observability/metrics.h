@@ -95,7 +95,9 @@ class ModelMetrics {
   // No view yet: the age is the time since these series were created (see the header comment).
   void SetNoView() ABSL_LOCKS_EXCLUDED(mu_);
   // Spectrum quality of the latest view.
-  void OnSpectrum(double heldout_score, double timescale_disagreement) ABSL_LOCKS_EXCLUDED(mu_);
+  // epochs: spectral-moments epochs begun; data_share: share of the pairs inside the estimate.
+  void OnSpectrum(double heldout_score, double timescale_disagreement, double epochs, double data_share)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Lag scan of the primary estimator: timescales[k][i], stderrs[k][i] at lags[k]; the CK
   // test's max deviation and its s.e. (NaN when unavailable).
   void OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
@@ -129,6 +131,8 @@ class ModelMetrics {
   prometheus::Gauge* view_age_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* view_samples_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* heldout_score_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* spectral_epochs_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* spectral_data_share_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* disagreement_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* ck_deviation_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* ck_stderr_ ABSL_PT_GUARDED_BY(mu_);
@@ -172,6 +176,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& view_age_;
   prometheus::Family<prometheus::Gauge>& view_samples_;
   prometheus::Family<prometheus::Gauge>& heldout_score_;
+  prometheus::Family<prometheus::Gauge>& spectral_epochs_;
+  prometheus::Family<prometheus::Gauge>& spectral_data_share_;
   prometheus::Family<prometheus::Gauge>& disagreement_;
   prometheus::Family<prometheus::Gauge>& view_available_;
   prometheus::Family<prometheus::Gauge>& view_fit_warning_;

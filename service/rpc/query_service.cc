@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "core/spectral/spectral_summary.h"
 #include "service/engine/fit_summary.h"
 #include "service/rpc/rpc_util.h"
 #include "service/rpc/services.h"
@@ -293,7 +294,10 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
     resp->add_stationary(l == k.stationary_index);
     resp->add_excess(l < cme.excess.size() ? cme.excess(l) : 0.0);
   }
+  const VectorXd periods = KoopmanPeriods(k.eigenvalues.head(count), k.dt);
+  for (int l = 0; l < count; ++l) resp->add_periods(periods[l]);
   *resp->mutable_spectrum() = cme.spectrum;
+  *resp->mutable_headline() = cme.headline;
   if (*n > 0 && count > 0) {
     const MatrixXcd values = k.Evaluate(ScaledRows(**view, req->points(), *n, (*model)->dim()));  // n x K
     for (int l = 0; l < count; ++l) {

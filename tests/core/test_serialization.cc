@@ -742,13 +742,13 @@ TEST(SpectralSerialization, TruncationBadTagAndHugeBasisAreRejected) {
   io::Reader r(bad, "f");
   EXPECT_EQ(SpectralMoments::Deserialize(r).status().message(),
             "f: offset 0: expected SpectralMoments (tag SPMO), found tag XPMO");
-  // Basis size (offset 16 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 8 + 8 = 76) beyond max_basis.
+  // Basis size (offset 16 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 = 92) beyond max_basis.
   std::string big = bytes;
   const int32_t m = 1001;
-  std::memcpy(&big[76], &m, 4);
+  std::memcpy(&big[92], &m, 4);
   io::Reader rb(big, "f");
   const absl::Status s = SpectralMoments::Deserialize(rb).status();
-  EXPECT_NE(s.message().find("spectral basis size is 1001 (field at offset 76), expected 0..1000"), std::string::npos)
+  EXPECT_NE(s.message().find("spectral basis size is 1001 (field at offset 92), expected 0..1000"), std::string::npos)
       << s;
   // A previous epoch whose basis is not the live basis's first rows cannot be merged with the
   // live sums (nested epochs): the previous basis (written last) starts with the live basis's

@@ -529,7 +529,19 @@ TEST_F(DaemonViewsTest, DuffingComparisonSkipsFlaggedAndUnresolvedTimescales) {
               cmp.count_chain(), cmp.embedding(), cmp.relative_disagreement());
   ASSERT_GE(available, 2);
   EXPECT_TRUE(std::isfinite(cmp.relative_disagreement()));
-  EXPECT_EQ(cmp.warning(), cmp.relative_disagreement() > cmp.threshold());
+  // Box sampling is a transient (|mu| > 1): the headline names it, the views are not compared
+  // (no "disagree by" warning) and the |mu| > 1 modes are not repeated as warnings.
+  const v1::KoopmanHeadline& h = k.headline();
+  std::printf("duffing headline: %.4g +/- %.4g [%s], nonstationary: %s\n", h.timescale(), h.stderr(),
+              h.view().c_str(), h.nonstationary_reason().c_str());
+  EXPECT_TRUE(h.nonstationary());
+  EXPECT_NE(h.nonstationary_reason().find("transient"), std::string::npos);
+  EXPECT_FALSE(cmp.warning());
+  EXPECT_NE(cmp.diagnostic().find("not stationary"), std::string::npos);
+  for (const std::string& w : k.spectrum().warnings()) {
+    EXPECT_EQ(w.find("disagree"), std::string::npos) << w;
+    EXPECT_EQ(w.find("|mu| ="), std::string::npos) << w;
+  }
 }
 
 // The prequential window (service/engine/refresh.cc ReportPrequential): a view scores the pairs after
@@ -665,7 +677,26 @@ TEST_F(DaemonViewsTest, ContinuousFourWellClusters) {
     const double lo = std::min({c.koopman(), c.count_chain(), c.embedding()});
     const double hi = std::max({c.koopman(), c.count_chain(), c.embedding()});
     EXPECT_NEAR(c.relative_disagreement(), (hi - lo) / lo, 1e-12);
-    EXPECT_EQ(c.warning(), c.relative_disagreement() > 0.25);
+    // Warned only beyond the error bars (3 s.e. of the difference, the lag scan's relative s.e.).
+    const double rel = c.lag_scan_stderr() / c.lag_scan();
+    EXPECT_NEAR(c.relative_stderr(), rel, 1e-12);
+    EXPECT_EQ(c.warning(), c.relative_disagreement() > 0.25 && hi - lo > 3 * rel * std::hypot(hi, lo));
+    // The headline: the slowest Koopman timescale within 5 % of the truth, with a finite s.e.
+    // (the lag scan's relative jackknife s.e.); a stationary stream; real eigenvalues, no periods.
+    const v1::KoopmanHeadline& h = k.headline();
+    const double truth1 = -fw.tau / std::log(ev[1]);
+    std::printf("four-well headline: %.4f +/- %.4f [%s] (truth %.4f); share %.3f in %llu epochs\n", h.timescale(),
+                h.stderr(), h.view().c_str(), truth1, sp.data_share(), static_cast<unsigned long long>(sp.epochs()));
+    EXPECT_EQ(h.view(), "koopman");
+    EXPECT_EQ(h.timescale(), k.timescales(1));
+    EXPECT_NEAR(h.timescale() / truth1, 1.0, 0.05);
+    EXPECT_TRUE(std::isfinite(h.stderr()));
+    EXPECT_GT(h.stderr(), 0.0);
+    EXPECT_NEAR(h.stderr() / h.timescale(), rel, 1e-12);
+    EXPECT_FALSE(h.nonstationary()) << h.nonstationary_reason();
+    ASSERT_EQ(k.periods_size(), 4);
+    for (int l = 0; l < 4; ++l) EXPECT_EQ(std::isnan(k.periods(l)), k.eigenvalues(l).im() == 0.0) << l;
+    EXPECT_GE(sp.data_share(), 0.8);
     std::printf(
         "four-well koopman: timescales %.4f %.4f %.4f, score %.4f, epoch %llu (%llu samples); "
         "slowest koopman %.4f counts %.4f embedding %.4f (disagreement %.3f)\n",

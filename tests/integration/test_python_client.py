@@ -187,6 +187,18 @@ class PythonClientTest(unittest.TestCase):
             self.assertLess(abs(cmp.lag_scan - cmp.koopman), 3 * cmp.lag_scan_stderr)
             self.assertGreater(cmp.lag_scan_stderr / cmp.lag_scan, 0.005)
             self.assertLess(cmp.lag_scan_stderr / cmp.lag_scan, 0.15)
+            # The headline: the Koopman timescale with the lag scan's relative s.e.; a stationary
+            # stream; periods null (NaN) for the real eigenvalues of this reversible system.
+            h = k.headline
+            self.assertEqual(h.view, "koopman")
+            self.assertEqual(h.timescale, k.timescales[1])
+            self.assertAlmostEqual(h.stderr / h.timescale, cmp.lag_scan_stderr / cmp.lag_scan, places=12)
+            self.assertFalse(h.nonstationary, h.nonstationary_reason)
+            self.assertEqual(len(k.periods), len(k.eigenvalues))
+            for mu, p in zip(k.eigenvalues, k.periods):
+                self.assertEqual(np.isnan(p), mu.imag == 0)
+            self.assertGreaterEqual(sp.data_share, 0.8)
+            self.assertGreaterEqual(sp.epochs, 1)
             # describe carries the same spectrum.
             self.assertEqual(c.describe(name).spectrum.heldout_score, sp.heldout_score)
             print(f"four-well koopman: timescales {np.round(k.timescales[1:], 3)}, counts {cmp.count_chain:.3f}, "
@@ -621,7 +633,8 @@ class PackageStructureTest(unittest.TestCase):
                  (info.SpectrumInfo, pb.SpectrumInfo),
                  (info.TimescaleComparison, pb.TimescaleComparison),
                  (info.SubViewStatus, pb.SubViewStatus), (info.FitSummary, pb.FitSummary),
-                 (info.InputScaling, pb.InputScaling)]
+                 (info.InputScaling, pb.InputScaling),
+                 (info.KoopmanHeadline, pb.KoopmanHeadline)]
         for cls, message in pairs:
             ours = {"lambda" if f.name == "lambda_" else f.name for f in dataclasses.fields(cls)}
             self.assertEqual(ours, {f.name for f in message.DESCRIPTOR.fields}, cls.__name__)

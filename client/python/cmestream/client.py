@@ -32,7 +32,7 @@ from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
 from . import inputs
 from .info import (FitSummary, ModelConfig, ModelInfo, SigmaSelection, SpectrumInfo,
                    SubViewStatus, TimescaleComparison, ViewInfo, model_info_from_proto,
-                   spectrum_from_proto, view_from_proto)
+                   spectrum_from_proto, view_from_proto, headline_from_proto)
 from .model import Model
 from .results import (AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
                       EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LagScan,
@@ -491,7 +491,10 @@ class Client:
                              stationary=np.array(r.stationary, dtype=bool),
                              excess=np.array(r.excess, dtype=np.float64),
                              spectrum=(spectrum_from_proto(r.spectrum)
-                                       if r.HasField("spectrum") else None))
+                                       if r.HasField("spectrum") else None),
+                             periods=np.array(r.periods, dtype=np.float64),
+                             headline=(headline_from_proto(r.headline)
+                                       if r.HasField("headline") else None))
 
     def predict(self, model: str, points: npt.ArrayLike) -> np.ndarray:
         """E[Y | X = point] per point of the (n, dim) array `points`: an (n, dim) array."""

@@ -87,6 +87,10 @@ class TimescaleComparison:
         lag_scan_stderr: its delete-one-block jackknife standard error over `lag_scan_blocks`
             contiguous blocks (docs/algorithms.md §8.3).
         lag_scan_lag, lag_scan_blocks: ints.
+        relative_stderr: relative s.e. of a slowest timescale on this stream (lag_scan_stderr /
+            lag_scan; NaN without a lag scan).
+        diagnostic: which case of the comparison holds (agreement within the error bars, a
+            disagreement beyond them, or a non-stationary stream).
     """
     koopman: float
     count_chain: float
@@ -98,6 +102,8 @@ class TimescaleComparison:
     lag_scan_stderr: float
     lag_scan_lag: int
     lag_scan_blocks: int
+    relative_stderr: float = float("nan")
+    diagnostic: str = ""
 
 
 @dataclasses.dataclass
@@ -119,6 +125,9 @@ class SpectrumInfo:
         warnings: list of strings (|mu| > 1 modes, a not-ready epoch, view disagreement).
         comparison: TimescaleComparison.
         selection_score: cross-validated VAMP-E of `ridge`.
+        heldout_pairs, heldout_view_version: what heldout_score rests on.
+        epochs: basis epochs begun so far (1 + re-bases of the landmark basis).
+        data_share: share of the stream's pairs inside the estimate (epoch_samples / pairs).
     """
     estimator: str
     epoch: int
@@ -136,6 +145,34 @@ class SpectrumInfo:
     selection_score: float
     heldout_pairs: int
     heldout_view_version: int
+    epochs: int = 0
+    data_share: float = float("nan")
+
+
+@dataclasses.dataclass
+class KoopmanHeadline:
+    """The estimate the Koopman reply trusts most (docs/algorithms.md §7.1).
+
+    Attributes:
+        timescale: slowest resolved non-stationary timescale (units of time); NaN: none.
+        stderr: its standard error; NaN when there is none (see note).
+        view: "koopman", "lag-scan" or "koopman-fallback"; empty: none.
+        nonstationary: the stream is not stationary (trend, drifting mean, transient).
+        nonstationary_reason: what was seen; empty when stationary.
+        note: where the error bar comes from, or why there is none.
+    """
+    timescale: float
+    stderr: float
+    view: str
+    nonstationary: bool
+    nonstationary_reason: str
+    note: str
+
+
+def headline_from_proto(h) -> KoopmanHeadline:
+    return KoopmanHeadline(timescale=h.timescale, stderr=h.stderr, view=h.view,
+                           nonstationary=h.nonstationary,
+                           nonstationary_reason=h.nonstationary_reason, note=h.note)
 
 
 @dataclasses.dataclass
@@ -275,7 +312,8 @@ def comparison_from_proto(c) -> TimescaleComparison:
         koopman=c.koopman, count_chain=c.count_chain, embedding=c.embedding,
         relative_disagreement=c.relative_disagreement, threshold=c.threshold, warning=c.warning,
         lag_scan=c.lag_scan, lag_scan_stderr=c.lag_scan_stderr, lag_scan_lag=c.lag_scan_lag,
-        lag_scan_blocks=c.lag_scan_blocks)
+        lag_scan_blocks=c.lag_scan_blocks, relative_stderr=c.relative_stderr,
+        diagnostic=c.diagnostic)
 
 
 def spectrum_from_proto(s) -> SpectrumInfo:
@@ -286,7 +324,7 @@ def spectrum_from_proto(s) -> SpectrumInfo:
         ridge_grid=_floats(s.ridge_grid), ridge_scores=_floats(s.ridge_scores),
         warnings=list(s.warnings), comparison=comparison_from_proto(s.comparison),
         selection_score=s.selection_score, heldout_pairs=s.heldout_pairs,
-        heldout_view_version=s.heldout_view_version)
+        heldout_view_version=s.heldout_view_version, epochs=s.epochs, data_share=s.data_share)
 
 
 def sub_view_from_proto(s) -> SubViewStatus:

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from .info import FitSummary, SpectrumInfo
+from .info import FitSummary, KoopmanHeadline, SpectrumInfo
 
 
 @dataclasses.dataclass
@@ -52,6 +52,9 @@ class KoopmanResult:
         excess: (k,) float, max(0, |mu| - 1).
         spectrum: SpectrumInfo (estimator, epoch, held-out score, cross-view timescales,
             warnings); None if the daemon sent none.
+        periods: (k,) float, 2 pi dt / |arg mu| (NaN where mu is real).
+        headline: KoopmanHeadline, the one timescale to quote with its standard error; None if
+            the daemon sent none.
     """
     eigenvalues: np.ndarray
     rates: np.ndarray
@@ -63,6 +66,8 @@ class KoopmanResult:
     stationary: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=bool))
     excess: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     spectrum: Optional[SpectrumInfo] = None
+    periods: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    headline: Optional[KoopmanHeadline] = None
 
 
 @dataclasses.dataclass
