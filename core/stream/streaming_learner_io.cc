@@ -34,6 +34,8 @@ void StreamingLearner::Serialize(io::Writer& w) const {
   w.Bool(lags_ != nullptr);
   if (lags_) lags_->Serialize(w);
   if (run_) run_->Serialize(w);
+  w.Bool(forecast_ != nullptr);
+  if (forecast_) forecast_->Serialize(w);
 }
 
 absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options, uint32_t version,
@@ -138,6 +140,22 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
   }
   if (l.run_ && version >= 4 && r.ok() && l.run_->Deserialize(r) && !l.lags_ && l.run_->has_lag_events()) {
     return r.Fail("model CME run holds lag states or pairs but the model keeps no lag statistics");
+  }
+  // The forecast regression (version 5): with the CME (dim <= kMaxForecastDim); older states
+  // restore an empty one, which learns from the next pair on.
+  l.forecast_.reset();
+  if (version >= 5 && r.ok() && r.Bool("model has forecast regression")) {
+    if (!l.cme_ || options.dim > lo::kMaxForecastDim) return r.Fail("model holds a forecast regression it cannot have");
+    absl::StatusOr<ForecastRegression> f =
+        ForecastRegression::Deserialize(r, lo::ForecastFeatures(options, l.cme_->options().sigma));
+    if (!f.ok()) return f.status();
+    if (f->options().scored_dims != lo::Forecast(options).scored_dims) {
+      return r.Fail("model forecast regression does not match its config (scored dims)");
+    }
+    l.forecast_ = std::make_unique<ForecastRegression>(*std::move(f));
+  } else if (l.cme_ && options.dim <= lo::kMaxForecastDim) {
+    l.forecast_ = std::make_unique<ForecastRegression>(lo::ForecastFeatures(options, l.cme_->options().sigma),
+                                                       lo::Forecast(options));
   }
   if (!r.ok()) return r.status();
   l.sigma_selection_ = std::move(sigma_selection);

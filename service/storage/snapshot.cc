@@ -32,8 +32,10 @@ constexpr uint32_t kFormatVersion = 1;
 // version 1 and 2 objects load with fresh, empty lag statistics.
 // Version 4 adds the open CME micro-batch run after the lag statistics (docs/algorithms.md
 // §9.2); older objects load with an empty run (the next run starts at the stored pair count).
+// Version 5 adds the forecast regression after the run (docs/algorithms.md §11); older objects
+// load with an empty regression (it learns from the next pair on, first fit after 64 pairs).
 constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
-static_assert(kModelVersion == 4, "a new learner state version is a new MODL version: document it here");
+static_assert(kModelVersion == 5, "a new learner state version is a new MODL version: document it here");
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;

@@ -18,7 +18,8 @@ grpc_python_plugin, python3-grpcio, python3-protobuf, python3-numpy; see client/
 """
 from .client import (AggregationResult, CkResult, CkTestResult, Client, ClustersResult,
                      CmestreamError, CountsResult, EmbeddingResult, FitSummary, ForecastResult,
-                     IngestResult, KoopmanResult, LagScan, LatentResult, TimescalesResult)
+                     ForecastSkill, IngestResult, KoopmanResult, LagScan, LatentResult,
+                     SeriesForecast, TimescalesResult)
 from .model import Model
 from .sharded import ShardedClient
 from . import placement
@@ -26,6 +27,7 @@ from . import placement
 __version__ = "0.1.0"  # = project(cmestream VERSION) in CMakeLists.txt (a test checks)
 
 __all__ = ["AggregationResult", "Client", "ClustersResult", "CmestreamError", "CountsResult",
-           "EmbeddingResult", "FitSummary", "ForecastResult", "IngestResult", "KoopmanResult",
+           "EmbeddingResult", "FitSummary", "ForecastResult", "ForecastSkill", "IngestResult",
+           "KoopmanResult",
            "LatentResult", "LagScan", "TimescalesResult", "CkResult", "CkTestResult", "Model",
-           "ShardedClient", "placement", "__version__"]
+           "SeriesForecast", "ShardedClient", "placement", "__version__"]

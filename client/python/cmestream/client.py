@@ -162,10 +162,37 @@ class LatentResult:
 
 
 @dataclasses.dataclass
+class ForecastSkill:
+    """The model's live one-step skill: each pair scored before it was learned (NaN before the
+    first scored pair; docs/algorithms.md section 11)."""
+    rmse: float
+    rmse_persistence: float   # the same pairs forecast by "next = last"
+    ratio: float              # rmse / rmse_persistence
+    pairs: int
+
+
+@dataclasses.dataclass
 class ForecastResult:
     forecast: np.ndarray      # (H, d) expected observations
     distribution: np.ndarray  # (H, P) discrete models; (H, 0) continuous
     state: np.ndarray         # filtered predictive state
+    view_version: int
+    samples: int
+    horizon: int = 1
+    dim: int = 0
+    method: str = ""          # "regression" or "predictive_state"
+    skill: Optional[ForecastSkill] = None  # continuous models
+
+
+@dataclasses.dataclass
+class SeriesForecast:
+    """Rolling forecasts over a series (not learned): forecasts[i, h] forecasts row
+    start + i + h + 1 from row start + i."""
+    start: int
+    forecasts: np.ndarray     # (n - start, H, d)
+    horizon: int
+    dim: int
+    skill: ForecastSkill
     view_version: int
     samples: int
 
@@ -220,6 +247,11 @@ class CkTestResult:
     @property
     def primary(self) -> CkResult:
         return self.koopman if self.estimator == "koopman" and self.koopman else self.counts
+
+
+def _skill(s) -> ForecastSkill:
+    return ForecastSkill(rmse=s.rmse, rmse_persistence=s.rmse_persistence, ratio=s.ratio,
+                         pairs=int(s.pairs))
 
 
 def _lag_scan(s) -> LagScan:
@@ -761,7 +793,8 @@ class Client:
                  window_ids: Optional[npt.ArrayLike] = None,
                  horizon: int = 1) -> ForecastResult:
         """Forecast of the next `horizon` observations after `window` (rows, oldest first) or,
-        for discrete models, `window_ids`."""
+        for discrete models, `window_ids`. Continuous models answer with the forecast regression
+        from the last row (predictive-state models, created with window=L: with their filter)."""
         if horizon < 1:
             raise ValueError("horizon: expected >= 1")
         req = pb.ForecastRequest(model=model, horizon=horizon)
@@ -775,6 +808,24 @@ class Client:
             forecast=np.array(r.forecast, dtype=np.float64).reshape(horizon, -1),
             distribution=dist.reshape(horizon, -1) if dist.size else np.zeros((horizon, 0)),
             state=np.array(r.state, dtype=np.float64),
+            view_version=r.view.version, samples=r.view.samples,
+            horizon=horizon, dim=r.dim, method=r.method,
+            skill=_skill(r.skill) if r.HasField("skill") else None)
+
+    def forecast_series(self, model: str, series: npt.ArrayLike, horizon: int = 1) -> SeriesForecast:
+        """Rolling forecasts (continuous models) over `series` (rows, oldest first; not learned):
+        for each row r = start..n-1 the forecasts of rows r+1..r+horizon."""
+        if horizon < 1:
+            raise ValueError("horizon: expected >= 1")
+        rows = self._points_for(model, series, "series")
+        req = pb.ForecastRequest(model=model, horizon=horizon)
+        req.series.extend(rows.ravel())
+        r = self._call(self._queries.Forecast, req)
+        d = r.dim or rows.shape[1]
+        return SeriesForecast(
+            start=r.start,
+            forecasts=np.array(r.series_forecast, dtype=np.float64).reshape(-1, horizon, d),
+            horizon=horizon, dim=d, skill=_skill(r.skill),
             view_version=r.view.version, samples=r.view.samples)
 
     def timescales(self, model: str) -> TimescalesResult:

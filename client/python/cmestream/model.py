@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .client import (AggregationResult, ClustersResult, CountsResult, EmbeddingResult,
-                     ForecastResult, IngestResult, KoopmanResult, LatentResult)
+                     ForecastResult, IngestResult, KoopmanResult, LatentResult, SeriesForecast)
 
 if TYPE_CHECKING:
     from .client import Client
@@ -144,10 +144,14 @@ class Model:
         return self.client.latent(self.name, **self._query(x))
 
     def forecast(self, window: npt.ArrayLike, horizon: int = 1) -> ForecastResult:
-        """Predictive-state forecast of the next `horizon` observations after `window`."""
+        """Forecast of the next `horizon` observations after `window` (oldest first)."""
         if self.is_discrete:
             return self.client.forecast(self.name, window_ids=window, horizon=horizon)
         return self.client.forecast(self.name, window=window, horizon=horizon)
+
+    def forecast_series(self, series: npt.ArrayLike, horizon: int = 1) -> SeriesForecast:
+        """Rolling forecasts over `series` (continuous models; not learned)."""
+        return self.client.forecast_series(self.name, series, horizon=horizon)
 
     def dictionary(self) -> Tuple[np.ndarray, np.ndarray, float]:
         """(x_atoms (m_x, dim), y_atoms (m_y, dim), sigma) of the current view."""
