@@ -24,6 +24,7 @@ PACKAGES=(
   llvm-14                           # llvm-symbolizer: readable TSan/UBSan stacks (scripts/sanitize.sh)
   clang-format clang-tidy           # scripts/dev/format.sh, scripts/dev/lint.sh
   linux-perf                        # perf: scripts/profile_duffing_daemon.sh (where the daemon's CPU goes)
+  r-base-core python3-statsmodels   # public real series (R's and statsmodels' datasets): tests/integration/test_real_series.py
 )
 
 missing=()

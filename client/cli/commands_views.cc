@@ -613,18 +613,92 @@ int Latent(Context& ctx, const Args& args) {
   return 0;
 }
 
+namespace {
+
+void WriteSkillJson(JsonWriter& w, const v1::ForecastSkill& s) {
+  w.Key("skill").BeginObject();
+  w.Key("rmse").Double(s.rmse());
+  w.Key("rmse_persistence").Double(s.rmse_persistence());
+  w.Key("ratio").Double(s.ratio());
+  w.Key("pairs").Uint(s.pairs());
+  w.EndObject();
+}
+
+void PrintSkill(const v1::ForecastSkill& s) {
+  std::printf("# live one-step skill over %llu pairs: rmse %.6g, persistence %.6g, ratio %.4g\n",
+              static_cast<unsigned long long>(s.pairs()), s.rmse(), s.rmse_persistence(), s.ratio());
+}
+
+// forecast --series: rolling forecasts over the rows of a file (continuous models).
+int ForecastSeries(Context& ctx, const Args& args, const std::string& model, const std::string& path,
+                   uint32_t horizon) {
+  const std::string cmd = "forecast";
+  CMESTREAM_LOAD_POINTS(q, cmd, model, path);
+  if (q.discrete) return FailUsage(cmd, "--series: model '" + model + "' is discrete; use --window FILE of state ids");
+  auto r = ctx.client->ForecastSeries(model, q.points, horizon);
+  if (!r.ok()) return Fail(cmd, r.status());
+  const int d = static_cast<int>(r->dim() > 0 ? r->dim() : q.dim);
+  const int H = static_cast<int>(horizon);
+  const int64_t per_row = static_cast<int64_t>(H) * d;
+  const int64_t rows = per_row > 0 ? r->series_forecast_size() / per_row : 0;
+  if (args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("model").String(model);
+    WriteViewJson(w, r->view());
+    w.Key("method").String(r->method());
+    w.Key("horizon").Uint(horizon);
+    w.Key("dim").Uint(static_cast<uint32_t>(d));
+    w.Key("start").Uint(r->start());
+    w.Key("forecasts").BeginArray();
+    for (int64_t i = 0; i < rows; ++i) {
+      w.BeginArray();
+      for (int h = 0; h < H; ++h) {
+        w.BeginArray();
+        for (int j = 0; j < d; ++j) w.Double(r->series_forecast(static_cast<int>(i * per_row + h * d + j)));
+        w.EndArray();
+      }
+      w.EndArray();
+    }
+    w.EndArray();
+    WriteSkillJson(w, r->skill());
+    w.EndObject();
+    PrintJson(w);
+    return 0;
+  }
+  PrintViewLine("forecast", model, r->view());
+  PrintSkill(r->skill());
+  std::printf("# row r: forecasts of rows r+1..r+%d (first row %u)\n", H, r->start());
+  for (int64_t i = 0; i < rows; ++i) {
+    std::printf("%6lld", static_cast<long long>(r->start() + i));
+    for (int h = 0; h < H; ++h) {
+      for (int j = 0; j < d; ++j) {
+        std::printf(j ? ",%.10g" : "  %.10g", r->series_forecast(static_cast<int>(i * per_row + h * d + j)));
+      }
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
 int Forecast(Context& ctx, const Args& args) {
   const std::string cmd = "forecast";
   if (int rc = NeedName(args, cmd, kForecastUsage)) return rc;
   const std::string model = args.positional[0];
   auto window = args.Value("window");
-  if (!window) return FailUsage(cmd, "--window FILE is required (recent observations, oldest first)");
+  auto series = args.Value("series");
+  if (!window == !series) {
+    return FailUsage(cmd, "one of --window FILE (recent observations, oldest first) and --series FILE is required");
+  }
   uint32_t horizon = 1;
   if (auto h = args.Value("horizon")) {
     auto v = ParseUint("horizon", *h);
     if (!v.ok() || *v < 1 || *v > 100000) return FailUsage(cmd, "--horizon: expected an integer in [1, 100000]");
     horizon = static_cast<uint32_t>(*v);
   }
+  if (series) return ForecastSeries(ctx, args, model, *series, horizon);
   CMESTREAM_LOAD_POINTS(q, cmd, model, window);
   auto r = ctx.client->Forecast(model, q.points, q.ids, horizon);
   if (!r.ok()) return Fail(cmd, r.status());
@@ -669,11 +743,14 @@ int Forecast(Context& ctx, const Args& args) {
     }
     w.Key("state");
     WriteListJson(w, r->state());
+    w.Key("method").String(r->method());
+    if (r->has_skill()) WriteSkillJson(w, r->skill());
     w.EndObject();
     PrintJson(w);
     return 0;
   }
   PrintViewLine("forecast", model, r->view());
+  if (r->has_skill()) PrintSkill(r->skill());
   for (int t = 0; t < H; ++t) {
     std::printf("%4d", t + 1);
     if (q.discrete) {

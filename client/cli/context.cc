@@ -58,8 +58,8 @@ commands:
   timescales NAME [--json]              implied timescales at every lag, with standard errors
   cktest NAME [--clusters K] [--steps S] [--lag L] [--json]
                                         Chapman-Kolmogorov test on the metastable sets
-  forecast NAME --window FILE [--horizon H] [--json]
-                                        predictive-state forecast after a recent window
+  forecast NAME (--window FILE | --series FILE) [--horizon H] [--json]
+                                        forecasts after a recent window, or rolling ones
   simulate SYSTEM [options]             write simulated data as CSV (no server needed):
                                         duffing, double-well, duffing-grid, four-well,
                                         multi-well-2d, soft-aggregation, hmm-mixture,
@@ -231,15 +231,23 @@ JSON: {"weights": [k], "densities": [[n values] per component], "posteriors": [[
        "latent_states", "summary" (as for embedding), "view_version", "samples"}
 )";
 
-const char kForecastUsage[] = R"(usage: cmestream forecast NAME --window FILE [--horizon H] [--json]
+const char kForecastUsage[] = R"(usage: cmestream forecast NAME (--window FILE | --series FILE) [--horizon H] [--json]
 
-Predictive-state forecast (model created with --window L) of the next H (default 1)
-observations after the recent observations in FILE (one per line, oldest first; state ids for
-discrete models).
-JSON, continuous: {"forecast": [[d numbers] per step] (expected values), "dim", "state", ...}
-JSON, discrete:   {"forecast": [most likely id per step], "expected": [sum_a a p(a) per step],
-                   "distribution": [[P probabilities] per step], "state", ...}
-Both carry "horizon", "view_version", "samples".
+Forecast of the next H (default 1) observations. Continuous models use the forecast regression
+(linear and kernel terms, ridge chosen by held-out score; docs/algorithms.md section 11), except
+predictive-state models (created with --window L) given --window, which use their filter.
+--window FILE  recent observations (one per line, oldest first; state ids for discrete models);
+               a regression forecasts from the last one.
+--series FILE  continuous models: rolling forecasts over the rows of FILE (not learned): for
+               each row r = start..N-1, the forecasts of rows r+1..r+H.
+JSON, --window continuous: {"forecast": [[d numbers] per step], "dim", "state", ...}
+JSON, --window discrete:   {"forecast": [most likely id per step], "expected": [sum_a a p(a) per
+                           step], "distribution": [[P probabilities] per step], "state", ...}
+JSON, --series: {"model", "horizon", "dim", "start", "forecasts": [per row: H lists of d
+                numbers], "skill", ...}
+All carry "horizon", "method" ("regression" or "predictive_state"), "view_version", "samples"
+and, for continuous models, "skill": {"rmse", "rmse_persistence", "ratio", "pairs"}, the
+model's live one-step skill (each pair scored before it was learned; null before the first).
 )";
 
 const char kIngestUsage[] = R"(usage: cmestream ingest NAME --csv FILE [--producer ID] [--trajectory] [options]

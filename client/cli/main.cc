@@ -204,7 +204,7 @@ int Run(int argc, char** argv) {
     spec.switches = {"json"};
   } else if (command == "forecast") {
     usage = kForecastUsage;
-    spec.values = {"window", "horizon"};
+    spec.values = {"window", "series", "horizon"};
     spec.switches = {"json"};
   } else if (command == "simulate") {
     usage = kSimulateUsage;

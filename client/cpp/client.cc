@@ -669,6 +669,16 @@ absl::StatusOr<v1::ForecastResponse> Client::Forecast(const std::string& model, 
   return Query<v1::ForecastResponse>(&v1::QueryService::Stub::Forecast, request);
 }
 
+absl::StatusOr<v1::ForecastResponse> Client::ForecastSeries(const std::string& model, absl::Span<const double> series,
+                                                            uint32_t horizon) {
+  if (horizon < 1) return absl::InvalidArgumentError("horizon: expected >= 1, got 0");
+  v1::ForecastRequest request;
+  request.set_model(model);
+  request.mutable_series()->Add(series.begin(), series.end());
+  request.set_horizon(horizon);
+  return Query<v1::ForecastResponse>(&v1::QueryService::Stub::Forecast, request);
+}
+
 absl::StatusOr<v1::TimescalesResponse> Client::Timescales(const std::string& model) {
   v1::TimescalesRequest request;
   request.set_model(model);

@@ -228,6 +228,10 @@ class Client {
   // `window` (k*dim doubles) for continuous models, `window_ids` for discrete ones.
   absl::StatusOr<v1::ForecastResponse> Forecast(const std::string& model, absl::Span<const double> window,
                                                 absl::Span<const int64_t> window_ids, uint32_t horizon);
+  // Rolling forecasts (continuous models, docs/algorithms.md §11) over `series` (n*dim doubles,
+  // oldest first; not learned): rows r = start..n-1 each get the forecasts of rows r+1..r+H.
+  absl::StatusOr<v1::ForecastResponse> ForecastSeries(const std::string& model, absl::Span<const double> series,
+                                                      uint32_t horizon);
   // Implied timescales at every lag of the model with jackknife standard errors.
   absl::StatusOr<v1::TimescalesResponse> Timescales(const std::string& model);
   // CK test: clusters / steps / lag 0 mean the model's clusters, every step, its first lag.

@@ -45,6 +45,10 @@ void StreamingLearner::CreateSigmaDependent(double sigma) {
   if (!options_.lags.empty()) lags_ = std::make_unique<LagStatistics>(learner_options::Lags(options_, sigma));
   if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, sigma));
   run_ = std::make_unique<CmeRun>(options_.dim, options_.run_pairs());
+  if (options_.dim <= learner_options::kMaxForecastDim) {
+    forecast_ = std::make_unique<ForecastRegression>(learner_options::ForecastFeatures(options_, sigma),
+                                                     learner_options::Forecast(options_));
+  }
 }
 
 int64_t StreamingLearner::samples() const {
@@ -100,6 +104,7 @@ void StreamingLearner::FeedPair(const double* x, const double* y) {
   // Test, then train: the installed view's model scores the pair before anything learns it.
   if (prequential_) prequential_->Observe(x, y);
   moments_->Observe(x, y);  // reads no dictionary
+  if (forecast_) forecast_->Observe(x, y);  // neither (it scores the pair with its fit first)
   // The CME, the counts (its nearest atoms, docs/algorithms.md §2) and the spectral moments (its
   // X atoms, §7) take the pair with the run. Observe applies a full run once the pair's lag
   // state or pair was recorded too; the warm-up's pairs (which have none) apply it here.
@@ -237,6 +242,7 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
   if (absl::Status s = Check(batch); !s.ok()) return s;
   batch_ = ObserveSummary{};
   const CompressedCme::Counters before = cme_ ? cme_->counters() : CompressedCme::Counters{};
+  const int64_t refits_before = forecast_ ? forecast_->refits() : 0;
   // One pass over the pairs, every estimator fed per pair in stream order: the CME, counts and
   // moments (FeedLearner), then the trajectory's next state (latent, predictive, lags) or, for
   // unordered pairs, the lag-1 statistics. Interleaving keeps every estimator's state a function
@@ -270,6 +276,8 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
   if (states) EndEpisodeBatch(TrajectoryState(batch, batch.n), batch);
   batch_.pairs = batch.n;
   batch_.pending_warmup = warmup_n_;
+  // (A warm-up that ended in this batch created the regression: all its refits are this batch's.)
+  if (forecast_) batch_.forecast_refits = forecast_->refits() - (batch_.warmup_finished ? 0 : refits_before);
   if (cme_) {
     const CompressedCme::Counters& c = cme_->counters();
     batch_.admitted_x = c.admitted_x - before.admitted_x;
@@ -295,6 +303,7 @@ std::optional<StreamingLearner::SnapshotCopy> StreamingLearner::CopyForSnapshot(
   if (moments_) snap.moments = moments_->Snapshot();
   if (latent_) snap.latent = latent_->Snapshot();
   if (predictive_) snap.predictive = predictive_->Snapshot();
+  if (forecast_) snap.forecast = forecast_->Snapshot();
   if (prequential_) {
     snap.prequential =
         StreamingLearnerSnapshot::Prequential{prequential_view_, prequential_->pairs(), prequential_->Score()};

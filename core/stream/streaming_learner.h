@@ -40,8 +40,9 @@
 //
 // COST: O(n (m^2 + N^2)) per batch of n pairs (m dictionary atoms, N random features), and no
 // heap allocation per pair once sigma is known, except a count entry seen for the first time,
-// a dictionary growing its capacity (geometrically) and a new spectral epoch or lag basis
-// (rare: epochs restart at 10 % new atoms). Choosing sigma costs O(n p^2 + p^3) once (§1.11).
+// a dictionary growing its capacity (geometrically), a new spectral epoch or lag basis
+// (rare: epochs restart at 10 % new atoms) and a forecast refit (at pair counts 64, 128, ...,
+// 4096, then every 4096 pairs). Choosing sigma costs O(n p^2 + p^3) once (§1.11).
 //
 // The estimators keep their own classes; this class owns them and decides what each one sees.
 // It is not thread-safe (the daemon serializes batches per model).
@@ -61,6 +62,7 @@
 #include "core/common/types.h"
 #include "core/counts/transition_counts.h"
 #include "core/embedding/state_embedding.h"
+#include "core/forecast/forecast_regression.h"
 #include "core/io/fwd.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
@@ -119,6 +121,7 @@ struct ObserveSummary {
   double forced_error = 0;
   int64_t spectral_epochs = 0;  // spectral epochs started (§7)
   int64_t lag_rebases = 0;      // lag bases re-picked (§8.1)
+  int64_t forecast_refits = 0;  // forecast regression refits (§11; they allocate)
   // Trajectory batches: whether the batch started a new episode (false: it continued the open
   // one, or the model keeps no sequence estimator) and the states the sequence estimators took.
   bool episode_started = false;
@@ -148,6 +151,7 @@ struct StreamingLearnerSnapshot {
   // options.scale_inputs, once the warm-up ended: the frozen scaler; every coordinate above
   // (atoms, lag basis, RFF moments) is in its scaled units.
   std::optional<InputScaler> scaler;
+  std::optional<ForecastMomentsSnapshot> forecast;  // continuous
 };
 
 class StreamingLearner {
@@ -184,6 +188,10 @@ class StreamingLearner {
     // the X atoms) once sigma is known.
     std::vector<int> lags = {1};
     int lag_basis_atoms = 32;
+    // The forecast regression (continuous, docs/algorithms.md §11) scores its live one-step skill
+    // on the last forecast_scored_dims components of a state (the newest observation of a delay
+    // vector); 0 = all of them.
+    int forecast_scored_dims = 0;
     // Pairs per CME micro-batch (docs/algorithms.md §9.2), in [1, kMaxMicroBatch]; 1 = the
     // sequential recursion, pair by pair. The run actually used is run_pairs().
     int micro_batch = 256;
@@ -272,6 +280,8 @@ class StreamingLearner {
   // The CME (null for discrete models and during the warm-up): counters, dictionary sizes,
   // last drift, as of the last applied run (the open run's pairs are not in it yet).
   const CompressedCme* cme() const { return cme_.get(); }
+  // The forecast regression (null for discrete models and during the warm-up).
+  const ForecastRegression* forecast() const { return forecast_.get(); }
 
   // SERIALIZATION. The per-sample state, everything Observe reads or writes except the sigma
   // selection (a report, which the caller stores in its own form, right before these bytes
@@ -281,16 +291,18 @@ class StreamingLearner {
   //   bool + CCME, CNTS, bool + EMOM, bool + MVAC, bool + PSAC, bool + SPMO, bool + LAGS
   //   (core/io/learner_serialization.cc, core/validation/lag_statistics.cc);
   //   with a CME, the open CME run (CmeRun::Serialize);
-  //   version 5, with a CME and options.scale_inputs: the frozen InputScaler (nothing for an
-  //   unscaled model, whose bytes are those of version 4).
+  //   version >= 5, with a CME and options.scale_inputs: the frozen InputScaler (nothing for an
+  //   unscaled model);
+  //   version >= 6: bool + FCRG (the forecast regression, core/forecast/forecast_regression.h).
   // Version kStateVersion; version 1 has no spectral moments (restored fresh when the CME
   // exists), versions 1 and 2 no lag statistics (restored fresh, empty), versions 1 to 3 no
   // open run (restored empty: the next run starts at the restored pair count); versions 1 to 4
-  // cannot hold a scaled model (DataLoss if the options ask for one).
+  // cannot hold a scaled model (DataLoss if the options ask for one); versions 1 to 5 have no
+  // forecast regression (restored fresh, empty: it learns from the next pair on).
   // Deserialize checks every part against `options` (the same options the learner had): a
   // mismatch or a corrupt part is DataLoss naming the part and the offset. Serialize followed
   // by Deserialize and the same batches gives the same state, bit for bit, as never stopping.
-  static constexpr uint32_t kStateVersion = 5;
+  static constexpr uint32_t kStateVersion = 6;
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<StreamingLearner> Deserialize(io::Reader& r, const Options& options, uint32_t version,
                                                       SigmaSelection sigma_selection);
@@ -328,6 +340,8 @@ class StreamingLearner {
   // Lagged moments and counts: discrete models (when lags are configured), continuous ones
   // once sigma is known. Trajectory states feed every lag; unordered pairs feed lag 1.
   std::unique_ptr<LagStatistics> lags_;
+  // Continuous, once sigma is known: the one-step forecast regression, fed with every pair.
+  std::unique_ptr<ForecastRegression> forecast_;
   // Continuous, once sigma is known: the open CME run.
   std::unique_ptr<CmeRun> run_;
   // Episode rule: key and last state of the last trajectory batch observed.

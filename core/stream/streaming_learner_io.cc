@@ -37,6 +37,9 @@ void StreamingLearner::Serialize(io::Writer& w) const {
   // Version 5: only a scaled model writes its scaler, so an unscaled model's bytes (and state
   // digest) are those of version 4.
   if (scaler_) scaler_->Serialize(w);
+  // Version 6: the forecast regression.
+  w.Bool(forecast_ != nullptr);
+  if (forecast_) forecast_->Serialize(w);
 }
 
 absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options, uint32_t version,
@@ -151,6 +154,22 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
     l.scaled_x_.assign(options.dim, 0.0);
     l.scaled_y_.assign(options.dim, 0.0);
     l.scaled_state_.assign(options.dim, 0.0);
+  }
+  // The forecast regression (version 6): with the CME (dim <= kMaxForecastDim); older states
+  // restore an empty one, which learns from the next pair on.
+  l.forecast_.reset();
+  if (version >= 6 && r.ok() && r.Bool("model has forecast regression")) {
+    if (!l.cme_ || options.dim > lo::kMaxForecastDim) return r.Fail("model holds a forecast regression it cannot have");
+    absl::StatusOr<ForecastRegression> f =
+        ForecastRegression::Deserialize(r, lo::ForecastFeatures(options, l.cme_->options().sigma));
+    if (!f.ok()) return f.status();
+    if (f->options().scored_dims != lo::Forecast(options).scored_dims) {
+      return r.Fail("model forecast regression does not match its config (scored dims)");
+    }
+    l.forecast_ = std::make_unique<ForecastRegression>(*std::move(f));
+  } else if (l.cme_ && options.dim <= lo::kMaxForecastDim) {
+    l.forecast_ = std::make_unique<ForecastRegression>(lo::ForecastFeatures(options, l.cme_->options().sigma),
+                                                       lo::Forecast(options));
   }
   if (!r.ok()) return r.status();
   l.sigma_selection_ = std::move(sigma_selection);

@@ -23,4 +23,12 @@ MultiViewAccumulator::Options Latent(const StreamingLearner::Options& o, double 
 // requires: o.window > 0.
 PredictiveStateAccumulator::Options Predictive(const StreamingLearner::Options& o);
 
+// The forecast regression (continuous models of dim <= kMaxForecastDim): scored on the last
+// forecast_scored_dims components; held-out blocks of 16 pairs in 5 folds (docs/algorithms.md §11).
+inline constexpr int kMaxForecastDim = 256;
+ForecastRegression::Options Forecast(const StreamingLearner::Options& o);
+// Its features: random Fourier features at `sigma` drawn from the model's seed, min(rff_features,
+// 128) of them (kForecastFeatures in the .cc says why not 256).
+std::shared_ptr<const FeatureMap> ForecastFeatures(const StreamingLearner::Options& o, double sigma);
+
 }  // namespace cmestream::learner_options

@@ -59,6 +59,13 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     learner.dim = c.dim();
     const double run = learner.run_pairs();
     bytes += (4 * run + 1) * d * kDouble + 10 * m * 128 * kDouble;
+    // Forecast regression (core/forecast/forecast_regression.h; dim <= 256): 5 folds plus two
+    // refit copies of q x q and q x d sums (q = d + min(N, 128)), in the learner and twice more
+    // while a refresh fits it (the snapshot copy and the fit's complements).
+    if (d <= 256) {
+      const double q = d + std::min(n, 128.0);
+      bytes += 3 * 7 * (q * q + q * d) * kDouble;
+    }
   }
   // Lag statistics (core/validation/lag_statistics.h): per lag and block (16 + the open one),
   // two D x D sums with D = P one-hot ids (discrete, P <= kMaxLagStates) or the Koopman basis

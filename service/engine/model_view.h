@@ -21,6 +21,7 @@
 #include "core/cme/compressed_cme.h"
 #include "core/counts/transition_counts.h"
 #include "core/embedding/state_embedding.h"
+#include "core/forecast/forecast_regression.h"
 #include "core/koopman/koopman.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
@@ -91,6 +92,14 @@ struct AggregationView {
   RowMatrixXd coordinates;  // continuous: atom of each row (p_kept x d)
 };
 
+// The forecast regression fitted at refresh from all pairs so far (docs/algorithms.md §11),
+// with the learner's live prequential skill at the same moment.
+struct ForecastView {
+  ForecastModel model;
+  ForecastSkill skill;
+  int64_t samples = 0;  // pairs the regression's sums hold
+};
+
 struct ModelView {
   uint64_t version = 0;  // 1, 2, ... per model
   uint64_t samples = 0;  // learner samples the view reflects
@@ -112,6 +121,7 @@ struct ModelView {
   SubView<LatentModel> latent;
   SubView<PredictiveStateModel> predictive;
   SubView<LagsView> lags;  // lag scans and CK tests (service/engine/lags.h)
+  SubView<ForecastView> forecast;  // continuous models
 
   v1::ViewInfo Info() const {
     v1::ViewInfo info;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "core/cluster/chain_timescales.h"
 #include "service/engine/fit_summary.h"
+#include "service/engine/forecast_view.h"
 #include "service/engine/model_config.h"
 
 namespace cmestream::service {
@@ -563,6 +564,11 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
     Timed(model, *view, "predictive", [&] { BuildPredictive(config, *snap, *view); });
   } else {
     BuildPredictive(config, *snap, *view);
+  }
+  if (snap->cme) {
+    Timed(model, *view, "forecast", [&] { BuildForecast(*snap, *view); });
+  } else {
+    BuildForecast(*snap, *view);  // records why a discrete model has none
   }
 
   // Lag scans and the CK test (after the clusters, whose sets the CK test uses).

@@ -471,6 +471,39 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetLatent(grpc::CallbackServerContex
   return call.Finish(absl::OkStatus());
 }
 
+namespace {
+
+void SetSkill(const ForecastSkill& skill, v1::ForecastSkill* out) {
+  out->set_rmse(skill.rmse());
+  out->set_rmse_persistence(skill.rmse_persistence());
+  out->set_ratio(skill.ratio());
+  out->set_pairs(static_cast<uint64_t>(skill.pairs));
+}
+
+// Rolling forecasts over `series` (rows of the model's state, oldest first; not learned): for
+// each row r, the forecasts of rows r+1..r+H from the regression's one-step map iterated.
+absl::Status FillSeriesForecast(const Model& model, const ForecastView& f,
+                                const google::protobuf::RepeatedField<double>& series, uint32_t horizon,
+                                const LimitOptions& limits, v1::ForecastResponse* resp) {
+  absl::StatusOr<int64_t> n = CheckContinuousPoints(series, model, "series");
+  if (!n.ok()) return n.status();
+  const int d = model.dim();
+  // Per row: the features (8 N bytes of scratch) and H*d doubles of reply.
+  if (absl::Status s = CheckQueryCost(model, *n, 8.0 * horizon * d + 8.0 * f.model.num_features(), limits); !s.ok()) {
+    return s;
+  }
+  resp->set_start(0);
+  google::protobuf::RepeatedField<double>* out = resp->mutable_series_forecast();
+  out->Reserve(static_cast<int>(*n * horizon * d));
+  for (int64_t r = 0; r < *n; ++r) {
+    const RowMatrixXd steps = f.model.Rollout(series.data() + r * d, static_cast<int>(horizon));
+    for (int64_t i = 0; i < steps.size(); ++i) out->Add(steps.data()[i]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext* ctx, const v1::ForecastRequest* req,
                                                      v1::ForecastResponse* resp) {
   UnaryCall call(ctx, metrics_, "Forecast");
@@ -481,20 +514,51 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
     return call.Finish(absl::InvalidArgumentError(
         absl::StrCat("field horizon is ", req->horizon(), ", expected 0 (default 1) to ", kMaxHorizon)));
   }
+  const bool has_window = !req->window().empty() || !req->window_ids().empty();
+  if (!req->series().empty() && has_window) {
+    return call.Finish(absl::InvalidArgumentError("fields series and window are exclusive: send one of them"));
+  }
+  if (!req->series().empty() && (*model)->discrete()) {
+    return call.Finish(absl::InvalidArgumentError(absl::StrCat("field series: model '", req->model(),
+                                                               "' is discrete; send window_ids")));
+  }
   absl::StatusOr<RowMatrixXd> window = QueryRows(req->window(), req->window_ids(), **model, "window", "window_ids");
   if (!window.ok()) return call.Finish(window.status());
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(**model);
   if (!view.ok()) return call.Finish(view.status());
-  absl::StatusOr<std::shared_ptr<const PredictiveStateModel>> m =
-      Require(**model, (*view)->predictive, "predictive-state model");
-  if (!m.ok()) return call.Finish(m.status());
-  absl::StatusOr<PredictiveStateModel::Forecast> f = (*m)->ForecastFrom(*window, static_cast<int>(horizon));
-  if (!f.ok()) return call.Finish(f.status());
   *resp->mutable_view() = (*view)->Info();
-  resp->set_dim(static_cast<uint32_t>((*m)->obs_dim()));
-  AddRowMajor(f->mean, resp->mutable_forecast());
-  AddRowMajor(f->distribution, resp->mutable_distribution());
-  AddAll(f->state, resp->mutable_state());
+  resp->set_horizon(horizon);
+  const std::shared_ptr<const ForecastView>& regression = (*view)->forecast.value;
+  if (regression) SetSkill(regression->skill, resp->mutable_skill());
+  // Discrete models, and predictive-state models (--window L) given a window: the §6 filter.
+  if ((*model)->discrete() || ((*view)->predictive.value && req->series().empty())) {
+    absl::StatusOr<std::shared_ptr<const PredictiveStateModel>> m =
+        Require(**model, (*view)->predictive, "predictive-state model");
+    if (!m.ok()) return call.Finish(m.status());
+    absl::StatusOr<PredictiveStateModel::Forecast> f = (*m)->ForecastFrom(*window, static_cast<int>(horizon));
+    if (!f.ok()) return call.Finish(f.status());
+    resp->set_method("predictive_state");
+    resp->set_dim(static_cast<uint32_t>((*m)->obs_dim()));
+    AddRowMajor(f->mean, resp->mutable_forecast());
+    AddRowMajor(f->distribution, resp->mutable_distribution());
+    AddAll(f->state, resp->mutable_state());
+    return call.Finish(absl::OkStatus());
+  }
+  // Continuous models: the regression (docs/algorithms.md §11), from the window's last row.
+  absl::StatusOr<std::shared_ptr<const ForecastView>> f = Require(**model, (*view)->forecast, "forecast regression");
+  if (!f.ok()) return call.Finish(f.status());
+  resp->set_method("regression");
+  resp->set_dim(static_cast<uint32_t>((*model)->dim()));
+  if (!req->series().empty()) {
+    return call.Finish(FillSeriesForecast(**model, **f, req->series(), horizon, registry_.limits(), resp));
+  }
+  if (window->rows() == 0) {
+    return call.Finish(absl::InvalidArgumentError(
+        absl::StrCat("fields window and series are empty: send the recent observations of model '", req->model(),
+                     "' (window, oldest first) or a series to forecast along")));
+  }
+  AddRowMajor((*f)->model.Rollout(window->row(window->rows() - 1).data(), static_cast<int>(horizon)),
+              resp->mutable_forecast());
   return call.Finish(absl::OkStatus());
 }
 

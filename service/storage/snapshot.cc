@@ -36,8 +36,10 @@ constexpr uint32_t kFormatVersion = 1;
 // docs/algorithms.md §1.13) after the open run; an unscaled model's body is that of version 4,
 // so its state digest did not change, and version 1-4 objects load unscaled (their configs
 // have no `scale`, which NormalizeStoredModelConfig keeps as "none").
+// Version 6 adds the forecast regression after the scaler (docs/algorithms.md §11); older objects
+// load with an empty regression (it learns from the next pair on, first fit after 64 pairs).
 constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
-static_assert(kModelVersion == 5, "a new learner state version is a new MODL version: document it here");
+static_assert(kModelVersion == 6, "a new learner state version is a new MODL version: document it here");
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;

@@ -125,6 +125,7 @@ struct Reference {
   std::optional<PredictiveStateAccumulator> predictive;
   std::optional<SpectralMoments> spectral;
   std::optional<LagStatistics> lags;
+  std::optional<ForecastRegression> forecast;
   bool episode_open = false;
   std::string producer, episode;
   std::vector<double> last;
@@ -135,6 +136,7 @@ struct Reference {
       counts->Add(cme->last_nearest_x(), cme->last_nearest_y_in_x());
     }
     moments->Observe(x, y);
+    forecast->Observe(x, y);
     if (spectral->ShouldStartEpoch(cme->dict_x_size())) spectral->StartEpoch(cme->x_atoms());
     spectral->Observe(x, y);
   }
@@ -181,6 +183,8 @@ struct Reference {
       w.I64(0);
       w.I64(0);
     }
+    w.Bool(forecast.has_value());
+    if (forecast) forecast->Serialize(w);
     return w.Release();
   }
 };
@@ -223,6 +227,9 @@ Reference ContinuousReference(double sigma) {
   l.dim = kDim;
   l.sigma = sigma;
   r.lags.emplace(l);
+  ForecastRegression::Options f;
+  f.dim = kDim;
+  r.forecast.emplace(std::make_shared<const FeatureMap>(*FeatureMap::Rff(kDim, kRff, sigma, kSeed)), f);
   return r;
 }
 
@@ -390,8 +397,12 @@ TEST(StreamingLearner, MicroBatchesEqualTheSequentialLearner) {
         StreamingLearner::Deserialize(r, Continuous(0, micro_batch), StreamingLearner::kStateVersion, {});
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(Bytes(*back), bytes);
+    // The forecast regression follows the run (a bool and its object).
+    io::Writer forecast;
+    l.forecast()->Serialize(forecast);
     std::string corrupt = bytes;
-    corrupt[corrupt.size() - 4] ^= 0x40;  // the last event's index (u8 kind, i32 index at the end)
+    // The last event's index (u8 kind, i32 index at the end of the run).
+    corrupt[corrupt.size() - 1 - forecast.size() - 4] ^= 0x40;
     io::Reader bad(corrupt, "test");
     absl::StatusOr<StreamingLearner> refused =
         StreamingLearner::Deserialize(bad, Continuous(0, micro_batch), StreamingLearner::kStateVersion, {});
@@ -399,6 +410,41 @@ TEST(StreamingLearner, MicroBatchesEqualTheSequentialLearner) {
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
     EXPECT_NE(refused.status().message().find("model CME run event"), std::string::npos) << refused.status();
   }
+}
+
+// A state of version 4 (before the forecast regression: the same bytes without the trailing
+// bool and object) loads with an empty regression, which learns from the next pair on.
+TEST(StreamingLearner, Version4StateLoadsWithAnEmptyForecastRegression) {
+  const RowMatrixXd s = Chain(700, 21);
+  StreamingLearner l(Continuous(0));
+  FeedInBatches(l, s.topRows(401), 50);
+  ASSERT_NE(l.forecast(), nullptr);
+  EXPECT_EQ(l.forecast()->samples(), 400);
+  EXPECT_TRUE(l.forecast()->has_fit());
+  io::Writer forecast;
+  l.forecast()->Serialize(forecast);
+  const std::string bytes = Bytes(l);
+  const std::string v4 = bytes.substr(0, bytes.size() - 1 - forecast.size());
+  io::Reader r(v4, "v4");
+  absl::StatusOr<StreamingLearner> old = StreamingLearner::Deserialize(r, Continuous(0), 4, l.sigma_selection());
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_NE(old->forecast(), nullptr);
+  EXPECT_EQ(old->forecast()->samples(), 0);
+  EXPECT_FALSE(old->forecast()->has_fit());
+  // Everything else is the same state.
+  io::Writer rest;
+  old->Serialize(rest);
+  EXPECT_EQ(rest.data().substr(0, v4.size()), v4);
+  // It learns from there: 299 more pairs, fits at 64 and 128 and 256 of its own pairs.
+  Feed(*old, Trajectory(s, 400, 299));
+  EXPECT_EQ(old->forecast()->samples(), 299);
+  EXPECT_TRUE(old->forecast()->has_fit());
+  EXPECT_GT(old->forecast()->skill().pairs, 0);
+  // A truncated version-5 state is refused, naming the part.
+  io::Reader cut(std::string_view(bytes).substr(0, bytes.size() - 10), "v5");
+  absl::StatusOr<StreamingLearner> bad =
+      StreamingLearner::Deserialize(cut, Continuous(0), StreamingLearner::kStateVersion, l.sigma_selection());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(StreamingLearner, EpisodeRuleAcrossBatches) {

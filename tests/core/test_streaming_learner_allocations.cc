@@ -76,22 +76,28 @@ TEST(StreamingLearnerAllocations, ObserveIsAllocationFreeAfterTheWarmup) {
   // The measured window replays states 3000..6000: the dictionary is full (its atoms no longer
   // change), so every pair lands on count entries the warm run created. New states would be a
   // documented exception (a count entry seen for the first time), not the steady path.
+  // The forecast regression refits at pair 8192 (a documented allocation, like an epoch): the
+  // batch that holds it is left out of the count.
   const int64_t samples = l.samples();
-  const long before = testing::AllocationCount();
-  int64_t episodes = 0, admitted = 0, epochs = 0, rebases = 0;
+  long allocations = 0;
+  int64_t episodes = 0, admitted = 0, epochs = 0, rebases = 0, refits = 0;
   for (int64_t f = 3000; f < 6000; f += 100) {
     // Trajectory batches (continuing, and a new episode every tenth batch: the repeated state is
     // skipped) and unordered pairs (lag 1).
     const bool trajectory = (f / 100) % 3 != 0;
     const int64_t first = (f / 100) % 10 == 0 ? f + 1 : f;
+    const long before = testing::AllocationCount();
     absl::StatusOr<ObserveSummary> r = l.Observe(Batch(s, first, f + 100 - first, trajectory));
     ASSERT_TRUE(r.ok());
+    if (r->forecast_refits == 0) allocations += testing::AllocationCount() - before;
+    refits += r->forecast_refits;
     episodes += r->episode_started ? 1 : 0;
     admitted += r->admitted_x + r->admitted_y;
     epochs += r->spectral_epochs;
     rebases += r->lag_rebases;
   }
-  EXPECT_EQ(testing::AllocationCount() - before, 0);
+  EXPECT_EQ(allocations, 0);
+  EXPECT_EQ(refits, 1);
   EXPECT_EQ(admitted + epochs + rebases, 0);  // the steady path only
   EXPECT_EQ(l.samples(), samples + 3000 - 3);
   EXPECT_GT(episodes, 0);

@@ -25,16 +25,16 @@ from .info import (FitSummary, InputScaling, KoopmanHeadline, ModelConfig, Model
                    SubViewStatus, TimescaleComparison, ViewInfo)
 from .model import Model
 from .results import (AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
-                      EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LagScan,
-                      LatentResult, TimescalesResult)
+                      EmbeddingResult, ForecastResult, ForecastSkill, IngestResult,
+                      KoopmanResult, LagScan, LatentResult, SeriesForecast, TimescalesResult)
 from .sharded import ShardedClient
 from . import placement
 
 __version__ = "0.1.0"  # = project(cmestream VERSION) in CMakeLists.txt (a test checks)
 
 __all__ = ["AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
-           "CmestreamError", "CountsResult", "EmbeddingResult", "FitSummary", "ForecastResult",
+           "CmestreamError", "CountsResult", "EmbeddingResult", "FitSummary", "ForecastResult", "ForecastSkill",
            "IngestResult", "InputScaling", "InvalidArgumentError", "KoopmanHeadline", "KoopmanResult", "LagScan", "LatentResult",
-           "Model", "ModelConfig", "ModelInfo", "ShardedClient", "SigmaSelection", "SpectrumInfo",
+           "Model", "ModelConfig", "ModelInfo", "SeriesForecast", "ShardedClient", "SigmaSelection", "SpectrumInfo",
            "SubViewStatus", "TimescaleComparison", "TimescalesResult", "ViewInfo", "placement",
            "__version__"]

@@ -35,9 +35,10 @@ from .info import (FitSummary, ModelConfig, ModelInfo, SigmaSelection, SpectrumI
                    spectrum_from_proto, view_from_proto, headline_from_proto)
 from .model import Model
 from .results import (AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
-                      EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LagScan,
-                      LatentResult, TimescalesResult, ck_from_proto, complex_array,
-                      eigenfunctions_from_proto, lag_scan_from_proto, samples_first)
+                      EmbeddingResult, ForecastResult, ForecastSkill, IngestResult,
+                      KoopmanResult, LagScan, LatentResult, SeriesForecast, TimescalesResult,
+                      ck_from_proto, complex_array, eigenfunctions_from_proto,
+                      lag_scan_from_proto, samples_first, skill_from_proto)
 
 # Re-exported: these lived in this module before cmestream.results and cmestream.info.
 __all__ = ["AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
@@ -610,7 +611,8 @@ class Client:
                  window_ids: Optional[npt.ArrayLike] = None,
                  horizon: int = 1) -> ForecastResult:
         """Forecast of the next `horizon` observations after `window` (rows, oldest first) or,
-        for discrete models, `window_ids`."""
+        for discrete models, `window_ids`. Continuous models answer with the forecast regression
+        from the last row (predictive-state models, created with window=L: with their filter)."""
         horizon = inputs.integer("horizon", horizon, 1)
         req = pb.ForecastRequest(model=model, horizon=horizon)
         if window is not None:
@@ -623,6 +625,23 @@ class Client:
             forecast=np.array(r.forecast, dtype=np.float64).reshape(horizon, -1),
             distribution=dist.reshape(horizon, -1) if dist.size else np.zeros((horizon, 0)),
             state=np.array(r.state, dtype=np.float64),
+            view_version=r.view.version, samples=r.view.samples,
+            horizon=horizon, dim=r.dim, method=r.method,
+            skill=skill_from_proto(r.skill) if r.HasField("skill") else None)
+
+    def forecast_series(self, model: str, series: npt.ArrayLike, horizon: int = 1) -> SeriesForecast:
+        """Rolling forecasts (continuous models) over `series` (rows, oldest first; not learned):
+        for each row r = start..n-1 the forecasts of rows r+1..r+horizon."""
+        horizon = inputs.integer("horizon", horizon, 1)
+        rows = self._points_for(model, series, "series")
+        req = pb.ForecastRequest(model=model, horizon=horizon)
+        req.series.extend(rows.ravel())
+        r = self._call(self._queries.Forecast, req)
+        d = r.dim or rows.shape[1]
+        return SeriesForecast(
+            start=r.start,
+            forecasts=np.array(r.series_forecast, dtype=np.float64).reshape(-1, horizon, d),
+            horizon=horizon, dim=d, skill=skill_from_proto(r.skill),
             view_version=r.view.version, samples=r.view.samples)
 
     def timescales(self, model: str) -> TimescalesResult:

@@ -27,7 +27,7 @@ import numpy.typing as npt
 from .info import ModelInfo, ViewInfo
 from .results import (AggregationResult, CkTestResult, ClustersResult, CountsResult,
                       EmbeddingResult, ForecastResult, IngestResult, KoopmanResult, LatentResult,
-                      TimescalesResult)
+                      SeriesForecast, TimescalesResult)
 
 
 class Model:
@@ -152,7 +152,7 @@ class Model:
         return self.client.latent(self.name, **self._query(x))
 
     def forecast(self, window: npt.ArrayLike, horizon: int = 1) -> ForecastResult:
-        """Predictive-state forecast of the next `horizon` observations after `window`."""
+        """Forecast of the next `horizon` observations after `window` (oldest first)."""
         if self.is_discrete:
             return self.client.forecast(self.name, window_ids=window, horizon=horizon)
         return self.client.forecast(self.name, window=window, horizon=horizon)
@@ -164,6 +164,10 @@ class Model:
     def cktest(self, clusters: int = 0, steps: int = 0, lag: int = 0) -> CkTestResult:
         """Chapman-Kolmogorov test on the metastable sets (0: the model's defaults)."""
         return self.client.cktest(self.name, clusters=clusters, steps=steps, lag=lag)
+
+    def forecast_series(self, series: npt.ArrayLike, horizon: int = 1) -> SeriesForecast:
+        """Rolling forecasts over `series` (continuous models; not learned)."""
+        return self.client.forecast_series(self.name, series, horizon=horizon)
 
     def dictionary(self) -> Tuple[np.ndarray, np.ndarray, float]:
         """(x_atoms (m_x, dim), y_atoms (m_y, dim), sigma) of the current view."""

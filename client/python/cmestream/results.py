@@ -199,20 +199,73 @@ class LatentResult:
 
 
 @dataclasses.dataclass
+class ForecastSkill:
+    """The model's live one-step skill: each pair scored before it was learned (NaN before the
+    first scored pair; docs/algorithms.md section 11).
+
+    Attributes:
+        rmse: root-mean-square one-step error of the model's forecasts.
+        rmse_persistence: the same pairs forecast by "next = last".
+        ratio: rmse / rmse_persistence (below 1: the model beats persistence).
+        pairs: pairs scored.
+    """
+    rmse: float
+    rmse_persistence: float
+    ratio: float
+    pairs: int
+
+
+@dataclasses.dataclass
 class ForecastResult:
-    """Predictive-state forecast of the next H observations.
+    """Forecast of the next H observations after a window.
 
     Attributes:
         forecast: (H, d) expected observations (H, 1 for a discrete model: the expected id).
         distribution: (H, P) probabilities of a discrete model; (H, 0) for a continuous one.
-        state: (s,) the filtered predictive state.
+        state: (s,) the filtered predictive state (predictive-state models; (0,) otherwise).
         view_version, samples: the view the reply was computed from.
+        horizon: H.
+        dim: d, the observation dimension.
+        method: "regression" (the forecast regression, continuous models) or
+            "predictive_state" (the predictive-state filter).
+        skill: ForecastSkill of a continuous model; None otherwise.
     """
     forecast: np.ndarray
     distribution: np.ndarray
     state: np.ndarray
     view_version: int
     samples: int
+    horizon: int = 1
+    dim: int = 0
+    method: str = ""
+    skill: Optional[ForecastSkill] = None
+
+
+@dataclasses.dataclass
+class SeriesForecast:
+    """Rolling forecasts over a series (not learned).
+
+    Attributes:
+        start: the 0-based row at which the first complete window ends.
+        forecasts: (n - start, H, d); forecasts[i, h] forecasts row start + i + h + 1 from the
+            rows up to start + i.
+        horizon: H.
+        dim: d.
+        skill: the model's live one-step ForecastSkill.
+        view_version, samples: the view the reply was computed from.
+    """
+    start: int
+    forecasts: np.ndarray
+    horizon: int
+    dim: int
+    skill: ForecastSkill
+    view_version: int
+    samples: int
+
+
+def skill_from_proto(s) -> ForecastSkill:
+    return ForecastSkill(rmse=s.rmse, rmse_persistence=s.rmse_persistence, ratio=s.ratio,
+                         pairs=int(s.pairs))
 
 
 @dataclasses.dataclass

@@ -30,7 +30,7 @@ from .model import Model
 _ROUTED = ("create_model", "describe", "delete_model", "export_model", "producer_offset", "ingest_pairs",
            "ingest_trajectory", "ingest_ids", "ingest_state_ids", "refresh", "koopman",
            "predict", "dictionary", "counts", "embedding", "clusters", "aggregation", "latent",
-           "forecast", "timescales", "cktest")
+           "forecast", "forecast_series", "timescales", "cktest")
 
 
 class ShardedClient:

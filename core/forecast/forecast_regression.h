@@ -1,0 +1,204 @@
+// Streaming one-step forecast regression (docs/algorithms.md §11).
+//
+// WHAT THIS OBJECT REPRESENTS
+//   The sufficient statistics of a ridge regression of the next state y on the features
+//       z(x) = [1, x, phi(x)]            (phi: N random Fourier features of the model's bandwidth)
+//   over a stream of pairs (x, y), and the forecast model fitted from them. The linear terms x
+//   sit beside the kernel features because a Gaussian kernel alone cannot extrapolate past
+//   amplitudes it has seen (its features vanish away from the data), while a linear
+//   autoregression on the same state can; which of the two (or both) a state component uses is
+//   chosen by a held-out score, not assumed.
+//   The sums are split into K folds by contiguous blocks of `block_length` pairs (block b goes
+//   to fold b mod K: shuffled pairs would leak on a time series):
+//       n_f, s_f = sum u, S_f = sum u u^T, R_f = sum u v^T, t_f = sum v, Q_f = sum v*v (diagonal)
+//   with u = z'(x) - z'(x_0), v = y - x_0 (z' = z without the constant; x_0 the first pair's x):
+//   the shift keeps the sums of large offsets (a 235 V channel) free of cancellation.
+//
+// THE FIT (FitForecast, O(G q^3) for G grid points, q = d + N)
+//   Per output component j, a centered ridge regression of t_j = y_j - kappa x_j on [x, phi]:
+//   kappa = 0 shrinks toward the mean (a level model), kappa = 1 toward persistence
+//   (an increment model: "tomorrow = today" is the limit of infinite ridge). The ridge is
+//   relative to each feature's variance, lambda_linear on the x block and lambda_kernel on the
+//   phi block (or no phi block at all). Candidates are scored by the blocked K-fold held-out
+//   squared error (train on all folds but f, score on f, for every fold f with pairs) plus a
+//   forward one (train on the pairs up to the second-to-last refit, score on the pairs since),
+//   each in closed form from the sums: interleaved blocks always have training data on both
+//   sides in time, so only the forward part sees a candidate fail to extrapolate. Stage 1 picks (kappa, lambda_linear) per component among linear-only
+//   models; stage 2 adds the kernel block at each lambda_kernel (lambda_linear fixed to the one
+//   best over the scored components); each component keeps its best candidate, which is then
+//   refitted on both folds.
+//
+// LIVE SKILL (prequential)
+//   The accumulator refits itself at deterministic pair counts (64, 128, ..., 4096, then every
+//   4096 pairs), and scores each pair with the current fit BEFORE learning it: the sums of the
+//   squared one-step errors of the model and of persistence (y = x) over the scored components
+//   (the last `scored_dims` of the state: the newest observation of a delay vector). Refits
+//   depend on the pair count only, so the state is a function of the pairs alone.
+//
+// COST
+//   Observe: N cosines (O(N d)), the prequential prediction (O(q d)), a copy into a B-row buffer;
+//   every B pairs (or at a block end) one symmetric rank-B update and one GEMM: ~q^2/2 + q d
+//   multiply-adds per pair amortized. No heap allocation per pair (scratch sized at
+//   construction); a refit allocates (rare, O(G q^3)).
+//   Memory: (K + 2) (q^2 + q d) doubles of sums plus the fit's q d coefficients and the buffer.
+//
+// INITIAL VALUE
+//   No pairs, no fit (has_fit() false), skill pairs 0.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/common/types.h"
+#include "core/embedding/feature_map.h"
+#include "core/io/fwd.h"
+
+namespace cmestream {
+
+struct ForecastMomentsSnapshot;
+
+// One fold's sums (see the top of the file); szz holds the full symmetric matrix.
+struct ForecastFoldSums {
+  double n = 0;
+  VectorXd sz;   // q
+  VectorXd sy;   // d
+  VectorXd syy;  // d: sum of v_j^2
+  MatrixXd szz;  // q x q
+  MatrixXd szy;  // q x d
+};
+
+// The prequential one-step skill: squared errors of the model and of persistence over the
+// scored components of the pairs scored so far.
+struct ForecastSkill {
+  int64_t pairs = 0;
+  double sse = 0;
+  double sse_persistence = 0;
+  int scored_dims = 1;
+  double rmse() const;              // NaN without pairs
+  double rmse_persistence() const;  // NaN without pairs
+  double ratio() const;             // rmse / rmse_persistence; NaN when undefined
+};
+
+// What a fit chose for one state component.
+struct ForecastChoice {
+  bool increment = false;   // shrunk toward persistence (kappa = 1) rather than the mean
+  double lambda_linear = 0;
+  double lambda_kernel = 0;  // 0: no kernel features
+  double heldout_rmse = 0;   // held-out RMSE of the chosen candidate (K-fold and forward MSE averaged)
+};
+
+// A fitted one-step map y = intercept + coef^T [x, phi(x)]. Immutable; Predict allocates
+// nothing when given scratch.
+class ForecastModel {
+ public:
+  int dim() const { return static_cast<int>(intercept_.size()); }
+  int num_features() const { return features_->num_features(); }
+  double pairs() const { return pairs_; }
+  const std::vector<ForecastChoice>& choices() const { return choices_; }
+  const VectorXd& intercept() const { return intercept_; }
+  const MatrixXd& coef() const { return coef_; }  // (d + N) x d
+  const FeatureMap& features() const { return *features_; }
+
+  // y <- the one-step forecast from x (d doubles each; may not alias). `phi` is N doubles of
+  // scratch.
+  void Predict(const double* x, double* y, double* phi) const;
+  // The forecasts of steps 1..horizon from state x, iterating the one-step map: horizon x d.
+  RowMatrixXd Rollout(const double* x, int horizon) const;
+
+ private:
+  friend absl::StatusOr<ForecastModel> FitForecast(const ForecastMomentsSnapshot& s);
+  friend class ForecastRegression;
+  std::shared_ptr<const FeatureMap> features_;
+  VectorXd intercept_;  // d
+  MatrixXd coef_;       // (d + N) x d
+  std::vector<ForecastChoice> choices_;
+  double pairs_ = 0;
+};
+
+// Immutable copy of the statistics (buffered pairs folded in).
+struct ForecastMomentsSnapshot {
+  int dim = 0;
+  int scored_dims = 0;
+  std::shared_ptr<const FeatureMap> features;
+  VectorXd z0;  // q: z'(x_0), whose first d entries are x_0
+  std::vector<ForecastFoldSums> folds;  // options.folds of them
+  // All pairs up to the second-to-last refit (the forward segment's training data); none
+  // before the second refit.
+  std::optional<ForecastFoldSums> prefix;
+  int64_t samples = 0;
+  ForecastSkill skill;
+};
+
+// requires: s.features != nullptr. FailedPrecondition while fewer than two folds hold 4 pairs.
+absl::StatusOr<ForecastModel> FitForecast(const ForecastMomentsSnapshot& s);
+
+class ForecastRegression {
+ public:
+  struct Options {
+    int dim = 0;              // d >= 1
+    int scored_dims = 0;      // the last scored_dims components are scored; 0 = all
+    int block_length = 16;    // L >= 1: pairs per held-out block
+    int folds = 5;            // K in 2..16: block b belongs to fold b mod K
+    int batch_size = 32;      // B >= 1: pairs per rank-B update
+    int64_t first_fit = 64;   // pairs at the first refit, >= 8
+    int64_t fit_every = 4096;  // refits double up to this many pairs, then come this often, >= first_fit
+    absl::Status Validate() const;
+  };
+  // The most RFF features a regression uses (the model's first min(N, this)): the per-pair
+  // cost is quadratic in them.
+  static constexpr int kMaxFeatures = 256;
+
+  // requires: options.Validate().ok() and features->input_dim() == options.dim (aborts).
+  ForecastRegression(std::shared_ptr<const FeatureMap> features, const Options& options);
+
+  // Scores the pair with the current fit (if any), then learns it; refits on schedule.
+  // x, y: dim finite doubles (the caller validates). No allocation except at a refit.
+  void Observe(const double* x, const double* y);
+
+  ForecastMomentsSnapshot Snapshot() const;
+
+  const Options& options() const { return options_; }
+  int64_t samples() const { return samples_; }
+  const ForecastSkill& skill() const { return skill_; }
+  bool has_fit() const { return fit_.has_value(); }
+  // Refits since construction or Deserialize (a counter for callers, not state).
+  int64_t refits() const { return refits_; }
+  const FeatureMap& features() const { return *features_; }
+
+  // Object "FCRG" version 1 (core/forecast/forecast_regression_io.cc): the options, the sums,
+  // the buffer, the skill and the fit, so Deserialize and the same pairs give the same bits.
+  // The feature map is not stored: the owner passes the same map (drawn from the model's seed).
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<ForecastRegression> Deserialize(io::Reader& r, std::shared_ptr<const FeatureMap> features);
+
+ private:
+  int q() const { return options_.dim + features_->num_features(); }
+  int FoldOf(int64_t pair) const { return static_cast<int>((pair / options_.block_length) % options_.folds); }
+  void Flush();
+  static void FlushInto(ForecastFoldSums& f, const RowMatrixXd& u, const RowMatrixXd& v, int rows);
+  void Refit();
+
+  Options options_;
+  std::shared_ptr<const FeatureMap> features_;
+  int64_t samples_ = 0;
+  VectorXd z0_;  // q (empty before the first pair)
+  std::vector<ForecastFoldSums> folds_;
+  // Sums of all pairs at the second-to-last and at the last refit (szz lower triangles).
+  std::optional<ForecastFoldSums> prefix_, last_;
+  RowMatrixXd ubuf_, vbuf_;  // B x q, B x d
+  int buffered_ = 0;
+  int buffer_fold_ = 0;
+  int64_t next_fit_ = 0;
+  ForecastSkill skill_;
+  std::optional<ForecastModel> fit_;
+  int64_t refits_ = 0;  // not state
+  // Scratch (not state).
+  RowMatrixXd xrow_, phirow_;  // 1 x d, 1 x N
+  VectorXd pred_;              // d
+};
+
+}  // namespace cmestream

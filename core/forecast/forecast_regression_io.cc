@@ -1,0 +1,162 @@
+// ForecastRegression::Serialize / Deserialize: object "FCRG" (layout below, version 1).
+//   i32 dim, i32 scored_dims, i32 block_length, i32 folds K, i32 batch_size, i64 first_fit, i64 fit_every,
+//   i32 N (features, checked against the map the owner passes), i64 samples, i64 next_fit,
+//   doubles z0 (q, or 0 before the first pair), per fold (K) sums: f64 n, sz, sy, syy, szz
+//   (lower triangle as stored), szy; bool + sums at the second-to-last refit, bool + sums at
+//   the last refit; i32 buffered, i32 buffer fold, buffered x q and x d rows;
+//   skill: i64 pairs, f64 sse, f64 sse_persistence; bool fit, then (fit) intercept (d),
+//   coef ((d + N) x d), per component: bool increment, f64 lambda_linear, f64 lambda_kernel,
+//   f64 heldout_rmse; f64 pairs.
+#include "absl/strings/str_cat.h"
+#include "core/forecast/forecast_regression.h"
+#include "core/io/binary_io.h"
+
+namespace cmestream {
+namespace {
+
+constexpr uint32_t kTag = io::Fourcc("FCRG");
+constexpr uint32_t kVersion = 1;
+
+int Int(io::Reader& r, const char* what, int64_t lo, int64_t hi) {
+  const int32_t v = r.I32(what);
+  if (r.ok() && (v < lo || v > hi)) (void)r.Fail(absl::StrCat(what, " is ", v, ", expected ", lo, "..", hi));
+  return v;
+}
+
+void WriteSums(io::Writer& w, const ForecastFoldSums& f) {
+  w.F64(f.n);
+  w.Matrix(f.sz);
+  w.Matrix(f.sy);
+  w.Matrix(f.syy);
+  w.Matrix(f.szz);
+  w.Matrix(f.szy);
+}
+
+// requires: s sized (q, d).
+void ReadSums(io::Reader& r, ForecastFoldSums& s) {
+  s.n = r.F64("forecast sums pairs");
+  r.MatrixInto("forecast sums sz", s.sz);
+  r.MatrixInto("forecast sums sy", s.sy);
+  r.MatrixInto("forecast sums syy", s.syy);
+  r.MatrixInto("forecast sums szz", s.szz);
+  r.MatrixInto("forecast sums szy", s.szy);
+}
+
+}  // namespace
+
+void ForecastRegression::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kTag, kVersion);
+  const Options& o = options_;
+  w.I32(o.dim);
+  w.I32(o.scored_dims);
+  w.I32(o.block_length);
+  w.I32(o.folds);
+  w.I32(o.batch_size);
+  w.I64(o.first_fit);
+  w.I64(o.fit_every);
+  w.I32(features_->num_features());
+  w.I64(samples_);
+  w.I64(next_fit_);
+  w.Doubles(z0_.data(), z0_.size());
+  for (const ForecastFoldSums& f : folds_) WriteSums(w, f);
+  for (const std::optional<ForecastFoldSums>* o : {&prefix_, &last_}) {
+    w.Bool(o->has_value());
+    if (*o) WriteSums(w, **o);
+  }
+  w.I32(buffered_);
+  w.I32(buffer_fold_);
+  w.Matrix(ubuf_.topRows(buffered_));
+  w.Matrix(vbuf_.topRows(buffered_));
+  w.I64(skill_.pairs);
+  w.F64(skill_.sse);
+  w.F64(skill_.sse_persistence);
+  w.Bool(fit_.has_value());
+  if (fit_) {
+    w.Matrix(fit_->intercept_);
+    w.Matrix(fit_->coef_);
+    for (const ForecastChoice& c : fit_->choices_) {
+      w.Bool(c.increment);
+      w.F64(c.lambda_linear);
+      w.F64(c.lambda_kernel);
+      w.F64(c.heldout_rmse);
+    }
+    w.F64(fit_->pairs_);
+  }
+  w.EndObject(h);
+}
+
+absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r,
+                                                                   std::shared_ptr<const FeatureMap> features) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kTag, kVersion, "ForecastRegression", &version)) return r.status();
+  Options o;
+  o.dim = Int(r, "forecast dim", 1, 1 << 16);
+  o.scored_dims = Int(r, "forecast scored_dims", 0, 1 << 16);
+  o.block_length = Int(r, "forecast block_length", 1, 1 << 30);
+  o.folds = Int(r, "forecast folds", 2, 16);
+  o.batch_size = Int(r, "forecast batch_size", 1, 1 << 16);
+  o.first_fit = r.I64("forecast first_fit");
+  o.fit_every = r.I64("forecast fit_every");
+  const int n = Int(r, "forecast features", 1, kMaxFeatures);
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) {
+    return r.Fail(absl::StrCat("ForecastRegression options are invalid: ", s.message()));
+  }
+  if (!features || features->input_dim() != o.dim || features->num_features() != n) {
+    return r.Fail(absl::StrCat("forecast regression holds ", n, " features of dim ", o.dim,
+                               ", which do not match the model's feature map"));
+  }
+  const int64_t q = o.dim + n;
+  if (!r.Reserve(static_cast<uint64_t>((o.folds + 2) * (q * q + q * o.dim + q + 3 * o.dim) + o.batch_size * (q + o.dim) +
+                                       q * o.dim + q + 2 * o.dim) *
+                     8,
+                 "ForecastRegression buffers")) {
+    return r.status();
+  }
+  ForecastRegression f(std::move(features), o);
+  f.samples_ = r.I64("forecast samples");
+  f.next_fit_ = r.I64("forecast next refit");
+  if (r.ok() && (f.samples_ < 0 || f.next_fit_ <= f.samples_)) return r.Fail("forecast pair counts are inconsistent");
+  if (f.samples_ > 0) {
+    f.z0_.resize(q);
+    r.Doubles("forecast shift", q, f.z0_.data());
+  } else {
+    r.Doubles("forecast shift", 0, nullptr);
+  }
+  for (ForecastFoldSums& s : f.folds_) ReadSums(r, s);
+  for (std::optional<ForecastFoldSums>* o : {&f.prefix_, &f.last_}) {
+    if (r.Bool("forecast has refit sums") && r.ok()) {
+      *o = f.folds_[0];  // shapes
+      ReadSums(r, **o);
+    }
+  }
+  f.buffered_ = Int(r, "forecast buffered pairs", 0, o.batch_size - 1);
+  f.buffer_fold_ = Int(r, "forecast buffer fold", 0, o.folds - 1);
+  if (!r.ok()) return r.status();
+  r.MatrixInto("forecast buffer u", f.ubuf_.topRows(f.buffered_));
+  r.MatrixInto("forecast buffer v", f.vbuf_.topRows(f.buffered_));
+  f.skill_.pairs = r.I64("forecast skill pairs");
+  f.skill_.sse = r.F64("forecast skill sse");
+  f.skill_.sse_persistence = r.F64("forecast skill persistence sse");
+  if (r.Bool("forecast has fit") && r.ok()) {
+    ForecastModel m;
+    m.features_ = f.features_;
+    m.intercept_.resize(o.dim);
+    m.coef_.resize(q, o.dim);
+    r.MatrixInto("forecast intercept", m.intercept_);
+    r.MatrixInto("forecast coefficients", m.coef_);
+    m.choices_.resize(o.dim);
+    for (ForecastChoice& c : m.choices_) {
+      c.increment = r.Bool("forecast choice increment");
+      c.lambda_linear = r.F64("forecast choice lambda_linear");
+      c.lambda_kernel = r.F64("forecast choice lambda_kernel");
+      c.heldout_rmse = r.F64("forecast choice held-out rmse");
+    }
+    m.pairs_ = r.F64("forecast fit pairs");
+    f.fit_ = std::move(m);
+  }
+  if (!r.EndObject("ForecastRegression")) return r.status();
+  return f;
+}
+
+}  // namespace cmestream

@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+"""One-step forecasts of public real series: cmestream against persistence, least-squares AR on
+the same delays and batch kernel ridge (docs/user-guide.md "Real data").
+
+Protocol, per series of N rows of C channels, with D delays (delay vectors of the D newest rows,
+oldest first, built here on the client side and the same for every method):
+  1. `cmestream model create NAME --dim C*D --warmup W` (W = min(1000, training pairs)),
+  2. `cmestream ingest NAME --csv TRAIN --trajectory` with the delay vectors of the first 80 %,
+  3. `cmestream refresh NAME --wait`,
+  4. `cmestream forecast NAME --series ALL --json` over every delay vector of the series,
+  5. score the one-step forecasts of the rows of the last 20 % (the newest C entries of each
+     forecast delay vector). Channels are scored in units of their training standard deviation
+     (RMSE over channels of the standardized errors), so no channel dominates by its units.
+Baselines, fitted on the same training pairs: persistence (next row = last row), least-squares
+AR with an intercept on the same delay vectors, and batch kernel ridge (Gaussian kernel with the
+model's bandwidth, centered targets, ridge chosen on the last quarter of the training pairs).
+
+Data: R's datasets (Debian r-base-core, exported with Rscript) and statsmodels' (Debian
+python3-statsmodels); nothing is downloaded.
+
+usage: PYTHONPATH=build/python:client/python scripts/real_data_report.py \\
+           [--daemon build/service/cmestreamd] [--cli build/client/cmestream] \\
+           [--series NAME,...] [--json OUT] [--plot PNG]
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+# name, source, dataset, columns (None: all), delays, known cycle in rows (None: none known)
+SERIES = [
+    ("sunspot.month", "R", "sunspot.month", None, 12, None),
+    ("sunspot.year", "R", "sunspot.year", None, 12, 11.0),
+    ("lynx", "R", "lynx", None, 6, 9.6),
+    ("Nile", "R", "Nile", None, 6, None),
+    ("treering", "R", "treering", None, 12, None),
+    ("nottem", "R", "nottem", None, 12, 12.0),
+    ("co2", "R", "co2", None, 12, 12.0),
+    ("AirPassengers", "R", "AirPassengers", None, 12, 12.0),
+    ("UKDriverDeaths", "R", "UKDriverDeaths", None, 12, 12.0),
+    ("BJsales", "R", "BJsales", None, 6, None),
+    ("WWWusage", "R", "WWWusage", None, 6, None),
+    ("sunspots (statsmodels)", "statsmodels", "sunspots", ["SUNACTIVITY"], 12, 11.0),
+    ("EuStockMarkets", "R", "EuStockMarkets", None, 2, None),
+    ("Seatbelts", "R", "Seatbelts", ["DriversKilled", "drivers", "front", "rear", "kms", "PetrolPrice",
+                                     "VanKilled"], 3, 12.0),
+]
+
+
+def have_r():
+    return shutil.which("Rscript") is not None
+
+
+def have_statsmodels():
+    try:
+        import statsmodels.datasets  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def load(source, dataset, columns, tmp):
+    """The series as an (N, C) float array, oldest row first."""
+    if source == "R":
+        path = os.path.join(tmp, dataset + ".csv")
+        expr = ('x <- get("%s"); m <- as.matrix(x); if (is.null(colnames(m))) colnames(m) <- "x"; '
+                'write.csv(m, "%s", row.names = FALSE)') % (dataset, path)
+        subprocess.run(["Rscript", "-e", expr], check=True, capture_output=True)
+        with open(path) as f:
+            rows = list(csv.reader(f))
+        header, body = rows[0], rows[1:]
+        idx = [header.index(c) for c in columns] if columns else list(range(len(header)))
+        return np.array([[float(r[i]) for i in idx] for r in body], dtype=np.float64)
+    import statsmodels.datasets as smd
+    df = getattr(smd, dataset).load_pandas().data
+    return df[columns].to_numpy(dtype=np.float64)
+
+
+def delay_states(values, delays):
+    """Row t - D + 1 = rows t-D+1..t flattened (oldest first), t = D-1..N-1."""
+    n, c = values.shape
+    return np.stack([values[t - delays + 1:t + 1].ravel() for t in range(delays - 1, n)])
+
+
+def write_csv(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(",".join(repr(float(v)) for v in r) + "\n")
+
+
+def cli_json(cli, server, *args):
+    out = subprocess.run([cli, "--server", server, *args, "--json"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def cli(cli_path, server, *args):
+    subprocess.run([cli_path, "--server", server, *args], check=True, capture_output=True, text=True)
+
+
+def gaussian_gram(a, b, sigma):
+    d2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T
+    return np.exp(-np.maximum(d2, 0) / (2 * sigma * sigma))
+
+
+def kernel_ridge(xtr, ytr, xte, sigma, max_pairs=2000):
+    """Batch kernel ridge, centered targets, ridge chosen on the last quarter of the training
+    pairs (contiguous: shuffled pairs leak on time series), then refitted on all of them (the
+    last max_pairs training pairs: the n^3 solve stays under a few seconds)."""
+    xtr, ytr = xtr[-max_pairs:], ytr[-max_pairs:]
+    n = len(xtr)
+    cut = n - max(n // 4, 1)
+    best, best_err = None, math.inf
+    for lam in 10.0 ** np.arange(-6, 2):
+        k = gaussian_gram(xtr[:cut], xtr[:cut], sigma)
+        mu = ytr[:cut].mean(0)
+        alpha = np.linalg.solve(k + lam * cut * np.eye(cut), ytr[:cut] - mu)
+        err = ((gaussian_gram(xtr[cut:], xtr[:cut], sigma) @ alpha + mu - ytr[cut:]) ** 2).mean()
+        if err < best_err:
+            best, best_err = lam, err
+    mu = ytr.mean(0)
+    alpha = np.linalg.solve(gaussian_gram(xtr, xtr, sigma) + best * n * np.eye(n), ytr - mu)
+    return gaussian_gram(xte, xtr, sigma) @ alpha + mu
+
+
+def rmse(pred, truth, scale):
+    return float(np.sqrt((((pred - truth) / scale) ** 2).mean()))
+
+
+def run_series(name, values, delays, cli_path, server, tmp, model):
+    """The protocol on one series; returns the scores and the forecasts."""
+    n, c = values.shape
+    n_train = int(0.8 * n)
+    states = delay_states(values, delays)        # state i ends at row i + D - 1
+    first_test_state = n_train - delays          # its forecast is row n_train
+    train_states = states[:n_train - delays + 1]  # rows 0..n_train-1
+    pairs = len(train_states) - 1
+    warmup = max(20, min(1000, pairs))
+    cli(cli_path, server, "model", "create", model, "--dim", str(c * delays), "--warmup", str(warmup))
+    train_csv = os.path.join(tmp, model + "-train.csv")
+    all_csv = os.path.join(tmp, model + "-all.csv")
+    write_csv(train_csv, train_states)
+    write_csv(all_csv, states)
+    cli(cli_path, server, "ingest", model, "--csv", train_csv, "--trajectory", "--quiet")
+    cli(cli_path, server, "refresh", model, "--wait")
+    reply = cli_json(cli_path, server, "forecast", model, "--series", all_csv)
+    sigma = cli_json(cli_path, server, "dictionary", model).get("sigma")
+    f = np.array(reply["forecasts"], dtype=np.float64)  # (rows, H, C*D)
+    start = reply["start"]
+    # One-step forecasts of rows n_train..n-1 from states first_test_state..len(states)-2.
+    idx = np.arange(first_test_state, len(states) - 1) - start
+    model_pred = f[idx, 0, -c:]
+    truth = values[n_train:]
+    last = values[n_train - 1:n - 1]
+    scale = values[:n_train].std(0)
+    scale[scale == 0] = 1.0
+    # Baselines on the training pairs (state i -> row i + D).
+    xtr = states[:pairs]
+    ytr = states[1:pairs + 1, -c:]
+    xte = states[first_test_state:len(states) - 1]
+    z = np.hstack([np.ones((len(xtr), 1)), xtr])
+    coef, *_ = np.linalg.lstsq(z, ytr, rcond=None)
+    ar_pred = np.hstack([np.ones((len(xte), 1)), xte]) @ coef
+    krr_pred = kernel_ridge(xtr, ytr, xte, sigma) if sigma else np.full_like(ar_pred, np.nan)
+    cli(cli_path, server, "model", "delete", model)
+    r = {
+        "series": name, "rows": n, "channels": c, "delays": delays, "train_pairs": pairs,
+        "test_rows": len(truth), "sigma": sigma,
+        "rmse": rmse(model_pred, truth, scale),
+        "persistence": rmse(last, truth, scale),
+        "ar": rmse(ar_pred, truth, scale),
+        "krr": rmse(krr_pred, truth, scale),
+        "skill": reply["skill"],
+    }
+    r["ratio_persistence"] = r["rmse"] / r["persistence"]
+    r["ratio_ar"] = r["rmse"] / r["ar"]
+    return r, {"truth": values[:, 0], "pred": model_pred[:, 0], "ar": ar_pred[:, 0], "n_train": n_train}
+
+
+def available_series(names=None):
+    out = []
+    for s in SERIES:
+        if names and s[0] not in names:
+            continue
+        if s[1] == "R" and not have_r():
+            continue
+        if s[1] == "statsmodels" and not have_statsmodels():
+            continue
+        out.append(s)
+    return out
+
+
+def run_all(cli_path, server, series, tmp):
+    results, traces = [], {}
+    for i, (name, source, dataset, columns, delays, _) in enumerate(series):
+        values = load(source, dataset, columns, tmp)
+        r, t = run_series(name, values, delays, cli_path, server, tmp, "real%d" % i)
+        results.append(r)
+        traces[name] = t
+    return results, traces
+
+
+def table(results):
+    lines = ["| series | rows x channels | delays | train pairs | cmestream | persistence | AR (LS) | "
+             "kernel ridge | vs persistence | vs AR | live skill ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append("| %s | %d x %d | %d | %d | %.4g | %.4g | %.4g | %.4g | %.3f | %.3f | %s |" % (
+            r["series"], r["rows"], r["channels"], r["delays"], r["train_pairs"], r["rmse"], r["persistence"],
+            r["ar"], r["krr"], r["ratio_persistence"], r["ratio_ar"],
+            "%.3f" % r["skill"]["ratio"] if r["skill"]["ratio"] is not None else "-"))
+    g = math.exp(np.mean([math.log(r["ratio_ar"]) for r in results]))
+    lines.append("")
+    lines.append("Geometric mean of the RMSE ratios vs AR: %.3f; largest %.3f; largest vs persistence %.3f." % (
+        g, max(r["ratio_ar"] for r in results), max(r["ratio_persistence"] for r in results)))
+    return "\n".join(lines), g
+
+
+def plot(traces, name, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    t = traces[name]
+    n_train = t["n_train"]
+    x = np.arange(len(t["truth"]))
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    lo = max(0, n_train - 3 * len(t["pred"]))
+    ax.plot(x[lo:], t["truth"][lo:], color="0.3", lw=1.0, label="truth")
+    ax.plot(x[n_train:], t["pred"], color="C3", lw=1.0, label="cmestream one-step forecast")
+    ax.plot(x[n_train:], t["ar"], color="C0", lw=0.8, ls="--", label="least-squares AR")
+    ax.axvline(n_train, color="0.6", lw=0.8)
+    ax.set_xlabel("row (month)")
+    ax.set_title("%s: one-step forecasts of the last 20 %% (trained on the rows left of the line)" % name)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--daemon", default="build/service/cmestreamd")
+    ap.add_argument("--cli", default="build/client/cmestream")
+    ap.add_argument("--series", default="", help="comma-separated names (default: all available)")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--plot", default="", help="PNG of sunspot.month forecasts vs truth")
+    args = ap.parse_args()
+    series = available_series([s for s in args.series.split(",") if s])
+    if not series:
+        print("no data: install r-base-core and/or python3-statsmodels (scripts/install-deps.sh)")
+        return 77
+    from cmestream.testing import Daemon
+    with tempfile.TemporaryDirectory(prefix="cmestream-real-") as tmp:
+        daemon = Daemon(args.daemon, os.path.join(tmp, "data"), refresh_interval=3600).start()
+        try:
+            results, traces = run_all(args.cli, daemon.grpc_target, series, tmp)
+        finally:
+            daemon.stop()
+    text, _ = table(results)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if args.plot and "sunspot.month" in traces:
+        plot(traces, "sunspot.month", args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

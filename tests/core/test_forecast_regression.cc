@@ -1,0 +1,205 @@
+// ForecastRegression (docs/algorithms.md §10): the streaming fit against closed forms and
+// batch ridge, its choices against the data's structure, the live skill, serialization.
+#include "core/forecast/forecast_regression.h"
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/io/binary_io.h"
+
+namespace cmestream {
+namespace {
+
+std::shared_ptr<const FeatureMap> Rff(int d, int n, double sigma) {
+  return std::make_shared<const FeatureMap>(*FeatureMap::Rff(d, n, sigma, 3));
+}
+
+// Delay vectors (s_{t-D+1}, ..., s_t) of a scalar series: row t - D + 1 for t = D-1..N-1.
+RowMatrixXd Delays(const std::vector<double>& s, int dim) {
+  const int rows = static_cast<int>(s.size()) - dim + 1;
+  RowMatrixXd x(rows, dim);
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < dim; ++j) x(r, j) = s[r + j];
+  return x;
+}
+
+void Feed(ForecastRegression& f, const RowMatrixXd& states, int from, int to) {
+  for (int t = from; t < to; ++t) f.Observe(states.row(t).data(), states.row(t + 1).data());
+}
+
+std::vector<double> Ar2(int n, uint64_t seed, double offset) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd;
+  std::vector<double> s(n, offset);
+  for (int t = 2; t < n; ++t) s[t] = offset + 1.6 * (s[t - 1] - offset) - 0.8 * (s[t - 2] - offset) + 0.3 * nd(rng);
+  return s;
+}
+
+// A linear AR(2) on delay vectors of 3: the newest component picks a linear model, whose
+// coefficients are the AR's (1.6, -0.8, 0) to sampling error, its intercept the offset's
+// (1 - 1.6 + 0.8) * 1000; its held-out RMSE and live skill match the noise (0.3).
+TEST(ForecastRegression, RecoversALinearAutoregressionAtALargeOffset) {
+  const RowMatrixXd x = Delays(Ar2(4000, 1, 1000.0), 3);
+  ForecastRegression::Options o;
+  o.dim = 3;
+  o.scored_dims = 1;
+  ForecastRegression f(Rff(3, 64, 2.0), o);
+  Feed(f, x, 0, static_cast<int>(x.rows()) - 1);
+  absl::StatusOr<ForecastModel> m = FitForecast(f.Snapshot());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ForecastChoice& c = m->choices()[2];
+  EXPECT_EQ(c.lambda_kernel, 0) << "a linear series needs no kernel features";
+  EXPECT_NEAR(m->coef()(2, 2), 1.6, 0.03);
+  EXPECT_NEAR(m->coef()(1, 2), -0.8, 0.03);
+  EXPECT_NEAR(m->coef()(0, 2), 0.0, 0.03);
+  EXPECT_NEAR(m->intercept()(2) + 1000.0 * (m->coef().col(2).head(3).sum() - 1.0), 0.0, 0.5);
+  EXPECT_NEAR(c.heldout_rmse, 0.3, 0.02);
+  // The shifted components are exact linear maps of x (y_0 = x_1, y_1 = x_2).
+  EXPECT_NEAR(m->coef()(1, 0), 1.0, 1e-6);
+  EXPECT_NEAR(m->coef()(2, 1), 1.0, 1e-6);
+  EXPECT_LT(m->choices()[0].heldout_rmse, 1e-6);
+  const ForecastSkill& s = f.skill();
+  EXPECT_EQ(s.pairs, x.rows() - 1 - 64);  // scored from the first fit (pair 64) on
+  EXPECT_NEAR(s.rmse(), 0.3, 0.03);
+  EXPECT_LT(s.ratio(), 0.7);
+}
+
+// The streaming fit is the batch centered ridge solution on the same pairs at the chosen
+// ridge (closed form, computed here from the data directly).
+TEST(ForecastRegression, EqualsBatchRidgeAtTheChosenPenalty) {
+  const RowMatrixXd x = Delays(Ar2(600, 2, 5.0), 2);
+  const int n = static_cast<int>(x.rows()) - 1, d = 2, nf = 8;
+  ForecastRegression::Options o;
+  o.dim = d;
+  auto features = Rff(d, nf, 1.5);
+  ForecastRegression f(features, o);
+  Feed(f, x, 0, n);
+  absl::StatusOr<ForecastModel> m = FitForecast(f.Snapshot());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const RowMatrixXd phi = features->Map(x.topRows(n));
+  MatrixXd z(n, d + nf);
+  z << x.topRows(n), phi;
+  const MatrixXd y = x.bottomRows(n);
+  const Eigen::RowVectorXd zm = z.colwise().mean();
+  const Eigen::RowVectorXd ym = y.colwise().mean();
+  const MatrixXd zc = z.rowwise() - zm;
+  for (int j = 0; j < d; ++j) {
+    const ForecastChoice& c = m->choices()[j];
+    const int k = c.lambda_kernel > 0 ? d + nf : d;
+    const MatrixXd cov = zc.leftCols(k).transpose() * zc.leftCols(k) / n;
+    MatrixXd a = cov;
+    for (int i = 0; i < k; ++i) a(i, i) += (i < d ? c.lambda_linear : c.lambda_kernel) * (cov(i, i) + 1e-12 *
+        (i < d ? cov.diagonal().head(d).mean() : cov.diagonal().tail(k - d).mean()) + 1e-300);
+    VectorXd t = y.col(j);
+    if (c.increment) t -= z.col(j);
+    const VectorXd cross = zc.leftCols(k).transpose() * (t.array() - t.mean()).matrix() / n;
+    const VectorXd beta = a.ldlt().solve(cross);
+    for (int i = 0; i < k; ++i) {
+      EXPECT_NEAR(m->coef()(i, j), beta(i) + (c.increment && i == j ? 1.0 : 0.0), 1e-7) << "component " << j;
+    }
+    const double b = t.mean() - zm.head(k).dot(beta);
+    EXPECT_NEAR(m->intercept()(j), b, 1e-6) << "component " << j;
+  }
+}
+
+// A nonlinear map (the logistic map at r = 3.8 with observation noise) needs the kernel block:
+// its held-out RMSE is far below the best linear model's.
+TEST(ForecastRegression, ChoosesKernelFeaturesForANonlinearMap) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> nd;
+  std::vector<double> s(3000);
+  double v = 0.3;
+  for (double& e : s) {
+    v = 3.8 * v * (1 - v);
+    e = v;
+  }
+  RowMatrixXd x(3000, 1);
+  for (int t = 0; t < 3000; ++t) x(t, 0) = s[t] + 0.01 * nd(rng);
+  ForecastRegression::Options o;
+  o.dim = 1;
+  ForecastRegression f(Rff(1, 128, 0.3), o);
+  Feed(f, x, 0, 2999);
+  absl::StatusOr<ForecastModel> m = FitForecast(f.Snapshot());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_GT(m->choices()[0].lambda_kernel, 0);
+  EXPECT_LT(m->choices()[0].heldout_rmse, 0.05);  // the linear fit's is ~0.3 (std of the map)
+  EXPECT_LT(f.skill().ratio(), 0.2);
+  // Rollout iterates Predict.
+  const RowMatrixXd r = m->Rollout(x.row(10).data(), 3);
+  double y1 = 0, y2 = 0;
+  VectorXd phi(128);
+  m->Predict(x.row(10).data(), &y1, phi.data());
+  m->Predict(&y1, &y2, phi.data());
+  EXPECT_EQ(r(0, 0), y1);
+  EXPECT_EQ(r(1, 0), y2);
+}
+
+// A random walk: persistence is the best one-step forecast; the fit shrinks toward it and the
+// live skill is within 2 % of persistence's.
+TEST(ForecastRegression, ARandomWalkShrinksTowardPersistence) {
+  std::mt19937_64 rng(4);
+  std::normal_distribution<double> nd;
+  std::vector<double> s(3000, 0.0);
+  for (size_t t = 1; t < s.size(); ++t) s[t] = s[t - 1] + nd(rng);
+  const RowMatrixXd x = Delays(s, 4);
+  ForecastRegression::Options o;
+  o.dim = 4;
+  o.scored_dims = 1;
+  ForecastRegression f(Rff(4, 64, 10.0), o);
+  Feed(f, x, 0, static_cast<int>(x.rows()) - 1);
+  absl::StatusOr<ForecastModel> m = FitForecast(f.Snapshot());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->choices()[3].increment);
+  EXPECT_NEAR(m->coef()(3, 3), 1.0, 0.05);
+  EXPECT_LT(f.skill().ratio(), 1.02);
+  EXPECT_GT(f.skill().ratio(), 0.95);
+}
+
+TEST(ForecastRegression, NeedsPairsInTwoFolds) {
+  ForecastRegression::Options o;
+  o.dim = 1;
+  ForecastRegression f(Rff(1, 8, 1.0), o);
+  const double a = 1, b = 2;
+  for (int t = 0; t < 18; ++t) f.Observe(&a, &b);  // blocks of 16: folds of 16 and 2 pairs
+  absl::StatusOr<ForecastModel> m = FitForecast(f.Snapshot());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(f.has_fit());
+  EXPECT_EQ(f.skill().pairs, 0);
+  EXPECT_TRUE(std::isnan(f.skill().rmse()));
+}
+
+// Serialize mid-stream (pairs in the buffer, a fit in place), restore, continue: the same
+// bytes as never stopping. A truncated object is DataLoss.
+TEST(ForecastRegression, RoundTripIsBitExact) {
+  const RowMatrixXd x = Delays(Ar2(1500, 5, 3.0), 2);
+  ForecastRegression::Options o;
+  o.dim = 2;
+  o.scored_dims = 1;
+  auto features = Rff(2, 16, 1.0);
+  ForecastRegression a(features, o), b(features, o);
+  Feed(a, x, 0, 1000);
+  Feed(b, x, 0, 517);  // 517 = 16 * 32 + 5: five buffered pairs
+  io::Writer w;
+  b.Serialize(w);
+  io::Reader r(w.data(), "test");
+  absl::StatusOr<ForecastRegression> c = ForecastRegression::Deserialize(r, features);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Feed(*c, x, 517, 1000);
+  io::Writer wa, wc;
+  a.Serialize(wa);
+  c->Serialize(wc);
+  EXPECT_EQ(wa.data(), wc.data());
+  EXPECT_EQ(a.skill().sse, c->skill().sse);
+
+  io::Reader truncated(std::string_view(w.data()).substr(0, w.size() - 9), "test");
+  EXPECT_EQ(ForecastRegression::Deserialize(truncated, features).status().code(), absl::StatusCode::kDataLoss);
+  io::Reader other(w.data(), "test");
+  EXPECT_EQ(ForecastRegression::Deserialize(other, Rff(2, 8, 1.0)).status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace cmestream

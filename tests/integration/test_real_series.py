@@ -1,0 +1,138 @@
+"""One-step forecasts of public real series through a real cmestreamd and the CLI, against the
+baselines of issue "Real streams" (docs/user-guide.md "Real data", scripts/real_data_report.py):
+persistence, least-squares AR on the same delays, batch kernel ridge.
+
+Asserted, over R's and statsmodels' series (Debian r-base-core, python3-statsmodels; skipped,
+exit 77, when neither is installed):
+  - RMSE <= 1.02 x persistence on every series, and below persistence wherever the AR beats
+    persistence by 5 %;
+  - geometric mean of the RMSE ratios vs the AR <= 1.05, none above 1.5;
+  - the reply's form: start 0, one entry per row, H lists of d numbers, horizon > 1 iterates
+    the one-step map; `--window` carries horizon, dim, method and the live skill;
+  - bad input (series and window together, a series of the wrong width) is refused;
+  - a restart gives the same forecasts and skill, bit for bit (the regression's sums, fit and
+    skill are model state).
+
+Environment (set by ctest): CMESTREAMD, CMESTREAM, PYTHONPATH=<build>/python:client/python.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import real_data_report as report  # noqa: E402
+
+from cmestream.testing import Daemon  # noqa: E402
+
+CLI = os.environ.get("CMESTREAM", "cmestream")
+DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
+
+
+class RealSeriesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="cmestream-real-test-")
+        cls.data = os.path.join(cls.tmp.name, "data")
+        cls.daemon = Daemon(DAEMON, cls.data, refresh_interval=3600).start()
+        cls.server = cls.daemon.grpc_target
+        cls.results, _ = report.run_all(CLI, cls.server, report.available_series(), cls.tmp.name)
+        print()
+        print(report.table(cls.results)[0])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.tmp.cleanup()
+
+    def run_cli(self, *args, check=True):
+        return subprocess.run([CLI, "--server", self.server, *args], capture_output=True, text=True, check=check)
+
+    def test_never_worse_than_persistence(self):
+        for r in self.results:
+            with self.subTest(series=r["series"]):
+                self.assertLessEqual(r["rmse"], 1.02 * r["persistence"], r)
+                if r["ar"] < 0.95 * r["persistence"]:
+                    self.assertLess(r["rmse"], r["persistence"], r)
+
+    def test_about_as_good_as_least_squares_ar(self):
+        ratios = [r["ratio_ar"] for r in self.results]
+        self.assertLessEqual(math.exp(np.mean(np.log(ratios))), 1.05, ratios)
+        self.assertLessEqual(max(ratios), 1.5, ratios)
+
+    def test_live_skill_is_reported(self):
+        for r in self.results:
+            with self.subTest(series=r["series"]):
+                s = r["skill"]
+                self.assertGreater(s["pairs"], 0)
+                self.assertAlmostEqual(s["ratio"], s["rmse"] / s["rmse_persistence"], places=12)
+
+    def _model(self, name, values, delays=3):
+        states = report.delay_states(values, delays)
+        path = os.path.join(self.tmp.name, name + ".csv")
+        report.write_csv(path, states)
+        self.run_cli("model", "create", name, "--dim", str(delays), "--warmup", "100")
+        self.run_cli("ingest", name, "--csv", path, "--trajectory", "--quiet")
+        self.run_cli("refresh", name, "--wait")
+        return states, path
+
+    def test_reply_form_horizon_and_window(self):
+        t = np.arange(400, dtype=np.float64)
+        values = (10 + np.sin(2 * np.pi * t / 25))[:, None]
+        states, path = self._model("form", values)
+        one = json.loads(self.run_cli("forecast", "form", "--series", path, "--json").stdout)
+        three = json.loads(self.run_cli("forecast", "form", "--series", path, "--horizon", "3", "--json").stdout)
+        self.assertEqual((one["model"], one["horizon"], one["dim"], one["start"]), ("form", 1, 3, 0))
+        self.assertEqual(np.array(one["forecasts"]).shape, (len(states), 1, 3))
+        f3 = np.array(three["forecasts"])
+        self.assertEqual(f3.shape, (len(states), 3, 3))
+        np.testing.assert_array_equal(f3[:, 0, :], np.array(one["forecasts"])[:, 0, :])
+        # Step 2 from row r is step 1 from step 1's forecast: window = that forecast.
+        win = os.path.join(self.tmp.name, "win.csv")
+        report.write_csv(win, f3[5:6, 0, :])
+        w = json.loads(self.run_cli("forecast", "form", "--window", win, "--json").stdout)
+        np.testing.assert_allclose(np.array(w["forecast"])[0], f3[5, 1, :], rtol=0, atol=1e-9)
+        self.assertEqual((w["horizon"], w["dim"], w["method"]), (1, 3, "regression"))
+        self.assertEqual(w["skill"], one["skill"])
+        # The sine is predictable: the one-step forecasts are close, the live skill far better
+        # than persistence.
+        err = np.abs(np.array(one["forecasts"])[:-1, 0, 2] - states[1:, 2])
+        self.assertLess(err.max(), 1e-3)
+        self.assertLess(one["skill"]["ratio"], 0.1)
+
+    def test_bad_input_is_refused(self):
+        values = np.cumsum(np.random.default_rng(1).normal(size=300))[:, None]
+        states, path = self._model("bad", values)
+        win = os.path.join(self.tmp.name, "bad-win.csv")
+        report.write_csv(win, states[:2])
+        out = subprocess.run([CLI, "--server", self.server, "forecast", "bad", "--series", path, "--window", win],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        wide = os.path.join(self.tmp.name, "wide.csv")
+        report.write_csv(wide, np.ones((3, 4)))
+        out = self.run_cli("forecast", "bad", "--series", wide, check=False)
+        self.assertNotEqual(out.returncode, 0, out.stdout)
+
+    def test_restart_replays_the_regression_bit_exact(self):
+        values = (np.sin(np.arange(700) / 7.0) + 0.1 * np.random.default_rng(2).normal(size=700))[:, None]
+        states, path = self._model("restart", values)
+        before = json.loads(self.run_cli("forecast", "restart", "--series", path, "--json").stdout)
+        self.daemon.stop()
+        self.daemon.start()
+        self.server = self.__class__.server = self.daemon.grpc_target
+        self.run_cli("refresh", "restart", "--wait")
+        after = json.loads(self.run_cli("forecast", "restart", "--series", path, "--json").stdout)
+        self.assertEqual(before["forecasts"], after["forecasts"])
+        self.assertEqual(before["skill"], after["skill"])
+
+
+if __name__ == "__main__":
+    if not report.available_series():
+        print("skipped: neither R (r-base-core) nor statsmodels (python3-statsmodels) is installed")
+        sys.exit(77)
+    unittest.main(verbosity=2)
