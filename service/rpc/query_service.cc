@@ -482,7 +482,7 @@ void SetSkill(const ForecastSkill& skill, v1::ForecastSkill* out) {
 
 // Rolling forecasts over `series` (rows of the model's state, oldest first; not learned): for
 // each row r, the forecasts of rows r+1..r+H from the regression's one-step map iterated.
-absl::Status FillSeriesForecast(const Model& model, const ForecastView& f,
+absl::Status FillSeriesForecast(const Model& model, const ModelView& view, const ForecastView& f,
                                 const google::protobuf::RepeatedField<double>& series, uint32_t horizon,
                                 const LimitOptions& limits, v1::ForecastResponse* resp) {
   absl::StatusOr<int64_t> n = CheckContinuousPoints(series, model, "series");
@@ -495,10 +495,9 @@ absl::Status FillSeriesForecast(const Model& model, const ForecastView& f,
   resp->set_start(0);
   google::protobuf::RepeatedField<double>* out = resp->mutable_series_forecast();
   out->Reserve(static_cast<int>(*n * horizon * d));
-  for (int64_t r = 0; r < *n; ++r) {
-    const RowMatrixXd steps = f.model.Rollout(series.data() + r * d, static_cast<int>(horizon));
-    for (int64_t i = 0; i < steps.size(); ++i) out->Add(steps.data()[i]);
-  }
+  // The regression learned in the scaled units of a scaled model: rows in, forecasts back out.
+  const RowMatrixXd rows = ScaledRows(view, series, *n, d);
+  for (int64_t r = 0; r < *n; ++r) AddUnscaled(view, f.model.Rollout(rows.row(r).data(), static_cast<int>(horizon)), out);
   return absl::OkStatus();
 }
 
@@ -550,15 +549,16 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
   resp->set_method("regression");
   resp->set_dim(static_cast<uint32_t>((*model)->dim()));
   if (!req->series().empty()) {
-    return call.Finish(FillSeriesForecast(**model, **f, req->series(), horizon, registry_.limits(), resp));
+    return call.Finish(FillSeriesForecast(**model, **view, **f, req->series(), horizon, registry_.limits(), resp));
   }
   if (window->rows() == 0) {
     return call.Finish(absl::InvalidArgumentError(
         absl::StrCat("fields window and series are empty: send the recent observations of model '", req->model(),
                      "' (window, oldest first) or a series to forecast along")));
   }
-  AddRowMajor((*f)->model.Rollout(window->row(window->rows() - 1).data(), static_cast<int>(horizon)),
-              resp->mutable_forecast());
+  RowMatrixXd last = window->bottomRows(1);
+  if ((*view)->scaler) (*view)->scaler->ApplyRows(last);
+  AddUnscaled(**view, (*f)->model.Rollout(last.data(), static_cast<int>(horizon)), resp->mutable_forecast());
   return call.Finish(absl::OkStatus());
 }
 
