@@ -599,6 +599,9 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
     install_scorer = ReportPrequential(snap->prequential, previous, cme->spectrum) && scorer != nullptr;
     model.metrics().OnSpectrum(cme->spectrum.heldout_score(), cme->spectrum.comparison().relative_disagreement(),
                                static_cast<double>(cme->spectrum.epochs()), cme->spectrum.data_share());
+    const v1::TimescaleComparison& c = cme->spectrum.comparison();
+    model.metrics().OnSlowestTimescales({c.koopman(), c.count_chain(), c.embedding(), cme->headline.timescale(),
+                                         cme->headline.stderr()});
     view->cme = std::move(cme);
   }
 

@@ -95,6 +95,17 @@ Metrics::Metrics()
                         .Help("Relative disagreement of the slowest timescales of the koopman, count-chain and "
                               "embedding views at the last refresh (warning above 0.25)")
                         .Register(*registry_)),
+      slowest_timescale_(BuildGauge()
+                             .Name("cmestream_slowest_timescale")
+                             .Help("Slowest resolved timescale (time units) of view `view` (koopman, count_chain, "
+                                   "embedding) at the last refresh, and the Koopman reply's headline (view "
+                                   "\"headline\"); NaN when the view has none")
+                             .Register(*registry_)),
+      slowest_timescale_stderr_(BuildGauge()
+                                    .Name("cmestream_slowest_timescale_stderr")
+                                    .Help("Standard error of the headline slowest timescale (the lag scan's "
+                                          "jackknife as a relative error); NaN without one")
+                                    .Register(*registry_)),
       view_available_(BuildGauge()
                           .Name("cmestream_view_available")
                           .Help("1 when the sub-view `view` of the latest view was built, 0 when it is missing "
@@ -173,12 +184,19 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model)
       spectral_epochs_(&m.spectral_epochs_.Add({{"model", model_}})),
       spectral_data_share_(&m.spectral_data_share_.Add({{"model", model_}})),
       disagreement_(&m.disagreement_.Add({{"model", model_}})),
+      slowest_{&m.slowest_timescale_.Add({{"model", model_}, {"view", "koopman"}}),
+               &m.slowest_timescale_.Add({{"model", model_}, {"view", "count_chain"}}),
+               &m.slowest_timescale_.Add({{"model", model_}, {"view", "embedding"}}),
+               &m.slowest_timescale_.Add({{"model", model_}, {"view", "headline"}})},
+      slowest_stderr_(&m.slowest_timescale_stderr_.Add({{"model", model_}})),
       ck_deviation_(&m.ck_deviation_.Add({{"model", model_}})),
       ck_stderr_(&m.ck_stderr_.Add({{"model", model_}})) {
   ck_deviation_->Set(std::numeric_limits<double>::quiet_NaN());
   ck_stderr_->Set(std::numeric_limits<double>::quiet_NaN());
   heldout_score_->Set(std::numeric_limits<double>::quiet_NaN());
   disagreement_->Set(std::numeric_limits<double>::quiet_NaN());
+  for (prometheus::Gauge* g : slowest_) g->Set(std::numeric_limits<double>::quiet_NaN());
+  slowest_stderr_->Set(std::numeric_limits<double>::quiet_NaN());
   spectral_data_share_->Set(0);
   // Every rejection series at 0 from the start: increase()/rate() need a sample before the
   // first rejection to see it.
@@ -252,6 +270,16 @@ void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreemen
   disagreement_->Set(timescale_disagreement);
 }
 
+void ModelMetrics::OnSlowestTimescales(const SlowestTimescales& t) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  slowest_[0]->Set(t.koopman);
+  slowest_[1]->Set(t.count_chain);
+  slowest_[2]->Set(t.embedding);
+  slowest_[3]->Set(t.headline);
+  slowest_stderr_->Set(t.headline_stderr);
+}
+
 void ModelMetrics::OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
                           const std::vector<std::vector<double>>& stderrs, double ck_deviation, double ck_stderr) {
   absl::MutexLock lock(&mu_);
@@ -311,6 +339,8 @@ void ModelMetrics::Remove() {
   m_.spectral_epochs_.Remove(spectral_epochs_);
   m_.spectral_data_share_.Remove(spectral_data_share_);
   m_.disagreement_.Remove(disagreement_);
+  for (prometheus::Gauge* g : slowest_) m_.slowest_timescale_.Remove(g);
+  m_.slowest_timescale_stderr_.Remove(slowest_stderr_);
   m_.ck_deviation_.Remove(ck_deviation_);
   m_.ck_stderr_.Remove(ck_stderr_);
   for (auto& [key, gauges] : lag_gauges_) {

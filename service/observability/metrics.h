@@ -28,6 +28,12 @@
 //                                            NaN before a 1000-pair window completed)
 //   timescale_disagreement{model}            gauge    relative disagreement of the slowest
 //                                            timescales of koopman / count chain / embedding
+//   slowest_timescale{model,view}            gauge    slowest resolved timescale (time units) of
+//                                            view koopman / count_chain / embedding, and the
+//                                            Koopman reply's headline (view="headline"); NaN: none
+//   slowest_timescale_stderr{model}          gauge    the headline's standard error (NaN: none)
+//   spectral_epochs{model}                   gauge    spectral-moments epochs begun (1 + re-bases)
+//   spectral_data_share{model}               gauge    share of the pairs inside the spectral estimate
 //   view_available{model,view}               gauge    1 when the sub-view of the latest view was
 //                                            built, 0 when it is missing (ModelInfo.sub_views says why)
 //   view_fit_warning{model,view}             gauge    1 when the sub-view was built but its fit
@@ -46,6 +52,7 @@
 // plus the process_* series of process_metrics.h (RSS, ...).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -98,6 +105,12 @@ class ModelMetrics {
   // epochs: spectral-moments epochs begun; data_share: share of the pairs inside the estimate.
   void OnSpectrum(double heldout_score, double timescale_disagreement, double epochs, double data_share)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The slowest resolved timescale (time units) of each view of the latest view (NaN: none) and
+  // the Koopman reply's headline with its standard error (NaN: no error bar).
+  struct SlowestTimescales {
+    double koopman, count_chain, embedding, headline, headline_stderr;
+  };
+  void OnSlowestTimescales(const SlowestTimescales& t) ABSL_LOCKS_EXCLUDED(mu_);
   // Lag scan of the primary estimator: timescales[k][i], stderrs[k][i] at lags[k]; the CK
   // test's max deviation and its s.e. (NaN when unavailable).
   void OnLags(const std::vector<int>& lags, const std::vector<std::vector<double>>& timescales,
@@ -134,6 +147,9 @@ class ModelMetrics {
   prometheus::Gauge* spectral_epochs_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* spectral_data_share_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* disagreement_ ABSL_PT_GUARDED_BY(mu_);
+  // view "koopman", "count_chain", "embedding", "headline"; then the headline's s.e.
+  std::array<prometheus::Gauge*, 4> slowest_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* slowest_stderr_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* ck_deviation_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* ck_stderr_ ABSL_PT_GUARDED_BY(mu_);
   std::map<std::pair<int, int>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> lag_gauges_
@@ -179,6 +195,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& spectral_epochs_;
   prometheus::Family<prometheus::Gauge>& spectral_data_share_;
   prometheus::Family<prometheus::Gauge>& disagreement_;
+  prometheus::Family<prometheus::Gauge>& slowest_timescale_;
+  prometheus::Family<prometheus::Gauge>& slowest_timescale_stderr_;
   prometheus::Family<prometheus::Gauge>& view_available_;
   prometheus::Family<prometheus::Gauge>& view_fit_warning_;
   prometheus::Family<prometheus::Gauge>& lag_timescale_;
