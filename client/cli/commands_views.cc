@@ -166,11 +166,12 @@ int Koopman(Context& ctx, const Args& args) {
     // "-" where there is no finite figure (a real mu has no period; |mu| >= 1 no decay time).
     const std::string ts_text = std::isfinite(ts) ? absl::StrFormat("%.6g", ts) : "-";
     const std::string period_text = std::isfinite(period) ? absl::StrFormat("%.6g", period) : "-";
-    std::printf("%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12s %12s%s\n", l, mu.re(), mu.im(),
-                std::hypot(mu.re(), mu.im()), re, im, ts_text.c_str(), period_text.c_str(),
-                stationary ? "  stationary"
-                           : (excess > 0 ? (h.nonstationary() ? "  |mu| > 1 (nonstationary)" : "  |mu| > 1 (see warnings)")
-                                         : ""));
+    std::printf(
+        "%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12s %12s%s\n", l, mu.re(), mu.im(), std::hypot(mu.re(), mu.im()), re,
+        im, ts_text.c_str(), period_text.c_str(),
+        stationary
+            ? "  stationary"
+            : (excess > 0 ? (h.nonstationary() ? "  |mu| > 1 (nonstationary)" : "  |mu| > 1 (see warnings)") : ""));
   }
   PrintSpectrum(r->spectrum(), "");
   if (!points.empty()) {

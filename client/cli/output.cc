@@ -232,10 +232,10 @@ void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s) {
 void PrintSpectrum(const v1::SpectrumInfo& s, const std::string& indent) {
   std::cout << indent << "estimator " << s.estimator();
   if (s.estimator() == "spectral-moments") {
-    std::cout << ": epoch " << s.epoch() << " of " << s.epochs() << " (" << s.epoch_samples() << " samples = "
-              << Num(100 * s.data_share()) << " % of the stream, " << s.basis_size() << " basis atoms"
-              << (s.ready() ? "" : ", not ready") << "), ridge " << Num(s.ridge())
-              << " (selection VAMP-E " << Num(s.selection_score()) << "), ";
+    std::cout << ": epoch " << s.epoch() << " of " << s.epochs() << " (" << s.epoch_samples()
+              << " samples = " << Num(100 * s.data_share()) << " % of the stream, " << s.basis_size() << " basis atoms"
+              << (s.ready() ? "" : ", not ready") << "), ridge " << Num(s.ridge()) << " (selection VAMP-E "
+              << Num(s.selection_score()) << "), ";
     if (s.heldout_pairs() > 0 && std::isfinite(s.heldout_score())) {
       std::cout << "prequential VAMP-E " << Num(s.heldout_score()) << " over " << s.heldout_pairs()
                 << " pairs after view " << s.heldout_view_version();

@@ -96,8 +96,7 @@ VectorXd HeldOutSse(const ForecastFoldSums& v, const LinearFit& f, int k, const 
     const double stt = v.syy(j) - 2 * kp * v.szy(j, j) + kp * kp * v.szz(j, j);
     const double st = v.sy(j) - kp * v.sz(j);
     const VectorXd stu = v.szy.col(j).head(k) - kp * v.szz.col(j).head(k);
-    const double pred_sq =
-        v.n * b * b + 2 * b * beta.dot(v.sz.head(k)) + beta.dot(v.szz.topLeftCorner(k, k) * beta);
+    const double pred_sq = v.n * b * b + 2 * b * beta.dot(v.sz.head(k)) + beta.dot(v.szz.topLeftCorner(k, k) * beta);
     sse(j) = std::max(0.0, stt - 2 * b * st - 2 * beta.dot(stu) + pred_sq);
   }
   return sse;
@@ -198,7 +197,8 @@ absl::StatusOr<ForecastModel> FitForecast(const ForecastMomentsSnapshot& s) {
   if (scored_folds < 2) {
     return absl::FailedPreconditionError(absl::StrCat("the forecast regression needs ", kMinFoldPairs,
                                                       " pairs in at least two of its held-out folds (blocks of pairs); "
-                                                      "it has ", total.n, " pairs"));
+                                                      "it has ",
+                                                      total.n, " pairs"));
   }
   if (s.prefix && s.prefix->n >= kMinForwardPairs && total.n - s.prefix->n >= kMinForwardPairs) {
     crit.forward = true;
@@ -380,7 +380,8 @@ void ForecastRegression::Observe(const double* x, const double* y) {
   ++samples_;
   if (buffered_ == options_.batch_size) Flush();
   if (samples_ == next_fit_) {
-    next_fit_ = samples_ < options_.fit_every ? std::min(2 * samples_, options_.fit_every) : samples_ + options_.fit_every;
+    next_fit_ =
+        samples_ < options_.fit_every ? std::min(2 * samples_, options_.fit_every) : samples_ + options_.fit_every;
     Refit();
   }
 }

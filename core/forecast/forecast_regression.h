@@ -23,10 +23,10 @@
 //   squared error (train on all folds but f, score on f, for every fold f with pairs) plus a
 //   forward one (train on the pairs up to the second-to-last refit, score on the pairs since),
 //   each in closed form from the sums: interleaved blocks always have training data on both
-//   sides in time, so only the forward part sees a candidate fail to extrapolate. Stage 1 picks (kappa, lambda_linear) per component among linear-only
-//   models; stage 2 adds the kernel block at each lambda_kernel (lambda_linear fixed to the one
-//   best over the scored components); each component keeps its best candidate, which is then
-//   refitted on both folds.
+//   sides in time, so only the forward part sees a candidate fail to extrapolate. Stage 1 picks (kappa, lambda_linear)
+//   per component among linear-only models; stage 2 adds the kernel block at each lambda_kernel (lambda_linear fixed to
+//   the one best over the scored components); each component keeps its best candidate, which is then refitted on both
+//   folds.
 //
 // LIVE SKILL (prequential)
 //   The accumulator refits itself at deterministic pair counts (64, 128, ..., 4096, then every
@@ -85,7 +85,7 @@ struct ForecastSkill {
 
 // What a fit chose for one state component.
 struct ForecastChoice {
-  bool increment = false;   // shrunk toward persistence (kappa = 1) rather than the mean
+  bool increment = false;  // shrunk toward persistence (kappa = 1) rather than the mean
   double lambda_linear = 0;
   double lambda_kernel = 0;  // 0: no kernel features
   double heldout_rmse = 0;   // held-out RMSE of the chosen candidate (K-fold and forward MSE averaged)
@@ -124,7 +124,7 @@ struct ForecastMomentsSnapshot {
   int dim = 0;
   int scored_dims = 0;
   std::shared_ptr<const FeatureMap> features;
-  VectorXd z0;  // q: z'(x_0), whose first d entries are x_0
+  VectorXd z0;                          // q: z'(x_0), whose first d entries are x_0
   std::vector<ForecastFoldSums> folds;  // options.folds of them
   // All pairs up to the second-to-last refit (the forward segment's training data); none
   // before the second refit.
@@ -139,12 +139,12 @@ absl::StatusOr<ForecastModel> FitForecast(const ForecastMomentsSnapshot& s);
 class ForecastRegression {
  public:
   struct Options {
-    int dim = 0;              // d >= 1
-    int scored_dims = 0;      // the last scored_dims components are scored; 0 = all
-    int block_length = 16;    // L >= 1: pairs per held-out block
-    int folds = 5;            // K in 2..16: block b belongs to fold b mod K
-    int batch_size = 32;      // B >= 1: pairs per rank-B update
-    int64_t first_fit = 64;   // pairs at the first refit, >= 8
+    int dim = 0;               // d >= 1
+    int scored_dims = 0;       // the last scored_dims components are scored; 0 = all
+    int block_length = 16;     // L >= 1: pairs per held-out block
+    int folds = 5;             // K in 2..16: block b belongs to fold b mod K
+    int batch_size = 32;       // B >= 1: pairs per rank-B update
+    int64_t first_fit = 64;    // pairs at the first refit, >= 8
     int64_t fit_every = 4096;  // refits double up to this many pairs, then come this often, >= first_fit
     absl::Status Validate() const;
   };

@@ -107,8 +107,8 @@ absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r
                                ", which do not match the model's feature map"));
   }
   const int64_t q = o.dim + n;
-  if (!r.Reserve(static_cast<uint64_t>((o.folds + 2) * (q * q + q * o.dim + q + 3 * o.dim) + o.batch_size * (q + o.dim) +
-                                       q * o.dim + q + 2 * o.dim) *
+  if (!r.Reserve(static_cast<uint64_t>((o.folds + 2) * (q * q + q * o.dim + q + 3 * o.dim) +
+                                       o.batch_size * (q + o.dim) + q * o.dim + q + 2 * o.dim) *
                      8,
                  "ForecastRegression buffers")) {
     return r.status();

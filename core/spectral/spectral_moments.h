@@ -111,25 +111,25 @@ struct SpectralMomentsSnapshot {
   SpectralEpochMoments frozen;
   int64_t live_epoch = 0;  // the epoch accumulating now (== moments.epoch)
   int64_t live_epoch_samples = 0;
-  int64_t samples = 0;            // all pairs ever observed
+  int64_t samples = 0;  // all pairs ever observed
   // Contiguous time blocks of the sources x (STATIONARITY): per block (oldest first) the pair
   // count, the mean and the mean of squares of each coordinate (blocks with pairs only).
   std::vector<int64_t> drift_counts;
   RowMatrixXd drift_means, drift_square_means;  // blocks x d
-  int64_t min_epoch_samples = 1;  // a candidate is ready from this many pairs (and both folds)
+  int64_t min_epoch_samples = 1;                // a candidate is ready from this many pairs (and both folds)
   bool has_frozen() const { return frozen.epoch > 0; }
 };
 
 class SpectralMoments {
  public:
   struct Options {
-    int dim = 0;                       // state dimension d, >= 1
-    double sigma = 1;                  // Gaussian bandwidth of the basis bumps, > 0
-    int max_basis = 1000;              // cap on m (the CME's max_dict), >= 1
-    int batch_size = 64;               // B, pairs per GEMM flush, >= 1
-    int64_t block_length = 1000;       // L, samples per contiguous held-out block, >= 1
-    double forgetting = 1.0;           // per-sample decay gamma in (0, 1]; 1 = none
-    double new_atom_fraction = 0.1;    // epoch restart when (m_source - m) > f * m_source, (0, 1)
+    int dim = 0;                     // state dimension d, >= 1
+    double sigma = 1;                // Gaussian bandwidth of the basis bumps, > 0
+    int max_basis = 1000;            // cap on m (the CME's max_dict), >= 1
+    int batch_size = 64;             // B, pairs per GEMM flush, >= 1
+    int64_t block_length = 1000;     // L, samples per contiguous held-out block, >= 1
+    double forgetting = 1.0;         // per-sample decay gamma in (0, 1]; 1 = none
+    double new_atom_fraction = 0.1;  // epoch restart when (m_source - m) > f * m_source, (0, 1)
     // An epoch serves from this many samples on (and both folds), >= 1. The daemon's models use
     // 50 (core/stream/streaming_learner_options.cc): a short stream gets the estimate, noisily.
     int64_t min_epoch_samples = 2000;

@@ -26,8 +26,8 @@ VectorXd KoopmanPeriods(const VectorXcd& eigenvalues, double dt) {
 }
 
 StationarityCheck CheckStationarity(const std::vector<int64_t>& counts, const RowMatrixXd& means,
-                                    const RowMatrixXd& square_means, const VectorXcd& eigenvalues,
-                                    int stationary_index, const StationarityOptions& options) {
+                                    const RowMatrixXd& square_means, const VectorXcd& eigenvalues, int stationary_index,
+                                    const StationarityOptions& options) {
   StationarityCheck out;
   // 1. Trend: the blocks holding at least half of the longest one (the open block may be short).
   const int g_all = static_cast<int>(counts.size());
@@ -69,7 +69,8 @@ StationarityCheck CheckStationarity(const std::vector<int64_t>& counts, const Ro
       const double se = std::sqrt(rss / (g - 2) / sxx);
       const double t = se > 0 ? std::abs(slope) / se : (slope != 0 ? std::numeric_limits<double>::infinity() : 0.0);
       const double sd = std::sqrt(within);
-      const double change = sd > 0 ? std::abs(slope) * span / sd : (slope != 0 ? std::numeric_limits<double>::infinity() : 0.0);
+      const double change =
+          sd > 0 ? std::abs(slope) * span / sd : (slope != 0 ? std::numeric_limits<double>::infinity() : 0.0);
       // Report the coordinate that is most clearly a trend (both criteria: the smaller margin).
       const double margin = std::min(t / options.trend_t, change / options.trend_change);
       const double best = out.trend_coordinate < 0

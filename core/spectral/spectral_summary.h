@@ -43,39 +43,39 @@ namespace cmestream {
 VectorXd KoopmanPeriods(const VectorXcd& eigenvalues, double dt);
 
 struct StationarityOptions {
-  double trend_t = 6;           // |t| of the block-mean slope above which a trend is significant
-  double trend_change = 0.5;    // ... and a fitted change above this many within-block s.d.
-  int min_blocks = 6;           // blocks needed for the trend test
-  double unit_circle = 1e-3;    // |mu| > 1 + unit_circle on a non-stationary mode: a transient
+  double trend_t = 6;         // |t| of the block-mean slope above which a trend is significant
+  double trend_change = 0.5;  // ... and a fitted change above this many within-block s.d.
+  int min_blocks = 6;         // blocks needed for the trend test
+  double unit_circle = 1e-3;  // |mu| > 1 + unit_circle on a non-stationary mode: a transient
 };
 
 struct StationarityCheck {
   bool nonstationary = false;
-  std::string reason;          // empty when none was found
-  double trend_t = 0;          // largest |t| over the coordinates (0 without enough blocks)
-  double trend_change = 0;     // fitted change of that coordinate over the stream / within-block s.d.
+  std::string reason;       // empty when none was found
+  double trend_t = 0;       // largest |t| over the coordinates (0 without enough blocks)
+  double trend_change = 0;  // fitted change of that coordinate over the stream / within-block s.d.
   int trend_coordinate = -1;
-  double max_modulus = 0;      // largest |mu| over the non-stationary modes
+  double max_modulus = 0;  // largest |mu| over the non-stationary modes
 };
 
 // counts, means, square_means: the block statistics of SpectralMomentsSnapshot (oldest first);
 // eigenvalues with the stationary mode at stationary_index (-1: none identified).
 StationarityCheck CheckStationarity(const std::vector<int64_t>& counts, const RowMatrixXd& means,
-                                    const RowMatrixXd& square_means, const VectorXcd& eigenvalues,
-                                    int stationary_index, const StationarityOptions& options = {});
+                                    const RowMatrixXd& square_means, const VectorXcd& eigenvalues, int stationary_index,
+                                    const StationarityOptions& options = {});
 
 struct HeadlineInputs {
-  double koopman = 0;           // the Koopman view's slowest resolved timescale (NaN: none)
-  bool consistent = false;      // the spectral-moments estimate, ready (not the CME fallback)
-  double lag_scan = 0;          // the lag view's slowest timescale at its first lag (NaN: none)
-  double lag_scan_stderr = 0;   // its jackknife s.e. (NaN: none)
+  double koopman = 0;          // the Koopman view's slowest resolved timescale (NaN: none)
+  bool consistent = false;     // the spectral-moments estimate, ready (not the CME fallback)
+  double lag_scan = 0;         // the lag view's slowest timescale at its first lag (NaN: none)
+  double lag_scan_stderr = 0;  // its jackknife s.e. (NaN: none)
 };
 
 struct Headline {
   double timescale = 0;
-  double stderr_ = 0;           // NaN when there is no error bar (see note)
-  std::string view;             // "koopman", "lag-scan" or "koopman-fallback"; empty: no timescale
-  std::string note;             // where the error bar comes from, or why there is none
+  double stderr_ = 0;  // NaN when there is no error bar (see note)
+  std::string view;    // "koopman", "lag-scan" or "koopman-fallback"; empty: no timescale
+  std::string note;    // where the error bar comes from, or why there is none
 };
 
 Headline ChooseHeadline(const HeadlineInputs& in);

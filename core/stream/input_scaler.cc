@@ -36,9 +36,7 @@ const char* SpreadName(InputScaler::Spread s) {
   return "?";
 }
 
-InputScaler InputScaler::Estimate(const Eigen::Ref<const RowMatrixXd>& rows) {
-  return Estimate(rows, rows.topRows(0));
-}
+InputScaler InputScaler::Estimate(const Eigen::Ref<const RowMatrixXd>& rows) { return Estimate(rows, rows.topRows(0)); }
 
 InputScaler InputScaler::Estimate(const Eigen::Ref<const RowMatrixXd>& a, const Eigen::Ref<const RowMatrixXd>& b) {
   const int64_t n = a.rows() + b.rows();

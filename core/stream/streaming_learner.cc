@@ -103,7 +103,7 @@ absl::Status StreamingLearner::Check(const StreamBatch& b) const {
 void StreamingLearner::FeedPair(const double* x, const double* y) {
   // Test, then train: the installed view's model scores the pair before anything learns it.
   if (prequential_) prequential_->Observe(x, y);
-  moments_->Observe(x, y);  // reads no dictionary
+  moments_->Observe(x, y);                  // reads no dictionary
   if (forecast_) forecast_->Observe(x, y);  // neither (it scores the pair with its fit first)
   // The CME, the counts (its nearest atoms, docs/algorithms.md §2) and the spectral moments (its
   // X atoms, §7) take the pair with the run. Observe applies a full run once the pair's lag

@@ -328,7 +328,7 @@ class StreamingLearner {
   RowMatrixXd warmup_x_, warmup_y_;     // auto_sigma_warmup x dim, only while sigma "auto" buffers
   int64_t warmup_n_ = 0;
   SigmaSelection sigma_selection_;
-  std::optional<InputScaler> scaler_;  // scale_inputs, once the warm-up ended
+  std::optional<InputScaler> scaler_;                       // scale_inputs, once the warm-up ended
   std::vector<double> scaled_x_, scaled_y_, scaled_state_;  // dim each, with a scaler
   std::unique_ptr<TransitionCounts> counts_;
   std::unique_ptr<EmbeddingMoments> moments_;               // continuous, once sigma is known

@@ -65,9 +65,8 @@ ForecastRegression::Options Forecast(const StreamingLearner::Options& o) {
 constexpr int kForecastFeatures = 128;
 
 std::shared_ptr<const FeatureMap> ForecastFeatures(const StreamingLearner::Options& o, double sigma) {
-  absl::StatusOr<FeatureMap> features =
-      FeatureMap::Rff(o.dim, std::min({o.rff_features, kForecastFeatures, ForecastRegression::kMaxFeatures}), sigma,
-                      o.seed);
+  absl::StatusOr<FeatureMap> features = FeatureMap::Rff(
+      o.dim, std::min({o.rff_features, kForecastFeatures, ForecastRegression::kMaxFeatures}), sigma, o.seed);
   // Options::Validate() checked these arguments; a failure here is a programming error.
   if (!features.ok()) std::abort();
   return std::make_shared<const FeatureMap>(*std::move(features));

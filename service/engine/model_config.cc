@@ -253,7 +253,7 @@ StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
 }
 
 absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig& stored,
-                                                            const ConfigDefaults& defaults) {
+                                                           const ConfigDefaults& defaults) {
   absl::StatusOr<v1::ModelConfig> c = NormalizeModelConfig(stored, defaults);
   if (c.ok() && !stored.has_scale()) c->clear_scale();
   return c;

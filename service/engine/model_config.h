@@ -48,7 +48,7 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
 // `scale` stays missing ("none": the file was written before input scaling existed, or the
 // model was created unscaled), where a new model's default would be "auto".
 absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig& stored,
-                                                            const ConfigDefaults& defaults);
+                                                           const ConfigDefaults& defaults);
 
 inline constexpr char kScaleAuto[] = "auto";
 inline constexpr char kScaleNone[] = "none";

@@ -53,11 +53,11 @@ inline constexpr double kTimescaleDisagreementThreshold = 0.25;
 struct CmeView {
   CmeSnapshot snapshot;
   KoopmanDecomposition koopman;
-  VectorXd excess;            // per eigenpair: max(0, |mu| - 1) of non-stationary modes
-  v1::SpectrumInfo spectrum;  // estimator, epoch, score, warnings, cross-view comparison
-  v1::KoopmanHeadline headline;  // the one timescale to quote (core/spectral/spectral_summary.h)
+  VectorXd excess;                 // per eigenpair: max(0, |mu| - 1) of non-stationary modes
+  v1::SpectrumInfo spectrum;       // estimator, epoch, score, warnings, cross-view comparison
+  v1::KoopmanHeadline headline;    // the one timescale to quote (core/spectral/spectral_summary.h)
   StationarityCheck stationarity;  // trend / transient (named in headline.nonstationary)
-  double inverse_drift = 0;   // measured just before the snapshot
+  double inverse_drift = 0;        // measured just before the snapshot
 };
 
 // A sub-view that may be missing: `value` is set on success; otherwise `error` says why (not
@@ -120,7 +120,7 @@ struct ModelView {
   SubView<AggregationView> aggregation;
   SubView<LatentModel> latent;
   SubView<PredictiveStateModel> predictive;
-  SubView<LagsView> lags;  // lag scans and CK tests (service/engine/lags.h)
+  SubView<LagsView> lags;          // lag scans and CK tests (service/engine/lags.h)
   SubView<ForecastView> forecast;  // continuous models
 
   v1::ViewInfo Info() const {

@@ -274,8 +274,7 @@ void CheckKoopmanStationarity(const SpectralMomentsSnapshot& s, CmeView& cme,
   const KoopmanDecomposition& kd = cme.koopman;
   // The CME fallback has no exact stationary mode: its leading mode plays that role.
   const int stationary = kd.stationary_index >= 0 ? kd.stationary_index : 0;
-  cme.stationarity =
-      CheckStationarity(s.drift_counts, s.drift_means, s.drift_square_means, kd.eigenvalues, stationary);
+  cme.stationarity = CheckStationarity(s.drift_counts, s.drift_means, s.drift_square_means, kd.eigenvalues, stationary);
   cme.headline.set_nonstationary(cme.stationarity.nonstationary);
   cme.headline.set_nonstationary_reason(cme.stationarity.reason);
   if (!cme.stationarity.nonstationary) {
@@ -600,8 +599,8 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
     model.metrics().OnSpectrum(cme->spectrum.heldout_score(), cme->spectrum.comparison().relative_disagreement(),
                                static_cast<double>(cme->spectrum.epochs()), cme->spectrum.data_share());
     const v1::TimescaleComparison& c = cme->spectrum.comparison();
-    model.metrics().OnSlowestTimescales({c.koopman(), c.count_chain(), c.embedding(), cme->headline.timescale(),
-                                         cme->headline.stderr()});
+    model.metrics().OnSlowestTimescales(
+        {c.koopman(), c.count_chain(), c.embedding(), cme->headline.timescale(), cme->headline.stderr()});
     view->cme = std::move(cme);
   }
 

@@ -260,8 +260,7 @@ void ModelMetrics::OnSubView(const std::string& view, bool available, bool fit_w
   it->second.second->Set(available && fit_warning ? 1 : 0);
 }
 
-void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreement, double epochs,
-                              double data_share) {
+void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreement, double epochs, double data_share) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
   heldout_score_->Set(heldout_score);

@@ -148,7 +148,7 @@ class ModelMetrics {
   prometheus::Gauge* spectral_data_share_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* disagreement_ ABSL_PT_GUARDED_BY(mu_);
   // view "koopman", "count_chain", "embedding", "headline"; then the headline's s.e.
-  std::array<prometheus::Gauge*, 4> slowest_ ABSL_PT_GUARDED_BY(mu_);
+  std::array<prometheus::Gauge*, 4> slowest_ ABSL_GUARDED_BY(mu_);
   prometheus::Gauge* slowest_stderr_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* ck_deviation_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* ck_stderr_ ABSL_PT_GUARDED_BY(mu_);

@@ -497,7 +497,8 @@ absl::Status FillSeriesForecast(const Model& model, const ModelView& view, const
   out->Reserve(static_cast<int>(*n * horizon * d));
   // The regression learned in the scaled units of a scaled model: rows in, forecasts back out.
   const RowMatrixXd rows = ScaledRows(view, series, *n, d);
-  for (int64_t r = 0; r < *n; ++r) AddUnscaled(view, f.model.Rollout(rows.row(r).data(), static_cast<int>(horizon)), out);
+  for (int64_t r = 0; r < *n; ++r)
+    AddUnscaled(view, f.model.Rollout(rows.row(r).data(), static_cast<int>(horizon)), out);
   return absl::OkStatus();
 }
 
@@ -518,8 +519,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
     return call.Finish(absl::InvalidArgumentError("fields series and window are exclusive: send one of them"));
   }
   if (!req->series().empty() && (*model)->discrete()) {
-    return call.Finish(absl::InvalidArgumentError(absl::StrCat("field series: model '", req->model(),
-                                                               "' is discrete; send window_ids")));
+    return call.Finish(absl::InvalidArgumentError(
+        absl::StrCat("field series: model '", req->model(), "' is discrete; send window_ids")));
   }
   absl::StatusOr<RowMatrixXd> window = QueryRows(req->window(), req->window_ids(), **model, "window", "window_ids");
   if (!window.ok()) return call.Finish(window.status());

@@ -93,7 +93,8 @@ void LossReport::AddDropped(const WalRecord& record, const ModelRegistry& regist
       return Add(record.payload, record.sequence, 0);
     case WalRecordType::kModelImported: {
       std::string name, image;
-      if (!DecodeImportRecord(record.payload, &name, &image).ok()) return AddUnreadable(record.sequence, record.sequence);
+      if (!DecodeImportRecord(record.payload, &name, &image).ok())
+        return AddUnreadable(record.sequence, record.sequence);
       dims_.erase(name);  // not parsed here: its batches' pairs count only if the model exists
       return Add(name, record.sequence, 0);
     }
@@ -135,8 +136,8 @@ std::vector<std::string> LossReport::JsonLines(const ModelRegistry& registry) co
                                ", \"model_dropped\": ", registry.Get(name).ok() ? "false" : "true", "}"));
   }
   for (const auto& range : unreadable_) {
-    out.push_back(absl::StrCat("{\"model\": null, \"pairs_dropped\": null, \"wal_sequences\": ",
-                               JsonRanges({range}), ", \"model_dropped\": null}"));
+    out.push_back(absl::StrCat("{\"model\": null, \"pairs_dropped\": null, \"wal_sequences\": ", JsonRanges({range}),
+                               ", \"model_dropped\": null}"));
   }
   return out;
 }
@@ -194,8 +195,8 @@ absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, R
       if (batch.end_warmup()) {
         // An explicit refresh ended the warm-up here (Model::EndWarmup): end it at the same pair.
         if (absl::Status s = (*model)->EndWarmup(record.sequence); !s.ok()) {
-          return absl::DataLossError(absl::StrCat("end-of-warm-up record of model '", batch.model(),
-                                                  "' does not replay: ", s.message()));
+          return absl::DataLossError(
+              absl::StrCat("end-of-warm-up record of model '", batch.model(), "' does not replay: ", s.message()));
         }
         ++stats->batches;
         return absl::OkStatus();
@@ -239,8 +240,7 @@ absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, R
 absl::StatusOr<std::unique_ptr<Wal>> OpenAndReplayWal(const WalOptions& options, uint64_t after_sequence,
                                                       ModelRegistry& registry,
                                                       const std::shared_ptr<prometheus::Registry>& metrics,
-                                                      WalRecoveryReport* report, ReplayStats* stats,
-                                                      LossReport* loss) {
+                                                      WalRecoveryReport* report, ReplayStats* stats, LossReport* loss) {
   WalRecoveryReport local_report;
   ReplayStats local_stats;
   WalRecoveryReport& rep = report ? *report : local_report;

@@ -501,8 +501,8 @@ absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState
       if (status.code() == absl::StatusCode::kFailedPrecondition) {
         // Written by a newer build: falling back would hide it and the next snapshot would
         // supersede it; the operator must run the newer version (service/README.md "Fault table").
-        return absl::FailedPreconditionError(absl::StrCat(
-            "refusing to start: ", status.message(), "; the file is kept as it is and nothing was changed"));
+        return absl::FailedPreconditionError(absl::StrCat("refusing to start: ", status.message(),
+                                                          "; the file is kept as it is and nothing was changed"));
       }
       const bool missing = status.code() == absl::StatusCode::kNotFound;
       std::fprintf(stderr, "cmestreamd: snapshot %s is %s: %s; trying the previous one\n", path.c_str(),

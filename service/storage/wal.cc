@@ -329,7 +329,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
 
   // Segments the manifest lists must all be there: a missing one is acknowledged data gone.
   bool missing_prefix = false;
-  bool missing_tail = false;  // newer segments than any present are gone (accepted)
+  bool missing_tail = false;   // newer segments than any present are gone (accepted)
   std::string missing_listed;  // what is missing, for the messages below
   if (options.expected_last_segment > 0) {
     std::vector<uint64_t> missing;
@@ -360,7 +360,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
 
   if (options.progress) {
     uint64_t total = 0;
-    for (uint64_t n : numbers) total += CountRecordsAfter(absl::StrCat(options.dir, "/", SegmentName(n)), after_sequence);
+    for (uint64_t n : numbers)
+      total += CountRecordsAfter(absl::StrCat(options.dir, "/", SegmentName(n)), after_sequence);
     options.progress->total = total;
     options.progress->replayed = 0;
     options.progress->phase = RecoveryProgress::kReplay;
@@ -399,8 +400,10 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
         const bool header_ok = crc32c::Unmask(LoadLe32(data.data() + 12)) == crc32c::Value(data.data(), 12);
         if (!header_ok && !options.accept_data_loss) {
           return absl::FailedPreconditionError(absl::StrCat(
-              seg.path, ": damaged segment header (checksum); with --accept-data-loss its records are read as format "
-                        "version ", kWalFormatVersion, ", each checked by its own checksum"));
+              seg.path,
+              ": damaged segment header (checksum); with --accept-data-loss its records are read as format "
+              "version ",
+              kWalFormatVersion, ", each checked by its own checksum"));
         }
         if (!header_ok) {
           // The magic matched and the checksum did not: damage, not a newer writer (a newer
@@ -410,17 +413,21 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
           if (absl::Status s = files::CopyFileSynced(seg.path, saved); !s.ok()) return s;
           const std::string header = SegmentHeader();
           const int fd = ::open(seg.path.c_str(), O_WRONLY | O_CLOEXEC);
-          const bool rewritten = fd >= 0 && ::pwrite(fd, header.data(), header.size(), 0) ==
-                                                static_cast<ssize_t>(header.size()) && ::fdatasync(fd) == 0;
+          const bool rewritten = fd >= 0 &&
+                                 ::pwrite(fd, header.data(), header.size(), 0) == static_cast<ssize_t>(header.size()) &&
+                                 ::fdatasync(fd) == 0;
           const int err = errno;
           if (fd >= 0) ::close(fd);
           if (!rewritten) {
-            return absl::InternalError(absl::StrCat("cannot rewrite the segment header of ", seg.path, ": ", Errno(err)));
+            return absl::InternalError(
+                absl::StrCat("cannot rewrite the segment header of ", seg.path, ": ", Errno(err)));
           }
           const std::string what =
               absl::StrCat(seg.path, ": damaged segment header (checksum); its records were read as format version ",
-                           kWalFormatVersion, ", each checked by its own checksum, and the header rewritten (the "
-                           "damaged file is kept as ", saved, ")");
+                           kWalFormatVersion,
+                           ", each checked by its own checksum, and the header rewritten (the "
+                           "damaged file is kept as ",
+                           saved, ")");
           std::cerr << "cmestreamd: WAL recovery: warning (--accept-data-loss): " << what << "\n";
           rep.skipped_damage.push_back(what);
         }
@@ -482,7 +489,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                          options.require_from_sequence, ": records ", options.require_from_sequence, "..",
                          record.sequence - 1, " are gone");
         if (!options.accept_data_loss) {
-          return absl::FailedPreconditionError(missing_listed.empty() ? what : absl::StrCat(missing_listed, ": ", what));
+          return absl::FailedPreconditionError(missing_listed.empty() ? what
+                                                                      : absl::StrCat(missing_listed, ": ", what));
         }
         std::cerr << "cmestreamd: WAL recovery: DATA LOSS accepted: " << what << "\n";
         rep.data_loss.push_back(what);
@@ -545,7 +553,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     const bool whole_but_length_damaged =
         !complete && data.size() - pos >= kWalHeaderBytes &&
         crc32c::Unmask(LoadLe32(data.data() + pos)) == crc32c::Value(data.data() + pos + 8, data.size() - pos - 8);
-    if (whole_but_length_damaged) problem = "length field damaged; the checksum matches the bytes to the end of the file";
+    if (whole_but_length_damaged)
+      problem = "length field damaged; the checksum matches the bytes to the end of the file";
     const bool torn = next_sequence == 0 && last_segment && !whole_but_length_damaged &&
                       (!complete || zero_header || AllZero(data, pos) || ZeroFilledFromSector(data, pos));
     const uint64_t dropped_here = data.size() - pos;
@@ -635,10 +644,11 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       rep.data_loss.push_back(what);
       rep.lost_unreadable.emplace_back(needed_from, 0);
     } else if (rep.first_sequence <= needed_from) {
-      const std::string what = absl::StrCat(
-          missing_listed, "; they held only records before sequence ", rep.first_sequence,
-          ", and the state needs the log from sequence ", needed_from, " on (the snapshot in use covers the rest), "
-          "so nothing is lost");
+      const std::string what =
+          absl::StrCat(missing_listed, "; they held only records before sequence ", rep.first_sequence,
+                       ", and the state needs the log from sequence ", needed_from,
+                       " on (the snapshot in use covers the rest), "
+                       "so nothing is lost");
       std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
       rep.skipped_damage.push_back(what);
     }

@@ -92,8 +92,10 @@ TEST(ForecastRegression, EqualsBatchRidgeAtTheChosenPenalty) {
     const int k = c.lambda_kernel > 0 ? d + nf : d;
     const MatrixXd cov = zc.leftCols(k).transpose() * zc.leftCols(k) / n;
     MatrixXd a = cov;
-    for (int i = 0; i < k; ++i) a(i, i) += (i < d ? c.lambda_linear : c.lambda_kernel) * (cov(i, i) + 1e-12 *
-        (i < d ? cov.diagonal().head(d).mean() : cov.diagonal().tail(k - d).mean()) + 1e-300);
+    for (int i = 0; i < k; ++i)
+      a(i, i) +=
+          (i < d ? c.lambda_linear : c.lambda_kernel) *
+          (cov(i, i) + 1e-12 * (i < d ? cov.diagonal().head(d).mean() : cov.diagonal().tail(k - d).mean()) + 1e-300);
     VectorXd t = y.col(j);
     if (c.increment) t -= z.col(j);
     const VectorXd cross = zc.leftCols(k).transpose() * (t.array() - t.mean()).matrix() / n;

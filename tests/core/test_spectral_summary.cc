@@ -59,7 +59,7 @@ Fed Feed(const Stream& s, double sigma, double dt, int max_dict, bool former = f
   SpectralFitOptions fo;
   fo.dt = dt;
   fo.ridge_grid = {1e-3, 1e-5, 1e-7};  // the daemon's grid (service/engine/refresh.cc)
-  if (!former) fo.min_share = 0.8;  // as service/engine/refresh.cc
+  if (!former) fo.min_share = 0.8;     // as service/engine/refresh.cc
   Fed out;
   out.snapshot = acc.Snapshot();
   absl::StatusOr<SpectralFit> fit = FitSpectrum(out.snapshot, fo);
@@ -196,7 +196,7 @@ TEST(SpectralRebase, TheScheduleNeedsTheStreamToGrowByTheFactor) {
   for (int t = 0; t < 39; ++t) acc.Observe(&x, &x);
   EXPECT_FALSE(acc.ShouldStartEpoch(40));  // 49 pairs < 5 x 10, though the dictionary quadrupled
   acc.Observe(&x, &x);
-  EXPECT_TRUE(acc.ShouldStartEpoch(40));  // 50 = 5 x 10
+  EXPECT_TRUE(acc.ShouldStartEpoch(40));   // 50 = 5 x 10
   EXPECT_FALSE(acc.ShouldStartEpoch(11));  // 1 new of 11 atoms: not an outgrowth
   EXPECT_EQ(acc.block_length(), 25);       // min_block_length (10 / 4 < 25)
 }
@@ -228,8 +228,8 @@ TEST(Stationarity, TrendingStreamIsFlaggedAndStationaryOnesAreNot) {
   const VectorXcd contraction = VectorXcd::Constant(3, std::complex<double>(0.9, 0));
   // AR(1) with rho 0.9 (s.d. 2.3) plus a trend of 10 over 20k steps.
   const SpectralMomentsSnapshot trend = Blocks(Ar1(20000, 0.9, 5e-4, 1));
-  const StationarityCheck t = CheckStationarity(trend.drift_counts, trend.drift_means, trend.drift_square_means,
-                                                contraction, 0);
+  const StationarityCheck t =
+      CheckStationarity(trend.drift_counts, trend.drift_means, trend.drift_square_means, contraction, 0);
   std::printf("trend: %s (t %.3g, change %.3g sd, %zu blocks)\n", t.reason.c_str(), t.trend_t, t.trend_change,
               trend.drift_counts.size());
   EXPECT_TRUE(t.nonstationary);
@@ -293,8 +293,7 @@ TEST(Headline, KoopmanWithTheLagScansRelativeErrorThenFallbacks) {
 TEST(Headline, FourWellSlowestTimescaleWithin5PercentAndAFiniteStderr) {
   const systems::FourWellOptions fw;
   const systems::Transitions data = systems::SimulateFourWell(100000, 7, fw);
-  const double sigma =
-      SelectBandwidth(data.x.topRows(1000), data.y.topRows(1000), BandwidthSelectionOptions{}).chosen;
+  const double sigma = SelectBandwidth(data.x.topRows(1000), data.y.topRows(1000), BandwidthSelectionOptions{}).chosen;
   CompressedCme::Options co;
   co.dim = 1;
   co.sigma = sigma;

@@ -221,6 +221,10 @@ Reference ContinuousReference(double sigma) {
   s.dim = kDim;
   s.sigma = sigma;
   s.max_basis = kMaxDict;
+  // The learner's re-base schedule (core/stream/streaming_learner_options.cc).
+  s.rebase_growth = 5;
+  s.min_block_length = 25;
+  s.min_epoch_samples = 50;
   r.spectral.emplace(s);
   LagStatistics::Options l;
   l.lags = kLags;

@@ -119,7 +119,7 @@ TEST_F(DaemonTest, CreateDescribeListDeleteWithDefaultsFilled) {
   EXPECT_DOUBLE_EQ(info.config().dt(), 1.0);
   EXPECT_EQ(info.config().seed(), 1u);
   EXPECT_EQ(info.config().auto_sigma_warmup(), 1000u);
-  EXPECT_EQ(info.config().scale(), "auto");  // per-channel scaling with sigma auto
+  EXPECT_EQ(info.config().scale(), "auto");                          // per-channel scaling with sigma auto
   EXPECT_DOUBLE_EQ(info.config().refresh_interval_seconds(), 3600);  // the daemon's flag
   EXPECT_TRUE(info.sigma_selection().automatic());
   EXPECT_EQ(info.samples(), 0u);

@@ -532,8 +532,8 @@ TEST_F(DaemonViewsTest, DuffingComparisonSkipsFlaggedAndUnresolvedTimescales) {
   // Box sampling is a transient (|mu| > 1): the headline names it, the views are not compared
   // (no "disagree by" warning) and the |mu| > 1 modes are not repeated as warnings.
   const v1::KoopmanHeadline& h = k.headline();
-  std::printf("duffing headline: %.4g +/- %.4g [%s], nonstationary: %s\n", h.timescale(), h.stderr(),
-              h.view().c_str(), h.nonstationary_reason().c_str());
+  std::printf("duffing headline: %.4g +/- %.4g [%s], nonstationary: %s\n", h.timescale(), h.stderr(), h.view().c_str(),
+              h.nonstationary_reason().c_str());
   EXPECT_TRUE(h.nonstationary());
   EXPECT_NE(h.nonstationary_reason().find("transient"), std::string::npos);
   EXPECT_FALSE(cmp.warning());

@@ -171,10 +171,11 @@ TEST_F(InputScalingTest, EightChannelsFrom003To235KeepTheFourWellTimescale) {
   const VectorXd ev = systems::FourWellEigenvalues(4, fw);
   const double truth = -fw.tau / std::log(ev[1]);
   EXPECT_NEAR(k.timescales(1) / truth, 1.0, 0.10) << "slowest " << k.timescales(1) << " truth " << truth;
-  std::printf("8-channel four-well, scaled: sigma %.4f (median distance %.4f), slowest timescale %.4f, truth %.4f, "
-              "estimator %s, %u atoms\n",
-              sigma.chosen(), sigma.median_distance(), k.timescales(1), truth, k.spectrum().estimator().c_str(),
-              info.dictionary_size());
+  std::printf(
+      "8-channel four-well, scaled: sigma %.4f (median distance %.4f), slowest timescale %.4f, truth %.4f, "
+      "estimator %s, %u atoms\n",
+      sigma.chosen(), sigma.median_distance(), k.timescales(1), truth, k.spectrum().estimator().c_str(),
+      info.dictionary_size());
 
   // Replies in the user's units: every X atom is one of the states sent (scaled, then
   // inverted: equal up to two roundings).
@@ -189,7 +190,8 @@ TEST_F(InputScalingTest, EightChannelsFrom003To235KeepTheFourWellTimescale) {
     double best = INFINITY;
     for (int64_t t = 0; t <= kPairs && best > 0; ++t) {
       double d = 0;
-      for (int k = 0; k < kChannels; ++k) d = std::max(d, std::abs(dict.x_atoms(a * kChannels + k) - s(t, k)) / kScales[k]);
+      for (int k = 0; k < kChannels; ++k)
+        d = std::max(d, std::abs(dict.x_atoms(a * kChannels + k) - s(t, k)) / kScales[k]);
       best = std::min(best, d);
     }
     EXPECT_LT(best, 1e-9) << "atom " << a;

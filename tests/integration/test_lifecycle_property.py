@@ -172,10 +172,14 @@ class LifecyclePropertyTest(unittest.TestCase):
                 elif r < 0.80:
                     op = "refresh"
                     name = rng.choice(sorted(models))
-                    try:
-                        sut.queries.Refresh(pb.RefreshRequest(model=name, wait=True, timeout_seconds=30), timeout=60)
-                    except grpc.RpcError as e:  # a model without data has nothing to refresh
-                        self.assertIn(e.code(), (grpc.StatusCode.FAILED_PRECONDITION,))
+                    # Both nodes: an explicit refresh of a model in its sigma warm-up (>= 50
+                    # pairs) ends the warm-up, a logged state change (docs/algorithms.md §1.13).
+                    for node in (sut, ref):
+                        try:
+                            node.queries.Refresh(pb.RefreshRequest(model=name, wait=True, timeout_seconds=30),
+                                                 timeout=60)
+                        except grpc.RpcError as e:  # a model without data has nothing to refresh
+                            self.assertIn(e.code(), (grpc.StatusCode.FAILED_PRECONDITION,))
                 elif r < 0.85:
                     op = "snapshot"
                     sut.models.Snapshot(pb.SnapshotRequest(), timeout=60)
