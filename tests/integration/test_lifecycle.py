@@ -484,19 +484,21 @@ class LifecycleTest(unittest.TestCase):
             seen, messages, health_answers = set(), [], set()
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
+                # wait_for_ready: a call waits for the connection (as a retrying client does)
+                # instead of failing at once while the channel is between connection attempts.
                 try:
-                    health_answers.add(health(None, timeout=2))
+                    health_answers.add(health(None, timeout=2, wait_for_ready=True))
                 except grpc.RpcError as e:
                     seen.add(("health", e.code(), e.details()))
                 try:
-                    s.models.GetModel(pb.GetModelRequest(name="m"), timeout=2)
+                    s.models.GetModel(pb.GetModelRequest(name="m"), timeout=2, wait_for_ready=True)
                     break
                 except grpc.RpcError as e:
                     seen.add(("GetModel", e.code(), e.details()))
                     if e.code() == grpc.StatusCode.UNAVAILABLE and e.details().startswith("recovering:"):
                         messages.append(e.details())
                 try:  # a query gets the same answer
-                    s.queries.GetKoopman(pb.KoopmanRequest(model="m"), timeout=2)
+                    s.queries.GetKoopman(pb.KoopmanRequest(model="m"), timeout=2, wait_for_ready=True)
                 except grpc.RpcError as e:
                     seen.add(("GetKoopman", e.code(), e.details()))
             else:
