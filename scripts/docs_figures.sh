@@ -34,11 +34,11 @@ done
 export CMESTREAM_SERVER="$(sed -n 's/.*grpc=\([^ ]*\).*/\1/p' "$DATA/out")"
 # The plain median pairwise distance of the warm-up's states in the data's own units (the demo's
 # model scales its inputs, so the median it prints is in scaled units).
-median="$(grep -v '^#' "$OUT/duffing.csv" | head -1000 | "$PY" -c '
+median="$("$PY" -c '
 import sys, numpy as np
-x = np.loadtxt(sys.stdin, delimiter=",")[:, :2]
+x = np.loadtxt(sys.argv[1], delimiter=",", comments="#", max_rows=1000)[:, :2]
 d = np.sqrt(((x[:, None, :] - x[None, :, :]) ** 2).sum(-1))
-print("%.6g" % np.median(d[np.triu_indices(len(x), 1)]))')"
+print("%.6g" % np.median(d[np.triu_indices(len(x), 1)]))' "$OUT/duffing.csv")"
 [ -n "$median" ] || { echo "docs_figures: could not compute the median distance" >&2; exit 1; }
 "$CLI" model create duffing-median --dim 2 --sigma "$median" --dt 0.25 >/dev/null
 grep -v '^#' "$OUT/duffing.csv" | "$CLI" ingest duffing-median --csv - --producer all --quiet >/dev/null
