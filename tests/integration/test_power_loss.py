@@ -4,7 +4,8 @@ became durable. After kill -9 the data dir is cut back to exactly that — conte
 last synced size dropped (mode "truncate"), zeroed with the size kept (mode "zero": the file
 size reached the disk, its data did not), or zeroed from the next 512-byte sector on (mode
 "sector": the first partial sector made it, the rest did not) — and directory entries never
-synced are removed. Periodic snapshots run meanwhile, so the WAL, snapshot, manifest and prune
+synced are removed (a name renamed over after its directory's last fsync keeps the new file:
+rename is atomic, so old or new are the legal outcomes, and only the new one is still at hand). Periodic snapshots run meanwhile, so the WAL, snapshot, manifest and prune
 paths are all cut at random points. Every acknowledged batch must survive, the daemon must start
 without help, and the model must equal a reference fed the same batches.
 
@@ -53,9 +54,14 @@ def power_loss(data, log, mode):
             path = os.path.join(root, name)
             st = os.stat(path)
             listing = listings.get(os.path.realpath(root))
-            if listing is None or listing.get(name) != st.st_ino:
+            if listing is None or name not in listing:
                 os.remove(path)  # its directory entry never reached the disk
                 continue
+            # A name synced with another inode was renamed over after its directory's last fsync
+            # (WriteFileAtomically). rename(2) is atomic: a power loss leaves the old file or the
+            # new one, never neither. The old contents are gone from this harness, so it takes
+            # the new file (its own synced bytes, below), which is a legal outcome; deleting
+            # it, as an earlier version did, was not.
             keep = synced.get(st.st_ino, 0)
             if st.st_size <= keep:
                 continue
