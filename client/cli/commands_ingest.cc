@@ -66,6 +66,16 @@ class ProgressReporter {
 void PrintIngestSummary(const Args& args, const std::string& model, const IngestStream::Options& options,
                         const IngestStream::Summary& summary, double seconds);
 
+// Closes the stream and prints its summary; returns the command's exit code.
+int FinishIngest(IngestStream& stream, ProgressReporter& progress, const Args& args, const std::string& model,
+                 const IngestStream::Options& options) {
+  auto summary = stream.Finish();
+  progress.Done();
+  if (!summary.ok()) return Fail("ingest", summary.status());
+  PrintIngestSummary(args, model, options, *summary, progress.Seconds());
+  return 0;
+}
+
 // Discrete models: rows of integer state ids, `i,j` pairs or (--trajectory) one id per line.
 // The whole input (standard input too) is read and checked for integers before anything is
 // sent; the daemon checks the range [0, P) and refuses a batch with an id outside it, naming
@@ -109,11 +119,7 @@ int IngestIds(Context& ctx, const Args& args, const std::string& model, const st
       progress.Maybe((*stream)->Progress());
     }
   }
-  auto summary = (*stream)->Finish();
-  progress.Done();
-  if (!summary.ok()) return Fail(cmd, summary.status());
-  PrintIngestSummary(args, model, options, *summary, progress.Seconds());
-  return 0;
+  return FinishIngest(**stream, progress, args, model, options);
 }
 
 }  // namespace
@@ -134,7 +140,7 @@ int Ingest(Context& ctx, const Args& args) {
     if (*v < 1 || *v > 1000000) return FailUsage(cmd, "--batch: expected in [1, 1000000]");
     options.batch_pairs = static_cast<int>(*v);
   }
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  if (int rc = NeedClient(ctx, cmd)) return rc;
   // The model's dimension fixes the column count (and an unknown model fails before any
   // input is read).
   auto info = ctx.client->Describe(model);
@@ -221,11 +227,7 @@ int Ingest(Context& ctx, const Args& args) {
       progress.Maybe((*stream)->Progress());
     }
   }
-  auto summary = (*stream)->Finish();
-  progress.Done();
-  if (!summary.ok()) return Fail(cmd, summary.status());
-  PrintIngestSummary(args, model, options, *summary, progress.Seconds());
-  return 0;
+  return FinishIngest(**stream, progress, args, model, options);
 }
 
 namespace {
@@ -270,7 +272,7 @@ int Producer(Context& ctx, const Args& args) {
   if (int rc = NeedName(args, cmd, kProducerUsage)) return rc;
   auto id = args.Value("producer");
   if (!id) return FailUsage(cmd, "--producer ID is required");
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  if (int rc = NeedClient(ctx, cmd)) return rc;
   auto r = ctx.client->GetProducer(args.positional[0], *id);
   if (!r.ok()) return Fail(cmd, r.status());
   if (args.Has("json")) {

@@ -115,37 +115,44 @@ void PrintCk(const char* title, const v1::CkResult& c) {
   }
 }
 
+// Prints the JSON reply of a lag query: {"model", the view keys, "estimator", the primary result
+// (the Koopman estimate's for a continuous model, else the count chain's), and for a continuous
+// model "count_chain": {the count chain's result}}. write(w, result, primary) writes one result.
+template <typename Reply, typename WriteResult>
+void PrintLagReply(const std::string& model, const Reply& r, WriteResult write) {
+  const bool koopman = r.estimator() == "koopman";
+  JsonWriter w;
+  BeginViewReply(w, model, r.view());
+  w.Key("estimator").String(r.estimator());
+  write(w, koopman ? r.koopman() : r.counts(), /*primary=*/true);
+  if (koopman) {
+    w.Key("count_chain").BeginObject();
+    write(w, r.counts(), /*primary=*/false);
+    w.EndObject();
+  }
+  PrintReply(w);
+}
+
 }  // namespace
 
 int Timescales(Context& ctx, const Args& args) {
   const std::string cmd = "timescales";
   if (int rc = NeedName(args, cmd, kTimescalesUsage)) return rc;
   const std::string model = args.positional[0];
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  if (int rc = NeedClient(ctx, cmd)) return rc;
   auto r = ctx.client->Timescales(model);
   if (!r.ok()) return Fail(cmd, r.status());
-  const bool koopman = r->estimator() == "koopman";
-  const v1::LagScan& primary = koopman ? r->koopman() : r->counts();
   if (args.Has("json")) {
-    JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
-    w.Key("estimator").String(r->estimator());
-    WriteScan(w, primary);
-    w.Key("dt").Double(r->dt());
-    if (koopman) {
-      w.Key("count_chain").BeginObject();
-      WriteScan(w, r->counts());
-      w.EndObject();
-    }
-    w.EndObject();
-    PrintJson(w);
+    // "dt" follows the primary scan.
+    PrintLagReply(model, *r, [&](JsonWriter& w, const v1::LagScan& scan, bool primary) {
+      WriteScan(w, scan);
+      if (primary) w.Key("dt").Double(r->dt());
+    });
     return 0;
   }
   std::printf("# model '%s': implied timescales in time units (dt = %g per sample step) against the lag in steps\n",
               model.c_str(), r->dt());
-  if (koopman) PrintScan("koopman", r->koopman());
+  if (r->estimator() == "koopman") PrintScan("koopman", r->koopman());
   PrintScan("count chain", r->counts());
   return 0;
 }
@@ -165,28 +172,15 @@ int CkTest(Context& ctx, const Args& args) {
       values[f] = static_cast<uint32_t>(*v);
     }
   }
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  if (int rc = NeedClient(ctx, cmd)) return rc;
   auto r = ctx.client->CkTest(model, values[0], values[1], values[2]);
   if (!r.ok()) return Fail(cmd, r.status());
-  const bool koopman = r->estimator() == "koopman";
   if (args.Has("json")) {
-    JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
-    w.Key("estimator").String(r->estimator());
-    WriteCk(w, koopman ? r->koopman() : r->counts());
-    if (koopman) {
-      w.Key("count_chain").BeginObject();
-      WriteCk(w, r->counts());
-      w.EndObject();
-    }
-    w.EndObject();
-    PrintJson(w);
+    PrintLagReply(model, *r, [](JsonWriter& w, const v1::CkResult& c, bool /*primary*/) { WriteCk(w, c); });
     return 0;
   }
   std::printf("# model '%s': Chapman-Kolmogorov test\n", model.c_str());
-  if (koopman) PrintCk("koopman", r->koopman());
+  if (r->estimator() == "koopman") PrintCk("koopman", r->koopman());
   PrintCk("count chain", r->counts());
   return 0;
 }

@@ -30,6 +30,21 @@
 #include "client/cpp/client.h"
 
 namespace cmestream::cli {
+namespace {
+
+// A model's description: its JSON with --json, else `heading` and the readable description.
+void PrintModelReply(const Args& args, const v1::ModelInfo& info, const std::string& heading) {
+  if (args.Has("json")) {
+    JsonWriter w;
+    WriteModelJson(w, info);
+    PrintJson(w);
+  } else {
+    std::cout << heading;
+    PrintModel(info);
+  }
+}
+
+}  // namespace
 
 int ModelCreate(Context& ctx, const Args& args) {
   if (int rc = NeedName(args, "model create", kCreateUsage)) return rc;
@@ -111,39 +126,26 @@ int ModelCreate(Context& ctx, const Args& args) {
     }
   }
   if (!bad.ok()) return FailUsage("model create", bad.message());
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model create", s.message());
+  if (int rc = NeedClient(ctx, "model create")) return rc;
   auto info = ctx.client->CreateModel(config);
   if (!info.ok()) return Fail("model create", info.status());
-  if (args.Has("json")) {
-    JsonWriter w;
-    WriteModelJson(w, *info);
-    PrintJson(w);
-  } else {
-    std::cout << "created model '" << info->config().name() << "'\n";
-    PrintModel(*info);
-  }
+  PrintModelReply(args, *info, "created model '" + info->config().name() + "'\n");
   return 0;
 }
 
 int ModelDescribe(Context& ctx, const Args& args) {
   if (int rc = NeedName(args, "model describe", kDescribeUsage)) return rc;
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model describe", s.message());
+  if (int rc = NeedClient(ctx, "model describe")) return rc;
   auto info = ctx.client->Describe(args.positional[0]);
   if (!info.ok()) return Fail("model describe", info.status());
-  if (args.Has("json")) {
-    JsonWriter w;
-    WriteModelJson(w, *info);
-    PrintJson(w);
-  } else {
-    PrintModel(*info);
-  }
+  PrintModelReply(args, *info, "");
   return 0;
 }
 
 int ModelList(Context& ctx, const Args& args) {
   if (!args.positional.empty()) return FailUsage("model list", "takes no arguments");
   // One daemon, or every daemon of a --server list.
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model list", s.message());
+  if (int rc = NeedClient(ctx, "model list")) return rc;
   absl::StatusOr<std::vector<v1::ModelInfo>> models = ctx.cluster->List();
   if (!models.ok()) return Fail("model list", models.status());
   if (args.Has("json")) {
@@ -165,7 +167,7 @@ int ModelList(Context& ctx, const Args& args) {
 
 int ModelDelete(Context& ctx, const Args& args) {
   if (int rc = NeedName(args, "model delete", kDeleteUsage)) return rc;
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("model delete", s.message());
+  if (int rc = NeedClient(ctx, "model delete")) return rc;
   if (auto s = ctx.client->Delete(args.positional[0]); !s.ok()) return Fail("model delete", s);
   std::cout << "deleted model '" << args.positional[0] << "'\n";
   return 0;
@@ -175,7 +177,7 @@ int ModelDelete(Context& ctx, const Args& args) {
 // service/storage/snapshot.h), so NAME only checks that the model exists on the daemon.
 int Snapshot(Context& ctx, const Args& args) {
   if (args.positional.size() > 1) return FailUsage("snapshot", "takes at most one model name");
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("snapshot", s.message());
+  if (int rc = NeedClient(ctx, "snapshot")) return rc;
   if (!args.positional.empty()) {
     if (auto info = ctx.client->Describe(args.positional[0]); !info.ok()) return Fail("snapshot", info.status());
   }
@@ -206,7 +208,7 @@ int Export(Context& ctx, const Args& args) {
   if (int rc = NeedName(args, "export", kExportUsage)) return rc;
   const std::optional<std::string> out = args.Value("out");
   if (!out || out->empty()) return FailUsage("export", "--out FILE is required");
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("export", s.message());
+  if (int rc = NeedClient(ctx, "export")) return rc;
   auto data = ctx.client->ExportModel(args.positional[0]);
   if (!data.ok()) return Fail("export", data.status());
   // Written to a temporary name and renamed, so FILE is never a partial export.
@@ -230,7 +232,7 @@ int Export(Context& ctx, const Args& args) {
 
 int Health(Context& ctx, const Args& args) {
   if (args.positional.size() > 1) return FailUsage("health", "takes at most one SERVICE");
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("health", s.message());
+  if (int rc = NeedClient(ctx, "health")) return rc;
   auto serving = ctx.client->Health(args.positional.empty() ? "" : args.positional[0]);
   if (!serving.ok()) return Fail("health", serving.status());
   std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
@@ -244,17 +246,10 @@ int Import(Context& ctx, const Args& args) {
   if (!file) return FailUsage("import", "cannot open '" + path + "'");
   std::string data((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   if (file.bad()) return FailUsage("import", "cannot read '" + path + "'");
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("import", s.message());
+  if (int rc = NeedClient(ctx, "import")) return rc;
   auto info = ctx.client->ImportModel(std::move(data), args.Value("name").value_or(""));
   if (!info.ok()) return Fail("import " + path, info.status());
-  if (args.Has("json")) {
-    JsonWriter w;
-    WriteModelJson(w, *info);
-    PrintJson(w);
-  } else {
-    std::cout << "imported model '" << info->config().name() << "'\n";
-    PrintModel(*info);
-  }
+  PrintModelReply(args, *info, "imported model '" + info->config().name() + "'\n");
   return 0;
 }
 

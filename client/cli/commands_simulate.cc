@@ -36,6 +36,18 @@
 namespace cmestream::cli {
 namespace {
 
+// Writes the text of `out` to stdout and clears it.
+void FlushRows(std::string& out) {
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  out.clear();
+}
+
+// Ends the row being written to `out`; past 1 MiB of text, flushes it (FlushRows).
+void EndRow(std::string& out) {
+  out += '\n';
+  if (out.size() > (1 << 20)) FlushRows(out);
+}
+
 void WriteRows(const char* header, const RowMatrixXd& a, const RowMatrixXd* b) {
   std::string out = header;
   out += '\n';
@@ -52,13 +64,9 @@ void WriteRows(const char* header, const RowMatrixXd& a, const RowMatrixXd* b) {
         out += buf;
       }
     }
-    out += '\n';
-    if (out.size() > (1 << 20)) {
-      std::fwrite(out.data(), 1, out.size(), stdout);
-      out.clear();
-    }
+    EndRow(out);
   }
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  FlushRows(out);
 }
 
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {
@@ -83,13 +91,9 @@ void WriteIdRows(const char* header, const std::vector<int>& a, const std::vecto
   for (size_t i = 0; i < a.size(); ++i) {
     absl::StrAppend(&out, a[i]);
     if (b) absl::StrAppend(&out, ",", (*b)[i]);
-    out += '\n';
-    if (out.size() > (1 << 20)) {
-      std::fwrite(out.data(), 1, out.size(), stdout);
-      out.clear();
-    }
+    EndRow(out);
   }
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  FlushRows(out);
 }
 
 // Simulators of docs/algorithms.md §3-6 (four-well, multi-well-2d, soft-aggregation,

@@ -40,7 +40,7 @@ int Refresh(Context& ctx, const Args& args) {
     if (!v.ok() || *v <= 0) return FailUsage("refresh", "--wait-timeout: expected seconds > 0");
     wait_timeout = *v;
   }
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage("refresh", s.message());
+  if (int rc = NeedClient(ctx, "refresh")) return rc;
   auto view = ctx.client->Refresh(args.positional[0], args.Has("wait"), wait_timeout);
   if (!view.ok()) return Fail("refresh", view.status());
   if (args.Has("json")) {
@@ -84,7 +84,7 @@ int Koopman(Context& ctx, const Args& args) {
     if (!v.ok() || *v > 100000) return FailUsage(cmd, "--top: expected an integer in [0, 100000]");
     top = static_cast<uint32_t>(*v);
   }
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  if (int rc = NeedClient(ctx, cmd)) return rc;
   std::vector<double> points;
   if (auto p = args.Value("points")) {
     bool server_error = false;
@@ -97,9 +97,7 @@ int Koopman(Context& ctx, const Args& args) {
   const int k = r->eigenvalues_size();
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, model, r->view());
     w.Key("dt").Double(r->dt());
     w.Key("eigenvalues").BeginArray();
     for (const auto& c : r->eigenvalues()) w.Complex(c.re(), c.im());
@@ -107,18 +105,15 @@ int Koopman(Context& ctx, const Args& args) {
     w.Key("rates").BeginArray();
     for (const auto& c : r->rates()) w.Complex(c.re(), c.im());
     w.EndArray();
-    w.Key("timescales").BeginArray();
-    for (double t : r->timescales()) w.Double(t);
-    w.EndArray();
+    w.Key("timescales");
+    WriteListJson(w, r->timescales());
     w.Key("stationary").BeginArray();
     for (bool b : r->stationary()) w.Bool(b);
     w.EndArray();
-    w.Key("excess").BeginArray();
-    for (double e : r->excess()) w.Double(e);
-    w.EndArray();
-    w.Key("periods").BeginArray();  // null where mu is real
-    for (double p : r->periods()) w.Double(p);
-    w.EndArray();
+    w.Key("excess");
+    WriteListJson(w, r->excess());
+    w.Key("periods");  // null where mu is real
+    WriteListJson(w, r->periods());
     const auto& h = r->headline();
     w.Key("headline").BeginObject();
     w.Key("timescale").Double(h.timescale());
@@ -140,8 +135,7 @@ int Koopman(Context& ctx, const Args& args) {
       w.EndArray();
     }
     w.EndArray();
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   std::cout << "model " << model << ": view version " << r->view().version() << ", " << r->view().samples()
@@ -187,7 +181,7 @@ int Predict(Context& ctx, const Args& args) {
   const std::string model = args.positional[0];
   auto p = args.Value("points");
   if (!p) return FailUsage(cmd, "--points FILE is required");
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  if (int rc = NeedClient(ctx, cmd)) return rc;
   bool server_error = false;
   auto pts = ReadPoints(ctx, model, *p, &server_error);
   if (!pts.ok()) return server_error ? Fail(cmd, pts.status()) : FailUsage(cmd, pts.status().message());
@@ -197,9 +191,7 @@ int Predict(Context& ctx, const Args& args) {
   const int n = d > 0 ? r->predictions_size() / d : 0;
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, model, r->view());
     w.Key("dim").Uint(r->dim());
     w.Key("predictions").BeginArray();
     for (int i = 0; i < n; ++i) {
@@ -208,8 +200,7 @@ int Predict(Context& ctx, const Args& args) {
       w.EndArray();
     }
     w.EndArray();
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   std::cout << "# E[Y|X=point], view version " << r->view().version() << ", " << r->view().samples() << " samples\n";
@@ -223,7 +214,7 @@ int Predict(Context& ctx, const Args& args) {
 int Dictionary(Context& ctx, const Args& args) {
   const std::string cmd = "dictionary";
   if (int rc = NeedName(args, cmd, kDictionaryUsage)) return rc;
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  if (int rc = NeedClient(ctx, cmd)) return rc;
   auto r = ctx.client->Dictionary(args.positional[0]);
   if (!r.ok()) return Fail(cmd, r.status());
   const int d = static_cast<int>(r->dim());
@@ -238,17 +229,14 @@ int Dictionary(Context& ctx, const Args& args) {
   };
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(args.positional[0]);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, args.positional[0], r->view());
     w.Key("dim").Uint(r->dim());
     w.Key("sigma").Double(r->sigma());
     w.Key("x_atoms");
     rows(w, r->x_atoms());
     w.Key("y_atoms");
     rows(w, r->y_atoms());
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   std::cout << "# x-atoms of '" << args.positional[0] << "' (" << (d ? r->x_atoms_size() / d : 0) << "), sigma "
@@ -315,7 +303,7 @@ void PrintVector(const char* label, const google::protobuf::RepeatedField<double
 }
 
 #define CMESTREAM_LOAD_POINTS(q, cmd, model, path)                                                 \
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());                    \
+  if (int rc = NeedClient(ctx, cmd)) return rc;                                                    \
   bool server_error_ = false;                                                                      \
   auto q##_or = LoadQueryPoints(ctx, model, path, &server_error_);                                 \
   if (!q##_or.ok()) {                                                                              \
@@ -329,15 +317,13 @@ int Counts(Context& ctx, const Args& args) {
   const std::string cmd = "counts";
   if (int rc = NeedName(args, cmd, kCountsUsage)) return rc;
   const std::string model = args.positional[0];
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  if (int rc = NeedClient(ctx, cmd)) return rc;
   auto r = ctx.client->Counts(model);
   if (!r.ok()) return Fail(cmd, r.status());
   const int d = static_cast<int>(r->dim());
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, model, r->view());
     w.Key("num_states").Uint(r->num_states());
     w.Key("counts").BeginArray();
     for (const auto& c : r->counts()) {
@@ -353,8 +339,7 @@ int Counts(Context& ctx, const Args& args) {
       w.Key("states");
       WriteRowsJson(w, r->state_coordinates(), d);
     }
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   PrintViewLine("transition counts", model, r->view());
@@ -383,9 +368,7 @@ int Embedding(Context& ctx, const Args& args) {
   const int rank = static_cast<int>(r->rank());
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, model, r->view());
     w.Key("rank").Uint(r->rank());
     w.Key("embedding");
     WriteRowsJson(w, r->embedding(), rank);
@@ -394,8 +377,7 @@ int Embedding(Context& ctx, const Args& args) {
     w.Key("singular_value_gaps");
     WriteListJson(w, r->singular_value_gaps());
     WriteFitSummaryJson(w, r->summary());
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   PrintViewLine("state embedding", model, r->view());
@@ -420,9 +402,7 @@ int Clusters(Context& ctx, const Args& args) {
   const int k = static_cast<int>(r->clusters());
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, model, r->view());
     w.Key("clusters").Uint(r->clusters());
     w.Key("representatives").BeginArray();
     for (const auto& rep : r->representatives()) {
@@ -450,8 +430,7 @@ int Clusters(Context& ctx, const Args& args) {
     WriteListJson(w, r->timescales());
     w.Key("inertia").Double(r->inertia());
     WriteFitSummaryJson(w, r->summary());
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   PrintViewLine("metastable clusters", model, r->view());
@@ -487,7 +466,7 @@ int Aggregation(Context& ctx, const Args& args) {
   const std::string cmd = "aggregation";
   if (int rc = NeedName(args, cmd, kAggregationUsage)) return rc;
   const std::string model = args.positional[0];
-  if (auto s = ConnectClient(ctx); !s.ok()) return FailUsage(cmd, s.message());
+  if (int rc = NeedClient(ctx, cmd)) return rc;
   auto r = ctx.client->Aggregation(model);
   if (!r.ok()) return Fail(cmd, r.status());
   const int m = static_cast<int>(r->meta_states());
@@ -495,9 +474,7 @@ int Aggregation(Context& ctx, const Args& args) {
   const int p = r->state_ids_size();
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, model, r->view());
     w.Key("meta_states").Uint(r->meta_states());
     // states: ids for discrete models, atom coordinates for continuous ones (row order).
     w.Key("states");
@@ -530,8 +507,7 @@ int Aggregation(Context& ctx, const Args& args) {
     w.EndArray();
     w.Key("distance_to_empirical").Double(r->distance_to_empirical());
     WriteFitSummaryJson(w, r->summary());
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   PrintViewLine("soft state aggregation", model, r->view());
@@ -574,9 +550,7 @@ int Latent(Context& ctx, const Args& args) {
   const int n = static_cast<int>(q.count());
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, model, r->view());
     w.Key("latent_states").Uint(r->latent_states());
     w.Key("weights");
     WriteListJson(w, r->weights());
@@ -587,8 +561,7 @@ int Latent(Context& ctx, const Args& args) {
     w.Key("posteriors");
     WriteRowsJson(w, r->posteriors(), k);
     WriteFitSummaryJson(w, r->summary());
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   PrintViewLine("latent-state model", model, r->view());
@@ -644,9 +617,7 @@ int ForecastSeries(Context& ctx, const Args& args, const std::string& model, con
   const int64_t rows = per_row > 0 ? r->series_forecast_size() / per_row : 0;
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, model, r->view());
     w.Key("method").String(r->method());
     w.Key("horizon").Uint(horizon);
     w.Key("dim").Uint(static_cast<uint32_t>(d));
@@ -663,8 +634,7 @@ int ForecastSeries(Context& ctx, const Args& args, const std::string& model, con
     }
     w.EndArray();
     WriteSkillJson(w, r->skill());
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   PrintViewLine("forecast", model, r->view());
@@ -725,9 +695,7 @@ int Forecast(Context& ctx, const Args& args) {
   const int d = q.discrete ? 0 : static_cast<int>(r->dim() > 0 ? r->dim() : q.dim);
   if (args.Has("json")) {
     JsonWriter w;
-    w.BeginObject();
-    w.Key("model").String(model);
-    WriteViewJson(w, r->view());
+    BeginViewReply(w, model, r->view());
     w.Key("horizon").Uint(horizon);
     if (!q.discrete) w.Key("dim").Uint(d);
     w.Key("forecast");
@@ -746,8 +714,7 @@ int Forecast(Context& ctx, const Args& args) {
     WriteListJson(w, r->state());
     w.Key("method").String(r->method());
     if (r->has_skill()) WriteSkillJson(w, r->skill());
-    w.EndObject();
-    PrintJson(w);
+    PrintReply(w);
     return 0;
   }
   PrintViewLine("forecast", model, r->view());

@@ -427,6 +427,11 @@ absl::Status ConnectClient(Context& ctx) {
   return absl::OkStatus();
 }
 
+int NeedClient(Context& ctx, const std::string& command) {
+  if (absl::Status s = ConnectClient(ctx); !s.ok()) return FailUsage(command, s.message());
+  return 0;
+}
+
 absl::Status ParseServerList(Context& ctx) {
   absl::StatusOr<std::vector<client::Pod>> pods = client::ParsePods(ctx.server);
   if (!pods.ok()) return absl::InvalidArgumentError(absl::StrCat("--server: ", pods.status().message()));

@@ -102,6 +102,9 @@ struct Context {
 };
 
 absl::Status ConnectClient(Context& ctx);
+// ConnectClient for `command`: returns 0 once connected, else prints the error (FailUsage) and
+// returns kExitUsage.
+int NeedClient(Context& ctx, const std::string& command);
 
 // Parses --server (one target or a comma-separated list) into ctx.pods (InvalidArgument on an
 // empty entry or a repeated identity).

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -21,6 +22,59 @@ std::string Shorten(std::string_view s) {
   return std::string(s.substr(0, 37)) + "...";
 }
 
+// "field K: 'FIELD' WHAT" (K 1-based, FIELD shortened).
+absl::Status FieldError(int k, std::string_view field, const char* what) {
+  return absl::InvalidArgumentError(absl::StrCat("field ", k + 1, ": '", Shorten(field), "' ", what));
+}
+
+// Splits a line into exactly `columns` comma-separated fields and calls parse(k, field) on each
+// (trimmed), in order, up to the first error. A wrong field count is reported as such ("expected
+// 3 comma-separated NOUN (EXPECTED), got 2 fields"), before any field is parsed.
+template <typename ParseField>
+absl::Status ParseFields(std::string_view line, int columns, const char* noun, std::string_view expected,
+                         ParseField parse) {
+  line = Trim(line);
+  int fields = 1;
+  for (char c : line) fields += (c == ',');
+  if (fields != columns) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", columns, " comma-separated ", noun, " (",
+                                                   std::string(expected), "), got ", fields, " field",
+                                                   fields == 1 ? "" : "s"));
+  }
+  size_t pos = 0;
+  for (int k = 0; k < columns; ++k) {
+    size_t end = line.find(',', pos);
+    if (end == std::string_view::npos) end = line.size();
+    if (auto s = parse(k, Trim(line.substr(pos, end - pos))); !s.ok()) return s;
+    pos = end + 1;
+  }
+  return absl::OkStatus();
+}
+
+// Appends the rows of up to max_rows data lines of `in` to *out (`columns` values each, parsed
+// by parse_line(line, columns, expected, row)), counting lines in *line_number; errors are
+// prefixed with "NAME:LINE: ". Returns the number of rows appended (0: end of input). On error
+// *out keeps only the rows of earlier lines.
+template <typename T, typename ParseLine>
+absl::StatusOr<size_t> AppendRows(std::istream& in, const std::string& name, int columns, std::string_view expected,
+                                  ParseLine parse_line, size_t max_rows, std::string* line, int64_t* line_number,
+                                  std::vector<T>* out) {
+  size_t rows = 0;
+  while (rows < max_rows && std::getline(in, *line)) {
+    ++*line_number;
+    if (IsSkippableLine(*line)) continue;
+    const size_t base = out->size();
+    out->resize(base + columns);
+    if (auto s = parse_line(*line, columns, expected, out->data() + base); !s.ok()) {
+      out->resize(base);
+      return absl::InvalidArgumentError(absl::StrCat(name, ":", *line_number, ": ", s.message()));
+    }
+    ++rows;
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat(name, ":", *line_number + 1, ": read error"));
+  return rows;
+}
+
 }  // namespace
 
 bool IsSkippableLine(std::string_view line) {
@@ -29,60 +83,25 @@ bool IsSkippableLine(std::string_view line) {
 }
 
 absl::Status ParseCsvLine(std::string_view line, int columns, std::string_view expected, double* out) {
-  line = Trim(line);
-  // Count fields first so that a wrong column count is reported as such, not as a parse error.
-  int fields = 1;
-  for (char c : line) fields += (c == ',');
-  if (fields != columns) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", columns, " comma-separated numbers (",
-                                                   std::string(expected), "), got ", fields, " field",
-                                                   fields == 1 ? "" : "s"));
-  }
-  size_t pos = 0;
-  for (int k = 0; k < columns; ++k) {
-    size_t end = line.find(',', pos);
-    if (end == std::string_view::npos) end = line.size();
-    std::string_view field = Trim(line.substr(pos, end - pos));
+  return ParseFields(line, columns, "numbers", expected, [&](int k, std::string_view field) {
     if (!field.empty() && field.front() == '+') field.remove_prefix(1);  // from_chars rejects '+'
     double value = 0;
     const auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
     if (field.empty() || ec != std::errc() || ptr != field.data() + field.size()) {
-      if (ec == std::errc::result_out_of_range) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is out of the range of a double"));
-      }
-      return absl::InvalidArgumentError(absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is not a number"));
+      return FieldError(k, field,
+                        ec == std::errc::result_out_of_range ? "is out of the range of a double" : "is not a number");
     }
-    if (!std::isfinite(value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is not a finite number"));
-    }
+    if (!std::isfinite(value)) return FieldError(k, field, "is not a finite number");
     out[k] = value;
-    pos = end + 1;
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 CsvReader::CsvReader(std::istream* in, std::string name, int columns, std::string expected)
     : in_(in), name_(name == "-" ? "<stdin>" : std::move(name)), columns_(columns), expected_(std::move(expected)) {}
 
 absl::StatusOr<size_t> CsvReader::ReadRows(size_t max_rows, std::vector<double>* out) {
-  size_t rows = 0;
-  while (rows < max_rows && std::getline(*in_, line_)) {
-    ++line_number_;
-    if (IsSkippableLine(line_)) continue;
-    const size_t base = out->size();
-    out->resize(base + columns_);
-    if (auto s = ParseCsvLine(line_, columns_, expected_, out->data() + base); !s.ok()) {
-      out->resize(base);
-      return absl::InvalidArgumentError(absl::StrCat(name_, ":", line_number_, ": ", s.message()));
-    }
-    ++rows;
-  }
-  if (in_->bad()) {
-    return absl::DataLossError(absl::StrCat(name_, ":", line_number_ + 1, ": read error"));
-  }
-  return rows;
+  return AppendRows(*in_, name_, columns_, expected_, ParseCsvLine, max_rows, &line_, &line_number_, out);
 }
 
 absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns, const std::string& expected) {
@@ -100,55 +119,30 @@ absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int col
 }
 
 absl::Status ParseIdLine(std::string_view line, int columns, std::string_view expected, int64_t* out) {
-  line = Trim(line);
-  int fields = 1;
-  for (char c : line) fields += (c == ',');
-  if (fields != columns) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", columns, " comma-separated integers (",
-                                                   std::string(expected), "), got ", fields, " field",
-                                                   fields == 1 ? "" : "s"));
-  }
-  size_t pos = 0;
-  for (int k = 0; k < columns; ++k) {
-    size_t end = line.find(',', pos);
-    if (end == std::string_view::npos) end = line.size();
-    std::string_view field = Trim(line.substr(pos, end - pos));
+  return ParseFields(line, columns, "integers", expected, [&](int k, std::string_view field) {
     std::string_view digits = field;
     if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);  // from_chars rejects '+'
     int64_t value = 0;
     const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
     if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size()) {
-      if (ec == std::errc::result_out_of_range) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is out of the range of a 64-bit integer"));
-      }
-      return absl::InvalidArgumentError(absl::StrCat("field ", k + 1, ": '", Shorten(field), "' is not an integer"));
+      return FieldError(
+          k, field,
+          ec == std::errc::result_out_of_range ? "is out of the range of a 64-bit integer" : "is not an integer");
     }
     out[k] = value;
-    pos = end + 1;
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::vector<int64_t>> ReadIdCsvFile(const std::string& path, int columns, const std::string& expected) {
   std::ifstream file(path == "-" ? "/dev/stdin" : path);
   if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
-  const std::string name = path == "-" ? "<stdin>" : path;
   std::vector<int64_t> out;
   std::string line;
   int64_t line_number = 0;
-  while (std::getline(file, line)) {
-    ++line_number;
-    if (IsSkippableLine(line)) continue;
-    const size_t base = out.size();
-    out.resize(base + columns);
-    if (auto s = ParseIdLine(line, columns, expected, out.data() + base); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ":", line_number, ": ", s.message()));
-    }
-  }
-  if (file.bad()) {
-    return absl::DataLossError(absl::StrCat(name, ":", line_number + 1, ": read error"));
-  }
+  auto rows = AppendRows(file, path == "-" ? "<stdin>" : path, columns, expected, ParseIdLine,
+                         std::numeric_limits<size_t>::max(), &line, &line_number, &out);
+  if (!rows.ok()) return rows.status();
   return out;
 }
 

@@ -33,6 +33,9 @@ class JsonWriter {
 
  private:
   void BeforeValue();
+  // Starts / ends a container ('{' or '[' / '}' or ']').
+  JsonWriter& Open(char bracket);
+  JsonWriter& Close(char bracket);
   std::string out_;
   std::vector<bool> first_;  // one entry per open container: no element written yet
   bool after_key_ = false;

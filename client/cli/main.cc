@@ -40,6 +40,89 @@
 namespace cmestream::cli {
 namespace {
 
+// A command of the tool: its name ("model NAME" for the model subcommands), usage text, flags
+// and entry point.
+struct Command {
+  const char* name;
+  const char* usage;
+  CommandSpec spec;
+  int (*run)(Context& ctx, const Args& args);
+};
+
+// The command called `name`; nullptr for none.
+const Command* FindCommand(const std::string& name) {
+  static const std::vector<Command>* const commands = new std::vector<Command>{
+      {"model create",
+       kCreateUsage,
+       {{"dim",
+         "sigma",
+         "scale",
+         "eta",
+         "lambda",
+         "epsilon",
+         "max-dict",
+         "dt",
+         "seed",
+         "warmup",
+         "refresh-interval",
+         "refresh-every",
+         "step-decay",
+         "step-decay-power",
+         "states",
+         "forgetting",
+         "rff",
+         "rank",
+         "clusters",
+         "meta",
+         "anchor-threshold",
+         "vertex-hunting",
+         "latent",
+         "tensor-restarts",
+         "tensor-iterations",
+         "reservoir",
+         "window",
+         "ridge1",
+         "ridge2",
+         "lags"},
+        {"averaging", "json"}},
+       ModelCreate},
+      {"model describe", kDescribeUsage, {{}, {"json"}}, ModelDescribe},
+      {"model list", kListUsage, {{}, {"json"}}, ModelList},
+      {"model delete", kDeleteUsage, {}, ModelDelete},
+      {"ingest",
+       kIngestUsage,
+       {{"csv", "producer", "episode", "batch"}, {"trajectory", "quiet", "json", "resume"}},
+       Ingest},
+      {"refresh", kRefreshUsage, {{"wait-timeout"}, {"wait", "json"}}, Refresh},
+      {"koopman", kKoopmanUsage, {{"top", "points"}, {"json"}}, Koopman},
+      {"predict", kPredictUsage, {{"points"}, {"json"}}, Predict},
+      {"dictionary", kDictionaryUsage, {{}, {"json"}}, Dictionary},
+      {"producer", kProducerUsage, {{"producer"}, {"json"}}, Producer},
+      {"counts", kCountsUsage, {{}, {"json"}}, Counts},
+      {"aggregation", kAggregationUsage, {{}, {"json"}}, Aggregation},
+      {"embedding", kEmbeddingUsage, {{"points"}, {"json"}}, Embedding},
+      {"clusters", kClustersUsage, {{"points"}, {"json"}}, Clusters},
+      {"latent", kLatentUsage, {{"points"}, {"json"}}, Latent},
+      {"timescales", kTimescalesUsage, {{}, {"json"}}, Timescales},
+      {"cktest", kCkTestUsage, {{"clusters", "steps", "lag"}, {"json"}}, CkTest},
+      {"forecast", kForecastUsage, {{"window", "series", "horizon"}, {"json"}}, Forecast},
+      {"simulate",
+       kSimulateUsage,
+       {{"n", "seed", "dt", "box", "n-side", "tau", "truth", "states", "meta", "anchors-per-meta", "learn", "forget",
+         "guess", "slip"},
+        {"trajectory", "hard"}},
+       [](Context&, const Args& args) { return Simulate(args); }},
+      {"snapshot", kSnapshotUsage, {{}, {"json"}}, Snapshot},
+      {"export", kExportUsage, {{"out"}, {}}, Export},
+      {"health", kHealthUsage, {}, Health},
+      {"import", kImportUsage, {{"name"}, {"json"}}, Import},
+  };
+  for (const Command& c : *commands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
 int Run(int argc, char** argv) {
   std::vector<std::string> argv_s(argv + 1, argv + argc);
   Context ctx;
@@ -110,8 +193,7 @@ int Run(int argc, char** argv) {
   if (ctx.tls_cert.empty() != ctx.tls_key.empty()) return FailUsage("", "--tls-cert and --tls-key go together");
   if (!ctx.tls_cert.empty() && ctx.tls_ca.empty()) return FailUsage("", "--tls-cert needs --tls-ca (TLS)");
   std::string command = argv_s[i++];
-  const char* usage = kMainUsage;
-  CommandSpec spec;
+  const Command* found = nullptr;
   if (command == "model") {
     if (i >= argv_s.size() || argv_s[i] == "--help" || argv_s[i] == "-h") {
       if (i >= argv_s.size()) {
@@ -122,115 +204,25 @@ int Run(int argc, char** argv) {
       return 0;
     }
     command += " " + argv_s[i++];
-    if (command == "model create") {
-      usage = kCreateUsage;
-      spec.values = {"dim",
-                     "sigma",
-                     "scale",
-                     "eta",
-                     "lambda",
-                     "epsilon",
-                     "max-dict",
-                     "dt",
-                     "seed",
-                     "warmup",
-                     "refresh-interval",
-                     "refresh-every",
-                     "step-decay",
-                     "step-decay-power",
-                     "states",
-                     "forgetting",
-                     "rff",
-                     "rank",
-                     "clusters",
-                     "meta",
-                     "anchor-threshold",
-                     "vertex-hunting",
-                     "latent",
-                     "tensor-restarts",
-                     "tensor-iterations",
-                     "reservoir",
-                     "window",
-                     "ridge1",
-                     "ridge2",
-                     "lags"};
-      spec.switches = {"averaging", "json"};
-    } else if (command == "model describe" || command == "model list") {
-      usage = command == "model describe" ? kDescribeUsage : kListUsage;
-      spec.switches = {"json"};
-    } else if (command == "model delete") {
-      usage = kDeleteUsage;
-    } else {
+    found = FindCommand(command);
+    if (found == nullptr) {
       std::cerr << "cmestream: " << command << ": unknown subcommand (expected create, describe, list, delete)\n"
                 << kModelUsage;
       return kExitUsage;
     }
-  } else if (command == "ingest") {
-    usage = kIngestUsage;
-    spec.values = {"csv", "producer", "episode", "batch"};
-    spec.switches = {"trajectory", "quiet", "json", "resume"};
-  } else if (command == "refresh") {
-    usage = kRefreshUsage;
-    spec.values = {"wait-timeout"};
-    spec.switches = {"wait", "json"};
-  } else if (command == "koopman") {
-    usage = kKoopmanUsage;
-    spec.values = {"top", "points"};
-    spec.switches = {"json"};
-  } else if (command == "predict") {
-    usage = kPredictUsage;
-    spec.values = {"points"};
-    spec.switches = {"json"};
-  } else if (command == "dictionary") {
-    usage = kDictionaryUsage;
-    spec.switches = {"json"};
-  } else if (command == "producer") {
-    usage = kProducerUsage;
-    spec.values = {"producer"};
-    spec.switches = {"json"};
-  } else if (command == "counts" || command == "aggregation") {
-    usage = command == "counts" ? kCountsUsage : kAggregationUsage;
-    spec.switches = {"json"};
-  } else if (command == "embedding" || command == "clusters" || command == "latent") {
-    usage = command == "embedding" ? kEmbeddingUsage : command == "clusters" ? kClustersUsage : kLatentUsage;
-    spec.values = {"points"};
-    spec.switches = {"json"};
-  } else if (command == "timescales") {
-    usage = kTimescalesUsage;
-    spec.switches = {"json"};
-  } else if (command == "cktest") {
-    usage = kCkTestUsage;
-    spec.values = {"clusters", "steps", "lag"};
-    spec.switches = {"json"};
-  } else if (command == "forecast") {
-    usage = kForecastUsage;
-    spec.values = {"window", "series", "horizon"};
-    spec.switches = {"json"};
-  } else if (command == "simulate") {
-    usage = kSimulateUsage;
-    spec.values = {"n",     "seed",   "dt",    "box", "n-side", "tau", "truth", "states", "meta", "anchors-per-meta",
-                   "learn", "forget", "guess", "slip"};
-    spec.switches = {"trajectory", "hard"};
-  } else if (command == "snapshot") {
-    usage = kSnapshotUsage;
-    spec.switches = {"json"};
-  } else if (command == "export") {
-    usage = kExportUsage;
-    spec.values = {"out"};
-  } else if (command == "health") {
-    usage = kHealthUsage;
-  } else if (command == "import") {
-    usage = kImportUsage;
-    spec.values = {"name"};
-    spec.switches = {"json"};
   } else if (command == "help") {
     std::cout << kMainUsage;
     return 0;
   } else {
-    std::cerr << "cmestream: unknown command '" << command << "'\n" << kMainUsage;
-    return kExitUsage;
+    // "model NAME" is two words: one word with a space names no command.
+    if (command.find(' ') == std::string::npos) found = FindCommand(command);
+    if (found == nullptr) {
+      std::cerr << "cmestream: unknown command '" << command << "'\n" << kMainUsage;
+      return kExitUsage;
+    }
   }
-  auto args = ParseArgs(argv_s, i, spec);
+  const char* usage = found->usage;
+  auto args = ParseArgs(argv_s, i, found->spec);
   if (!args.ok()) {
     std::cerr << "cmestream: " << command << ": " << args.status().message() << "\n" << usage;
     return kExitUsage;
@@ -261,29 +253,7 @@ int Run(int argc, char** argv) {
   } else if (command != "model list" && command != "simulate" && command != "snapshot" && command != "health") {
     if (!args->positional.empty()) RouteToOwner(ctx, args->positional[0]);
   }
-  if (command == "model create") return ModelCreate(ctx, *args);
-  if (command == "model describe") return ModelDescribe(ctx, *args);
-  if (command == "model list") return ModelList(ctx, *args);
-  if (command == "model delete") return ModelDelete(ctx, *args);
-  if (command == "ingest") return Ingest(ctx, *args);
-  if (command == "refresh") return Refresh(ctx, *args);
-  if (command == "koopman") return Koopman(ctx, *args);
-  if (command == "predict") return Predict(ctx, *args);
-  if (command == "dictionary") return Dictionary(ctx, *args);
-  if (command == "producer") return Producer(ctx, *args);
-  if (command == "counts") return Counts(ctx, *args);
-  if (command == "embedding") return Embedding(ctx, *args);
-  if (command == "clusters") return Clusters(ctx, *args);
-  if (command == "aggregation") return Aggregation(ctx, *args);
-  if (command == "latent") return Latent(ctx, *args);
-  if (command == "forecast") return Forecast(ctx, *args);
-  if (command == "timescales") return Timescales(ctx, *args);
-  if (command == "cktest") return CkTest(ctx, *args);
-  if (command == "snapshot") return Snapshot(ctx, *args);
-  if (command == "export") return Export(ctx, *args);
-  if (command == "import") return Import(ctx, *args);
-  if (command == "health") return Health(ctx, *args);
-  return Simulate(*args);
+  return found->run(ctx, *args);
 }
 
 }  // namespace

@@ -143,12 +143,10 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.Key("automatic").Bool(s.automatic());
   w.Key("chosen").Double(s.chosen());
   w.Key("median_distance").Double(s.median_distance());
-  w.Key("candidates").BeginArray();
-  for (double c : s.candidates()) w.Double(c);
-  w.EndArray();
-  w.Key("scores").BeginArray();
-  for (double c : s.scores()) w.Double(c);
-  w.EndArray();
+  w.Key("candidates");
+  WriteListJson(w, s.candidates());
+  w.Key("scores");
+  WriteListJson(w, s.scores());
   w.Key("warmup_pairs").Uint(s.warmup_pairs());
   w.EndObject();
   if (m.has_input_scaling()) {
@@ -156,12 +154,10 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
     w.Key("input_scaling").BeginObject();
     w.Key("mode").String(in.mode());
     w.Key("frozen").Bool(in.frozen());
-    w.Key("center").BeginArray();
-    for (double v : in.center()) w.Double(v);
-    w.EndArray();
-    w.Key("scale").BeginArray();
-    for (double v : in.scale()) w.Double(v);
-    w.EndArray();
+    w.Key("center");
+    WriteListJson(w, in.center());
+    w.Key("scale");
+    WriteListJson(w, in.scale());
     w.Key("spread").BeginArray();
     for (const std::string& v : in.spread()) w.String(v);
     w.EndArray();
@@ -202,12 +198,10 @@ void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s) {
   w.Key("selection_score").Double(s.selection_score());
   w.Key("score_rank").Uint(s.score_rank());
   w.Key("ridge").Double(s.ridge());
-  w.Key("ridge_grid").BeginArray();
-  for (double r : s.ridge_grid()) w.Double(r);
-  w.EndArray();
-  w.Key("ridge_scores").BeginArray();
-  for (double r : s.ridge_scores()) w.Double(r);
-  w.EndArray();
+  w.Key("ridge_grid");
+  WriteListJson(w, s.ridge_grid());
+  w.Key("ridge_scores");
+  WriteListJson(w, s.ridge_scores());
   const auto& c = s.comparison();
   w.Key("slowest_timescales").BeginObject();
   w.Key("koopman").Double(c.koopman());
@@ -355,5 +349,16 @@ void PrintModel(const v1::ModelInfo& m) {
 }
 
 void PrintJson(const JsonWriter& w) { std::cout << w.str() << "\n"; }
+
+void BeginViewReply(JsonWriter& w, const std::string& model, const v1::ViewInfo& view) {
+  w.BeginObject();
+  w.Key("model").String(model);
+  WriteViewJson(w, view);
+}
+
+void PrintReply(JsonWriter& w) {
+  w.EndObject();
+  PrintJson(w);
+}
 
 }  // namespace cmestream::cli

@@ -31,6 +31,10 @@ void PrintFitSummary(const v1::FitSummary& s);
 void PrintModel(const v1::ModelInfo& m);
 // Writes w's text and a newline on stdout.
 void PrintJson(const JsonWriter& w);
+// Opens the JSON reply of a query of a model's view: {"model", then the WriteViewJson keys.
+void BeginViewReply(JsonWriter& w, const std::string& model, const v1::ViewInfo& view);
+// Closes the reply BeginViewReply opened and prints it (PrintJson).
+void PrintReply(JsonWriter& w);
 
 }  // namespace cmestream::cli
 

@@ -192,6 +192,28 @@ absl::Status IngestStream::SendBatch() {
   return absl::OkStatus();
 }
 
+template <typename AppendPairs>
+absl::Status IngestStream::AddPairsInBatches(size_t n, AppendPairs append) {
+  size_t i = 0;
+  while (i < n) {
+    const size_t take = std::min<size_t>(n - i, options_.batch_pairs - batch_pairs_filled_);
+    append(i, take);
+    batch_pairs_filled_ += static_cast<int>(take);
+    i += take;
+    if (batch_pairs_filled_ == options_.batch_pairs) {
+      if (auto s = SendBatch(); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IngestStream::StateAdded() {
+  if (have_last_state_) ++batch_pairs_filled_;
+  have_last_state_ = true;
+  if (batch_pairs_filled_ == options_.batch_pairs) return SendBatch();
+  return absl::OkStatus();
+}
+
 absl::Status IngestStream::AddPairs(absl::Span<const double> x, absl::Span<const double> y) {
   if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
   if (discrete()) {
@@ -205,19 +227,10 @@ absl::Status IngestStream::AddPairs(absl::Span<const double> x, absl::Span<const
                                                    "; got ", x.size(), " and ", y.size()));
   }
   mode_ = Mode::kPairs;
-  const size_t n = x.size() / dim_;
-  size_t i = 0;
-  while (i < n) {
-    const size_t take = std::min<size_t>(n - i, options_.batch_pairs - batch_pairs_filled_);
+  return AddPairsInBatches(x.size() / dim_, [&](size_t i, size_t take) {
     batch_.mutable_x()->Add(x.begin() + i * dim_, x.begin() + (i + take) * dim_);
     batch_.mutable_y()->Add(y.begin() + i * dim_, y.begin() + (i + take) * dim_);
-    batch_pairs_filled_ += static_cast<int>(take);
-    i += take;
-    if (batch_pairs_filled_ == options_.batch_pairs) {
-      if (auto s = SendBatch(); !s.ok()) return s;
-    }
-  }
-  return absl::OkStatus();
+  });
 }
 
 absl::Status IngestStream::AddStates(absl::Span<const double> states) {
@@ -236,11 +249,7 @@ absl::Status IngestStream::AddStates(absl::Span<const double> states) {
   const size_t k = states.size() / dim_;
   for (size_t i = 0; i < k; ++i) {
     batch_.mutable_states()->Add(states.begin() + i * dim_, states.begin() + (i + 1) * dim_);
-    if (have_last_state_) ++batch_pairs_filled_;
-    have_last_state_ = true;
-    if (batch_pairs_filled_ == options_.batch_pairs) {
-      if (auto s = SendBatch(); !s.ok()) return s;
-    }
+    if (auto s = StateAdded(); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -256,19 +265,10 @@ absl::Status IngestStream::AddIdPairs(absl::Span<const int64_t> x_ids, absl::Spa
         absl::StrCat("AddIdPairs: expected x_ids and y_ids of equal size, got ", x_ids.size(), " and ", y_ids.size()));
   }
   mode_ = Mode::kPairs;
-  const size_t n = x_ids.size();
-  size_t i = 0;
-  while (i < n) {
-    const size_t take = std::min<size_t>(n - i, options_.batch_pairs - batch_pairs_filled_);
+  return AddPairsInBatches(x_ids.size(), [&](size_t i, size_t take) {
     batch_.mutable_x_ids()->Add(x_ids.begin() + i, x_ids.begin() + i + take);
     batch_.mutable_y_ids()->Add(y_ids.begin() + i, y_ids.begin() + i + take);
-    batch_pairs_filled_ += static_cast<int>(take);
-    i += take;
-    if (batch_pairs_filled_ == options_.batch_pairs) {
-      if (auto s = SendBatch(); !s.ok()) return s;
-    }
-  }
-  return absl::OkStatus();
+  });
 }
 
 absl::Status IngestStream::AddStateIds(absl::Span<const int64_t> ids) {
@@ -280,11 +280,7 @@ absl::Status IngestStream::AddStateIds(absl::Span<const int64_t> ids) {
   mode_ = Mode::kTrajectory;
   for (int64_t id : ids) {
     batch_.mutable_state_ids()->Add(id);
-    if (have_last_state_) ++batch_pairs_filled_;
-    have_last_state_ = true;
-    if (batch_pairs_filled_ == options_.batch_pairs) {
-      if (auto s = SendBatch(); !s.ok()) return s;
-    }
+    if (auto s = StateAdded(); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -339,6 +335,25 @@ absl::StatusOr<std::string> ReadPem(const char* what, const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": '", path, "' is not a PEM file"));
   }
   return text.str();
+}
+
+// A query request about `model` alone.
+template <typename Request>
+Request ModelRequest(const std::string& model) {
+  Request request;
+  request.set_model(model);
+  return request;
+}
+
+// A query request about `model` at query points: vectors of a continuous model or state ids of a
+// discrete one (the other empty).
+template <typename Request>
+Request PointsRequest(const std::string& model, absl::Span<const double> points, absl::Span<const int64_t> state_ids) {
+  Request request;
+  request.set_model(model);
+  request.mutable_points()->Add(points.begin(), points.end());
+  request.mutable_state_ids()->Add(state_ids.begin(), state_ids.end());
+  return request;
 }
 
 }  // namespace
@@ -434,28 +449,29 @@ void Client::SetDeadline(grpc::ClientContext* context, double extra_seconds) con
                         std::chrono::duration_cast<std::chrono::system_clock::duration>(span));
 }
 
-absl::StatusOr<v1::ModelInfo> Client::CreateModel(const v1::ModelConfig& config) {
-  v1::CreateModelRequest request;
-  *request.mutable_config() = config;
-  v1::ModelInfo reply;
+template <typename Response, typename Stub, typename Method, typename Request>
+absl::StatusOr<Response> Client::Call(std::unique_ptr<Stub> Client::*stub, Method method, const Request& request,
+                                      double extra_seconds) const {
+  Response reply;
   if (auto s = Unary(
-          [&](const Client& c, grpc::ClientContext* ctx) { return c.models_->CreateModel(ctx, request, &reply); });
+          [&](const Client& c, grpc::ClientContext* ctx) { return ((c.*stub).get()->*method)(ctx, request, &reply); },
+          extra_seconds);
       !s.ok()) {
     return s;
   }
   return reply;
 }
 
+absl::StatusOr<v1::ModelInfo> Client::CreateModel(const v1::ModelConfig& config) {
+  v1::CreateModelRequest request;
+  *request.mutable_config() = config;
+  return Call<v1::ModelInfo>(&Client::models_, &v1::ModelService::Stub::CreateModel, request);
+}
+
 absl::StatusOr<v1::ModelInfo> Client::Describe(const std::string& name) {
   v1::GetModelRequest request;
   request.set_name(name);
-  v1::ModelInfo reply;
-  if (auto s =
-          Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.models_->GetModel(ctx, request, &reply); });
-      !s.ok()) {
-    return s;
-  }
-  return reply;
+  return Call<v1::ModelInfo>(&Client::models_, &v1::ModelService::Stub::GetModel, request);
 }
 
 absl::StatusOr<std::vector<v1::ModelInfo>> Client::List() {
@@ -514,39 +530,23 @@ absl::StatusOr<bool> Client::Health(const std::string& service) {
 absl::StatusOr<std::string> Client::ExportModel(const std::string& name) {
   v1::ExportModelRequest request;
   request.set_name(name);
-  v1::ExportModelResponse reply;
-  if (auto s = Unary(
-          [&](const Client& c, grpc::ClientContext* ctx) { return c.models_->ExportModel(ctx, request, &reply); });
-      !s.ok()) {
-    return s;
-  }
-  return std::move(*reply.mutable_data());
+  auto reply = Call<v1::ExportModelResponse>(&Client::models_, &v1::ModelService::Stub::ExportModel, request);
+  if (!reply.ok()) return reply.status();
+  return std::move(*reply->mutable_data());
 }
 
 absl::StatusOr<v1::ModelInfo> Client::ImportModel(std::string data, const std::string& new_name) {
   v1::ImportModelRequest request;
   *request.mutable_data() = std::move(data);
   request.set_name(new_name);
-  v1::ModelInfo reply;
-  if (auto s = Unary(
-          [&](const Client& c, grpc::ClientContext* ctx) { return c.models_->ImportModel(ctx, request, &reply); });
-      !s.ok()) {
-    return s;
-  }
-  return reply;
+  return Call<v1::ModelInfo>(&Client::models_, &v1::ModelService::Stub::ImportModel, request);
 }
 
 absl::StatusOr<v1::ProducerStatus> Client::GetProducer(const std::string& model, const std::string& producer_id) {
   v1::GetProducerRequest request;
   request.set_model(model);
   request.set_producer_id(producer_id);
-  v1::ProducerStatus reply;
-  if (auto s = Unary(
-          [&](const Client& c, grpc::ClientContext* ctx) { return c.ingest_->GetProducer(ctx, request, &reply); });
-      !s.ok()) {
-    return s;
-  }
-  return reply;
+  return Call<v1::ProducerStatus>(&Client::ingest_, &v1::IngestService::Stub::GetProducer, request);
 }
 
 absl::StatusOr<std::unique_ptr<IngestStream>> Client::OpenIngest(const std::string& model, uint32_t dim,
@@ -576,25 +576,15 @@ absl::StatusOr<v1::ViewInfo> Client::Refresh(const std::string& model, bool wait
   request.set_model(model);
   request.set_wait(wait);
   request.set_timeout_seconds(wait_timeout_seconds);
-  v1::RefreshResponse reply;
-  if (auto s =
-          Unary([&](const Client& c, grpc::ClientContext* ctx) { return c.queries_->Refresh(ctx, request, &reply); },
-                wait ? wait_timeout_seconds : 0);
-      !s.ok()) {
-    return s;
-  }
-  return reply.view();
+  auto reply = Call<v1::RefreshResponse>(&Client::queries_, &v1::QueryService::Stub::Refresh, request,
+                                         wait ? wait_timeout_seconds : 0);
+  if (!reply.ok()) return reply.status();
+  return reply->view();
 }
 
 template <typename Response, typename Request, typename Method>
 absl::StatusOr<Response> Client::Query(Method method, const Request& request) const {
-  Response reply;
-  if (auto s = Unary(
-          [&](const Client& c, grpc::ClientContext* ctx) { return (c.queries_.get()->*method)(ctx, request, &reply); });
-      !s.ok()) {
-    return s;
-  }
-  return reply;
+  return Call<Response>(&Client::queries_, method, request);
 }
 
 absl::StatusOr<v1::KoopmanResponse> Client::Koopman(const std::string& model, uint32_t top,
@@ -614,48 +604,35 @@ absl::StatusOr<v1::PredictResponse> Client::Predict(const std::string& model, ab
 }
 
 absl::StatusOr<v1::DictionaryResponse> Client::Dictionary(const std::string& model) {
-  v1::DictionaryRequest request;
-  request.set_model(model);
-  return Query<v1::DictionaryResponse>(&v1::QueryService::Stub::GetDictionary, request);
+  return Query<v1::DictionaryResponse>(&v1::QueryService::Stub::GetDictionary,
+                                       ModelRequest<v1::DictionaryRequest>(model));
 }
 
 absl::StatusOr<v1::CountsResponse> Client::Counts(const std::string& model) {
-  v1::CountsRequest request;
-  request.set_model(model);
-  return Query<v1::CountsResponse>(&v1::QueryService::Stub::GetCounts, request);
+  return Query<v1::CountsResponse>(&v1::QueryService::Stub::GetCounts, ModelRequest<v1::CountsRequest>(model));
 }
 
 absl::StatusOr<v1::EmbeddingResponse> Client::Embedding(const std::string& model, absl::Span<const double> points,
                                                         absl::Span<const int64_t> state_ids) {
-  v1::EmbeddingRequest request;
-  request.set_model(model);
-  request.mutable_points()->Add(points.begin(), points.end());
-  request.mutable_state_ids()->Add(state_ids.begin(), state_ids.end());
-  return Query<v1::EmbeddingResponse>(&v1::QueryService::Stub::GetEmbedding, request);
+  return Query<v1::EmbeddingResponse>(&v1::QueryService::Stub::GetEmbedding,
+                                      PointsRequest<v1::EmbeddingRequest>(model, points, state_ids));
 }
 
 absl::StatusOr<v1::ClustersResponse> Client::Clusters(const std::string& model, absl::Span<const double> points,
                                                       absl::Span<const int64_t> state_ids) {
-  v1::ClustersRequest request;
-  request.set_model(model);
-  request.mutable_points()->Add(points.begin(), points.end());
-  request.mutable_state_ids()->Add(state_ids.begin(), state_ids.end());
-  return Query<v1::ClustersResponse>(&v1::QueryService::Stub::GetClusters, request);
+  return Query<v1::ClustersResponse>(&v1::QueryService::Stub::GetClusters,
+                                     PointsRequest<v1::ClustersRequest>(model, points, state_ids));
 }
 
 absl::StatusOr<v1::AggregationResponse> Client::Aggregation(const std::string& model) {
-  v1::AggregationRequest request;
-  request.set_model(model);
-  return Query<v1::AggregationResponse>(&v1::QueryService::Stub::GetAggregation, request);
+  return Query<v1::AggregationResponse>(&v1::QueryService::Stub::GetAggregation,
+                                        ModelRequest<v1::AggregationRequest>(model));
 }
 
 absl::StatusOr<v1::LatentResponse> Client::Latent(const std::string& model, absl::Span<const double> points,
                                                   absl::Span<const int64_t> state_ids) {
-  v1::LatentRequest request;
-  request.set_model(model);
-  request.mutable_points()->Add(points.begin(), points.end());
-  request.mutable_state_ids()->Add(state_ids.begin(), state_ids.end());
-  return Query<v1::LatentResponse>(&v1::QueryService::Stub::GetLatent, request);
+  return Query<v1::LatentResponse>(&v1::QueryService::Stub::GetLatent,
+                                   PointsRequest<v1::LatentRequest>(model, points, state_ids));
 }
 
 absl::StatusOr<v1::ForecastResponse> Client::Forecast(const std::string& model, absl::Span<const double> window,
@@ -680,9 +657,8 @@ absl::StatusOr<v1::ForecastResponse> Client::ForecastSeries(const std::string& m
 }
 
 absl::StatusOr<v1::TimescalesResponse> Client::Timescales(const std::string& model) {
-  v1::TimescalesRequest request;
-  request.set_model(model);
-  return Query<v1::TimescalesResponse>(&v1::QueryService::Stub::GetTimescales, request);
+  return Query<v1::TimescalesResponse>(&v1::QueryService::Stub::GetTimescales,
+                                       ModelRequest<v1::TimescalesRequest>(model));
 }
 
 absl::StatusOr<v1::CkTestResponse> Client::CkTest(const std::string& model, uint32_t clusters, uint32_t steps,

@@ -154,6 +154,12 @@ class IngestStream {
                uint32_t dim, Options options);
   bool discrete() const { return dim_ == 0; }
   absl::Status SendBatch();
+  // Adds n pairs, append(i, take) copying pairs [i, i + take) into batch_; sends each full batch.
+  template <typename AppendPairs>
+  absl::Status AddPairsInBatches(size_t n, AppendPairs append);
+  // Counts a state just appended to batch_ (a pair with the state before it, if any); sends a
+  // full batch.
+  absl::Status StateAdded();
   absl::Status Fail();
   void ReadAcks();
 
@@ -252,6 +258,11 @@ class Client {
   // With follow_owner: the client of the pod that owns `model` (asks this pod once).
   const Client& OwnerClient(const std::string& model) const;
   void SetDeadline(grpc::ClientContext* context, double extra_seconds = 0) const;
+  // One unary call of `method` of the service stub `stub` through Unary (defined in client.cc,
+  // used only there); the reply or the error.
+  template <typename Response, typename Stub, typename Method, typename Request>
+  absl::StatusOr<Response> Call(std::unique_ptr<Stub> Client::*stub, Method method, const Request& request,
+                                double extra_seconds = 0) const;
   // One unary QueryService call with the deadline (defined in client.cc, used only there).
   template <typename Response, typename Request, typename Method>
   absl::StatusOr<Response> Query(Method method, const Request& request) const;
