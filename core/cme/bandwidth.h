@@ -9,7 +9,7 @@
 // pairs: on a trajectory, shuffled pairs put near-copies of training pairs into the test half.
 // The candidate with the highest held-out score wins (ties: the earlier, smaller candidate).
 //
-// WHAT IT PICKS (2000 warm-up pairs, default options; tests/core/test_bandwidth.cc):
+// WHAT IT PICKS (2000 warm-up pairs, default options; tests/core/cme/test_bandwidth.cc):
 //   Duffing (box [-2,2]^2, dt 0.25): median ~2.03, chooses 0.25 x median ~0.51 for seeds 1..6;
 //     basin accuracy 0.979 at n = 20000 (the median itself: 0.76). The map is deterministic,
 //     so all true singular values are 1 and the scores saturate near 1 + rank (5.0000 at 0.25x,

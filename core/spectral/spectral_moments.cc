@@ -16,7 +16,7 @@ constexpr double kRescaleAt = 1e100;
 // Eigen's GEMM packs its operands into buffers taken from the stack below
 // EIGEN_STACK_ALLOCATION_LIMIT (128 KB) and from the heap above it. A panel holds up to
 // (inner dimension) x (tile) doubles, so tiles of kPanelDoubles / inner columns keep every
-// product on the stack: a flush never allocates (tests/core/test_spectral_allocations.cc).
+// product on the stack: a flush never allocates (tests/core/spectral/test_spectral_allocations.cc).
 constexpr int kPanelDoubles = 12288;  // 96 KB
 
 int TileFor(int inner) { return std::max(16, kPanelDoubles / std::max(1, inner)); }
@@ -40,7 +40,7 @@ void AddProductTiled(MatrixXd& c, const A& a, const B& b, bool lower_only) {
 // Squared norms of the first `rows` rows by a plain loop: Eigen's vectorized rowwise reduction
 // takes a different path (and may round differently, with FMA) depending on the address
 // alignment of the data, which differs between an accumulator and its restored copy; a restored
-// accumulator must compute the same bits (tests/core/test_serialization.cc).
+// accumulator must compute the same bits (tests/core/io/test_serialization.cc).
 void RowSquaredNorms(const RowMatrixXd& m, int rows, double* out) {
   for (int i = 0; i < rows; ++i) {
     double s = 0;
