@@ -2,15 +2,19 @@
 """One-step forecasts of public real series: cmestream against persistence, least-squares AR on
 the same delays and batch kernel ridge (docs/user-guide.md "Real data").
 
-Protocol, per series of N rows of C channels, with D delays (delay vectors of the D newest rows,
-oldest first, built here on the client side and the same for every method):
-  1. `cmestream model create NAME --dim C*D --warmup W` (W = min(1000, training pairs)),
-  2. `cmestream ingest NAME --csv TRAIN --trajectory` with the delay vectors of the first 80 %,
+Protocol, per series of N rows of C channels, with D delays (the daemon learns on delay vectors
+of the D newest rows, docs/algorithms.md §1.14; the baselines use the same vectors):
+  1. `cmestream model create NAME --dim C --delays D --warmup W` (W = min(1000, training pairs)),
+  2. `cmestream ingest NAME --csv TRAIN --trajectory` with the raw rows of the first 80 %,
   3. `cmestream refresh NAME --wait`,
-  4. `cmestream forecast NAME --series ALL --json` over every delay vector of the series,
-  5. score the one-step forecasts of the rows of the last 20 % (the newest C entries of each
-     forecast delay vector). Channels are scored in units of their training standard deviation
-     (RMSE over channels of the standardized errors), so no channel dominates by its units.
+  4. `cmestream forecast NAME --series ALL --json` over every row of the series (the reply's
+     entries start at row D - 1, the first complete window),
+  5. score the one-step forecasts of the rows of the last 20 %. Channels are scored in units of
+     their training standard deviation (RMSE over channels of the standardized errors), so no
+     channel dominates by its units.
+  6. `cmestream koopman NAME --json`: the spectral estimate (consistent or the fallback) and the
+     slowest oscillatory period (the entry of `periods` with the longest timescale), against the
+     series' known cycle where it has one.
 Baselines, fitted on the same training pairs: persistence (next row = last row), least-squares
 AR with an intercept on the same delay vectors, and batch kernel ridge (Gaussian kernel with the
 model's bandwidth, centered targets, ridge chosen on the last quarter of the training pairs).
@@ -129,6 +133,18 @@ def kernel_ridge(xtr, ytr, xte, sigma, max_pairs=2000):
     return gaussian_gram(xte, xtr, sigma) @ alpha + mu
 
 
+def slowest_period(koopman):
+    """The period of the oscillatory mode with the longest timescale (NaN: none)."""
+    best, best_t = math.nan, -1.0
+    for p, t in zip(koopman.get("periods", []), koopman.get("timescales", [])):
+        if p is None or not math.isfinite(p):
+            continue
+        t = math.inf if t is None else t  # null: |mu| >= 1
+        if t > best_t:
+            best, best_t = p, t
+    return best
+
+
 def rmse(pred, truth, scale):
     return float(np.sqrt((((pred - truth) / scale) ** 2).mean()))
 
@@ -142,20 +158,23 @@ def run_series(name, values, delays, cli_path, server, tmp, model):
     train_states = states[:n_train - delays + 1]  # rows 0..n_train-1
     pairs = len(train_states) - 1
     warmup = max(20, min(1000, pairs))
-    cli(cli_path, server, "model", "create", model, "--dim", str(c * delays), "--warmup", str(warmup))
+    cli(cli_path, server, "model", "create", model, "--dim", str(c), "--delays", str(delays), "--warmup",
+        str(warmup))
     train_csv = os.path.join(tmp, model + "-train.csv")
     all_csv = os.path.join(tmp, model + "-all.csv")
-    write_csv(train_csv, train_states)
-    write_csv(all_csv, states)
+    write_csv(train_csv, values[:n_train])
+    write_csv(all_csv, values)
     cli(cli_path, server, "ingest", model, "--csv", train_csv, "--trajectory", "--quiet")
     cli(cli_path, server, "refresh", model, "--wait")
     reply = cli_json(cli_path, server, "forecast", model, "--series", all_csv)
     sigma = cli_json(cli_path, server, "dictionary", model).get("sigma")
-    f = np.array(reply["forecasts"], dtype=np.float64)  # (rows, H, C*D)
+    koopman = cli_json(cli_path, server, "koopman", model)
+    f = np.array(reply["forecasts"], dtype=np.float64)  # (rows - start, H, C): entry i forecasts row start+i+1
     start = reply["start"]
-    # One-step forecasts of rows n_train..n-1 from states first_test_state..len(states)-2.
-    idx = np.arange(first_test_state, len(states) - 1) - start
-    model_pred = f[idx, 0, -c:]
+    assert start == delays - 1, reply["start"]
+    # One-step forecasts of rows n_train..n-1, made at rows n_train-1..n-2.
+    idx = np.arange(n_train - 1, n - 1) - start
+    model_pred = f[idx, 0, :]
     truth = values[n_train:]
     last = values[n_train - 1:n - 1]
     scale = values[:n_train].std(0)
@@ -177,6 +196,9 @@ def run_series(name, values, delays, cli_path, server, tmp, model):
         "ar": rmse(ar_pred, truth, scale),
         "krr": rmse(krr_pred, truth, scale),
         "skill": reply["skill"],
+        "estimator": koopman["spectrum"]["estimator"],
+        "ready": bool(koopman["spectrum"].get("ready", False)),
+        "period": slowest_period(koopman),
     }
     r["ratio_persistence"] = r["rmse"] / r["persistence"]
     r["ratio_ar"] = r["rmse"] / r["ar"]
@@ -198,9 +220,10 @@ def available_series(names=None):
 
 def run_all(cli_path, server, series, tmp):
     results, traces = [], {}
-    for i, (name, source, dataset, columns, delays, _) in enumerate(series):
+    for i, (name, source, dataset, columns, delays, cycle) in enumerate(series):
         values = load(source, dataset, columns, tmp)
         r, t = run_series(name, values, delays, cli_path, server, tmp, "real%d" % i)
+        r["cycle"] = cycle
         results.append(r)
         traces[name] = t
     return results, traces
@@ -208,13 +231,15 @@ def run_all(cli_path, server, series, tmp):
 
 def table(results):
     lines = ["| series | rows x channels | delays | train pairs | cmestream | persistence | AR (LS) | "
-             "kernel ridge | vs persistence | vs AR | live skill ratio |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "kernel ridge | vs persistence | vs AR | live skill ratio | spectrum | slowest period (known) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append("| %s | %d x %d | %d | %d | %.4g | %.4g | %.4g | %.4g | %.3f | %.3f | %s |" % (
+        lines.append("| %s | %d x %d | %d | %d | %.4g | %.4g | %.4g | %.4g | %.3f | %.3f | %s | %s%s | %.3g (%s) |" % (
             r["series"], r["rows"], r["channels"], r["delays"], r["train_pairs"], r["rmse"], r["persistence"],
             r["ar"], r["krr"], r["ratio_persistence"], r["ratio_ar"],
-            "%.3f" % r["skill"]["ratio"] if r["skill"]["ratio"] is not None else "-"))
+            "%.3f" % r["skill"]["ratio"] if r["skill"]["ratio"] is not None else "-",
+            r["estimator"], ", ready" if r["ready"] else "", r["period"],
+            "%g" % r["cycle"] if r["cycle"] else "-"))
     g = math.exp(np.mean([math.log(r["ratio_ar"]) for r in results]))
     lines.append("")
     lines.append("Geometric mean of the RMSE ratios vs AR: %.3f; largest %.3f; largest vs persistence %.3f." % (

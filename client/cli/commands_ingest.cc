@@ -164,22 +164,30 @@ int Ingest(Context& ctx, const Args& args) {
       trajectory ? absl::StrCat("one state x_1..x_", d) : absl::StrCat("x_1..x_", d, ",y_1..y_", d);
 
   // A file is read and validated whole before the stream opens: a bad line then sends nothing.
+  // Trajectories: a blank line marks a gap (a dropped sample), sent as IngestBatch.gap.
   std::vector<double> all;
+  std::vector<size_t> gaps;  // rows after a gap, ascending (file: of `all`; stdin: of the stream)
+  std::vector<size_t>* gaps_out = trajectory ? &gaps : nullptr;
   std::ifstream file;
   std::unique_ptr<CsvReader> reader;
   if (*csv != "-") {
-    auto rows = ReadCsvFile(*csv, columns, expected);
+    auto rows = ReadCsvFile(*csv, columns, expected, gaps_out);
     if (!rows.ok()) return FailUsage(cmd, rows.status().message());
     all = std::move(*rows);
     if (options.start_offset > 0) {  // --resume: pairs (or states) before the offset are applied
       const size_t skip = std::min<size_t>(options.start_offset, all.size() / columns);
       all.erase(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(skip * columns));
+      std::vector<size_t> kept;
+      for (size_t g : gaps)
+        if (g > skip) kept.push_back(g - skip);
+      gaps.swap(kept);
     }
   } else {
     // std::cin is synchronized with stdio (slow line by line); read the descriptor directly.
     file.open("/dev/stdin");
     if (!file) return FailUsage(cmd, "cannot open standard input");
     reader = std::make_unique<CsvReader>(&file, "-", columns, expected);
+    reader->set_gaps(gaps_out);
     if (options.start_offset > 0) {  // --resume on standard input: read past the applied rows
       std::vector<double> discard;
       auto n = reader->ReadRows(static_cast<size_t>(options.start_offset), &discard);
@@ -192,8 +200,24 @@ int Ingest(Context& ctx, const Args& args) {
   ProgressReporter progress(!args.Has("quiet"));
   std::vector<double> x, y, chunk;
   const size_t chunk_rows = static_cast<size_t>(options.batch_pairs);
+  size_t rows_sent = 0, next_gap = 0;  // trajectory rows handed to the stream; gaps[next_gap] ahead
   auto send_rows = [&](const double* rows, size_t n) -> absl::Status {
-    if (trajectory) return (*stream)->AddStates(absl::MakeConstSpan(rows, n * d));
+    if (trajectory) {
+      // Split at the gaps inside these rows: Gap() before the row that follows one.
+      size_t i = 0;
+      while (i < n) {
+        while (next_gap < gaps.size() && gaps[next_gap] < rows_sent + i) ++next_gap;
+        if (next_gap < gaps.size() && gaps[next_gap] == rows_sent + i && i + rows_sent > 0) {
+          if (auto s = (*stream)->Gap(); !s.ok()) return s;
+          ++next_gap;
+        }
+        const size_t end = next_gap < gaps.size() && gaps[next_gap] < rows_sent + n ? gaps[next_gap] - rows_sent : n;
+        if (auto s = (*stream)->AddStates(absl::MakeConstSpan(rows + i * d, (end - i) * d)); !s.ok()) return s;
+        i = end;
+      }
+      rows_sent += n;
+      return absl::OkStatus();
+    }
     x.resize(n * d);
     y.resize(n * d);
     for (size_t i = 0; i < n; ++i) {

@@ -79,6 +79,10 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --scale auto|none    per-channel input scaling (default auto with sigma auto): each
                        channel is centered by its median and divided by IQR/1.349, estimated
                        on the warm-up and then frozen; replies stay in your units
+  --delays D           learn on windows of the last D raw rows (--dim values each, oldest
+                       first): ingest raw rows with --trajectory (an empty CSV line marks a
+                       gap); query files hold raw rows, replies one entry per complete window
+  --delay-stride S     rows between the entries of a window (default 1; needs --delays)
   --eta E              SGD step (default 0.1)
   --lambda L           HS-norm regularizer (default 1e-3)
   --epsilon EPS        compression budget in HS norm (default 1e-3)

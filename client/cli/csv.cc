@@ -55,14 +55,18 @@ absl::Status ParseFields(std::string_view line, int columns, const char* noun, s
 // by parse_line(line, columns, expected, row)), counting lines in *line_number; errors are
 // prefixed with "NAME:LINE: ". Returns the number of rows appended (0: end of input). On error
 // *out keeps only the rows of earlier lines.
-template <typename T, typename ParseLine>
+// on_blank(rows) is called for each blank line, with the rows appended by this call before it.
+template <typename T, typename ParseLine, typename OnBlank>
 absl::StatusOr<size_t> AppendRows(std::istream& in, const std::string& name, int columns, std::string_view expected,
                                   ParseLine parse_line, size_t max_rows, std::string* line, int64_t* line_number,
-                                  std::vector<T>* out) {
+                                  std::vector<T>* out, OnBlank on_blank) {
   size_t rows = 0;
   while (rows < max_rows && std::getline(in, *line)) {
     ++*line_number;
-    if (IsSkippableLine(*line)) continue;
+    if (IsSkippableLine(*line)) {
+      if (Trim(*line).empty()) on_blank(rows);
+      continue;
+    }
     const size_t base = out->size();
     out->resize(base + columns);
     if (auto s = parse_line(*line, columns, expected, out->data() + base); !s.ok()) {
@@ -101,14 +105,25 @@ CsvReader::CsvReader(std::istream* in, std::string name, int columns, std::strin
     : in_(in), name_(name == "-" ? "<stdin>" : std::move(name)), columns_(columns), expected_(std::move(expected)) {}
 
 absl::StatusOr<size_t> CsvReader::ReadRows(size_t max_rows, std::vector<double>* out) {
-  return AppendRows(*in_, name_, columns_, expected_, ParseCsvLine, max_rows, &line_, &line_number_, out);
+  absl::StatusOr<size_t> rows = AppendRows(*in_, name_, columns_, expected_, ParseCsvLine, max_rows, &line_,
+                                           &line_number_, out, [&](size_t before) {
+                                             // A gap lies between two rows: none before the first row, one per run of
+                                             // blanks.
+                                             const size_t at = rows_read_ + before;
+                                             if (gaps_ != nullptr && at > 0 && (gaps_->empty() || gaps_->back() != at))
+                                               gaps_->push_back(at);
+                                           });
+  if (rows.ok()) rows_read_ += *rows;
+  return rows;
 }
 
-absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns, const std::string& expected) {
+absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns, const std::string& expected,
+                                                std::vector<size_t>* gaps) {
   // "-": the descriptor directly, since std::cin (synchronized with stdio) is slow per line.
   std::ifstream file(path == "-" ? "/dev/stdin" : path);
   if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
   CsvReader reader(&file, path, columns, expected);
+  reader.set_gaps(gaps);
   std::vector<double> out;
   while (true) {
     auto rows = reader.ReadRows(1 << 16, &out);
@@ -141,7 +156,7 @@ absl::StatusOr<std::vector<int64_t>> ReadIdCsvFile(const std::string& path, int 
   std::string line;
   int64_t line_number = 0;
   auto rows = AppendRows(file, path == "-" ? "<stdin>" : path, columns, expected, ParseIdLine,
-                         std::numeric_limits<size_t>::max(), &line, &line_number, &out);
+                         std::numeric_limits<size_t>::max(), &line, &line_number, &out, [](size_t) {});
   if (!rows.ok()) return rows.status();
   return out;
 }

@@ -43,6 +43,11 @@ class CsvReader {
   // 1-based number of the last line read.
   int64_t line_number() const { return line_number_; }
 
+  // With gaps set, a run of blank lines between two data rows appends to *gaps the index (over
+  // every row this reader returned) of the row after it: a trajectory's gap marker (a dropped
+  // sample; `cmestream ingest --trajectory`). Comment lines mark nothing.
+  void set_gaps(std::vector<size_t>* gaps) { gaps_ = gaps; }
+
  private:
   std::istream* in_;
   std::string name_;
@@ -50,10 +55,14 @@ class CsvReader {
   std::string expected_;
   std::string line_;
   int64_t line_number_ = 0;
+  std::vector<size_t>* gaps_ = nullptr;
+  size_t rows_read_ = 0;
 };
 
 // Reads a whole file ("-" = stdin) of rows with `columns` numbers each into a row-major vector.
-absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns, const std::string& expected);
+// With gaps: the rows that follow a run of blank lines (CsvReader::set_gaps).
+absl::StatusOr<std::vector<double>> ReadCsvFile(const std::string& path, int columns, const std::string& expected,
+                                                std::vector<size_t>* gaps = nullptr);
 
 // Integer rows (state ids of discrete models). Like ParseCsvLine, but every field must be a
 // decimal integer in the range of int64 ("3", "-1", "+7"; not "3.0", "1e2"): an id is an

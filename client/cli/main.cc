@@ -64,6 +64,8 @@ const Command* FindCommand(const std::string& name) {
          "dt",
          "seed",
          "warmup",
+         "delays",
+         "delay-stride",
          "refresh-interval",
          "refresh-every",
          "step-decay",

@@ -158,6 +158,8 @@ absl::Status IngestStream::SendBatch() {
   batch_.set_model(model_);
   batch_.set_producer_id(options_.producer_id);
   batch_.set_episode_id(options_.episode_id);
+  batch_.set_gap(gap_next_);
+  gap_next_ = false;
   uint64_t offset;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -292,6 +294,18 @@ absl::Status IngestStream::EndEpisode(const std::string& next_episode_id) {
   batch_.clear_state_ids();
   have_last_state_ = false;
   options_.episode_id = next_episode_id;
+  return absl::OkStatus();
+}
+
+absl::Status IngestStream::Gap() {
+  if (closed_) return absl::FailedPreconditionError("ingest stream already finished");
+  if (mode_ == Mode::kPairs) return absl::FailedPreconditionError("Gap: this stream carries pairs");
+  if (auto s = SendBatch(); !s.ok()) return s;
+  batch_.clear_states();
+  batch_.clear_state_ids();
+  // Only once a state was sent or buffered: a gap before the first state separates nothing.
+  gap_next_ = gap_next_ || have_last_state_ || Progress().batches_sent > 0;
+  have_last_state_ = false;
   return absl::OkStatus();
 }
 

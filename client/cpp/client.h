@@ -137,6 +137,10 @@ class IngestStream {
   // with id `next_episode_id`, and no pair joins the two.
   absl::Status EndEpisode(const std::string& next_episode_id);
 
+  // A gap in the trajectory (a dropped sample): sends what is buffered, and the next state starts
+  // a new episode (IngestBatch.gap), so no pair (or delay window) joins the states around it.
+  absl::Status Gap();
+
   // Sends whatever is buffered as one (short) batch.
   absl::Status Flush();
 
@@ -173,6 +177,7 @@ class IngestStream {
   v1::IngestBatch batch_;       // reused buffer of the batch being filled
   int batch_pairs_filled_ = 0;  // pairs in batch_ (trajectory: states - 1, >= 0)
   bool have_last_state_ = false;
+  bool gap_next_ = false;  // the next batch sent follows a Gap()
   bool closed_ = false;
   absl::Status final_status_;
   mutable std::mutex mu_;

@@ -81,14 +81,20 @@ MultiViewAccumulator::MultiViewAccumulator(const Options& options, std::shared_p
 }
 
 absl::Status MultiViewAccumulator::Observe(const double* x) {
+  const Eigen::Map<const RowMatrixXd> point(x, 1, d_);
+  if (absl::Status s = map_->ValidatePoints(point); !s.ok()) return s;
+  ObserveValidated(x);
+  return absl::OkStatus();
+}
+
+void MultiViewAccumulator::ObserveValidated(const double* x) {
   // One point as a 1 x d row, its features into a 1 x D row aliasing column slot_ of feat_:
   // Map's one-row product is a GEMV on the stack, no heap allocation.
   const Eigen::Map<const RowMatrixXd> point(x, 1, d_);
-  if (absl::Status s = map_->ValidatePoints(point); !s.ok()) return s;
   slot_ = (slot_ + 1) % 3;
   map_->Map(point, Eigen::Map<RowMatrixXd>(feat_.col(slot_).data(), 1, D_));
   for (int i = 0; i < d_; ++i) raw_(slot_, i) = x[i];
-  if (++in_episode_ < 3) return absl::OkStatus();
+  if (++in_episode_ < 3) return;
   // Views: a = x_{t-1} (two back), c = x_t (one back), b = x_{t+1} (this observation).
   const int sb = slot_, sc = (slot_ + 2) % 3, sa = (slot_ + 1) % 3;
   pa_.col(pending_) = feat_.col(sa);
@@ -110,7 +116,6 @@ absl::Status MultiViewAccumulator::Observe(const double* x) {
     reservoir_.row(dest).segment(d_, d_) = raw_.row(sc);
     reservoir_.row(dest).segment(Eigen::Index{2} * d_, d_) = raw_.row(sb);
   }
-  return absl::OkStatus();
 }
 
 absl::Status MultiViewAccumulator::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x) {
@@ -118,7 +123,7 @@ absl::Status MultiViewAccumulator::ObserveBatch(const Eigen::Ref<const RowMatrix
     return absl::InvalidArgumentError(absl::StrCat("observations have ", x.cols(), " columns, expected ", d_));
   }
   if (absl::Status s = map_->ValidatePoints(x); !s.ok()) return s;
-  for (Eigen::Index r = 0; r < x.rows(); ++r) (void)Observe(x.row(r).data());
+  for (Eigen::Index r = 0; r < x.rows(); ++r) ObserveValidated(x.row(r).data());
   return absl::OkStatus();
 }
 

@@ -83,6 +83,9 @@ class MultiViewAccumulator {
   // finite; one-hot: not a symbol id) returns InvalidArgument (features().ValidatePoints's
   // message for one point) and changes nothing. No allocation.
   absl::Status Observe(const double* x);
+  // Observe for a point already checked (features().ValidatePoints ok): the composite learner
+  // validates a whole batch before applying any of it, so nothing is left to fail.
+  void ObserveValidated(const double* x);
   // Validates all rows (the message names the first bad row), then observes them in order:
   // on error nothing changes.
   absl::Status ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x);

@@ -86,13 +86,17 @@ absl::Status PredictiveStateAccumulator::Observe(const double* o) {
           absl::StrCat("discrete observation ", v, " is not a symbol id in [0, ", options_.num_symbols, ")"));
     }
   }
+  ObserveValidated(o);
+  return absl::OkStatus();
+}
+
+void PredictiveStateAccumulator::ObserveValidated(const double* o) {
   if (in_episode_ == 0) ring_pos_ = 0;
   for (int i = 0; i < options_.dim; ++i) ring_(ring_pos_, i) = o[i];
   ring_pos_ = (ring_pos_ + 1) % window_len_;
   ++in_episode_;
   ++observations_;
   if (in_episode_ >= window_len_) AddWindow();
-  return absl::OkStatus();
 }
 
 absl::Status PredictiveStateAccumulator::ObserveBatch(const Eigen::Ref<const RowMatrixXd>& observations) {

@@ -70,6 +70,9 @@ class PredictiveStateAccumulator {
   // current episode. Bad input (non-finite, discrete id not an integer in range) returns
   // InvalidArgument and changes nothing. No allocation.
   absl::Status Observe(const double* o);
+  // Observe for an observation already checked (finite; discrete: an id in [0, S)): the
+  // composite learner validates a whole batch before applying any of it.
+  void ObserveValidated(const double* o);
   // Rows of `observations` in order (n x p); stops at the first bad row (rows before it stay
   // applied) and reports its index.
   absl::Status ObserveBatch(const Eigen::Ref<const RowMatrixXd>& observations);

@@ -17,6 +17,10 @@ StreamingLearner::StreamingLearner(const Options& options) : options_(options) {
   if (options_.window > 0)
     predictive_ = std::make_unique<PredictiveStateAccumulator>(learner_options::Predictive(options_));
   episode_last_.assign(options_.discrete() ? 1 : options_.dim, 0.0);
+  if (options_.delays > 1) {
+    delay_ = std::make_unique<DelayEmbedding>(
+        DelayEmbedding::Options{options_.input_dim(), options_.delays, options_.delay_stride});
+  }
   if (options_.discrete()) {
     if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, 0));
     if (!options_.lags.empty()) lags_ = std::make_unique<LagStatistics>(learner_options::Lags(options_, 0));
@@ -86,9 +90,15 @@ absl::Status StreamingLearner::Check(const StreamBatch& b) const {
     return absl::InvalidArgumentError(
         absl::StrCat("batch has no x/y values, expected ", options_.dim, "-vectors for a continuous model"));
   }
-  if (b.dim != options_.dim) {
+  // A delay model reads raw rows (input_dim values) and checks its windows again (dim values).
+  if (b.dim != options_.dim && (!delay_ || b.dim != options_.input_dim())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("batch has dim ", b.dim, ", expected the model's dim ", options_.dim));
+        absl::StrCat("batch has dim ", b.dim, ", expected the model's dim ", options_.input_dim()));
+  }
+  if (delay_ && !b.trajectory) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch is a batch of pairs (x and y), expected a trajectory (states): a model with delays ",
+                     options_.delays, " learns on windows of consecutive rows, which pairs do not carry"));
   }
   // The daemon's messages (core/common/validate.h): a trajectory is the wire's states.
   if (b.trajectory) {
@@ -185,9 +195,9 @@ void StreamingLearner::ObserveSequence(const double* raw) {
   // The kernel estimators take the state scaled, the linear-Gaussian predictive accumulator in
   // the user's units (it is affine-equivariant and its forecasts are replies).
   const double* state = (latent_ || lags_) ? Scaled(raw, scaled_state_) : raw;
-  // The batch was checked, so these cannot fail.
-  if (latent_) (void)latent_->Observe(state);
-  if (predictive_) (void)predictive_->Observe(raw);
+  // The batch was checked before any of it was applied (Observe), so nothing is left to fail.
+  if (latent_) latent_->ObserveValidated(state);
+  if (predictive_) predictive_->ObserveValidated(raw);
   if (lags_) {
     // Continuous: the lag basis follows the spectral epoch as it is after the pairs before this
     // state, so the state goes with the open run (CmeRun re-picks the basis when it applies).
@@ -212,7 +222,7 @@ const double* StreamingLearner::TrajectoryState(const StreamBatch& batch, int64_
 
 bool StreamingLearner::BeginEpisodeBatch(const double* start, const StreamBatch& batch) {
   const int w = static_cast<int>(episode_last_.size());
-  bool continues = episode_open_ && batch.producer == episode_producer_ && batch.episode == episode_id_;
+  bool continues = episode_open_ && !batch.gap && batch.producer == episode_producer_ && batch.episode == episode_id_;
   for (int j = 0; continues && j < w; ++j) continues = start[j] == episode_last_[j];
   if (!continues) {
     if (latent_) latent_->StartEpisode();
@@ -239,6 +249,33 @@ void StreamingLearner::EndEpisodeBatch(const double* last, const StreamBatch& ba
 }
 
 absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batch) {
+  if (!delay_) return ObserveStates(batch);
+  // Delay embedding (docs/algorithms.md §1.14): the raw rows become windows first; the windows
+  // are a trajectory of the estimators' states, continuing their episode exactly when the rows
+  // continue the embedding's.
+  if (absl::Status s = Check(batch); !s.ok()) return s;
+  if (batch.n == 0) return ObserveSummary{};
+  bool started = false;
+  const int64_t windows =
+      delay_->Append(batch.x, batch.n + 1, batch.producer, batch.episode, batch.gap, delay_windows_, &started);
+  StreamBatch w;
+  w.n = std::max<int64_t>(0, windows - 1);
+  w.dim = options_.dim;
+  w.x = delay_windows_.data();
+  w.y = w.x + options_.dim;
+  w.trajectory = true;
+  w.producer = batch.producer;
+  w.episode = batch.episode;
+  w.gap = started;
+  absl::StatusOr<ObserveSummary> summary = ObserveStates(w);
+  if (summary.ok() && w.n == 0) {
+    // No pair yet (the episode's first (D-1)S rows only fill the window): still an episode.
+    summary->episode_started = started;
+  }
+  return summary;
+}
+
+absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch& batch) {
   if (absl::Status s = Check(batch); !s.ok()) return s;
   batch_ = ObserveSummary{};
   const CompressedCme::Counters before = cme_ ? cme_->counters() : CompressedCme::Counters{};

@@ -69,6 +69,7 @@
 #include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_moments.h"
 #include "core/stream/cme_run.h"
+#include "core/stream/delay_embedding.h"
 #include "core/stream/input_scaler.h"
 #include "core/validation/lag_statistics.h"
 
@@ -102,6 +103,9 @@ struct StreamBatch {
   bool trajectory = false;
   std::string_view producer;
   std::string_view episode;
+  // A trajectory batch after a gap (a dropped sample): it starts a new episode whatever its key
+  // and first state.
+  bool gap = false;
 
   bool discrete() const { return x_ids != nullptr; }
   const double* x_at(int64_t i) const { return x + i * dim; }
@@ -192,6 +196,12 @@ class StreamingLearner {
     // on the last forecast_scored_dims components of a state (the newest observation of a delay
     // vector); 0 = all of them.
     int forecast_scored_dims = 0;
+    // Delay embedding (docs/algorithms.md §1.14, core/stream/delay_embedding.h): with delays
+    // D > 1 the model reads trajectories of raw rows of dim / D channels and learns on windows
+    // of D of them, delay_stride rows apart (dim values, oldest row first); pairs are refused.
+    // Continuous only; dim must be a multiple of D.
+    int delays = 1;
+    int delay_stride = 1;
     // Pairs per CME micro-batch (docs/algorithms.md §9.2), in [1, kMaxMicroBatch]; 1 = the
     // sequential recursion, pair by pair. The run actually used is run_pairs().
     int micro_batch = 256;
@@ -204,6 +214,7 @@ class StreamingLearner {
     size_t max_episode_bytes = 256;
 
     bool discrete() const { return num_states > 0; }
+    int input_dim() const { return delays > 1 ? dim / delays : dim; }  // values per raw row
     bool auto_sigma() const { return !discrete() && cme.sigma == 0; }
     // Pairs per CME run: micro_batch, capped by kRunDoubles / dim (at least 1).
     int run_pairs() const;
@@ -293,22 +304,27 @@ class StreamingLearner {
   //   with a CME, the open CME run (CmeRun::Serialize);
   //   version >= 5, with a CME and options.scale_inputs: the frozen InputScaler (nothing for an
   //   unscaled model);
-  //   version >= 6: bool + FCRG (the forecast regression, core/forecast/forecast_regression.h).
+  //   version >= 6: bool + FCRG (the forecast regression, core/forecast/forecast_regression.h);
+  //   version >= 7, with delays > 1: the delay embedding's open episode (DelayEmbedding::
+  //   Serialize; nothing for a model without delays, whose bytes are those of version 6).
   // Version kStateVersion; version 1 has no spectral moments (restored fresh when the CME
   // exists), versions 1 and 2 no lag statistics (restored fresh, empty), versions 1 to 3 no
   // open run (restored empty: the next run starts at the restored pair count); versions 1 to 4
   // cannot hold a scaled model (DataLoss if the options ask for one); versions 1 to 5 have no
-  // forecast regression (restored fresh, empty: it learns from the next pair on).
+  // forecast regression (restored fresh, empty: it learns from the next pair on); versions 1 to
+  // 6 cannot hold a model with delays (DataLoss if the options ask for them).
   // Deserialize checks every part against `options` (the same options the learner had): a
   // mismatch or a corrupt part is DataLoss naming the part and the offset. Serialize followed
   // by Deserialize and the same batches gives the same state, bit for bit, as never stopping.
-  static constexpr uint32_t kStateVersion = 6;
+  static constexpr uint32_t kStateVersion = 7;
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<StreamingLearner> Deserialize(io::Reader& r, const Options& options, uint32_t version,
                                                       SigmaSelection sigma_selection);
 
  private:
   absl::Status Check(const StreamBatch& batch) const;
+  // Observe after the delay embedding (the batch's states are the estimators' states).
+  absl::StatusOr<ObserveSummary> ObserveStates(const StreamBatch& batch);
   void FeedLearner(const double* x, const double* y);  // warm-up buffer, or FeedPair
   void FeedPair(const double* x, const double* y);     // scorer, moments; the rest via the run
   void ApplyRun();                                     // applies and empties the open CME run
@@ -349,6 +365,10 @@ class StreamingLearner {
   std::string episode_producer_, episode_id_;
   std::vector<double> episode_last_;  // dim values (discrete: the id)
   double id_scratch_ = 0;             // a discrete id as a double (TrajectoryState)
+  // Delay embedding (options.delays > 1): the open episode's last rows, and the windows of the
+  // batch in progress (scratch, not state).
+  std::unique_ptr<DelayEmbedding> delay_;
+  std::vector<double> delay_windows_;
   // Prequential scorer (not state) and the view it scores.
   std::unique_ptr<PrequentialVampE> prequential_;
   uint64_t prequential_view_ = 0;

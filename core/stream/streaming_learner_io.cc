@@ -40,6 +40,9 @@ void StreamingLearner::Serialize(io::Writer& w) const {
   // Version 6: the forecast regression.
   w.Bool(forecast_ != nullptr);
   if (forecast_) forecast_->Serialize(w);
+  // Version 7: only a model with delays writes its window, so the bytes (and state digest) of a
+  // model without are those of version 6.
+  if (delay_) delay_->Serialize(w);
 }
 
 absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options, uint32_t version,
@@ -170,6 +173,14 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
   } else if (l.cme_ && options.dim <= lo::kMaxForecastDim) {
     l.forecast_ = std::make_unique<ForecastRegression>(lo::ForecastFeatures(options, l.cme_->options().sigma),
                                                        lo::Forecast(options));
+  }
+  // The delay embedding's open episode (version 7): only a model with delays has one.
+  if (r.ok() && l.delay_) {
+    if (version < 7) {
+      return r.Fail(absl::StrCat("learner state version ", version, " cannot hold a model with delays ", options.delays,
+                                 " (written before delays existed)"));
+    }
+    if (absl::Status s = l.delay_->Deserialize(r); !s.ok()) return s;
   }
   if (!r.ok()) return r.status();
   l.sigma_selection_ = std::move(sigma_selection);

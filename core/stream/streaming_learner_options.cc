@@ -178,6 +178,16 @@ absl::Status StreamingLearner::Options::Validate() const {
   if (!lags.empty()) {
     if (absl::Status s = lo::Lags(*this, 1.0).Validate(); !s.ok()) return Bad("lag statistics", s);
   }
+  if (delays != 1 || delay_stride != 1) {
+    if (discrete()) return Bad(absl::StrCat("delays is ", delays, ", expected 1 for a discrete model"));
+    if (delays < 1 || dim % delays != 0) {
+      return Bad(
+          absl::StrCat("delays is ", delays, ", expected >= 1 and dividing dim ", dim, " (dim = channels x delays)"));
+    }
+    if (absl::Status s = DelayEmbedding::Options{input_dim(), delays, delay_stride}.Validate(); !s.ok()) {
+      return Bad("delay embedding", s);
+    }
+  }
   return absl::OkStatus();
 }
 

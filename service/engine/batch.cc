@@ -41,6 +41,11 @@ BatchCheck CheckIds(const v1::IngestBatch& b, uint64_t index) {
                   "field end_warmup is set, expected it unset: only the daemon's log writes it (call Refresh to end "
                   "the warm-up early)");
   }
+  if (b.gap() && b.states_size() == 0 && b.state_ids_size() == 0) {
+    return Reject("payload_form", index, b.model(),
+                  "field gap is set on a batch of pairs, expected it only on a trajectory (states or state_ids): a "
+                  "gap marks a break between trajectory rows");
+  }
   return BatchCheck{};
 }
 
@@ -106,6 +111,7 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index, doub
     ok.batch.x = b.states().data();
     ok.batch.y = b.states().data() + dim;
     ok.batch.trajectory = true;
+    ok.batch.gap = b.gap();
   }
   return ok;
 }
@@ -163,6 +169,7 @@ BatchCheck ValidateDiscreteBatch(const v1::IngestBatch& b, uint32_t num_states, 
     ok.batch.x_ids = b.state_ids().data();
     ok.batch.y_ids = b.state_ids().data() + 1;
     ok.batch.trajectory = true;
+    ok.batch.gap = b.gap();
   }
   return ok;
 }

@@ -26,6 +26,7 @@ struct PairBatch {
   const int64_t* x_ids = nullptr;
   const int64_t* y_ids = nullptr;
   bool trajectory = false;
+  bool gap = false;  // IngestBatch.gap: the trajectory starts a new episode
   // No pairs (n = 0): the write-ahead log's record that an explicit refresh ended the sigma
   // warm-up (Model::EndWarmup, IngestBatch.end_warmup).
   bool end_warmup = false;

@@ -84,8 +84,116 @@ v1::FitSummary ToFitSummary(const LatentModel::Summary& s) {
   return out;
 }
 
+v1::FitSummary ToFitSummary(const CountsSnapshot& c) {
+  v1::FitSummary out;
+  out.set_termination("success");  // counts are exact: nothing to converge
+  Set(out, "states", c.num_states());
+  Set(out, "samples", static_cast<double>(c.samples()));
+  Set(out, "total_weight", c.total_weight());
+  Set(out, "nonzeros", static_cast<double>(c.nonzeros()));
+  return out;
+}
+
+v1::FitSummary ToFitSummary(const PredictiveStateModel& m) {
+  v1::FitSummary out;
+  out.set_termination("success");  // a failed fit has no view
+  Set(out, "state_dim", m.state_dim());
+  Set(out, "obs_dim", m.obs_dim());
+  if (m.kind() == PredictiveStateAccumulator::Kind::kDiscrete) Set(out, "num_symbols", m.num_symbols());
+  return out;
+}
+
+v1::FitSummary ToFitSummary(const LagsView& lags) {
+  v1::FitSummary out;
+  // "success": timescales and the CK test; "no_ck_test": timescales only (message: why);
+  // "no_timescales": neither yet (message: why).
+  const std::optional<LagTimescales>& scan = lags.koopman ? lags.koopman : lags.counts;
+  const std::optional<CkTest>& ck = lags.ck_koopman ? lags.ck_koopman : lags.ck_counts;
+  if (!scan) {
+    out.set_termination("no_timescales");
+    out.set_message(lags.error);
+  } else if (!ck) {
+    out.set_termination("no_ck_test");
+    out.set_message(lags.ck_error);
+  } else {
+    out.set_termination("success");
+  }
+  Set(out, "epoch", static_cast<double>(lags.stats.epoch));
+  Set(out, "basis_size", static_cast<double>(lags.stats.discrete ? 0 : lags.stats.basis.rows()));
+  if (scan) {
+    Set(out, "lags", static_cast<double>(scan->lags.size()));
+    Set(out, "blocks", scan->blocks);
+  }
+  if (ck) {
+    Set(out, "ck_max_deviation", ck->max_deviation);
+    Set(out, "ck_max_deviation_stderr", ck->max_deviation_stderr);
+  }
+  return out;
+}
+
+v1::FitSummary ToFitSummary(const ForecastView& f) {
+  v1::FitSummary out;
+  out.set_termination("success");
+  Set(out, "pairs", static_cast<double>(f.samples));
+  Set(out, "kernel_features", f.model.num_features());
+  Set(out, "skill_pairs", static_cast<double>(f.skill.pairs));
+  Set(out, "skill_ratio", f.skill.ratio());  // live one-step RMSE / persistence's (< 1: beats it)
+  int increments = 0;
+  for (const ForecastChoice& c : f.model.choices()) increments += c.increment ? 1 : 0;
+  Set(out, "increment_components", increments);
+  return out;
+}
+
+v1::SpectrumInfo ToSpectrumInfo(const SpectrumReport& r, const HeldoutScore& heldout) {
+  v1::SpectrumInfo out;
+  out.set_estimator(r.estimator);
+  out.set_epoch(static_cast<uint64_t>(r.epoch));
+  out.set_epoch_samples(static_cast<uint64_t>(r.epoch_samples));
+  out.set_epoch_weight(r.epoch_weight);
+  out.set_ready(r.ready);
+  out.set_basis_size(static_cast<uint32_t>(r.basis_size));
+  out.set_heldout_score(heldout.score);
+  out.set_score_rank(static_cast<uint32_t>(r.score_rank));
+  out.set_ridge(r.ridge);
+  for (double v : r.ridge_grid) out.add_ridge_grid(v);
+  for (double v : r.ridge_scores) out.add_ridge_scores(v);
+  for (const std::string& w : r.warnings) out.add_warnings(w);
+  v1::TimescaleComparison& c = *out.mutable_comparison();
+  c.set_koopman(r.comparison.koopman);
+  c.set_count_chain(r.comparison.count_chain);
+  c.set_embedding(r.comparison.embedding);
+  c.set_relative_disagreement(r.comparison.relative_disagreement);
+  c.set_threshold(r.comparison.threshold);
+  c.set_warning(r.comparison.warning);
+  c.set_lag_scan(r.comparison.lag_scan);
+  c.set_lag_scan_stderr(r.comparison.lag_scan_stderr);
+  c.set_lag_scan_lag(static_cast<uint32_t>(r.comparison.lag_scan_lag));
+  c.set_lag_scan_blocks(static_cast<uint32_t>(r.comparison.lag_scan_blocks));
+  c.set_relative_stderr(r.comparison.relative_stderr);
+  c.set_diagnostic(r.comparison.diagnostic);
+  out.set_selection_score(r.selection_score);
+  out.set_heldout_pairs(heldout.pairs);
+  out.set_heldout_view_version(heldout.view_version);
+  out.set_epochs(static_cast<uint64_t>(r.epochs));
+  out.set_data_share(r.data_share);
+  return out;
+}
+
+v1::KoopmanHeadline ToHeadline(const KoopmanHeadline& h) {
+  v1::KoopmanHeadline out;
+  out.set_timescale(h.timescale);
+  out.set_stderr(h.stderr_);
+  out.set_view(h.view);
+  out.set_nonstationary(h.nonstationary);
+  out.set_nonstationary_reason(h.nonstationary_reason);
+  out.set_note(h.note);
+  return out;
+}
+
 void AddSubViewStatuses(const ModelView& view, google::protobuf::RepeatedPtrField<v1::SubViewStatus>* out) {
-  AddStatus("counts", view.counts, out);
+  if (auto* s = AddStatus("counts", view.counts, out); view.counts.value) {
+    *s->mutable_summary() = ToFitSummary(view.counts.value->counts);
+  }
   if (auto* s = AddStatus("embedding", view.embedding, out); view.embedding.value) {
     *s->mutable_summary() = ToFitSummary(view.embedding.value->summary());
   }
@@ -98,8 +206,15 @@ void AddSubViewStatuses(const ModelView& view, google::protobuf::RepeatedPtrFiel
   if (auto* s = AddStatus("latent", view.latent, out); view.latent.value) {
     *s->mutable_summary() = ToFitSummary(view.latent.value->summary());
   }
-  AddStatus("predictive", view.predictive, out);
-  AddStatus("lags", view.lags, out);
+  if (auto* s = AddStatus("predictive", view.predictive, out); view.predictive.value) {
+    *s->mutable_summary() = ToFitSummary(*view.predictive.value);
+  }
+  if (auto* s = AddStatus("lags", view.lags, out); view.lags.value) {
+    *s->mutable_summary() = ToFitSummary(*view.lags.value);
+  }
+  if (auto* s = AddStatus("forecast", view.forecast, out); view.forecast.value) {
+    *s->mutable_summary() = ToFitSummary(*view.forecast.value);
+  }
 }
 
 }  // namespace cmestream::service

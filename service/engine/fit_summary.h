@@ -1,4 +1,4 @@
-// The estimators' own fit summaries (core/*) as the wire's FitSummary: what a sub-view reply
+// The estimators' own fit summaries and reports (core/*) as the wire's messages: what a sub-view reply
 // carries so a user sees how the fit ended (termination, sizes, iterations, timings) without
 // reading the daemon's log. Pure conversions; the figure names are documented in
 // docs/user-guide.md ("Reading a fit summary") and are part of the API.
@@ -19,6 +19,14 @@ v1::FitSummary ToFitSummary(const WeightedKMeansResult& kmeans);
 // r meta-states are supported by the data.
 v1::FitSummary ToFitSummary(const AggregationResult& result);
 v1::FitSummary ToFitSummary(const LatentModel::Summary& s);
+v1::FitSummary ToFitSummary(const CountsSnapshot& counts);
+v1::FitSummary ToFitSummary(const PredictiveStateModel& model);
+v1::FitSummary ToFitSummary(const LagsView& lags);
+v1::FitSummary ToFitSummary(const ForecastView& forecast);
+
+// The Koopman view's report and headline as the wire's messages (GetKoopman, describe).
+v1::SpectrumInfo ToSpectrumInfo(const SpectrumReport& report, const HeldoutScore& heldout);
+v1::KoopmanHeadline ToHeadline(const KoopmanHeadline& headline);
 
 // Appends one SubViewStatus per sub-view of `view` (model describe: what is available, why
 // not, and how each fit ended).

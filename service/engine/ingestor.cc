@@ -22,6 +22,13 @@ void Ingestor::Submit(const v1::IngestBatch& batch, uint64_t batch_index, Done d
   const uint32_t num_states = (*model)->config().num_states();
   BatchCheck check = num_states > 0 ? ValidateDiscreteBatch(batch, num_states, batch_index)
                                     : ValidateBatch(batch, (*model)->dim(), batch_index, limits_.max_abs_value);
+  if (check.status.ok() && (*model)->config().delays() > 1 && !check.batch.trajectory) {
+    check.reason = "payload_form";
+    check.status = absl::InvalidArgumentError(absl::StrCat(
+        "batch ", batch_index, ": field x/y holds pairs, expected states (a trajectory of raw rows): model '",
+        (*model)->name(), "' has delays ", (*model)->config().delays(),
+        " and learns on windows of consecutive rows, which pairs do not carry"));
+  }
   if (!check.status.ok()) {
     (*model)->metrics().OnRejected(check.reason);
     done(check.status);

@@ -13,64 +13,6 @@ namespace {
 
 std::vector<int> Lags(const v1::ModelConfig& c) { return std::vector<int>(c.lags().begin(), c.lags().end()); }
 
-LagEstimateOptions KoopmanOptions(double dt) {
-  LagEstimateOptions o;
-  o.top = kLagTimescales;
-  o.dt = dt;
-  o.ridge = kLagRidge;
-  o.constant_index = 0;
-  return o;
-}
-
-LagEstimateOptions CountOptions(double dt) {
-  LagEstimateOptions o;
-  o.top = kLagTimescales;
-  o.dt = dt;
-  return o;
-}
-
-// Why lags other than 1 have no pairs: the stream had no trajectories.
-std::string PairsOnlyReason(const std::string& model, const LaggedMomentsSnapshot& s) {
-  return absl::StrCat("model '", model, "' was fed only unordered pairs (", s.unordered_pairs,
-                      " pairs, no trajectory batches): pairs carry no history, so they feed lag 1 only; lags "
-                      "above 1 and the CK test need trajectory batches (IngestBatch.trajectory, or "
-                      "`cmestream ingest --trajectory`)");
-}
-
-// Cluster label of each count-chain state (basis atom or id) from the view's metastable
-// clusters, re-clustered when another K is asked for. -1 where there is no label.
-absl::StatusOr<Eigen::VectorXi> StateLabels(const v1::ModelConfig& config, const LagStatisticsSnapshot& stats,
-                                            const ModelView& view, int k) {
-  if (!view.clusters.value || !view.embedding.value) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the CK test needs the metastable clusters, which are not available: ",
-                     view.clusters.value ? view.embedding.error : view.clusters.error));
-  }
-  const ClustersView& cv = *view.clusters.value;
-  const StateEmbedding& emb = *view.embedding.value;
-  MetastableClusters clusters = cv.clusters;
-  if (k != cv.clusters.num_clusters()) {
-    if (k > static_cast<int>(cv.ids.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("clusters ", k, " is more than the ", cv.ids.size(), " visited representative states"));
-    }
-    WeightedKMeansOptions km;
-    km.k = k;
-    km.seed = config.seed();
-    absl::StatusOr<MetastableClusters> c =
-        MetastableClusters::Fit(emb, cv.clusters.representatives(), cv.clusters.weights(), km);
-    if (!c.ok()) return c.status();
-    clusters = *std::move(c);
-  }
-  if (stats.discrete) {
-    const int p = stats.counts ? stats.counts->dim : 0;
-    RowMatrixXd ids(p, 1);
-    for (int i = 0; i < p; ++i) ids(i, 0) = i;
-    return clusters.Label(emb, ids);
-  }
-  return clusters.Label(emb, stats.basis);
-}
-
 void Fill(const LagTimescales& t, v1::LagScan* out) {
   for (size_t k = 0; k < t.lags.size(); ++k) {
     out->add_lags(static_cast<uint32_t>(t.lags[k]));
@@ -105,39 +47,7 @@ void Fill(const CkTest& ck, int k, v1::CkResult* out) {
   }
 }
 
-struct CkPair {
-  std::optional<CkTest> koopman, counts;
-};
-
-absl::StatusOr<CkPair> RunCk(const std::string& model, const v1::ModelConfig& config, const LagsView& lags,
-                             const ModelView& view, int k, int steps, int lag) {
-  const LagStatisticsSnapshot& s = lags.stats;
-  if (!s.counts) return absl::FailedPreconditionError(absl::StrCat("model '", model, "': ", lags.error));
-  if (s.counts->trajectory_states == 0 && s.counts->unordered_pairs > 0) {
-    return absl::FailedPreconditionError(PairsOnlyReason(model, *s.counts));
-  }
-  absl::StatusOr<Eigen::VectorXi> labels = StateLabels(config, s, view, k);
-  if (!labels.ok()) return labels.status();
-  const int p = static_cast<int>(labels->size());
-  MatrixXd chi = MatrixXd::Zero(p, k);
-  for (int i = 0; i < p; ++i)
-    if ((*labels)[i] >= 0 && (*labels)[i] < k) chi(i, (*labels)[i]) = 1;
-  CkPair out;
-  absl::StatusOr<CkTest> counts = ChapmanKolmogorovTest(*s.counts, chi, lag, steps, CountOptions(lags.dt));
-  if (!counts.ok()) return counts.status();
-  out.counts = *std::move(counts);
-  if (s.koopman) {
-    // Memberships in the Koopman features: least squares on the basis atoms weighted by visits.
-    const int base =
-        static_cast<int>(std::find(s.counts->lags.begin(), s.counts->lags.end(), lag) - s.counts->lags.begin());
-    const VectorXd visits = s.counts->total[base].s0.array() + 1e-12;
-    const MatrixXd m = MembershipCoefficients(s.Features(s.basis), visits, *labels, k);
-    absl::StatusOr<CkTest> koopman = ChapmanKolmogorovTest(*s.koopman, m, lag, steps, KoopmanOptions(lags.dt));
-    if (!koopman.ok()) return koopman.status();
-    out.koopman = *std::move(koopman);
-  }
-  return out;
-}
+std::string Label(const std::string& model) { return absl::StrCat("model '", model, "'"); }
 
 }  // namespace
 
@@ -163,42 +73,13 @@ bool HasLagStatistics(const v1::ModelConfig& c) {
   return c.num_states() == 0 || c.num_states() <= static_cast<uint32_t>(kMaxLagStates);
 }
 
-void BuildLags(const v1::ModelConfig& config, const LagStatisticsSnapshot& snap, const ModelView& view, LagsView& out) {
-  out.stats = snap;
-  out.dt = config.dt();
-  if (!snap.counts) {
-    out.error = "no lag basis yet (it is taken from the dictionary with the first pairs)";
-    return;
-  }
-  if (snap.counts->samples == 0) {
-    out.error = "no samples yet";
-    return;
-  }
-  absl::StatusOr<LagTimescales> c = EstimateImpliedTimescales(*snap.counts, CountOptions(out.dt));
-  if (c.ok()) out.counts = *std::move(c);
-  if (snap.koopman) {
-    absl::StatusOr<LagTimescales> k = EstimateImpliedTimescales(*snap.koopman, KoopmanOptions(out.dt));
-    if (k.ok()) out.koopman = *std::move(k);
-  }
-  // The CK test for the gauges: the first lag, the model's clusters, every step available.
-  const int lag = snap.counts->lags.front();
-  absl::StatusOr<CkPair> ck =
-      RunCk(config.name(), config, out, view, static_cast<int>(config.clusters()), LaggedMoments::kMaxLag, lag);
-  if (ck.ok()) {
-    out.ck_koopman = ck->koopman;
-    out.ck_counts = ck->counts;
-  } else {
-    out.ck_error = std::string(ck.status().message());
-  }
-}
-
 absl::Status FillTimescales(const std::string& model, const LagsView& lags, v1::TimescalesResponse* resp) {
   const LaggedMomentsSnapshot* s = lags.stats.counts ? &*lags.stats.counts : nullptr;
   if (!lags.counts) {
     return absl::FailedPreconditionError(absl::StrCat("model '", model, "': timescales not available: ", lags.error));
   }
   if (s && s->trajectory_states == 0 && s->unordered_pairs > 0 && s->lags != std::vector<int>{1}) {
-    return absl::FailedPreconditionError(PairsOnlyReason(model, *s));
+    return absl::FailedPreconditionError(PairsOnlyReason(Label(model), *s));
   }
   resp->set_dt(lags.dt);
   resp->set_estimator(lags.koopman ? "koopman" : "counts");
@@ -220,7 +101,7 @@ absl::Status FillCkTest(const std::string& model, const v1::ModelConfig& config,
   if (steps == 1) return absl::InvalidArgumentError("field steps is 1, expected >= 2 (or 0 for every multiple)");
   const int base = lag == 0 ? (lags.stats.counts ? lags.stats.counts->lags.front() : 1) : static_cast<int>(lag);
   const int max_steps = steps == 0 ? LaggedMoments::kMaxLag : static_cast<int>(std::min<uint32_t>(steps, 1u << 20));
-  absl::StatusOr<CkPair> ck = RunCk(model, config, lags, view, k, max_steps, base);
+  absl::StatusOr<CkPair> ck = RunCkTests(lags, CkSetsOf(view), k, max_steps, base, config.seed(), Label(model));
   if (!ck.ok()) {
     return absl::Status(ck.status().code(), absl::StrCat("model '", model, "': CK test: ", ck.status().message()));
   }

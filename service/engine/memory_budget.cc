@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "core/stream/streaming_learner.h"
 #include "service/engine/lags.h"
+#include "service/engine/model_config.h"
 
 namespace cmestream::service {
 namespace {
@@ -33,7 +34,7 @@ double ReadLimitFile(const char* path) {
 double EstimateModelBytes(const v1::ModelConfig& c) {
   const bool discrete = c.num_states() > 0;
   const double p = c.num_states();
-  const double d = discrete ? 1 : c.dim();
+  const double d = StateDim(c);
   double bytes = 64 * 1024;  // the Model object, producer map, view bookkeeping
   if (discrete) {
     // Sparse counts: assume a dense worst case up to 16 successors per state on average.
@@ -56,7 +57,7 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     // rows of d doubles, R = run_pairs() of the default micro_batch) and ObserveBatch's scratch
     // (8 m x 128 doubles and a 128 x 128 block; counted as 10 m x 128).
     StreamingLearner::Options learner;  // the daemon's micro_batch is the learner's default
-    learner.dim = c.dim();
+    learner.dim = static_cast<int>(StateDim(c));
     const double run = learner.run_pairs();
     bytes += (4 * run + 1) * d * kDouble + 10 * m * 128 * kDouble;
     // Forecast regression (core/forecast/forecast_regression.h; dim <= 256): 5 folds plus two

@@ -134,6 +134,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     applied.y = batch.y_at(first);
   }
   applied.trajectory = batch.trajectory;
+  applied.gap = batch.gap && first == 0;  // a re-sent tail continues what its head started
   applied.producer = producer_id;
   applied.episode = episode_id;
   absl::StatusOr<ObserveSummary> learned = learner_.Observe(applied);
@@ -142,7 +143,8 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     if (admitted->written) SetPending(0);
     return learned.status();
   }
-  r.applied = static_cast<uint64_t>(learned->pairs);
+  // The wire's pairs (a model with delays learns fewer: an episode's first windows fill up).
+  r.applied = static_cast<uint64_t>(applied.n);
 
   const Stats s = PublishLocked(learned->warmup_finished, r.applied > 0 ? 1 : 0,
                                 producer_id.empty() ? nullptr : &producer_id, offset_after);
@@ -248,6 +250,7 @@ Model::Stats Model::stats() const {
 v1::ModelInfo Model::Describe() const {
   v1::ModelInfo info;
   *info.mutable_config() = config_;
+  info.set_state_dim(static_cast<uint32_t>(state_dim()));
   {
     absl::MutexLock lock(&stats_mu_);
     info.set_samples(stats_.samples);
@@ -263,7 +266,7 @@ v1::ModelInfo Model::Describe() const {
   }
   if (auto v = view()) {
     *info.mutable_view() = v->Info();
-    if (v->cme) *info.mutable_spectrum() = v->cme->spectrum;
+    if (v->cme) *info.mutable_spectrum() = ToSpectrumInfo(v->cme->spectrum, v->heldout);
     AddSubViewStatuses(*v, info.mutable_sub_views());
   }
   info.set_created_unix_seconds(created_unix_seconds_);

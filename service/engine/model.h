@@ -36,6 +36,7 @@
 #include "core/stream/streaming_learner.h"
 #include "service/engine/batch.h"
 #include "service/engine/batch_log.h"
+#include "service/engine/model_config.h"
 #include "service/engine/model_view.h"
 #include "service/observability/metrics.h"
 
@@ -48,7 +49,9 @@ class Model {
 
   const std::string& name() const { return config_.name(); }
   const v1::ModelConfig& config() const { return config_; }
-  int dim() const { return static_cast<int>(config_.dim()); }  // 0 for discrete models
+  int dim() const { return static_cast<int>(config_.dim()); }  // 0 for discrete models; raw rows
+  // Values per learned state (atoms, windows): dim x delays; 1 for discrete models.
+  int state_dim() const { return static_cast<int>(StateDim(config_)); }
   bool discrete() const { return config_.num_states() > 0; }
   ModelMetrics& metrics() { return *metrics_; }
 

@@ -76,7 +76,7 @@ absl::Status NormalizeViewFields(v1::ModelConfig& c) {
   if (!c.has_latent_states()) c.set_latent_states(0);
   if (!c.has_tensor_restarts()) c.set_tensor_restarts(20);
   if (!c.has_tensor_iterations()) c.set_tensor_iterations(30);
-  const uint64_t obs = discrete ? 1 : c.dim();
+  const uint64_t obs = StateDim(c);
   if (!c.has_reservoir()) c.set_reservoir(DefaultReservoir(obs));
   if (c.latent_states() > 0) {
     const uint64_t features = discrete ? p : c.rff_features();
@@ -119,10 +119,10 @@ absl::Status NormalizeViewFields(v1::ModelConfig& c) {
                                 " doubles of statistics, at most ", kMaxPredictiveDoubles));
       }
     } else {
-      const double side = static_cast<double>(c.dim()) * (2.0 * c.window() + 1);
+      const double side = static_cast<double>(StateDim(c)) * (2.0 * c.window() + 1);
       if (side > kMaxPredictiveSide) {
         return Bad(c, "window", c.window(),
-                   absl::StrCat("smaller: dim * (2 window + 1) = ", side, ", at most ", kMaxPredictiveSide));
+                   absl::StrCat("smaller: dim * delays * (2 window + 1) = ", side, ", at most ", kMaxPredictiveSide));
       }
     }
   }
@@ -150,6 +150,25 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
   } else if (c.dim() < 1 || c.dim() > kMaxDim) {
     return Bad(c, "dim", c.dim(), absl::StrCat("1..", kMaxDim, " (or num_states > 0 for a discrete model)"));
   }
+
+  // Delay embedding: stored unset when off, so configs older than the fields read the same.
+  if (c.has_delays() && (c.delays() < 1 || c.delays() > static_cast<uint32_t>(DelayEmbedding::kMaxDelays))) {
+    return Bad(c, "delays", c.delays(), absl::StrCat("1..", DelayEmbedding::kMaxDelays, " (1 = none)"));
+  }
+  if (c.has_delay_stride() &&
+      (c.delay_stride() < 1 || c.delay_stride() > static_cast<uint32_t>(DelayEmbedding::kMaxStride))) {
+    return Bad(c, "delay_stride", c.delay_stride(), absl::StrCat("1..", DelayEmbedding::kMaxStride));
+  }
+  if (c.delays() > 1 && discrete) return Bad(c, "delays", c.delays(), "1 for a discrete model (num_states > 0)");
+  if (c.delay_stride() > 1 && c.delays() <= 1) {
+    return Bad(c, "delay_stride", c.delay_stride(), "1 without delays (set delays > 1 to embed)");
+  }
+  if (static_cast<uint64_t>(c.dim()) * std::max<uint32_t>(c.delays(), 1) > kMaxDim) {
+    return Bad(c, "delays", c.delays(),
+               absl::StrCat("at most ", kMaxDim / c.dim(), " (dim x delays <= ", kMaxDim, " values per window)"));
+  }
+  if (c.delays() == 1) c.clear_delays();
+  if (c.delay_stride() == 1) c.clear_delay_stride();
 
   if (!c.has_sigma() || discrete) c.set_sigma(0);  // auto; discrete models have no kernel (ignored)
   if (!std::isfinite(c.sigma()) || c.sigma() < 0) return Bad(c, "sigma", c.sigma(), "> 0, or 0/unset for auto");
@@ -213,9 +232,14 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
   return c;
 }
 
+uint32_t StateDim(const v1::ModelConfig& c) {
+  if (c.num_states() > 0) return 1;
+  return c.dim() * std::max<uint32_t>(c.delays(), 1);
+}
+
 CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& c, double sigma) {
   CompressedCme::Options o;
-  o.dim = static_cast<int>(c.dim());
+  o.dim = static_cast<int>(StateDim(c));
   o.sigma = sigma;
   o.eta = c.eta();
   o.lambda = c.lambda();
@@ -227,12 +251,39 @@ CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& c, double sigma) {
   return o;
 }
 
+ViewOptions ViewOptionsFor(const v1::ModelConfig& c) {
+  ViewOptions o;
+  o.label = absl::StrCat("model '", c.name(), "'");
+  o.dt = c.dt();
+  o.num_states = static_cast<int>(c.num_states());
+  o.dim = static_cast<int>(StateDim(c));
+  o.rank = static_cast<int>(c.rank());
+  o.clusters = static_cast<int>(c.clusters());
+  o.seed = c.seed();
+  o.meta_states = static_cast<int>(c.meta_states());
+  o.anchor_threshold = c.anchor_threshold();
+  o.kmeans_spa = c.vertex_hunting() == "kmeans-spa";
+  o.latent_states = static_cast<int>(c.latent_states());
+  o.tensor_restarts = static_cast<int>(c.tensor_restarts());
+  o.tensor_iterations = static_cast<int>(c.tensor_iterations());
+  o.window = static_cast<int>(c.window());
+  o.ridge_stage1 = c.ridge_stage1();
+  o.ridge_stage2 = c.ridge_stage2();
+  o.lag_statistics = HasLagStatistics(c);
+  return o;
+}
+
 StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
   StreamingLearner::Options o;
   const bool discrete = c.num_states() > 0;
-  o.dim = discrete ? 0 : static_cast<int>(c.dim());
+  o.dim = discrete ? 0 : static_cast<int>(StateDim(c));
   o.num_states = static_cast<int>(c.num_states());
   o.cme = CmeOptionsFor(c, discrete ? 0 : c.sigma());
+  if (c.delays() > 1) {
+    o.delays = static_cast<int>(c.delays());
+    o.delay_stride = static_cast<int>(std::max<uint32_t>(c.delay_stride(), 1));
+    o.forecast_scored_dims = static_cast<int>(c.dim());  // the skill of the newest row
+  }
   o.auto_sigma_warmup = static_cast<int>(c.auto_sigma_warmup());
   o.scale_inputs = ScalesInputs(c);
   o.seed = c.seed();

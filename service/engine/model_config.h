@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "core/cme/compressed_cme.h"
+#include "core/stream/learner_view.h"
 #include "core/stream/streaming_learner.h"
 
 namespace cmestream::service {
@@ -26,7 +27,8 @@ inline constexpr uint32_t kMaxAutoSigmaWarmup = 100000;  // buffered in memory
 // the RFF moments (3 rff_features^2 doubles: 400 MB at kMaxRffFeatures), the latent moments
 // (3 D^2, D = rff_features or num_states) and the predictive statistics.
 inline constexpr uint32_t kMaxNumStates = 100000;  // discrete models: counts are sparse
-inline constexpr uint32_t kMaxDenseStates = 2048;  // discrete embedding/clusters: dense P x P, O(P^3)
+// Discrete embedding/clusters: dense P x P, O(P^3); the limit the view fits apply.
+inline constexpr uint32_t kMaxDenseStates = static_cast<uint32_t>(cmestream::kMaxDenseStates);
 inline constexpr uint32_t kDefaultRffFeatures = 256;
 inline constexpr uint32_t kMaxRffFeatures = 4096;
 inline constexpr double kMinForgetting = 1e-6;  // TransitionCounts' lower bound
@@ -67,6 +69,14 @@ CompressedCme::Options CmeOptionsFor(const v1::ModelConfig& c, double sigma);
 // service/engine/wire_limits.h. requires: `c` came from NormalizeModelConfig.
 // ensures: the result passes StreamingLearner::Options::Validate().
 StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c);
+
+// Values per state the estimators learn on: dim x delays (continuous), 1 (discrete ids).
+// requires: `c` came from NormalizeModelConfig.
+uint32_t StateDim(const v1::ModelConfig& c);
+
+// What the views are fitted with (FitViews): the config's fit-time fields.
+// requires: `c` came from NormalizeModelConfig. ensures: the result passes ViewOptions::Validate().
+ViewOptions ViewOptionsFor(const v1::ModelConfig& c);
 
 // The learner's sigma selection as the API's message and back (ModelInfo.sigma_selection, and
 // the snapshot's MODL object, which stores the message's bytes).

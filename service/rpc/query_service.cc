@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/spectral/spectral_summary.h"
 #include "service/engine/fit_summary.h"
+#include "service/engine/lags.h"
 #include "service/rpc/rpc_util.h"
 #include "service/rpc/services.h"
 
@@ -79,6 +80,25 @@ absl::StatusOr<int64_t> CheckContinuousPoints(const google::protobuf::RepeatedFi
   return points.size() / d;
 }
 
+// The states the estimators learn on from n raw rows of `v` (user's units): the rows
+// themselves, or for a model with delays the n - span + 1 windows ending at rows span-1..n-1
+// (docs/algorithms.md §1.14). A field with rows but not one complete window is refused.
+absl::StatusOr<RowMatrixXd> StateRows(const Model& model, const google::protobuf::RepeatedField<double>& v, int64_t n,
+                                      absl::string_view field) {
+  const int d = model.dim();
+  if (model.config().delays() <= 1) return RowMatrixXd(Eigen::Map<const RowMatrixXd>(v.data(), n, d));
+  const DelayEmbedding::Options o{d, static_cast<int>(model.config().delays()),
+                                  static_cast<int>(std::max<uint32_t>(model.config().delay_stride(), 1))};
+  if (n > 0 && n < o.span()) {
+    return absl::InvalidArgumentError(absl::StrCat("field ", field, " has ", n, " rows, expected at least ", o.span(),
+                                                   " (one complete window: model '", model.name(), "' has delays ",
+                                                   o.delays, ", stride ", o.stride, "), raw rows oldest first"));
+  }
+  RowMatrixXd windows(DelayEmbedding::NumWindows(o, n), o.window_dim());
+  DelayEmbedding::WindowsOf(o, v.data(), n, windows.data());
+  return windows;
+}
+
 // Query points of the CME queries (continuous models only). Returns the number of points.
 absl::StatusOr<int64_t> CheckPoints(const google::protobuf::RepeatedField<double>& points, const Model& model) {
   if (model.discrete()) return RequireView(model).status();  // the CME queries' refusal, not a dim of 0
@@ -131,7 +151,7 @@ absl::StatusOr<RowMatrixXd> QueryRows(const google::protobuf::RepeatedField<doub
   }
   absl::StatusOr<int64_t> n = CheckContinuousPoints(points, model, points_field);
   if (!n.ok()) return n.status();
-  return RowMatrixXd(Eigen::Map<const RowMatrixXd>(points.data(), *n, model.dim()));
+  return StateRows(model, points, *n, points_field);
 }
 
 // What every view query begins with, in this order: authorize, the model's owner (a sharded
@@ -155,8 +175,8 @@ struct QueryPoints {
 template <class T>
 absl::StatusOr<ViewQuery<T>> StartViewQuery(const UnaryCall& call, const TokenAuthenticator* auth,
                                             const Ownership* ownership, ModelRegistry& registry,
-                                            const std::string& name, SubView<T> ModelView::*sub, absl::string_view what,
-                                            const QueryPoints& points = {}) {
+                                            const std::string& name, SubView<T> LearnerView::*sub,
+                                            absl::string_view what, const QueryPoints& points = {}) {
   ViewQuery<T> q;
   absl::StatusOr<std::shared_ptr<Model>> model = call.FindModel(auth, ownership, registry, name);
   if (!model.ok()) return model.status();
@@ -192,13 +212,8 @@ void AddAll(const V& v, google::protobuf::RepeatedField<double>* out) {
   for (int64_t i = 0; i < v.size(); ++i) out->Add(v(i));
 }
 
-Eigen::Map<const RowMatrixXd> AsRows(const google::protobuf::RepeatedField<double>& v, int64_t n, int d) {
-  return Eigen::Map<const RowMatrixXd>(v.data(), n, d);
-}
-
-// Query points as the view's estimators take them: scaled with the model's input scaler.
-RowMatrixXd ScaledRows(const ModelView& view, const google::protobuf::RepeatedField<double>& v, int64_t n, int d) {
-  RowMatrixXd rows = AsRows(v, n, d);
+// Query states as the view's estimators take them: scaled with the model's input scaler.
+RowMatrixXd Scaled(const ModelView& view, RowMatrixXd rows) {
   if (view.scaler) view.scaler->ApplyRows(rows);
   return rows;
 }
@@ -296,14 +311,16 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
   }
   const VectorXd periods = KoopmanPeriods(k.eigenvalues.head(count), k.dt);
   for (int l = 0; l < count; ++l) resp->add_periods(periods[l]);
-  *resp->mutable_spectrum() = cme.spectrum;
-  *resp->mutable_headline() = cme.headline;
-  if (*n > 0 && count > 0) {
-    const MatrixXcd values = k.Evaluate(ScaledRows(**view, req->points(), *n, (*model)->dim()));  // n x K
+  *resp->mutable_spectrum() = ToSpectrumInfo(cme.spectrum, (*view)->heldout);
+  *resp->mutable_headline() = ToHeadline(cme.headline);
+  absl::StatusOr<RowMatrixXd> states = StateRows(**model, req->points(), *n, "points");
+  if (!states.ok()) return call.Finish(states.status());
+  if (states->rows() > 0 && count > 0) {
+    const MatrixXcd values = k.Evaluate(Scaled(**view, *std::move(states)));  // states x K
     for (int l = 0; l < count; ++l) {
       v1::Eigenfunction* f = resp->add_eigenfunctions();
-      f->mutable_values()->Reserve(static_cast<int>(*n));
-      for (int64_t i = 0; i < *n; ++i) SetComplex(f->add_values(), values(i, l));
+      f->mutable_values()->Reserve(static_cast<int>(values.rows()));
+      for (int64_t i = 0; i < values.rows(); ++i) SetComplex(f->add_values(), values(i, l));
     }
   }
   return call.Finish(absl::OkStatus());
@@ -317,18 +334,19 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Predict(grpc::CallbackServerContext*
   absl::StatusOr<int64_t> n = CheckPoints(req->points(), **model);
   if (!n.ok()) return call.Finish(n.status());
   if (absl::Status s =
-          CheckQueryCost(**model, *n, 16 * ModelWidth(**model) + 16.0 * (*model)->dim(), registry_.limits());
+          CheckQueryCost(**model, *n, 16 * ModelWidth(**model) + 16.0 * (*model)->state_dim(), registry_.limits());
       !s.ok()) {
     return call.Finish(s);
   }
   absl::StatusOr<std::shared_ptr<const ModelView>> view = RequireView(**model);
   if (!view.ok()) return call.Finish(view.status());
 
-  const int d = (*model)->dim();
+  absl::StatusOr<RowMatrixXd> states = StateRows(**model, req->points(), *n, "points");
+  if (!states.ok()) return call.Finish(states.status());
   *resp->mutable_view() = (*view)->Info();
-  resp->set_dim(static_cast<uint32_t>(d));
-  if (*n > 0) {
-    AddUnscaled(**view, PredictConditionalMean((*view)->cme->snapshot, ScaledRows(**view, req->points(), *n, d)),
+  resp->set_dim(static_cast<uint32_t>((*model)->state_dim()));  // predictions are states (windows)
+  if (states->rows() > 0) {
+    AddUnscaled(**view, PredictConditionalMean((*view)->cme->snapshot, Scaled(**view, *std::move(states))),
                 resp->mutable_predictions());
   }
   return call.Finish(absl::OkStatus());
@@ -344,7 +362,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetDictionary(grpc::CallbackServerCo
   if (!view.ok()) return call.Finish(view.status());
   const CmeSnapshot& s = (*view)->cme->snapshot;
   *resp->mutable_view() = (*view)->Info();
-  resp->set_dim((*model)->config().dim());
+  resp->set_dim(static_cast<uint32_t>((*model)->state_dim()));  // atoms are states (windows)
   resp->set_sigma(s.sigma);
   AddUnscaled(**view, s.x_atoms, resp->mutable_x_atoms());
   AddUnscaled(**view, s.y_atoms, resp->mutable_y_atoms());
@@ -368,7 +386,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetCounts(grpc::CallbackServerContex
   }
   AddAll(counts.visits(), resp->mutable_visits());
   AddAll(counts.Stationary(), resp->mutable_stationary());
-  resp->set_dim(q->model->config().dim());
+  resp->set_dim(q->model->discrete() ? 0 : static_cast<uint32_t>(q->model->state_dim()));
   AddRowMajor(q->sub->coordinates, resp->mutable_state_coordinates());
   return call.Finish(absl::OkStatus());
 }
@@ -434,7 +452,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetAggregation(grpc::CallbackServerC
   *resp->mutable_view() = q->view->Info();
   resp->set_meta_states(static_cast<uint32_t>(r.V.cols()));
   for (int s : r.states) resp->add_state_ids(s);
-  resp->set_dim(q->model->config().dim());
+  resp->set_dim(q->model->discrete() ? 0 : static_cast<uint32_t>(q->model->state_dim()));
   AddRowMajor(q->sub->coordinates, resp->mutable_state_coordinates());
   AddRowMajor(r.V, resp->mutable_v());
   AddRowMajor(r.U, resp->mutable_u());
@@ -480,25 +498,41 @@ void SetSkill(const ForecastSkill& skill, v1::ForecastSkill* out) {
   out->set_pairs(static_cast<uint64_t>(skill.pairs));
 }
 
-// Rolling forecasts over `series` (rows of the model's state, oldest first; not learned): for
-// each row r, the forecasts of rows r+1..r+H from the regression's one-step map iterated.
+// The regression's forecasts of raw rows: the states of `path` (H x state_dim, scaled) in the
+// user's units, each reduced to its newest row (the last dim values of a window; all of a state
+// without delays).
+void AddNewestRows(const Model& model, const ModelView& view, RowMatrixXd path,
+                   google::protobuf::RepeatedField<double>* out) {
+  if (view.scaler) view.scaler->InvertRows(path);
+  const int d = model.dim();
+  for (int64_t h = 0; h < path.rows(); ++h)
+    out->Add(path.row(h).data() + path.cols() - d, path.row(h).data() + path.cols());
+}
+
+// Rolling forecasts over `series` (raw rows, oldest first; not learned): for each row r from the
+// first complete state on (row start = span - 1 with delays, else 0), the forecasts of rows
+// r+1..r+H from the regression's one-step map iterated.
 absl::Status FillSeriesForecast(const Model& model, const ModelView& view, const ForecastView& f,
                                 const google::protobuf::RepeatedField<double>& series, uint32_t horizon,
                                 const LimitOptions& limits, v1::ForecastResponse* resp) {
   absl::StatusOr<int64_t> n = CheckContinuousPoints(series, model, "series");
   if (!n.ok()) return n.status();
   const int d = model.dim();
-  // Per row: the features (8 N bytes of scratch) and H*d doubles of reply.
-  if (absl::Status s = CheckQueryCost(model, *n, 8.0 * horizon * d + 8.0 * f.model.num_features(), limits); !s.ok()) {
+  // Per row: the features (8 N bytes of scratch), an H-step path of states and H*d doubles of reply.
+  if (absl::Status s =
+          CheckQueryCost(model, *n, 8.0 * horizon * (d + model.state_dim()) + 8.0 * f.model.num_features(), limits);
+      !s.ok()) {
     return s;
   }
-  resp->set_start(0);
+  absl::StatusOr<RowMatrixXd> states = StateRows(model, series, *n, "series");
+  if (!states.ok()) return states.status();
+  resp->set_start(static_cast<uint64_t>(*n - states->rows()));
   google::protobuf::RepeatedField<double>* out = resp->mutable_series_forecast();
-  out->Reserve(static_cast<int>(*n * horizon * d));
-  // The regression learned in the scaled units of a scaled model: rows in, forecasts back out.
-  const RowMatrixXd rows = ScaledRows(view, series, *n, d);
-  for (int64_t r = 0; r < *n; ++r)
-    AddUnscaled(view, f.model.Rollout(rows.row(r).data(), static_cast<int>(horizon)), out);
+  out->Reserve(static_cast<int>(states->rows() * horizon * d));
+  // The regression learned in the scaled units of a scaled model: states in, forecasts back out.
+  const RowMatrixXd rows = Scaled(view, *std::move(states));
+  for (int64_t r = 0; r < rows.rows(); ++r)
+    AddNewestRows(model, view, f.model.Rollout(rows.row(r).data(), static_cast<int>(horizon)), out);
   return absl::OkStatus();
 }
 
@@ -548,7 +582,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
   absl::StatusOr<std::shared_ptr<const ForecastView>> f = Require(**model, (*view)->forecast, "forecast regression");
   if (!f.ok()) return call.Finish(f.status());
   resp->set_method("regression");
-  resp->set_dim(static_cast<uint32_t>((*model)->dim()));
+  resp->set_dim(static_cast<uint32_t>((*model)->dim()));  // forecasts are raw rows
   if (!req->series().empty()) {
     return call.Finish(FillSeriesForecast(**model, **view, **f, req->series(), horizon, registry_.limits(), resp));
   }
@@ -557,9 +591,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
         absl::StrCat("fields window and series are empty: send the recent observations of model '", req->model(),
                      "' (window, oldest first) or a series to forecast along")));
   }
-  RowMatrixXd last = window->bottomRows(1);
-  if ((*view)->scaler) (*view)->scaler->ApplyRows(last);
-  AddUnscaled(**view, (*f)->model.Rollout(last.data(), static_cast<int>(horizon)), resp->mutable_forecast());
+  const RowMatrixXd last = Scaled(**view, window->bottomRows(1));  // the newest state (window)
+  AddNewestRows(**model, **view, (*f)->model.Rollout(last.data(), static_cast<int>(horizon)), resp->mutable_forecast());
   return call.Finish(absl::OkStatus());
 }
 

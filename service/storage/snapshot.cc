@@ -38,8 +38,11 @@ constexpr uint32_t kFormatVersion = 1;
 // have no `scale`, which NormalizeStoredModelConfig keeps as "none").
 // Version 6 adds the forecast regression after the scaler (docs/algorithms.md §11); older objects
 // load with an empty regression (it learns from the next pair on, first fit after 64 pairs).
+// Version 7 adds the delay embedding's open episode of a model with delays (ModelConfig.delays,
+// docs/algorithms.md §1.14) after the regression; a model without delays has the body of version
+// 6 (same state digest), and version 1-6 objects cannot hold delays (their configs lack them).
 constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
-static_assert(kModelVersion == 6, "a new learner state version is a new MODL version: document it here");
+static_assert(kModelVersion == 7, "a new learner state version is a new MODL version: document it here");
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;

@@ -899,6 +899,7 @@ absl::StatusOr<uint64_t> Wal::WriteBatch(const std::string& model, const std::st
   if (!producer_id.empty()) b.set_offset(producer_offset_after - static_cast<uint64_t>(applied));
   b.set_episode_id(episode_id);
   if (batch.end_warmup) b.set_end_warmup(true);
+  if (batch.gap && first == 0) b.set_gap(true);
   const int d = batch.dim;
   if (batch.discrete()) {
     if (batch.trajectory) {

@@ -72,6 +72,55 @@ class RealSeriesTest(unittest.TestCase):
                 self.assertGreater(s["pairs"], 0)
                 self.assertAlmostEqual(s["ratio"], s["rmse"] / s["rmse_persistence"], places=12)
 
+    def test_periodic_series_show_their_cycle(self):
+        # The consistent spectral estimate is ready (no fallback) and its slowest oscillatory
+        # mode has the series' known cycle within 10 %.
+        for r in self.results:
+            if not r["cycle"]:
+                continue
+            with self.subTest(series=r["series"]):
+                self.assertEqual(r["estimator"], "spectral-moments", r)
+                self.assertLessEqual(abs(r["period"] / r["cycle"] - 1), 0.10, r)
+
+    def test_server_side_delays_reply_form(self):
+        # --delays D: raw rows in, one forecast per row from row D-1 on, of the next raw rows.
+        t = np.arange(400, dtype=np.float64)
+        values = np.stack([10 + np.sin(2 * np.pi * t / 25), np.cos(2 * np.pi * t / 25)], axis=1)
+        path = os.path.join(self.tmp.name, "raw.csv")
+        report.write_csv(path, values)
+        self.run_cli("model", "create", "raw", "--dim", "2", "--delays", "4", "--delay-stride", "2",
+                     "--warmup", "100")
+        self.run_cli("ingest", "raw", "--csv", path, "--trajectory", "--quiet")
+        self.run_cli("refresh", "raw", "--wait")
+        info = json.loads(self.run_cli("model", "describe", "raw", "--json").stdout)
+        self.assertEqual((info["config"]["dim"], info["state_dim"]), (2, 8))
+        self.assertEqual(info["samples"], 400 - 7 - 1)  # windows end at rows 6..399
+        f = json.loads(self.run_cli("forecast", "raw", "--series", path, "--horizon", "2", "--json").stdout)
+        self.assertEqual((f["start"], f["dim"]), (6, 2))
+        arr = np.array(f["forecasts"])
+        self.assertEqual(arr.shape, (400 - 6, 2, 2))
+        err = np.abs(arr[:-1, 0, :] - values[7:])
+        self.assertLess(err.max(), 1e-2)
+        # A window forecast from the last 7 rows equals the series forecast at the last row.
+        win = os.path.join(self.tmp.name, "raw-win.csv")
+        report.write_csv(win, values[-7:])
+        w = json.loads(self.run_cli("forecast", "raw", "--window", win, "--horizon", "2", "--json").stdout)
+        np.testing.assert_allclose(np.array(w["forecast"]), arr[-1], rtol=0, atol=1e-12)
+        # Atoms are windows of 8 values; fewer rows than a window are refused by name.
+        d = json.loads(self.run_cli("dictionary", "raw", "--json").stdout)
+        self.assertEqual(d["dim"], 8)
+        short = os.path.join(self.tmp.name, "raw-short.csv")
+        report.write_csv(short, values[:3])
+        out = self.run_cli("forecast", "raw", "--series", short, check=False)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("at least 7", out.stderr)
+        # Pairs carry no history: refused.
+        pairs = os.path.join(self.tmp.name, "raw-pairs.csv")
+        report.write_csv(pairs, np.hstack([values[:5], values[1:6]]))
+        out = self.run_cli("ingest", "raw", "--csv", pairs, check=False)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("delays", out.stderr)
+
     def _model(self, name, values, delays=3):
         states = report.delay_states(values, delays)
         path = os.path.join(self.tmp.name, name + ".csv")

@@ -237,7 +237,9 @@ class Client:
         step_decay_samples, step_decay_power, averaging, num_states
         (discrete model, dim 0), forgetting, rff_features, rank, clusters, meta_states,
         anchor_threshold, vertex_hunting, latent_states, tensor_restarts, tensor_iterations,
-        reservoir, window, ridge_stage1, ridge_stage2, lags). Any other keyword is a
+        reservoir, window, ridge_stage1, ridge_stage2, lags, delays and delay_stride (learn on
+        windows of the last `delays` raw rows; ingest raw rows with ingest_trajectory)). Any
+        other keyword is a
         TypeError; a value of the wrong type a TypeError, one the field cannot hold a ValueError
         naming it (before anything is sent); ranges that depend on the model (rank 1..64, eta
         > 0, ...) are the daemon's: InvalidArgumentError (a ValueError) naming the field."""
@@ -407,10 +409,12 @@ class Client:
 
     def ingest_trajectory(self, model: str, states: npt.ArrayLike,
                           producer: Optional[str] = None, offset: int = 0, episode: str = "",
-                          batch: int = 1000) -> IngestResult:
+                          batch: int = 1000, gap: bool = False) -> IngestResult:
         """Streams one trajectory (rows of the (n, dim) array `states`, checked whole first;
         consecutive rows are pairs). Consecutive messages overlap by one state so no pair is
-        lost at a message boundary."""
+        lost at a message boundary. gap: the trajectory follows a gap in the data (a dropped
+        sample): it starts a new episode, so no pair or delay window joins it to what was sent
+        before (IngestBatch.gap)."""
         producer, offset, episode, batch = self._stream_args(producer, offset, episode, batch)
         s = self._points_for(model, states, "states")
         n_pairs = max(s.shape[0] - 1, 0)
@@ -420,7 +424,8 @@ class Client:
                 seg = s[start:min(start + batch, n_pairs) + 1]
                 yield pb.IngestBatch(model=model, producer_id=producer,
                                      offset=offset + start if producer else 0,
-                                     states=seg.ravel(), episode_id=episode), seg.shape[0] - 1
+                                     states=seg.ravel(), episode_id=episode,
+                                     gap=bool(gap) and start == 0), seg.shape[0] - 1
 
         return self._stream(batches())
 

@@ -248,6 +248,8 @@ class ModelConfig:
     ridge_stage2: Optional[float]
     lags: List[int]
     scale: Optional[str]
+    delays: Optional[int] = None
+    delay_stride: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -270,6 +272,7 @@ class ModelInfo:
         spectrum: SpectrumInfo of the latest view; None before the first view.
         sub_views: list of SubViewStatus of the latest view (empty before the first view).
         input_scaling: InputScaling (continuous models; None for discrete ones).
+        state_dim: values per learned state: dim x delays (continuous), 1 (discrete).
     """
     config: ModelConfig
     samples: int
@@ -287,6 +290,7 @@ class ModelInfo:
     spectrum: Optional[SpectrumInfo]
     sub_views: List[SubViewStatus]
     input_scaling: Optional[InputScaling] = None
+    state_dim: int = 0
 
 
 # -- conversion from the wire -----------------------------------------------------------------
@@ -362,4 +366,5 @@ def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
         spectrum=spectrum_from_proto(m.spectrum) if m.HasField("spectrum") else None,
         sub_views=[sub_view_from_proto(s) for s in m.sub_views],
         input_scaling=(input_scaling_from_proto(m.input_scaling)
-                       if m.HasField("input_scaling") else None))
+                       if m.HasField("input_scaling") else None),
+        state_dim=m.state_dim)
