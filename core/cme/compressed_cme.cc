@@ -1,9 +1,11 @@
 // Compressed online CME: docs/algorithms.md §1, implemented formula by formula.
 #include "core/cme/compressed_cme.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -99,6 +101,8 @@ void CompressedCme::Reserve(int m) {
   GrowMatrix(ry_, cap, cap, my_, my_);
   // Scratch vectors are rewritten before every read: no need to keep their contents.
   for (VectorXd* v : {&kx_, &ky_, &kyx_, &s_, &t_, &r_, &c_, &tmp_}) *v = VectorXd::Zero(cap);
+  kyx_point_.setZero(d);
+  kyx_valid_ = false;  // kyx_ was just re-zeroed
   for (MatrixXd* p : {&probe_z_, &probe_u_, &probe_v_}) p->setZero(cap, kDriftProbes);
   // ObserveBatch scratch is sized from cap on its next use.
   for (MatrixXd* b : {&bkx_, &bky_, &bkyx_, &bs_, &bt_, &bz_, &bv_, &bq_, &bvr_}) b->resize(0, 0);
@@ -117,7 +121,8 @@ int64_t CompressedCme::HeapBytes() const {
   for (const MatrixXd* m : {&wf_, &wf_avg_, &gx_, &gy_, &rx_, &ry_, &probe_z_, &probe_u_, &probe_v_, &bkx_, &bky_,
                             &bkyx_, &bs_, &bt_, &bz_, &bv_, &bq_, &bvr_})
     n += m->size();
-  for (const VectorXd* v : {&kx_, &ky_, &kyx_, &s_, &t_, &r_, &c_, &tmp_, &bscale_, &bsum_}) n += v->size();
+  for (const VectorXd* v : {&kx_, &ky_, &kyx_, &kyx_point_, &s_, &t_, &r_, &c_, &tmp_, &bscale_, &bsum_})
+    n += v->size();
   return n * static_cast<int64_t>(sizeof(double));
 }
 
@@ -150,6 +155,20 @@ void CompressedCme::KernelColumn(const RowMatrixXd& atoms, int m, const double* 
   }
   Eigen::Map<VectorXd> v(out, m);
   v = v.array().exp().matrix();
+}
+
+void CompressedCme::KernelColumnX(int m, const double* p, const double* known_point, const double* known, double* out) {
+  // The same point against the same atoms gives the same kernel values: on a trajectory
+  // (x_{t+1} = y_t) the column of x_{t+1} was computed as k_X(y_t), for the nearest X atom of
+  // y_t (the counts' target state). Copying it saves m d of the 3 m d kernel work per pair.
+  // Bitwise comparison: a point equal in value but not in bits (-0.0) is recomputed.
+  const size_t bytes = sizeof(double) * static_cast<size_t>(options_.dim);
+  if (known_point != nullptr && std::memcmp(p, known_point, bytes) == 0) {
+    std::memcpy(out, known, sizeof(double) * static_cast<size_t>(m));
+    ++reused_columns_;
+  } else {
+    KernelColumn(x_atoms_, m, p, out);
+  }
 }
 
 void CompressedCme::GrowFactor(MatrixXd& g, MatrixXd& r, int m, const VectorXd& k_new, const VectorXd& c, double ell) {
@@ -243,8 +262,8 @@ void CompressedCme::Observe(const double* x, const double* y) {
   const double eta = StepSizeAt(counters_.samples);
   const double decay = 1.0 - eta * options_.lambda;
 
-  // kx = k_X(x), ky = k_Y(y): m kernel evaluations each.
-  KernelColumn(x_atoms_, mx, x, kx_.data());
+  // kx = k_X(x), ky = k_Y(y): m kernel evaluations each (kx copied when x is the last y).
+  KernelColumnX(mx, x, kyx_valid_ ? kyx_point_.data() : nullptr, kyx_.data(), kx_.data());
   KernelColumn(y_atoms_, my, y, ky_.data());
   auto s = s_.head(mx);
   auto t = t_.head(my);
@@ -318,6 +337,8 @@ void CompressedCme::ApplyStep(const Decision& dec, const PairStats& st, const do
     Eigen::Index i;
     kyx_.head(mx_).maxCoeff(&i);
     last_nearest_y_in_x_ = static_cast<int>(i);
+    std::copy(y, y + d, kyx_point_.data());  // kyx_ is k_X(y) over the atoms the next pair sees
+    kyx_valid_ = true;
   }
   AfterPairDriftSchedule();
 }

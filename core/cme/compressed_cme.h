@@ -187,6 +187,9 @@ class CompressedCme {
   // Number of samples whose computed delta came out below -1e-6 (a symptom of inverse drift,
   // detected for free on the hot path; the next CheckDriftAndRefactorize() repairs it).
   int64_t negative_delta_events() const { return negative_delta_events_; }
+  // Kernel columns k_X(x) copied from the previous pair's k_X(y) instead of recomputed (x was
+  // bitwise that y: trajectories). Diagnostics and tests; not serialized.
+  int64_t reused_kernel_columns() const { return reused_columns_; }
 
   // Snapshot support (core/io/learner_serialization.cc; object tag "CCME", version 2; version 1,
   // which stored W and the Gram inverses, loads by re-factorizing). Writes
@@ -243,6 +246,14 @@ class CompressedCme {
   // Scratch, capacity-sized: kernel columns, s = R_X kx, t = R_Y ky, r = W~ s - t,
   // c = R^T (s or t) for an admission, tmp for the update and the drift check.
   VectorXd kx_, ky_, kyx_, s_, t_, r_, c_, tmp_;
+  // kyx_ = k_X(kyx_point_) against the current X atoms whenever kyx_valid_ (set by ApplyStep,
+  // cleared when a capacity growth re-zeroes the scratch; atoms only change in ApplyStep, which
+  // recomputes kyx_ right after). On a trajectory the next pair's x is that y: Observe copies
+  // kyx_ instead of recomputing k_X(x) (KernelColumn is a pure function of the atoms and the
+  // point, so the bits are those of a recomputation). Derived: not serialized.
+  VectorXd kyx_point_;  // d
+  bool kyx_valid_ = false;
+  int64_t reused_columns_ = 0;
   MatrixXd probe_z_, probe_u_, probe_v_;  // cap x kDriftProbes, EstimateInverseDrift()
   // ObserveBatch scratch (ld = cap rounded up to 8 rows so columns stay SIMD-aligned) x run.
   MatrixXd bkx_, bky_, bkyx_;  // kernel columns k_X(x_t), k_Y(y_t), k_X(y_t)
@@ -264,6 +275,9 @@ class CompressedCme {
   void GrowFactor(MatrixXd& g, MatrixXd& r, int m, const VectorXd& k_new, const VectorXd& c, double ell);
   void UpdateAverage();
   void KernelColumn(const RowMatrixXd& atoms, int m, const double* p, double* out) const;
+  // out = k_X(p) over the first m X atoms, copied from `known` (k_X(known_point) over the same
+  // atoms) when p is bitwise known_point, else computed. A copy has the bits of KernelColumn.
+  void KernelColumnX(int m, const double* p, const double* known_point, const double* known, double* out);
 };
 
 // Immutable copy of what the views need; never aliases learner buffers.

@@ -95,8 +95,15 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
                               int64_t t0, int len, absl::Span<int> nearest_x, absl::Span<int> nearest_y,
                               absl::Span<int> dict_x, bool* ended_early) {
   const int mx = mx_, my = my_;
+  // The dictionary is fixed for the run, so on a trajectory k_X(x_t) is the column k_X(y_{t-1})
+  // computed for the pair before (all columns are ld-aligned: the same bits as recomputing).
   for (int t = 0; t < len; ++t) {
-    KernelColumn(x_atoms_, mx, x.row(t0 + t).data(), &bkx_(0, t));
+    const double* xt = x.row(t0 + t).data();
+    if (t == 0) {
+      KernelColumnX(mx, xt, kyx_valid_ ? kyx_point_.data() : nullptr, kyx_.data(), &bkx_(0, t));
+    } else {
+      KernelColumnX(mx, xt, y.row(t0 + t - 1).data(), &bkyx_(0, t - 1), &bkx_(0, t));
+    }
     KernelColumn(y_atoms_, my, y.row(t0 + t).data(), &bky_(0, t));
     KernelColumn(x_atoms_, mx, y.row(t0 + t).data(), &bkyx_(0, t));
   }

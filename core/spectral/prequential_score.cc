@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <utility>
@@ -18,6 +19,7 @@ PrequentialVampE::PrequentialVampE(std::shared_ptr<const PrequentialModel> model
   }
   psi_x_.resize(m + 1);
   psi_y_.resize(m + 1);
+  last_y_.resize(model_->basis.cols());
   f_.resize(k);
   g_.resize(k);
   a_ = MatrixXd::Zero(k, k);
@@ -42,8 +44,17 @@ void PrequentialVampE::Features(const double* z, VectorXd& psi) const {
 }
 
 void PrequentialVampE::Observe(const double* x, const double* y) {
-  Features(x, psi_x_);
+  // psi(x) of a point that was the previous y is psi_y_ already: swap the buffers (same size and
+  // alignment, so Features computes the same bits in either; no allocation).
+  const size_t bytes = sizeof(double) * static_cast<size_t>(last_y_.size());
+  if (has_last_y_ && std::memcmp(x, last_y_.data(), bytes) == 0) {
+    psi_x_.swap(psi_y_);
+  } else {
+    Features(x, psi_x_);
+  }
   Features(y, psi_y_);
+  std::memcpy(last_y_.data(), y, bytes);
+  has_last_y_ = true;
   f_.noalias() = model_->vamp.su.transpose() * psi_x_;
   g_.noalias() = model_->vamp.v.transpose() * psi_y_;
   a_.noalias() += f_ * g_.transpose();

@@ -12,9 +12,10 @@
 //   test moments C.. projected onto the model's singular functions).
 //
 // COST
-//   Observe: 2m Gaussian kernels (O(m d)), two (m+1) x k matrix-vector products (O(m k)) and
-//   three k x k rank-one updates; no heap allocation (scratch sized at construction).
-//   Memory: 2 (m+1) k + 3 k^2 + 2 (m+1) doubles beside the model.
+//   Observe: 2m Gaussian kernels (O(m d); m on a trajectory, whose x is the previous y), two
+//   (m+1) x k matrix-vector products (O(m k)) and three k x k rank-one updates; no heap
+//   allocation (scratch sized at construction).
+//   Memory: 2 (m+1) k + 3 k^2 + 2 (m+1) + d doubles beside the model.
 //
 // INITIAL VALUE
 //   pairs() == 0, Score() NaN. Not part of the learner state (it depends on when views are
@@ -53,8 +54,12 @@ class PrequentialVampE {
 
   std::shared_ptr<const PrequentialModel> model_;
   VectorXd psi_x_, psi_y_;  // m+1 scratch
-  VectorXd f_, g_;          // k scratch
-  MatrixXd a_, ff_, gg_;    // k x k sums
+  // The previous pair's y (d), whose features psi_y_ still holds after Observe: on a
+  // trajectory the next x is that point and takes them instead of m more kernels.
+  VectorXd last_y_;
+  bool has_last_y_ = false;
+  VectorXd f_, g_;        // k scratch
+  MatrixXd a_, ff_, gg_;  // k x k sums
   int64_t n_ = 0;
 };
 

@@ -130,6 +130,62 @@ TEST(CmeBatch, SameBatchesAreBitIdentical) {
   EXPECT_EQ(MatrixXd(a.gram_y_inverse()), MatrixXd(b.gram_y_inverse()));
 }
 
+// On a trajectory (x_{t+1} = y_t) the kernel column k_X(x_{t+1}) is copied from k_X(y_t), in
+// Observe and inside ObserveBatch's runs. The reference recomputes every column: the same
+// stream with each x's constant third coordinate written as -0.0 (equal in value, so equal
+// kernel values, but not bitwise the previous y, so never copied). Every factor, the counters
+// and the nearest atoms must come out equal (== ignores only the sign of those zeros).
+TEST(CmeBatch, TrajectoryKernelColumnsAreCopiedWithTheSameValues) {
+  const int n = 2400;
+  const auto data = systems::SimulateDuffing(n, 6);
+  RowMatrixXd s(n + 1, 3);
+  s.row(0) << data.x(0, 0), data.x(0, 1), 0.0;
+  for (int t = 0; t < n; ++t)
+    s.row(t + 1) << 0.9 * s(t, 0) + 0.1 * data.y(t, 0), 0.9 * s(t, 1) + 0.1 * data.y(t, 1), 0.0;
+  const RowMatrixXd y = s.bottomRows(n);
+  const RowMatrixXd x = s.topRows(n);
+  RowMatrixXd x_neg = x;
+  x_neg.col(2).setConstant(-0.0);
+  CompressedCme::Options o;
+  o.dim = 3;
+  o.sigma = 0.3;
+  o.averaging = true;
+  o.drift_check_interval = 300;
+  for (bool batched : {false, true}) {
+    SCOPED_TRACE(batched ? "ObserveBatch" : "Observe");
+    CompressedCme reuse(o), fresh(o);
+    std::vector<int> nx(n), ny(n), fx(n), fy(n);
+    for (int t = 0; t < n; t += 256) {
+      const int b = std::min(256, n - t);
+      if (batched) {
+        reuse.ObserveBatch(x.middleRows(t, b), y.middleRows(t, b), absl::MakeSpan(&nx[t], b),
+                           absl::MakeSpan(&ny[t], b));
+        fresh.ObserveBatch(x_neg.middleRows(t, b), y.middleRows(t, b), absl::MakeSpan(&fx[t], b),
+                           absl::MakeSpan(&fy[t], b));
+      } else {
+        for (int i = t; i < t + b; ++i) {
+          reuse.Observe(x.row(i).data(), y.row(i).data());
+          fresh.Observe(x_neg.row(i).data(), y.row(i).data());
+          nx[i] = reuse.last_nearest_x(), ny[i] = reuse.last_nearest_y_in_x();
+          fx[i] = fresh.last_nearest_x(), fy[i] = fresh.last_nearest_y_in_x();
+        }
+      }
+    }
+    EXPECT_GT(reuse.reused_kernel_columns(), n / 2);
+    EXPECT_EQ(fresh.reused_kernel_columns(), 0);
+    EXPECT_EQ(reuse.dict_x_size(), fresh.dict_x_size());
+    EXPECT_EQ(reuse.dict_y_size(), fresh.dict_y_size());
+    EXPECT_EQ(reuse.counters().compressed, fresh.counters().compressed);
+    EXPECT_EQ(reuse.counters().refactorizations, fresh.counters().refactorizations);
+    EXPECT_EQ(nx, fx);
+    EXPECT_EQ(ny, fy);
+    EXPECT_EQ(MatrixXd(reuse.W_whitened()), MatrixXd(fresh.W_whitened()));
+    EXPECT_EQ(MatrixXd(reuse.inverse_factor_x()), MatrixXd(fresh.inverse_factor_x()));
+    EXPECT_EQ(MatrixXd(reuse.inverse_factor_y()), MatrixXd(fresh.inverse_factor_y()));
+    EXPECT_EQ(MatrixXd(reuse.W_iterate()), MatrixXd(fresh.W_iterate()));
+  }
+}
+
 // Memory follows use: an empty learner holds no matrices, capacity doubles with the dictionary.
 TEST(CmeBatch, MemoryFollowsTheDictionary) {
   CompressedCme::Options o;

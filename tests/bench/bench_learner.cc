@@ -1,0 +1,124 @@
+// Per-pair cost of a continuous StreamingLearner (core/stream/streaming_learner.h) with the
+// default estimators: the CME in runs, the counts, the embedding moments, the spectral moments,
+// the lag statistics (lag 1), the forecast regression and a prequential score (installed as a
+// published view would install it).
+//
+//   ./build/tests/bench/bench_learner --benchmark_min_time=2
+//
+// BM_Learner/d/traj: states of a d-dimensional delay vector of a noisy two-tone signal (sigma
+// fixed at 0.5 sqrt(d)), fed in batches of 256 pairs, either as trajectories (traj = 1: y_t is
+// x_{t+1}, the wire's `states` form) or as the same pairs shuffled (traj = 0: no point repeats).
+// The timed region starts after 6000 pairs (the dictionary has about stopped growing; counter
+// dict_x). One iteration is one batch.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/spectral/prequential_score.h"
+#include "core/stream/streaming_learner.h"
+
+namespace cmestream {
+namespace {
+
+constexpr int64_t kWarm = 6000, kTimed = 8192, kBatch = 256;
+
+RowMatrixXd DelayStates(int64_t n, int d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  std::vector<double> s(static_cast<size_t>(n + d));
+  for (size_t t = 0; t < s.size(); ++t) {
+    const double u = static_cast<double>(t);
+    s[t] = std::sin(0.21 * u) + 0.5 * std::cos(0.047 * u) + noise(rng);
+  }
+  RowMatrixXd x(n + 1, d);
+  for (int64_t t = 0; t <= n; ++t) {
+    for (int j = 0; j < d; ++j) x(t, j) = s[static_cast<size_t>(t + j)];
+  }
+  return x;
+}
+
+// A rank-3 VAMP model over the spectral basis (random factors: the cost does not depend on them).
+std::unique_ptr<PrequentialVampE> MakePrequential(const StreamingLearner& l) {
+  std::optional<StreamingLearnerSnapshot> snap = l.Snapshot();
+  if (!snap || !snap->spectral || snap->spectral->basis.rows() == 0) return nullptr;
+  auto model = std::make_shared<PrequentialModel>();
+  model->basis = snap->spectral->basis;
+  model->sigma = snap->spectral->sigma;
+  const Eigen::Index m = model->basis.rows();
+  std::mt19937_64 rng(4);
+  std::normal_distribution<double> g;
+  model->vamp.su = MatrixXd::NullaryExpr(m + 1, 3, [&] { return g(rng); });
+  model->vamp.v = MatrixXd::NullaryExpr(m + 1, 3, [&] { return g(rng); });
+  return std::make_unique<PrequentialVampE>(std::move(model));
+}
+
+StreamBatch Batch(const RowMatrixXd& x, const RowMatrixXd& y, int64_t first, bool trajectory) {
+  StreamBatch b;
+  b.n = kBatch;
+  b.dim = static_cast<int>(x.cols());
+  b.x = x.row(first).data();
+  b.y = trajectory ? x.row(first + 1).data() : y.row(first).data();
+  b.trajectory = trajectory;
+  b.producer = "bench";
+  return b;
+}
+
+void BM_Learner(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  const bool trajectory = state.range(1) != 0;
+  StreamingLearner::Options o;
+  o.dim = d;
+  o.cme.dim = d;
+  o.cme.sigma = 0.5 * std::sqrt(static_cast<double>(d));
+  o.seed = 7;
+  StreamingLearner l(o);
+  const int64_t n = kWarm + kTimed;
+  const RowMatrixXd s = DelayStates(n, d, 3);
+  RowMatrixXd x = s.topRows(n), y = s.bottomRows(n);
+  if (!trajectory) {
+    std::vector<int64_t> perm(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) perm[static_cast<size_t>(i)] = i;
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(5));
+    RowMatrixXd xs(n, d), ys(n, d);
+    for (int64_t i = 0; i < n; ++i) {
+      xs.row(i) = s.row(perm[static_cast<size_t>(i)]);
+      ys.row(i) = s.row(perm[static_cast<size_t>(i)] + 1);
+    }
+    x.swap(xs);
+    y.swap(ys);
+  }
+  auto feed = [&](int64_t first) {
+    if (!l.Observe(Batch(x, y, first, trajectory)).ok()) std::abort();
+  };
+  for (int64_t first = 0; first < kWarm; first += kBatch) feed(first);
+  l.InstallPrequential(MakePrequential(l), 1);
+  int64_t next = kWarm;
+  for (auto _ : state) {
+    feed(next);
+    next += kBatch;
+    if (next + kBatch > n) next = kWarm;
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  std::optional<StreamingLearnerSnapshot> snap = l.Snapshot();
+  state.counters["dict_x"] = snap && snap->cme ? static_cast<double>(snap->cme->x_atoms.rows()) : 0.0;
+  state.counters["basis"] = snap && snap->spectral ? static_cast<double>(snap->spectral->basis.rows()) : 0.0;
+}
+BENCHMARK(BM_Learner)
+    ->ArgNames({"d", "traj"})
+    ->Args({2, 1})
+    ->Args({2, 0})
+    ->Args({8, 1})
+    ->Args({8, 0})
+    ->Args({512, 1})
+    ->Args({512, 0})
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace cmestream
+
+BENCHMARK_MAIN();
