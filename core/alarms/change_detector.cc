@@ -1,0 +1,444 @@
+#include "core/alarms/change_detector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "core/io/binary_io.h"
+
+namespace cmestream {
+namespace {
+
+constexpr uint32_t kTag = io::Fourcc("CHGD");
+constexpr uint32_t kVersion = 1;
+constexpr int kMaxChannels = 1 << 20;
+// Siegmund's correction of the CUSUM's overshoot for normal increments: -2 zeta(1/2) / sqrt(2 pi).
+constexpr double kOvershoot = 1.166;
+// z_c is capped so that every later quantity stays finite whatever the residual.
+constexpr double kMaxZ = 1e12;
+// Reference scores above mean + kWinsor sd enter the reference moments as that bound.
+constexpr double kWinsor = 6;
+// Reference values of the onset CUSUMs (12.7).
+constexpr double kOnsetDrift[3] = {0.5, 1.0, 2.0};
+
+bool Finite(double v) { return std::isfinite(v); }
+
+}  // namespace
+
+const char* DirectionName(ChangeDetector::Direction d) { return d == ChangeDetector::Direction::kUp ? "up" : "down"; }
+
+const char* KindName(ChangeDetector::Kind k) { return k == ChangeDetector::Kind::kNoise ? "noise" : "dynamics"; }
+
+absl::Status ChangeDetector::Options::Validate() const {
+  if (channels < 1 || channels > kMaxChannels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("change detector channels ", channels, ", expected 1..", kMaxChannels));
+  }
+  if (scale_pairs < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("change detector scale_pairs ", scale_pairs, ", expected >= 2"));
+  }
+  if (arm_after < scale_pairs + 20) {
+    return absl::InvalidArgumentError(absl::StrCat("change detector arm_after ", arm_after,
+                                                   ", expected >= scale_pairs + 20 = ", scale_pairs + 20,
+                                                   " (the score's reference needs pairs of its own)"));
+  }
+  if (baseline_pairs < 10) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("change detector baseline_pairs ", baseline_pairs, ", expected >= 10"));
+  }
+  if (!Finite(alarm_rate) || !(alarm_rate > 0) || 1e4 / alarm_rate < 2.0 * arm_after) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "change detector alarm_rate ", alarm_rate, " per 10000 pairs, expected > 0 and <= ", 1e4 / (2.0 * arm_after),
+        " (10000 / (2 arm_after): an alarm is followed by arm_after pairs ", "that cannot alarm)"));
+  }
+  if (!Finite(drift) || !(drift > 0) || drift > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("change detector drift ", drift, ", expected in (0, 3]"));
+  }
+  if (!Finite(clip) || clip < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("change detector clip ", clip, ", expected >= 1"));
+  }
+  if (!Finite(kind_memory) || kind_memory < 0 || kind_memory > 0.99) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("change detector kind_memory ", kind_memory, ", expected in [0, 0.99]"));
+  }
+  if (!Finite(kind_min) || kind_min < 0 || !Finite(kind_z) || kind_z < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("change detector kind_min ", kind_min, " and kind_z ", kind_z, ", expected finite and >= 0"));
+  }
+  if (!(Threshold(alarm_rate, drift, arm_after) > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("change detector: alarm_rate ", alarm_rate, " with drift ", drift,
+                                                   " gives a threshold <= 0; lower either"));
+  }
+  return absl::OkStatus();
+}
+
+double ChangeDetector::SiegmundArl(double h, double drift) {
+  const double u = 2 * drift * (h + kOvershoot);
+  return (std::exp(u) - u - 1) / (2 * drift * drift);
+}
+
+double ChangeDetector::Threshold(double alarm_rate, double drift, int arm_after) {
+  // Two one-sided CUSUMs: each needs twice the pair's run length; arm_after dead pairs follow an
+  // alarm, so the monitored run length is 10^4 / R - arm_after. docs/algorithms.md (12.5).
+  const double arl = 2 * (1e4 / alarm_rate - arm_after);
+  const double target = 2 * drift * drift * arl;  // e^u - u - 1 = target, u = 2 k b
+  double u = std::log1p(target);
+  for (int it = 0; it < 200; ++it) {
+    const double next = std::log1p(target + u);  // contraction: derivative 1 / (1 + target + u)
+    if (next == u) break;
+    u = next;
+  }
+  return u / (2 * drift) - kOvershoot;
+}
+
+ChangeDetector::ChangeDetector(const Options& options) : options_(options) {
+  threshold_ = Threshold(options_.alarm_rate, options_.drift, options_.arm_after);
+  const size_t c = static_cast<size_t>(options_.channels);
+  prev_r_.assign(c, 0.0);
+  memory_.assign(c, 0.0);
+  scale2_.assign(c, 0.0);
+  ref_z_.assign(c, 0.0);
+  up_z_.assign(c, 0.0);
+  down_z_.assign(c, 0.0);
+  ranked_.assign(c, 0);
+  contribution_.assign(c, 0.0);
+}
+
+void ChangeDetector::Restart() {
+  since_restart_ = 0;
+  std::fill(scale2_.begin(), scale2_.end(), 0.0);
+  std::fill(ref_z_.begin(), ref_z_.end(), 0.0);
+  ref_n_ = 0;
+  ref_mean_w_ = ref_var_w_ = ref_mean_m_ = ref_lag_ = ref_energy_ = 0;
+  up_ = down_ = 0;
+  up_len_ = down_len_ = 0;
+  for (int j = 0; j < kOnsetCusums; ++j) onset_up_[j] = onset_down_[j] = 0;
+}
+
+const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
+  const int nc = options_.channels;
+  for (int c = 0; c < nc; ++c) {
+    if (!Finite(residual[c])) {
+      ++skipped_;
+      has_prev_ = false;
+      return nullptr;
+    }
+  }
+  const int64_t t = index_++;
+  const int64_t phase = since_restart_++;  // this pair's position since the restart
+
+  if (phase < options_.scale_pairs) {
+    // docs/algorithms.md (12.1): s_c^2 = mean r_c^2 over the scale phase, floored so that a
+    // channel that is exactly predicted does not divide by zero.
+    for (int c = 0; c < nc; ++c) scale2_[c] += residual[c] * residual[c];
+    if (phase + 1 == options_.scale_pairs) {
+      double largest = 0;
+      for (int c = 0; c < nc; ++c) {
+        scale2_[c] /= options_.scale_pairs;
+        largest = std::max(largest, scale2_[c]);
+      }
+      const double floor = std::max(1e-12 * largest, 1e-300);
+      for (int c = 0; c < nc; ++c) scale2_[c] = std::max(scale2_[c], floor);
+    }
+    std::copy(residual, residual + nc, prev_r_.begin());
+    has_prev_ = true;
+    if (phase + 1 == options_.scale_pairs) std::fill(memory_.begin(), memory_.end(), 0.0);
+    return nullptr;
+  }
+
+  // docs/algorithms.md (12.2): the pair's score.
+  double m = 0, lag = 0, energy = 0;
+  for (int c = 0; c < nc; ++c) {
+    const double z = std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
+    m += z;
+    // (12.6): e_t times the filter of the past residuals, then the filter takes e_t.
+    const double e = residual[c] / std::sqrt(scale2_[c]);
+    if (has_prev_) {
+      lag += e * memory_[c];
+      energy += e * e;
+      memory_[c] = options_.kind_memory * memory_[c] + e;
+    } else {
+      memory_[c] = e;
+    }
+  }
+  m /= nc;
+  const double w = std::cbrt(m);
+
+  // (12.3): standardized by the reference of the previous pairs, as a recursive residual.
+  double x = 0;
+  const int64_t n = ref_n_;
+  const bool forgetting = n > options_.baseline_pairs;
+  if (n >= 2) {
+    const double var = forgetting ? ref_var_w_ : ref_var_w_ * static_cast<double>(n) / static_cast<double>(n - 1);
+    const double inflate =
+        forgetting ? 1 + 1.0 / (2.0 * options_.baseline_pairs - 1) : 1 + 1.0 / static_cast<double>(n);
+    const double sd = std::sqrt(var * inflate);
+    if (sd > 0) x = std::clamp((w - ref_mean_w_) / sd, -options_.clip, options_.clip);
+  }
+
+  if (phase >= options_.arm_after) {
+    // (12.4): the CUSUMs and their runs (onset = the first pair after the statistic was 0).
+    const double k = options_.drift;
+    const double up = std::max(0.0, up_ + x - k);
+    if (up > 0) {
+      if (up_ == 0) {
+        up_onset_ = t;
+        up_len_ = 0;
+        up_m_ = up_lag_ = up_energy_ = 0;
+        std::fill(up_z_.begin(), up_z_.end(), 0.0);
+      }
+      ++up_len_;
+      up_m_ += m;
+      up_lag_ += lag;
+      up_energy_ += energy;
+      for (int c = 0; c < nc; ++c) up_z_[c] += std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
+    }
+    up_ = up;
+    const double down = std::max(0.0, down_ - x - k);
+    if (down > 0) {
+      if (down_ == 0) {
+        down_onset_ = t;
+        down_len_ = 0;
+        down_m_ = down_lag_ = down_energy_ = 0;
+        std::fill(down_z_.begin(), down_z_.end(), 0.0);
+      }
+      ++down_len_;
+      down_m_ += m;
+      down_lag_ += lag;
+      down_energy_ += energy;
+      for (int c = 0; c < nc; ++c) down_z_[c] += std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
+    }
+    down_ = down;
+    for (int j = 0; j < kOnsetCusums; ++j) {
+      const double u = std::max(0.0, onset_up_[j] + x - kOnsetDrift[j]);
+      if (u > 0) {
+        if (onset_up_[j] == 0) {
+          onset_up_start_[j] = t;
+          onset_up_len_[j] = 0;
+        }
+        ++onset_up_len_[j];
+      }
+      onset_up_[j] = u;
+      const double v = std::max(0.0, onset_down_[j] - x - kOnsetDrift[j]);
+      if (v > 0) {
+        if (onset_down_[j] == 0) {
+          onset_down_start_[j] = t;
+          onset_down_len_[j] = 0;
+        }
+        ++onset_down_len_[j];
+      }
+      onset_down_[j] = v;
+    }
+    if (up_ > threshold_ || down_ > threshold_) {
+      FillAlarm(up_ > threshold_ ? Direction::kUp : Direction::kDown, up_ > threshold_ ? up_ : down_);
+      Restart();
+      std::copy(residual, residual + nc, prev_r_.begin());
+      has_prev_ = true;
+      return &alarm_;
+    }
+  }
+
+  // The reference takes the pair after it was scored: plain means up to baseline_pairs pairs,
+  // then an EWMA of weight 1 / baseline_pairs.
+  ref_n_ = n + 1;
+  const double a = forgetting ? 1.0 / options_.baseline_pairs : 1.0 / static_cast<double>(ref_n_);
+  double wr = w;
+  if (n >= 10) wr = std::min(w, ref_mean_w_ + kWinsor * std::sqrt(ref_var_w_));
+  const double dw = wr - ref_mean_w_;
+  ref_mean_w_ += a * dw;
+  ref_var_w_ = (1 - a) * (ref_var_w_ + a * dw * dw);
+  ref_mean_m_ += a * (wr * wr * wr - ref_mean_m_);
+  if (has_prev_) {
+    ref_lag_ += a * (lag - ref_lag_);
+    ref_energy_ += a * (energy - ref_energy_);
+  }
+  for (int c = 0; c < nc; ++c) {
+    const double z = std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
+    ref_z_[c] += a * (z - ref_z_[c]);
+  }
+  std::copy(residual, residual + nc, prev_r_.begin());
+  has_prev_ = true;
+  return nullptr;
+}
+
+void ChangeDetector::FillAlarm(Direction dir, double score) {
+  const bool up = dir == Direction::kUp;
+  const int nc = options_.channels;
+  const double len = static_cast<double>(up ? up_len_ : down_len_);
+  const double run_m = (up ? up_m_ : down_m_) / len;
+  const double run_lag = up ? up_lag_ : down_lag_;
+  const double run_energy = up ? up_energy_ : down_energy_;
+
+  alarm_.index = index_ - 1;
+  alarm_.run_start = up ? up_onset_ : down_onset_;
+  // docs/algorithms.md (12.7): each CUSUM's mean increment over its own run estimates the shift
+  // delta; the onset is the last 0 of the CUSUM with the largest k that its own estimate
+  // supports (delta >= sqrt(2) k: delta / 2 is nearer k than k / 2 in ratio), else of the main one.
+  alarm_.shift = (score + options_.drift * len) / len;
+  alarm_.onset = alarm_.run_start;
+  for (int j = kOnsetCusums - 1; j >= 0; --j) {
+    const double stat = up ? onset_up_[j] : onset_down_[j];
+    const double n_j = static_cast<double>(up ? onset_up_len_[j] : onset_down_len_[j]);
+    if (!(stat > 0) || n_j < 1) continue;
+    const double delta = (stat + kOnsetDrift[j] * n_j) / n_j;
+    if (delta >= std::sqrt(2.0) * kOnsetDrift[j]) {
+      alarm_.shift = delta;
+      alarm_.onset = up ? onset_up_start_[j] : onset_down_start_[j];
+      break;
+    }
+  }
+  const double g_run = run_energy > 0 ? run_lag / run_energy : 0;
+  const double g_ref = ref_energy_ > 0 ? ref_lag_ / ref_energy_ : 0;
+  alarm_.score = score;
+  alarm_.threshold = threshold_;
+  alarm_.direction = dir;
+  alarm_.energy_ratio = ref_mean_m_ > 0 ? run_m / ref_mean_m_ : 1;
+  // docs/algorithms.md (12.6).
+  alarm_.autocorr_change = g_run - g_ref;
+  const double rho = options_.kind_memory;
+  alarm_.autocorr_bound = options_.kind_min + options_.kind_z / std::sqrt((1 - rho * rho) * len);
+  alarm_.kind = alarm_.autocorr_change > alarm_.autocorr_bound ? Kind::kDynamics : Kind::kNoise;
+
+  // Channel ratios into the run's own buffer (the run ends here), then ranked.
+  std::vector<double>& ratio = up ? up_z_ : down_z_;
+  for (int c = 0; c < nc; ++c) ratio[c] = (ratio[c] / len) / std::max(ref_z_[c], 1e-300);
+  std::iota(ranked_.begin(), ranked_.end(), 0);
+  std::sort(ranked_.begin(), ranked_.end(), [&](int i, int j) {
+    if (ratio[i] != ratio[j]) return up ? ratio[i] > ratio[j] : ratio[i] < ratio[j];
+    return i < j;
+  });
+  for (int i = 0; i < nc; ++i) contribution_[i] = ratio[ranked_[i]];
+  alarm_.channels = absl::MakeConstSpan(ranked_);
+  alarm_.contributions = absl::MakeConstSpan(contribution_);
+  ++alarms_;
+}
+
+void ChangeDetector::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kTag, kVersion);
+  const int64_t nc = options_.channels;
+  w.I32(options_.channels);
+  w.F64(options_.alarm_rate);
+  w.I32(options_.arm_after);
+  w.I32(options_.scale_pairs);
+  w.I32(options_.baseline_pairs);
+  w.F64(options_.drift);
+  w.F64(options_.clip);
+  w.F64(options_.kind_min);
+  w.F64(options_.kind_z);
+  w.F64(options_.kind_memory);
+  w.I64(index_);
+  w.I64(skipped_);
+  w.I64(alarms_);
+  w.Bool(has_prev_);
+  w.Doubles(prev_r_.data(), nc);
+  w.Doubles(memory_.data(), nc);
+  w.I64(since_restart_);
+  w.Doubles(scale2_.data(), nc);
+  w.I64(ref_n_);
+  w.F64(ref_mean_w_);
+  w.F64(ref_var_w_);
+  w.F64(ref_mean_m_);
+  w.F64(ref_lag_);
+  w.F64(ref_energy_);
+  w.Doubles(ref_z_.data(), nc);
+  w.F64(up_);
+  w.F64(down_);
+  w.I64(up_onset_);
+  w.I64(down_onset_);
+  for (int j = 0; j < kOnsetCusums; ++j) {
+    w.F64(onset_up_[j]);
+    w.F64(onset_down_[j]);
+    w.I64(onset_up_start_[j]);
+    w.I64(onset_down_start_[j]);
+    w.I64(onset_up_len_[j]);
+    w.I64(onset_down_len_[j]);
+  }
+  w.I64(up_len_);
+  w.I64(down_len_);
+  w.F64(up_m_);
+  w.F64(down_m_);
+  w.F64(up_lag_);
+  w.F64(up_energy_);
+  w.F64(down_lag_);
+  w.F64(down_energy_);
+  w.Doubles(up_z_.data(), nc);
+  w.Doubles(down_z_.data(), nc);
+  w.EndObject(h);
+}
+
+absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kTag, kVersion, "change detector", &version)) return r.status();
+  Options o;
+  o.channels = r.I32("change detector channels");
+  o.alarm_rate = r.F64("change detector alarm_rate");
+  o.arm_after = r.I32("change detector arm_after");
+  o.scale_pairs = r.I32("change detector scale_pairs");
+  o.baseline_pairs = r.I32("change detector baseline_pairs");
+  o.drift = r.F64("change detector drift");
+  o.clip = r.F64("change detector clip");
+  o.kind_min = r.F64("change detector kind_min");
+  o.kind_z = r.F64("change detector kind_z");
+  o.kind_memory = r.F64("change detector kind_memory");
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
+  const int64_t nc = o.channels;
+  // Seven channel vectors with their u64 counts: nothing is allocated for a body that cannot hold them.
+  if (!r.Expect(static_cast<uint64_t>(7 * (8 * nc + 8)), "change detector channel vectors")) return r.status();
+  ChangeDetector d(o);
+  d.index_ = r.I64("change detector scored pairs");
+  d.skipped_ = r.I64("change detector skipped pairs");
+  d.alarms_ = r.I64("change detector alarms");
+  d.has_prev_ = r.Bool("change detector has previous residual");
+  r.Doubles("change detector previous residual", nc, d.prev_r_.data());
+  r.Doubles("change detector residual memory", nc, d.memory_.data());
+  d.since_restart_ = r.I64("change detector pairs since restart");
+  r.Doubles("change detector scales", nc, d.scale2_.data());
+  d.ref_n_ = r.I64("change detector reference pairs");
+  d.ref_mean_w_ = r.F64("change detector reference mean");
+  d.ref_var_w_ = r.F64("change detector reference variance");
+  d.ref_mean_m_ = r.F64("change detector reference energy");
+  d.ref_lag_ = r.F64("change detector reference lag product");
+  d.ref_energy_ = r.F64("change detector reference square");
+  r.Doubles("change detector reference channel scores", nc, d.ref_z_.data());
+  d.up_ = r.F64("change detector up statistic");
+  d.down_ = r.F64("change detector down statistic");
+  d.up_onset_ = r.I64("change detector up onset");
+  d.down_onset_ = r.I64("change detector down onset");
+  bool onset_ok = true;
+  for (int j = 0; j < kOnsetCusums; ++j) {
+    d.onset_up_[j] = r.F64("change detector onset up statistic");
+    d.onset_down_[j] = r.F64("change detector onset down statistic");
+    d.onset_up_start_[j] = r.I64("change detector onset up start");
+    d.onset_down_start_[j] = r.I64("change detector onset down start");
+    d.onset_up_len_[j] = r.I64("change detector onset up run length");
+    d.onset_down_len_[j] = r.I64("change detector onset down run length");
+    onset_ok = onset_ok && d.onset_up_len_[j] >= 0 && d.onset_down_len_[j] >= 0 && d.onset_up_[j] >= 0 &&
+               d.onset_down_[j] >= 0 && Finite(d.onset_up_[j]) && Finite(d.onset_down_[j]);
+  }
+  d.up_len_ = r.I64("change detector up run length");
+  d.down_len_ = r.I64("change detector down run length");
+  d.up_m_ = r.F64("change detector up run energy");
+  d.down_m_ = r.F64("change detector down run energy");
+  d.up_lag_ = r.F64("change detector up run lag product");
+  d.up_energy_ = r.F64("change detector up run square");
+  d.down_lag_ = r.F64("change detector down run lag product");
+  d.down_energy_ = r.F64("change detector down run square");
+  r.Doubles("change detector up run channel scores", nc, d.up_z_.data());
+  r.Doubles("change detector down run channel scores", nc, d.down_z_.data());
+  if (!r.EndObject("change detector")) return r.status();
+  if (d.index_ < 0 || d.skipped_ < 0 || d.alarms_ < 0 || d.since_restart_ < 0 || d.since_restart_ > d.index_ ||
+      d.ref_n_ < 0 || d.ref_n_ > d.since_restart_ || d.up_len_ < 0 || d.down_len_ < 0 || d.up_len_ > d.index_ ||
+      d.down_len_ > d.index_) {
+    return r.Fail(absl::StrCat("change detector counters are inconsistent: scored ", d.index_, ", since restart ",
+                               d.since_restart_, ", reference ", d.ref_n_, ", runs ", d.up_len_, " and ", d.down_len_));
+  }
+  if (!(d.up_ >= 0) || !(d.down_ >= 0) || !Finite(d.up_) || !Finite(d.down_) || !(d.ref_var_w_ >= 0) || !onset_ok) {
+    return r.Fail(absl::StrCat("change detector statistics ", d.up_, ", ", d.down_, " and reference variance ",
+                               d.ref_var_w_, ", expected finite and >= 0"));
+  }
+  return d;
+}
+
+}  // namespace cmestream

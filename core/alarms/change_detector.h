@@ -1,0 +1,183 @@
+// ChangeDetector: a calibrated sequential change detector on the one-step prediction residuals
+// of a model (docs/algorithms.md §12). The caller forecasts y from its own model and passes the
+// residual r = y - yhat (C channels, in the model's scaled units); the detector says when the
+// distribution of the residuals has changed, when the change started, which channels changed
+// most and whether the residuals only got larger ("noise") or became predictable from their
+// own past ("dynamics").
+//
+// METHOD (numbers refer to docs/algorithms.md §12). After every restart (construction, alarm):
+//   1. Scale phase, the first `scale_pairs` scored pairs: s_c^2 = mean of r_c^2 (12.1); then
+//      frozen until the next restart.
+//   2. Score of a pair: z_c = r_c^2 / s_c^2, m = mean_c z_c, w = m^(1/3) (12.2). For Gaussian
+//      residuals m ~ chi2_C / C and w is close to normal (Wilson-Hilferty); the cube root is
+//      the variance-stabilizing power of a chi-square, where the log has a long left tail.
+//   3. Self-starting standardization (12.3): x = (w - mu) / (sd sqrt(1 + 1/n)) with mu, sd the
+//      mean and standard deviation of the previous n scores since the scale phase (an EWMA of
+//      weight 1/baseline_pairs once n > baseline_pairs), x clipped to [-clip, clip]. For i.i.d.
+//      Gaussian scores these are recursive residuals: i.i.d. and close to N(0, 1) whatever n, so
+//      the CUSUM below sees the increments its threshold was computed for (no extra false alarms
+//      from a baseline estimated on few pairs).
+//   4. Two one-sided CUSUMs (12.4): U = max(0, U + x - k), D = max(0, D - x - k), k = `drift`;
+//      they run once `arm_after` pairs were scored since the restart. An alarm when U > h or
+//      D > h; then everything restarts (the new regime becomes the reference).
+//   5. Threshold (12.5): Siegmund's approximation of the in-control run length of a one-sided
+//      CUSUM with N(0,1) increments, ARL(h) = (e^{2kb} - 2kb - 1) / (2k^2), b = h + 1.166,
+//      solved for ARL = 2 (10^4 / R - arm_after): two CUSUMs halve the run length, and each
+//      alarm is followed by arm_after pairs without alarms, so the stationary rate is R alarms
+//      per 10^4 pairs.
+//   6. Kind (12.6): with e = r / s and a per-channel filter of the past, f_c,t = rho f_c,t-1 + e_c,t,
+//      g = sum_t sum_c e_c,t f_c,t-1 / sum_t sum_c e_c,t^2 (a weighted sum of the autocorrelations
+//      at lags 1, 2, ..., pooled over channels, not centered) over the alarming run minus the
+//      same over the reference; "dynamics" when the rise exceeds kind_min + kind_z /
+//      sqrt((1 - rho^2) n_run), else "noise". A frozen forecast of changed dynamics leaves a
+//      misfit that follows the state, which is autocorrelated; noise that only got larger
+//      leaves the residuals white (or, behind a whitening forecast, negatively correlated).
+//   7. Onset (12.7): three more CUSUM pairs with k = 0.5, 1, 2 run beside the main one; at an
+//      alarm the onset is the last 0 of the one with the largest k whose run's mean increment
+//      delta satisfies delta >= sqrt(2) k (the last 0 of a CUSUM with k = delta / 2 is the
+//      maximum-likelihood change time for a shift delta).
+//
+// COST. O(C) per pair, no heap allocation after construction (an alarm sorts C channel ids in
+// place). State: 6 C + O(1) doubles, whatever the stream's length.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/io/fwd.h"
+
+namespace cmestream {
+
+class ChangeDetector {
+ public:
+  struct Options {
+    int channels = 1;
+    // Target false alarms per 10,000 pairs on a stationary stream (R in (12.5)).
+    double alarm_rate = 1;
+    // Scored pairs after a restart before an alarm can be raised (the scale phase included).
+    int arm_after = 200;
+    // Scored pairs after a restart over which the channel scales s_c are estimated.
+    int scale_pairs = 100;
+    // Pairs after which the reference mean and spread of the score forget with weight
+    // 1 / baseline_pairs (before: the plain mean of every pair since the scale phase).
+    int baseline_pairs = 5000;
+    // CUSUM reference value k, in standard deviations of the score: the CUSUM is tuned to mean
+    // shifts of 2k and cannot see shifts below k.
+    double drift = 0.25;
+    // Standardized increments are clipped to [-clip, clip]: one outlier cannot alarm alone.
+    double clip = 4;
+    // Kind test (12.6): "dynamics" when the autocorrelation statistic g rose by more than
+    // kind_min + kind_z / sqrt((1 - kind_memory^2) run length), its null standard deviations.
+    double kind_min = 0.1;
+    double kind_z = 2.0;
+    // Decay of the per-channel filter of past residuals that g correlates with (12.6).
+    double kind_memory = 0.8;
+
+    absl::Status Validate() const;
+  };
+
+  enum class Direction : int { kUp = 0, kDown = 1 };
+  enum class Kind : int { kNoise = 0, kDynamics = 1 };
+
+  // Valid from the Observe call that returned it until the next Observe/Deserialize.
+  struct Alarm {
+    int64_t index = 0;  // pairs scored before the alarming pair (0-based over the stream)
+    // Estimated first pair of the new regime: the pair after the last 0 of the CUSUM with the
+    // largest reference value k that the mean increment over its own run supports (12.7).
+    int64_t onset = 0;
+    int64_t run_start = 0;  // first pair of the alarming CUSUM's run (after its last 0)
+    double score = 0;       // the CUSUM statistic (> threshold)
+    double threshold = 0;
+    Direction direction = Direction::kUp;  // residuals larger (up) or smaller (down)
+    Kind kind = Kind::kNoise;
+    // Ratio of the run's mean m to the reference mean m (> 1 up, < 1 down).
+    double energy_ratio = 1;
+    // Mean standardized score over the run (in the alarm's direction), the shift estimate.
+    double shift = 0;
+    // g_run - g_ref of (12.6), and the bound it was compared with.
+    double autocorr_change = 0;
+    double autocorr_bound = 0;
+    // Channels, most changed first (largest ratio of the run's mean z_c to the reference mean
+    // z_c for an up alarm, smallest for a down alarm), and those ratios in the same order.
+    absl::Span<const int> channels;
+    absl::Span<const double> contributions;
+  };
+
+  // requires: options.Validate().ok().
+  explicit ChangeDetector(const Options& options);
+
+  // Scores one pair's residual (channels() values). Returns the alarm it raised, or nullptr.
+  // A residual with a non-finite value is skipped: not scored, not counted, and the next pair
+  // has no previous residual for the kind test.
+  const Alarm* Observe(const double* residual);
+
+  const Options& options() const { return options_; }
+  int channels() const { return options_.channels; }
+  double threshold() const { return threshold_; }
+  int64_t scored() const { return index_; }
+  int64_t skipped() const { return skipped_; }
+  int64_t alarms() const { return alarms_; }
+  bool armed() const { return since_restart_ >= options_.arm_after; }
+  double up_statistic() const { return up_; }
+  double down_statistic() const { return down_; }
+
+  // The threshold h of (12.5) for a CUSUM pair with reference value k whose stationary false
+  // alarm rate, counting arm_after dead pairs after each alarm, is R per 10,000 pairs.
+  static double Threshold(double alarm_rate, double drift, int arm_after);
+  // Siegmund's in-control average run length of one one-sided CUSUM with N(0,1) increments.
+  static double SiegmundArl(double h, double drift);
+
+  // Object CHGD v1: the options, then the whole state (bit-exact continuation).
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<ChangeDetector> Deserialize(io::Reader& r);
+
+ private:
+  void Restart();
+  void FillAlarm(Direction dir, double score);
+
+  Options options_;
+  double threshold_ = 0;
+
+  // Stream counters.
+  int64_t index_ = 0;  // pairs scored so far
+  int64_t skipped_ = 0;
+  int64_t alarms_ = 0;
+  bool has_prev_ = false;
+  std::vector<double> prev_r_;  // the previous scored pair's residual
+  std::vector<double> memory_;  // f_c of (12.6), in units of the current scale
+
+  // Reference (since the last restart).
+  int64_t since_restart_ = 0;
+  std::vector<double> scale2_;  // sum of r^2 during the scale phase, then s_c^2 (frozen)
+  int64_t ref_n_ = 0;           // pairs in the reference moments below
+  double ref_mean_w_ = 0, ref_var_w_ = 0;
+  double ref_mean_m_ = 0;
+  double ref_lag_ = 0, ref_energy_ = 0;  // means of sum_c e_t e_{t-1} and sum_c e_t^2
+  std::vector<double> ref_z_;            // mean z_c
+
+  // CUSUMs and their runs.
+  double up_ = 0, down_ = 0;
+  int64_t up_onset_ = 0, down_onset_ = 0;
+  // Onset CUSUMs (12.7): statistic and the first pair of their current run.
+  static constexpr int kOnsetCusums = 3;
+  double onset_up_[kOnsetCusums] = {}, onset_down_[kOnsetCusums] = {};
+  int64_t onset_up_start_[kOnsetCusums] = {}, onset_down_start_[kOnsetCusums] = {};
+  int64_t onset_up_len_[kOnsetCusums] = {}, onset_down_len_[kOnsetCusums] = {};  // their runs' lengths
+  int64_t up_len_ = 0, down_len_ = 0;
+  double up_m_ = 0, down_m_ = 0;
+  double up_lag_ = 0, up_energy_ = 0, down_lag_ = 0, down_energy_ = 0;
+  std::vector<double> up_z_, down_z_;  // sum of z_c over the run
+
+  // Alarm report buffers.
+  std::vector<int> ranked_;
+  std::vector<double> contribution_;
+  Alarm alarm_;
+};
+
+const char* DirectionName(ChangeDetector::Direction d);
+const char* KindName(ChangeDetector::Kind k);
+
+}  // namespace cmestream

@@ -1,0 +1,283 @@
+// ChangeDetector (core/alarms/change_detector.h, docs/algorithms.md §12) on residual streams
+// whose change points are known: the threshold against Siegmund's formula it inverts, a mean
+// shift found with its onset and channel, the false-alarm rate of i.i.d. Gaussian residuals
+// within a factor 2 of the target at R = 1 and R = 10 over 2 x 10^6 pairs, a variance-only change
+// labelled "noise" and a change to autocorrelated residuals labelled "dynamics", a bit-exact
+// continuation after a serialization round trip, and no allocation per pair.
+#include "core/alarms/change_detector.h"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/io/binary_io.h"
+#include "gtest/gtest.h"
+#include "tests/core/counting_malloc.h"
+
+namespace cmestream {
+namespace {
+
+using Options = ChangeDetector::Options;
+
+Options Opts(int channels, double rate) {
+  Options o;
+  o.channels = channels;
+  o.alarm_rate = rate;
+  return o;
+}
+
+TEST(ChangeDetector, ValidateRejectsWhatCannotBeCalibrated) {
+  EXPECT_TRUE(Opts(3, 1).Validate().ok());
+  EXPECT_FALSE(Opts(0, 1).Validate().ok());
+  EXPECT_FALSE(Opts(1, 0).Validate().ok());
+  EXPECT_FALSE(Opts(1, 26).Validate().ok());  // 10^4 / R < 2 arm_after
+  Options o = Opts(1, 1);
+  o.arm_after = o.scale_pairs + 10;
+  EXPECT_FALSE(o.Validate().ok());
+  o = Opts(1, 1);
+  o.drift = 0;
+  EXPECT_FALSE(o.Validate().ok());
+  o = Opts(1, 1);
+  o.clip = NAN;
+  EXPECT_FALSE(o.Validate().ok());
+}
+
+TEST(ChangeDetector, ThresholdInvertsSiegmund) {
+  for (double rate : {0.1, 1.0, 10.0}) {
+    for (double k : {0.25, 0.5, 1.0}) {
+      const double h = ChangeDetector::Threshold(rate, k, 200);
+      EXPECT_NEAR(ChangeDetector::SiegmundArl(h, k) / (2 * (1e4 / rate - 200)), 1.0, 1e-12) << rate << " " << k;
+    }
+  }
+  // Closed form at k = 0.5: e^b - b - 1 = 2 k^2 ARL = 9800 at R = 1, b = h + 1.166.
+  const double h = ChangeDetector::Threshold(1, 0.5, 200);
+  const double b = h + 1.166;
+  EXPECT_NEAR(std::exp(b) - b - 1, 9800, 1e-6);
+  EXPECT_LT(ChangeDetector::Threshold(10, 0.25, 200), ChangeDetector::Threshold(1, 0.25, 200));
+}
+
+// Feeds n pairs of N(0, sd^2) residuals (per channel sd) with an optional mean, returns the alarms.
+struct Seen {
+  int64_t index, onset;
+  ChangeDetector::Direction direction;
+  ChangeDetector::Kind kind;
+  int first_channel;
+  double autocorr_change;
+};
+
+TEST(ChangeDetector, MeanShiftFoundWithItsOnsetAndChannel) {
+  // Channel 2 of 3 gets a mean of 3 residual standard deviations from pair 3000 on: the score
+  // (the cube root of the mean z, chi2_3 / 3 in control) rises by ~2.4 of its standard
+  // deviations, so the alarm comes within ~10 pairs, and the onset CUSUM matched to that shift
+  // (k = 1) last left 0 at the change pair itself unless an in-control score just before it
+  // exceeded 1 standard deviation (probability ~16 % per pair).
+  int runs = 0, onset_exact = 0, onset_near = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    ChangeDetector d(Opts(3, 1));
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> n01;
+    const int change = 3000;
+    std::vector<Seen> seen;
+    for (int t = 0; t < change + 200; ++t) {
+      double r[3] = {n01(rng), 0.5 * n01(rng), 3 * n01(rng)};
+      if (t >= change) r[2] += 3 * 3;
+      if (const ChangeDetector::Alarm* a = d.Observe(r)) {
+        seen.push_back({a->index, a->onset, a->direction, a->kind, a->channels[0], a->autocorr_change});
+      }
+    }
+    // At R = 1 a false alarm before the change has probability ~0.26 over 3000 pairs; one in the
+    // arm_after pairs before the change makes the changed regime the reference (no alarm is
+    // due then), so those runs are left out.
+    bool blind = false;
+    const Seen* hit = nullptr;
+    for (const Seen& s : seen) {
+      if (s.index < change && s.index >= change - 200) blind = true;
+      if (s.index >= change && hit == nullptr) hit = &s;
+    }
+    if (blind) continue;
+    ++runs;
+    ASSERT_NE(hit, nullptr) << "seed " << seed;
+    EXPECT_LT(hit->index, change + 25) << "seed " << seed;
+    EXPECT_LE(hit->onset, hit->index);
+    EXPECT_GE(hit->onset, change - 10) << "seed " << seed;
+    EXPECT_LE(hit->onset, change + 5) << "seed " << seed;
+    EXPECT_EQ(hit->direction, ChangeDetector::Direction::kUp);
+    EXPECT_EQ(hit->first_channel, 2);
+    onset_exact += hit->onset == change;
+    onset_near += std::abs(hit->onset - change) <= 2;
+  }
+  std::printf("mean shift: %d runs, onset exact in %d, within 2 pairs in %d\n", runs, onset_exact, onset_near);
+  EXPECT_GE(runs, 36);
+  EXPECT_GE(onset_exact, runs * 6 / 10);
+  EXPECT_GE(onset_near, runs * 85 / 100);
+}
+
+// Stationary false-alarm rate on i.i.d. Gaussian residuals of unequal scales.
+double FalseAlarmsPer10k(double rate, int channels, int64_t pairs, uint64_t seed) {
+  ChangeDetector d(Opts(channels, rate));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> n01;
+  std::vector<double> r(static_cast<size_t>(channels));
+  int64_t alarms = 0;
+  for (int64_t t = 0; t < pairs; ++t) {
+    for (int c = 0; c < channels; ++c) r[static_cast<size_t>(c)] = (1 + c) * n01(rng);
+    alarms += d.Observe(r.data()) != nullptr;
+  }
+  return 1e4 * static_cast<double>(alarms) / static_cast<double>(pairs);
+}
+
+TEST(ChangeDetector, StationaryFalseAlarmRateMatchesTarget) {
+  // 2 x 10^6 pairs: ~200 alarms at R = 1 (Poisson sd 7 %), ~2000 at R = 10.
+  for (double rate : {1.0, 10.0}) {
+    for (int channels : {1, 4}) {
+      const double seen = FalseAlarmsPer10k(rate, channels, 2'000'000, 17 + channels);
+      std::printf("R = %g, C = %d: %.3f false alarms per 10^4 pairs\n", rate, channels, seen);
+      EXPECT_GT(seen, rate / 2) << "R " << rate << " C " << channels;
+      EXPECT_LT(seen, rate * 2) << "R " << rate << " C " << channels;
+    }
+  }
+}
+
+// A stream whose residuals change at `change` by `kind`: 0 = the standard deviation triples
+// (white), 1 = an AR(1) misfit of coefficient 0.95 appears (what a frozen forecast of changed
+// dynamics leaves). Returns the first alarm at or after the change.
+Seen FirstAlarmAfterChange(int kind, uint32_t seed) {
+  ChangeDetector d(Opts(2, 1));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> n01;
+  const int change = 2000;
+  double misfit = 0;
+  for (int t = 0; t < change + 2000; ++t) {
+    double r[2] = {n01(rng), n01(rng)};
+    if (t >= change) {
+      if (kind == 0) {
+        r[0] *= 3;
+      } else {
+        // The misfit of a frozen forecast follows the state, which is already stationary.
+        if (t == change) misfit = 2 * n01(rng);
+        misfit = 0.95 * misfit + std::sqrt(1 - 0.95 * 0.95) * 2 * n01(rng);
+        r[0] += misfit;
+      }
+    }
+    if (const ChangeDetector::Alarm* a = d.Observe(r); a != nullptr && a->index >= change) {
+      return {a->index, a->onset, a->direction, a->kind, a->channels[0], a->autocorr_change};
+    }
+  }
+  return {-1, -1, ChangeDetector::Direction::kUp, ChangeDetector::Kind::kNoise, -1, 0};
+}
+
+TEST(ChangeDetector, VarianceChangeIsNoiseAutocorrelatedMisfitIsDynamics) {
+  int noise_ok = 0, dynamics_ok = 0;
+  const int runs = 40;
+  for (uint32_t seed = 1; seed <= runs; ++seed) {
+    const Seen v = FirstAlarmAfterChange(0, seed);
+    ASSERT_GE(v.index, 0) << "seed " << seed;
+    EXPECT_EQ(v.first_channel, 0);
+    noise_ok += v.kind == ChangeDetector::Kind::kNoise;
+    const Seen m = FirstAlarmAfterChange(1, 100 + seed);
+    ASSERT_GE(m.index, 0) << "seed " << seed;
+    EXPECT_EQ(m.first_channel, 0);
+    dynamics_ok += m.kind == ChangeDetector::Kind::kDynamics;
+  }
+  std::printf("variance change labelled noise %d / %d, AR(1) misfit labelled dynamics %d / %d\n", noise_ok, runs,
+              dynamics_ok, runs);
+  // The kind test's bound is 2 standard deviations of the run's autocorrelation above its
+  // reference (plus 0.1): a white run passes it with probability ~1 %.
+  EXPECT_GE(noise_ok, runs - 2);
+  // An AR(1) misfit of coefficient 0.95 carrying 4 / 6 of the pooled residual energy: the
+  // statistic rises by ~0.95 / (1 - 0.8 x 0.95) x 4 / 6 = 2.6 once the run is past the change,
+  // against a bound of ~0.6-1.3 at the run lengths of these alarms (10-40 pairs, part of them
+  // before the change): most but not all runs are long enough.
+  EXPECT_GE(dynamics_ok, runs * 7 / 10);
+}
+
+TEST(ChangeDetector, SerializationContinuesBitForBit) {
+  Options o = Opts(3, 10);
+  ChangeDetector a(o);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> n01;
+  std::vector<double> stream;
+  for (int t = 0; t < 20000; ++t) {
+    const double s = t > 9000 ? 2.5 : 1.0;
+    stream.push_back(n01(rng));
+    stream.push_back(s * n01(rng));
+    stream.push_back(std::pow(n01(rng), 3));
+  }
+  // Cut while a run is open, so the run's sums are part of what must survive.
+  int cut = -1;
+  for (int t = 0; t < 20000; ++t) {
+    a.Observe(&stream[3 * t]);
+    if (t > 5000 && a.up_statistic() > 1 && cut < 0) {
+      cut = t + 1;
+      break;
+    }
+  }
+  ASSERT_GT(cut, 0);
+  io::Writer w;
+  a.Serialize(w);
+  io::Reader r(w.data(), "test");
+  absl::StatusOr<ChangeDetector> b = ChangeDetector::Deserialize(r);
+  ASSERT_TRUE(b.ok()) << b.status();
+  io::Writer w2;
+  b->Serialize(w2);
+  EXPECT_EQ(w.data(), w2.data());
+  int alarms = 0;
+  for (int t = cut; t < 20000; ++t) {
+    const ChangeDetector::Alarm* x = a.Observe(&stream[3 * t]);
+    const ChangeDetector::Alarm* y = b->Observe(&stream[3 * t]);
+    ASSERT_EQ(x == nullptr, y == nullptr) << "pair " << t;
+    if (x != nullptr) {
+      ++alarms;
+      EXPECT_EQ(x->index, y->index);
+      EXPECT_EQ(x->onset, y->onset);
+      EXPECT_EQ(x->score, y->score);
+      EXPECT_EQ(x->kind, y->kind);
+      EXPECT_EQ(std::vector<int>(x->channels.begin(), x->channels.end()),
+                std::vector<int>(y->channels.begin(), y->channels.end()));
+    }
+    ASSERT_EQ(a.up_statistic(), b->up_statistic()) << "pair " << t;
+    ASSERT_EQ(a.down_statistic(), b->down_statistic()) << "pair " << t;
+  }
+  EXPECT_GT(alarms, 0);
+  io::Writer end_a, end_b;
+  a.Serialize(end_a);
+  b->Serialize(end_b);
+  EXPECT_EQ(end_a.data(), end_b.data());
+
+  // A truncated body or a wrong option is a DataLoss naming the detector, not a crash.
+  io::Reader shortr(std::string_view(w.data()).substr(0, w.size() - 9), "short");
+  EXPECT_EQ(ChangeDetector::Deserialize(shortr).status().code(), absl::StatusCode::kDataLoss);
+  std::string bad = w.data();
+  bad[16] = 0;  // channels = 0 (first byte of the body after the 16-byte object header)
+  io::Reader badr(bad, "bad");
+  const absl::Status st = ChangeDetector::Deserialize(badr).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("channels"), std::string::npos) << st;
+}
+
+TEST(ChangeDetector, NonFiniteResidualIsSkipped) {
+  ChangeDetector d(Opts(2, 1));
+  const double ok[2] = {0.1, -0.2}, bad[2] = {0.1, NAN};
+  d.Observe(ok);
+  EXPECT_EQ(d.Observe(bad), nullptr);
+  EXPECT_EQ(d.scored(), 1);
+  EXPECT_EQ(d.skipped(), 1);
+}
+
+TEST(ChangeDetector, NoAllocationPerPair) {
+  ChangeDetector d(Opts(8, 10));
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> n01;
+  std::vector<double> stream(8 * 50000);
+  for (size_t i = 0; i < stream.size(); ++i) stream[i] = (i / 8 > 25000 ? 3 : 1) * n01(rng);
+  const long before = testing::AllocationCount();
+  int alarms = 0;
+  for (int t = 0; t < 50000; ++t) alarms += d.Observe(&stream[8 * static_cast<size_t>(t)]) != nullptr;
+  EXPECT_EQ(testing::AllocationCount(), before);
+  EXPECT_GT(alarms, 0);
+}
+
+}  // namespace
+}  // namespace cmestream
