@@ -21,6 +21,9 @@ constexpr double kMaxZ = 1e12;
 constexpr double kWinsor = 6;
 // Reference values of the onset CUSUMs (12.7).
 constexpr double kOnsetDrift[3] = {0.5, 1.0, 2.0};
+// Decay of the filter q of past scores and the largest Gamma of (12.3b).
+constexpr double kScoreMemory = 0.9;
+constexpr double kMaxGamma = 4;
 
 bool Finite(double v) { return std::isfinite(v); }
 
@@ -110,7 +113,10 @@ void ChangeDetector::Restart() {
   std::fill(scale2_.begin(), scale2_.end(), 0.0);
   std::fill(ref_z_.begin(), ref_z_.end(), 0.0);
   ref_n_ = 0;
-  ref_mean_w_ = ref_var_w_ = ref_mean_m_ = ref_lag_ = ref_energy_ = 0;
+  ref_mean_w_ = ref_var_w_ = ref_mean_m_ = ref_lag_ = ref_lag1_ = ref_energy_ = 0;
+  has_prev_x_ = false;
+  prev_x_ = ref_xx_ = 0;
+  ref_xx_n_ = 0;
   up_ = down_ = 0;
   up_len_ = down_len_ = 0;
   for (int j = 0; j < kOnsetCusums; ++j) onset_up_[j] = onset_down_[j] = 0;
@@ -138,8 +144,8 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
         scale2_[c] /= options_.scale_pairs;
         largest = std::max(largest, scale2_[c]);
       }
-      const double floor = std::max(1e-12 * largest, 1e-300);
-      for (int c = 0; c < nc; ++c) scale2_[c] = std::max(scale2_[c], floor);
+      scale_floor_ = std::max(1e-12 * largest, 1e-300);
+      for (int c = 0; c < nc; ++c) scale2_[c] = std::max(scale2_[c], scale_floor_);
     }
     std::copy(residual, residual + nc, prev_r_.begin());
     has_prev_ = true;
@@ -148,7 +154,7 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
   }
 
   // docs/algorithms.md (12.2): the pair's score.
-  double m = 0, lag = 0, energy = 0;
+  double m = 0, lag = 0, lag1 = 0, energy = 0;
   for (int c = 0; c < nc; ++c) {
     const double z = std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
     m += z;
@@ -156,6 +162,7 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
     const double e = residual[c] / std::sqrt(scale2_[c]);
     if (has_prev_) {
       lag += e * memory_[c];
+      lag1 += e * prev_r_[c] / std::sqrt(scale2_[c]);
       energy += e * e;
       memory_[c] = options_.kind_memory * memory_[c] + e;
     } else {
@@ -176,6 +183,13 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
     const double sd = std::sqrt(var * inflate);
     if (sd > 0) x = std::clamp((w - ref_mean_w_) / sd, -options_.clip, options_.clip);
   }
+  // (12.3b): the long-run standard deviation of serially correlated scores.
+  const double x_raw = x;
+  if (ref_xx_n_ >= 10) {
+    const double n_eff = static_cast<double>(std::min<int64_t>(ref_xx_n_, options_.baseline_pairs));
+    const double gamma = std::clamp(ref_xx_ - 1 / std::sqrt((1 - kScoreMemory * kScoreMemory) * n_eff), 0.0, kMaxGamma);
+    if (gamma > 0) x /= std::sqrt(1 + 2 * gamma);
+  }
 
   if (phase >= options_.arm_after) {
     // (12.4): the CUSUMs and their runs (onset = the first pair after the statistic was 0).
@@ -185,12 +199,13 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
       if (up_ == 0) {
         up_onset_ = t;
         up_len_ = 0;
-        up_m_ = up_lag_ = up_energy_ = 0;
+        up_m_ = up_lag_ = up_lag1_ = up_energy_ = 0;
         std::fill(up_z_.begin(), up_z_.end(), 0.0);
       }
       ++up_len_;
       up_m_ += m;
       up_lag_ += lag;
+      up_lag1_ += lag1;
       up_energy_ += energy;
       for (int c = 0; c < nc; ++c) up_z_[c] += std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
     }
@@ -200,12 +215,13 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
       if (down_ == 0) {
         down_onset_ = t;
         down_len_ = 0;
-        down_m_ = down_lag_ = down_energy_ = 0;
+        down_m_ = down_lag_ = down_lag1_ = down_energy_ = 0;
         std::fill(down_z_.begin(), down_z_.end(), 0.0);
       }
       ++down_len_;
       down_m_ += m;
       down_lag_ += lag;
+      down_lag1_ += lag1;
       down_energy_ += energy;
       for (int c = 0; c < nc; ++c) down_z_[c] += std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
     }
@@ -251,11 +267,27 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
   ref_mean_m_ += a * (wr * wr * wr - ref_mean_m_);
   if (has_prev_) {
     ref_lag_ += a * (lag - ref_lag_);
+    ref_lag1_ += a * (lag1 - ref_lag1_);
     ref_energy_ += a * (energy - ref_energy_);
   }
+  // (12.1b): the scales keep learning, slowly: a channel whose residual was rare in the scale
+  // phase (a state not visited) does not keep a scale that makes its every residual an outlier.
+  const int64_t ns = phase + 1;
+  const double as = ns > options_.baseline_pairs ? 1.0 / options_.baseline_pairs : 1.0 / static_cast<double>(ns);
   for (int c = 0; c < nc; ++c) {
     const double z = std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
     ref_z_[c] += a * (z - ref_z_[c]);
+    scale2_[c] = std::max(scale2_[c] + as * (residual[c] * residual[c] - scale2_[c]), scale_floor_);
+  }
+  if (n >= 2) {
+    if (has_prev_x_) {
+      ++ref_xx_n_;
+      const double b =
+          ref_xx_n_ > options_.baseline_pairs ? 1.0 / options_.baseline_pairs : 1.0 / static_cast<double>(ref_xx_n_);
+      ref_xx_ += b * (x_raw * prev_x_ - ref_xx_);
+    }
+    prev_x_ = kScoreMemory * prev_x_ + x_raw;
+    has_prev_x_ = true;
   }
   std::copy(residual, residual + nc, prev_r_.begin());
   has_prev_ = true;
@@ -268,28 +300,37 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
   const double len = static_cast<double>(up ? up_len_ : down_len_);
   const double run_m = (up ? up_m_ : down_m_) / len;
   const double run_lag = up ? up_lag_ : down_lag_;
+  const double run_lag1 = up ? up_lag1_ : down_lag1_;
   const double run_energy = up ? up_energy_ : down_energy_;
 
   alarm_.index = index_ - 1;
   alarm_.run_start = up ? up_onset_ : down_onset_;
-  // docs/algorithms.md (12.7): each CUSUM's mean increment over its own run estimates the shift
-  // delta; the onset is the last 0 of the CUSUM with the largest k that its own estimate
-  // supports (delta >= sqrt(2) k: delta / 2 is nearer k than k / 2 in ratio), else of the main one.
-  alarm_.shift = (score + options_.drift * len) / len;
+  // docs/algorithms.md (12.7): the candidate change times are the run starts of the four
+  // CUSUMs (the pair after each last 0). For a start tau with n pairs and increment sum
+  // S = stat + k n since tau, the maximized Gaussian log-likelihood ratio of "mean delta from
+  // tau on" against "mean 0" is S^2 / (2 n), at delta = S / n; the onset is the candidate of
+  // largest S^2 / n (a generalized likelihood ratio estimate over these candidates).
+  double best_sum = score + options_.drift * len;
+  alarm_.shift = best_sum / len;
   alarm_.onset = alarm_.run_start;
-  for (int j = kOnsetCusums - 1; j >= 0; --j) {
+  double best = best_sum * best_sum / len;
+  for (int j = 0; j < kOnsetCusums; ++j) {
     const double stat = up ? onset_up_[j] : onset_down_[j];
     const double n_j = static_cast<double>(up ? onset_up_len_[j] : onset_down_len_[j]);
     if (!(stat > 0) || n_j < 1) continue;
-    const double delta = (stat + kOnsetDrift[j] * n_j) / n_j;
-    if (delta >= std::sqrt(2.0) * kOnsetDrift[j]) {
-      alarm_.shift = delta;
+    const double sum = stat + kOnsetDrift[j] * n_j;
+    if (sum * sum / n_j > best) {
+      best = sum * sum / n_j;
+      alarm_.shift = sum / n_j;
       alarm_.onset = up ? onset_up_start_[j] : onset_down_start_[j];
-      break;
     }
   }
   const double g_run = run_energy > 0 ? run_lag / run_energy : 0;
-  const double g_ref = ref_energy_ > 0 ? ref_lag_ / ref_energy_ : 0;
+  // A negative reference (a forecast that passes part of the noise on, as a whitening filter
+  // does) counts as 0: residuals becoming whiter again are no evidence of a misfit.
+  const double g_ref = ref_energy_ > 0 ? std::max(ref_lag_ / ref_energy_, 0.0) : 0;
+  const double g1_run = run_energy > 0 ? run_lag1 / run_energy : 0;
+  const double g1_ref = ref_energy_ > 0 ? std::max(ref_lag1_ / ref_energy_, 0.0) : 0;
   alarm_.score = score;
   alarm_.threshold = threshold_;
   alarm_.direction = dir;
@@ -298,7 +339,11 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
   alarm_.autocorr_change = g_run - g_ref;
   const double rho = options_.kind_memory;
   alarm_.autocorr_bound = options_.kind_min + options_.kind_z / std::sqrt((1 - rho * rho) * len);
-  alarm_.kind = alarm_.autocorr_change > alarm_.autocorr_bound ? Kind::kDynamics : Kind::kNoise;
+  alarm_.lag1_change = g1_run - g1_ref;
+  alarm_.lag1_bound = options_.kind_min + options_.kind_z / std::sqrt(len);
+  alarm_.kind = alarm_.autocorr_change > alarm_.autocorr_bound || alarm_.lag1_change > alarm_.lag1_bound
+                    ? Kind::kDynamics
+                    : Kind::kNoise;
 
   // Channel ratios into the run's own buffer (the run ends here), then ranked.
   std::vector<double>& ratio = up ? up_z_ : down_z_;
@@ -335,11 +380,17 @@ void ChangeDetector::Serialize(io::Writer& w) const {
   w.Doubles(memory_.data(), nc);
   w.I64(since_restart_);
   w.Doubles(scale2_.data(), nc);
+  w.F64(scale_floor_);
   w.I64(ref_n_);
   w.F64(ref_mean_w_);
   w.F64(ref_var_w_);
   w.F64(ref_mean_m_);
+  w.Bool(has_prev_x_);
+  w.F64(prev_x_);
+  w.I64(ref_xx_n_);
+  w.F64(ref_xx_);
   w.F64(ref_lag_);
+  w.F64(ref_lag1_);
   w.F64(ref_energy_);
   w.Doubles(ref_z_.data(), nc);
   w.F64(up_);
@@ -359,8 +410,10 @@ void ChangeDetector::Serialize(io::Writer& w) const {
   w.F64(up_m_);
   w.F64(down_m_);
   w.F64(up_lag_);
+  w.F64(up_lag1_);
   w.F64(up_energy_);
   w.F64(down_lag_);
+  w.F64(down_lag1_);
   w.F64(down_energy_);
   w.Doubles(up_z_.data(), nc);
   w.Doubles(down_z_.data(), nc);
@@ -395,11 +448,17 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   r.Doubles("change detector residual memory", nc, d.memory_.data());
   d.since_restart_ = r.I64("change detector pairs since restart");
   r.Doubles("change detector scales", nc, d.scale2_.data());
+  d.scale_floor_ = r.F64("change detector scale floor");
   d.ref_n_ = r.I64("change detector reference pairs");
   d.ref_mean_w_ = r.F64("change detector reference mean");
   d.ref_var_w_ = r.F64("change detector reference variance");
   d.ref_mean_m_ = r.F64("change detector reference energy");
+  d.has_prev_x_ = r.Bool("change detector has previous score");
+  d.prev_x_ = r.F64("change detector previous score");
+  d.ref_xx_n_ = r.I64("change detector score lag pairs");
+  d.ref_xx_ = r.F64("change detector score lag product");
   d.ref_lag_ = r.F64("change detector reference lag product");
+  d.ref_lag1_ = r.F64("change detector reference lag-1 product");
   d.ref_energy_ = r.F64("change detector reference square");
   r.Doubles("change detector reference channel scores", nc, d.ref_z_.data());
   d.up_ = r.F64("change detector up statistic");
@@ -422,15 +481,17 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   d.up_m_ = r.F64("change detector up run energy");
   d.down_m_ = r.F64("change detector down run energy");
   d.up_lag_ = r.F64("change detector up run lag product");
+  d.up_lag1_ = r.F64("change detector up run lag-1 product");
   d.up_energy_ = r.F64("change detector up run square");
   d.down_lag_ = r.F64("change detector down run lag product");
+  d.down_lag1_ = r.F64("change detector down run lag-1 product");
   d.down_energy_ = r.F64("change detector down run square");
   r.Doubles("change detector up run channel scores", nc, d.up_z_.data());
   r.Doubles("change detector down run channel scores", nc, d.down_z_.data());
   if (!r.EndObject("change detector")) return r.status();
   if (d.index_ < 0 || d.skipped_ < 0 || d.alarms_ < 0 || d.since_restart_ < 0 || d.since_restart_ > d.index_ ||
-      d.ref_n_ < 0 || d.ref_n_ > d.since_restart_ || d.up_len_ < 0 || d.down_len_ < 0 || d.up_len_ > d.index_ ||
-      d.down_len_ > d.index_) {
+      d.ref_n_ < 0 || d.ref_n_ > d.since_restart_ || d.ref_xx_n_ < 0 || d.ref_xx_n_ > d.ref_n_ || d.up_len_ < 0 ||
+      d.down_len_ < 0 || d.up_len_ > d.index_ || d.down_len_ > d.index_) {
     return r.Fail(absl::StrCat("change detector counters are inconsistent: scored ", d.index_, ", since restart ",
                                d.since_restart_, ", reference ", d.ref_n_, ", runs ", d.up_len_, " and ", d.down_len_));
   }

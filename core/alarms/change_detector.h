@@ -6,17 +6,26 @@
 // own past ("dynamics").
 //
 // METHOD (numbers refer to docs/algorithms.md §12). After every restart (construction, alarm):
-//   1. Scale phase, the first `scale_pairs` scored pairs: s_c^2 = mean of r_c^2 (12.1); then
-//      frozen until the next restart.
+//   1. Scale phase, the first `scale_pairs` scored pairs: s_c^2 = mean of r_c^2 (12.1). After
+//      it s_c^2 keeps learning slowly (12.1b): the running mean of r_c^2 since the restart, an
+//      EWMA of weight 1 / baseline_pairs beyond that many pairs (a channel whose residual was
+//      rare in the scale phase, a state of a chain not visited, would otherwise keep a scale
+//      that makes each of its residuals an outlier). z uses the scale before the pair.
 //   2. Score of a pair: z_c = r_c^2 / s_c^2, m = mean_c z_c, w = m^(1/3) (12.2). For Gaussian
 //      residuals m ~ chi2_C / C and w is close to normal (Wilson-Hilferty); the cube root is
 //      the variance-stabilizing power of a chi-square, where the log has a long left tail.
 //   3. Self-starting standardization (12.3): x = (w - mu) / (sd sqrt(1 + 1/n)) with mu, sd the
 //      mean and standard deviation of the previous n scores since the scale phase (an EWMA of
 //      weight 1/baseline_pairs once n > baseline_pairs), x clipped to [-clip, clip]. For i.i.d.
-//      Gaussian scores these are recursive residuals: i.i.d. and close to N(0, 1) whatever n, so
-//      the CUSUM below sees the increments its threshold was computed for (no extra false alarms
-//      from a baseline estimated on few pairs).
+//      Gaussian scores these are recursive residuals: independent and close to N(0, 1) whatever
+//      n, so the CUSUM below sees the increments its threshold was computed for (no extra false
+//      alarms from a reference estimated on few pairs; the slow scale updates of (12.1b) leave
+//      this nearly intact: tests/core/alarms/test_change_detector.cc measures the rate).
+//      Scores that are serially correlated (residuals whose size clusters in time) make the
+//      CUSUM's sums wander more than independent ones: x is divided by a long-run standard
+//      deviation sqrt(1 + 2 Gamma), Gamma = the reference mean of x_t q_{t-1}, q_t = 0.9 q_{t-1} + x_t
+//      (the autocorrelations at lags 1, 2, ... weighted 1, 0.9, 0.81, ...), less one null
+//      standard deviation 1 / sqrt(0.19 n), and >= 0 (12.3b).
 //   4. Two one-sided CUSUMs (12.4): U = max(0, U + x - k), D = max(0, D - x - k), k = `drift`;
 //      they run once `arm_after` pairs were scored since the restart. An alarm when U > h or
 //      D > h; then everything restarts (the new regime becomes the reference).
@@ -29,13 +38,18 @@
 //      g = sum_t sum_c e_c,t f_c,t-1 / sum_t sum_c e_c,t^2 (a weighted sum of the autocorrelations
 //      at lags 1, 2, ..., pooled over channels, not centered) over the alarming run minus the
 //      same over the reference; "dynamics" when the rise exceeds kind_min + kind_z /
-//      sqrt((1 - rho^2) n_run), else "noise". A frozen forecast of changed dynamics leaves a
+//      sqrt((1 - rho^2) n_run), or when the rise of the lag-1 autocorrelation g1 (the same with
+//      rho = 0) exceeds kind_min + kind_z / sqrt(n_run), else "noise". The filter sees a slowly
+//      varying misfit best, the lag-1 term an oscillating one (whose autocorrelations at
+//      longer lags cancel in the filter). A frozen forecast of changed dynamics leaves a
 //      misfit that follows the state, which is autocorrelated; noise that only got larger
 //      leaves the residuals white (or, behind a whitening forecast, negatively correlated).
-//   7. Onset (12.7): three more CUSUM pairs with k = 0.5, 1, 2 run beside the main one; at an
-//      alarm the onset is the last 0 of the one with the largest k whose run's mean increment
-//      delta satisfies delta >= sqrt(2) k (the last 0 of a CUSUM with k = delta / 2 is the
-//      maximum-likelihood change time for a shift delta).
+//   7. Onset (12.7): three more CUSUM pairs with k = 0.5, 1, 2 run beside the main one; their
+//      run starts (the pair after each last 0) are the candidate change times tau. With S_tau
+//      the sum of x from tau on over n_tau pairs, the onset is the candidate of largest
+//      S_tau^2 / n_tau: the generalized likelihood ratio of a mean shift starting at tau
+//      (the last 0 of a CUSUM with k = delta / 2 is the maximum-likelihood change time for a
+//      known shift delta; the candidates cover delta from 0.5 to 4 and more).
 //
 // COST. O(C) per pair, no heap allocation after construction (an alarm sorts C channel ids in
 // place). State: 6 C + O(1) doubles, whatever the stream's length.
@@ -85,8 +99,8 @@ class ChangeDetector {
   // Valid from the Observe call that returned it until the next Observe/Deserialize.
   struct Alarm {
     int64_t index = 0;  // pairs scored before the alarming pair (0-based over the stream)
-    // Estimated first pair of the new regime: the pair after the last 0 of the CUSUM with the
-    // largest reference value k that the mean increment over its own run supports (12.7).
+    // Estimated first pair of the new regime (12.7): among the run starts of the main and the
+    // onset CUSUMs, the one of largest S^2 / n (S the sum of increments since, n the pairs).
     int64_t onset = 0;
     int64_t run_start = 0;  // first pair of the alarming CUSUM's run (after its last 0)
     double score = 0;       // the CUSUM statistic (> threshold)
@@ -100,6 +114,9 @@ class ChangeDetector {
     // g_run - g_ref of (12.6), and the bound it was compared with.
     double autocorr_change = 0;
     double autocorr_bound = 0;
+    // The same for the lag-1 autocorrelation g1 (rho = 0 in (12.6)).
+    double lag1_change = 0;
+    double lag1_bound = 0;
     // Channels, most changed first (largest ratio of the run's mean z_c to the reference mean
     // z_c for an up alarm, smallest for a down alarm), and those ratios in the same order.
     absl::Span<const int> channels;
@@ -151,12 +168,19 @@ class ChangeDetector {
 
   // Reference (since the last restart).
   int64_t since_restart_ = 0;
-  std::vector<double> scale2_;  // sum of r^2 during the scale phase, then s_c^2 (frozen)
-  int64_t ref_n_ = 0;           // pairs in the reference moments below
+  std::vector<double> scale2_;  // sum of r^2 during the scale phase, then s_c^2
+  double scale_floor_ = 0;
+  int64_t ref_n_ = 0;  // pairs in the reference moments below
   double ref_mean_w_ = 0, ref_var_w_ = 0;
   double ref_mean_m_ = 0;
-  double ref_lag_ = 0, ref_energy_ = 0;  // means of sum_c e_t e_{t-1} and sum_c e_t^2
-  std::vector<double> ref_z_;            // mean z_c
+  // Serial correlation of the standardized score (12.3b): q (the filter of past x) and the mean
+  // of x_t q_{t-1} over ref_xx_n_ pairs.
+  double prev_x_ = 0;
+  bool has_prev_x_ = false;
+  int64_t ref_xx_n_ = 0;
+  double ref_xx_ = 0;
+  double ref_lag_ = 0, ref_lag1_ = 0, ref_energy_ = 0;  // means of sum_c e_t f_{t-1}, e_t e_{t-1}, e_t^2
+  std::vector<double> ref_z_;                           // mean z_c
 
   // CUSUMs and their runs.
   double up_ = 0, down_ = 0;
@@ -168,7 +192,7 @@ class ChangeDetector {
   int64_t onset_up_len_[kOnsetCusums] = {}, onset_down_len_[kOnsetCusums] = {};  // their runs' lengths
   int64_t up_len_ = 0, down_len_ = 0;
   double up_m_ = 0, down_m_ = 0;
-  double up_lag_ = 0, up_energy_ = 0, down_lag_ = 0, down_energy_ = 0;
+  double up_lag_ = 0, up_lag1_ = 0, up_energy_ = 0, down_lag_ = 0, down_lag1_ = 0, down_energy_ = 0;
   std::vector<double> up_z_, down_z_;  // sum of z_c over the run
 
   // Alarm report buffers.

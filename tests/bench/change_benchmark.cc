@@ -1,0 +1,439 @@
+// Change detection on simulated switching systems with labelled change points (docs/benchmarks.md
+// "Change detection", docs/algorithms.md §12). Not a Google Benchmark: it prints one table row per
+// system with the detection delay, missed changes, false alarms per 10,000 pairs, the kinds given
+// and the NAB standard-profile score, then the false-alarm rate of each system's residuals over
+// 10^6 pairs without a change.
+//
+//   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS]
+//
+// THE FORECAST. The detector sees residuals of a model's one-step forecast; here the stand-in
+// for the model is a least-squares regression of y on fixed features of x (listed per system),
+// fitted on the first segment of each stream (the regime it was trained on, 3000 pairs) and
+// then frozen: a change of dynamics shows as a misfit that stays until the regime comes back,
+// a change of noise as residuals of another size. (A model that keeps learning would absorb a
+// change over its forgetting horizon; the frozen fit isolates the detector.)
+//
+// THE STREAMS. Per seed: a first segment of 3000 pairs in regime A, then 8 segments of
+// 600..1500 pairs (uniform) alternating B, A, B, ...; each segment start is a labelled change
+// point. Systems:
+//   double_well   dx = -4 D x (x^2 - 1) dt + 0.7 dW, sampled every 0.1 (20 Euler steps),
+//                 well depth D = 1 <-> 3; features 1, x, x^2, x^3.
+//   oscillator    dq = p dt, dp = (-q - gamma p) dt + 0.5 dW, state (q, p) observed, sampled
+//                 every 0.1 (10 semi-implicit Euler steps), damping gamma = 0.1 <-> 1; features 1, q, p.
+//   ou            exact OU with unit stationary variance, x' = a x + sqrt(1 - a^2) N(0, 1),
+//                 a = exp(-theta 0.1), rate theta = 1 <-> 4; features 1, x.
+//   markov        4-state chain, one-hot residual (4 channels), A = sticky (0.9 on the diagonal),
+//                 B = a cycle 0 -> 1 -> 2 -> 3 -> 0 with probability 0.6, staying 0.3;
+//                 features = one-hot of x (the fit is the empirical transition matrix).
+//   sensor_noise  latent OU (theta 0.5, unit variance, step 0.1) seen through white noise of
+//                 standard deviation 0.3 <-> 0.6 (the noise doubles; the dynamics never
+//                 change); features 1 and the last 4 observations (an AR(4) forecast). Every
+//                 alarm here should be labelled "noise".
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/alarms/change_detector.h"
+#include "core/common/types.h"
+
+namespace cmestream {
+namespace {
+
+constexpr int kWindow = 60;  // NAB window W, in pairs
+
+// One simulated system: a state that steps under regime 0 or 1, features of the current
+// observation history, and the next observation (the forecast's target).
+class System {
+ public:
+  virtual ~System() = default;
+  virtual const char* name() const = 0;
+  virtual int features() const = 0;
+  virtual int channels() const = 0;
+  virtual void Reset(std::mt19937_64& rng) = 0;
+  // Features of the current state (what the forecast sees) into phi.
+  virtual void Features(double* phi) const = 0;
+  // Steps under `regime`; writes the new observation (the target) into y.
+  virtual void Step(int regime, std::mt19937_64& rng, double* y) = 0;
+};
+
+class DoubleWell : public System {
+ public:
+  const char* name() const override { return "double_well"; }
+  int features() const override { return 4; }
+  int channels() const override { return 1; }
+  void Reset(std::mt19937_64& rng) override { x_ = std::uniform_real_distribution<double>(-1.2, 1.2)(rng); }
+  void Features(double* phi) const override {
+    phi[0] = 1;
+    phi[1] = x_;
+    phi[2] = x_ * x_;
+    phi[3] = x_ * x_ * x_;
+  }
+  void Step(int regime, std::mt19937_64& rng, double* y) override {
+    const double depth = regime == 0 ? 1.0 : 4.0, h = 0.1 / 20, sigma = 0.7;
+    for (int i = 0; i < 20; ++i) x_ += -4 * depth * x_ * (x_ * x_ - 1) * h + sigma * std::sqrt(h) * n01_(rng);
+    y[0] = x_;
+  }
+
+ private:
+  double x_ = 0;
+  std::normal_distribution<double> n01_;
+};
+
+class Oscillator : public System {
+ public:
+  const char* name() const override { return "oscillator"; }
+  int features() const override { return 3; }
+  int channels() const override { return 2; }
+  void Reset(std::mt19937_64& rng) override {
+    q_ = n01_(rng);
+    p_ = n01_(rng);
+  }
+  void Features(double* phi) const override {
+    phi[0] = 1;
+    phi[1] = q_;
+    phi[2] = p_;
+  }
+  void Step(int regime, std::mt19937_64& rng, double* y) override {
+    const double gamma = regime == 0 ? 1.0 : 0.05, h = 0.5 / 50, sigma = 0.5;
+    for (int i = 0; i < 50; ++i) {
+      p_ += (-q_ - gamma * p_) * h + sigma * std::sqrt(h) * n01_(rng);
+      q_ += p_ * h;
+    }
+    y[0] = q_;
+    y[1] = p_;
+  }
+
+ private:
+  double q_ = 0, p_ = 0;
+  std::normal_distribution<double> n01_;
+};
+
+class Ou : public System {
+ public:
+  const char* name() const override { return "ou"; }
+  int features() const override { return 2; }
+  int channels() const override { return 1; }
+  void Reset(std::mt19937_64& rng) override { x_ = n01_(rng); }
+  void Features(double* phi) const override {
+    phi[0] = 1;
+    phi[1] = x_;
+  }
+  void Step(int regime, std::mt19937_64& rng, double* y) override {
+    const double a = std::exp(-(regime == 0 ? 1.0 : 4.0) * 0.1);
+    x_ = a * x_ + std::sqrt(1 - a * a) * n01_(rng);
+    y[0] = x_;
+  }
+
+ private:
+  double x_ = 0;
+  std::normal_distribution<double> n01_;
+};
+
+class Markov : public System {
+ public:
+  Markov() {
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 4; ++j) {
+        a_[i][j] = i == j ? 0.9 : 0.1 / 3;
+        b_[i][j] = j == i ? 0.3 : (j == (i + 1) % 4 ? 0.6 : 0.05);
+      }
+    }
+  }
+  const char* name() const override { return "markov"; }
+  int features() const override { return 4; }
+  int channels() const override { return 4; }
+  void Reset(std::mt19937_64& rng) override { s_ = static_cast<int>(rng() % 4); }
+  void Features(double* phi) const override {
+    for (int j = 0; j < 4; ++j) phi[j] = j == s_ ? 1 : 0;
+  }
+  void Step(int regime, std::mt19937_64& rng, double* y) override {
+    const double(*p)[4] = regime == 0 ? a_ : b_;
+    const double u = u01_(rng);
+    double acc = 0;
+    int next = 3;
+    for (int j = 0; j < 4; ++j) {
+      acc += p[s_][j];
+      if (u < acc) {
+        next = j;
+        break;
+      }
+    }
+    s_ = next;
+    for (int j = 0; j < 4; ++j) y[j] = j == s_ ? 1 : 0;
+  }
+
+ private:
+  double a_[4][4], b_[4][4];
+  int s_ = 0;
+  std::uniform_real_distribution<double> u01_;
+};
+
+class SensorNoise : public System {
+ public:
+  const char* name() const override { return "sensor_noise"; }
+  int features() const override { return 5; }
+  int channels() const override { return 1; }
+  void Reset(std::mt19937_64& rng) override {
+    s_ = n01_(rng);
+    for (double& v : last_) v = s_ + 0.3 * n01_(rng);
+  }
+  void Features(double* phi) const override {
+    phi[0] = 1;
+    for (int i = 0; i < 4; ++i) phi[1 + i] = last_[i];
+  }
+  void Step(int regime, std::mt19937_64& rng, double* y) override {
+    const double a = std::exp(-0.5 * 0.1);
+    s_ = a * s_ + std::sqrt(1 - a * a) * n01_(rng);
+    const double obs = s_ + (regime == 0 ? 0.3 : 0.6) * n01_(rng);
+    for (int i = 3; i > 0; --i) last_[i] = last_[i - 1];
+    last_[0] = obs;
+    y[0] = obs;
+  }
+
+ private:
+  double s_ = 0;
+  double last_[4] = {};
+  std::normal_distribution<double> n01_;
+};
+
+// A labelled stream: per pair the features and the target, and the change points.
+struct Stream {
+  int features = 0, channels = 0;
+  std::vector<double> phi, y;
+  std::vector<int64_t> changes;
+  int64_t pairs() const { return static_cast<int64_t>(y.size()) / channels; }
+};
+
+Stream Simulate(System& sys, uint64_t seed, int64_t first, int segments, bool stationary) {
+  std::mt19937_64 rng(seed);
+  Stream s;
+  s.features = sys.features();
+  s.channels = sys.channels();
+  sys.Reset(rng);
+  // Burn-in so the first segment starts near the stationary law.
+  std::vector<double> phi(static_cast<size_t>(s.features)), y(static_cast<size_t>(s.channels));
+  for (int i = 0; i < 500; ++i) sys.Step(0, rng, y.data());
+  std::uniform_int_distribution<int> len(600, 1500);
+  std::vector<int64_t> bounds{first};
+  for (int k = 0; k < segments; ++k) bounds.push_back(bounds.back() + len(rng));
+  const int64_t total = bounds.back();
+  s.phi.reserve(static_cast<size_t>(total * s.features));
+  s.y.reserve(static_cast<size_t>(total * s.channels));
+  int regime = 0;
+  size_t next = 0;
+  for (int64_t t = 0; t < total; ++t) {
+    if (next < bounds.size() && t == bounds[next]) {
+      if (!stationary && t < total) {
+        regime = 1 - regime;
+        s.changes.push_back(t);
+      }
+      ++next;
+    }
+    sys.Features(phi.data());
+    sys.Step(regime, rng, y.data());
+    s.phi.insert(s.phi.end(), phi.begin(), phi.end());
+    s.y.insert(s.y.end(), y.begin(), y.end());
+  }
+  return s;
+}
+
+// Least squares of y on phi over pairs [0, n): the frozen forecast. A tiny ridge keeps the
+// one-hot features of a state never visited solvable.
+MatrixXd Fit(const Stream& s, int64_t n) {
+  const int p = s.features, c = s.channels;
+  MatrixXd a = MatrixXd::Zero(p, p), b = MatrixXd::Zero(p, c);
+  for (int64_t t = 0; t < n; ++t) {
+    Eigen::Map<const VectorXd> f(&s.phi[static_cast<size_t>(t * p)], p);
+    Eigen::Map<const VectorXd> y(&s.y[static_cast<size_t>(t * c)], c);
+    a.noalias() += f * f.transpose();
+    b.noalias() += f * y.transpose();
+  }
+  a.diagonal().array() += 1e-9 * (1 + a.diagonal().array());
+  return a.ldlt().solve(b);  // p x c
+}
+
+struct Alarm {
+  int64_t index, onset;
+  ChangeDetector::Kind kind;
+  ChangeDetector::Direction direction;
+  double autocorr_change, autocorr_bound, lag1_change, lag1_bound;
+};
+
+double g_kind_z = 2.0, g_kind_min = 0.1;
+
+std::vector<Alarm> Detect(const Stream& s, const MatrixXd& beta, double rate) {
+  ChangeDetector::Options o;
+  o.kind_z = g_kind_z;
+  o.kind_min = g_kind_min;
+  o.channels = s.channels;
+  o.alarm_rate = rate;
+  ChangeDetector d(o);
+  const int p = s.features, c = s.channels;
+  VectorXd r(c);
+  std::vector<Alarm> out;
+  for (int64_t t = 0; t < s.pairs(); ++t) {
+    Eigen::Map<const VectorXd> f(&s.phi[static_cast<size_t>(t * p)], p);
+    Eigen::Map<const VectorXd> y(&s.y[static_cast<size_t>(t * c)], c);
+    r.noalias() = y - beta.transpose() * f;
+    if (const ChangeDetector::Alarm* a = d.Observe(r.data()))
+      out.push_back({a->index, a->onset, a->kind, a->direction, a->autocorr_change, a->autocorr_bound, a->lag1_change,
+                     a->lag1_bound});
+  }
+  return out;
+}
+
+// NAB's scaled sigmoid: 2 / (1 + e^{5y}) - 1.
+double Sigma(double y) { return 2 / (1 + std::exp(5 * y)) - 1; }
+
+struct Tally {
+  int64_t pairs = 0, changes = 0, missed = 0, false_alarms = 0, late = 0;
+  int64_t up_dynamics = 0, up = 0, down_dynamics = 0, down = 0;
+  std::vector<double> delays, onset_errors;
+  double nab = 0, nab_null = 0, nab_perfect = 0;
+};
+
+// Scores one stream's alarms against its change points (windows [c, c + W) cut at the next
+// change point), NAB standard profile: true positive A_TP = 1, false positive A_FP = 0.11,
+// false negative -1.
+void Score(const Stream& s, const std::vector<Alarm>& alarms, Tally& tally) {
+  struct Window {
+    int64_t s, e;
+    bool hit = false;
+  };
+  std::vector<Window> windows;
+  for (size_t i = 0; i < s.changes.size(); ++i) {
+    const int64_t end = i + 1 < s.changes.size() ? std::min(s.changes[i] + kWindow, s.changes[i + 1])
+                                                 : std::min(s.changes[i] + kWindow, s.pairs());
+    windows.push_back({s.changes[i], end});
+  }
+  const double top = Sigma(-1);
+  tally.pairs += s.pairs();
+  tally.changes += static_cast<int64_t>(windows.size());
+  for (const Alarm& a : alarms) {
+    Window* in = nullptr;
+    const Window* before = nullptr;  // the last window ending at or before a
+    for (Window& w : windows) {
+      if (a.index >= w.s && a.index < w.e) in = &w;
+      if (w.e <= a.index) before = &w;
+    }
+    if (in != nullptr) {
+      if (!in->hit) {
+        in->hit = true;
+        tally.nab += Sigma(static_cast<double>(a.index - in->e) / static_cast<double>(in->e - in->s)) / top;
+        tally.delays.push_back(static_cast<double>(a.index - in->s));
+        tally.onset_errors.push_back(static_cast<double>(a.onset - in->s));
+        const bool dyn = a.kind == ChangeDetector::Kind::kDynamics;
+        if (a.direction == ChangeDetector::Direction::kUp) {
+          ++tally.up;
+          tally.up_dynamics += dyn;
+        } else {
+          ++tally.down;
+          tally.down_dynamics += dyn;
+        }
+      }
+      continue;
+    }
+    ++tally.false_alarms;
+    if (before == nullptr) {
+      tally.nab += -0.11;
+    } else {
+      const double width = static_cast<double>(before->e - before->s);
+      tally.nab += 0.11 * Sigma(static_cast<double>(a.index - before->e) / std::max(width - 1, 1.0));
+    }
+  }
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const Window& w = windows[i];
+    if (w.hit) continue;
+    ++tally.missed;
+    tally.nab += -1;
+    // Detected late: an alarm after the window, before the next change point.
+    const int64_t next = i + 1 < windows.size() ? windows[i + 1].s : s.pairs();
+    for (const Alarm& a : alarms) {
+      if (a.index >= w.e && a.index < next) {
+        ++tally.late;
+        break;
+      }
+    }
+  }
+  tally.nab_null += -static_cast<double>(windows.size());
+  tally.nab_perfect += static_cast<double>(windows.size());
+}
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const double h = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(h));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (h - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+int Main(int argc, char** argv) {
+  int seeds = 25;
+  double rate = 1;
+  int64_t stationary = 1'000'000;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--seeds")) seeds = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--rate")) rate = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--stationary")) stationary = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--kind-z")) g_kind_z = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--kind-min")) g_kind_min = std::atof(argv[i + 1]);
+  }
+  DoubleWell dw;
+  Oscillator osc;
+  Ou ou;
+  Markov mc;
+  SensorNoise sn;
+  System* systems[] = {&dw, &osc, &ou, &mc, &sn};
+  const int64_t first = 3000;
+  const int segments = 8;
+
+  std::printf("Change detection, R = %g false alarms per 10^4 pairs, W = %d, %d seeds x %d changes per system\n\n",
+              rate, kWindow, seeds, segments);
+  std::printf(
+      "| system | C | pairs | changes | detected (in W) | missed | of which late | delay median | delay p90 | "
+      "onset error median | false alarms / 10^4 | dynamics: up alarms | dynamics: down alarms | NAB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (System* sys : systems) {
+    Tally tally;
+    for (int seed = 0; seed < seeds; ++seed) {
+      const Stream s = Simulate(*sys, 1000 + static_cast<uint64_t>(seed), first, segments, false);
+      const MatrixXd beta = Fit(s, first);
+      Score(s, Detect(s, beta, rate), tally);
+    }
+    std::vector<double> abs_onset;
+    for (double e : tally.onset_errors) abs_onset.push_back(std::abs(e));
+    const double nab = 100 * (tally.nab - tally.nab_null) / (tally.nab_perfect - tally.nab_null);
+    std::printf(
+        "| %s | %d | %lld | %lld | %lld | %lld | %lld | %.0f | %.0f | %.0f | %.2f | %lld / %lld | %lld / %lld | %.1f "
+        "|\n",
+        sys->name(), sys->channels(), static_cast<long long>(tally.pairs), static_cast<long long>(tally.changes),
+        static_cast<long long>(tally.changes - tally.missed), static_cast<long long>(tally.missed),
+        static_cast<long long>(tally.late), Quantile(tally.delays, 0.5), Quantile(tally.delays, 0.9),
+        Quantile(abs_onset, 0.5), 1e4 * static_cast<double>(tally.false_alarms) / static_cast<double>(tally.pairs),
+        static_cast<long long>(tally.up_dynamics), static_cast<long long>(tally.up),
+        static_cast<long long>(tally.down_dynamics), static_cast<long long>(tally.down), nab);
+  }
+
+  std::printf("\nStationary streams (regime A only, %lld pairs each, forecast fitted on the first 3000):\n\n",
+              static_cast<long long>(stationary));
+  std::printf("| system | alarms | false alarms / 10^4 (target %g) |\n|---|---|---|\n", rate);
+  for (System* sys : systems) {
+    const Stream s = Simulate(*sys, 77, stationary, 0, true);
+    const MatrixXd beta = Fit(s, first);
+    const std::vector<Alarm> alarms = Detect(s, beta, rate);
+    std::printf("| %s | %zu | %.3f |\n", sys->name(), alarms.size(),
+                1e4 * static_cast<double>(alarms.size()) / static_cast<double>(s.pairs()));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace cmestream
+
+int main(int argc, char** argv) { return cmestream::Main(argc, argv); }
