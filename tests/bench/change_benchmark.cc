@@ -2,7 +2,17 @@
 // "Change detection", docs/algorithms.md §12). Not a Google Benchmark: it prints one table row per
 // system with the detection delay, missed changes, false alarms per 10,000 pairs, the kinds given
 // and the NAB standard-profile score, then the false-alarm rate of each system's residuals over
-// 10^6 pairs without a change.
+// 10^6 pairs without a change and the detector's cost per pair.
+//
+// SCORING. Window of a change point c: [c, c + W), W = 60, cut at the next change point. The
+// first alarm in a window detects it (delay = alarm index - c; later alarms there count
+// nothing); an alarm in no window is a false alarm ("of which late": missed changes whose first
+// alarm came after the window, before the next change point: those alarms are false alarms
+// too). NAB standard profile, sigma(y) = 2 / (1 + e^{5y}) - 1: a detection at a in [s, e)
+// scores sigma((a - e) / (e - s)) / sigma(-1); a false alarm scores -0.11 before the first
+// window, else 0.11 sigma((a - e') / (w' - 1)) after the last window [s', e') before it (width
+// w'); a window without alarm scores -1; reported as 100 (S - S0) / (S1 - S0), S0 = -windows
+// (no alarm at all), S1 = +windows (every change found at its first pair, no false alarm).
 //
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS]
 //
@@ -17,9 +27,11 @@
 // 600..1500 pairs (uniform) alternating B, A, B, ...; each segment start is a labelled change
 // point. Systems:
 //   double_well   dx = -4 D x (x^2 - 1) dt + 0.7 dW, sampled every 0.1 (20 Euler steps),
-//                 well depth D = 1 <-> 3; features 1, x, x^2, x^3.
+//                 well depth D = 1 <-> 4; features 1, x, x^2, x^3.
 //   oscillator    dq = p dt, dp = (-q - gamma p) dt + 0.5 dW, state (q, p) observed, sampled
-//                 every 0.1 (10 semi-implicit Euler steps), damping gamma = 0.1 <-> 1; features 1, q, p.
+//                 every 0.5 (50 semi-implicit Euler steps), damping gamma = 1 <-> 0.05 (the
+//                 forecast is fitted on the damped regime; in the other one the amplitude
+//                 grows over ~1 / gamma = 20 time units); features 1, q, p.
 //   ou            exact OU with unit stationary variance, x' = a x + sqrt(1 - a^2) N(0, 1),
 //                 a = exp(-theta 0.1), rate theta = 1 <-> 4; features 1, x.
 //   markov        4-state chain, one-hot residual (4 channels), A = sticky (0.9 on the diagonal),
@@ -30,6 +42,7 @@
 //                 change); features 1 and the last 4 observations (an AR(4) forecast). Every
 //                 alarm here should be labelled "noise".
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -373,7 +386,37 @@ double Quantile(std::vector<double> v, double q) {
   return v[lo] + (h - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
+// The scoring on a hand-made case: changes at 100 and 1000 in 2000 pairs.
+void CheckScoring() {
+  Stream s;
+  s.channels = 1;
+  s.y.assign(2000, 0.0);
+  s.changes = {100, 1000};
+  auto nab = [&](const std::vector<int64_t>& at) {
+    std::vector<Alarm> alarms;
+    for (int64_t a : at)
+      alarms.push_back({a, a, ChangeDetector::Kind::kNoise, ChangeDetector::Direction::kUp, 0, 0, 0, 0});
+    Tally t;
+    Score(s, alarms, t);
+    return 100 * (t.nab - t.nab_null) / (t.nab_perfect - t.nab_null);
+  };
+  auto near = [](double a, double b) { return std::abs(a - b) < 1e-9; };
+  const double top = Sigma(-1);
+  bool ok = near(nab({}), 0) && near(nab({100, 1000}), 100) && near(nab({100, 101, 1000}), 100) &&
+            near(nab({100}), 50) &&
+            // Last pair of the window: sigma(-1/60) / sigma(-1) of a true positive.
+            near(nab({159, 1000}), 100 * (Sigma(-1.0 / 60) / top + 1 + 2) / 4) &&
+            // A false alarm before every window, and one 59 pairs after the first window.
+            near(nab({50, 100, 1000}), 100 * (2 - 0.11 + 2) / 4) &&
+            near(nab({100, 219, 1000}), 100 * (2 + 0.11 * Sigma(1.0) + 2) / 4);
+  if (!ok) {
+    std::fprintf(stderr, "change_benchmark: the NAB scoring fails its hand-made case\n");
+    std::exit(1);
+  }
+}
+
 int Main(int argc, char** argv) {
+  CheckScoring();
   int seeds = 25;
   double rate = 1;
   int64_t stationary = 1'000'000;
@@ -422,13 +465,18 @@ int Main(int argc, char** argv) {
 
   std::printf("\nStationary streams (regime A only, %lld pairs each, forecast fitted on the first 3000):\n\n",
               static_cast<long long>(stationary));
-  std::printf("| system | alarms | false alarms / 10^4 (target %g) |\n|---|---|---|\n", rate);
+  std::printf(
+      "| system | alarms | false alarms / 10^4 (target %g) | ns per pair (forecast + detector) |\n|---|---|---|---|\n",
+      rate);
   for (System* sys : systems) {
     const Stream s = Simulate(*sys, 77, stationary, 0, true);
     const MatrixXd beta = Fit(s, first);
+    const auto t0 = std::chrono::steady_clock::now();
     const std::vector<Alarm> alarms = Detect(s, beta, rate);
-    std::printf("| %s | %zu | %.3f |\n", sys->name(), alarms.size(),
-                1e4 * static_cast<double>(alarms.size()) / static_cast<double>(s.pairs()));
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+                      static_cast<double>(s.pairs());
+    std::printf("| %s | %zu | %.3f | %.0f |\n", sys->name(), alarms.size(),
+                1e4 * static_cast<double>(alarms.size()) / static_cast<double>(s.pairs()), ns);
   }
   return 0;
 }
