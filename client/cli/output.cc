@@ -112,6 +112,8 @@ void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   if (c.has_window()) w.Key("window").Uint(c.window());
   if (c.has_ridge_stage1()) w.Key("ridge_stage1").Double(c.ridge_stage1());
   if (c.has_ridge_stage2()) w.Key("ridge_stage2").Double(c.ridge_stage2());
+  w.Key("delays").Uint(c.has_delays() ? c.delays() : 1);
+  w.Key("delay_stride").Uint(c.has_delay_stride() ? c.delay_stride() : 1);
   w.EndObject();
 }
 
@@ -120,6 +122,7 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.Key("name").String(m.config().name());
   w.Key("dim").Uint(m.config().dim());
   w.Key("num_states").Uint(m.config().num_states());
+  w.Key("state_dim").Uint(m.state_dim());
   w.Key("samples").Uint(m.samples());
   w.Key("pending_warmup").Uint(m.pending_warmup());
   w.Key("dictionary_size").Uint(m.dictionary_size());
@@ -261,7 +264,12 @@ void PrintModel(const v1::ModelInfo& m) {
   if (c.num_states() > 0) {
     std::cout << "model " << c.name() << "  discrete, " << c.num_states() << " states\n";
   } else {
-    std::cout << "model " << c.name() << "  dim " << c.dim() << "\n";
+    std::cout << "model " << c.name() << "  dim " << c.dim();
+    if (c.delays() > 1) {
+      std::cout << ", delays " << c.delays() << " (stride " << std::max<uint32_t>(c.delay_stride(), 1)
+                << "): learns on windows of " << m.state_dim() << " values";
+    }
+    std::cout << "\n";
   }
   std::cout << "  samples           " << m.samples();
   if (m.pending_warmup() > 0) std::cout << " (+" << m.pending_warmup() << " buffered for sigma auto)";

@@ -148,8 +148,10 @@ class ForecastRegression {
     int64_t fit_every = 4096;  // refits double up to this many pairs, then come this often, >= first_fit
     absl::Status Validate() const;
   };
-  // The most RFF features a regression uses (the model's first min(N, this)): the per-pair
-  // cost is quadratic in them.
+  // The most RFF features a regression accepts: the per-pair cost is quadratic in them. The
+  // learner passes fewer (min(N, 128): kForecastFeatures in core/stream/streaming_learner_options.cc),
+  // drawn by their own FeatureMap::Rff from the model's seed and sigma, so they equal the
+  // embedding moments' features only when N <= 128 (docs/benchmarks.md "Kernel columns per pair").
   static constexpr int kMaxFeatures = 256;
 
   // requires: options.Validate().ok() and features->input_dim() == options.dim (aborts).

@@ -193,7 +193,7 @@ class ViewsCliTest(unittest.TestCase):
         # the reason (this model has no latent states: the reason names the option).
         subs = {x["name"]: x for x in self.json("model", "describe", "agg")["sub_views"]}
         self.assertEqual(set(subs), {"counts", "embedding", "clusters", "aggregation", "latent",
-                                     "predictive", "lags"})
+                                     "predictive", "lags", "forecast"})
         self.assertTrue(subs["aggregation"]["available"])
         self.assertEqual(subs["aggregation"]["summary"]["figures"]["kept_states"], p)
         self.assertEqual(subs["clusters"]["summary"]["figures"]["inertia"], cl["inertia"])
