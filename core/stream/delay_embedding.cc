@@ -49,7 +49,8 @@ int64_t DelayEmbedding::Append(const double* rows, int64_t n_rows, std::string_v
   const int64_t w = options_.window_dim();
   bool continues = open_ && !gap && n_rows > 0 && filled_ > 0 && producer == producer_ && episode == episode_;
   if (continues) continues = std::memcmp(rows, Row(0), sizeof(double) * c) == 0;
-  *started = !continues;
+  // The windows continue the previous ones only if the episode continues and had one already.
+  *started = !(continues && filled_ >= options_.span());
   if (windows.size() < static_cast<size_t>(n_rows * w)) windows.resize(static_cast<size_t>(n_rows * w));
   int64_t written = 0;
   int64_t first = 0;

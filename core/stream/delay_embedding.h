@@ -52,7 +52,8 @@ class DelayEmbedding {
   // window_dim() each; grown when too small, never shrunk). When the batch continues the open
   // episode, the first window written is the one ending at the repeated row (the previous
   // batch's last window), so consecutive windows continue the learner's episode as well.
-  // Returns the number of windows written; *started: the batch began a new episode.
+  // Returns the number of windows written; *started: the windows written do not continue the
+  // previous batch's (a new episode, or one whose first window this batch completes).
   int64_t Append(const double* rows, int64_t n_rows, std::string_view producer, std::string_view episode, bool gap,
                  std::vector<double>& windows, bool* started);
 

@@ -253,6 +253,11 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
   // Delay embedding (docs/algorithms.md §1.14): the raw rows become windows first; the windows
   // are a trajectory of the estimators' states, continuing their episode exactly when the rows
   // continue the embedding's.
+  if (batch.n > 0 && batch.dim != options_.input_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat("batch has dim ", batch.dim, ", expected the model's dim ",
+                                                   options_.input_dim(), " (raw rows; the model has delays ",
+                                                   options_.delays, ")"));
+  }
   if (absl::Status s = Check(batch); !s.ok()) return s;
   if (batch.n == 0) return ObserveSummary{};
   bool started = false;
@@ -268,10 +273,7 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
   w.episode = batch.episode;
   w.gap = started;
   absl::StatusOr<ObserveSummary> summary = ObserveStates(w);
-  if (summary.ok() && w.n == 0) {
-    // No pair yet (the episode's first (D-1)S rows only fill the window): still an episode.
-    summary->episode_started = started;
-  }
+  if (summary.ok() && w.n == 0) summary->episode_started = started;  // no pair (yet): windows filling
   return summary;
 }
 

@@ -123,6 +123,18 @@ class RealSeriesTest(unittest.TestCase):
         out = self.run_cli("forecast", "raw", "--series", short, check=False)
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("at least 7", out.stderr)
+        # A blank line in a trajectory CSV is a gap: no window joins the rows around it.
+        gapped = os.path.join(self.tmp.name, "raw-gapped.csv")
+        with open(gapped, "w") as f:
+            for i, row in enumerate(values[:100]):
+                if i == 50:
+                    f.write("\n")
+                f.write(",".join(repr(float(v)) for v in row) + "\n")
+        self.run_cli("model", "create", "gapped", "--dim", "2", "--delays", "4", "--delay-stride", "2", "--warmup", "50")
+        self.run_cli("ingest", "gapped", "--csv", gapped, "--trajectory", "--quiet")
+        self.run_cli("refresh", "gapped", "--wait")
+        g = json.loads(self.run_cli("model", "describe", "gapped", "--json").stdout)
+        self.assertEqual(g["samples"], 2 * (50 - 7))  # two episodes of 50 rows: 44 windows, 43 pairs each
         # Pairs carry no history: refused.
         pairs = os.path.join(self.tmp.name, "raw-pairs.csv")
         report.write_csv(pairs, np.hstack([values[:5], values[1:6]]))
