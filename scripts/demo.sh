@@ -7,6 +7,7 @@
 # attraction they reveal next to the true basins). The daemon is stopped (SIGTERM) at the end,
 # also on failure.
 #   SKIP_BUILD=1 scripts/demo.sh   reuses an existing build in ${BUILD_DIR:-build}
+#   SEED=3 scripts/demo.sh         another simulated trajectory (default seed 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build}"
@@ -49,7 +50,7 @@ export CMESTREAM_SERVER="$SERVER"
 echo "== cmestreamd on $SERVER (metrics http://$METRICS/metrics)"
 
 echo "== simulating $N Duffing transitions (dt 0.25, starts uniform in [-2,2]^2)"
-"$CLI" simulate duffing --n "$N" --seed 1 >"$OUT/duffing.csv"
+"$CLI" simulate duffing --n "$N" --seed "${SEED:-1}" >"$OUT/duffing.csv"
 
 echo "== creating model 'duffing' (sigma auto, dt 0.25, other settings default)"
 "$CLI" model create duffing --dim 2 --sigma auto --dt 0.25 >/dev/null

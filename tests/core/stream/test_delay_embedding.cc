@@ -106,7 +106,7 @@ TEST(DelayEmbedding, SerializationContinuesMidWindow) {
   const int64_t na = a.Append(tail.data(), 12, "p", "e", false, wa, &started);
   const int64_t nr = restored.Append(tail.data(), 12, "p", "e", false, wb, &started);
   EXPECT_TRUE(started);  // the same episode, whose first window this batch completes
-  ASSERT_EQ(na, 9);  // rows 0..17 in one episode: windows end at rows 9..17
+  ASSERT_EQ(na, 9);      // rows 0..17 in one episode: windows end at rows 9..17
   ASSERT_EQ(nr, na);
   EXPECT_EQ(0, std::memcmp(wa.data(), wb.data(), sizeof(double) * na * o.window_dim()));
 }
