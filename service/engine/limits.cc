@@ -60,6 +60,13 @@ absl::Status CheckModelConfigLimits(const v1::ModelConfig& config, const LimitOp
                                                    config.dim(), ", more than this daemon allows (--max-dim ",
                                                    limits.max_dim, ")"));
   }
+  // A model with delays learns on windows of dim x delays values: that is what costs memory.
+  const uint64_t state_dim = static_cast<uint64_t>(config.dim()) * std::max<uint32_t>(config.delays(), 1);
+  if (state_dim > static_cast<uint64_t>(limits.max_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", config.name().substr(0, 80), "': dim x delays is ",
+                                                   config.dim(), " x ", config.delays(), " = ", state_dim,
+                                                   ", more than this daemon allows (--max-dim ", limits.max_dim, ")"));
+  }
   return absl::OkStatus();
 }
 
