@@ -174,6 +174,12 @@ int Ingest(Context& ctx, const Args& args) {
     auto rows = ReadCsvFile(*csv, columns, expected, gaps_out);
     if (!rows.ok()) return FailUsage(cmd, rows.status().message());
     all = std::move(*rows);
+    if (options.start_offset > 0 && !gaps.empty()) {
+      // An offset counts pairs, and a gap drops one: the rows to skip are not the offset.
+      return FailUsage(cmd, absl::StrCat(*csv,
+                                         " has gaps (blank lines), which --resume cannot count: re-run without "
+                                         "--resume (the producer's offsets still apply every pair exactly once)"));
+    }
     if (options.start_offset > 0) {  // --resume: pairs (or states) before the offset are applied
       const size_t skip = std::min<size_t>(options.start_offset, all.size() / columns);
       all.erase(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(skip * columns));
@@ -192,6 +198,12 @@ int Ingest(Context& ctx, const Args& args) {
       std::vector<double> discard;
       auto n = reader->ReadRows(static_cast<size_t>(options.start_offset), &discard);
       if (!n.ok()) return FailUsage(cmd, n.status().message());
+      if (!gaps.empty()) {
+        return FailUsage(cmd,
+                         "standard input has gaps (blank lines) before the resume offset, which --resume "
+                         "cannot count: re-run without --resume (the producer's offsets still apply every pair "
+                         "exactly once)");
+      }
     }
   }
 
