@@ -234,6 +234,28 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(c.ingest_pairs("dedup", x[:100], y[:100]).pairs_applied, 100)
         self.assertEqual(c.describe("dedup").samples, 3200)
 
+    def test_delays_learn_on_windows_of_raw_rows(self):
+        # delays 3, stride 2: windows span 5 raw rows; a gap starts a new episode.
+        c = self.client
+        t = np.arange(600.0)
+        x = np.stack([np.sin(2 * np.pi * t / 30), 0.5 * np.cos(2 * np.pi * t / 30)], axis=1)
+        c.create_model("dly", dim=2, delays=3, delay_stride=2, auto_sigma_warmup=100, dt=0.5)
+        r = c.ingest_trajectory("dly", x[:300], producer="p")
+        self.assertEqual(r.pairs_applied, 299)  # the wire's pairs
+        c.ingest_trajectory("dly", x[300:], producer="p", offset=299, gap=True)
+        c.refresh("dly")
+        info = c.describe("dly")
+        self.assertEqual((info.state_dim, info.config.delays, info.config.delay_stride), (6, 3, 2))
+        self.assertEqual(info.samples, 2 * (300 - 5))  # 296 windows, 295 pairs per episode
+        xa, ya, _ = c.dictionary("dly")
+        self.assertEqual((xa.shape[1], ya.shape[1]), (6, 6))
+        f = c.forecast_series("dly", x[:50], horizon=2)
+        self.assertEqual((f.start, f.dim, f.forecasts.shape), (4, 2, (46, 2, 2)))
+        self.assertLess(np.abs(f.forecasts[:-2, 0, :] - x[5:49]).max(), 0.05)
+        self.assertEqual(c.predict("dly", x[:7]).shape, (3, 6))  # one window per complete window
+        with self.assertRaises(ValueError):  # pairs carry no history
+            c.ingest_pairs("dly", x[:4], x[1:5])
+
     def test_trajectory_equals_pairs(self):
         c = self.client
         pairs = simulate("double-well", "--n", "1500", "--seed", "2")
