@@ -7,12 +7,28 @@
 #include <limits>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "core/kernels/gaussian.h"
 
 namespace cmestream {
 
+absl::Status KoopmanOptions::Validate() const {
+  if (top < 1) return absl::InvalidArgumentError(absl::StrCat("Koopman option top is ", top, ", expected >= 1"));
+  if (!std::isfinite(dt) || dt <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Koopman option dt is ", dt, ", expected a finite number > 0"));
+  }
+  return absl::OkStatus();
+}
+
 KoopmanDecomposition KoopmanDecomposition::Fit(const CmeSnapshot& snapshot, const KoopmanOptions& options) {
   KoopmanDecomposition out;
+  if (absl::Status s = options.Validate(); !s.ok()) {
+    out.x_atoms = snapshot.x_atoms;
+    out.sigma = snapshot.sigma;
+    out.dt = options.dt;
+    out.solver_error = std::string(s.message());
+    return out;
+  }
   out.x_atoms = snapshot.x_atoms;
   out.sigma = snapshot.sigma;
   out.dt = options.dt;

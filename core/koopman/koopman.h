@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/cme/compressed_cme.h"
 
 namespace cmestream {
@@ -14,6 +15,8 @@ namespace cmestream {
 struct KoopmanOptions {
   int top = 6;      // eigenpairs kept (leading by |mu|), >= 1
   double dt = 1.0;  // sampling interval, > 0
+  // InvalidArgument naming the field: top >= 1, dt finite and > 0.
+  absl::Status Validate() const;
 };
 
 // Immutable result; Evaluate() needs only this object.
@@ -36,8 +39,9 @@ struct KoopmanDecomposition {
   // empty: a user must see "no spectrum", never a partial one).
   std::string solver_error;
 
-  // The CME's own decomposition: eigenpairs of M = W^T K_YX (docs/algorithms.md (1.21)). Never
-  // fails: a non-converged eigensolver leaves the result empty with solver_error set.
+  // The CME's own decomposition: eigenpairs of M = W^T K_YX (docs/algorithms.md (1.21)).
+  // Invalid options (options.Validate()) and a non-converged eigensolver both leave the result
+  // empty with solver_error saying why: a view reports it as a warning, never a partial spectrum.
   static KoopmanDecomposition Fit(const CmeSnapshot& snapshot, const KoopmanOptions& options);
 
   // g_l(x) = c_l + sum_j v_l[j] k(x_j, x) (c_l = constants[l], 0 if empty). points: n x d.

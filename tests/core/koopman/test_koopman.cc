@@ -125,5 +125,25 @@ TEST(KoopmanContract, EigensolverFailureIsReported) {
   EXPECT_EQ(bad.eigenvectors.size(), 0);
 }
 
+// Invalid options are named, and the decomposition is empty (not a spectrum at a wrong dt).
+TEST(KoopmanContract, InvalidOptionsAreReportedNotUsed) {
+  CmeSnapshot s;
+  s.dim = 1;
+  s.sigma = 1;
+  s.x_atoms = VectorXd::LinSpaced(4, 0, 3);
+  s.y_atoms = s.x_atoms;
+  s.W = MatrixXd::Identity(4, 4);
+  KoopmanOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  o.dt = 0;
+  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
+  const KoopmanDecomposition bad_dt = KoopmanDecomposition::Fit(s, o);
+  EXPECT_NE(bad_dt.solver_error.find("dt is 0"), std::string::npos) << bad_dt.solver_error;
+  EXPECT_EQ(bad_dt.eigenvalues.size(), 0);
+  o.dt = 1;
+  o.top = 0;
+  EXPECT_NE(KoopmanDecomposition::Fit(s, o).solver_error.find("top is 0"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cmestream
