@@ -40,6 +40,12 @@ extern const char kCkTestUsage[];
 int Timescales(Context& ctx, const Args& args);
 int CkTest(Context& ctx, const Args& args);
 
+// commands_alarms.cc: change alarms (docs/user-guide.md "Change alarms")
+extern const char kAlarmsUsage[];
+extern const char kWatchUsage[];
+int Alarms(Context& ctx, const Args& args);
+int Watch(Context& ctx, const Args& args);
+
 // commands_simulate.cc
 int Simulate(const Args& args);
 

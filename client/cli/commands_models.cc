@@ -90,6 +90,13 @@ int ModelCreate(Context& ctx, const Args& args) {
   uint("warmup", UINT32_MAX, [&](uint64_t v) { config.set_auto_sigma_warmup(static_cast<uint32_t>(v)); });
   uint("delays", UINT32_MAX, [&](uint64_t v) { config.set_delays(static_cast<uint32_t>(v)); });
   uint("delay-stride", UINT32_MAX, [&](uint64_t v) { config.set_delay_stride(static_cast<uint32_t>(v)); });
+  if (auto s = args.Value("alarms")) {
+    if (*s != "on" && *s != "off") {
+      return FailUsage("model create", absl::StrCat("--alarms: expected on or off, got '", *s, "'"));
+    }
+    config.set_alarms(*s);
+  }
+  num("alarm-rate", [&](double v) { config.set_alarm_rate(v); });
   num("refresh-interval", [&](double v) { config.set_refresh_interval_seconds(v); });
   uint("refresh-every", UINT64_MAX, [&](uint64_t v) { config.set_refresh_every_samples(v); });
   num("step-decay", [&](double v) { config.set_step_decay_samples(v); });

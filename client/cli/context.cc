@@ -60,6 +60,8 @@ commands:
                                         Chapman-Kolmogorov test on the metastable sets
   forecast NAME (--window FILE | --series FILE) [--horizon H] [--json]
                                         forecasts after a recent window, or rolling ones
+  alarms NAME [--since I] [--json]      change alarms the model raised (index, onset, kind)
+  watch NAME [--since I] [--seconds T]  the alarms live, one JSON line each (resumable)
   simulate SYSTEM [options]             write simulated data as CSV (no server needed):
                                         duffing, double-well, duffing-grid, four-well,
                                         multi-well-2d, soft-aggregation, hmm-mixture,
@@ -83,6 +85,10 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
                        first): ingest raw rows with --trajectory (an empty CSV line marks a
                        gap); query files hold raw rows, replies one entry per complete window
   --delay-stride S     rows between the entries of a window (default 1; needs --delays)
+  --alarms on|off      change alarms (default on): each pair is scored by a one-step linear
+                       forecast before it is learned and a CUSUM raises an alarm when the
+                       dynamics or the noise change ('cmestream alarms', 'cmestream watch')
+  --alarm-rate R       target false alarms per 10,000 stationary pairs (default 1)
   --eta E              SGD step (default 0.1)
   --lambda L           HS-norm regularizer (default 1e-3)
   --epsilon EPS        compression budget in HS norm (default 1e-3)

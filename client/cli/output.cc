@@ -114,6 +114,8 @@ void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   if (c.has_ridge_stage2()) w.Key("ridge_stage2").Double(c.ridge_stage2());
   w.Key("delays").Uint(c.has_delays() ? c.delays() : 1);
   w.Key("delay_stride").Uint(c.has_delay_stride() ? c.delay_stride() : 1);
+  w.Key("alarms").String(c.has_alarms() ? c.alarms() : "off");
+  if (c.has_alarm_rate()) w.Key("alarm_rate").Double(c.alarm_rate());
   w.EndObject();
 }
 
@@ -123,6 +125,17 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.Key("dim").Uint(m.config().dim());
   w.Key("num_states").Uint(m.config().num_states());
   w.Key("state_dim").Uint(m.state_dim());
+  if (m.alarms().enabled()) {
+    const v1::AlarmStatus& a = m.alarms();
+    w.Key("alarms").BeginObject();
+    w.Key("armed_at").Int(a.armed_at());
+    w.Key("scored").Uint(a.scored());
+    w.Key("alarms_total").Uint(a.alarms_total());
+    w.Key("score").Double(a.score());
+    w.Key("threshold").Double(a.threshold());
+    w.Key("alarm_rate").Double(a.alarm_rate());
+    w.EndObject();
+  }
   w.Key("samples").Uint(m.samples());
   w.Key("pending_warmup").Uint(m.pending_warmup());
   w.Key("dictionary_size").Uint(m.dictionary_size());
@@ -328,6 +341,19 @@ void PrintModel(const v1::ModelInfo& m) {
   if (c.window() > 0) std::cout << "; predictive window " << c.window();
   if (c.has_forgetting() && c.forgetting() < 1) std::cout << "; forgetting " << Num(c.forgetting());
   std::cout << "\n";
+  if (m.alarms().enabled()) {
+    const v1::AlarmStatus& a = m.alarms();
+    std::cout << "  alarms            " << a.alarms_total() << " raised, target " << Num(a.alarm_rate())
+              << " false per 10,000 pairs; ";
+    if (a.armed_at() < 0) {
+      std::cout << "not armed yet (" << a.scored() << " pairs scored)";
+    } else {
+      std::cout << "armed at pair " << a.armed_at() << ", score " << Num(a.score()) << " of 1";
+    }
+    std::cout << "\n";
+  } else {
+    std::cout << "  alarms            off\n";
+  }
   const auto& v = m.view();
   if (v.version() == 0) {
     std::cout << "  view              none yet\n";

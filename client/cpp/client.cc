@@ -675,6 +675,42 @@ absl::StatusOr<v1::TimescalesResponse> Client::Timescales(const std::string& mod
                                        ModelRequest<v1::TimescalesRequest>(model));
 }
 
+absl::StatusOr<v1::ListAlarmsResponse> Client::ListAlarms(const std::string& model, uint64_t since) {
+  v1::ListAlarmsRequest request;
+  request.set_model(model);
+  request.set_since(since);
+  return Query<v1::ListAlarmsResponse>(&v1::QueryService::Stub::ListAlarms, request);
+}
+
+absl::Status Client::WatchAlarms(const std::string& model, uint64_t since, double seconds,
+                                 const std::function<bool(const v1::Alarm&)>& on_alarm) {
+  v1::WatchAlarmsRequest request;
+  request.set_model(model);
+  request.set_since(since);
+  grpc::ClientContext context;
+  Authenticate(&context);
+  if (seconds > 0) {
+    context.set_deadline(
+        std::chrono::system_clock::now() +
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(seconds)));
+  }
+  std::unique_ptr<grpc::ClientReader<v1::Alarm>> reader = queries_->WatchAlarms(&context, request);
+  v1::Alarm alarm;
+  bool stopped = false;
+  while (reader->Read(&alarm)) {
+    if (!on_alarm(alarm)) {
+      stopped = true;
+      context.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (stopped || (seconds > 0 && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+    return absl::OkStatus();
+  }
+  return FromGrpcStatus(status, context);
+}
+
 absl::StatusOr<v1::CkTestResponse> Client::CkTest(const std::string& model, uint32_t clusters, uint32_t steps,
                                                   uint32_t lag) {
   v1::CkTestRequest request;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -248,6 +249,13 @@ class Client {
   // CK test: clusters / steps / lag 0 mean the model's clusters, every step, its first lag.
   absl::StatusOr<v1::CkTestResponse> CkTest(const std::string& model, uint32_t clusters = 0, uint32_t steps = 0,
                                             uint32_t lag = 0);
+  // The model's change alarms with index >= since, oldest first.
+  absl::StatusOr<v1::ListAlarmsResponse> ListAlarms(const std::string& model, uint64_t since = 0);
+  // WatchAlarms: calls `on_alarm` for each alarm with index >= since, then for each new one as it
+  // is raised, until `on_alarm` returns false, the stream fails, or `seconds` pass (<= 0: no
+  // limit; the end of the time is not an error). No deadline but `seconds`: a watch is long.
+  absl::Status WatchAlarms(const std::string& model, uint64_t since, double seconds,
+                           const std::function<bool(const v1::Alarm&)>& on_alarm);
 
   const ClientOptions& options() const { return options_; }
 

@@ -58,6 +58,11 @@ inline uint64_t LoadLe64(const char* p) {
 
 class Writer {
  public:
+  // Bytes for a state digest (equal for equal learned states): what is not learned state but
+  // a record of when things happened (an alarm's arrival time) is written as zeros.
+  void set_for_digest(bool v) { for_digest_ = v; }
+  bool for_digest() const { return for_digest_; }
+
   void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void Bool(bool v) { U8(v ? 1 : 0); }
   void U32(uint32_t v);
@@ -102,6 +107,7 @@ class Writer {
   size_t size() const { return out_.size(); }
 
  private:
+  bool for_digest_ = false;
   std::string out_;
 };
 

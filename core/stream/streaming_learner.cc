@@ -21,6 +21,7 @@ StreamingLearner::StreamingLearner(const Options& options) : options_(options) {
     delay_ = std::make_unique<DelayEmbedding>(
         DelayEmbedding::Options{options_.input_dim(), options_.delays, options_.delay_stride});
   }
+  if (options_.alarms) alarms_ = std::make_unique<AlarmMonitor>(learner_options::Alarms(options_));
   if (options_.discrete()) {
     if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, 0));
     if (!options_.lags.empty()) lags_ = std::make_unique<LagStatistics>(learner_options::Lags(options_, 0));
@@ -272,6 +273,7 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
   w.producer = batch.producer;
   w.episode = batch.episode;
   w.gap = started;
+  w.time = batch.time;
   absl::StatusOr<ObserveSummary> summary = ObserveStates(w);
   if (summary.ok() && w.n == 0) summary->episode_started = started;  // no pair (yet): windows filling
   return summary;
@@ -292,6 +294,14 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
       batch.trajectory && batch.n > 0 && (latent_ || predictive_ || lags_ || options_.latent || !options_.lags.empty());
   if (states) batch_.episode_started = BeginEpisodeBatch(TrajectoryState(batch, 0), batch);
   for (int64_t i = 0; i < batch.n; ++i) {
+    // The alarms score the pair before any estimator learns it (test, then train).
+    if (alarms_) {
+      if (batch.discrete()) {
+        alarms_->ObserveIds(batch.x_ids[i], batch.y_ids[i], *counts_, batch.time);
+      } else {
+        alarms_->ObservePair(batch.x_at(i), batch.y_at(i), batch.time);
+      }
+    }
     if (batch.discrete()) {
       counts_->Add(static_cast<int>(batch.x_ids[i]), static_cast<int>(batch.y_ids[i]));
     } else {

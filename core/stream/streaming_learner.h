@@ -58,6 +58,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/alarms/alarm_monitor.h"
 #include "core/cme/compressed_cme.h"
 #include "core/common/types.h"
 #include "core/counts/transition_counts.h"
@@ -106,6 +107,8 @@ struct StreamBatch {
   // A trajectory batch after a gap (a dropped sample): it starts a new episode whatever its key
   // and first state.
   bool gap = false;
+  // Unix seconds the batch arrived (the daemon's log records it): the time of its alarms.
+  double time = 0;
 
   bool discrete() const { return x_ids != nullptr; }
   const double* x_at(int64_t i) const { return x + i * dim; }
@@ -202,6 +205,11 @@ class StreamingLearner {
     // Continuous only; dim must be a multiple of D.
     int delays = 1;
     int delay_stride = 1;
+    // Change alarms (core/alarms/alarm_monitor.h, docs/algorithms.md §12.8): every pair is scored
+    // before anything learns it (the warm-up's pairs as they arrive); alarm_rate is the target
+    // false alarms per 10,000 stationary pairs.
+    bool alarms = false;
+    double alarm_rate = 1;
     // Pairs per CME micro-batch (docs/algorithms.md §9.2), in [1, kMaxMicroBatch]; 1 = the
     // sequential recursion, pair by pair. The run actually used is run_pairs().
     int micro_batch = 256;
@@ -293,6 +301,8 @@ class StreamingLearner {
   const CompressedCme* cme() const { return cme_.get(); }
   // The forecast regression (null for discrete models and during the warm-up).
   const ForecastRegression* forecast() const { return forecast_.get(); }
+  // The change alarms (options.alarms), else null.
+  const AlarmMonitor* alarms() const { return alarms_.get(); }
 
   // SERIALIZATION. The per-sample state, everything Observe reads or writes except the sigma
   // selection (a report, which the caller stores in its own form, right before these bytes
@@ -306,17 +316,21 @@ class StreamingLearner {
   //   unscaled model);
   //   version >= 6: bool + FCRG (the forecast regression, core/forecast/forecast_regression.h);
   //   version >= 7, with delays > 1: the delay embedding's open episode (DelayEmbedding::
-  //   Serialize; nothing for a model without delays, whose bytes are those of version 6).
+  //   Serialize; nothing for a model without delays, whose bytes are those of version 6);
+  //   version >= 8, with options.alarms: the AlarmMonitor (nothing for a model without alarms,
+  //   whose bytes are those of version 7).
   // Version kStateVersion; version 1 has no spectral moments (restored fresh when the CME
   // exists), versions 1 and 2 no lag statistics (restored fresh, empty), versions 1 to 3 no
   // open run (restored empty: the next run starts at the restored pair count); versions 1 to 4
   // cannot hold a scaled model (DataLoss if the options ask for one); versions 1 to 5 have no
   // forecast regression (restored fresh, empty: it learns from the next pair on); versions 1 to
-  // 6 cannot hold a model with delays (DataLoss if the options ask for them).
+  // 6 cannot hold a model with delays (DataLoss if the options ask for them); versions 1 to 7
+  // have no alarms (a model whose options ask for them starts them fresh at the restored pair
+  // count: its alarm indexes then count from there).
   // Deserialize checks every part against `options` (the same options the learner had): a
   // mismatch or a corrupt part is DataLoss naming the part and the offset. Serialize followed
   // by Deserialize and the same batches gives the same state, bit for bit, as never stopping.
-  static constexpr uint32_t kStateVersion = 7;
+  static constexpr uint32_t kStateVersion = 8;
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<StreamingLearner> Deserialize(io::Reader& r, const Options& options, uint32_t version,
                                                       SigmaSelection sigma_selection);
@@ -369,6 +383,8 @@ class StreamingLearner {
   // batch in progress (scratch, not state).
   std::unique_ptr<DelayEmbedding> delay_;
   std::vector<double> delay_windows_;
+  // Change alarms (options.alarms): fed every pair before anything learns it.
+  std::unique_ptr<AlarmMonitor> alarms_;
   // Prequential scorer (not state) and the view it scores.
   std::unique_ptr<PrequentialVampE> prequential_;
   uint64_t prequential_view_ = 0;

@@ -43,6 +43,9 @@ void StreamingLearner::Serialize(io::Writer& w) const {
   // Version 7: only a model with delays writes its window, so the bytes (and state digest) of a
   // model without are those of version 6.
   if (delay_) delay_->Serialize(w);
+  // Version 8: only a model with alarms writes them, so the bytes (and state digest) of a model
+  // without are those of version 7.
+  if (alarms_) alarms_->Serialize(w);
 }
 
 absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options, uint32_t version,
@@ -181,6 +184,18 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
                                  " (written before delays existed)"));
     }
     if (absl::Status s = l.delay_->Deserialize(r); !s.ok()) return s;
+  }
+  // The change alarms (version 8). An older state has none: they start fresh at the restored
+  // pair count (the constructor made them).
+  if (r.ok() && l.alarms_ && version >= 8) {
+    absl::StatusOr<AlarmMonitor> a = AlarmMonitor::Deserialize(r);
+    if (!a.ok()) return a.status();
+    const AlarmMonitor::Options want = lo::Alarms(options);
+    if (a->options().dim != want.dim || a->options().channels != want.channels ||
+        a->options().num_states != want.num_states || a->options().alarm_rate != want.alarm_rate) {
+      return r.Fail("model alarms do not match its config (dim, channels, states or alarm_rate)");
+    }
+    *l.alarms_ = std::move(*a);
   }
   if (!r.ok()) return r.status();
   l.sigma_selection_ = std::move(sigma_selection);

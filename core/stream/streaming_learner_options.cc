@@ -58,6 +58,18 @@ ForecastRegression::Options Forecast(const StreamingLearner::Options& o) {
   return f;
 }
 
+AlarmMonitor::Options Alarms(const StreamingLearner::Options& o) {
+  AlarmMonitor::Options a;
+  if (o.discrete()) {
+    a.num_states = o.num_states;
+  } else {
+    a.dim = o.dim;
+    a.channels = o.input_dim();
+  }
+  a.alarm_rate = o.alarm_rate;
+  return a;
+}
+
 // Random features of the forecast regression: its state is (5 + 2) (q^2 + q d) doubles with
 // q = d + N, which with N = 256 made a small model's export larger than gRPC's default 4 MB
 // message; 128 features keep it near 1 MB at d = 12 (on 14 real series the geometric-mean
@@ -177,6 +189,9 @@ absl::Status StreamingLearner::Options::Validate() const {
   }
   if (!lags.empty()) {
     if (absl::Status s = lo::Lags(*this, 1.0).Validate(); !s.ok()) return Bad("lag statistics", s);
+  }
+  if (alarms) {
+    if (absl::Status s = lo::Alarms(*this).Validate(); !s.ok()) return Bad("change alarms", s);
   }
   if (delays != 1 || delay_stride != 1) {
     if (discrete()) return Bad(absl::StrCat("delays is ", delays, ", expected 1 for a discrete model"));

@@ -31,4 +31,8 @@ ForecastRegression::Options Forecast(const StreamingLearner::Options& o);
 // 128) of them (kForecastFeatures in the .cc says why not 256).
 std::shared_ptr<const FeatureMap> ForecastFeatures(const StreamingLearner::Options& o, double sigma);
 
+// The change alarms (options.alarms): on the raw channels (input_dim) of a state of dim values,
+// or on the discrete ids.
+AlarmMonitor::Options Alarms(const StreamingLearner::Options& o);
+
 }  // namespace cmestream::learner_options

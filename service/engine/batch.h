@@ -30,6 +30,9 @@ struct PairBatch {
   // No pairs (n = 0): the write-ahead log's record that an explicit refresh ended the sigma
   // warm-up (Model::EndWarmup, IngestBatch.end_warmup).
   bool end_warmup = false;
+  // Unix seconds the batch arrived (IngestBatch.received_unix_seconds once logged): the time
+  // of the alarms it raises. The ingestor stamps it; replay reads it from the log.
+  double time = 0;
 
   bool discrete() const { return x_ids != nullptr; }
   const double* x_at(int64_t i) const { return x + i * dim; }

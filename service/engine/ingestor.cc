@@ -3,6 +3,8 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "service/engine/batch.h"
 
 namespace cmestream::service {
@@ -29,6 +31,14 @@ void Ingestor::Submit(const v1::IngestBatch& batch, uint64_t batch_index, Done d
         (*model)->name(), "' has delays ", (*model)->config().delays(),
         " and learns on windows of consecutive rows, which pairs do not carry"));
   }
+  if (check.status.ok() && batch.received_unix_seconds() != 0) {
+    check.reason = "payload_form";
+    check.status =
+        absl::InvalidArgumentError(absl::StrCat("batch ", batch_index,
+                                                ": field received_unix_seconds is set, expected it unset: only the "
+                                                "daemon's log writes it (model '",
+                                                (*model)->name(), "')"));
+  }
   if (!check.status.ok()) {
     (*model)->metrics().OnRejected(check.reason);
     done(check.status);
@@ -45,6 +55,7 @@ void Ingestor::Submit(const v1::IngestBatch& batch, uint64_t batch_index, Done d
   std::shared_ptr<Model> m = *std::move(model);
   const Model* key = m.get();
   pool_->Submit(key, m, [m, held, &batch, batch_index, pairs = check.batch, done = std::move(done)]() mutable {
+    pairs.time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());  // arrival as logged: alarms keep this time
     absl::StatusOr<Model::IngestResult> result =
         m->Ingest(pairs, batch.producer_id(), batch.offset(), batch_index, batch.episode_id());
     // The place in the queue is freed before the ack goes out, so a client that sends its next

@@ -47,9 +47,10 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     bytes += (c.averaging() ? 6 : 5) * m * m * kDouble + 2 * m * d * kDouble + 16 * m * kDouble;
     bytes += m * std::min(m, 64.0) * 32;  // sparse counts over the atoms
     const double n = c.rff_features();
-    bytes += 3 * n * n * kDouble;                        // RFF moments S_x, S_y, P_h
-    bytes += 2.0 * c.auto_sigma_warmup() * d * kDouble;  // sigma "auto" warm-up buffer
-    bytes += 4 * m * m * 2 * kDouble;                    // Koopman view: complex m x m
+    bytes += 3 * n * n * kDouble;                                        // RFF moments S_x, S_y, P_h
+    if (HasAlarms(c)) bytes += (2 * d * d + 4 * d * c.dim()) * kDouble;  // alarm forecast sums, its refit
+    bytes += 2.0 * c.auto_sigma_warmup() * d * kDouble;                  // sigma "auto" warm-up buffer
+    bytes += 4 * m * m * 2 * kDouble;                                    // Koopman view: complex m x m
     // Spectral moments (core/spectral/spectral_moments.h): C00, C01, C11 per fold over the
     // m + 1 features, for the live epoch and the serving previous one: 12 (m+1)^2 doubles.
     bytes += 12 * (m + 1) * (m + 1) * kDouble;

@@ -30,6 +30,7 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
   stats_ = LearnerStatsLocked();
   published_sigma_ = SigmaSelectionProto(learner_.sigma_selection());
   published_scaling_ = InputScalingProto(config_, learner_.scaler());
+  if (stats_.alarms) metrics_->OnAlarms(stats_.change_score, stats_.alarms_total);
 }
 
 Model::Stats Model::LearnerStatsLocked() const {
@@ -45,7 +46,33 @@ Model::Stats Model::LearnerStatsLocked() const {
     s.forced_error_sum = c.forced_error_sum;
     s.inverse_drift = cme->last_drift();
   }
+  if (const AlarmMonitor* a = learner_.alarms()) {
+    s.alarms = true;
+    s.alarms_scored = static_cast<uint64_t>(a->scored());
+    s.armed_at = a->armed_at();
+    s.alarms_total = static_cast<uint64_t>(a->alarms_total());
+    s.change_score = a->score();
+    s.change_threshold = a->threshold();
+  }
   return s;
+}
+
+absl::StatusOr<Model::AlarmList> Model::Alarms(uint64_t since) const {
+  absl::MutexLock lock(&learner_mu_);
+  const AlarmMonitor* a = learner_.alarms();
+  if (a == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", name(), "' keeps no change alarms (create it with alarms 'on', the default)"));
+  }
+  AlarmList list;
+  list.armed_at = a->armed_at();
+  for (const AlarmRecord& r : a->records()) {
+    if (r.index >= 0 && static_cast<uint64_t>(r.index) >= since) list.alarms.push_back(r);
+  }
+  // The dropped alarms are older than every kept one: they match unless `since` passes the first kept.
+  const bool older_match = a->records().empty() || since <= static_cast<uint64_t>(a->records().front().index);
+  list.dropped = older_match ? static_cast<uint64_t>(a->dropped()) : 0;
+  return list;
 }
 
 absl::StatusOr<Model::Admission> Model::AdmitAndLog(const PairBatch& batch, const std::string& producer_id,
@@ -137,6 +164,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   applied.gap = batch.gap && first == 0;  // a re-sent tail continues what its head started
   applied.producer = producer_id;
   applied.episode = episode_id;
+  applied.time = batch.time;
   absl::StatusOr<ObserveSummary> learned = learner_.Observe(applied);
   if (!learned.ok()) {
     // Unreachable for a batch that passed ValidateBatch (the same checks); nothing was applied.
@@ -151,6 +179,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   if (admitted->written) SetPending(0);
   metrics_->OnBatchApplied(r.applied, static_cast<uint64_t>(learned->forced), learned->forced_error,
                            {s.pending_warmup, s.dict_x, s.dict_y});
+  if (s.alarms) metrics_->OnAlarms(s.change_score, s.alarms_total);
   r.producer_offset = offset_after;
   r.model_samples = s.samples + s.pending_warmup;
   return r;
@@ -263,6 +292,16 @@ v1::ModelInfo Model::Describe() const {
     info.set_batches_applied(stats_.batches_applied);
     *info.mutable_sigma_selection() = published_sigma_;
     if (!discrete()) *info.mutable_input_scaling() = published_scaling_;
+    if (stats_.alarms) {
+      v1::AlarmStatus* a = info.mutable_alarms();
+      a->set_enabled(true);
+      a->set_scored(stats_.alarms_scored);
+      a->set_armed_at(stats_.armed_at);
+      a->set_alarms_total(stats_.alarms_total);
+      a->set_score(stats_.change_score);
+      a->set_threshold(stats_.change_threshold);
+      a->set_alarm_rate(config_.alarm_rate());
+    }
   }
   if (auto v = view()) {
     *info.mutable_view() = v->Info();

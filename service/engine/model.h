@@ -118,6 +118,16 @@ class Model {
   // snapshot.cc, next to the encoder whose bytes it hashes.
   uint64_t StateDigest() ABSL_LOCKS_EXCLUDED(learner_mu_, stats_mu_);
 
+  // The change alarms kept (AlarmMonitor, the last AlarmMonitor::kMaxRecords) with index >=
+  // `since`, oldest first; `dropped` counts the older alarms no longer kept that would match.
+  // Copied under the learner lock. FailedPrecondition for a model without alarms.
+  struct AlarmList {
+    int64_t armed_at = -1;
+    std::vector<AlarmRecord> alarms;
+    uint64_t dropped = 0;
+  };
+  absl::StatusOr<AlarmList> Alarms(uint64_t since) const ABSL_LOCKS_EXCLUDED(learner_mu_);
+
   // Applied offset of a producer; 0 for a producer never seen.
   uint64_t ProducerOffset(const std::string& producer_id) const ABSL_LOCKS_EXCLUDED(stats_mu_);
   bool producer_offsets_known(const std::string& producer_id) const ABSL_LOCKS_EXCLUDED(stats_mu_);
@@ -134,6 +144,13 @@ class Model {
     double forced_error_sum = 0;
     double inverse_drift = 0;
     uint64_t batches_applied = 0;
+    // Change alarms (config alarms "on"): AlarmMonitor's counters after the last batch.
+    bool alarms = false;
+    uint64_t alarms_scored = 0;
+    int64_t armed_at = -1;
+    uint64_t alarms_total = 0;
+    double change_score = 0;
+    double change_threshold = 0;
   };
   Stats stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
   v1::ModelInfo Describe() const ABSL_LOCKS_EXCLUDED(stats_mu_, view_mu_);

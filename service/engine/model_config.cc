@@ -221,6 +221,24 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
   if (!c.has_scale() && !discrete && c.sigma() == 0) c.set_scale(kScaleAuto);
   if (c.scale() == kScaleNone) c.clear_scale();  // stored unset: configs older than the field mean "none"
 
+  // Change alarms: "on" by default for a new model; stored unset for "off" (older configs lack it).
+  if (c.has_alarms() && c.alarms() != kAlarmsOn && c.alarms() != kAlarmsOff) {
+    return absl::InvalidArgumentError(absl::StrCat("field alarms is '", c.alarms().substr(0, 40), "' of model '",
+                                                   c.name(), "', expected 'on' or 'off'"));
+  }
+  if (!c.has_alarms()) c.set_alarms(kAlarmsOn);
+  if (c.alarms() == kAlarmsOff) {
+    if (c.has_alarm_rate()) {
+      return Bad(c, "alarm_rate", c.alarm_rate(), "unset with alarms 'off' (the rate is the alarms' target)");
+    }
+    c.clear_alarms();
+  } else {
+    if (!c.has_alarm_rate()) c.set_alarm_rate(1.0);
+    if (!std::isfinite(c.alarm_rate()) || c.alarm_rate() <= 0 || c.alarm_rate() > 1000) {
+      return Bad(c, "alarm_rate", c.alarm_rate(), "in (0, 1000] false alarms per 10,000 pairs");
+    }
+  }
+
   absl::Status views = NormalizeViewFields(c);
   if (!views.ok()) return views;
   if (absl::Status lags = NormalizeLags(c); !lags.ok()) return lags;
@@ -298,6 +316,8 @@ StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
     if (o.lags.empty()) o.lags = {1};
   }
   o.lag_basis_atoms = kLagBasisAtoms;
+  o.alarms = HasAlarms(c);
+  if (o.alarms) o.alarm_rate = c.alarm_rate();
   o.max_producer_bytes = kMaxProducerIdBytes;
   o.max_episode_bytes = kMaxEpisodeIdBytes;
   return o;
@@ -307,6 +327,10 @@ absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig
                                                            const ConfigDefaults& defaults) {
   absl::StatusOr<v1::ModelConfig> c = NormalizeModelConfig(stored, defaults);
   if (c.ok() && !stored.has_scale()) c->clear_scale();
+  if (c.ok() && !stored.has_alarms()) {
+    c->clear_alarms();
+    c->clear_alarm_rate();
+  }
   return c;
 }
 

@@ -48,7 +48,8 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
 
 // A config read back from a snapshot or an export: NormalizeModelConfig, except that a missing
 // `scale` stays missing ("none": the file was written before input scaling existed, or the
-// model was created unscaled), where a new model's default would be "auto".
+// model was created unscaled), where a new model's default would be "auto"; likewise a missing
+// `alarms` stays "off".
 absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig& stored,
                                                            const ConfigDefaults& defaults);
 
@@ -56,6 +57,10 @@ inline constexpr char kScaleAuto[] = "auto";
 inline constexpr char kScaleNone[] = "none";
 // Whether a normalized config scales its inputs (ModelConfig.scale "auto"; unset is "none").
 inline bool ScalesInputs(const v1::ModelConfig& c) { return c.has_scale() && c.scale() == kScaleAuto; }
+inline constexpr char kAlarmsOn[] = "on";
+inline constexpr char kAlarmsOff[] = "off";
+// Whether a normalized config keeps change alarms (ModelConfig.alarms "on"; unset is "off").
+inline bool HasAlarms(const v1::ModelConfig& c) { return c.has_alarms() && c.alarms() == kAlarmsOn; }
 // ModelInfo.input_scaling: the mode, and the frozen scaler's figures once the warm-up ended.
 v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler);
 

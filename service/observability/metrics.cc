@@ -1,5 +1,6 @@
 #include "service/observability/metrics.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "grpcpp/support/status_code_enum.h"
@@ -138,6 +139,15 @@ Metrics::Metrics()
                     .Name("cmestream_ingest_batches_rejected_total")
                     .Help("Ingest batches refused, by reason")
                     .Register(*registry_)),
+      change_score_(BuildGauge()
+                        .Name("cmestream_change_score")
+                        .Help("Change detector's CUSUM statistic as a fraction of its threshold: an alarm at 1 "
+                              "(docs/algorithms.md section 12; models with alarms on)")
+                        .Register(*registry_)),
+      change_alarms_(BuildCounter()
+                         .Name("cmestream_change_alarms_total")
+                         .Help("Change alarms raised (cmestream alarms NAME lists them)")
+                         .Register(*registry_)),
       rpc_(BuildHistogram()
                .Name("cmestream_rpc_duration_seconds")
                .Help("Server-side RPC latency per method (Ingest: per batch)")
@@ -300,6 +310,19 @@ void ModelMetrics::OnLags(const std::vector<int>& lags, const std::vector<std::v
   ck_stderr_->Set(ck_stderr);
 }
 
+void ModelMetrics::OnAlarms(double score, uint64_t alarms_total) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  if (change_score_ == nullptr) {
+    change_score_ = &m_.change_score_.Add({{"model", model_}});
+    change_alarms_ = &m_.change_alarms_.Add({{"model", model_}});
+    alarms_counted_ = alarms_total;
+  }
+  change_score_->Set(score);
+  if (alarms_total > alarms_counted_) change_alarms_->Increment(static_cast<double>(alarms_total - alarms_counted_));
+  alarms_counted_ = std::max(alarms_counted_, alarms_total);
+}
+
 void ModelMetrics::SetViewAge(double seconds) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
@@ -347,6 +370,12 @@ void ModelMetrics::Remove() {
     m_.lag_timescale_stderr_.Remove(gauges.second);
   }
   lag_gauges_.clear();
+  if (change_score_ != nullptr) {
+    m_.change_score_.Remove(change_score_);
+    m_.change_alarms_.Remove(change_alarms_);
+    change_score_ = nullptr;
+    change_alarms_ = nullptr;
+  }
   for (auto& [reason, counter] : rejected_) m_.rejected_.Remove(counter);
   rejected_.clear();
   for (auto& [view, histogram] : view_build_) m_.view_build_.Remove(histogram);

@@ -121,6 +121,10 @@ class ModelMetrics {
   void OnViewBuilt(const std::string& view, double seconds) ABSL_LOCKS_EXCLUDED(mu_);
   // One sub-view of the published view: built or not, and whether its fit reported a warning.
   void OnSubView(const std::string& view, bool available, bool fit_warning) ABSL_LOCKS_EXCLUDED(mu_);
+  // Change alarms (models with alarms on): the CUSUM statistic as a fraction of its threshold
+  // and the model's alarm count. The first call creates the series and counts from
+  // `alarms_total` on (a restored model's earlier alarms are not counted again).
+  void OnAlarms(double score, uint64_t alarms_total) ABSL_LOCKS_EXCLUDED(mu_);
   void Remove() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -155,6 +159,9 @@ class ModelMetrics {
   std::map<std::pair<int, int>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> lag_gauges_
       ABSL_GUARDED_BY(mu_);  // (lag, mode)
   std::map<std::string, prometheus::Counter*> rejected_ ABSL_GUARDED_BY(mu_);
+  prometheus::Gauge* change_score_ ABSL_PT_GUARDED_BY(mu_) = nullptr;     // created by OnAlarms
+  prometheus::Counter* change_alarms_ ABSL_PT_GUARDED_BY(mu_) = nullptr;  // created by OnAlarms
+  uint64_t alarms_counted_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, prometheus::Histogram*> view_build_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::pair<prometheus::Gauge*, prometheus::Gauge*>> sub_view_gauges_
       ABSL_GUARDED_BY(mu_);  // view -> (available, fit warning)
@@ -204,6 +211,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& ck_deviation_;
   prometheus::Family<prometheus::Gauge>& ck_stderr_;
   prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Gauge>& change_score_;
+  prometheus::Family<prometheus::Counter>& change_alarms_;
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Family<prometheus::Counter>& rpc_completed_;
   prometheus::Gauge& models_;

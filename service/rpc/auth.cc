@@ -64,7 +64,7 @@ const std::vector<MethodScope>& ScopeTable() {
       {"Predict", Scope::kRead},      {"GetDictionary", Scope::kRead}, {"GetCounts", Scope::kRead},
       {"GetEmbedding", Scope::kRead}, {"GetClusters", Scope::kRead},   {"GetAggregation", Scope::kRead},
       {"GetLatent", Scope::kRead},    {"Forecast", Scope::kRead},      {"GetTimescales", Scope::kRead},
-      {"CkTest", Scope::kRead},
+      {"CkTest", Scope::kRead},       {"ListAlarms", Scope::kRead},    {"WatchAlarms", Scope::kRead},
   };
   return kTable;
 }

@@ -16,7 +16,7 @@
 //   admin: CreateModel, DeleteModel, Snapshot, ExportModel, ImportModel
 //   write: Ingest, IngestOne, GetProducer
 //   read:  GetModel, ListModels, Refresh and every QueryService query (GetTimescales and
-//          CkTest included)
+//          CkTest included, ListAlarms and WatchAlarms)
 // A method missing from the table requires admin (fail closed); a test derives the RPC list from
 // the proto and fails when one is missing.
 // grpc.health.v1.Health and server reflection are never checked; the Prometheus endpoint is a

@@ -81,6 +81,16 @@ class CheckedService : public Generated {
             }));
   }
 
+  // A server-streaming method: `start` gets the request (parsed or not; it answers an
+  // unparsable one itself).
+  template <class Req, class Resp>
+  void CheckServerStream(
+      const char* method,
+      std::function<grpc::ServerWriteReactor<Resp>*(grpc::CallbackServerContext*, const Checked<Req>*)> start) {
+    this->MarkMethodCallback(MethodIndex(service_, method),
+                             new grpc::internal::CallbackServerStreamingHandler<Checked<Req>, Resp>(std::move(start)));
+  }
+
   // A bidi streaming method whose reactor reads Checked<Req> (and answers an unparsable
   // message itself).
   template <class Req, class Resp>

@@ -128,6 +128,11 @@ class QueryServiceImpl final : public CheckedService<v1::QueryService::CallbackS
     CheckUnary("Forecast", &QueryServiceImpl::Forecast);
     CheckUnary("GetTimescales", &QueryServiceImpl::GetTimescales);
     CheckUnary("CkTest", &QueryServiceImpl::CkTest);
+    CheckUnary("ListAlarms", &QueryServiceImpl::ListAlarms);
+    CheckServerStream<v1::WatchAlarmsRequest, v1::Alarm>(
+        "WatchAlarms", [this](grpc::CallbackServerContext* ctx, const Checked<v1::WatchAlarmsRequest>* req) {
+          return StartWatchAlarms(ctx, req);
+        });
   }
   grpc::ServerUnaryReactor* Refresh(grpc::CallbackServerContext* ctx, const v1::RefreshRequest* req,
                                     v1::RefreshResponse* resp) override;
@@ -154,6 +159,13 @@ class QueryServiceImpl final : public CheckedService<v1::QueryService::CallbackS
                                           v1::TimescalesResponse* resp) override;
   grpc::ServerUnaryReactor* CkTest(grpc::CallbackServerContext* ctx, const v1::CkTestRequest* req,
                                    v1::CkTestResponse* resp) override;
+  // service/rpc/alarms_rpc.cc
+  grpc::ServerUnaryReactor* ListAlarms(grpc::CallbackServerContext* ctx, const v1::ListAlarmsRequest* req,
+                                       v1::ListAlarmsResponse* resp) override;
+  // WatchAlarms (registered by CheckServerStream): the alarms since req.since, then each new one
+  // (the model is polled every 200 ms; nothing is held between polls but the model's pointer).
+  grpc::ServerWriteReactor<v1::Alarm>* StartWatchAlarms(grpc::CallbackServerContext* ctx,
+                                                        const Checked<v1::WatchAlarmsRequest>* req);
 
  private:
   ModelRegistry& registry_;

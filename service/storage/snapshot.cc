@@ -41,8 +41,11 @@ constexpr uint32_t kFormatVersion = 1;
 // Version 7 adds the delay embedding's open episode of a model with delays (ModelConfig.delays,
 // docs/algorithms.md §1.14) after the regression; a model without delays has the body of version
 // 6 (same state digest), and version 1-6 objects cannot hold delays (their configs lack them).
+// Version 8 adds the change alarms of a model with alarms on (ModelConfig.alarms, core/alarms/
+// alarm_monitor.h) after the delay embedding; a model without alarms has the body of version 7
+// (same state digest), and version 1-7 objects load without alarms (their configs lack them).
 constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
-static_assert(kModelVersion == 7, "a new learner state version is a new MODL version: document it here");
+static_assert(kModelVersion == 8, "a new learner state version is a new MODL version: document it here");
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;
@@ -221,6 +224,7 @@ ModelImage ModelSnapshotCodec::Encode(Model& m) {
 
 std::string ModelSnapshotCodec::StateBytes(Model& m) {
   io::Writer w;
+  w.set_for_digest(true);
   absl::MutexLock learner_lock(&m.learner_mu_);
   WriteBody(w, m, /*for_digest=*/true);
   return w.Release();

@@ -900,6 +900,7 @@ absl::StatusOr<uint64_t> Wal::WriteBatch(const std::string& model, const std::st
   b.set_episode_id(episode_id);
   if (batch.end_warmup) b.set_end_warmup(true);
   if (batch.gap && first == 0) b.set_gap(true);
+  if (batch.time != 0) b.set_received_unix_seconds(batch.time);
   const int d = batch.dim;
   if (batch.discrete()) {
     if (batch.trajectory) {

@@ -92,10 +92,11 @@ def collect(target):
     query = pb_grpc.QueryServiceStub(ch)
     models.CreateModel(pb.CreateModelRequest(config=pb.ModelConfig(
         name="c", dim=2, dt=0.01, meta_states=3, latent_states=3, window=2, rank=4, clusters=4,
-        lags=[1, 2, 4], auto_sigma_warmup=500, refresh_interval_seconds=3600, reservoir=2000)), timeout=30)
+        lags=[1, 2, 4], auto_sigma_warmup=500, refresh_interval_seconds=3600, reservoir=2000,
+        alarms="off")), timeout=30)
     models.CreateModel(pb.CreateModelRequest(config=pb.ModelConfig(
         name="d", num_states=6, meta_states=2, window=2, clusters=2, lags=[1, 2],
-        refresh_interval_seconds=3600)), timeout=30)
+        refresh_interval_seconds=3600, alarms="off")), timeout=30)
     x = four_well_trajectory(PAIRS + 1, 3)
     s = discrete_trajectory(PAIRS + 1, 4)
     # Two phases with a refresh between: the first view's scorer then scores the second phase,

@@ -34,14 +34,14 @@ from .info import (FitSummary, ModelConfig, ModelInfo, SigmaSelection, SpectrumI
                    SubViewStatus, TimescaleComparison, ViewInfo, model_info_from_proto,
                    spectrum_from_proto, view_from_proto, headline_from_proto)
 from .model import Model
-from .results import (AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
+from .results import (Alarm, AlarmList, AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
                       EmbeddingResult, ForecastResult, ForecastSkill, IngestResult,
                       KoopmanResult, LagScan, LatentResult, SeriesForecast, TimescalesResult,
                       ck_from_proto, complex_array, eigenfunctions_from_proto,
-                      lag_scan_from_proto, samples_first, skill_from_proto)
+                      lag_scan_from_proto, samples_first, skill_from_proto, alarm_from_proto)
 
 # Re-exported: these lived in this module before cmestream.results and cmestream.info.
-__all__ = ["AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
+__all__ = ["Alarm", "AlarmList", "AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
            "CmestreamError", "CountsResult", "EmbeddingResult", "FitSummary", "ForecastResult",
            "IngestResult", "InvalidArgumentError", "KoopmanResult", "LagScan", "LatentResult",
            "ModelConfig", "ModelInfo", "SigmaSelection", "SpectrumInfo", "SubViewStatus",
@@ -658,6 +658,32 @@ class Client:
                                          if r.HasField("koopman") else None),
                                 counts=lag_scan_from_proto(r.counts), dt=r.dt,
                                 view_version=r.view.version, samples=r.view.samples)
+
+    def list_alarms(self, model: str, since: int = 0) -> AlarmList:
+        """The change alarms the model raised with index >= since, oldest first (a model created
+        with alarms "on", the default; docs/user-guide.md "Change alarms")."""
+        r = self._call(self._queries.ListAlarms,
+                       pb.ListAlarmsRequest(model=model, since=inputs.integer("since", since)))
+        return AlarmList(model=r.model, armed_at=r.armed_at,
+                         alarms=[alarm_from_proto(a) for a in r.alarms], dropped=r.dropped)
+
+    def watch_alarms(self, model: str, since: int = 0,
+                     timeout: Optional[float] = None) -> Iterator[Alarm]:
+        """Yields the alarms with index >= since, then each new one as the model raises it, until
+        the caller stops iterating or `timeout` seconds pass (None: no limit; the stream then ends
+        without an error). To resume after a disconnect or a restart, pass the last index
+        received + 1: nothing is missed, nothing repeated."""
+        req = pb.WatchAlarmsRequest(model=model, since=inputs.integer("since", since))
+        call = self._queries.WatchAlarms(req, timeout=timeout, metadata=self._metadata)
+        try:
+            for a in call:
+                yield alarm_from_proto(a)
+        except grpc.RpcError as e:
+            if timeout is not None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return
+            raise _error(e) from None
+        finally:
+            call.cancel()
 
     def cktest(self, model: str, clusters: int = 0, steps: int = 0, lag: int = 0) -> CkTestResult:
         """Chapman-Kolmogorov test on the metastable sets (0 = the model's clusters, every

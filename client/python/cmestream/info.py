@@ -250,6 +250,28 @@ class ModelConfig:
     scale: Optional[str]
     delays: Optional[int] = None
     delay_stride: Optional[int] = None
+    alarms: Optional[str] = None
+    alarm_rate: Optional[float] = None
+
+
+@dataclasses.dataclass
+class AlarmStatus:
+    """A model's change detector (ModelConfig.alarms "on"; docs/user-guide.md "Change alarms").
+
+    Attributes:
+        scored: pairs scored so far (the first ones train the alarms' forecast).
+        armed_at: stream index at which the detector armed (-1: not yet).
+        alarms_total: alarms raised since the model was created.
+        score: the CUSUM statistic now as a fraction of the threshold (an alarm at 1).
+        threshold: the CUSUM threshold h.
+        alarm_rate: target false alarms per 10,000 stationary pairs.
+    """
+    scored: int
+    armed_at: int
+    alarms_total: int
+    score: float
+    threshold: float
+    alarm_rate: float
 
 
 @dataclasses.dataclass
@@ -273,6 +295,7 @@ class ModelInfo:
         sub_views: list of SubViewStatus of the latest view (empty before the first view).
         input_scaling: InputScaling (continuous models; None for discrete ones).
         state_dim: values per learned state: dim x delays (continuous), 1 (discrete).
+        alarms: AlarmStatus of a model with change alarms; None without.
     """
     config: ModelConfig
     samples: int
@@ -291,6 +314,7 @@ class ModelInfo:
     sub_views: List[SubViewStatus]
     input_scaling: Optional[InputScaling] = None
     state_dim: int = 0
+    alarms: Optional[AlarmStatus] = None
 
 
 # -- conversion from the wire -----------------------------------------------------------------
@@ -367,4 +391,8 @@ def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
         sub_views=[sub_view_from_proto(s) for s in m.sub_views],
         input_scaling=(input_scaling_from_proto(m.input_scaling)
                        if m.HasField("input_scaling") else None),
-        state_dim=m.state_dim)
+        state_dim=m.state_dim,
+        alarms=(AlarmStatus(scored=m.alarms.scored, armed_at=m.alarms.armed_at,
+                            alarms_total=m.alarms.alarms_total, score=m.alarms.score,
+                            threshold=m.alarms.threshold, alarm_rate=m.alarms.alarm_rate)
+                if m.alarms.enabled else None))

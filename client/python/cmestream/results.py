@@ -405,3 +405,55 @@ def ck_from_proto(c) -> CkResult:
                     stderr=cube("stderr"), predicted_stderr=cube("predicted_stderr"),
                     max_deviation=c.max_deviation, max_deviation_stderr=c.max_deviation_stderr,
                     blocks=c.blocks)
+
+
+@dataclasses.dataclass
+class Alarm:
+    """One change alarm (docs/user-guide.md "Change alarms").
+
+    Attributes:
+        model: the model's name.
+        index: 0-based position in the model's stream of the pair whose arrival raised it.
+        time: unix seconds its batch arrived (as the daemon logged it).
+        score, threshold: the CUSUM statistic at the alarm and the level it crossed.
+        channels: 0-based raw channels, most changed first (continuous models).
+        kind: "dynamics", or "noise" (only the size of the residuals changed).
+        onset: the estimated index at which the change began.
+        direction: "up" (forecast errors grew) or "down".
+    """
+    model: str
+    index: int
+    time: float
+    score: float
+    threshold: float
+    channels: List[int]
+    kind: str
+    onset: int
+    direction: str
+
+    def as_dict(self) -> dict:
+        """The JSON form of `cmestream alarms --json` (one entry of "alarms")."""
+        return {"index": self.index, "time": self.time, "score": self.score,
+                "threshold": self.threshold, "channels": list(self.channels),
+                "kind": self.kind, "onset": self.onset}
+
+
+@dataclasses.dataclass
+class AlarmList:
+    """What list_alarms returns: the alarms kept with index >= since, oldest first.
+
+    Attributes:
+        model: the model's name.
+        armed_at: stream index at which the detector armed (-1: not yet).
+        alarms: list of Alarm.
+        dropped: older matching alarms the model no longer keeps (it keeps the last 1,000).
+    """
+    model: str
+    armed_at: int
+    alarms: List[Alarm]
+    dropped: int
+
+
+def alarm_from_proto(a) -> Alarm:
+    return Alarm(model=a.model, index=a.index, time=a.time, score=a.score, threshold=a.threshold,
+                 channels=list(a.channels), kind=a.kind, onset=a.onset, direction=a.direction)

@@ -1,0 +1,170 @@
+#include "core/alarms/alarm_monitor.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/counts/transition_counts.h"
+#include "core/io/binary_io.h"
+
+namespace cmestream {
+namespace {
+
+constexpr uint32_t kTag = io::Fourcc("ALRM");
+constexpr uint32_t kVersion = 1;
+// Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
+constexpr int64_t kDiscreteFirstScored = 64;
+// Discrete smoothing: 1/2 pseudo-count per state.
+constexpr double kPseudoCount = 0.5;
+
+}  // namespace
+
+absl::Status AlarmMonitor::Options::Validate() const {
+  const bool continuous = dim > 0;
+  if (continuous == (num_states > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("alarms: exactly one of dim (", dim, ") and num_states (", num_states, ") must be positive"));
+  }
+  if (continuous && (channels < 1 || channels > dim || dim % channels != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("alarms: channels is ", channels, ", expected a divisor of dim (", dim, ")"));
+  }
+  if (!(alarm_rate > 0) || alarm_rate > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("alarm_rate is ", alarm_rate, ", expected a rate in (0, 1000]"));
+  }
+  return absl::OkStatus();
+}
+
+ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
+  ChangeDetector::Options d;
+  d.channels = o.dim > 0 ? o.channels : 1;
+  d.alarm_rate = o.alarm_rate;
+  return d;
+}
+
+AlarmMonitor::AlarmMonitor(const Options& options) : options_(options), detector_(DetectorOptions(options)) {
+  if (options.dim > 0) {
+    LinearForecast::Options f;
+    f.dim = options.dim;
+    f.outputs = options.channels;
+    f.first_fit = LinearForecast::FirstFitFor(options.dim);
+    f.fit_every = std::max<int64_t>(f.fit_every, f.first_fit);
+    forecast_.emplace(f);
+  }
+  residual_.assign(detector_.channels(), 0.0);
+}
+
+double AlarmMonitor::score() const {
+  const double h = detector_.threshold();
+  return h > 0 ? std::max(detector_.up_statistic(), detector_.down_statistic()) / h : 0;
+}
+
+void AlarmMonitor::ObservePair(const double* x, const double* y, double time) {
+  if (forecast_->Observe(x, y, residual_.data())) Score(residual_.data(), time);
+  ++pairs_;
+}
+
+void AlarmMonitor::ObserveIds(int64_t x, int64_t y, const TransitionCounts& counts, double time) {
+  if (pairs_ >= kDiscreteFirstScored) {
+    const int xi = static_cast<int>(x), yi = static_cast<int>(y);
+    const double p = (counts.Count(xi, yi) + kPseudoCount) / (counts.Visits(xi) + kPseudoCount * options_.num_states);
+    residual_[0] = std::sqrt(std::max(0.0, -std::log(p)));
+    Score(residual_.data(), time);
+  }
+  ++pairs_;
+}
+
+void AlarmMonitor::Score(const double* residual, double time) {
+  const ChangeDetector::Alarm* alarm = detector_.Observe(residual);
+  if (armed_at_ < 0 && detector_.armed()) armed_at_ = pairs_;
+  if (alarm == nullptr) return;
+  AlarmRecord rec;
+  rec.index = pairs_;
+  rec.time = time;
+  rec.score = alarm->score;
+  rec.threshold = alarm->threshold;
+  if (forecast_) rec.channels.assign(alarm->channels.begin(), alarm->channels.end());
+  rec.kind = alarm->kind;
+  rec.direction = alarm->direction;
+  // Every pair from the onset to the alarm was scored (the onset follows the detector's restart).
+  rec.onset = std::max<int64_t>(0, pairs_ - (alarm->index - alarm->onset));
+  records_.push_back(std::move(rec));
+  if (static_cast<int>(records_.size()) > kMaxRecords) records_.pop_front();
+  // The forecast learns the new regime from here on (docs/algorithms.md §12.8).
+  if (forecast_) forecast_->Reset();
+}
+
+void AlarmMonitor::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kTag, kVersion);
+  w.I32(options_.dim);
+  w.I32(options_.channels);
+  w.I32(options_.num_states);
+  w.F64(options_.alarm_rate);
+  w.I64(pairs_);
+  w.I64(armed_at_);
+  if (forecast_) forecast_->Serialize(w);
+  detector_.Serialize(w);
+  w.U64(records_.size());
+  for (const AlarmRecord& a : records_) {
+    w.I64(a.index);
+    w.F64(w.for_digest() ? 0.0 : a.time);  // arrival time: not learned state
+    w.F64(a.score);
+    w.F64(a.threshold);
+    w.U32(static_cast<uint32_t>(a.channels.size()));
+    for (int c : a.channels) w.I32(c);
+    w.U8(static_cast<uint8_t>(a.kind));
+    w.U8(static_cast<uint8_t>(a.direction));
+    w.I64(a.onset);
+  }
+  w.EndObject(h);
+}
+
+absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kTag, kVersion, "alarm monitor", &version)) return r.status();
+  Options o;
+  o.dim = r.I32("alarm monitor dim");
+  o.channels = r.I32("alarm monitor channels");
+  o.num_states = r.I32("alarm monitor num_states");
+  o.alarm_rate = r.F64("alarm monitor alarm_rate");
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
+  AlarmMonitor m(o);
+  m.pairs_ = r.I64("alarm monitor pairs");
+  m.armed_at_ = r.I64("alarm monitor armed_at");
+  if (m.forecast_) {
+    absl::StatusOr<LinearForecast> f = LinearForecast::Deserialize(r);
+    if (!f.ok()) return f.status();
+    if (f->options().dim != o.dim || f->options().outputs != o.channels) {
+      return r.Fail("alarm monitor: the forecast's dimensions differ from the monitor's");
+    }
+    m.forecast_ = std::move(*f);
+  }
+  absl::StatusOr<ChangeDetector> d = ChangeDetector::Deserialize(r);
+  if (!d.ok()) return d.status();
+  if (d->channels() != m.detector_.channels()) return r.Fail("alarm monitor: the detector's channels differ");
+  m.detector_ = std::move(*d);
+  const int64_t n = r.Count("alarm monitor records", 0, kMaxRecords);
+  for (int64_t i = 0; i < n && r.ok(); ++i) {
+    AlarmRecord a;
+    a.index = r.I64("alarm index");
+    a.time = r.F64("alarm time");
+    a.score = r.F64("alarm score");
+    a.threshold = r.F64("alarm threshold");
+    const uint32_t nc = r.U32("alarm channels");
+    if (!r.ok()) break;
+    if (nc > static_cast<uint32_t>(m.detector_.channels())) return r.Fail("alarm channels: more than the model has");
+    for (uint32_t k = 0; k < nc; ++k) a.channels.push_back(r.I32("alarm channel"));
+    const uint8_t kind = r.U8("alarm kind"), dir = r.U8("alarm direction");
+    if (kind > 1 || dir > 1) return r.Fail("alarm kind or direction out of range");
+    a.kind = static_cast<ChangeDetector::Kind>(kind);
+    a.direction = static_cast<ChangeDetector::Direction>(dir);
+    a.onset = r.I64("alarm onset");
+    m.records_.push_back(std::move(a));
+  }
+  if (!r.EndObject("alarm monitor")) return r.status();
+  if (m.pairs_ < 0 || m.armed_at_ < -1 || m.armed_at_ > m.pairs_) return r.Fail("alarm monitor: counters out of range");
+  return m;
+}
+
+}  // namespace cmestream

@@ -1,0 +1,99 @@
+// AlarmMonitor: the change alarms of one model (docs/algorithms.md §12.8): a forecast that scores
+// every pair before the model learns it, the ChangeDetector on those residuals, and the record of
+// the alarms raised, all state of the model (a function of the pairs and their arrival times).
+//
+// WHAT IT SCORES. Continuous models: the residual of LinearForecast (core/alarms/
+// linear_forecast.h) on the newest observation of y (the raw channels: the last `channels`
+// components of a delay window), so the alarms run from the first pairs on, sigma warm-up or not.
+// Discrete models: one channel, r = sqrt(-log p(y | x)) with p the model's transition counts
+// before the pair, smoothed by 1/2 per state (the surprise of the transition).
+//
+// INDEXES. `index` counts the pairs the model was given (the warm-up's included), from 0: the
+// pair whose arrival raised an alarm has index = the count before it. The detector counts the
+// pairs it scored; an alarm's onset is mapped back to the stream by the distance to the alarm
+// (every pair between them was scored).
+//
+// AFTER AN ALARM the detector restarts (the new regime becomes its reference) and the forecast
+// forgets the old regime: the next pairs train it again and are not scored until it refits, so
+// the detector re-arms LinearForecast::FirstFitFor(d) + arm_after pairs later.
+//
+// RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
+// COST. O(d^2 / 2) per pair (the forecast's sums), O(C) the detector; no allocation per pair
+// except when an alarm is recorded or the forecast refits.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/alarms/change_detector.h"
+#include "core/alarms/linear_forecast.h"
+#include "core/io/fwd.h"
+
+namespace cmestream {
+
+class TransitionCounts;
+
+struct AlarmRecord {
+  int64_t index = 0;  // the pair's position in the model's stream
+  double time = 0;    // unix seconds its batch arrived
+  double score = 0;
+  double threshold = 0;
+  std::vector<int> channels;  // raw channels, most changed first (continuous)
+  ChangeDetector::Kind kind = ChangeDetector::Kind::kNoise;
+  ChangeDetector::Direction direction = ChangeDetector::Direction::kUp;
+  int64_t onset = 0;  // estimated first pair of the new regime
+};
+
+class AlarmMonitor {
+ public:
+  struct Options {
+    int dim = 0;            // continuous: values per state (channels x delays); 0 for discrete
+    int channels = 1;       // continuous: raw channels (the last `channels` values of a state)
+    int num_states = 0;     // discrete: states
+    double alarm_rate = 1;  // target false alarms per 10,000 stationary pairs
+    absl::Status Validate() const;
+  };
+  static constexpr int kMaxRecords = 1000;
+
+  // requires: options.Validate().ok().
+  explicit AlarmMonitor(const Options& options);
+
+  // One pair, before the model learns it. Continuous: x, y (dim values each).
+  void ObservePair(const double* x, const double* y, double time);
+  // Discrete: ids and the model's counts before the pair.
+  void ObserveIds(int64_t x, int64_t y, const TransitionCounts& counts, double time);
+
+  const Options& options() const { return options_; }
+  int64_t pairs() const { return pairs_; }
+  int64_t scored() const { return detector_.scored(); }
+  int64_t armed_at() const { return armed_at_; }  // -1 before the detector first armed
+  int64_t alarms_total() const { return detector_.alarms(); }
+  int64_t dropped() const { return alarms_total() - static_cast<int64_t>(records_.size()); }
+  const std::deque<AlarmRecord>& records() const { return records_; }
+  // The larger CUSUM statistic as a fraction of the threshold (an alarm at 1).
+  double score() const;
+  double threshold() const { return detector_.threshold(); }
+
+  // Object "ALRM" v1: options, pair counter, armed_at, the forecast (continuous), the detector
+  // and the kept records.
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<AlarmMonitor> Deserialize(io::Reader& r);
+
+ private:
+  void Score(const double* residual, double time);
+  static ChangeDetector::Options DetectorOptions(const Options& o);
+
+  Options options_;
+  int64_t pairs_ = 0;
+  int64_t armed_at_ = -1;
+  std::optional<LinearForecast> forecast_;  // continuous
+  ChangeDetector detector_;
+  std::vector<double> residual_;  // scratch
+  std::deque<AlarmRecord> records_;
+};
+
+}  // namespace cmestream

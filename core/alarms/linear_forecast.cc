@@ -1,0 +1,159 @@
+#include "core/alarms/linear_forecast.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "Eigen/Cholesky"
+#include "absl/strings/str_cat.h"
+#include "core/io/binary_io.h"
+
+namespace cmestream {
+namespace {
+
+constexpr uint32_t kTag = io::Fourcc("LINF");
+constexpr uint32_t kVersion = 1;
+constexpr int kMaxDim = 1 << 14;
+constexpr double kRidge = 1e-3;
+constexpr double kFloor = 1e-12;
+
+}  // namespace
+
+absl::Status LinearForecast::Options::Validate() const {
+  if (dim < 1 || dim > kMaxDim)
+    return absl::InvalidArgumentError(absl::StrCat("dim is ", dim, ", expected 1..", kMaxDim));
+  if (outputs < 1 || outputs > dim) {
+    return absl::InvalidArgumentError(absl::StrCat("outputs is ", outputs, ", expected 1..dim (", dim, ")"));
+  }
+  if (first_fit < 8) return absl::InvalidArgumentError(absl::StrCat("first_fit is ", first_fit, ", expected >= 8"));
+  if (fit_every < first_fit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fit_every is ", fit_every, ", expected >= first_fit (", first_fit, ")"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t LinearForecast::FirstFitFor(int dim) { return std::max<int64_t>(64, 2 * (static_cast<int64_t>(dim) + 1)); }
+
+LinearForecast::LinearForecast(const Options& options) : options_(options) {
+  const int d = options.dim, c = options.outputs;
+  x0_ = VectorXd::Zero(d);
+  y0_ = VectorXd::Zero(c);
+  suu_ = MatrixXd::Zero(d, d);
+  su_ = VectorXd::Zero(d);
+  suv_ = MatrixXd::Zero(d, c);
+  sv_ = VectorXd::Zero(c);
+  intercept_ = VectorXd::Zero(c);
+  coef_ = MatrixXd::Zero(d, c);
+  u_ = VectorXd::Zero(d);
+  v_ = VectorXd::Zero(c);
+  next_fit_ = options.first_fit;
+}
+
+void LinearForecast::Reset() {
+  n_ = 0;
+  next_fit_ = options_.first_fit;
+  suu_.setZero();
+  su_.setZero();
+  suv_.setZero();
+  sv_.setZero();
+  fitted_ = false;
+  intercept_.setZero();
+  coef_.setZero();
+}
+
+bool LinearForecast::Observe(const double* x, const double* y, double* residual) {
+  const int d = options_.dim, c = options_.outputs;
+  const double* y_new = y + (d - c);
+  if (n_ == 0) {
+    for (int j = 0; j < d; ++j) x0_[j] = x[j];
+    for (int k = 0; k < c; ++k) y0_[k] = y_new[k];
+  }
+  for (int j = 0; j < d; ++j) u_[j] = x[j] - x0_[j];
+  for (int k = 0; k < c; ++k) v_[k] = y_new[k] - y0_[k];
+  const bool scored = fitted_;
+  if (scored) {
+    // residual = y_new - (a + B^T u)
+    for (int k = 0; k < c; ++k) residual[k] = y_new[k] - intercept_[k] - coef_.col(k).dot(u_);
+  }
+  suu_.selfadjointView<Eigen::Lower>().rankUpdate(u_);
+  su_ += u_;
+  suv_.noalias() += u_ * v_.transpose();
+  sv_ += v_;
+  ++n_;
+  if (n_ == next_fit_) {
+    Refit();
+    next_fit_ = n_ < options_.fit_every ? std::min(2 * n_, options_.fit_every) : n_ + options_.fit_every;
+  }
+  return scored;
+}
+
+void LinearForecast::Refit() {
+  const double n = static_cast<double>(n_);
+  const VectorXd mu = su_ / n;
+  const VectorXd mv = sv_ / n;
+  MatrixXd cuu = suu_.selfadjointView<Eigen::Lower>();
+  cuu /= n;
+  cuu.noalias() -= mu * mu.transpose();
+  MatrixXd cuv = suv_ / n;
+  cuv.noalias() -= mu * mv.transpose();
+  const int d = options_.dim;
+  const double floor = kFloor * std::max(cuu.trace(), 1e-300) / d;
+  for (int j = 0; j < d; ++j) cuu(j, j) += kRidge * std::max(cuu(j, j), 0.0) + floor;
+  Eigen::LDLT<MatrixXd> ldlt(cuu);
+  MatrixXd coef = ldlt.solve(cuv);
+  if (ldlt.info() != Eigen::Success || !coef.allFinite()) return;  // keep the previous fit
+  coef_ = std::move(coef);
+  intercept_ = y0_ + mv - coef_.transpose() * mu;
+  fitted_ = true;
+}
+
+void LinearForecast::Serialize(io::Writer& w) const {
+  const size_t h = w.BeginObject(kTag, kVersion);
+  w.I32(options_.dim);
+  w.I32(options_.outputs);
+  w.I64(options_.first_fit);
+  w.I64(options_.fit_every);
+  w.I64(n_);
+  w.I64(next_fit_);
+  w.Matrix(x0_);
+  w.Matrix(y0_);
+  w.Matrix(suu_);
+  w.Matrix(su_);
+  w.Matrix(suv_);
+  w.Matrix(sv_);
+  w.Bool(fitted_);
+  w.Matrix(intercept_);
+  w.Matrix(coef_);
+  w.EndObject(h);
+}
+
+absl::StatusOr<LinearForecast> LinearForecast::Deserialize(io::Reader& r) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kTag, kVersion, "alarm forecast", &version)) return r.status();
+  Options o;
+  o.dim = r.I32("alarm forecast dim");
+  o.outputs = r.I32("alarm forecast outputs");
+  o.first_fit = r.I64("alarm forecast first_fit");
+  o.fit_every = r.I64("alarm forecast fit_every");
+  if (!r.ok()) return r.status();
+  if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("alarm forecast: ", s.message()));
+  const uint64_t d = static_cast<uint64_t>(o.dim), c = static_cast<uint64_t>(o.outputs);
+  if (!r.Expect(8 * (d * d + 2 * d * c), "alarm forecast sums")) return r.status();
+  LinearForecast f(o);
+  f.n_ = r.I64("alarm forecast pairs");
+  f.next_fit_ = r.I64("alarm forecast next fit");
+  r.MatrixInto("alarm forecast x0", f.x0_);
+  r.MatrixInto("alarm forecast y0", f.y0_);
+  r.MatrixInto("alarm forecast suu", f.suu_);
+  r.MatrixInto("alarm forecast su", f.su_);
+  r.MatrixInto("alarm forecast suv", f.suv_);
+  r.MatrixInto("alarm forecast sv", f.sv_);
+  f.fitted_ = r.Bool("alarm forecast fitted");
+  r.MatrixInto("alarm forecast intercept", f.intercept_);
+  r.MatrixInto("alarm forecast coef", f.coef_);
+  if (!r.EndObject("alarm forecast")) return r.status();
+  if (f.n_ < 0 || f.next_fit_ <= f.n_) return r.Fail("alarm forecast: pair counters out of order");
+  return f;
+}
+
+}  // namespace cmestream

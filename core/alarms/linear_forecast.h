@@ -1,0 +1,77 @@
+// LinearForecast: the one-step forecast the change alarms score pairs with (docs/algorithms.md
+// §12.8). A ridge regression of the newest observation of y (the last `outputs` components of
+// the state) on [1, x], fitted at fixed pair counts from streaming sums and frozen in between.
+//
+// WHY ITS OWN FORECAST. The alarms must work from the first few hundred pairs of a stream, before
+// the kernel bandwidth is chosen (the sigma warm-up), and their residuals must keep one scale
+// between refits: the kernel forecast of §11 exists only after the warm-up and refits at other
+// counts. A least-squares regression needs no bandwidth, and with a ridge relative to each
+// feature's variance it is invariant to the scale of every channel (so scaling is not needed).
+//
+// THE FIT (Refit, at pair counts first_fit, 2 first_fit, ... up to fit_every, then every
+// fit_every pairs): with u = x - x_0, v = y_new - y_0 (x_0, y_0 the first pair's: sums of large
+// offsets stay free of cancellation), C_uu and C_uv the centered moments of all pairs so far,
+//     B = (C_uu + lambda diag(C_uu) + floor I)^{-1} C_uv,   a = y_0 + mean(v) - B^T mean(u),
+// and the forecast of y_new is a + B^T (x - x_0). lambda = 1e-3; floor = 1e-12 trace(C_uu) / d.
+//
+// COST. Observe: O(d^2 / 2 + d C) (a rank-1 update of the lower triangle of sum u u^T), no heap
+// allocation; a refit O(d^3) (it allocates; rare). Memory O(d^2 + d C).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/common/types.h"
+#include "core/io/fwd.h"
+
+namespace cmestream {
+
+class LinearForecast {
+ public:
+  struct Options {
+    int dim = 1;      // d: values of x (and y) per pair
+    int outputs = 1;  // C: the last C components of y are forecast, 1..dim
+    int64_t first_fit = 64;
+    int64_t fit_every = 4096;  // refits double up to this many pairs, then come this often
+    absl::Status Validate() const;
+  };
+  // The first fit comes once the regression is determined: max(64, 2 (d + 1)) pairs.
+  static int64_t FirstFitFor(int dim);
+
+  // requires: options.Validate().ok().
+  explicit LinearForecast(const Options& options);
+
+  // Scores the pair with the current fit, then learns it; refits on schedule. Writes
+  // `residual` (outputs values: y_new - forecast) and returns true when a fit existed.
+  // x, y: dim finite doubles. No allocation except at a refit.
+  bool Observe(const double* x, const double* y, double* residual);
+  // Forgets every pair (the next one is the first again); keeps the allocation.
+  void Reset();
+
+  const Options& options() const { return options_; }
+  int64_t samples() const { return n_; }
+  bool has_fit() const { return fitted_; }
+
+  // Object "LINF" v1: options, sums and fit (bit-exact continuation).
+  void Serialize(io::Writer& w) const;
+  static absl::StatusOr<LinearForecast> Deserialize(io::Reader& r);
+
+ private:
+  void Refit();
+
+  Options options_;
+  int64_t n_ = 0;
+  int64_t next_fit_ = 0;
+  VectorXd x0_, y0_;  // d, C
+  MatrixXd suu_;      // d x d, lower triangle
+  VectorXd su_;       // d
+  MatrixXd suv_;      // d x C
+  VectorXd sv_;       // C
+  bool fitted_ = false;
+  VectorXd intercept_;  // C
+  MatrixXd coef_;       // d x C
+  VectorXd u_, v_;      // scratch
+};
+
+}  // namespace cmestream
