@@ -29,10 +29,7 @@ absl::Status AlarmMonitor::Options::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("alarms: channels is ", channels, ", expected a divisor of dim (", dim, ")"));
   }
-  if (!(alarm_rate > 0) || alarm_rate > 1000) {
-    return absl::InvalidArgumentError(absl::StrCat("alarm_rate is ", alarm_rate, ", expected a rate in (0, 1000]"));
-  }
-  return absl::OkStatus();
+  return DetectorOptions(*this).Validate();
 }
 
 ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
@@ -90,8 +87,8 @@ void AlarmMonitor::Score(const double* residual, double time) {
   rec.onset = std::max<int64_t>(0, pairs_ - (alarm->index - alarm->onset));
   records_.push_back(std::move(rec));
   if (static_cast<int>(records_.size()) > kMaxRecords) records_.pop_front();
-  // The forecast learns the new regime from here on (docs/algorithms.md §12.8).
-  if (forecast_) forecast_->Reset();
+  // The forecast keeps its fit and its schedule (docs/algorithms.md §12.8: resetting it made the
+  // early, noisy refits raise alarms of their own).
 }
 
 void AlarmMonitor::Serialize(io::Writer& w) const {

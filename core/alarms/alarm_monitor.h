@@ -13,9 +13,8 @@
 // pairs it scored; an alarm's onset is mapped back to the stream by the distance to the alarm
 // (every pair between them was scored).
 //
-// AFTER AN ALARM the detector restarts (the new regime becomes its reference) and the forecast
-// forgets the old regime: the next pairs train it again and are not scored until it refits, so
-// the detector re-arms LinearForecast::FirstFitFor(d) + arm_after pairs later.
+// AFTER AN ALARM the detector restarts (the new regime becomes its reference: it re-arms
+// arm_after pairs later); the forecast keeps learning and refits on its schedule.
 //
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
 // COST. O(d^2 / 2) per pair (the forecast's sums), O(C) the detector; no allocation per pair
@@ -54,10 +53,13 @@ class AlarmMonitor {
     int dim = 0;            // continuous: values per state (channels x delays); 0 for discrete
     int channels = 1;       // continuous: raw channels (the last `channels` values of a state)
     int num_states = 0;     // discrete: states
-    double alarm_rate = 1;  // target false alarms per 10,000 stationary pairs
+    double alarm_rate = 1;  // target false alarms per 10,000 stationary pairs, in (0, kMaxAlarmRate]
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
+  // The detector re-arms 200 pairs after an alarm, so at most 10^4 / 400 = 25 alarms per 10^4
+  // pairs can be calibrated (ChangeDetector::Options::Validate).
+  static constexpr double kMaxAlarmRate = 25;
 
   // requires: options.Validate().ok().
   explicit AlarmMonitor(const Options& options);

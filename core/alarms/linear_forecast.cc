@@ -49,18 +49,6 @@ LinearForecast::LinearForecast(const Options& options) : options_(options) {
   next_fit_ = options.first_fit;
 }
 
-void LinearForecast::Reset() {
-  n_ = 0;
-  next_fit_ = options_.first_fit;
-  suu_.setZero();
-  su_.setZero();
-  suv_.setZero();
-  sv_.setZero();
-  fitted_ = false;
-  intercept_.setZero();
-  coef_.setZero();
-}
-
 bool LinearForecast::Observe(const double* x, const double* y, double* residual) {
   const int d = options_.dim, c = options_.outputs;
   const double* y_new = y + (d - c);

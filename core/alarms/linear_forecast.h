@@ -46,8 +46,6 @@ class LinearForecast {
   // `residual` (outputs values: y_new - forecast) and returns true when a fit existed.
   // x, y: dim finite doubles. No allocation except at a refit.
   bool Observe(const double* x, const double* y, double* residual);
-  // Forgets every pair (the next one is the first again); keeps the allocation.
-  void Reset();
 
   const Options& options() const { return options_; }
   int64_t samples() const { return n_; }

@@ -234,8 +234,8 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
     c.clear_alarms();
   } else {
     if (!c.has_alarm_rate()) c.set_alarm_rate(1.0);
-    if (!std::isfinite(c.alarm_rate()) || c.alarm_rate() <= 0 || c.alarm_rate() > 1000) {
-      return Bad(c, "alarm_rate", c.alarm_rate(), "in (0, 1000] false alarms per 10,000 pairs");
+    if (!std::isfinite(c.alarm_rate()) || c.alarm_rate() <= 0 || c.alarm_rate() > AlarmMonitor::kMaxAlarmRate) {
+      return Bad(c, "alarm_rate", c.alarm_rate(), "in (0, 25] false alarms per 10,000 pairs");
     }
   }
 

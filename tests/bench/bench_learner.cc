@@ -8,6 +8,8 @@
 // BM_Learner/d/traj: states of a d-dimensional delay vector of a noisy two-tone signal (sigma
 // fixed at 0.5 sqrt(d)), fed in batches of 256 pairs, either as trajectories (traj = 1: y_t is
 // x_{t+1}, the wire's `states` form) or as the same pairs shuffled (traj = 0: no point repeats).
+// BM_Learner/d/traj/alarms: alarms = 1 adds the change alarms (AlarmMonitor, docs/algorithms.md
+// §12.8), every pair scored before it is learned: their cost is the difference to alarms = 0.
 // The timed region starts after 6000 pairs (the dictionary has about stopped growing; counter
 // dict_x). One iteration is one batch.
 #include <benchmark/benchmark.h>
@@ -76,6 +78,7 @@ void BM_Learner(benchmark::State& state) {
   o.cme.dim = d;
   o.cme.sigma = 0.5 * std::sqrt(static_cast<double>(d));
   o.seed = 7;
+  o.alarms = state.range(2) != 0;
   StreamingLearner l(o);
   const int64_t n = kWarm + kTimed;
   const RowMatrixXd s = DelayStates(n, d, 3);
@@ -109,13 +112,16 @@ void BM_Learner(benchmark::State& state) {
   state.counters["basis"] = snap && snap->spectral ? static_cast<double>(snap->spectral->basis.rows()) : 0.0;
 }
 BENCHMARK(BM_Learner)
-    ->ArgNames({"d", "traj"})
-    ->Args({2, 1})
-    ->Args({2, 0})
-    ->Args({8, 1})
-    ->Args({8, 0})
-    ->Args({512, 1})
-    ->Args({512, 0})
+    ->ArgNames({"d", "traj", "alarms"})
+    ->Args({2, 1, 0})
+    ->Args({2, 1, 1})
+    ->Args({2, 0, 0})
+    ->Args({8, 1, 0})
+    ->Args({8, 1, 1})
+    ->Args({8, 0, 0})
+    ->Args({512, 1, 0})
+    ->Args({512, 1, 1})
+    ->Args({512, 0, 0})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -1,0 +1,192 @@
+// AlarmMonitor and LinearForecast (core/alarms/, docs/algorithms.md §12.8): the forecast's fit
+// against the closed-form AR(1) coefficient, arming within the first 300 pairs, an OU whose rate
+// changes found with its onset, a discrete chain whose matrix changes found, alarms kept in the
+// learner state with a bit-exact continuation through serialization, and the monitor in the
+// learner changes nothing else (the state of a model without alarms is unchanged).
+#include "core/alarms/alarm_monitor.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/counts/transition_counts.h"
+#include "core/io/binary_io.h"
+#include "core/stream/streaming_learner.h"
+#include "gtest/gtest.h"
+
+namespace cmestream {
+namespace {
+
+// OU sampled exactly: x' = a x + sqrt(1 - a^2) N(0, 1), a = exp(-theta dt); rate changes at `at`.
+std::vector<double> Ou(int n, double a0, double a1, int at, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> g;
+  std::vector<double> x(n);
+  x[0] = 0;
+  for (int t = 1; t < n; ++t) {
+    const double a = t <= at ? a0 : a1;
+    x[t] = a * x[t - 1] + std::sqrt(1 - a * a) * g(rng);
+  }
+  return x;
+}
+
+TEST(LinearForecast, FitsTheAutoregressionCoefficient) {
+  const double a = 0.9;
+  const std::vector<double> x = Ou(20001, a, a, 1 << 30, 3);
+  LinearForecast::Options o;
+  LinearForecast f(o);
+  double r = 0, sse = 0;
+  int64_t scored = 0;
+  for (int t = 0; t + 1 < static_cast<int>(x.size()); ++t) {
+    if (f.Observe(&x[t], &x[t + 1], &r)) {
+      sse += r * r;
+      ++scored;
+    }
+  }
+  EXPECT_EQ(scored, 20000 - 64);  // scored from the first fit on
+  // The one-step error variance of the exact AR(1): 1 - a^2 = 0.19.
+  EXPECT_NEAR(sse / scored, 1 - a * a, 0.01);
+}
+
+TEST(AlarmMonitor, ArmsWithinThreeHundredPairsAndFindsARateChange) {
+  const int change = 3000;
+  const std::vector<double> x = Ou(6001, std::exp(-0.1), std::exp(-0.5), change, 5);
+  AlarmMonitor::Options o;
+  o.dim = 1;
+  o.channels = 1;
+  AlarmMonitor m(o);
+  for (int t = 0; t + 1 < static_cast<int>(x.size()); ++t) m.ObservePair(&x[t], &x[t + 1], 1000.0 + t);
+  EXPECT_GE(m.armed_at(), 0);
+  EXPECT_LE(m.armed_at(), 300);
+  ASSERT_GE(m.records().size(), 1u);
+  const AlarmRecord& a = m.records().front();
+  EXPECT_GT(a.index, change);
+  EXPECT_LT(a.index, change + 500);
+  EXPECT_NEAR(static_cast<double>(a.onset), change, 60);
+  EXPECT_EQ(a.time, 1000.0 + a.index);
+  EXPECT_EQ(a.channels, std::vector<int>{0});
+}
+
+TEST(AlarmMonitor, FindsAChangeOfTransitionMatrixInADiscreteChain) {
+  // 4 states: sticky (0.9 stay) for 4000 pairs, then a cycle 0 -> 1 -> 2 -> 3 -> 0 (0.6 move).
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u;
+  TransitionCounts::Options co;
+  co.max_states = 4;
+  TransitionCounts counts(co);
+  AlarmMonitor::Options o;
+  o.num_states = 4;
+  AlarmMonitor m(o);
+  int64_t s = 0;
+  for (int t = 0; t < 6000; ++t) {
+    int64_t next = s;
+    const double v = u(rng);
+    if (t < 4000) {
+      if (v > 0.9) next = static_cast<int64_t>(u(rng) * 4) % 4;
+    } else if (v < 0.6) {
+      next = (s + 1) % 4;
+    } else if (v > 0.9) {
+      next = static_cast<int64_t>(u(rng) * 4) % 4;
+    }
+    m.ObserveIds(s, next, counts, 0);
+    ASSERT_TRUE(counts.AddBatch(&s, &next, 1).ok());
+    s = next;
+  }
+  ASSERT_GE(m.records().size(), 1u);
+  size_t before = 0;
+  for (const AlarmRecord& a : m.records()) before += a.index < 4000;
+  EXPECT_EQ(before, 0u);  // no false alarm in the 4000 stationary pairs
+  EXPECT_LT(m.records().front().index, 4000 + 500);
+}
+
+StreamingLearner::Options LearnerOptions(bool alarms) {
+  StreamingLearner::Options o;
+  o.dim = 2;
+  o.cme.dim = 2;
+  o.cme.max_dict = 40;
+  o.cme.sigma = 0;  // auto
+  o.auto_sigma_warmup = 200;
+  o.scale_inputs = true;
+  o.rff_features = 16;
+  o.alarms = alarms;
+  return o;
+}
+
+// A 2-channel trajectory whose second channel's dynamics change at row 2500.
+std::vector<double> Trajectory(int rows) {
+  const std::vector<double> a = Ou(rows, 0.95, 0.95, 1 << 30, 11);
+  const std::vector<double> b = Ou(rows, 0.95, 0.3, 2500, 12);
+  std::vector<double> x(2 * rows);
+  for (int t = 0; t < rows; ++t) {
+    x[2 * t] = 100 + 50 * a[t];  // another scale and offset: the forecast is affine-invariant
+    x[2 * t + 1] = b[t];
+  }
+  return x;
+}
+
+void Feed(StreamingLearner& l, const std::vector<double>& x, int from, int to, double time) {
+  StreamBatch b;
+  b.n = to - from - 1;
+  b.dim = 2;
+  b.x = x.data() + 2 * from;
+  b.y = b.x + 2;
+  b.trajectory = true;
+  b.time = time;
+  ASSERT_TRUE(l.Observe(b).ok());
+}
+
+std::string Bytes(const StreamingLearner& l) {
+  io::Writer w;
+  l.Serialize(w);
+  return w.Release();
+}
+
+TEST(AlarmMonitor, LivesInTheLearnerStateAndContinuesBitExactly) {
+  ASSERT_TRUE(LearnerOptions(true).Validate().ok()) << LearnerOptions(true).Validate().message();
+  const std::vector<double> x = Trajectory(5001);
+  StreamingLearner whole(LearnerOptions(true));
+  for (int from = 0; from < 5000; from += 250) Feed(whole, x, from, std::min(from + 251, 5001), 7.0);
+  ASSERT_NE(whole.alarms(), nullptr);
+  ASSERT_GE(whole.alarms()->records().size(), 1u);
+  const AlarmRecord& first = whole.alarms()->records().front();
+  EXPECT_GT(first.index, 2500);
+  EXPECT_LT(first.index, 3000);
+  EXPECT_EQ(first.channels.front(), 1);  // the channel that changed
+  EXPECT_EQ(first.time, 7.0);
+
+  // Stop at row 2600 (in the middle of the change), serialize, restore, go on.
+  StreamingLearner head(LearnerOptions(true));
+  for (int from = 0; from < 2600; from += 200) Feed(head, x, from, std::min(from + 201, 2601), 7.0);
+  const std::string image = Bytes(head);
+  io::Reader r(image, "test");
+  absl::StatusOr<StreamingLearner> restored =
+      StreamingLearner::Deserialize(r, LearnerOptions(true), StreamingLearner::kStateVersion, head.sigma_selection());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  for (int from = 2600; from < 5000; from += 300) Feed(*restored, x, from, std::min(from + 301, 5001), 7.0);
+  EXPECT_EQ(Bytes(*restored), Bytes(whole));
+
+  // The digest writer zeroes the arrival times only.
+  io::Writer digest;
+  digest.set_for_digest(true);
+  whole.Serialize(digest);
+  EXPECT_EQ(digest.size(), Bytes(whole).size());
+  EXPECT_NE(digest.data(), Bytes(whole));
+}
+
+TEST(AlarmMonitor, ALearnerWithoutAlarmsIsUnchangedByThem) {
+  // Everything but the alarms is the same with and without them: the monitor only reads pairs.
+  const std::vector<double> x = Trajectory(3001);
+  StreamingLearner with(LearnerOptions(true)), without(LearnerOptions(false));
+  for (int from = 0; from < 3000; from += 500) {
+    Feed(with, x, from, from + 501, 1.0);
+    Feed(without, x, from, from + 501, 1.0);
+  }
+  EXPECT_EQ(without.alarms(), nullptr);
+  const std::string a = Bytes(with), b = Bytes(without);
+  ASSERT_GT(a.size(), b.size());
+  EXPECT_EQ(a.substr(0, b.size()), b);  // the alarms are appended after the version-7 body
+}
+
+}  // namespace
+}  // namespace cmestream

@@ -1,0 +1,178 @@
+"""Change alarms end to end with the real cmestreamd (docs/algorithms.md §12.8, docs/user-guide.md
+"Change alarms"): an OU stream whose rate changes twice raises alarms near both changes (index,
+onset), armed within 300 pairs; `watch` delivers them live; after kill -9 and a restart the
+alarms are the same (times included: replay reads them from the log) and a resumed watch gets
+each new alarm exactly once; the CLI's JSON has the documented keys; the metrics count them; a
+clean shutdown with a watch open exits 0; a client cannot forge the arrival time.
+
+Environment (ctest): CMESTREAMD, CMESTREAM, PYTHONPATH as the others.
+"""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import grpc
+import numpy as np
+
+from cmestream import Client
+from cmestream.client import CmestreamError
+from cmestream.testing import Daemon
+from cmestream.v1 import cmestream_pb2 as pb
+
+CMESTREAMD = os.environ.get("CMESTREAMD", "build/service/cmestreamd")
+CMESTREAM = os.environ.get("CMESTREAM", "build/client/cli/cmestream")
+
+
+def ou(n, rates, seed):
+    """n rows of an OU with unit stationary variance, dt 0.1; rates: [(first row, theta), ...]."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros(n)
+    for t in range(1, n):
+        theta = [r for start, r in rates if start <= t][-1]
+        a = np.exp(-0.1 * theta)
+        x[t] = a * x[t - 1] + np.sqrt(1 - a * a) * rng.normal()
+    return x.reshape(-1, 1)
+
+
+class AlarmsTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.data = os.path.join(self.tmp.name, "data")
+        self.daemons = []
+
+    def tearDown(self):
+        for d in self.daemons:
+            d.stop()
+        self.tmp.cleanup()
+
+    def start(self):
+        d = Daemon(CMESTREAMD, self.data, refresh_interval=3600).start()
+        self.daemons.append(d)
+        return d
+
+    def ingest(self, c, rows, first, last, producer="p"):
+        # Rows first..last (inclusive) as trajectory batches of 250 pairs; offsets in pairs.
+        for i in range(first, last, 250):
+            j = min(i + 250, last)
+            c.ingest_trajectory("ou", rows[i:j + 1], producer=producer, offset=i)
+
+    def test_alarms_live_across_kill9_and_restart(self):
+        rows = ou(9001, [(0, 1.0), (3000, 5.0), (6000, 1.0)], seed=3)
+        d = self.start()
+        with Client(d.grpc_target) as c:
+            info = c.create_model("ou", dim=1, max_dict=60, rff_features=32)
+            self.assertEqual(info.config.alarms, "on")
+            self.assertEqual(info.config.alarm_rate, 1.0)
+            self.assertEqual(info.alarms.armed_at, -1)
+            # A watch from the start receives the alarms as they are raised.
+            seen = []
+            watching = threading.Thread(
+                target=lambda: seen.extend(c.watch_alarms("ou", since=0, timeout=20)))
+            watching.start()
+            self.ingest(c, rows, 0, 4500)
+            listed = c.list_alarms("ou")
+            self.assertGreaterEqual(listed.armed_at, 64 + 200 - 1)
+            self.assertLessEqual(listed.armed_at, 300)
+            self.assertGreaterEqual(len(listed.alarms), 1)
+            first = listed.alarms[0]
+            # Pair i is (row i, row i+1): the change is at pair 3000 (2999 ends in regime A).
+            self.assertGreater(first.index, 2999)
+            self.assertLess(first.index, 3500)
+            self.assertLess(abs(first.onset - 3000), 100)
+            self.assertEqual(first.channels, [0])
+            self.assertIn(first.kind, ("dynamics", "noise"))
+            before_change = [a for a in listed.alarms if a.index < 2999]
+            self.assertEqual(before_change, [])
+            deadline = time.monotonic() + 10
+            while len(seen) < len(listed.alarms) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.assertEqual([a.index for a in seen[:len(listed.alarms)]],
+                             [a.index for a in listed.alarms])
+            described = c.describe("ou")
+            self.assertEqual(described.alarms.alarms_total, len(listed.alarms))
+            # The metrics count them.
+            text = urllib.request.urlopen(f"http://{d.metrics_target}/metrics", timeout=10).read().decode()
+            line = [l for l in text.splitlines() if l.startswith('cmestream_change_alarms_total{model="ou"}')]
+            self.assertEqual(len(line), 1, text[:500])
+            self.assertEqual(float(line[0].split()[-1]), len(listed.alarms))
+            self.assertIn('cmestream_change_score{model="ou"}', text)
+            digest = c.describe("ou", state_digest=True).state_digest
+            watching.join()
+        # kill -9: everything acknowledged comes back, alarms with their logged times.
+        d.process.send_signal(signal.SIGKILL)
+        d.process.wait()
+        d.stop()
+        d = self.start()
+        with Client(d.grpc_target) as c:
+            again = c.list_alarms("ou")
+            self.assertEqual(again, listed)
+            self.assertEqual(c.describe("ou", state_digest=True).state_digest, digest)
+            # A resumed watch: only what comes after the last alarm received, each once.
+            resume = listed.alarms[-1].index + 1
+            seen = []
+            watching = threading.Thread(
+                target=lambda: seen.extend(c.watch_alarms("ou", since=resume, timeout=15)))
+            watching.start()
+            self.ingest(c, rows, 4500, 9000)
+            watching.join()
+            after = c.list_alarms("ou", since=resume).alarms
+            self.assertGreaterEqual(len(after), 1)
+            self.assertTrue(any(abs(a.onset - 6000) < 150 for a in after), after)
+            self.assertEqual([a.index for a in seen], [a.index for a in after])
+            self.assertEqual(len({a.index for a in seen}), len(seen))
+            # The CLI's JSON.
+            out = subprocess.run([CMESTREAM, "--server", d.grpc_target, "alarms", "ou", "--json"],
+                                 capture_output=True, text=True, check=True).stdout
+            reply = json.loads(out)
+            self.assertEqual(reply["model"], "ou")
+            self.assertEqual(reply["armed_at"], listed.armed_at)
+            self.assertEqual([a["index"] for a in reply["alarms"]],
+                             [a.index for a in listed.alarms + after])
+            self.assertEqual(set(reply["alarms"][0]),
+                             {"index", "time", "score", "threshold", "channels", "kind", "onset"})
+            # A clean shutdown with a watch open.
+            stop_watch = threading.Thread(target=lambda: list(c.watch_alarms("ou", timeout=30)))
+            stop_watch.start()
+            time.sleep(0.5)
+        self.assertEqual(d.stop(timeout=20), 0)
+        stop_watch.join(timeout=30)
+        self.assertFalse(stop_watch.is_alive())
+
+    def test_refusals(self):
+        d = self.start()
+        with Client(d.grpc_target) as c:
+            c.create_model("quiet", dim=1, alarms="off")
+            with self.assertRaises(CmestreamError) as e:
+                c.list_alarms("quiet")
+            self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIsNone(c.describe("quiet").alarms)
+            for bad in (dict(alarms="maybe"), dict(alarm_rate=0.0), dict(alarm_rate=30.0),
+                        dict(alarms="off", alarm_rate=2.0)):
+                with self.assertRaises(CmestreamError) as e:
+                    c.create_model("bad", dim=1, **bad)
+                self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT, bad)
+            with self.assertRaises(CmestreamError) as e:
+                list(c.watch_alarms("nope", timeout=2))
+            self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+            # Only the daemon's log writes the arrival time.
+            c.create_model("ou", dim=1)
+            channel = grpc.insecure_channel(d.grpc_target)
+            from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
+            stub = pb_grpc.IngestServiceStub(channel)
+            with self.assertRaises(grpc.RpcError) as e:
+                stub.IngestOne(pb.IngestBatch(model="ou", states=[0.0, 1.0, 2.0], received_unix_seconds=5.0),
+                               timeout=10)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("received_unix_seconds", e.exception.details())
+            self.assertEqual(c.describe("ou").samples + c.describe("ou").pending_warmup, 0)
+            channel.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
