@@ -21,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "core/alarms/alarm_monitor.h"
 #include "core/spectral/prequential_score.h"
 #include "core/stream/streaming_learner.h"
 
@@ -123,6 +124,28 @@ BENCHMARK(BM_Learner)
     ->Args({512, 1, 1})
     ->Args({512, 0, 0})
     ->Unit(benchmark::kMillisecond);
+
+// BM_AlarmMonitor/d: the change alarms alone (what alarms = 1 adds per pair), on the same
+// states; one iteration is one batch of 256 pairs, so its time compares with BM_Learner's.
+void BM_AlarmMonitor(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  const int64_t n = kWarm + kTimed;
+  const RowMatrixXd s = DelayStates(n, d, 3);
+  AlarmMonitor::Options o;
+  o.dim = d;
+  o.channels = 1;  // a delay vector of one channel
+  AlarmMonitor m(o);
+  for (int64_t t = 0; t < kWarm; ++t) m.ObservePair(s.row(t).data(), s.row(t + 1).data(), 0);
+  int64_t next = kWarm;
+  for (auto _ : state) {
+    for (int64_t t = next; t < next + kBatch; ++t) m.ObservePair(s.row(t).data(), s.row(t + 1).data(), 0);
+    next += kBatch;
+    if (next + kBatch > n) next = kWarm;
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  state.counters["alarms"] = static_cast<double>(m.alarms_total());
+}
+BENCHMARK(BM_AlarmMonitor)->Arg(2)->Arg(8)->Arg(512)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace cmestream

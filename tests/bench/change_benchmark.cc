@@ -354,7 +354,10 @@ std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double 
     }
     m.ObservePair(x.data(), y.data(), 0);
   }
-  std::vector<Alarm> out;
+  // The monitor keeps its last kMaxRecords alarms: the older ones (only on the 10^6-pair
+  // stationary streams) are counted with index -1, which no window contains.
+  std::vector<Alarm> out(static_cast<size_t>(m.dropped()),
+                         Alarm{-1, -1, ChangeDetector::Kind::kNoise, ChangeDetector::Direction::kUp, 0, 0, 0, 0});
   for (const AlarmRecord& a : m.records()) out.push_back({a.index, a.onset, a.kind, a.direction, 0, 0, 0, 0});
   return out;
 }
