@@ -34,6 +34,10 @@ CONFIGS = [
     dict(dim=1, sigma=0.4, max_dict=30, latent_states=2, rff_features=16, window=2, reservoir=500),
     dict(num_states=6, meta_states=2, window=2),                               # discrete
     dict(dim=2, sigma=0.5, max_dict=30, forgetting=0.999, averaging=True, rff_features=16),
+    # Delay embedding (trajectories of raw rows only; some batches after a gap) and input
+    # scaling (sigma auto), with the change alarms every model has by default.
+    dict(dim=2, delays=3, delay_stride=2, auto_sigma_warmup=120, max_dict=30, rff_features=16),
+    dict(dim=3, alarms="off", auto_sigma_warmup=100, max_dict=30, rff_features=16),
 ]
 
 
@@ -103,8 +107,11 @@ class LifecyclePropertyTest(unittest.TestCase):
                 else:
                     d = cfg["dim"]
                     s = np.cumsum(nrng.normal(0, 0.3, size=(n + 1, d)), axis=0) % 4 - 2
-                    kw = (dict(states=s.ravel().tolist(), episode_id=f"e{producer}") if rng.random() < 0.5
-                          else dict(x=s[:-1].ravel().tolist(), y=s[1:].ravel().tolist()))
+                    if "delays" in cfg:  # raw rows, a gap now and then (a new episode)
+                        kw = dict(states=s.ravel().tolist(), episode_id=f"e{producer}", gap=rng.random() < 0.2)
+                    else:
+                        kw = (dict(states=s.ravel().tolist(), episode_id=f"e{producer}") if rng.random() < 0.5
+                              else dict(x=s[:-1].ravel().tolist(), y=s[1:].ravel().tolist()))
                 off = offsets.get((name, producer), 0)
                 return pb.IngestBatch(model=name, producer_id=producer, offset=off, **kw), n
 
@@ -119,11 +126,13 @@ class LifecyclePropertyTest(unittest.TestCase):
                 if not models or (r < 0.08 and len(models) < 5):
                     op = "create"
                     counter[0] += 1
-                    name, idx = f"m{counter[0]}", rng.randrange(len(CONFIGS))
+                    # Round robin from a seeded start: every config appears within len(CONFIGS) creations.
+                    name, idx = f"m{counter[0]}", (counter[0] - 1 + SEED) % len(CONFIGS)
                     req = pb.CreateModelRequest(config=pb.ModelConfig(name=name, seed=counter[0], **CONFIGS[idx]))
                     sut.models.CreateModel(req, timeout=30)
                     ref.models.CreateModel(req, timeout=30)
                     models[name] = idx
+                    tally[f"config {idx}"] = tally.get(f"config {idx}", 0) + 1
                 elif r < 0.60:
                     op = "ingest"
                     name, producer = rng.choice(sorted(models)), rng.choice(["a", "b"])
