@@ -167,6 +167,7 @@ absl::Status IngestStream::SendBatch() {
   }
   batch_.set_offset(offset);
   if (!stream_->Write(batch_)) return Fail();
+  sent_any_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++summary_.batches_sent;
@@ -304,7 +305,7 @@ absl::Status IngestStream::Gap() {
   batch_.clear_states();
   batch_.clear_state_ids();
   // Only once a state was sent or buffered: a gap before the first state separates nothing.
-  gap_next_ = gap_next_ || have_last_state_ || Progress().batches_sent > 0;
+  gap_next_ = gap_next_ || have_last_state_ || sent_any_;
   have_last_state_ = false;
   return absl::OkStatus();
 }

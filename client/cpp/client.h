@@ -179,6 +179,7 @@ class IngestStream {
   int batch_pairs_filled_ = 0;  // pairs in batch_ (trajectory: states - 1, >= 0)
   bool have_last_state_ = false;
   bool gap_next_ = false;  // the next batch sent follows a Gap()
+  bool sent_any_ = false;  // a batch was written (Gap() before any state separates nothing)
   bool closed_ = false;
   absl::Status final_status_;
   mutable std::mutex mu_;

@@ -291,15 +291,21 @@ ViewOptions ViewOptionsFor(const v1::ModelConfig& c) {
   return o;
 }
 
+std::optional<DelayEmbedding::Options> DelayOptionsFor(const v1::ModelConfig& c) {
+  if (c.num_states() > 0 || c.delays() <= 1) return std::nullopt;
+  return DelayEmbedding::Options{static_cast<int>(c.dim()), static_cast<int>(c.delays()),
+                                 static_cast<int>(std::max<uint32_t>(c.delay_stride(), 1))};
+}
+
 StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
   StreamingLearner::Options o;
   const bool discrete = c.num_states() > 0;
   o.dim = discrete ? 0 : static_cast<int>(StateDim(c));
   o.num_states = static_cast<int>(c.num_states());
   o.cme = CmeOptionsFor(c, discrete ? 0 : c.sigma());
-  if (c.delays() > 1) {
-    o.delays = static_cast<int>(c.delays());
-    o.delay_stride = static_cast<int>(std::max<uint32_t>(c.delay_stride(), 1));
+  if (const std::optional<DelayEmbedding::Options> delay = DelayOptionsFor(c)) {
+    o.delays = delay->delays;
+    o.delay_stride = delay->stride;
     o.forecast_scored_dims = static_cast<int>(c.dim());  // the skill of the newest row
   }
   o.auto_sigma_warmup = static_cast<int>(c.auto_sigma_warmup());

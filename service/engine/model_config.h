@@ -2,9 +2,12 @@
 // (core/stream/streaming_learner.h).
 #pragma once
 
+#include <optional>
+
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
 #include "core/cme/compressed_cme.h"
+#include "core/stream/delay_embedding.h"
 #include "core/stream/learner_view.h"
 #include "core/stream/streaming_learner.h"
 
@@ -63,6 +66,11 @@ inline constexpr char kAlarmsOff[] = "off";
 inline bool HasAlarms(const v1::ModelConfig& c) { return c.has_alarms() && c.alarms() == kAlarmsOn; }
 // ModelInfo.input_scaling: the mode, and the frozen scaler's figures once the warm-up ended.
 v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler);
+
+// The delay embedding of a normalized config (ModelConfig.delays > 1), else nullopt: the one
+// mapping of delays / delay_stride that the learner (LearnerOptionsFor) and the queries'
+// windows of raw rows (service/rpc/query_service.cc) share.
+std::optional<DelayEmbedding::Options> DelayOptionsFor(const v1::ModelConfig& c);
 
 // requires: `c` came from NormalizeModelConfig. `sigma`: the bandwidth (> 0), or 0 for "auto"
 // in the learner's options (which then fill in the chosen one).

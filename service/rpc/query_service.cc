@@ -86,9 +86,9 @@ absl::StatusOr<int64_t> CheckContinuousPoints(const google::protobuf::RepeatedFi
 absl::StatusOr<RowMatrixXd> StateRows(const Model& model, const google::protobuf::RepeatedField<double>& v, int64_t n,
                                       absl::string_view field) {
   const int d = model.dim();
-  if (model.config().delays() <= 1) return RowMatrixXd(Eigen::Map<const RowMatrixXd>(v.data(), n, d));
-  const DelayEmbedding::Options o{d, static_cast<int>(model.config().delays()),
-                                  static_cast<int>(std::max<uint32_t>(model.config().delay_stride(), 1))};
+  const std::optional<DelayEmbedding::Options> delay = DelayOptionsFor(model.config());
+  if (!delay) return RowMatrixXd(Eigen::Map<const RowMatrixXd>(v.data(), n, d));
+  const DelayEmbedding::Options& o = *delay;
   if (n > 0 && n < o.span()) {
     return absl::InvalidArgumentError(absl::StrCat("field ", field, " has ", n, " rows, expected at least ", o.span(),
                                                    " (one complete window: model '", model.name(), "' has delays ",
