@@ -73,6 +73,17 @@ void Ingestor::Submit(const v1::IngestBatch& batch, uint64_t batch_index, Done d
     ack.set_pairs_applied(result->applied);
     ack.set_producer_offset(result->producer_offset);
     ack.set_model_samples(result->model_samples);
+    const ObserveSummary& l = result->learned;
+    v1::BatchEffects* e = ack.mutable_effects();
+    e->set_warmup_finished(l.warmup_finished);
+    e->set_admitted_x(static_cast<uint64_t>(l.admitted_x));
+    e->set_admitted_y(static_cast<uint64_t>(l.admitted_y));
+    e->set_forced(static_cast<uint64_t>(l.forced));
+    e->set_spectral_epochs(static_cast<uint64_t>(l.spectral_epochs));
+    e->set_lag_rebases(static_cast<uint64_t>(l.lag_rebases));
+    e->set_forecast_refits(static_cast<uint64_t>(l.forecast_refits));
+    e->set_episode_started(l.episode_started);
+    e->set_alarms_raised(result->alarms_raised);
     done(std::move(ack));
   });
 }

@@ -150,6 +150,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   // (c) apply under the learner lock: the pairs not seen before, with the episode key.
   absl::MutexLock learner_lock(&learner_mu_);
   if (sequence != 0) applied_sequence_.store(sequence);
+  const int64_t alarms_before = learner_.alarms() ? learner_.alarms()->alarms_total() : 0;
   StreamBatch applied;
   applied.n = batch.n - first;
   applied.dim = batch.dim;
@@ -173,6 +174,8 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   }
   // The wire's pairs (a model with delays learns fewer: an episode's first windows fill up).
   r.applied = static_cast<uint64_t>(applied.n);
+  r.learned = *learned;
+  if (learner_.alarms()) r.alarms_raised = static_cast<uint64_t>(learner_.alarms()->alarms_total() - alarms_before);
 
   const Stats s = PublishLocked(learned->warmup_finished, r.applied > 0 ? 1 : 0,
                                 producer_id.empty() ? nullptr : &producer_id, offset_after);

@@ -60,6 +60,8 @@ class Model {
     uint64_t applied = 0;
     uint64_t producer_offset = 0;
     uint64_t model_samples = 0;  // accepted pairs: learner samples + pending warm-up
+    ObserveSummary learned;      // what the applied pairs did (empty for duplicates)
+    uint64_t alarms_raised = 0;  // change alarms the applied pairs raised
   };
   // Applies a validated batch exactly once per producer (see IngestBatch in the proto): pairs
   // before the producer's applied offset are skipped; an offset beyond it is a gap and

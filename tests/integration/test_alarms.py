@@ -58,9 +58,12 @@ class AlarmsTest(unittest.TestCase):
 
     def ingest(self, c, rows, first, last, producer="p"):
         # Rows first..last (inclusive) as trajectory batches of 250 pairs; offsets in pairs.
+        # Returns the alarms the acks say the batches raised.
+        raised = 0
         for i in range(first, last, 250):
             j = min(i + 250, last)
-            c.ingest_trajectory("ou", rows[i:j + 1], producer=producer, offset=i)
+            raised += c.ingest_trajectory("ou", rows[i:j + 1], producer=producer, offset=i).alarms_raised
+        return raised
 
     def test_alarms_live_across_kill9_and_restart(self):
         rows = ou(9001, [(0, 1.0), (3000, 5.0), (6000, 1.0)], seed=3)
@@ -75,8 +78,9 @@ class AlarmsTest(unittest.TestCase):
             watching = threading.Thread(
                 target=lambda: seen.extend(c.watch_alarms("ou", since=0, timeout=20)))
             watching.start()
-            self.ingest(c, rows, 0, 4500)
+            raised = self.ingest(c, rows, 0, 4500)
             listed = c.list_alarms("ou")
+            self.assertEqual(raised, len(listed.alarms))  # the ingest acks' effects
             self.assertGreaterEqual(listed.armed_at, 64 + 200 - 1)
             self.assertLessEqual(listed.armed_at, 300)
             self.assertGreaterEqual(len(listed.alarms), 1)

@@ -321,6 +321,9 @@ class Client:
                 result.pairs_applied += ack.pairs_applied
                 result.producer_offset = ack.producer_offset
                 result.model_samples = ack.model_samples
+                result.alarms_raised += ack.effects.alarms_raised
+                result.admitted_atoms += ack.effects.admitted_x
+                result.spectral_epochs += ack.effects.spectral_epochs
         except grpc.RpcError as e:
             err = _error(e)
             if result.batches < len(sent):  # acks are in order: message `batches` was refused
@@ -354,6 +357,9 @@ class Client:
                 total.pairs_applied += r.pairs_applied
                 total.producer_offset = r.producer_offset
                 total.model_samples = r.model_samples
+                total.alarms_raised += r.alarms_raised
+                total.admitted_atoms += r.admitted_atoms
+                total.spectral_epochs += r.spectral_epochs
                 return total
             except CmestreamError as e:
                 if not producer or e.code != grpc.StatusCode.UNAVAILABLE:

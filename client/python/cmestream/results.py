@@ -28,12 +28,18 @@ class IngestResult:
             skip pairs it had already applied).
         producer_offset: the producer's applied offset after the call (0 without a producer).
         model_samples: the model's sample count after the last batch.
+        alarms_raised: change alarms the call's pairs raised (cmestream alarms lists them).
+        admitted_atoms: dictionary atoms admitted (X side) by the call's pairs.
+        spectral_epochs: spectral-moment epochs the call's pairs started.
     """
     batches: int
     pairs_sent: int
     pairs_applied: int
     producer_offset: int
     model_samples: int
+    alarms_raised: int = 0
+    admitted_atoms: int = 0
+    spectral_epochs: int = 0
 
 
 @dataclasses.dataclass
