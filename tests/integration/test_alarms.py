@@ -140,6 +140,13 @@ class AlarmsTest(unittest.TestCase):
                              [a.index for a in listed.alarms + after])
             self.assertEqual(set(reply["alarms"][0]),
                              {"index", "time", "score", "threshold", "channels", "kind", "onset"})
+            # `cmestream watch`: one JSON object per line, from --since on, until --seconds pass.
+            since = listed.alarms[-1].index
+            out = subprocess.run([CMESTREAM, "--server", d.grpc_target, "watch", "ou", "--since", str(since),
+                                  "--seconds", "1"], capture_output=True, text=True, check=True).stdout
+            lines = [json.loads(l) for l in out.splitlines()]
+            self.assertEqual([l["index"] for l in lines], [a.index for a in listed.alarms + after if a.index >= since])
+            self.assertEqual(lines[0]["model"], "ou")
             # A clean shutdown with a watch open.
             stop_watch = threading.Thread(target=lambda: list(c.watch_alarms("ou", timeout=30)))
             stop_watch.start()
@@ -164,6 +171,22 @@ class AlarmsTest(unittest.TestCase):
             with self.assertRaises(CmestreamError) as e:
                 list(c.watch_alarms("nope", timeout=2))
             self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+            # A watch on a model that is deleted ends with NOT_FOUND.
+            c.create_model("gone", dim=1)
+            ended = []
+
+            def watch_gone():
+                try:
+                    list(c.watch_alarms("gone", timeout=20))
+                    ended.append("ok")
+                except CmestreamError as err:
+                    ended.append(err.code)
+            t = threading.Thread(target=watch_gone)
+            t.start()
+            time.sleep(0.5)
+            c.delete_model("gone")
+            t.join(timeout=10)
+            self.assertEqual(ended, [grpc.StatusCode.NOT_FOUND])
             # Only the daemon's log writes the arrival time.
             c.create_model("ou", dim=1)
             channel = grpc.insecure_channel(d.grpc_target)
