@@ -97,6 +97,12 @@ int ModelCreate(Context& ctx, const Args& args) {
     config.set_alarms(*s);
   }
   num("alarm-rate", [&](double v) { config.set_alarm_rate(v); });
+  if (auto s = args.Value("on-change")) {
+    if (*s != "keep" && *s != "reset") {
+      return FailUsage("model create", absl::StrCat("--on-change: expected keep or reset, got '", *s, "'"));
+    }
+    config.set_on_change(*s);
+  }
   num("refresh-interval", [&](double v) { config.set_refresh_interval_seconds(v); });
   uint("refresh-every", UINT64_MAX, [&](uint64_t v) { config.set_refresh_every_samples(v); });
   num("step-decay", [&](double v) { config.set_step_decay_samples(v); });

@@ -68,6 +68,7 @@ const Command* FindCommand(const std::string& name) {
          "delay-stride",
          "alarms",
          "alarm-rate",
+         "on-change",
          "refresh-interval",
          "refresh-every",
          "step-decay",

@@ -116,6 +116,7 @@ void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   w.Key("delay_stride").Uint(c.has_delay_stride() ? c.delay_stride() : 1);
   w.Key("alarms").String(c.has_alarms() ? c.alarms() : "off");
   if (c.has_alarm_rate()) w.Key("alarm_rate").Double(c.alarm_rate());
+  if (c.has_alarms()) w.Key("on_change").String(c.has_on_change() ? c.on_change() : "keep");
   w.EndObject();
 }
 

@@ -13,15 +13,34 @@ namespace cmestream {
 
 StreamingLearner::StreamingLearner(const Options& options) : options_(options) {
   if (!options_.Validate().ok()) std::abort();  // a programming error: callers validate first
-  counts_ = std::make_unique<TransitionCounts>(learner_options::Counts(options_));
-  if (options_.window > 0)
-    predictive_ = std::make_unique<PredictiveStateAccumulator>(learner_options::Predictive(options_));
   episode_last_.assign(options_.discrete() ? 1 : options_.dim, 0.0);
   if (options_.delays > 1) {
     delay_ = std::make_unique<DelayEmbedding>(
         DelayEmbedding::Options{options_.input_dim(), options_.delays, options_.delay_stride});
   }
   if (options_.alarms) alarms_ = std::make_unique<AlarmMonitor>(learner_options::Alarms(options_));
+  CreateEstimators();
+}
+
+void StreamingLearner::CreateEstimators() {
+  // Every estimator as the options make it before the first pair (the delay embedding and the
+  // alarms are not estimators: they are kept across a reset).
+  cme_.reset();
+  moments_.reset();
+  latent_.reset();
+  spectral_.reset();
+  lags_.reset();
+  forecast_.reset();
+  run_.reset();
+  scaler_.reset();
+  prequential_.reset();  // it scored against a view of the old statistics
+  sigma_selection_ = SigmaSelection{};
+  warmup_n_ = 0;
+  episode_open_ = false;
+  counts_ = std::make_unique<TransitionCounts>(learner_options::Counts(options_));
+  predictive_.reset();
+  if (options_.window > 0)
+    predictive_ = std::make_unique<PredictiveStateAccumulator>(learner_options::Predictive(options_));
   if (options_.discrete()) {
     if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, 0));
     if (!options_.lags.empty()) lags_ = std::make_unique<LagStatistics>(learner_options::Lags(options_, 0));
@@ -282,8 +301,8 @@ absl::StatusOr<ObserveSummary> StreamingLearner::Observe(const StreamBatch& batc
 absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch& batch) {
   if (absl::Status s = Check(batch); !s.ok()) return s;
   batch_ = ObserveSummary{};
-  const CompressedCme::Counters before = cme_ ? cme_->counters() : CompressedCme::Counters{};
-  const int64_t refits_before = forecast_ ? forecast_->refits() : 0;
+  CompressedCme::Counters before = cme_ ? cme_->counters() : CompressedCme::Counters{};
+  int64_t refits_before = forecast_ ? forecast_->refits() : 0;
   // One pass over the pairs, every estimator fed per pair in stream order: the CME, counts and
   // moments (FeedLearner), then the trajectory's next state (latent, predictive, lags) or, for
   // unordered pairs, the lag-1 statistics. Interleaving keeps every estimator's state a function
@@ -296,10 +315,28 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
   for (int64_t i = 0; i < batch.n; ++i) {
     // The alarms score the pair before any estimator learns it (test, then train).
     if (alarms_) {
+      const int64_t raised = alarms_->alarms_total();
       if (batch.discrete()) {
         alarms_->ObserveIds(batch.x_ids[i], batch.y_ids[i], *counts_, batch.time);
       } else {
         alarms_->ObservePair(batch.x_at(i), batch.y_at(i), batch.time);
+      }
+      if (options_.reset_on_alarm && alarms_->alarms_total() > raised) {
+        // on_change "reset": the statistics restart with the alarming pair (docs/algorithms.md
+        // §12.8). What the old CME did in this batch is counted first.
+        if (cme_) {
+          const CompressedCme::Counters& c = cme_->counters();
+          batch_.admitted_x += c.admitted_x - before.admitted_x;
+          batch_.admitted_y += c.admitted_y - before.admitted_y;
+          batch_.forced += c.forced - before.forced;
+          batch_.forced_error += c.forced_error_sum - before.forced_error_sum;
+        }
+        before = CompressedCme::Counters{};
+        refits_before = 0;
+        retired_ += samples();
+        CreateEstimators();
+        ++batch_.resets;
+        if (states) BeginEpisodeBatch(TrajectoryState(batch, i), batch);
       }
     }
     if (batch.discrete()) {
@@ -329,10 +366,10 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
   if (forecast_) batch_.forecast_refits = forecast_->refits() - (batch_.warmup_finished ? 0 : refits_before);
   if (cme_) {
     const CompressedCme::Counters& c = cme_->counters();
-    batch_.admitted_x = c.admitted_x - before.admitted_x;
-    batch_.admitted_y = c.admitted_y - before.admitted_y;
-    batch_.forced = c.forced - before.forced;
-    batch_.forced_error = c.forced_error_sum - before.forced_error_sum;
+    batch_.admitted_x += c.admitted_x - before.admitted_x;
+    batch_.admitted_y += c.admitted_y - before.admitted_y;
+    batch_.forced += c.forced - before.forced;
+    batch_.forced_error += c.forced_error_sum - before.forced_error_sum;
   }
   return batch_;
 }

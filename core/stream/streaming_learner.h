@@ -129,6 +129,7 @@ struct ObserveSummary {
   int64_t spectral_epochs = 0;  // spectral epochs started (§7)
   int64_t lag_rebases = 0;      // lag bases re-picked (§8.1)
   int64_t forecast_refits = 0;  // forecast regression refits (§11; they allocate)
+  int64_t resets = 0;           // estimator restarts at an alarm (options.reset_on_alarm)
   // Trajectory batches: whether the batch started a new episode (false: it continued the open
   // one, or the model keeps no sequence estimator) and the states the sequence estimators took.
   bool episode_started = false;
@@ -210,6 +211,10 @@ class StreamingLearner {
     // false alarms per 10,000 stationary pairs.
     bool alarms = false;
     double alarm_rate = 1;
+    // With alarms: every estimator restarts at the pair that raised an alarm (the daemon's
+    // on_change "reset"), as if the model were created there; the alarms and the delay window
+    // continue. Not state: a function of the pairs, like everything else.
+    bool reset_on_alarm = false;
     // Pairs per CME micro-batch (docs/algorithms.md §9.2), in [1, kMaxMicroBatch]; 1 = the
     // sequential recursion, pair by pair. The run actually used is run_pairs().
     int micro_batch = 256;
@@ -282,6 +287,9 @@ class StreamingLearner {
   bool ready() const { return options_.discrete() || cme_ != nullptr; }  // sigma is known
   // Pairs learned (not counting the warm-up buffer), the open CME run's included.
   int64_t samples() const;
+  // samples() plus the pairs learned before each reset at an alarm (options.reset_on_alarm),
+  // since construction or Deserialize: never decreases (an owner's "is there new data").
+  int64_t learned_total() const { return retired_ + samples(); }
   int64_t pending_warmup() const { return warmup_n_; }
   // Ends the sigma warm-up early on the pairs buffered so far (>= kMinEarlyWarmup of them):
   // the scaler and sigma are chosen from them and the learner built, as when the warm-up fills
@@ -347,6 +355,8 @@ class StreamingLearner {
   // scaler, else `v` itself.
   const double* Scaled(const double* v, std::vector<double>& scratch) const;
   void CreateSigmaDependent(double sigma);  // moments, spectral, lags, latent
+  // Every estimator fresh, as before the first pair (constructor, reset at an alarm).
+  void CreateEstimators();
   // State k (0..n) of a trajectory batch as doubles (discrete: the id, in id_scratch_).
   const double* TrajectoryState(const StreamBatch& batch, int64_t k);
   bool BeginEpisodeBatch(const double* start, const StreamBatch& batch);  // true: new episode
@@ -389,6 +399,7 @@ class StreamingLearner {
   std::unique_ptr<PrequentialVampE> prequential_;
   uint64_t prequential_view_ = 0;
   ObserveSummary batch_;  // the summary of the batch in progress (Observe)
+  int64_t retired_ = 0;   // pairs learned before the resets (learned_total; not state)
 };
 
 }  // namespace cmestream

@@ -193,6 +193,7 @@ absl::Status StreamingLearner::Options::Validate() const {
   if (alarms) {
     if (absl::Status s = lo::Alarms(*this).Validate(); !s.ok()) return Bad("change alarms", s);
   }
+  if (reset_on_alarm && !alarms) return Bad("reset_on_alarm needs alarms (a reset happens at an alarm)");
   if (delays != 1 || delay_stride != 1) {
     if (discrete()) return Bad(absl::StrCat("delays is ", delays, ", expected 1 for a discrete model"));
     if (delays < 1 || dim % delays != 0) {

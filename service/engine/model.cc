@@ -38,6 +38,7 @@ Model::Stats Model::LearnerStatsLocked() const {
   s.learner_ready = learner_.ready();
   s.pending_warmup = static_cast<uint64_t>(learner_.pending_warmup());
   s.samples = static_cast<uint64_t>(learner_.samples());
+  s.progress = static_cast<uint64_t>(learner_.learned_total());
   if (const CompressedCme* cme = learner_.cme()) {
     const CompressedCme::Counters& c = cme->counters();
     s.dict_x = cme->dict_x_size();
@@ -317,17 +318,19 @@ v1::ModelInfo Model::Describe() const {
 
 std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   std::optional<StreamingLearner::SnapshotCopy> copy;
-  uint64_t applied_sequence = 0;
+  uint64_t applied_sequence = 0, progress = 0;
   {
     // Only the copy under the learner lock; the open CME run is folded in after it.
     absl::MutexLock learner_lock(&learner_mu_);
     copy = learner_.CopyForSnapshot();
     applied_sequence = applied_sequence_.load();
+    progress = static_cast<uint64_t>(learner_.learned_total());
   }
   if (!copy) return std::nullopt;
   LearnerSnapshot snap;
   static_cast<StreamingLearnerSnapshot&>(snap) = std::move(*copy).Finish();
   snap.applied_sequence = applied_sequence;
+  snap.progress = progress;
   absl::MutexLock stats_lock(&stats_mu_);
   stats_.inverse_drift = snap.inverse_drift;
   return snap;

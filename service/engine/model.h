@@ -151,6 +151,7 @@ class Model {
     uint64_t alarms_scored = 0;
     int64_t armed_at = -1;
     uint64_t alarms_total = 0;
+    uint64_t progress = 0;  // StreamingLearner::learned_total: grows even across a reset
     double change_score = 0;
     double change_threshold = 0;
   };
@@ -167,6 +168,7 @@ class Model {
   // Discrete models have no CME: cme is empty and inverse_drift 0.
   struct LearnerSnapshot : StreamingLearnerSnapshot {
     uint64_t applied_sequence = 0;  // WAL: the snapshot covers this model's records <= it
+    uint64_t progress = 0;          // Stats::progress at the copy
   };
   std::optional<LearnerSnapshot> Snapshot() ABSL_LOCKS_EXCLUDED(learner_mu_, stats_mu_);
 

@@ -239,6 +239,21 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
     }
   }
 
+  // What an alarm does: "keep" (stored unset) or "reset" (a continuous model with alarms).
+  if (c.has_on_change()) {
+    if (c.on_change() != kOnChangeKeep && c.on_change() != kOnChangeReset) {
+      return absl::InvalidArgumentError(absl::StrCat("field on_change is '", c.on_change().substr(0, 40),
+                                                     "' of model '", c.name(), "', expected 'keep' or 'reset'"));
+    }
+    if (c.on_change() == kOnChangeReset && (!HasAlarms(c) || discrete)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field on_change is 'reset' for model '", c.name(), "', expected 'keep' ",
+                       discrete ? "for a discrete model (its alarms score with its counts, which a reset would empty)"
+                                : "with alarms 'off' (a reset happens at an alarm)"));
+    }
+    if (c.on_change() == kOnChangeKeep) c.clear_on_change();
+  }
+
   absl::Status views = NormalizeViewFields(c);
   if (!views.ok()) return views;
   if (absl::Status lags = NormalizeLags(c); !lags.ok()) return lags;
@@ -324,6 +339,7 @@ StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
   o.lag_basis_atoms = kLagBasisAtoms;
   o.alarms = HasAlarms(c);
   if (o.alarms) o.alarm_rate = c.alarm_rate();
+  o.reset_on_alarm = c.on_change() == kOnChangeReset;
   o.max_producer_bytes = kMaxProducerIdBytes;
   o.max_episode_bytes = kMaxEpisodeIdBytes;
   return o;

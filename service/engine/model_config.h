@@ -64,6 +64,8 @@ inline constexpr char kAlarmsOn[] = "on";
 inline constexpr char kAlarmsOff[] = "off";
 // Whether a normalized config keeps change alarms (ModelConfig.alarms "on"; unset is "off").
 inline bool HasAlarms(const v1::ModelConfig& c) { return c.has_alarms() && c.alarms() == kAlarmsOn; }
+inline constexpr char kOnChangeKeep[] = "keep";
+inline constexpr char kOnChangeReset[] = "reset";
 // ModelInfo.input_scaling: the mode, and the frozen scaler's figures once the warm-up ended.
 v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler);
 

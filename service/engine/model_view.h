@@ -30,6 +30,9 @@ struct HeldoutScore {
 struct ModelView : LearnerView {
   uint64_t version = 0;  // 1, 2, ... per model
   uint64_t samples = 0;  // learner samples the view reflects
+  // Model::Stats::progress at the snapshot: the refresh's "is there new data" and Refresh(wait)'s
+  // target (samples drop at a reset; progress does not).
+  uint64_t progress = 0;
   std::chrono::steady_clock::time_point built_at;
   double build_seconds = 0;
   HeldoutScore heldout;  // continuous models (with `cme`)

@@ -16,7 +16,7 @@ namespace {
 double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 bool Covers(const std::shared_ptr<const ModelView>& view, uint64_t target) {
-  return view != nullptr && view->samples >= target;
+  return view != nullptr && view->progress >= target;
 }
 
 // Each sub-view's health as metrics (view_available, view_fit_warning): the same statuses and
@@ -91,6 +91,7 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
 
   view->version = previous ? previous->version + 1 : 1;
   view->samples = snap->samples;
+  view->progress = snap->progress;
   view->built_at = std::chrono::steady_clock::now();
   view->build_seconds = Seconds(view->built_at - start);
   ReportSubViews(*view, model.metrics());
@@ -159,12 +160,12 @@ void RefreshScheduler::RefreshDueModels() {
     const Clock::time_point now = Clock::now();
     const Model::Stats stats = model->stats();
     std::shared_ptr<const ModelView> view = model->view();
-    const uint64_t view_samples = view ? view->samples : 0;
-    const bool has_new = stats.learner_ready && stats.samples > 0 && (!view || stats.samples > view_samples);
+    const uint64_t view_progress = view ? view->progress : 0;
+    const bool has_new = stats.learner_ready && stats.samples > 0 && (!view || stats.progress > view_progress);
     const v1::ModelConfig& config = model->config();
     const bool interval_elapsed = Seconds(now - model->last_refresh_attempt) >= config.refresh_interval_seconds();
     const bool enough_samples =
-        config.refresh_every_samples() > 0 && stats.samples - view_samples >= config.refresh_every_samples();
+        config.refresh_every_samples() > 0 && stats.progress - view_progress >= config.refresh_every_samples();
     const bool requested = model->refresh_requested.exchange(false);
     if (has_new && (requested || interval_elapsed || enough_samples)) {
       model->last_refresh_attempt = now;
@@ -196,7 +197,7 @@ void RefreshScheduler::CompleteWaiters() {
         ready.emplace_back(std::move(it->done), absl::DeadlineExceededError(absl::StrCat(
                                                     "model '", it->model->name(), "': no view reflecting ", it->target,
                                                     " samples was built before the timeout (latest view reflects ",
-                                                    view ? view->samples : 0, ")")));
+                                                    view ? view->progress : 0, ")")));
       } else {
         it->model->refresh_requested = true;  // keep asking until covered
         if (keep != it) *keep = std::move(*it);

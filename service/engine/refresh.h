@@ -46,7 +46,7 @@ class RefreshScheduler {
   // Asks for a refresh of `model` at the next tick.
   void Request(Model& model) ABSL_LOCKS_EXCLUDED(mu_);
   // Requests a refresh and calls `done` exactly once: with the first view reflecting at least
-  // `target` samples (possibly immediately, on the caller's thread), DeadlineExceeded at
+  // `target` learned pairs (Model::Stats::progress; possibly immediately, on the caller's thread), DeadlineExceeded at
   // `deadline`, NotFound if the model is deleted meanwhile, Unavailable at shutdown.
   void Wait(std::shared_ptr<Model> model, uint64_t target, Clock::time_point deadline, Callback done)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -270,7 +270,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
   const auto client_left = ctx->deadline() - std::chrono::system_clock::now();
   if (client_left < std::chrono::hours(24 * 365))
     deadline = std::min(deadline, RefreshScheduler::Clock::now() + client_left);
-  scheduler_.Wait(model, stats.samples, deadline, [call, resp](absl::StatusOr<std::shared_ptr<const ModelView>> view) {
+  scheduler_.Wait(model, stats.progress, deadline, [call, resp](absl::StatusOr<std::shared_ptr<const ModelView>> view) {
     if (view.ok()) *resp->mutable_view() = (*view)->Info();
     call->Finish(view.status());
   });

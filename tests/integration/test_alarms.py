@@ -155,6 +155,29 @@ class AlarmsTest(unittest.TestCase):
         stop_watch.join(timeout=30)
         self.assertFalse(stop_watch.is_alive())
 
+    def test_on_change_reset(self):
+        # Every statistic restarts at the alarming pair; views and Refresh(wait) follow the new
+        # statistics although their sample count dropped.
+        rows = ou(7001, [(0, 1.0), (4000, 6.0)], seed=5)
+        d = self.start()
+        with Client(d.grpc_target) as c:
+            info = c.create_model("ou", dim=1, max_dict=60, rff_features=32, auto_sigma_warmup=200,
+                                  on_change="reset")
+            self.assertEqual(info.config.on_change, "reset")
+            self.ingest(c, rows, 0, 3500)
+            before = c.refresh("ou", wait=True, timeout=60)
+            self.assertEqual(c.list_alarms("ou").alarms, [])
+            self.ingest(c, rows, 3500, 7000)
+            alarms = c.list_alarms("ou").alarms
+            self.assertGreaterEqual(len(alarms), 1)
+            self.assertTrue(any(4000 <= a.index < 4500 for a in alarms), alarms)
+            now = c.describe("ou")
+            self.assertEqual(now.samples + now.pending_warmup, 7000 - alarms[-1].index)
+            self.assertLess(now.samples, before.samples)
+            after = c.refresh("ou", wait=True, timeout=60)
+            self.assertEqual(after.samples, now.samples)
+            self.assertGreater(after.version, before.version)
+
     def test_refusals(self):
         d = self.start()
         with Client(d.grpc_target) as c:
@@ -164,7 +187,8 @@ class AlarmsTest(unittest.TestCase):
             self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
             self.assertIsNone(c.describe("quiet").alarms)
             for bad in (dict(alarms="maybe"), dict(alarm_rate=0.0), dict(alarm_rate=30.0),
-                        dict(alarms="off", alarm_rate=2.0)):
+                        dict(alarms="off", alarm_rate=2.0), dict(on_change="fork"),
+                        dict(alarms="off", on_change="reset")):
                 with self.assertRaises(CmestreamError) as e:
                     c.create_model("bad", dim=1, **bad)
                 self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT, bad)

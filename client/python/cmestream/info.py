@@ -252,6 +252,7 @@ class ModelConfig:
     delay_stride: Optional[int] = None
     alarms: Optional[str] = None
     alarm_rate: Optional[float] = None
+    on_change: Optional[str] = None
 
 
 @dataclasses.dataclass

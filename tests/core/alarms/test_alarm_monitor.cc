@@ -188,5 +188,35 @@ TEST(AlarmMonitor, ALearnerWithoutAlarmsIsUnchangedByThem) {
   EXPECT_EQ(a.substr(0, b.size()), b);  // the alarms are appended after the version-7 body
 }
 
+TEST(AlarmMonitor, ResetRestartsEveryEstimatorAtTheAlarmingPair) {
+  // on_change "reset": after the last alarm the learner holds, bit for bit, what a new learner
+  // fed the pairs from that alarm's pair on holds (and the alarms go on).
+  StreamingLearner::Options o = LearnerOptions(true);
+  o.cme.sigma = 0.5;  // fixed: no warm-up, no scaler
+  o.scale_inputs = false;
+  o.lags.clear();  // no sequence estimator: the episode bytes stay untouched
+  o.reset_on_alarm = true;
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate().message();
+  const std::vector<double> x = Trajectory(5001);
+  StreamingLearner reset(o);
+  for (int from = 0; from < 5000; from += 250) Feed(reset, x, from, std::min(from + 251, 5001), 1.0);
+  ASSERT_GE(reset.alarms()->records().size(), 1u);
+  const int64_t last = reset.alarms()->records().back().index;
+  EXPECT_EQ(reset.samples(), 5000 - last);
+  EXPECT_EQ(reset.learned_total(), 5000);
+
+  StreamingLearner::Options fresh_options = o;
+  fresh_options.alarms = false;
+  fresh_options.reset_on_alarm = false;
+  StreamingLearner fresh(fresh_options);
+  Feed(fresh, x, static_cast<int>(last), 5001, 1.0);
+  const std::string want = Bytes(fresh), got = Bytes(reset);
+  ASSERT_GT(got.size(), want.size());
+  EXPECT_EQ(got.substr(0, want.size()), want);
+
+  o.alarms = false;
+  EXPECT_FALSE(o.Validate().ok());  // a reset needs alarms
+}
+
 }  // namespace
 }  // namespace cmestream
