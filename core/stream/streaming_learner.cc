@@ -323,14 +323,8 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
       }
       if (options_.reset_on_alarm && alarms_->alarms_total() > raised) {
         // on_change "reset": the statistics restart with the alarming pair (docs/algorithms.md
-        // §12.8). What the old CME did in this batch is counted first.
-        if (cme_) {
-          const CompressedCme::Counters& c = cme_->counters();
-          batch_.admitted_x += c.admitted_x - before.admitted_x;
-          batch_.admitted_y += c.admitted_y - before.admitted_y;
-          batch_.forced += c.forced - before.forced;
-          batch_.forced_error += c.forced_error_sum - before.forced_error_sum;
-        }
+        // §12.8). What the old estimators did in this batch is counted first.
+        CountBatchEffects(before, refits_before);
         before = CompressedCme::Counters{};
         refits_before = 0;
         retired_ += samples();
@@ -362,8 +356,14 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
   if (states) EndEpisodeBatch(TrajectoryState(batch, batch.n), batch);
   batch_.pairs = batch.n;
   batch_.pending_warmup = warmup_n_;
-  // (A warm-up that ended in this batch created the regression: all its refits are this batch's.)
-  if (forecast_) batch_.forecast_refits = forecast_->refits() - (batch_.warmup_finished ? 0 : refits_before);
+  CountBatchEffects(before, refits_before);
+  return batch_;
+}
+
+void StreamingLearner::CountBatchEffects(const CompressedCme::Counters& before, int64_t refits_before) {
+  // A regression created in this batch (the warm-up ended, or a reset) started from 0 refits:
+  // the caller passes 0 for it.
+  if (forecast_) batch_.forecast_refits += forecast_->refits() - refits_before;
   if (cme_) {
     const CompressedCme::Counters& c = cme_->counters();
     batch_.admitted_x += c.admitted_x - before.admitted_x;
@@ -371,7 +371,6 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
     batch_.forced += c.forced - before.forced;
     batch_.forced_error += c.forced_error_sum - before.forced_error_sum;
   }
-  return batch_;
 }
 
 std::optional<StreamingLearnerSnapshot> StreamingLearner::Snapshot() const {

@@ -357,6 +357,8 @@ class StreamingLearner {
   void CreateSigmaDependent(double sigma);  // moments, spectral, lags, latent
   // Every estimator fresh, as before the first pair (constructor, reset at an alarm).
   void CreateEstimators();
+  // Adds to batch_ what the CME and the regression did since `before` / `refits_before`.
+  void CountBatchEffects(const CompressedCme::Counters& before, int64_t refits_before);
   // State k (0..n) of a trajectory batch as doubles (discrete: the id, in id_scratch_).
   const double* TrajectoryState(const StreamBatch& batch, int64_t k);
   bool BeginEpisodeBatch(const double* start, const StreamBatch& batch);  // true: new episode
