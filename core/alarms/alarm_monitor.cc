@@ -126,6 +126,11 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   o.alarm_rate = r.F64("alarm monitor alarm_rate");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
+  // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
+  if (o.dim > 0 &&
+      !r.Expect(8 * static_cast<uint64_t>(o.dim) * static_cast<uint64_t>(o.dim), "alarm monitor forecast")) {
+    return r.status();
+  }
   AlarmMonitor m(o);
   m.pairs_ = r.I64("alarm monitor pairs");
   m.armed_at_ = r.I64("alarm monitor armed_at");
@@ -151,7 +156,11 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     const uint32_t nc = r.U32("alarm channels");
     if (!r.ok()) break;
     if (nc > static_cast<uint32_t>(m.detector_.channels())) return r.Fail("alarm channels: more than the model has");
-    for (uint32_t k = 0; k < nc; ++k) a.channels.push_back(r.I32("alarm channel"));
+    for (uint32_t k = 0; k < nc; ++k) {
+      const int32_t c = r.I32("alarm channel");
+      if (r.ok() && (c < 0 || c >= m.detector_.channels())) return r.Fail("alarm channel out of range");
+      a.channels.push_back(c);
+    }
     const uint8_t kind = r.U8("alarm kind"), dir = r.U8("alarm direction");
     if (kind > 1 || dir > 1) return r.Fail("alarm kind or direction out of range");
     a.kind = static_cast<ChangeDetector::Kind>(kind);
