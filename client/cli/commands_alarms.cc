@@ -27,8 +27,8 @@ alarm when their distribution changes (docs/algorithms.md section 12).
   kind       "dynamics", or "noise" (only the size of the forecast errors changed)
   onset      the estimated index at which the change began
 --json: {"model", "armed_at", "alarms": [{"index", "time", "score", "threshold", "channels",
-         "kind", "onset"}], "dropped"} (armed_at -1: not armed yet; dropped: older alarms the
-         model no longer keeps, it keeps 1,000)
+         "kind", "onset"}], "dropped"} (armed_at -1: not armed yet; dropped: alarms older than
+         every kept one, counted when I is at or before the first kept index; 1,000 are kept)
 )";
 
 const char kWatchUsage[] = R"(usage: cmestream watch NAME [--since I] [--seconds T]

@@ -77,10 +77,17 @@ class AlarmWatch final : public grpc::ServerWriteReactor<v1::Alarm> {
     if (!current.ok() || current->get() != model_.get()) {
       return FinishLocked(absl::NotFoundError(absl::StrCat("model '", model_->name(), "' was deleted")));
     }
-    absl::StatusOr<Model::AlarmList> list = model_->Alarms(next_);
-    if (!list.ok()) return FinishLocked(list.status());
-    for (const AlarmRecord& r : list->alarms) queue_.push_back(AlarmProto(model_->name(), r));
-    if (!queue_.empty()) return WriteLocked();
+    // The learner lock only when the alarm count moved (the stats lock is a leaf; the first poll
+    // always looks): a watch does not contend with ingestion while nothing happens.
+    const uint64_t total = model_->stats().alarms_total;
+    if (!polled_ || total != seen_total_) {
+      absl::StatusOr<Model::AlarmList> list = model_->Alarms(next_);
+      if (!list.ok()) return FinishLocked(list.status());
+      polled_ = true;
+      seen_total_ = total;
+      for (const AlarmRecord& r : list->alarms) queue_.push_back(AlarmProto(model_->name(), r));
+      if (!queue_.empty()) return WriteLocked();
+    }
     timer_armed_ = true;
     timer_.Set(std::chrono::system_clock::now() + kWatchPoll, [this](bool fired) { OnTimer(fired); });
   }
@@ -113,6 +120,8 @@ class AlarmWatch final : public grpc::ServerWriteReactor<v1::Alarm> {
   absl::Mutex mu_;
   uint64_t next_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::Alarm> queue_ ABSL_GUARDED_BY(mu_);  // front: being written
+  bool polled_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t seen_total_ ABSL_GUARDED_BY(mu_) = 0;  // the model's alarm count at the last look
   grpc::Alarm timer_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool timer_armed_ ABSL_GUARDED_BY(mu_) = false;

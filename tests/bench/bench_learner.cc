@@ -24,26 +24,14 @@
 #include "core/alarms/alarm_monitor.h"
 #include "core/spectral/prequential_score.h"
 #include "core/stream/streaming_learner.h"
+#include "tests/bench/delay_states.h"
 
 namespace cmestream {
 namespace {
 
-constexpr int64_t kWarm = 6000, kTimed = 8192, kBatch = 256;
+using bench::DelayStates;
 
-RowMatrixXd DelayStates(int64_t n, int d, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> noise(0.0, 0.05);
-  std::vector<double> s(static_cast<size_t>(n + d));
-  for (size_t t = 0; t < s.size(); ++t) {
-    const double u = static_cast<double>(t);
-    s[t] = std::sin(0.21 * u) + 0.5 * std::cos(0.047 * u) + noise(rng);
-  }
-  RowMatrixXd x(n + 1, d);
-  for (int64_t t = 0; t <= n; ++t) {
-    for (int j = 0; j < d; ++j) x(t, j) = s[static_cast<size_t>(t + j)];
-  }
-  return x;
-}
+constexpr int64_t kWarm = 6000, kTimed = 8192, kBatch = 256;
 
 // A rank-3 VAMP model over the spectral basis (random factors: the cost does not depend on them).
 std::unique_ptr<PrequentialVampE> MakePrequential(const StreamingLearner& l) {

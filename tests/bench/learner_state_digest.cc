@@ -24,9 +24,12 @@
 #include "core/io/binary_io.h"
 #include "core/spectral/prequential_score.h"
 #include "core/stream/streaming_learner.h"
+#include "tests/bench/delay_states.h"
 
 namespace cmestream {
 namespace {
+
+using bench::DelayStates;
 
 uint64_t Fnv(const void* data, size_t n, uint64_t h = 1469598103934665603ULL) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -35,23 +38,6 @@ uint64_t Fnv(const void* data, size_t n, uint64_t h = 1469598103934665603ULL) {
 }
 
 uint64_t FnvDouble(double v, uint64_t h) { return Fnv(&v, sizeof v, h); }
-
-// States 0..n of a d-dimensional delay vector of a noisy two-tone signal: consecutive states
-// share d - 1 coordinates, as a real delay embedding does.
-RowMatrixXd DelayStates(int64_t n, int d, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> noise(0.0, 0.05);
-  std::vector<double> s(static_cast<size_t>(n + d));
-  for (size_t t = 0; t < s.size(); ++t) {
-    const double u = static_cast<double>(t);
-    s[t] = std::sin(0.21 * u) + 0.5 * std::cos(0.047 * u) + noise(rng);
-  }
-  RowMatrixXd x(n + 1, d);
-  for (int64_t t = 0; t <= n; ++t) {
-    for (int j = 0; j < d; ++j) x(t, j) = s[static_cast<size_t>(t + j)];
-  }
-  return x;
-}
 
 enum class Form { kTrajectory, kPairs, kShuffled };
 

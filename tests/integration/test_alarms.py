@@ -100,6 +100,9 @@ class AlarmsTest(unittest.TestCase):
                              [a.index for a in listed.alarms])
             described = c.describe("ou")
             self.assertEqual(described.alarms.alarms_total, len(listed.alarms))
+            self.assertEqual(described.alarms.threshold, first.threshold)
+            self.assertGreater(first.score, first.threshold)
+            self.assertTrue(0 <= described.alarms.score < 1)
             # The metrics count them.
             text = urllib.request.urlopen(f"http://{d.metrics_target}/metrics", timeout=10).read().decode()
             line = [l for l in text.splitlines() if l.startswith('cmestream_change_alarms_total{model="ou"}')]

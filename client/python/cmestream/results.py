@@ -452,7 +452,8 @@ class AlarmList:
         model: the model's name.
         armed_at: stream index at which the detector armed (-1: not yet).
         alarms: list of Alarm.
-        dropped: older matching alarms the model no longer keeps (it keeps the last 1,000).
+        dropped: alarms older than every one kept (the model keeps its last 1,000), counted
+            when `since` is at or before the first kept alarm's index.
     """
     model: str
     armed_at: int

@@ -66,6 +66,13 @@ TEST(AlarmMonitor, ArmsWithinThreeHundredPairsAndFindsARateChange) {
   EXPECT_NEAR(static_cast<double>(a.onset), change, 60);
   EXPECT_EQ(a.time, 1000.0 + a.index);
   EXPECT_EQ(a.channels, std::vector<int>{0});
+  // The reported threshold is the CUSUM's calibrated level (12.5) at the default settings, and
+  // the score a fraction of it: above 1 at an alarm (the detector then restarts), below after.
+  EXPECT_EQ(m.threshold(), ChangeDetector::Threshold(1, ChangeDetector::Options{}.drift, 200));
+  EXPECT_EQ(a.threshold, m.threshold());
+  EXPECT_GT(a.score, a.threshold);
+  EXPECT_GE(m.score(), 0);
+  EXPECT_LT(m.score(), 1);
 }
 
 TEST(AlarmMonitor, FindsAChangeOfTransitionMatrixInADiscreteChain) {
