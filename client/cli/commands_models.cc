@@ -90,6 +90,11 @@ int ModelCreate(Context& ctx, const Args& args) {
   uint("warmup", UINT32_MAX, [&](uint64_t v) { config.set_auto_sigma_warmup(static_cast<uint32_t>(v)); });
   uint("delays", UINT32_MAX, [&](uint64_t v) { config.set_delays(static_cast<uint32_t>(v)); });
   uint("delay-stride", UINT32_MAX, [&](uint64_t v) { config.set_delay_stride(static_cast<uint32_t>(v)); });
+  if (auto s = args.Value("reduce"); s && *s == "off") {
+    config.set_reduce(0);
+  } else {
+    uint("reduce", UINT32_MAX, [&](uint64_t v) { config.set_reduce(static_cast<uint32_t>(v)); });
+  }
   if (auto s = args.Value("alarms")) {
     if (*s != "on" && *s != "off") {
       return FailUsage("model create", absl::StrCat("--alarms: expected on or off, got '", *s, "'"));

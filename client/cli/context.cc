@@ -78,13 +78,18 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --sigma S|auto       Gaussian kernel bandwidth; 'auto' (default) picks it on the first
                        --warmup pairs by a held-out VAMP-2 score and records the choice.
                        An explicit S is in your units and implies --scale none
-  --scale auto|none    per-channel input scaling (default auto with sigma auto): each
-                       channel is centered by its median and divided by IQR/1.349, estimated
-                       on the warm-up and then frozen; replies stay in your units
+  --scale auto|none    per-channel input scaling (default auto with sigma auto, none with
+                       --reduce): each channel is centered by its median and divided by
+                       IQR/1.349, estimated on the warm-up and then frozen; replies stay in
+                       your units
   --delays D           learn on windows of the last D raw rows (--dim values each, oldest
                        first): ingest raw rows with --trajectory (an empty CSV line marks a
                        gap); query files hold raw rows, replies one entry per complete window
   --delay-stride S     rows between the entries of a window (default 1; needs --delays)
+  --reduce K|off       learn on the K leading principal directions of the (scaled) input,
+                       fitted on the warm-up (>= 10 K pairs) and then frozen; queries and
+                       replies stay in your rows (default 32 above 64 dimensions with sigma
+                       auto and no delays, else off)
   --alarms on|off      change alarms (default on): each pair is scored by a one-step linear
                        forecast before it is learned and a CUSUM raises an alarm when the
                        dynamics or the noise change ('cmestream alarms', 'cmestream watch')

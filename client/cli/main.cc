@@ -66,6 +66,7 @@ const Command* FindCommand(const std::string& name) {
          "warmup",
          "delays",
          "delay-stride",
+         "reduce",
          "alarms",
          "alarm-rate",
          "on-change",

@@ -113,6 +113,7 @@ void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   if (c.has_ridge_stage1()) w.Key("ridge_stage1").Double(c.ridge_stage1());
   if (c.has_ridge_stage2()) w.Key("ridge_stage2").Double(c.ridge_stage2());
   w.Key("delays").Uint(c.has_delays() ? c.delays() : 1);
+  if (c.has_reduce()) w.Key("reduce").Uint(c.reduce());
   w.Key("delay_stride").Uint(c.has_delay_stride() ? c.delay_stride() : 1);
   w.Key("alarms").String(c.has_alarms() ? c.alarms() : "off");
   if (c.has_alarm_rate()) w.Key("alarm_rate").Double(c.alarm_rate());
@@ -178,6 +179,12 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
     w.Key("spread").BeginArray();
     for (const std::string& v : in.spread()) w.String(v);
     w.EndArray();
+    if (in.reduce() > 0) {
+      w.Key("reduce").Uint(in.reduce());
+      w.Key("explained_variance").Double(in.explained_variance());
+      w.Key("reduce_variances");
+      WriteListJson(w, in.reduce_variances());
+    }
     w.EndObject();
   }
   w.Key("config");
@@ -282,6 +289,12 @@ void PrintModel(const v1::ModelInfo& m) {
     if (c.delays() > 1) {
       std::cout << ", delays " << c.delays() << " (stride " << std::max<uint32_t>(c.delay_stride(), 1)
                 << "): learns on windows of " << m.state_dim() << " values";
+    }
+    if (c.reduce() > 0) {
+      std::cout << ", reduced to " << c.reduce() << " principal directions";
+      if (m.input_scaling().reduce() > 0 && m.input_scaling().reduce_variances_size() > 0) {
+        std::cout << " (" << Num(100 * m.input_scaling().explained_variance()) << " % of the warm-up's variance)";
+      }
     }
     std::cout << "\n";
   }

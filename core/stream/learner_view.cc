@@ -480,20 +480,20 @@ void CompareTimescales(const ViewOptions& options, const LearnerView& view, doub
 // The coordinates of counts, clusters and aggregation in the user's units; the estimators keep
 // the scaled ones (docs/algorithms.md §1.13).
 void UnscaleCoordinates(LearnerView& view) {
-  if (!view.scaler) return;
+  if (!view.input) return;
   if (view.counts.value) {
     auto counts = std::make_shared<CountsView>(*view.counts.value);
-    view.scaler->InvertRows(counts->coordinates);
+    counts->coordinates = view.input->Invert(std::move(counts->coordinates));
     view.counts.value = std::move(counts);
   }
   if (view.clusters.value) {
     auto clusters = std::make_shared<ClustersView>(*view.clusters.value);
-    view.scaler->InvertRows(clusters->coordinates);
+    clusters->coordinates = view.input->Invert(std::move(clusters->coordinates));
     view.clusters.value = std::move(clusters);
   }
   if (view.aggregation.value) {
     auto aggregation = std::make_shared<AggregationView>(*view.aggregation.value);
-    view.scaler->InvertRows(aggregation->coordinates);
+    aggregation->coordinates = view.input->Invert(std::move(aggregation->coordinates));
     view.aggregation.value = std::move(aggregation);
   }
 }
@@ -525,7 +525,7 @@ CkClusters CkSetsOf(const LearnerView& view) {
 absl::StatusOr<LearnerView> FitViews(const StreamingLearnerSnapshot& snap, const ViewOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   LearnerView view;
-  if (snap.scaler) view.scaler = std::make_shared<const InputScaler>(*snap.scaler);
+  if (snap.scaler || snap.reduction) view.input = std::make_shared<const InputStage>(snap.scaler, snap.reduction);
   std::shared_ptr<CmeView> cme;  // completed (cross-view comparison) after the other views
   if (snap.cme) {
     Timed(view, "koopman", [&] {

@@ -30,7 +30,7 @@
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_summary.h"
-#include "core/stream/input_scaler.h"
+#include "core/stream/input_stage.h"
 #include "core/stream/lags_view.h"
 #include "core/stream/streaming_learner.h"
 
@@ -174,10 +174,10 @@ struct LearnerView {
   // model does not enable are not timed.
   std::vector<std::pair<std::string, double>> view_seconds;
   std::shared_ptr<const CmeView> cme;  // continuous models (never for discrete ones)
-  // The learner's frozen input scaler (scale "auto"), else null. Every estimator works in its
-  // scaled coordinates: the coordinates of counts, clusters and aggregation below are stored
-  // in the user's units already; the CME snapshot's atoms are not (callers invert them).
-  std::shared_ptr<const InputScaler> scaler;
+  // The learner's frozen input stage (scale "auto" and/or reduce K), else null. Every estimator
+  // works in its coordinates: the coordinates of counts, clusters and aggregation below are
+  // stored in the user's units already; the CME snapshot's atoms are not (callers invert them).
+  std::shared_ptr<const InputStage> input;
   SubView<CountsView> counts;
   SubView<StateEmbedding> embedding;
   SubView<ClustersView> clusters;

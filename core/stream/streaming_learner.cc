@@ -33,6 +33,7 @@ void StreamingLearner::CreateEstimators() {
   forecast_.reset();
   run_.reset();
   scaler_.reset();
+  reduction_.reset();
   prequential_.reset();  // it scored against a view of the old statistics
   sigma_selection_ = SigmaSelection{};
   warmup_n_ = 0;
@@ -60,7 +61,8 @@ StreamingLearner& StreamingLearner::operator=(StreamingLearner&&) noexcept = def
 StreamingLearner::~StreamingLearner() = default;
 
 void StreamingLearner::CreateSigmaDependent(double sigma) {
-  absl::StatusOr<FeatureMap> features = FeatureMap::Rff(options_.dim, options_.rff_features, sigma, options_.seed);
+  absl::StatusOr<FeatureMap> features =
+      FeatureMap::Rff(options_.estimator_dim(), options_.rff_features, sigma, options_.seed);
   // Options::Validate() checked these arguments; a failure here is a programming error.
   if (!features.ok()) std::abort();
   moments_ = std::make_unique<EmbeddingMoments>(std::make_shared<const FeatureMap>(*std::move(features)),
@@ -68,8 +70,8 @@ void StreamingLearner::CreateSigmaDependent(double sigma) {
   spectral_ = std::make_unique<SpectralMoments>(learner_options::Spectral(options_, sigma));
   if (!options_.lags.empty()) lags_ = std::make_unique<LagStatistics>(learner_options::Lags(options_, sigma));
   if (options_.latent) latent_ = std::make_unique<MultiViewAccumulator>(learner_options::Latent(options_, sigma));
-  run_ = std::make_unique<CmeRun>(options_.dim, options_.run_pairs());
-  if (options_.dim <= learner_options::kMaxForecastDim) {
+  run_ = std::make_unique<CmeRun>(options_.estimator_dim(), options_.run_pairs());
+  if (options_.estimator_dim() <= learner_options::kMaxForecastDim) {
     forecast_ = std::make_unique<ForecastRegression>(learner_options::ForecastFeatures(options_, sigma),
                                                      learner_options::Forecast(options_));
   }
@@ -148,7 +150,17 @@ void StreamingLearner::ApplyRun() {
   batch_.lag_rebases += e.lag_rebases;
 }
 
-const double* StreamingLearner::Scaled(const double* v, std::vector<double>& scratch) const {
+const double* StreamingLearner::Scaled(const double* v, std::vector<double>& scratch) {
+  if (reduction_) {
+    // Scale into the dim-wide scratch first, then project into the caller's K-wide one.
+    const double* in = v;
+    if (scaler_) {
+      scaler_->Apply(v, reduce_scratch_.data());
+      in = reduce_scratch_.data();
+    }
+    reduction_->Apply(in, scratch.data());
+    return scratch.data();
+  }
   if (!scaler_) return v;
   scaler_->Apply(v, scratch.data());
   return scratch.data();
@@ -168,9 +180,12 @@ void StreamingLearner::FeedLearner(const double* x, const double* y) {
 
 absl::Status StreamingLearner::EndWarmup() {
   if (ready()) return absl::FailedPreconditionError("the warm-up has ended already (sigma is chosen)");
-  if (warmup_n_ < kMinEarlyWarmup) {
+  const int64_t least =
+      std::max<int64_t>(kMinEarlyWarmup, static_cast<int64_t>(InputReduction::kRowsPerDirection) * options_.reduce);
+  if (warmup_n_ < least) {
     return absl::FailedPreconditionError(absl::StrCat("the warm-up holds ", warmup_n_, " pairs, expected at least ",
-                                                      kMinEarlyWarmup, " to end it early"));
+                                                      least, " to end it early",
+                                                      options_.reduce > 0 ? " (10 per reduced dimension)" : ""));
   }
   batch_ = ObserveSummary{};
   FinishWarmup();
@@ -188,13 +203,27 @@ void StreamingLearner::FinishWarmup() {
     scaler_ = InputScaler::Estimate(x, y);
     scaler_->ApplyRows(x);
     scaler_->ApplyRows(y);
-    scaled_x_.assign(options_.dim, 0.0);
-    scaled_y_.assign(options_.dim, 0.0);
-    scaled_state_.assign(options_.dim, 0.0);
   }
+  // Then the reduction, fitted on the scaled pairs (docs/algorithms.md §1.15): sigma and the
+  // estimators see the K-vectors.
+  RowMatrixXd reduced_x, reduced_y;
+  if (options_.reduce > 0) {
+    reduction_ = InputReduction::Fit(x, y, options_.reduce);
+    reduced_x = reduction_->ApplyRows(x);
+    reduced_y = reduction_->ApplyRows(y);
+    if (scaler_) reduce_scratch_.assign(options_.dim, 0.0);
+  }
+  if (scaler_ || reduction_) {
+    scaled_x_.assign(options_.estimator_dim(), 0.0);
+    scaled_y_.assign(options_.estimator_dim(), 0.0);
+    scaled_state_.assign(options_.estimator_dim(), 0.0);
+  }
+  using ConstRows = Eigen::Ref<const RowMatrixXd>;
+  const ConstRows ex = reduction_ ? ConstRows(reduced_x) : ConstRows(x);
+  const ConstRows ey = reduction_ ? ConstRows(reduced_y) : ConstRows(y);
   BandwidthSelectionOptions options;
   options.seed = options_.seed;
-  const BandwidthSelection sel = SelectBandwidth(x, y, options);
+  const BandwidthSelection sel = SelectBandwidth(ex, ey, options);
   sigma_selection_.chosen = sel.chosen;
   sigma_selection_.median_distance = sel.median_distance;
   sigma_selection_.candidates = sel.candidates;
@@ -204,7 +233,7 @@ void StreamingLearner::FinishWarmup() {
   CreateSigmaDependent(sel.chosen);
   // The buffered pairs feed the counts and moments too (the latent model, which needs the
   // pairs' order, starts with the next trajectory batch).
-  for (int64_t t = 0; t < warmup_n_; ++t) FeedPair(warmup_x_.row(t).data(), warmup_y_.row(t).data());
+  for (int64_t t = 0; t < warmup_n_; ++t) FeedPair(ex.row(t).data(), ey.row(t).data());
   warmup_x_.resize(0, 0);  // the buffer is never needed again
   warmup_y_.resize(0, 0);
   warmup_n_ = 0;
@@ -385,6 +414,7 @@ std::optional<StreamingLearner::SnapshotCopy> StreamingLearner::CopyForSnapshot(
   StreamingLearnerSnapshot& snap = c.snap_;
   snap.samples = samples();
   snap.scaler = scaler_;
+  snap.reduction = reduction_;
   if (moments_) snap.moments = moments_->Snapshot();
   if (latent_) snap.latent = latent_->Snapshot();
   if (predictive_) snap.predictive = predictive_->Snapshot();

@@ -13,6 +13,10 @@
 //                   pair and trajectory state after it reaches the kernel estimators (CME, counts,
 //                   moments, spectral, lags, latent) scaled. The predictive-state accumulator (a
 //                   linear-Gaussian model, §6) and the episode rule keep the user's units.
+//   input reduction with options.reduce = K, the end of the warm-up then fits the InputReduction
+//                   (core/stream/input_reduction.h, §1.15) on the scaled buffered pairs and
+//                   freezes it: sigma and every kernel estimator work on the K-vectors it
+//                   projects to (estimator_dim()), the change alarms on the raw pairs.
 //   routing         each pair is scored by the installed prequential scorer (test, then train),
 //                   then learned by the CME; the CME's nearest X atoms of x and y give the count
 //                   chain's states (§2, (2.1)); the RFF embedding moments (§3.2) and the spectral
@@ -71,6 +75,7 @@
 #include "core/spectral/spectral_moments.h"
 #include "core/stream/cme_run.h"
 #include "core/stream/delay_embedding.h"
+#include "core/stream/input_reduction.h"
 #include "core/stream/input_scaler.h"
 #include "core/validation/lag_statistics.h"
 
@@ -159,6 +164,9 @@ struct StreamingLearnerSnapshot {
   // options.scale_inputs, once the warm-up ended: the frozen scaler; every coordinate above
   // (atoms, lag basis, RFF moments) is in its scaled units.
   std::optional<InputScaler> scaler;
+  // options.reduce > 0, once the warm-up ended: the frozen reduction after the scaler; every
+  // coordinate above is then a K-vector of its projection.
+  std::optional<InputReduction> reduction;
   std::optional<ForecastMomentsSnapshot> forecast;  // continuous
 };
 
@@ -177,6 +185,10 @@ class StreamingLearner {
     // Per-channel robust scaling (InputScaler), estimated with sigma at the end of the
     // warm-up; requires sigma "auto" (an explicit sigma is in the user's units).
     bool scale_inputs = false;
+    // Input reduction (InputReduction, docs/algorithms.md §1.15): 0 = off, else the K < dim
+    // leading principal directions of the (scaled) warm-up, frozen with sigma; requires sigma
+    // "auto", no delays and auto_sigma_warmup >= InputReduction::kRowsPerDirection * K.
+    int reduce = 0;
     // Every random choice derives from it: bandwidth selection, RFF features (seed), latent
     // features (seed) and reservoir (seed + 7).
     uint64_t seed = 1;
@@ -228,6 +240,8 @@ class StreamingLearner {
 
     bool discrete() const { return num_states > 0; }
     int input_dim() const { return delays > 1 ? dim / delays : dim; }  // values per raw row
+    // The dimension the kernel estimators work in: reduce when reducing, else dim.
+    int estimator_dim() const { return reduce > 0 ? reduce : dim; }
     bool auto_sigma() const { return !discrete() && cme.sigma == 0; }
     // Pairs per CME run: micro_batch, capped by kRunDoubles / dim (at least 1).
     int run_pairs() const;
@@ -303,6 +317,8 @@ class StreamingLearner {
   absl::Status EndWarmup();
   // The frozen scaler (options.scale_inputs, once the warm-up ended), else null.
   const InputScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  // The frozen reduction (options.reduce > 0, once the warm-up ended), else null.
+  const InputReduction* reduction() const { return reduction_ ? &*reduction_ : nullptr; }
   const SigmaSelection& sigma_selection() const { return sigma_selection_; }
   // The CME (null for discrete models and during the warm-up): counters, dictionary sizes,
   // last drift, as of the last applied run (the open run's pairs are not in it yet).
@@ -326,7 +342,9 @@ class StreamingLearner {
   //   version >= 7, with delays > 1: the delay embedding's open episode (DelayEmbedding::
   //   Serialize; nothing for a model without delays, whose bytes are those of version 6);
   //   version >= 8, with options.alarms: the AlarmMonitor (nothing for a model without alarms,
-  //   whose bytes are those of version 7).
+  //   whose bytes are those of version 7);
+  //   version >= 9, with a CME and options.reduce > 0: the frozen InputReduction (nothing for a
+  //   model without, whose bytes are those of version 8).
   // Version kStateVersion; version 1 has no spectral moments (restored fresh when the CME
   // exists), versions 1 and 2 no lag statistics (restored fresh, empty), versions 1 to 3 no
   // open run (restored empty: the next run starts at the restored pair count); versions 1 to 4
@@ -334,11 +352,12 @@ class StreamingLearner {
   // forecast regression (restored fresh, empty: it learns from the next pair on); versions 1 to
   // 6 cannot hold a model with delays (DataLoss if the options ask for them); versions 1 to 7
   // have no alarms (a model whose options ask for them starts them fresh at the restored pair
-  // count: its alarm indexes then count from there).
+  // count: its alarm indexes then count from there); versions 1 to 8 cannot hold a reduced
+  // model (DataLoss if the options ask for one).
   // Deserialize checks every part against `options` (the same options the learner had): a
   // mismatch or a corrupt part is DataLoss naming the part and the offset. Serialize followed
   // by Deserialize and the same batches gives the same state, bit for bit, as never stopping.
-  static constexpr uint32_t kStateVersion = 8;
+  static constexpr uint32_t kStateVersion = 9;
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<StreamingLearner> Deserialize(io::Reader& r, const Options& options, uint32_t version,
                                                       SigmaSelection sigma_selection);
@@ -351,9 +370,9 @@ class StreamingLearner {
   void FeedPair(const double* x, const double* y);     // scorer, moments; the rest via the run
   void ApplyRun();                                     // applies and empties the open CME run
   void FinishWarmup();
-  // The pair or state as the kernel estimators see it: scaled into a scratch buffer with a
-  // scaler, else `v` itself.
-  const double* Scaled(const double* v, std::vector<double>& scratch) const;
+  // The pair or state as the kernel estimators see it: scaled (and reduced) into a scratch
+  // buffer of estimator_dim() values with a scaler or a reduction, else `v` itself.
+  const double* Scaled(const double* v, std::vector<double>& scratch);
   void CreateSigmaDependent(double sigma);  // moments, spectral, lags, latent
   // Every estimator fresh, as before the first pair (constructor, reset at an alarm).
   void CreateEstimators();
@@ -371,7 +390,9 @@ class StreamingLearner {
   int64_t warmup_n_ = 0;
   SigmaSelection sigma_selection_;
   std::optional<InputScaler> scaler_;                       // scale_inputs, once the warm-up ended
-  std::vector<double> scaled_x_, scaled_y_, scaled_state_;  // dim each, with a scaler
+  std::optional<InputReduction> reduction_;                 // reduce > 0, once the warm-up ended
+  std::vector<double> scaled_x_, scaled_y_, scaled_state_;  // estimator_dim() each, with a scaler or reduction
+  std::vector<double> reduce_scratch_;                      // dim, with a scaler and a reduction
   std::unique_ptr<TransitionCounts> counts_;
   std::unique_ptr<EmbeddingMoments> moments_;               // continuous, once sigma is known
   std::unique_ptr<MultiViewAccumulator> latent_;            // options.latent (continuous: once sigma is known)

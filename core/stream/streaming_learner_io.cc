@@ -46,6 +46,9 @@ void StreamingLearner::Serialize(io::Writer& w) const {
   // Version 8: only a model with alarms writes them, so the bytes (and state digest) of a model
   // without are those of version 7.
   if (alarms_) alarms_->Serialize(w);
+  // Version 9: only a reduced model writes its reduction (once the warm-up ended), so the bytes
+  // (and state digest) of a model without are those of version 8.
+  if (reduction_) reduction_->Serialize(w);
 }
 
 absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, const Options& options, uint32_t version,
@@ -83,7 +86,7 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
   if (has_cme) {
     absl::StatusOr<CompressedCme> cme = CompressedCme::Deserialize(r);
     if (!cme.ok()) return cme.status();
-    if (cme->options().dim != options.dim || cme->options().max_dict != options.cme.max_dict) {
+    if (cme->options().dim != options.estimator_dim() || cme->options().max_dict != options.cme.max_dict) {
       return r.Fail("model CME dimensions differ from its config");
     }
     l.cme_ = std::make_unique<CompressedCme>(*std::move(cme));
@@ -146,7 +149,7 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
   if (!l.cme_) {
     l.run_.reset();
   } else if (!l.run_) {
-    l.run_ = std::make_unique<CmeRun>(options.dim, options.run_pairs());
+    l.run_ = std::make_unique<CmeRun>(options.estimator_dim(), options.run_pairs());
   }
   if (l.run_ && version >= 4 && r.ok() && l.run_->Deserialize(r) && !l.lags_ && l.run_->has_lag_events()) {
     return r.Fail("model CME run holds lag states or pairs but the model keeps no lag statistics");
@@ -157,15 +160,13 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
     absl::StatusOr<InputScaler> scaler = InputScaler::Deserialize(r, options.dim);
     if (!scaler.ok()) return scaler.status();
     l.scaler_ = *std::move(scaler);
-    l.scaled_x_.assign(options.dim, 0.0);
-    l.scaled_y_.assign(options.dim, 0.0);
-    l.scaled_state_.assign(options.dim, 0.0);
   }
   // The forecast regression (version 6): with the CME (dim <= kMaxForecastDim); older states
   // restore an empty one, which learns from the next pair on.
   l.forecast_.reset();
   if (version >= 6 && r.ok() && r.Bool("model has forecast regression")) {
-    if (!l.cme_ || options.dim > lo::kMaxForecastDim) return r.Fail("model holds a forecast regression it cannot have");
+    if (!l.cme_ || options.estimator_dim() > lo::kMaxForecastDim)
+      return r.Fail("model holds a forecast regression it cannot have");
     absl::StatusOr<ForecastRegression> f =
         ForecastRegression::Deserialize(r, lo::ForecastFeatures(options, l.cme_->options().sigma));
     if (!f.ok()) return f.status();
@@ -173,7 +174,7 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
       return r.Fail("model forecast regression does not match its config (scored dims)");
     }
     l.forecast_ = std::make_unique<ForecastRegression>(*std::move(f));
-  } else if (l.cme_ && options.dim <= lo::kMaxForecastDim) {
+  } else if (l.cme_ && options.estimator_dim() <= lo::kMaxForecastDim) {
     l.forecast_ = std::make_unique<ForecastRegression>(lo::ForecastFeatures(options, l.cme_->options().sigma),
                                                        lo::Forecast(options));
   }
@@ -196,6 +197,19 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
       return r.Fail("model alarms do not match its config (dim, channels, states or alarm_rate)");
     }
     *l.alarms_ = std::move(*a);
+  }
+  // The frozen reduction (version 9): with the CME of a reduced model.
+  if (r.ok() && options.reduce > 0 && l.cme_) {
+    if (version < 9) return r.Fail(absl::StrCat("model state version ", version, " cannot hold an input reduction"));
+    absl::StatusOr<InputReduction> reduction = InputReduction::Deserialize(r, options.dim, options.reduce);
+    if (!reduction.ok()) return reduction.status();
+    l.reduction_ = *std::move(reduction);
+    if (l.scaler_) l.reduce_scratch_.assign(options.dim, 0.0);
+  }
+  if (l.scaler_ || l.reduction_) {
+    l.scaled_x_.assign(options.estimator_dim(), 0.0);
+    l.scaled_y_.assign(options.estimator_dim(), 0.0);
+    l.scaled_state_.assign(options.estimator_dim(), 0.0);
   }
   if (!r.ok()) return r.status();
   l.sigma_selection_ = std::move(sigma_selection);

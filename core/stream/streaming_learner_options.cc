@@ -17,6 +17,7 @@ constexpr int kMaxHistoryStates = 1 << 23;
 
 CompressedCme::Options Cme(const StreamingLearner::Options& o, double sigma) {
   CompressedCme::Options c = o.cme;
+  c.dim = o.estimator_dim();
   c.sigma = sigma;
   return c;
 }
@@ -36,7 +37,7 @@ EmbeddingMoments::Options Moments(const StreamingLearner::Options& o) {
 
 SpectralMoments::Options Spectral(const StreamingLearner::Options& o, double sigma) {
   SpectralMoments::Options s;
-  s.dim = o.dim;
+  s.dim = o.estimator_dim();
   s.sigma = sigma;
   s.max_basis = o.cme.max_dict;
   s.forgetting = o.forgetting;
@@ -53,7 +54,7 @@ SpectralMoments::Options Spectral(const StreamingLearner::Options& o, double sig
 
 ForecastRegression::Options Forecast(const StreamingLearner::Options& o) {
   ForecastRegression::Options f;
-  f.dim = o.dim;
+  f.dim = o.estimator_dim();
   f.scored_dims = o.forecast_scored_dims;
   return f;
 }
@@ -77,8 +78,9 @@ AlarmMonitor::Options Alarms(const StreamingLearner::Options& o) {
 constexpr int kForecastFeatures = 128;
 
 std::shared_ptr<const FeatureMap> ForecastFeatures(const StreamingLearner::Options& o, double sigma) {
-  absl::StatusOr<FeatureMap> features = FeatureMap::Rff(
-      o.dim, std::min({o.rff_features, kForecastFeatures, ForecastRegression::kMaxFeatures}), sigma, o.seed);
+  absl::StatusOr<FeatureMap> features =
+      FeatureMap::Rff(o.estimator_dim(),
+                      std::min({o.rff_features, kForecastFeatures, ForecastRegression::kMaxFeatures}), sigma, o.seed);
   // Options::Validate() checked these arguments; a failure here is a programming error.
   if (!features.ok()) std::abort();
   return std::make_shared<const FeatureMap>(*std::move(features));
@@ -87,7 +89,7 @@ std::shared_ptr<const FeatureMap> ForecastFeatures(const StreamingLearner::Optio
 LagStatistics::Options Lags(const StreamingLearner::Options& o, double sigma) {
   LagStatistics::Options l;
   l.lags = o.lags;
-  l.dim = o.discrete() ? 0 : o.dim;
+  l.dim = o.discrete() ? 0 : o.estimator_dim();
   l.num_states = o.num_states;
   l.sigma = sigma > 0 ? sigma : 1.0;
   l.max_basis = o.lag_basis_atoms;
@@ -102,7 +104,7 @@ MultiViewAccumulator::Options Latent(const StreamingLearner::Options& o, double 
     m.features.num_symbols = o.num_states;
   } else {
     m.features.kind = LatentFeatureOptions::Kind::kRff;
-    m.features.dim = o.dim;
+    m.features.dim = o.estimator_dim();
     m.features.num_features = o.rff_features;
     m.features.sigma = sigma;
   }
@@ -144,7 +146,7 @@ absl::Status Bad(const std::string& message) {
 
 int StreamingLearner::Options::run_pairs() const {
   if (discrete()) return 1;
-  return std::max(1, std::min(micro_batch, kRunDoubles / std::max(1, dim)));
+  return std::max(1, std::min(micro_batch, kRunDoubles / std::max(1, estimator_dim())));
 }
 
 absl::Status StreamingLearner::Options::Validate() const {
@@ -170,7 +172,7 @@ absl::Status StreamingLearner::Options::Validate() const {
     if (rff_features < 1) return Bad(absl::StrCat("rff_features is ", rff_features, ", expected >= 1"));
     if (absl::Status s = lo::Moments(*this).Validate(); !s.ok()) return Bad("embedding moments", s);
     if (absl::Status s = lo::Spectral(*this, sigma).Validate(); !s.ok()) return Bad("spectral moments", s);
-    if (dim <= lo::kMaxForecastDim) {
+    if (estimator_dim() <= lo::kMaxForecastDim) {
       if (absl::Status s = lo::Forecast(*this).Validate(); !s.ok()) return Bad("forecast regression", s);
     }
     if (latent) {
@@ -192,6 +194,18 @@ absl::Status StreamingLearner::Options::Validate() const {
   }
   if (alarms) {
     if (absl::Status s = lo::Alarms(*this).Validate(); !s.ok()) return Bad("change alarms", s);
+  }
+  if (reduce != 0) {
+    if (reduce < 0 || discrete() || reduce >= dim) {
+      return Bad(absl::StrCat("reduce is ", reduce, ", expected 0 (off) or 1..", dim - 1,
+                              " (fewer dimensions than dim, continuous models)"));
+    }
+    if (!auto_sigma()) return Bad(absl::StrCat("reduce needs sigma auto (the reduction is fitted on the warm-up)"));
+    if (delays > 1) return Bad("reduce needs delays 1 (the reduction of windows is not supported)");
+    if (static_cast<int64_t>(auto_sigma_warmup) < static_cast<int64_t>(InputReduction::kRowsPerDirection) * reduce) {
+      return Bad(absl::StrCat("auto_sigma_warmup is ", auto_sigma_warmup,
+                              ", expected >= ", InputReduction::kRowsPerDirection * reduce, " to fit reduce ", reduce));
+    }
   }
   if (reset_on_alarm && !alarms) return Bad("reset_on_alarm needs alarms (a reset happens at an alarm)");
   if (delays != 1 || delay_stride != 1) {

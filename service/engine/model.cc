@@ -29,7 +29,7 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
   absl::MutexLock stats_lock(&stats_mu_);
   stats_ = LearnerStatsLocked();
   published_sigma_ = SigmaSelectionProto(learner_.sigma_selection());
-  published_scaling_ = InputScalingProto(config_, learner_.scaler());
+  published_scaling_ = InputScalingProto(config_, learner_.scaler(), learner_.reduction());
   if (stats_.alarms) metrics_->OnAlarms(stats_.change_score, stats_.alarms_total);
 }
 
@@ -197,7 +197,7 @@ Model::Stats Model::PublishLocked(bool warmup_finished, uint64_t batches_added, 
   std::optional<v1::InputScaling> scaling;
   if (warmup_finished) {
     chosen = SigmaSelectionProto(learner_.sigma_selection());
-    scaling = InputScalingProto(config_, learner_.scaler());
+    scaling = InputScalingProto(config_, learner_.scaler(), learner_.reduction());
   }
   absl::MutexLock stats_lock(&stats_mu_);
   s.batches_applied = stats_.batches_applied + batches_added;

@@ -185,11 +185,32 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
   if (!c.has_dt()) c.set_dt(1.0);
   if (!std::isfinite(c.dt()) || c.dt() <= 0) return Bad(c, "dt", c.dt(), "> 0");
   if (!c.has_seed()) c.set_seed(1);
-  if (!c.has_auto_sigma_warmup()) c.set_auto_sigma_warmup(1000);
+  // Input reduction (docs/algorithms.md §1.15): by default for a wide stream the daemon may
+  // fit it for (sigma auto, no delays); stored unset for off.
+  if (!c.has_reduce() && !discrete && c.sigma() == 0 && c.delays() <= 1 && c.dim() > kReduceAboveDim) {
+    c.set_reduce(kDefaultReduce);
+  }
+  if (c.reduce() > 0) {
+    if (discrete) return Bad(c, "reduce", c.reduce(), "0 for a discrete model (num_states > 0)");
+    if (c.sigma() > 0) {
+      return Bad(c, "reduce", c.reduce(),
+                 "0 with an explicit sigma (the reduction is fitted on the warm-up of sigma auto)");
+    }
+    if (c.delays() > 1) return Bad(c, "reduce", c.reduce(), "0 with delays (windows are not reduced)");
+    if (c.reduce() >= c.dim())
+      return Bad(c, "reduce", c.reduce(), absl::StrCat("0 (off) .. ", c.dim() - 1, " (< dim)"));
+  }
+  const uint32_t reduce_warmup = InputReduction::kRowsPerDirection * c.reduce();
+  if (!c.has_auto_sigma_warmup()) c.set_auto_sigma_warmup(std::max<uint32_t>(1000, reduce_warmup));
   if (c.auto_sigma_warmup() < kMinAutoSigmaWarmup || c.auto_sigma_warmup() > kMaxAutoSigmaWarmup) {
     return Bad(c, "auto_sigma_warmup", c.auto_sigma_warmup(),
                absl::StrCat(kMinAutoSigmaWarmup, "..", kMaxAutoSigmaWarmup));
   }
+  if (c.auto_sigma_warmup() < reduce_warmup) {
+    return Bad(c, "auto_sigma_warmup", c.auto_sigma_warmup(),
+               absl::StrCat(">= ", reduce_warmup, " with reduce ", c.reduce(), " (10 pairs per direction)"));
+  }
+  if (c.has_reduce() && c.reduce() == 0) c.clear_reduce();
   if (!c.has_refresh_interval_seconds()) c.set_refresh_interval_seconds(defaults.refresh_interval_seconds);
   if (!std::isfinite(c.refresh_interval_seconds()) || c.refresh_interval_seconds() <= 0) {
     return Bad(c, "refresh_interval_seconds", c.refresh_interval_seconds(), "> 0");
@@ -218,7 +239,12 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
                  : "with an explicit sigma (sigma is in the user's units; omit sigma to let the daemon choose it on "
                    "the scaled channels)"));
   }
-  if (!c.has_scale() && !discrete && c.sigma() == 0) c.set_scale(kScaleAuto);
+  // A reduced model defaults to "none": the principal directions of the covariance keep the
+  // channels' own variances, where per-channel scaling would lift quiet, noisy channels to the
+  // level of the signal (a 512-channel stream of a hidden four-well: slowest timescale 0.94-1.04 of
+  // the truth unscaled, 0.90-0.96 scaled; docs/algorithms.md §1.15). Pass scale "auto" for
+  // channels in different units.
+  if (!c.has_scale() && !discrete && c.sigma() == 0 && c.reduce() == 0) c.set_scale(kScaleAuto);
   if (c.scale() == kScaleNone) c.clear_scale();  // stored unset: configs older than the field mean "none"
 
   // Change alarms: "on" by default for a new model; stored unset for "off" (older configs lack it).
@@ -325,6 +351,7 @@ StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
   }
   o.auto_sigma_warmup = static_cast<int>(c.auto_sigma_warmup());
   o.scale_inputs = ScalesInputs(c);
+  o.reduce = static_cast<int>(c.reduce());
   o.seed = c.seed();
   o.forgetting = c.forgetting();
   o.rff_features = static_cast<int>(c.rff_features());
@@ -349,6 +376,7 @@ absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig
                                                            const ConfigDefaults& defaults) {
   absl::StatusOr<v1::ModelConfig> c = NormalizeModelConfig(stored, defaults);
   if (c.ok() && !stored.has_scale()) c->clear_scale();
+  if (c.ok() && !stored.has_reduce()) c->clear_reduce();
   if (c.ok() && !stored.has_alarms()) {
     c->clear_alarms();
     c->clear_alarm_rate();
@@ -356,10 +384,16 @@ absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig
   return c;
 }
 
-v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler) {
+v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler,
+                                   const InputReduction* reduction) {
   v1::InputScaling p;
+  p.set_reduce(c.reduce());
+  if (reduction != nullptr) {
+    p.set_explained_variance(reduction->explained());
+    for (Eigen::Index j = 0; j < reduction->variances().size(); ++j) p.add_reduce_variances(reduction->variances()(j));
+  }
   p.set_mode(ScalesInputs(c) ? kScaleAuto : kScaleNone);
-  p.set_frozen(scaler != nullptr);
+  p.set_frozen(scaler != nullptr || reduction != nullptr);
   if (scaler != nullptr) {
     for (double v : scaler->center()) p.add_center(v);
     for (double v : scaler->scale()) p.add_scale(v);

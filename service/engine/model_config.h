@@ -52,7 +52,7 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
 // A config read back from a snapshot or an export: NormalizeModelConfig, except that a missing
 // `scale` stays missing ("none": the file was written before input scaling existed, or the
 // model was created unscaled), where a new model's default would be "auto"; likewise a missing
-// `alarms` stays "off".
+// `alarms` stays "off" and a missing `reduce` stays off.
 absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig& stored,
                                                            const ConfigDefaults& defaults);
 
@@ -66,8 +66,14 @@ inline constexpr char kAlarmsOff[] = "off";
 inline bool HasAlarms(const v1::ModelConfig& c) { return c.has_alarms() && c.alarms() == kAlarmsOn; }
 inline constexpr char kOnChangeKeep[] = "keep";
 inline constexpr char kOnChangeReset[] = "reset";
-// ModelInfo.input_scaling: the mode, and the frozen scaler's figures once the warm-up ended.
-v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler);
+// ModelInfo.input_scaling: the mode, and the frozen scaler's (and reduction's) figures once the
+// warm-up ended.
+v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler,
+                                   const InputReduction* reduction);
+// Input reduction: a new continuous model with sigma auto, no delays and more than
+// kReduceAboveDim dimensions reduces to kDefaultReduce (ModelConfig.reduce).
+inline constexpr uint32_t kReduceAboveDim = 64;
+inline constexpr uint32_t kDefaultReduce = 32;
 
 // The delay embedding of a normalized config (ModelConfig.delays > 1), else nullopt: the one
 // mapping of delays / delay_stride that the learner (LearnerOptionsFor) and the queries'

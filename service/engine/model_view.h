@@ -37,8 +37,8 @@ struct ModelView : LearnerView {
   double build_seconds = 0;
   HeldoutScore heldout;  // continuous models (with `cme`)
   // Inherited: view_seconds (per sub-view, in build order, "snapshot" first; the same figures
-  // as the cmestream_view_build_seconds histogram), cme, scaler, counts ... forecast. The CME
-  // snapshot's atoms are in the scaled units of `scaler`: queries scale the points they are sent
+  // as the cmestream_view_build_seconds histogram), cme, input, counts ... forecast. The CME
+  // snapshot's atoms are in the coordinates of `input` (scaled, reduced): queries map the points they are sent
   // (ScaleQueryRows) and invert what they report in state space (atoms, predictions).
 
   v1::ViewInfo Info() const {

@@ -191,7 +191,7 @@ absl::StatusOr<ViewQuery<T>> StartViewQuery(const UnaryCall& call, const TokenAu
   absl::StatusOr<std::shared_ptr<const ModelView>> view = AnyView(*q.model);
   if (!view.ok()) return view.status();
   q.view = *std::move(view);
-  if (q.view->scaler && !q.model->discrete()) q.view->scaler->ApplyRows(q.points);
+  if (q.view->input && !q.model->discrete()) q.points = q.view->input->Apply(std::move(q.points));
   absl::StatusOr<std::shared_ptr<const T>> value = Require(*q.model, (*q.view).*sub, what);
   if (!value.ok()) return value.status();
   q.sub = *std::move(value);
@@ -212,15 +212,15 @@ void AddAll(const V& v, google::protobuf::RepeatedField<double>* out) {
   for (int64_t i = 0; i < v.size(); ++i) out->Add(v(i));
 }
 
-// Query states as the view's estimators take them: scaled with the model's input scaler.
+// Query states as the view's estimators take them: through the model's input stage (scaled,
+// and reduced with reduce K).
 RowMatrixXd Scaled(const ModelView& view, RowMatrixXd rows) {
-  if (view.scaler) view.scaler->ApplyRows(rows);
-  return rows;
+  return view.input ? view.input->Apply(std::move(rows)) : rows;
 }
 
 // State-space rows of the view (atoms, predictions) in the user's units.
 void AddUnscaled(const ModelView& view, RowMatrixXd rows, google::protobuf::RepeatedField<double>* out) {
-  if (view.scaler) view.scaler->InvertRows(rows);
+  if (view.input) rows = view.input->Invert(std::move(rows));
   out->Add(rows.data(), rows.data() + rows.size());
 }
 
@@ -503,7 +503,7 @@ void SetSkill(const ForecastSkill& skill, v1::ForecastSkill* out) {
 // without delays).
 void AddNewestRows(const Model& model, const ModelView& view, RowMatrixXd path,
                    google::protobuf::RepeatedField<double>* out) {
-  if (view.scaler) view.scaler->InvertRows(path);
+  if (view.input) path = view.input->Invert(std::move(path));
   const int d = model.dim();
   for (int64_t h = 0; h < path.rows(); ++h)
     out->Add(path.row(h).data() + path.cols() - d, path.row(h).data() + path.cols());

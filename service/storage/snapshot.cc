@@ -44,8 +44,11 @@ constexpr uint32_t kFormatVersion = 1;
 // Version 8 adds the change alarms of a model with alarms on (ModelConfig.alarms, core/alarms/
 // alarm_monitor.h) after the delay embedding; a model without alarms has the body of version 7
 // (same state digest), and version 1-7 objects load without alarms (their configs lack them).
+// Version 9 adds the frozen input reduction of a reduced model (ModelConfig.reduce, docs/
+// algorithms.md §1.15) after the alarms; a model without has the body of version 8 (same state
+// digest), and version 1-8 objects cannot hold a reduction (their configs lack `reduce`).
 constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
-static_assert(kModelVersion == 8, "a new learner state version is a new MODL version: document it here");
+static_assert(kModelVersion == 9, "a new learner state version is a new MODL version: document it here");
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;

@@ -20,8 +20,10 @@
 //                 producers' applied offsets, σ selection (SigmaSelection protobuf bytes),
 //                 then the learner's state (StreamingLearner::Serialize: the σ warm-up buffer,
 //                 the episode state, then the estimators, each its own tagged object: CCME,
-//                 CNTS, EMOM, MVAC, PSAC, SPMO, LAGS, then the open CME run, FCRG). The MODL
-//                 version is the learner's state version (StreamingLearner::kStateVersion, 6)
+//                 CNTS, EMOM, MVAC, PSAC, SPMO, LAGS, then the open CME run, the scaler,
+//                 FCRG, the delay ring, the alarms and the reduction, each only where the
+//                 model has one: core/stream/streaming_learner.h). The MODL version is the
+//                 learner's state version (StreamingLearner::kStateVersion, 9)
 //   end-4   4     masked CRC32C (service/storage/crc32c.h) of every byte before it
 // The CRC is checked before anything is parsed: a flipped byte anywhere is DataLoss naming
 // the file and the byte range; a file that passes it is then parsed with every length bounded

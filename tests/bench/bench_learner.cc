@@ -8,6 +8,7 @@
 // BM_Learner/d/traj: states of a d-dimensional delay vector of a noisy two-tone signal (sigma
 // fixed at 0.5 sqrt(d)), fed in batches of 256 pairs, either as trajectories (traj = 1: y_t is
 // x_{t+1}, the wire's `states` form) or as the same pairs shuffled (traj = 0: no point repeats).
+// BM_LearnerDefaults/d/reduce: below.
 // BM_Learner/d/traj/alarms: alarms = 1 adds the change alarms (AlarmMonitor, docs/algorithms.md
 // §12.8), every pair scored before it is learned: their cost is the difference to alarms = 0.
 // The timed region starts after 6000 pairs (the dictionary has about stopped growing; counter
@@ -59,15 +60,9 @@ StreamBatch Batch(const RowMatrixXd& x, const RowMatrixXd& y, int64_t first, boo
   return b;
 }
 
-void BM_Learner(benchmark::State& state) {
-  const int d = static_cast<int>(state.range(0));
-  const bool trajectory = state.range(1) != 0;
-  StreamingLearner::Options o;
-  o.dim = d;
-  o.cme.dim = d;
-  o.cme.sigma = 0.5 * std::sqrt(static_cast<double>(d));
-  o.seed = 7;
-  o.alarms = state.range(2) != 0;
+// Feeds kWarm pairs, installs a prequential score, then times batches of kBatch pairs.
+void RunLearner(benchmark::State& state, const StreamingLearner::Options& o, bool trajectory) {
+  const int d = o.dim;
   StreamingLearner l(o);
   const int64_t n = kWarm + kTimed;
   const RowMatrixXd s = DelayStates(n, d, 3);
@@ -100,6 +95,17 @@ void BM_Learner(benchmark::State& state) {
   state.counters["dict_x"] = snap && snap->cme ? static_cast<double>(snap->cme->x_atoms.rows()) : 0.0;
   state.counters["basis"] = snap && snap->spectral ? static_cast<double>(snap->spectral->basis.rows()) : 0.0;
 }
+
+void BM_Learner(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  StreamingLearner::Options o;
+  o.dim = d;
+  o.cme.dim = d;
+  o.cme.sigma = 0.5 * std::sqrt(static_cast<double>(d));
+  o.seed = 7;
+  o.alarms = state.range(2) != 0;
+  RunLearner(state, o, state.range(1) != 0);
+}
 BENCHMARK(BM_Learner)
     ->ArgNames({"d", "traj", "alarms"})
     ->Args({2, 1, 0})
@@ -111,6 +117,29 @@ BENCHMARK(BM_Learner)
     ->Args({512, 1, 0})
     ->Args({512, 1, 1})
     ->Args({512, 0, 0})
+    ->Unit(benchmark::kMillisecond);
+
+// BM_LearnerDefaults/d/reduce: the daemon's default model of a d-dimensional stream (sigma auto
+// chosen on a 1000-pair warm-up, input scaling, change alarms) with input reduction to `reduce`
+// directions (docs/algorithms.md §1.15; 0 = off; the daemon's default above 64 dimensions is 32),
+// on trajectories of the same states.
+void BM_LearnerDefaults(benchmark::State& state) {
+  const int d = static_cast<int>(state.range(0));
+  StreamingLearner::Options o;
+  o.dim = d;
+  o.cme.dim = d;
+  o.cme.sigma = 0;
+  o.scale_inputs = true;
+  o.reduce = static_cast<int>(state.range(1));
+  o.seed = 7;
+  o.alarms = true;
+  RunLearner(state, o, true);
+}
+BENCHMARK(BM_LearnerDefaults)
+    ->ArgNames({"d", "reduce"})
+    ->Args({8, 0})
+    ->Args({512, 0})
+    ->Args({512, 32})
     ->Unit(benchmark::kMillisecond);
 
 // BM_AlarmMonitor/d: the change alarms alone (what alarms = 1 adds per pair), on the same

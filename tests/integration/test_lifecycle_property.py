@@ -38,6 +38,7 @@ CONFIGS = [
     # scaling (sigma auto), with the change alarms every model has by default.
     dict(dim=2, delays=3, delay_stride=2, auto_sigma_warmup=120, max_dict=30, rff_features=16),
     dict(dim=3, alarms="off", auto_sigma_warmup=100, max_dict=30, rff_features=16),
+    dict(dim=6, reduce=3, auto_sigma_warmup=60, max_dict=30, rff_features=16),  # input reduction
 ]
 
 

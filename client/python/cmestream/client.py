@@ -238,7 +238,10 @@ class Client:
         (discrete model, dim 0), forgetting, rff_features, rank, clusters, meta_states,
         anchor_threshold, vertex_hunting, latent_states, tensor_restarts, tensor_iterations,
         reservoir, window, ridge_stage1, ridge_stage2, lags, delays and delay_stride (learn on
-        windows of the last `delays` raw rows; ingest raw rows with ingest_trajectory)). Any
+        windows of the last `delays` raw rows; ingest raw rows with ingest_trajectory), alarms,
+        alarm_rate, on_change, reduce (learn on the leading `reduce` principal directions of the
+        input, fitted on the warm-up; 0: off; default 32 above 64 dimensions, with scale
+        "none" unless given)). Any
         other keyword is a
         TypeError; a value of the wrong type a TypeError, one the field cannot hold a ValueError
         naming it (before anything is sent); ranges that depend on the model (rank 1..64, eta

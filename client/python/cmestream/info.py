@@ -198,16 +198,25 @@ class InputScaling:
 
     Attributes:
         mode: "auto" or "none".
-        frozen: the warm-up ended and center/scale are estimated (empty before).
+        frozen: the warm-up ended and the input stage is estimated (center/scale are empty
+            before, and with mode "none").
         center: (dim,) per-channel center in the user's units (the warm-up median).
         scale: (dim,) per-channel scale in the user's units (> 0).
         spread: per channel, which estimate gave the scale: "iqr", "std" or "unit".
+        reduce: principal directions the learner keeps after scaling (ModelConfig.reduce;
+            0: no reduction; docs/algorithms.md §1.15).
+        explained_variance: once frozen with reduce > 0, the share of the scaled warm-up's
+            variance in the kept directions (else 0).
+        reduce_variances: (reduce,) the kept directions' variances, descending (empty before).
     """
     mode: str
     frozen: bool
     center: np.ndarray
     scale: np.ndarray
     spread: List[str]
+    reduce: int = 0
+    explained_variance: float = 0.0
+    reduce_variances: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 @dataclasses.dataclass
@@ -253,6 +262,7 @@ class ModelConfig:
     alarms: Optional[str] = None
     alarm_rate: Optional[float] = None
     on_change: Optional[str] = None
+    reduce: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -376,7 +386,9 @@ def config_from_proto(c) -> ModelConfig:
 
 def input_scaling_from_proto(s) -> InputScaling:
     return InputScaling(mode=s.mode, frozen=s.frozen, center=_floats(s.center),
-                        scale=_floats(s.scale), spread=list(s.spread))
+                        scale=_floats(s.scale), spread=list(s.spread), reduce=s.reduce,
+                        explained_variance=s.explained_variance,
+                        reduce_variances=_floats(s.reduce_variances))
 
 
 def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
