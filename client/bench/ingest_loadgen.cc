@@ -2,8 +2,10 @@
 // cmestreamd over one Ingest stream with B pairs per message, and reports pairs/s.
 //
 // usage: cmestream_ingest_loadgen --server HOST:PORT --model NAME [--create] [--n N] [--dim D]
-//            [--batch B] [--producer ID] [--sigma S] [--epsilon EPS] [--max-dict M]
-// With --create the model is created first (fixed sigma, so no warm-up buffering). The pairs
+//            [--batch B] [--producer ID] [--sigma S|auto] [--epsilon EPS] [--max-dict M] [--reduce K|off]
+// With --create the model is created first (fixed sigma, so no warm-up buffering; --sigma auto
+// leaves sigma and every other default to the daemon, as `cmestream model create` does: warm-up,
+// scaling, alarms, and above 64 dims the input reduction, which --reduce K|off overrides). The pairs
 // are generated before the clock starts; the timed part is the stream from the first Write to
 // the last ack, i.e. serialization, transport and the daemon's validation and learning.
 // Results go to stdout as one line: "pairs=N dim=D batch=B seconds=T pairs_per_s=R ...".
@@ -43,8 +45,8 @@ int Usage(const char* msg) {
   std::fprintf(stderr, "cmestream_ingest_loadgen: %s\n", msg);
   std::fprintf(stderr,
                "usage: cmestream_ingest_loadgen --server HOST:PORT --model NAME [--create] "
-               "[--n N] [--dim D] [--batch B] [--producer ID] [--sigma S] [--epsilon EPS] "
-               "[--max-dict M] [--streams K] [--models M] [--probe MODEL] [--probe-points P] "
+               "[--n N] [--dim D] [--batch B] [--producer ID] [--sigma S|auto] [--epsilon EPS] "
+               "[--max-dict M] [--reduce K|off] [--streams K] [--models M] [--probe MODEL] [--probe-points P] "
                "[--producer-nice N] [--probe-seconds S]\n");
   return 2;
 }
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   bool create = false;
   uint64_t n = 1000000, dim = 2, batch = 1000, max_dict = 0;
   double sigma = 0.5, epsilon = 0;
+  int64_t reduce = -1;  // -1: the daemon's default
   uint64_t streams = 1, models = 1, probe_points = 1000, producer_nice = 0;
   double probe_seconds = 0;
   std::string probe;
@@ -71,7 +74,13 @@ int main(int argc, char** argv) {
     else if (a == "--dim") ok = absl::SimpleAtoi(next(), &dim);
     else if (a == "--batch") ok = absl::SimpleAtoi(next(), &batch);
     else if (a == "--max-dict") ok = absl::SimpleAtoi(next(), &max_dict);
-    else if (a == "--sigma") ok = absl::SimpleAtod(next(), &sigma);
+    else if (a == "--sigma") {
+      const std::string v = next();
+      ok = v == "auto" ? (sigma = 0, true) : absl::SimpleAtod(v, &sigma) && sigma > 0;
+    } else if (a == "--reduce") {
+      const std::string v = next();
+      ok = v == "off" ? (reduce = 0, true) : absl::SimpleAtoi(v, &reduce);
+    }
     else if (a == "--epsilon") ok = absl::SimpleAtod(next(), &epsilon);
     else if (a == "--streams") ok = absl::SimpleAtoi(next(), &streams);
     else if (a == "--models") ok = absl::SimpleAtoi(next(), &models);
@@ -100,7 +109,8 @@ int main(int argc, char** argv) {
       cmestream::v1::ModelConfig config;
       config.set_name(model_name(k));
       config.set_dim(static_cast<uint32_t>(dim));
-      config.set_sigma(sigma);
+      if (sigma > 0) config.set_sigma(sigma);
+      if (reduce >= 0) config.set_reduce(static_cast<uint32_t>(reduce));
       if (epsilon > 0) config.set_epsilon(epsilon);
       if (max_dict > 0) config.set_max_dict(static_cast<uint32_t>(max_dict));
       auto info = (*client)->CreateModel(config);

@@ -61,22 +61,16 @@ double InputReduction::explained() const {
 }
 
 void InputReduction::Apply(const double* in, double* out) const {
-  const int64_t d = basis_.rows(), k = basis_.cols();
-  for (int64_t j = 0; j < k; ++j) {
-    const double* v = basis_.col(j).data();
-    double s = 0;
-    for (int64_t i = 0; i < d; ++i) s += (in[i] - mean_(i)) * v[i];
-    out[j] = s;
-  }
+  // k dot products with the centered input, each an Eigen reduction (vectorized, where a plain
+  // loop's sum may not be reordered; no temporary: a GEMV of an expression would allocate one).
+  const Eigen::Map<const VectorXd> x(in, basis_.rows());
+  for (Eigen::Index j = 0; j < basis_.cols(); ++j) out[j] = basis_.col(j).dot(x - mean_);
 }
 
 void InputReduction::Invert(const double* in, double* out) const {
-  const int64_t d = basis_.rows(), k = basis_.cols();
-  for (int64_t i = 0; i < d; ++i) out[i] = mean_(i);
-  for (int64_t j = 0; j < k; ++j) {
-    const double* v = basis_.col(j).data();
-    for (int64_t i = 0; i < d; ++i) out[i] += in[j] * v[i];
-  }
+  Eigen::Map<VectorXd> o(out, basis_.rows());
+  o.noalias() = basis_ * Eigen::Map<const VectorXd>(in, basis_.cols());
+  o += mean_;
 }
 
 RowMatrixXd InputReduction::ApplyRows(const Eigen::Ref<const RowMatrixXd>& rows) const {

@@ -43,6 +43,8 @@ StreamBatch Batch(const RowMatrixXd& s, int64_t first, int64_t n, bool trajector
   return b;
 }
 
+void ExpectSteadyPathAllocationFree(const StreamingLearner::Options& o);
+
 TEST(StreamingLearnerAllocations, ObserveIsAllocationFreeAfterTheWarmup) {
   StreamingLearner::Options o;
   o.dim = 2;
@@ -59,6 +61,30 @@ TEST(StreamingLearnerAllocations, ObserveIsAllocationFreeAfterTheWarmup) {
   // boundary, so the measured window does not count pairs of the warm run, whose first-time
   // count entries would allocate. Batches of 100 and 99 pairs cross run boundaries in it.
   o.micro_batch = 250;
+  ExpectSteadyPathAllocationFree(o);
+}
+
+// The input stage on the hot path: the frozen scaler and the reduction (docs/algorithms.md
+// §1.13, §1.15) map every pair and state into scratch buffers the learner owns.
+TEST(StreamingLearnerAllocations, ScaledAndReducedInputsAreAllocationFreeToo) {
+  StreamingLearner::Options o;
+  o.dim = 2;
+  o.cme.dim = 2;
+  o.cme.sigma = 0;
+  o.cme.max_dict = 16;
+  o.auto_sigma_warmup = 100;
+  o.scale_inputs = true;
+  o.reduce = 1;
+  o.rff_features = 32;
+  o.latent = true;
+  o.reservoir = 50;
+  o.window = 2;
+  o.lags = {1, 4};
+  o.micro_batch = 250;
+  ExpectSteadyPathAllocationFree(o);
+}
+
+void ExpectSteadyPathAllocationFree(const StreamingLearner::Options& o) {
   StreamingLearner l(o);
   const RowMatrixXd s = FoldedWalk(6000, 1);
   const long at_start = testing::AllocationCount();
@@ -67,7 +93,7 @@ TEST(StreamingLearnerAllocations, ObserveIsAllocationFreeAfterTheWarmup) {
   ASSERT_GT(testing::AllocationCount(), at_start) << "the counting malloc is not in effect";
   // A prequential scorer as the refresh installs it (a view's VAMP model over 16 atoms).
   auto model = std::make_shared<PrequentialModel>();
-  model->basis = s.topRows(16);
+  model->basis = l.Snapshot()->cme->x_atoms.topRows(16);  // the estimators' coordinates
   model->sigma = l.sigma_selection().chosen;
   model->vamp.su = MatrixXd::Random(17, 3);
   model->vamp.v = MatrixXd::Random(17, 3);
