@@ -229,6 +229,11 @@ def run_series(name, values, delays, cli_path, server, tmp, model):
         "periods": koopman.get("periods", []),
         "timescales": koopman.get("timescales", []),
         "nonstationary": bool(koopman.get("headline", {}).get("nonstationary", False)),
+        "data_share": koopman["spectrum"].get("data_share", 0.0),
+        "epochs": koopman["spectrum"].get("epochs", 0),
+        "views_warning": bool(koopman["spectrum"].get("slowest_timescales", {}).get("warning", False)),
+        "views_diagnostic": koopman["spectrum"].get("slowest_timescales", {}).get("diagnostic", ""),
+        "scaled": scaling.get("mode") == "auto" and bool(scaling.get("frozen")),
         "ar_period": ar_period(coef[1:], delays, c),
     }
     r["ratio_persistence"] = r["rmse"] / r["persistence"]

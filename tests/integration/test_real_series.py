@@ -53,6 +53,24 @@ class RealSeriesTest(unittest.TestCase):
     def run_cli(self, *args, check=True):
         return subprocess.run([CLI, "--server", self.server, *args], capture_output=True, text=True, check=check)
 
+    def test_multichannel_series_use_their_data_and_one_answer(self):
+        # Issue "real streams": on real multichannel series, sigma chosen on scaled channels, at
+        # least 80 % of the pairs inside the consistent spectral estimate, and the views either
+        # within their error bars or the reply says why not (a named non-stationary stream, or a
+        # diagnostic beside the warning).
+        multi = [r for r in self.results if r["channels"] > 1]
+        if not multi:
+            self.skipTest("no multichannel series installed (R's Seatbelts, EuStockMarkets)")
+        for r in multi:
+            with self.subTest(series=r["series"]):
+                self.assertTrue(r["scaled"], r)
+                self.assertTrue(r["ready"], r)
+                self.assertGreaterEqual(r["data_share"], 0.8, r)
+                if r["views_warning"]:
+                    self.assertTrue(r["nonstationary"] or r["views_diagnostic"], r)
+                print(f"{r['series']}: {r['channels']} channels, share {r['data_share']:.3f} in {r['epochs']} "
+                      f"epochs, views warning {r['views_warning']}, non-stationary {r['nonstationary']}")
+
     def test_never_worse_than_persistence(self):
         for r in self.results:
             with self.subTest(series=r["series"]):
