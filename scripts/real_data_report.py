@@ -238,7 +238,9 @@ def run_series(name, values, delays, cli_path, server, tmp, model):
     }
     r["ratio_persistence"] = r["rmse"] / r["persistence"]
     r["ratio_ar"] = r["rmse"] / r["ar"]
-    return r, {"truth": values[:, 0], "pred": model_pred[:, 0], "ar": ar_pred[:, 0], "n_train": n_train}
+    eig = np.array([complex(e["re"], e["im"]) for e in koopman.get("eigenvalues", [])])
+    return r, {"values": values, "pred": model_pred, "ar": ar_pred, "last": last, "n_train": n_train,
+               "eigenvalues": eig, "periods": koopman.get("periods", [])}
 
 
 def available_series(names=None):
@@ -283,22 +285,46 @@ def table(results):
     return "\n".join(lines), g
 
 
-def plot(traces, name, path):
+def plot(traces, path, scalar="sunspot.month", multi="Seatbelts", channel=0, labels=("month", "month")):
+    """Forecasts vs truth and the Koopman spectrum: a scalar series (top) and one channel of a
+    multichannel series (bottom), each beside its eigenvalues on the unit circle."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    t = traces[name]
-    n_train = t["n_train"]
-    x = np.arange(len(t["truth"]))
-    fig, ax = plt.subplots(figsize=(9, 3.6))
-    lo = max(0, n_train - 3 * len(t["pred"]))
-    ax.plot(x[lo:], t["truth"][lo:], color="0.3", lw=1.0, label="truth")
-    ax.plot(x[n_train:], t["pred"], color="C3", lw=1.0, label="cmestream one-step forecast")
-    ax.plot(x[n_train:], t["ar"], color="C0", lw=0.8, ls="--", label="least-squares AR")
-    ax.axvline(n_train, color="0.6", lw=0.8)
-    ax.set_xlabel("row (month)")
-    ax.set_title("%s: one-step forecasts of the last 20 %% (trained on the rows left of the line)" % name)
-    ax.legend(loc="upper left", fontsize=8)
+    rows = [n for n in (scalar, multi) if n in traces]
+    fig, axes = plt.subplots(len(rows), 2, figsize=(11, 3.6 * len(rows)), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 1]})
+    for k, name in enumerate(rows):
+        t = traces[name]
+        n_train, truth = t["n_train"], t["values"]
+        c = channel if name == multi else 0
+        ax = axes[k][0]
+        x = np.arange(len(truth))
+        lo = max(0, n_train - (len(t["pred"]) // 3 if len(truth) > 1000 else 3 * len(t["pred"])))
+        ax.plot(x[lo:], truth[lo:, c], color="0.3", lw=1.0, label="truth")
+        ax.plot(x[n_train:], t["pred"][:, c], color="C3", lw=1.0, label="cmestream one-step forecast")
+        ax.plot(x[n_train:], t["ar"][:, c], color="C0", lw=0.8, ls="--", label="least-squares AR")
+        ax.plot(x[n_train:], t["last"][:, c], color="C2", lw=0.6, ls=":", label="persistence")
+        ax.axvline(n_train, color="0.6", lw=0.8)
+        ax.set_xlabel("row (%s)" % labels[k])
+        what = name if truth.shape[1] == 1 else "%s, channel %d of %d" % (name, c + 1, truth.shape[1])
+        ax.set_title("%s: one-step forecasts of the last 20 %%" % what, fontsize=10)
+        ax.legend(loc="upper left", fontsize=7)
+        ax = axes[k][1]
+        z = np.exp(1j * np.linspace(0, 2 * np.pi, 200))
+        ax.plot(z.real, z.imag, color="0.7", lw=0.8)
+        e = t["eigenvalues"]
+        ax.scatter(e.real, e.imag, s=14, color="C3")
+        # The three least damped oscillations the data can show (period <= half the rows learned).
+        shown = sorted([(abs(mu), mu, p) for mu, p in zip(e, t["periods"])
+                        if p is not None and np.isfinite(p) and mu.imag > 0 and p <= n_train / 2],
+                       key=lambda v: -v[0])[:3]
+        for _, mu, p in shown:
+            ax.annotate("%.1f" % p, (mu.real, mu.imag), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_aspect("equal")
+        ax.set_xlim(-1.15, 1.15)
+        ax.set_ylim(-1.15, 1.15)
+        ax.set_title("Koopman eigenvalues (periods, rows)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -309,7 +335,7 @@ def main():
     ap.add_argument("--cli", default="build/client/cmestream")
     ap.add_argument("--series", default="", help="comma-separated names (default: all available)")
     ap.add_argument("--json", default="")
-    ap.add_argument("--plot", default="", help="PNG of sunspot.month forecasts vs truth")
+    ap.add_argument("--plot", default="", help="PNG: sunspot.month and Seatbelts forecasts vs truth, with spectra")
     args = ap.parse_args()
     series = available_series([s for s in args.series.split(",") if s])
     if not series:
@@ -327,8 +353,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    if args.plot and "sunspot.month" in traces:
-        plot(traces, "sunspot.month", args.plot)
+    if args.plot:
+        plot(traces, args.plot)
     return 0
 
 
