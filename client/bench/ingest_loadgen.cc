@@ -80,8 +80,7 @@ int main(int argc, char** argv) {
     } else if (a == "--reduce") {
       const std::string v = next();
       ok = v == "off" ? (reduce = 0, true) : absl::SimpleAtoi(v, &reduce);
-    }
-    else if (a == "--epsilon") ok = absl::SimpleAtod(next(), &epsilon);
+    } else if (a == "--epsilon") ok = absl::SimpleAtod(next(), &epsilon);
     else if (a == "--streams") ok = absl::SimpleAtoi(next(), &streams);
     else if (a == "--models") ok = absl::SimpleAtoi(next(), &models);
     else if (a == "--probe") probe = next();

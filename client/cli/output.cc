@@ -127,6 +127,17 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.Key("dim").Uint(m.config().dim());
   w.Key("num_states").Uint(m.config().num_states());
   w.Key("state_dim").Uint(m.state_dim());
+  if (m.estimators_size() > 0) {
+    w.Key("estimators").BeginArray();
+    for (const v1::EstimatorCost& e : m.estimators()) {
+      w.BeginObject();
+      w.Key("name").String(e.name());
+      w.Key("multiply_adds").Double(e.multiply_adds());
+      w.Key("formula").String(e.formula());
+      w.EndObject();
+    }
+    w.EndArray();
+  }
   if (m.alarms().enabled()) {
     const v1::AlarmStatus& a = m.alarms();
     w.Key("alarms").BeginObject();
@@ -367,6 +378,14 @@ void PrintModel(const v1::ModelInfo& m) {
     std::cout << "\n";
   } else {
     std::cout << "  alarms            off\n";
+  }
+  if (m.estimators_size() > 0) {
+    // Per-pair arithmetic at the current sizes (an operation count: docs/benchmarks.md).
+    double total = 0;
+    for (const v1::EstimatorCost& e : m.estimators()) total += e.multiply_adds();
+    std::cout << "  per pair          " << Num(total) << " multiply-adds:";
+    for (const v1::EstimatorCost& e : m.estimators()) std::cout << " " << e.name() << " " << Num(e.multiply_adds());
+    std::cout << "\n";
   }
   const auto& v = m.view();
   if (v.version() == 0) {

@@ -437,8 +437,9 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   const int64_t nc = o.channels;
-  // Seven channel vectors with their u64 counts: nothing is allocated for a body that cannot hold them.
-  if (!r.Expect(static_cast<uint64_t>(7 * (8 * nc + 8)), "change detector channel vectors")) return r.status();
+  // Six channel vectors with their u64 counts (Serialize: previous residual, memory, scales,
+  // reference, up and down run scores): nothing is allocated for a body that cannot hold them.
+  if (!r.Expect(static_cast<uint64_t>(6 * (8 * nc + 8)), "change detector channel vectors")) return r.status();
   ChangeDetector d(o);
   d.index_ = r.I64("change detector scored pairs");
   d.skipped_ = r.I64("change detector skipped pairs");

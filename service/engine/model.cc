@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "core/stream/learner_cost.h"
 #include "service/engine/fit_summary.h"
 #include "service/engine/model_config.h"
 
@@ -295,6 +296,12 @@ v1::ModelInfo Model::Describe() const {
     info.set_inverse_drift(stats_.inverse_drift);
     info.set_batches_applied(stats_.batches_applied);
     *info.mutable_sigma_selection() = published_sigma_;
+    for (const EstimatorCost& e : PerPairCost(LearnerOptionsFor(config_), static_cast<int>(stats_.dict_x))) {
+      v1::EstimatorCost* p = info.add_estimators();
+      p->set_name(e.name);
+      p->set_multiply_adds(e.multiply_adds);
+      p->set_formula(e.formula);
+    }
     if (!discrete()) *info.mutable_input_scaling() = published_scaling_;
     if (stats_.alarms) {
       v1::AlarmStatus* a = info.mutable_alarms();

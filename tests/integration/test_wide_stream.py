@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -79,6 +80,12 @@ class WideStreamTest(unittest.TestCase):
         info = c.describe("game")
         self.assertEqual(info.samples, len(self.rows) - 1)
         self.assertEqual(info.state_dim, DIM)
+        # describe lists what runs and its per-pair arithmetic: the kernel estimators at d = 32.
+        names = [e.name for e in info.estimators]
+        self.assertEqual(names, ["input", "alarms", "cme", "counts", "embedding", "spectral", "lags", "forecast"])
+        cme = next(e for e in info.estimators if e.name == "cme")
+        self.assertEqual(cme.multiply_adds, 3 * info.dictionary_size ** 2 + 2 * info.dictionary_size * 32)
+        self.assertIn("d = 32", cme.formula)
         scaling = info.input_scaling
         self.assertTrue(scaling.frozen)
         self.assertEqual(scaling.mode, "none")  # no scaler: only the reduction
@@ -124,8 +131,17 @@ class WideStreamTest(unittest.TestCase):
 
         # A restart keeps the reduction (and everything else) bit for bit.
         before = c.describe("game", state_digest=True).state_digest
-        self.daemon.stop()
-        self.daemon.start()
+        t0 = time.monotonic()
+        self.assertEqual(self.daemon.stop(timeout=120), 0)
+        t1 = time.monotonic()
+        self.daemon.start(timeout=120)
+        print(f"restart: stop {t1 - t0:.1f} s, start {time.monotonic() - t1:.1f} s", file=sys.stderr)
+        # The shutdown snapshot held the wide model (its alarms' 512-channel state included): the
+        # restart loads it instead of replaying the whole log.
+        with open(self.daemon.log_path, errors="replace") as f:
+            log = f.read()
+        self.assertNotIn("no usable snapshot", log)
+        self.assertNotIn("replaying the write-ahead log from its start", log)
         with Client(self.daemon.grpc_target) as again:
             after = again.describe("game", state_digest=True)
             self.assertEqual(after.state_digest, before)

@@ -307,6 +307,8 @@ class ModelInfo:
         input_scaling: InputScaling (continuous models; None for discrete ones).
         state_dim: values per learned state: dim x delays (continuous), 1 (discrete).
         alarms: AlarmStatus of a model with change alarms; None without.
+        estimators: the estimators the model runs, in the order a pair meets them, as
+            EstimatorCost (name, per-pair multiply-adds at the current sizes, formula).
     """
     config: ModelConfig
     samples: int
@@ -326,6 +328,23 @@ class ModelInfo:
     input_scaling: Optional[InputScaling] = None
     state_dim: int = 0
     alarms: Optional[AlarmStatus] = None
+    estimators: List["EstimatorCost"] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class EstimatorCost:
+    """One estimator of a model and its per-pair arithmetic (an operation count at the model's
+    current sizes, not a measurement; docs/benchmarks.md "Per-pair arithmetic of a model").
+
+    Attributes:
+        name: "input", "alarms", "cme", "counts", "embedding", "spectral", "lags", "forecast",
+            "latent" or "predictive".
+        multiply_adds: per pair, at the current dictionary size (its cap during the warm-up).
+        formula: the count and its sizes, e.g. "3 m^2 + 2 m d (m = 1000, d = 32)".
+    """
+    name: str
+    multiply_adds: float
+    formula: str
 
 
 # -- conversion from the wire -----------------------------------------------------------------
@@ -408,4 +427,6 @@ def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
         alarms=(AlarmStatus(scored=m.alarms.scored, armed_at=m.alarms.armed_at,
                             alarms_total=m.alarms.alarms_total, score=m.alarms.score,
                             threshold=m.alarms.threshold, alarm_rate=m.alarms.alarm_rate)
-                if m.alarms.enabled else None))
+                if m.alarms.enabled else None),
+        estimators=[EstimatorCost(name=e.name, multiply_adds=e.multiply_adds, formula=e.formula)
+                    for e in m.estimators])

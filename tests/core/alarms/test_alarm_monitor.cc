@@ -75,6 +75,34 @@ TEST(AlarmMonitor, ArmsWithinThreeHundredPairsAndFindsARateChange) {
   EXPECT_LT(m.score(), 1);
 }
 
+// A wide stream's monitor (512 channels: its forecast's sums and the detector's channel vectors
+// are most of its body) round-trips: the daemon's snapshot verification decodes every model.
+TEST(AlarmMonitor, AWideMonitorRoundTrips) {
+  AlarmMonitor::Options o;
+  o.dim = 512;
+  o.channels = 512;
+  AlarmMonitor m(o);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> n01;
+  std::vector<double> x(512), y(512);
+  for (double& v : x) v = n01(rng);
+  // The forecast fits first at max(64, 2 (d + 1)) = 1026 pairs; the detector arms 200 later.
+  for (int t = 0; t < 1400; ++t) {
+    for (int j = 0; j < 512; ++j) y[j] = 0.8 * x[j] + 0.3 * n01(rng);
+    m.ObservePair(x.data(), y.data(), 1000.0 + t);
+    x.swap(y);
+  }
+  ASSERT_GE(m.armed_at(), 0);
+  io::Writer w;
+  m.Serialize(w);
+  io::Reader r(w.data(), "test");
+  absl::StatusOr<AlarmMonitor> back = AlarmMonitor::Deserialize(r);
+  ASSERT_TRUE(back.ok()) << back.status();
+  io::Writer w2;
+  back->Serialize(w2);
+  EXPECT_EQ(w.data(), w2.data());
+}
+
 TEST(AlarmMonitor, FindsAChangeOfTransitionMatrixInADiscreteChain) {
   // 4 states: sticky (0.9 stay) for 4000 pairs, then a cycle 0 -> 1 -> 2 -> 3 -> 0 (0.6 move).
   std::mt19937_64 rng(7);

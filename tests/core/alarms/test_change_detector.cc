@@ -193,6 +193,29 @@ TEST(ChangeDetector, VarianceChangeIsNoiseAutocorrelatedMisfitIsDynamics) {
   EXPECT_GE(dynamics_ok, runs * 7 / 10);
 }
 
+// The body check before allocation (six channel vectors) must hold for a wide detector, whose
+// channel vectors are most of its body: 512 channels (a wide stream's alarms) round-trip.
+TEST(ChangeDetector, WideDetectorsRoundTrip) {
+  for (int channels : {1, 64, 512, 4096}) {
+    ChangeDetector a(Opts(channels, 1));
+    std::mt19937_64 rng(9);
+    std::normal_distribution<double> n01;
+    std::vector<double> r(static_cast<size_t>(channels));
+    for (int t = 0; t < 300; ++t) {
+      for (double& v : r) v = n01(rng);
+      a.Observe(r.data());
+    }
+    io::Writer w;
+    a.Serialize(w);
+    io::Reader in(w.data(), "test");
+    absl::StatusOr<ChangeDetector> b = ChangeDetector::Deserialize(in);
+    ASSERT_TRUE(b.ok()) << channels << ": " << b.status();
+    io::Writer w2;
+    b->Serialize(w2);
+    EXPECT_EQ(w.data(), w2.data()) << channels;
+  }
+}
+
 TEST(ChangeDetector, SerializationContinuesBitForBit) {
   Options o = Opts(3, 10);
   ChangeDetector a(o);
