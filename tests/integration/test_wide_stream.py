@@ -124,6 +124,17 @@ class WideStreamTest(unittest.TestCase):
         self.assertLess(np.linalg.norm(pred - self.rows[1:6]) / np.linalg.norm(self.rows[1:6]), 0.5)
         cl = c.clusters("game", points=self.rows[:3])
         self.assertEqual(np.asarray(cl.coordinates).shape[1], DIM)
+        # The clusters' timescales are those of the coarse chain the reply reports (to 1e-9), and a
+        # lower bound (a hard partition underestimates, by the variational principle: here 0.65 of
+        # the Koopman view's, measured; docs/algorithms.md §3.4): not above the Koopman view by more
+        # than its error bar.
+        ev = np.sort(np.abs(np.linalg.eigvals(cl.transition_matrix)))[::-1]
+        want = -TAU / np.log(ev[1:])
+        self.assertEqual(len(cl.timescales), len(want))
+        np.testing.assert_allclose(cl.timescales, want, rtol=1e-9)
+        print(f"clusters: coarse {cl.transition_matrix.shape[0]}-state chain timescales {np.round(cl.timescales, 3)}; "
+              f"koopman {h.timescale:.3f}", file=sys.stderr)
+        self.assertLess(cl.timescales[0], h.timescale + 3 * h.stderr)
         f = c.forecast("game", window=self.rows[-1:], horizon=2)
         self.assertEqual(np.asarray(f.forecast).shape[-1], DIM)
         kp = c.koopman("game", points=self.rows[:7], top=2)
