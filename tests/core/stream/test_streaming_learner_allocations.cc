@@ -45,11 +45,12 @@ StreamBatch Batch(const RowMatrixXd& s, int64_t first, int64_t n, bool trajector
 
 void ExpectSteadyPathAllocationFree(const StreamingLearner::Options& o);
 
-TEST(StreamingLearnerAllocations, ObserveIsAllocationFreeAfterTheWarmup) {
+// Every estimator on, sigma auto (the warm-up ends inside the warm run), a 16-atom cap.
+StreamingLearner::Options EveryEstimator() {
   StreamingLearner::Options o;
   o.dim = 2;
   o.cme.dim = 2;
-  o.cme.sigma = 0;  // auto: the warm-up ends inside the warm run
+  o.cme.sigma = 0;
   o.cme.max_dict = 16;
   o.auto_sigma_warmup = 100;
   o.rff_features = 32;
@@ -61,26 +62,19 @@ TEST(StreamingLearnerAllocations, ObserveIsAllocationFreeAfterTheWarmup) {
   // boundary, so the measured window does not count pairs of the warm run, whose first-time
   // count entries would allocate. Batches of 100 and 99 pairs cross run boundaries in it.
   o.micro_batch = 250;
-  ExpectSteadyPathAllocationFree(o);
+  return o;
+}
+
+TEST(StreamingLearnerAllocations, ObserveIsAllocationFreeAfterTheWarmup) {
+  ExpectSteadyPathAllocationFree(EveryEstimator());
 }
 
 // The input stage on the hot path: the frozen scaler and the reduction (docs/algorithms.md
 // §1.13, §1.15) map every pair and state into scratch buffers the learner owns.
 TEST(StreamingLearnerAllocations, ScaledAndReducedInputsAreAllocationFreeToo) {
-  StreamingLearner::Options o;
-  o.dim = 2;
-  o.cme.dim = 2;
-  o.cme.sigma = 0;
-  o.cme.max_dict = 16;
-  o.auto_sigma_warmup = 100;
+  StreamingLearner::Options o = EveryEstimator();
   o.scale_inputs = true;
   o.reduce = 1;
-  o.rff_features = 32;
-  o.latent = true;
-  o.reservoir = 50;
-  o.window = 2;
-  o.lags = {1, 4};
-  o.micro_batch = 250;
   ExpectSteadyPathAllocationFree(o);
 }
 
