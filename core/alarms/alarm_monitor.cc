@@ -11,13 +11,73 @@ namespace cmestream {
 namespace {
 
 constexpr uint32_t kTag = io::Fourcc("ALRM");
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
 constexpr double kPseudoCount = 0.5;
 
+// Phi^-1(p) for p in (0, 1): Acklam's rational approximation (relative error 1.15e-9), then one
+// Halley step on erfc (to ~1e-15).
+double NormalQuantile(double p) {
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
+                                 1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
+  static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+                                 6.680131188771972e+01, -1.328068155288572e+01};
+  static constexpr double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+                                 -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
+  static constexpr double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+                                 3.754408661907416e+00};
+  double x;
+  if (p < 0.02425) {
+    const double q = std::sqrt(-2 * std::log(p));
+    x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  } else if (p <= 1 - 0.02425) {
+    const double q = p - 0.5, r = q * q;
+    x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+  } else {
+    const double q = std::sqrt(-2 * std::log(1 - p));
+    x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  const double e = 0.5 * std::erfc(-x / std::sqrt(2.0)) - p;
+  const double u = e * std::sqrt(2 * M_PI) * std::exp(x * x / 2);
+  return x - u / (1 + x * u / 2);
+}
+
+// A uniform draw in (0, 1) that is a function of the pair's index alone (replay draws it again).
+double UniformOf(int64_t index) {
+  uint64_t z = static_cast<uint64_t>(index) + 0x9e3779b97f4a7c15ULL;  // SplitMix64
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return (static_cast<double>(z >> 11) + 0.5) * 0x1.0p-53;
+}
+
 }  // namespace
+
+double DiscretePValue(const TransitionCounts& counts, int x, int y, int num_states, double v) {
+  // Every probability has the denominator n_x + P/2, so they compare as counts do.
+  const double ny = counts.Count(x, y);
+  double less = 0, equal = 0;  // in counts + 1/2
+  int seen = 0;
+  counts.ForEachInRow(x, [&](int, double n) {
+    ++seen;
+    if (n < ny) less += n + kPseudoCount;
+    if (n == ny) equal += n + kPseudoCount;
+  });
+  // The states never seen after x (count 0): below y's count, or level with it.
+  const double unseen = (num_states - seen) * kPseudoCount;
+  if (ny > 0) {
+    less += unseen;
+  } else {
+    equal += unseen;
+  }
+  const double total = counts.Visits(x) + kPseudoCount * num_states;
+  return std::clamp((less + v * equal) / total, 0.0, 1.0);
+}
 
 absl::Status AlarmMonitor::Options::Validate() const {
   const bool continuous = dim > 0;
@@ -64,8 +124,14 @@ void AlarmMonitor::ObservePair(const double* x, const double* y, double time) {
 void AlarmMonitor::ObserveIds(int64_t x, int64_t y, const TransitionCounts& counts, double time) {
   if (pairs_ >= kDiscreteFirstScored) {
     const int xi = static_cast<int>(x), yi = static_cast<int>(y);
-    const double p = (counts.Count(xi, yi) + kPseudoCount) / (counts.Visits(xi) + kPseudoCount * options_.num_states);
-    residual_[0] = std::sqrt(std::max(0.0, -std::log(p)));
+    if (surprise_score_) {
+      const double p = (counts.Count(xi, yi) + kPseudoCount) / (counts.Visits(xi) + kPseudoCount * options_.num_states);
+      residual_[0] = std::sqrt(std::max(0.0, -std::log(p)));
+    } else {
+      // The randomized p-value of the transition, as |N(0,1)| (docs/algorithms.md §12.8).
+      const double u = DiscretePValue(counts, xi, yi, options_.num_states, UniformOf(pairs_));
+      residual_[0] = -NormalQuantile(std::clamp(u / 2, 1e-300, 0.5));
+    }
     Score(residual_.data(), time);
   }
   ++pairs_;
@@ -99,6 +165,7 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
   w.F64(options_.alarm_rate);
   w.I64(pairs_);
   w.I64(armed_at_);
+  if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
   if (forecast_) forecast_->Serialize(w);
   detector_.Serialize(w);
   w.U64(records_.size());
@@ -134,6 +201,12 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   AlarmMonitor m(o);
   m.pairs_ = r.I64("alarm monitor pairs");
   m.armed_at_ = r.I64("alarm monitor armed_at");
+  if (o.num_states > 0) {
+    // v1 discrete monitors scored the surprise and keep it (their detector is calibrated on it).
+    const uint8_t kind = version >= 2 ? r.U8("alarm monitor score kind") : 1;
+    if (r.ok() && kind > 1) return r.Fail("alarm monitor score kind out of range");
+    m.surprise_score_ = kind == 1;
+  }
   if (m.forecast_) {
     absl::StatusOr<LinearForecast> f = LinearForecast::Deserialize(r);
     if (!f.ok()) return f.status();

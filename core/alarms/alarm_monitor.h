@@ -5,8 +5,11 @@
 // WHAT IT SCORES. Continuous models: the residual of LinearForecast (core/alarms/
 // linear_forecast.h) on the newest observation of y (the raw channels: the last `channels`
 // components of a delay window), so the alarms run from the first pairs on, sigma warm-up or not.
-// Discrete models: one channel, r = sqrt(-log p(y | x)) with p the model's transition counts
-// before the pair, smoothed by 1/2 per state (the surprise of the transition).
+// Discrete models: one channel, the transition's randomized p-value under the model's counts
+// before the pair (smoothed by 1/2 per state), u = P(p(Y) < p(y)) + V P(p(Y) = p(y)), V ~ U(0,1)
+// drawn from the pair's index, mapped to r = Phi^-1(1 - u/2): |N(0,1)| when the counts are the
+// chain's, so the detector sees a continuous, calibrated residual (docs/algorithms.md §12.8). A
+// monitor restored from an ALRM v1 object keeps the score it was created with, r = sqrt(-log p).
 //
 // INDEXES. `index` counts the pairs the model was given (the warm-up's included), from 0: the
 // pair whose arrival raised an alarm has index = the count before it. The detector counts the
@@ -80,8 +83,9 @@ class AlarmMonitor {
   double score() const;
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v1: options, pair counter, armed_at, the forecast (continuous), the detector
-  // and the kept records.
+  // Object "ALRM" v2: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), the forecast (continuous), the detector and the kept records.
+  // A continuous monitor's v2 body is its v1 body; a discrete v1 object restores with the surprise.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<AlarmMonitor> Deserialize(io::Reader& r);
 
@@ -90,6 +94,7 @@ class AlarmMonitor {
   static ChangeDetector::Options DetectorOptions(const Options& o);
 
   Options options_;
+  bool surprise_score_ = false;  // discrete, restored from ALRM v1: r = sqrt(-log p)
   int64_t pairs_ = 0;
   int64_t armed_at_ = -1;
   std::optional<LinearForecast> forecast_;  // continuous
@@ -97,5 +102,10 @@ class AlarmMonitor {
   std::vector<double> residual_;  // scratch
   std::deque<AlarmRecord> records_;
 };
+
+// The randomized p-value of the transition x -> y under `counts` smoothed by 1/2 per state over
+// num_states states: P(p(Y) < p(y)) + v P(p(Y) = p(y)) with Y ~ the smoothed row of x; uniform on
+// (0, 1) for v ~ U(0, 1) when the row is the chain's (docs/algorithms.md §12.8). O(deg(x)).
+double DiscretePValue(const TransitionCounts& counts, int x, int y, int num_states, double v);
 
 }  // namespace cmestream

@@ -132,6 +132,13 @@ class TransitionCounts {
   double Count(int i, int j) const;
   // n_i (O(1)).
   double Visits(int i) const;
+  // Calls f(j, N[i,j]) for every stored entry of row i (O(deg(i)), columns increasing; entries
+  // below the rescale's drop level may be absent: they count as 0).
+  template <class F>
+  void ForEachInRow(int i, F&& f) const {
+    if (i < 0 || i >= num_states_) return;
+    for (const Entry& e : rows_[i]) f(e.j, e.stored / scale_);
+  }
 
   CountsSnapshot Snapshot() const;
 

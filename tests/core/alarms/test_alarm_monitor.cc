@@ -157,36 +157,120 @@ TEST(AlarmMonitor, AWideMonitorRoundTrips) {
   EXPECT_EQ(w.data(), w2.data());
 }
 
-TEST(AlarmMonitor, FindsAChangeOfTransitionMatrixInADiscreteChain) {
-  // 4 states: sticky (0.9 stay) for 4000 pairs, then a cycle 0 -> 1 -> 2 -> 3 -> 0 (0.6 move).
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> u;
+// The discrete score's p-value (docs/algorithms.md §12.8) is uniform when y is drawn from the
+// smoothed row itself: its mean is 1/2 and its variance 1/12, and the share below 0.05 is 5 %.
+// Without the randomization a row with ties (here the unseen states) would give atoms instead.
+TEST(AlarmMonitor, TheDiscretePValueIsUniformUnderTheCounts) {
   TransitionCounts::Options co;
-  co.max_states = 4;
+  co.max_states = 6;
   TransitionCounts counts(co);
+  // Row 0: counts 30, 10, 10, 0, 0, 0 (ties among the seen and the unseen states).
+  const int64_t from[] = {0}, to_ids[] = {0, 1, 2};
+  const int reps[] = {30, 10, 10};
+  for (int k = 0; k < 3; ++k) {
+    for (int i = 0; i < reps[k]; ++i) ASSERT_TRUE(counts.AddBatch(from, &to_ids[k], 1).ok());
+  }
+  const int p = 6;
+  std::vector<double> prob(p);
+  for (int j = 0; j < p; ++j) prob[j] = (counts.Count(0, j) + 0.5) / (counts.Visits(0) + 0.5 * p);
+  std::mt19937_64 rng(11);
+  std::discrete_distribution<int> row(prob.begin(), prob.end());
+  std::uniform_real_distribution<double> v;
+  const int n = 200000;
+  double sum = 0, sum2 = 0;
+  int low = 0;
+  for (int i = 0; i < n; ++i) {
+    const double u = DiscretePValue(counts, 0, row(rng), p, v(rng));
+    ASSERT_GE(u, 0.0);
+    ASSERT_LE(u, 1.0);
+    sum += u;
+    sum2 += u * u;
+    low += u < 0.05;
+  }
+  const double mean = sum / n, var = sum2 / n - mean * mean;
+  EXPECT_NEAR(mean, 0.5, 0.005);      // s.e. 0.0006
+  EXPECT_NEAR(var, 1.0 / 12, 0.002);  // s.e. ~0.0002
+  EXPECT_NEAR(low / double(n), 0.05, 0.003);
+  // The rarest transition has the smallest p-values: an unseen state's is in [0, 3 x 0.5 / 53].
+  EXPECT_LE(DiscretePValue(counts, 0, 5, p, 1.0), 1.5 / 53 + 1e-12);
+  EXPECT_NEAR(DiscretePValue(counts, 0, 0, p, 1.0), 1.0, 1e-12);  // the likeliest: up to 1
+}
+
+// A discrete monitor written as ALRM v1 (before the p-value score) keeps the score its detector was
+// calibrated on: it restores with the surprise, and says so in its v2 bytes (one byte differs
+// from a new monitor's).
+TEST(AlarmMonitor, ADiscreteV1MonitorKeepsItsSurpriseScore) {
+  io::Writer v1;
+  const size_t h = v1.BeginObject(io::Fourcc("ALRM"), 1);
+  v1.I32(0);    // dim
+  v1.I32(1);    // channels
+  v1.I32(4);    // num_states
+  v1.F64(1.0);  // alarm_rate
+  v1.I64(0);    // pairs
+  v1.I64(-1);   // armed_at
+  ChangeDetector::Options d;
+  d.channels = 1;
+  d.alarm_rate = 1.0;
+  ChangeDetector(d).Serialize(v1);
+  v1.U64(0);  // records
+  v1.EndObject(h);
+  io::Reader r(v1.data(), "v1");
+  absl::StatusOr<AlarmMonitor> old = AlarmMonitor::Deserialize(r);
+  ASSERT_TRUE(old.ok()) << old.status();
+  io::Writer a, b;
+  old->Serialize(a);
   AlarmMonitor::Options o;
   o.num_states = 4;
-  AlarmMonitor m(o);
-  int64_t s = 0;
-  for (int t = 0; t < 6000; ++t) {
-    int64_t next = s;
-    const double v = u(rng);
-    if (t < 4000) {
-      if (v > 0.9) next = static_cast<int64_t>(u(rng) * 4) % 4;
-    } else if (v < 0.6) {
-      next = (s + 1) % 4;
-    } else if (v > 0.9) {
-      next = static_cast<int64_t>(u(rng) * 4) % 4;
+  AlarmMonitor(o).Serialize(b);
+  ASSERT_EQ(a.size(), b.size());
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += a.data()[i] != b.data()[i];
+  EXPECT_EQ(differ, 1);
+}
+
+TEST(AlarmMonitor, FindsAChangeOfTransitionMatrixInADiscreteChain) {
+  // 4 states: sticky (0.9 stay) for 4000 pairs, then a cycle 0 -> 1 -> 2 -> 3 -> 0 (0.6 move);
+  // 10 seeds. The ~3700 scored stationary pairs of a stream start while the counts are young:
+  // over 100 seeds this gave 1.4 false alarms per 10^4 pairs (0.5 per stream) and 98 of 100
+  // changes detected within 500 pairs.
+  int detected = 0, false_alarms = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u;
+    TransitionCounts::Options co;
+    co.max_states = 4;
+    TransitionCounts counts(co);
+    AlarmMonitor::Options o;
+    o.num_states = 4;
+    AlarmMonitor m(o);
+    int64_t s = 0;
+    for (int t = 0; t < 6000; ++t) {
+      int64_t next = s;
+      const double v = u(rng);
+      if (t < 4000) {
+        if (v > 0.9) next = static_cast<int64_t>(u(rng) * 4) % 4;
+      } else if (v < 0.6) {
+        next = (s + 1) % 4;
+      } else if (v > 0.9) {
+        next = static_cast<int64_t>(u(rng) * 4) % 4;
+      }
+      m.ObserveIds(s, next, counts, 0);
+      ASSERT_TRUE(counts.AddBatch(&s, &next, 1).ok());
+      s = next;
     }
-    m.ObserveIds(s, next, counts, 0);
-    ASSERT_TRUE(counts.AddBatch(&s, &next, 1).ok());
-    s = next;
+    bool found = false;
+    for (const AlarmRecord& a : m.records()) {
+      false_alarms += a.index < 4000;
+      found = found || (a.index >= 4000 && a.index < 4000 + 500);
+    }
+    detected += found;
   }
-  ASSERT_GE(m.records().size(), 1u);
-  size_t before = 0;
-  for (const AlarmRecord& a : m.records()) before += a.index < 4000;
-  EXPECT_EQ(before, 0u);  // no false alarm in the 4000 stationary pairs
-  EXPECT_LT(m.records().front().index, 4000 + 500);
+  std::printf(
+      "discrete chain: change detected within 500 pairs in %d of 10 streams; %d false alarms in 10 x 4000 "
+      "stationary pairs\n",
+      detected, false_alarms);
+  EXPECT_GE(detected, 9);
+  EXPECT_LE(false_alarms, 12);  // Poisson(5.1): P(> 12) < 0.5 %
 }
 
 StreamingLearner::Options LearnerOptions(bool alarms) {
