@@ -374,7 +374,11 @@ StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
 
 absl::StatusOr<v1::ModelConfig> NormalizeStoredModelConfig(const v1::ModelConfig& stored,
                                                            const ConfigDefaults& defaults) {
-  absl::StatusOr<v1::ModelConfig> c = NormalizeModelConfig(stored, defaults);
+  // A missing `reduce` is off (written before the field existed), never the new model's default:
+  // normalizing it as a new config would also check a warm-up it was not created with.
+  v1::ModelConfig in = stored;
+  if (!in.has_reduce()) in.set_reduce(0);
+  absl::StatusOr<v1::ModelConfig> c = NormalizeModelConfig(in, defaults);
   if (c.ok() && !stored.has_scale()) c->clear_scale();
   if (c.ok() && !stored.has_reduce()) c->clear_reduce();
   if (c.ok() && !stored.has_alarms()) {

@@ -360,6 +360,31 @@ TEST(LimitFlagsTest, ParsedValidatedAndNamed) {
 // The memory budget counts every matrix a continuous model grows to at max_dict M: at least the
 // CME's five M x M matrices and the spectral moments' 12 (M+1)^2 (C00, C01, C11 per fold, for
 // the live and the serving epoch; core/spectral/spectral_moments.h), each of doubles.
+// A config stored before `reduce` existed (dim > 64, sigma auto, a short warm-up) loads unreduced:
+// the new model's default (reduce 32, warm-up >= 320) does not apply to it.
+TEST(StoredConfigTest, AWideModelStoredBeforeReductionLoadsUnreduced) {
+  v1::ModelConfig c;
+  c.set_name("old");
+  c.set_dim(100);
+  c.set_sigma(0);
+  c.set_auto_sigma_warmup(100);
+  absl::StatusOr<v1::ModelConfig> stored = service::NormalizeStoredModelConfig(c, service::ConfigDefaults{});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_FALSE(stored->has_reduce());
+  EXPECT_EQ(stored->auto_sigma_warmup(), 100u);
+  EXPECT_EQ(service::LearnerOptionsFor(*stored).reduce, 0);
+  // The same config created now reduces, and its warm-up must hold 10 pairs per direction.
+  const absl::StatusOr<v1::ModelConfig> created = service::NormalizeModelConfig(c, service::ConfigDefaults{});
+  ASSERT_FALSE(created.ok());
+  EXPECT_NE(created.status().message().find(">= 320 with reduce 32"), std::string::npos) << created.status();
+  c.clear_auto_sigma_warmup();
+  const absl::StatusOr<v1::ModelConfig> fresh = service::NormalizeModelConfig(c, service::ConfigDefaults{});
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(fresh->reduce(), 32u);
+  EXPECT_EQ(fresh->auto_sigma_warmup(), 1000u);
+  EXPECT_FALSE(fresh->has_scale());  // a reduced model is unscaled unless asked
+}
+
 TEST(MemoryBudgetTest, EstimateIncludesTheSpectralMoments) {
   for (int m : {100, 1000, 2000}) {
     v1::ModelConfig c;
