@@ -20,7 +20,8 @@
 // arm_after pairs later); the forecast keeps learning and refits on its schedule.
 //
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
-// COST. O(d^2 / 2) per pair (the forecast's sums), O(C) the detector; no allocation per pair
+// COST. Continuous: O(d^2 / 2) per pair (the forecast's sums); discrete: O(deg x) (the row of x
+// for the p-value); O(C) the detector; no allocation per pair
 // except when an alarm is recorded or the forecast refits.
 #pragma once
 

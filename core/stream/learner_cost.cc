@@ -14,7 +14,8 @@ std::vector<EstimatorCost> PerPairCost(const StreamingLearner::Options& o, int a
   };
   if (o.discrete()) {
     // Counts, lags and alarms index tables: O(1) a pair.
-    if (o.alarms) add("alarms", 1, "O(1): the transition's count");
+    // The alarms' p-value walks the row of x: at most P entries.
+    if (o.alarms) add("alarms", o.num_states, absl::StrCat("deg(x) <= P (P = ", o.num_states, ")"));
     add("counts", 1, "O(1)");
     if (!o.lags.empty())
       add("lags", static_cast<double>(o.lags.size()), absl::StrCat("O(L) (L = ", o.lags.size(), ")"));

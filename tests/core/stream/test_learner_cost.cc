@@ -55,6 +55,7 @@ TEST(PerPairCost, ListsWhatTheOptionsRunInTheOrderAPairMeetsThem) {
   discrete.num_states = 5;
   discrete.alarms = true;
   EXPECT_EQ(Names(PerPairCost(discrete, 0)), (std::vector<std::string>{"alarms", "counts", "lags"}));
+  EXPECT_EQ(Find(PerPairCost(discrete, 0), "alarms").multiply_adds, 5);  // the p-value's row walk
 }
 
 TEST(PerPairCost, CountsAtTheDictionarySizeOrItsCap) {
