@@ -11,7 +11,9 @@ namespace cmestream {
 namespace {
 
 constexpr uint32_t kTag = io::Fourcc("ALRM");
-constexpr uint32_t kVersion = 2;
+// v3: continuous monitors with the coefficient test (a flag, then its DRFT object after the
+// detector). A monitor without it is written as v2, byte for byte what the release before wrote.
+constexpr uint32_t kVersion = 3;
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -92,10 +94,21 @@ absl::Status AlarmMonitor::Options::Validate() const {
   return DetectorOptions(*this).Validate();
 }
 
+bool AlarmMonitor::RunsDriftTest(const Options& o) { return o.dim > 0 && o.dim <= kMaxSmallState && o.scoring_v3; }
+
+// With both tests each gets half the false-alarm budget (docs/algorithms.md §12.9).
 ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
   ChangeDetector::Options d;
   d.channels = o.dim > 0 ? o.channels : 1;
-  d.alarm_rate = o.alarm_rate;
+  d.alarm_rate = RunsDriftTest(o) ? o.alarm_rate / 2 : o.alarm_rate;
+  return d;
+}
+
+DriftDetector::Options AlarmMonitor::DriftOptions(const Options& o) {
+  DriftDetector::Options d;
+  d.inputs = o.dim;
+  d.channels = o.channels;
+  d.alarm_rate = o.alarm_rate / 2;
   return d;
 }
 
@@ -104,20 +117,27 @@ AlarmMonitor::AlarmMonitor(const Options& options) : options_(options), detector
     LinearForecast::Options f;
     f.dim = options.dim;
     f.outputs = options.channels;
-    f.first_fit = LinearForecast::FirstFitFor(options.dim);
+    f.degree = RunsDriftTest(options) ? 3 : 1;
+    f.first_fit = LinearForecast::FirstFitFor(f.regressors());
     f.fit_every = std::max<int64_t>(f.fit_every, f.first_fit);
     forecast_.emplace(f);
   }
+  if (RunsDriftTest(options)) drift_.emplace(DriftOptions(options));
   residual_.assign(detector_.channels(), 0.0);
 }
 
 double AlarmMonitor::score() const {
   const double h = detector_.threshold();
-  return h > 0 ? std::max(detector_.up_statistic(), detector_.down_statistic()) / h : 0;
+  double s = h > 0 ? std::max(detector_.up_statistic(), detector_.down_statistic()) / h : 0;
+  if (drift_) s = std::max(s, drift_->statistic() / drift_->threshold());
+  return s;
 }
 
 void AlarmMonitor::ObservePair(const double* x, const double* y, double time) {
-  if (forecast_->Observe(x, y, residual_.data())) Score(residual_.data(), time);
+  const int64_t next_fit = forecast_->next_fit();
+  if (forecast_->Observe(x, y, residual_.data())) Score(x, residual_.data(), time);
+  // A refit makes the residual another function of x: the coefficient test's reference restarts.
+  if (drift_ && forecast_->next_fit() != next_fit) drift_->Restart();
   ++pairs_;
 }
 
@@ -132,25 +152,59 @@ void AlarmMonitor::ObserveIds(int64_t x, int64_t y, const TransitionCounts& coun
       const double u = DiscretePValue(counts, xi, yi, options_.num_states, UniformOf(pairs_));
       residual_[0] = -NormalQuantile(std::clamp(u / 2, 1e-300, 0.5));
     }
-    Score(residual_.data(), time);
+    Score(nullptr, residual_.data(), time);
   }
   ++pairs_;
 }
 
-void AlarmMonitor::Score(const double* residual, double time) {
+void AlarmMonitor::Score(const double* x, const double* residual, double time) {
   const ChangeDetector::Alarm* alarm = detector_.Observe(residual);
+  const DriftDetector::Alarm* drift = drift_ ? drift_->Observe(x, residual) : nullptr;
   if (armed_at_ < 0 && detector_.armed()) armed_at_ = pairs_;
-  if (alarm == nullptr) return;
+  // One change, one alarm: the test that did not alarm restarts with the one that did (the
+  // residuals' size test first when both cross on the same pair: it labels the kind).
+  if (alarm != nullptr) {
+    Record(*alarm, time);
+    if (drift_ && drift == nullptr) drift_->Restart();
+  } else if (drift != nullptr) {
+    Record(*drift, time);
+    detector_.Restart();
+  }
+}
+
+void AlarmMonitor::Record(const ChangeDetector::Alarm& alarm, double time) {
+  const ChangeDetector::Alarm* a = &alarm;
   AlarmRecord rec;
   rec.index = pairs_;
   rec.time = time;
-  rec.score = alarm->score;
-  rec.threshold = alarm->threshold;
-  if (forecast_) rec.channels.assign(alarm->channels.begin(), alarm->channels.end());
-  rec.kind = alarm->kind;
-  rec.direction = alarm->direction;
+  rec.score = a->score;
+  rec.threshold = a->threshold;
+  if (forecast_) rec.channels.assign(a->channels.begin(), a->channels.end());
+  rec.kind = a->kind;
+  rec.direction = a->direction;
   // Every pair from the onset to the alarm was scored (the onset follows the detector's restart).
-  rec.onset = std::max<int64_t>(0, pairs_ - (alarm->index - alarm->onset));
+  rec.onset = std::max<int64_t>(0, pairs_ - (a->index - a->onset));
+  Keep(std::move(rec));
+}
+
+// A coefficient alarm: the residuals became predictable from the state, which is a change of the
+// dynamics (docs/algorithms.md §12.9); its channel leads, the others follow in order.
+void AlarmMonitor::Record(const DriftDetector::Alarm& alarm, double time) {
+  AlarmRecord rec;
+  rec.index = pairs_;
+  rec.time = time;
+  rec.score = alarm.score;
+  rec.threshold = alarm.threshold;
+  rec.channels.push_back(alarm.channel);
+  for (int c = 0; c < options_.channels; ++c)
+    if (c != alarm.channel) rec.channels.push_back(c);
+  rec.kind = ChangeDetector::Kind::kDynamics;
+  rec.direction = alarm.up ? ChangeDetector::Direction::kUp : ChangeDetector::Direction::kDown;
+  rec.onset = std::max<int64_t>(0, pairs_ - (alarm.index - alarm.run_start));
+  Keep(std::move(rec));
+}
+
+void AlarmMonitor::Keep(AlarmRecord rec) {
   records_.push_back(std::move(rec));
   if (static_cast<int>(records_.size()) > kMaxRecords) records_.pop_front();
   // The forecast keeps its fit and its schedule (docs/algorithms.md §12.8: resetting it made the
@@ -158,7 +212,8 @@ void AlarmMonitor::Score(const double* residual, double time) {
 }
 
 void AlarmMonitor::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kTag, kVersion);
+  const bool v3 = options_.dim > 0 && options_.scoring_v3;
+  const size_t h = w.BeginObject(kTag, v3 ? kVersion : 2);
   w.I32(options_.dim);
   w.I32(options_.channels);
   w.I32(options_.num_states);
@@ -166,8 +221,10 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
   w.I64(pairs_);
   w.I64(armed_at_);
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
+  if (v3) w.U8(1);
   if (forecast_) forecast_->Serialize(w);
   detector_.Serialize(w);
+  if (drift_) drift_->Serialize(w);
   w.U64(records_.size());
   for (const AlarmRecord& a : records_) {
     w.I64(a.index);
@@ -192,25 +249,38 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   o.num_states = r.I32("alarm monitor num_states");
   o.alarm_rate = r.F64("alarm monitor alarm_rate");
   if (!r.ok()) return r.status();
+  // Monitors written before v3 had no coefficient test and keep running without one.
+  o.scoring_v3 = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
       !r.Expect(8 * static_cast<uint64_t>(o.dim) * static_cast<uint64_t>(o.dim), "alarm monitor forecast")) {
     return r.status();
   }
-  AlarmMonitor m(o);
-  m.pairs_ = r.I64("alarm monitor pairs");
-  m.armed_at_ = r.I64("alarm monitor armed_at");
+  const int64_t pairs = r.I64("alarm monitor pairs");
+  const int64_t armed_at = r.I64("alarm monitor armed_at");
+  bool surprise_score = false;
   if (o.num_states > 0) {
     // v1 discrete monitors scored the surprise and keep it (their detector is calibrated on it).
     const uint8_t kind = version >= 2 ? r.U8("alarm monitor score kind") : 1;
     if (r.ok() && kind > 1) return r.Fail("alarm monitor score kind out of range");
-    m.surprise_score_ = kind == 1;
+    surprise_score = kind == 1;
   }
+  if (o.dim > 0 && version >= 3) {
+    const uint8_t flag = r.U8("alarm monitor coefficient test");
+    if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
+    o.scoring_v3 = true;
+  }
+  if (!r.ok()) return r.status();
+  AlarmMonitor m(o);
+  m.pairs_ = pairs;
+  m.armed_at_ = armed_at;
+  m.surprise_score_ = surprise_score;
   if (m.forecast_) {
     absl::StatusOr<LinearForecast> f = LinearForecast::Deserialize(r);
     if (!f.ok()) return f.status();
-    if (f->options().dim != o.dim || f->options().outputs != o.channels) {
+    if (f->options().dim != o.dim || f->options().outputs != o.channels ||
+        f->options().degree != m.forecast_->options().degree) {
       return r.Fail("alarm monitor: the forecast's dimensions differ from the monitor's");
     }
     m.forecast_ = std::move(*f);
@@ -219,6 +289,14 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   if (!d.ok()) return d.status();
   if (d->channels() != m.detector_.channels()) return r.Fail("alarm monitor: the detector's channels differ");
   m.detector_ = std::move(*d);
+  if (m.drift_) {
+    absl::StatusOr<DriftDetector> drift = DriftDetector::Deserialize(r);
+    if (!drift.ok()) return drift.status();
+    if (drift->options().inputs != o.dim || drift->options().channels != o.channels) {
+      return r.Fail("alarm monitor: the coefficient test's dimensions differ from the monitor's");
+    }
+    m.drift_ = std::move(*drift);
+  }
   const int64_t n = r.Count("alarm monitor records", 0, kMaxRecords);
   for (int64_t i = 0; i < n && r.ok(); ++i) {
     AlarmRecord a;

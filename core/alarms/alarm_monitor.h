@@ -11,6 +11,11 @@
 // chain's, so the detector sees a continuous, calibrated residual (docs/algorithms.md §12.8). A
 // monitor restored from an ALRM v1 object keeps the score it was created with, r = sqrt(-log p).
 //
+// SMALL STATES (d <= kMaxSmallState values, new monitors: docs/algorithms.md §12.9). The forecast
+// has cubic regressors, and a second test (DriftDetector) watches whether the residual's sign
+// leans with the state's: a change of the coefficients, which the residuals' size shows only at
+// second order. The two tests share alarm_rate; an alarm of either restarts both.
+//
 // INDEXES. `index` counts the pairs the model was given (the warm-up's included), from 0: the
 // pair whose arrival raised an alarm has index = the count before it. The detector counts the
 // pairs it scored; an alarm's onset is mapped back to the stream by the distance to the alarm
@@ -20,8 +25,9 @@
 // arm_after pairs later); the forecast keeps learning and refits on its schedule.
 //
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
-// COST. Continuous: O(d^2 / 2) per pair (the forecast's sums); discrete: O(deg x) (the row of x
-// for the p-value); O(C) the detector; no allocation per pair
+// COST. Continuous: O(p^2 / 2) per pair for p regressors (the forecast's sums; p = d, or 3d for
+// a small state) and O(C d) the coefficients' test; discrete: O(deg x) (the row of x for the
+// p-value); O(C) the detector; no allocation per pair
 // except when an alarm is recorded or the forecast refits.
 #pragma once
 
@@ -33,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/alarms/change_detector.h"
+#include "core/alarms/drift_detector.h"
 #include "core/alarms/linear_forecast.h"
 #include "core/io/fwd.h"
 
@@ -58,9 +65,18 @@ class AlarmMonitor {
     int channels = 1;       // continuous: raw channels (the last `channels` values of a state)
     int num_states = 0;     // discrete: states
     double alarm_rate = 1;  // target false alarms per 10,000 stationary pairs, in (0, kMaxAlarmRate]
+    // Continuous, the scoring of ALRM v3 (docs/algorithms.md §12.9): a state of at most
+    // kMaxSmallState values gets a forecast with cubic regressors and a second test, of the
+    // forecast's coefficients (DriftDetector); the two tests share alarm_rate half and half. Off
+    // for monitors restored from ALRM v1/v2 objects.
+    bool scoring_v3 = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
+  // Measured (docs/algorithms.md §12.9): on states of 1-2 values (a double well, an oscillator)
+  // the cubic forecast and the coefficient test find most changes the residuals' size misses; on
+  // an 8-channel stream of noisy, partially observed slow processes both raised false alarms.
+  static constexpr int kMaxSmallState = 2;
   // The detector re-arms 200 pairs after an alarm, so at most 10^4 / 400 = 25 alarms per 10^4
   // pairs can be calibrated (ChangeDetector::Options::Validate).
   static constexpr double kMaxAlarmRate = 25;
@@ -77,22 +93,29 @@ class AlarmMonitor {
   int64_t pairs() const { return pairs_; }
   int64_t scored() const { return detector_.scored(); }
   int64_t armed_at() const { return armed_at_; }  // -1 before the detector first armed
-  int64_t alarms_total() const { return detector_.alarms(); }
+  int64_t alarms_total() const { return detector_.alarms() + (drift_ ? drift_->alarms() : 0); }
   int64_t dropped() const { return alarms_total() - static_cast<int64_t>(records_.size()); }
   const std::deque<AlarmRecord>& records() const { return records_; }
   // The larger CUSUM statistic as a fraction of the threshold (an alarm at 1).
   double score() const;
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v2: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
-  // p-value, 1: the v1 surprise), the forecast (continuous), the detector and the kept records.
-  // A continuous monitor's v2 body is its v1 body; a discrete v1 object restores with the surprise.
+  // Object "ALRM" v3: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), (continuous, v3) u8 scoring_v3, the forecast
+  // (continuous), the detector, (v3, when it runs) the coefficient test, and the kept records.
+  // A monitor without the coefficient test is written as v2; a continuous monitor's v2 body is
+  // its v1 body; a discrete v1 object restores with the surprise.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<AlarmMonitor> Deserialize(io::Reader& r);
 
  private:
-  void Score(const double* residual, double time);
+  void Score(const double* x, const double* residual, double time);
+  void Record(const ChangeDetector::Alarm& alarm, double time);
+  void Record(const DriftDetector::Alarm& alarm, double time);
+  void Keep(AlarmRecord rec);
+  static bool RunsDriftTest(const Options& o);
   static ChangeDetector::Options DetectorOptions(const Options& o);
+  static DriftDetector::Options DriftOptions(const Options& o);
 
   Options options_;
   bool surprise_score_ = false;  // discrete, restored from ALRM v1: r = sqrt(-log p)
@@ -100,7 +123,8 @@ class AlarmMonitor {
   int64_t armed_at_ = -1;
   std::optional<LinearForecast> forecast_;  // continuous
   ChangeDetector detector_;
-  std::vector<double> residual_;  // scratch
+  std::optional<DriftDetector> drift_;  // continuous, scoring_v3 and few enough components
+  std::vector<double> residual_;        // scratch
   std::deque<AlarmRecord> records_;
 };
 

@@ -130,6 +130,8 @@ class ChangeDetector {
   // A residual with a non-finite value is skipped: not scored, not counted, and the next pair
   // has no previous residual for the kind test.
   const Alarm* Observe(const double* residual);
+  // Forget the reference as after an alarm (the caller saw a change another way).
+  void Restart();
 
   const Options& options() const { return options_; }
   int channels() const { return options_.channels; }
@@ -152,7 +154,6 @@ class ChangeDetector {
   static absl::StatusOr<ChangeDetector> Deserialize(io::Reader& r);
 
  private:
-  void Restart();
   void FillAlarm(Direction dir, double score);
 
   Options options_;

@@ -11,7 +11,7 @@ namespace cmestream {
 namespace {
 
 constexpr uint32_t kTag = io::Fourcc("LINF");
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr int kMaxDim = 1 << 14;
 constexpr double kRidge = 1e-3;
 constexpr double kFloor = 1e-12;
@@ -24,6 +24,12 @@ absl::Status LinearForecast::Options::Validate() const {
   if (outputs < 1 || outputs > dim) {
     return absl::InvalidArgumentError(absl::StrCat("outputs is ", outputs, ", expected 1..dim (", dim, ")"));
   }
+  if (degree != 1 && degree != 3)
+    return absl::InvalidArgumentError(absl::StrCat("degree is ", degree, ", expected 1 or 3"));
+  if (regressors() > kMaxDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("degree x dim is ", regressors(), ", expected at most ", kMaxDim, " regressors"));
+  }
   if (first_fit < 8) return absl::InvalidArgumentError(absl::StrCat("first_fit is ", first_fit, ", expected >= 8"));
   if (fit_every < first_fit) {
     return absl::InvalidArgumentError(
@@ -32,11 +38,13 @@ absl::Status LinearForecast::Options::Validate() const {
   return absl::OkStatus();
 }
 
-int64_t LinearForecast::FirstFitFor(int dim) { return std::max<int64_t>(64, 2 * (static_cast<int64_t>(dim) + 1)); }
+int64_t LinearForecast::FirstFitFor(int regressors) {
+  return std::max<int64_t>(64, 2 * (static_cast<int64_t>(regressors) + 1));
+}
 
 LinearForecast::LinearForecast(const Options& options) : options_(options) {
-  const int d = options.dim, c = options.outputs;
-  x0_ = VectorXd::Zero(d);
+  const int d = options.regressors(), c = options.outputs;
+  x0_ = VectorXd::Zero(options.dim);
   y0_ = VectorXd::Zero(c);
   suu_ = MatrixXd::Zero(d, d);
   su_ = VectorXd::Zero(d);
@@ -57,6 +65,12 @@ bool LinearForecast::Observe(const double* x, const double* y, double* residual)
     for (int k = 0; k < c; ++k) y0_[k] = y_new[k];
   }
   for (int j = 0; j < d; ++j) u_[j] = x[j] - x0_[j];
+  if (options_.degree == 3) {
+    for (int j = 0; j < d; ++j) {
+      u_[d + j] = u_[j] * u_[j];
+      u_[2 * d + j] = u_[d + j] * u_[j];
+    }
+  }
   for (int k = 0; k < c; ++k) v_[k] = y_new[k] - y0_[k];
   const bool scored = fitted_;
   if (scored) {
@@ -84,23 +98,40 @@ void LinearForecast::Refit() {
   cuu.noalias() -= mu * mu.transpose();
   MatrixXd cuv = suv_ / n;
   cuv.noalias() -= mu * mv.transpose();
-  const int d = options_.dim;
-  const double floor = kFloor * std::max(cuu.trace(), 1e-300) / d;
-  for (int j = 0; j < d; ++j) cuu(j, j) += kRidge * std::max(cuu(j, j), 0.0) + floor;
-  Eigen::LDLT<MatrixXd> ldlt(cuu);
-  MatrixXd coef = ldlt.solve(cuv);
-  if (ldlt.info() != Eigen::Success || !coef.allFinite()) return;  // keep the previous fit
+  const int d = options_.regressors();
+  MatrixXd coef;
+  if (options_.degree == 1) {
+    const double floor = kFloor * std::max(cuu.trace(), 1e-300) / d;
+    for (int j = 0; j < d; ++j) cuu(j, j) += kRidge * std::max(cuu(j, j), 0.0) + floor;
+    Eigen::LDLT<MatrixXd> ldlt(cuu);
+    coef = ldlt.solve(cuv);
+    if (ldlt.info() != Eigen::Success) return;  // keep the previous fit
+  } else {
+    // Powers of a channel in volts and of one in millivolts differ in variance by 10^18 and
+    // more: the floor relative to the trace would swamp the small ones. Solved in correlation
+    // units instead, where the same ridge is lambda I and the floor 10^-12 I (a regressor
+    // without variance gets coefficient 0).
+    VectorXd scale(d);
+    for (int j = 0; j < d; ++j) scale[j] = cuu(j, j) > 0 ? 1 / std::sqrt(cuu(j, j)) : 0.0;
+    MatrixXd corr = scale.asDiagonal() * cuu * scale.asDiagonal();
+    corr.diagonal().array() += kRidge + kFloor;
+    Eigen::LDLT<MatrixXd> ldlt(corr);
+    coef = scale.asDiagonal() * ldlt.solve(scale.asDiagonal() * cuv);
+    if (ldlt.info() != Eigen::Success) return;
+  }
+  if (!coef.allFinite()) return;  // keep the previous fit
   coef_ = std::move(coef);
   intercept_ = y0_ + mv - coef_.transpose() * mu;
   fitted_ = true;
 }
 
 void LinearForecast::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kTag, kVersion);
+  const size_t h = w.BeginObject(kTag, options_.degree == 1 ? 1 : kVersion);
   w.I32(options_.dim);
   w.I32(options_.outputs);
   w.I64(options_.first_fit);
   w.I64(options_.fit_every);
+  if (options_.degree != 1) w.I32(options_.degree);
   w.I64(n_);
   w.I64(next_fit_);
   w.Matrix(x0_);
@@ -123,9 +154,10 @@ absl::StatusOr<LinearForecast> LinearForecast::Deserialize(io::Reader& r) {
   o.outputs = r.I32("alarm forecast outputs");
   o.first_fit = r.I64("alarm forecast first_fit");
   o.fit_every = r.I64("alarm forecast fit_every");
+  if (version >= 2) o.degree = r.I32("alarm forecast degree");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("alarm forecast: ", s.message()));
-  const uint64_t d = static_cast<uint64_t>(o.dim), c = static_cast<uint64_t>(o.outputs);
+  const uint64_t d = static_cast<uint64_t>(o.regressors()), c = static_cast<uint64_t>(o.outputs);
   if (!r.Expect(8 * (d * d + 2 * d * c), "alarm forecast sums")) return r.status();
   LinearForecast f(o);
   f.n_ = r.I64("alarm forecast pairs");

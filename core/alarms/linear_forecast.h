@@ -8,14 +8,17 @@
 // counts. A least-squares regression needs no bandwidth, and with a ridge relative to each
 // feature's variance it is invariant to the scale of every channel (so scaling is not needed).
 //
+// REGRESSORS. u = x - x_0, or with degree 3 the powers (u, u^2, u^3) of each component: p = d or
+// 3d of them (below, "u" is that vector).
+//
 // THE FIT (Refit, at pair counts first_fit, 2 first_fit, ... up to fit_every, then every
 // fit_every pairs): with u = x - x_0, v = y_new - y_0 (x_0, y_0 the first pair's: sums of large
 // offsets stay free of cancellation), C_uu and C_uv the centered moments of all pairs so far,
 //     B = (C_uu + lambda diag(C_uu) + floor I)^{-1} C_uv,   a = y_0 + mean(v) - B^T mean(u),
 // and the forecast of y_new is a + B^T (x - x_0). lambda = 1e-3; floor = 1e-12 trace(C_uu) / d.
 //
-// COST. Observe: O(d^2 / 2 + d C) (a rank-1 update of the lower triangle of sum u u^T), no heap
-// allocation; a refit O(d^3) (it allocates; rare). Memory O(d^2 + d C).
+// COST (p regressors). Observe: O(p^2 / 2 + p C) (a rank-1 update of the lower triangle of sum u u^T), no heap
+// allocation; a refit O(p^3) (it allocates; rare). Memory O(p^2 + p C).
 #pragma once
 
 #include <cstdint>
@@ -34,10 +37,15 @@ class LinearForecast {
     int outputs = 1;  // C: the last C components of y are forecast, 1..dim
     int64_t first_fit = 64;
     int64_t fit_every = 4096;  // refits double up to this many pairs, then come this often
+    // 1: regressors [1, x]; 3: [1, x, x^2, x^3], the powers per component (no cross terms), for
+    // dynamics whose one-step map is curved (a double well's drift is cubic).
+    int degree = 1;
     absl::Status Validate() const;
+    int regressors() const { return degree * dim; }
   };
-  // The first fit comes once the regression is determined: max(64, 2 (d + 1)) pairs.
-  static int64_t FirstFitFor(int dim);
+  // The first fit comes once the regression is determined: max(64, 2 (p + 1)) pairs for p
+  // regressors besides the intercept.
+  static int64_t FirstFitFor(int regressors);
 
   // requires: options.Validate().ok().
   explicit LinearForecast(const Options& options);
@@ -50,8 +58,11 @@ class LinearForecast {
   const Options& options() const { return options_; }
   int64_t samples() const { return n_; }
   bool has_fit() const { return fitted_; }
+  // The pair count at which the next refit comes (it changes exactly when Observe refitted).
+  int64_t next_fit() const { return next_fit_; }
 
-  // Object "LINF" v1: options, sums and fit (bit-exact continuation).
+  // Object "LINF" v2: options (v2: with the degree), sums and fit (bit-exact continuation). A
+  // degree-1 forecast is written as v1, byte for byte what the release before wrote.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<LinearForecast> Deserialize(io::Reader& r);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/alarms/alarm_monitor.h"
 #include "core/stream/streaming_learner_options.h"
 
 namespace cmestream {
@@ -33,10 +34,16 @@ std::vector<EstimatorCost> PerPairCost(const StreamingLearner::Options& o, int a
                      o.reduce > 0 ? "D K" : "", ") (D = ", d, o.reduce > 0 ? absl::StrCat(", K = ", o.reduce) : "",
                      ")"));
   }
-  if (o.alarms) {
+  if (o.alarms && d > AlarmMonitor::kMaxSmallState) {
     // The linear forecast's moments of [1, x] against the C raw channels, and its prediction.
     add("alarms", (d + 1) * (d + 2) / 2 + 2 * (d + 1) * c,
         absl::StrCat("(D+1)(D+2)/2 + 2 (D+1) C (D = ", d, ", C = ", c, ")"));
+  } else if (o.alarms) {
+    // A small state (docs/algorithms.md §12.9): the forecast on [1, x, x^2, x^3] (P = 3 D) and
+    // the coefficients' test, C D sign components.
+    const double p = 3 * d;
+    add("alarms", (p + 1) * (p + 2) / 2 + 2 * (p + 1) * c + c * d,
+        absl::StrCat("(P+1)(P+2)/2 + 2 (P+1) C + C D (P = 3 D, D = ", d, ", C = ", c, ")"));
   }
   add("cme", 3 * m * m + 2 * m * e, "3 m^2 + 2 m d" + sizes);
   add("counts", m, "m (the nearest atoms from the kernel columns)" + sizes);

@@ -17,7 +17,9 @@
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS] [--monitor]
 //
 // --monitor replaces the frozen stand-in forecast below by what the daemon runs (AlarmMonitor,
-// DetectWithMonitor): its own linear forecast on the model's state, refitted and reset.
+// DetectWithMonitor): its own forecast on the model's state (cubic regressors for states of at
+// most 8 values), refitted on schedule, and both of its tests (the residuals' size and the
+// forecast's coefficients, docs/algorithms.md §12.8-12.9).
 //
 // THE FORECAST. The detector sees residuals of a model's one-step forecast; here the stand-in
 // for the model is a least-squares regression of y on fixed features of x (listed per system),
@@ -305,8 +307,8 @@ std::vector<Alarm> Detect(const Stream& s, const MatrixXd& beta, double rate) {
   return out;
 }
 
-// --monitor: what the daemon runs (AlarmMonitor, docs/algorithms.md §12.8): its own linear
-// forecast refitted on schedule and reset after each alarm, on the state a model would learn:
+// --monitor: what the daemon runs (AlarmMonitor, docs/algorithms.md §12.8-12.9): its own forecast
+// refitted on schedule and its two tests, on the state a model would learn:
 // the observation (double well: x; oscillator: (q, p); OU: x), a delay window of the last four
 // observations, oldest first (sensor noise: --dim 1 --delays 4), or the ids (Markov chain: a
 // discrete model, scored by the surprise under its counts).

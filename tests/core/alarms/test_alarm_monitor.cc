@@ -1,11 +1,14 @@
-// AlarmMonitor and LinearForecast (core/alarms/, docs/algorithms.md §12.8): the forecast's fit
-// against the closed-form AR(1) coefficient, arming within the first 300 pairs, an OU whose rate
-// changes found with its onset, a discrete chain whose matrix changes found, alarms kept in the
+// AlarmMonitor and LinearForecast (core/alarms/, docs/algorithms.md §12.8-12.9): the forecast's
+// fit against the closed-form AR(1) coefficient, arming within the first 300 pairs, an OU whose
+// rate changes found with its onset, an oscillator's damping change found by the coefficients'
+// test where the size test misses it, a monitor without that test kept at ALRM v2 byte for byte,
+// a discrete chain whose matrix changes found, alarms kept in the
 // learner state with a bit-exact continuation through serialization, and the monitor in the
 // learner changes nothing else (the state of a model without alarms is unchanged).
 #include "core/alarms/alarm_monitor.h"
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,9 +69,10 @@ TEST(AlarmMonitor, ArmsWithinThreeHundredPairsAndFindsARateChange) {
   EXPECT_NEAR(static_cast<double>(a.onset), change, 60);
   EXPECT_EQ(a.time, 1000.0 + a.index);
   EXPECT_EQ(a.channels, std::vector<int>{0});
-  // The reported threshold is the CUSUM's calibrated level (12.5) at the default settings, and
-  // the score a fraction of it: above 1 at an alarm (the detector then restarts), below after.
-  EXPECT_EQ(m.threshold(), ChangeDetector::Threshold(1, ChangeDetector::Options{}.drift, 200));
+  // The reported threshold is the CUSUM's calibrated level (12.5) at the default settings (a
+  // one-value state runs both tests, each at R / 2, §12.9), and the score a fraction of it: above
+  // 1 at an alarm (the detector then restarts), below after.
+  EXPECT_EQ(m.threshold(), ChangeDetector::Threshold(0.5, ChangeDetector::Options{}.drift, 200));
   EXPECT_EQ(a.threshold, m.threshold());
   EXPECT_GT(a.score, a.threshold);
   EXPECT_GE(m.score(), 0);
@@ -100,9 +104,10 @@ TEST(AlarmMonitor, LabelsASlowerRelaxationDynamicsAndADoubledNoiseNoise) {
       o.channels = 1;
       AlarmMonitor m(o);
       for (int t = 0; t + 1 < 6001; ++t) m.ObservePair(&x[t], &x[t + 1], t);
-      // A stationary false alarm before the change is expected now and then (~0.3 per stream at
-      // the target rate of 1 per 10^4 pairs); the detector then re-arms 200 pairs later and may
-      // take a change inside that gap as its new reference. Such streams are counted, not labelled.
+      // A stationary false alarm before the change is expected now and then (~0.27 per stream at
+      // the target rate of 1 per 10^4 pairs over the ~2,700 armed pairs: ~10 of 40 streams); the
+      // detector then re-arms 200 pairs later and may take a change inside that gap as its new
+      // reference. Such streams are counted, not labelled.
       ASSERT_GE(m.records().size(), 1u) << seed;
       const AlarmRecord* first = &m.records().front();
       if (first->index <= change) {
@@ -122,11 +127,11 @@ TEST(AlarmMonitor, LabelsASlowerRelaxationDynamicsAndADoubledNoiseNoise) {
       "kind on the monitor path: slower relaxation 'dynamics' %d of %d, doubled noise 'noise' %d of %d; %d of %d "
       "streams with a false alarm before the change\n",
       dynamics_as_dynamics, dynamics_streams, noise_as_noise, noise_streams, alarmed_before, 2 * seeds);
-  EXPECT_LE(alarmed_before, 10);
+  EXPECT_LE(alarmed_before, 16);  // ~9.6 expected, sd ~2.7
   // Held to >= 75 % each (a coin labelling 15 streams passes with probability ~2 %).
   EXPECT_GE(dynamics_as_dynamics, 0.75 * dynamics_streams);
   EXPECT_GE(noise_as_noise, 0.75 * noise_streams);
-  EXPECT_GE(dynamics_streams + noise_streams, 30);
+  EXPECT_GE(dynamics_streams + noise_streams, 24);
 }
 
 // A wide stream's monitor (512 channels: its forecast's sums and the detector's channel vectors
@@ -155,6 +160,92 @@ TEST(AlarmMonitor, AWideMonitorRoundTrips) {
   io::Writer w2;
   back->Serialize(w2);
   EXPECT_EQ(w.data(), w2.data());
+}
+
+// An oscillator (state (q, p), sampled every 0.5) whose damping rises from 0.05 to 1 at pair 3000,
+// the forecast having learned the nearly undamped regime: the new regime's amplitude is small, so
+// the misfit adds little to the residual variance. The size test alone (a monitor as ALRM v2
+// wrote it) rarely finds it within 500 pairs; with the coefficients' test of docs/algorithms.md
+// §12.9 most seeds do, and as "dynamics".
+int OscillatorChangesFound(bool scoring_v3, int* as_dynamics) {
+  int found = 0;
+  *as_dynamics = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> g;
+    AlarmMonitor::Options o;
+    o.dim = 2;
+    o.channels = 2;
+    o.scoring_v3 = scoring_v3;
+    AlarmMonitor m(o);
+    double s[2] = {0, 0};
+    const int change = 3000;
+    for (int t = 0; t < change + 500; ++t) {
+      const double gamma = t >= change ? 1.0 : 0.05, h = 0.5 / 50;
+      double next[2] = {s[0], s[1]};
+      for (int i = 0; i < 50; ++i) {
+        next[1] += (-next[0] - gamma * next[1]) * h + 0.5 * std::sqrt(h) * g(rng);
+        next[0] += next[1] * h;
+      }
+      m.ObservePair(s, next, 0);
+      s[0] = next[0];
+      s[1] = next[1];
+    }
+    for (const AlarmRecord& a : m.records()) {
+      if (a.index >= change) {
+        ++found;
+        *as_dynamics += a.kind == ChangeDetector::Kind::kDynamics;
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+TEST(AlarmMonitor, TheCoefficientTestFindsADampingChangeTheSizeTestMisses) {
+  int dynamics_v2 = 0, dynamics_v3 = 0;
+  const int v2 = OscillatorChangesFound(false, &dynamics_v2);
+  const int v3 = OscillatorChangesFound(true, &dynamics_v3);
+  std::printf(
+      "damping change found within 500 pairs: size test only %d of 12, with the coefficient test %d of 12 "
+      "(%d 'dynamics')\n",
+      v2, v3, dynamics_v3);
+  EXPECT_GE(v3, 8);  // measured 9 of 12 (the size test alone: 2)
+  EXPECT_GE(v3, v2 + 5);
+  EXPECT_GE(dynamics_v3, v3 - 2);
+}
+
+// A monitor without the scoring of §12.9 (restored from ALRM v2, or built so) writes the v2 body
+// byte for byte, restores as it was, and keeps scoring with the size test alone at the full rate.
+TEST(AlarmMonitor, AMonitorWithoutTheCoefficientTestStaysV2) {
+  AlarmMonitor::Options o;
+  o.dim = 1;
+  o.channels = 1;
+  o.scoring_v3 = false;
+  AlarmMonitor old(o);
+  o.scoring_v3 = true;
+  AlarmMonitor fresh(o);
+  const std::vector<double> x = Ou(2001, 0.9, 0.9, 1 << 30, 4);
+  for (int t = 0; t < 2000; ++t) {
+    old.ObservePair(&x[t], &x[t + 1], t);
+    fresh.ObservePair(&x[t], &x[t + 1], t);
+  }
+  EXPECT_EQ(old.threshold(), ChangeDetector::Threshold(1, 0.25, 200));
+  EXPECT_EQ(fresh.threshold(), ChangeDetector::Threshold(0.5, 0.25, 200));
+  for (const AlarmMonitor* m : {&old, &fresh}) {
+    io::Writer w;
+    m->Serialize(w);
+    // The object header: tag, then the version (little-endian u32 at bytes 4..7).
+    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), m == &old ? 2 : 3);
+    io::Reader r(w.data(), "test");
+    absl::StatusOr<AlarmMonitor> back = AlarmMonitor::Deserialize(r);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->options().scoring_v3, m == &fresh);
+    EXPECT_EQ(back->threshold(), m->threshold());
+    io::Writer w2;
+    back->Serialize(w2);
+    EXPECT_EQ(w.data(), w2.data());
+  }
 }
 
 // The discrete score's p-value (docs/algorithms.md §12.8) is uniform when y is drawn from the

@@ -51,6 +51,8 @@ TEST(PerPairCost, ListsWhatTheOptionsRunInTheOrderAPairMeetsThem) {
   o.lags.clear();
   EXPECT_EQ(Names(PerPairCost(o, 100)), (std::vector<std::string>{"input", "alarms", "cme", "counts", "embedding",
                                                                   "spectral", "forecast", "latent", "predictive"}));
+  // A 2-value state: the cubic forecast (P = 6 regressors, 2 channels) and 2 x 2 sign components.
+  EXPECT_EQ(Find(PerPairCost(o, 100), "alarms").multiply_adds, 7 * 8 / 2 + 2 * 7 * 2 + 2 * 2);
   StreamingLearner::Options discrete;
   discrete.num_states = 5;
   discrete.alarms = true;
