@@ -19,6 +19,7 @@
 #include "service/engine/ingestor.h"
 #include "service/engine/refresh.h"
 #include "service/engine/registry.h"
+#include "service/observability/metric_families.h"
 #include "service/observability/metrics.h"
 #include "service/rpc/auth.h"
 #include "service/rpc/recovering_service.h"
@@ -51,25 +52,14 @@ absl::Status SplitHostPort(const std::string& flag, const std::string& address, 
 // import and shutdown snapshots alike).
 struct SnapshotMetrics {
   explicit SnapshotMetrics(prometheus::Registry& registry)
-      : duration(prometheus::BuildHistogram()
-                     .Name("cmestream_snapshot_duration_seconds")
-                     .Help("Wall time of one snapshot of every model (serialize, write, fsync, rename)")
-                     .Register(registry)
+      : duration(HistogramFamily(registry, "cmestream_snapshot_duration_seconds",
+                                 "Wall time of one snapshot of every model (serialize, write, fsync, rename)")
                      .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60})),
-        bytes(prometheus::BuildGauge()
-                  .Name("cmestream_snapshot_bytes")
-                  .Help("Size of the last snapshot file written")
-                  .Register(registry)
-                  .Add({})),
-        last_success(prometheus::BuildGauge()
-                         .Name("cmestream_snapshot_last_success_timestamp_seconds")
-                         .Help("Unix time of the last successful snapshot (0: none since start)")
-                         .Register(registry)
+        bytes(GaugeFamily(registry, "cmestream_snapshot_bytes", "Size of the last snapshot file written").Add({})),
+        last_success(GaugeFamily(registry, "cmestream_snapshot_last_success_timestamp_seconds",
+                                 "Unix time of the last successful snapshot (0: none since start)")
                          .Add({})),
-        failures(prometheus::BuildCounter()
-                     .Name("cmestream_snapshot_failures_total")
-                     .Help("Snapshots that could not be written")
-                     .Register(registry)
+        failures(CounterFamily(registry, "cmestream_snapshot_failures_total", "Snapshots that could not be written")
                      .Add({})) {}
   void Observe(const absl::StatusOr<SnapshotResult>& r) {
     if (!r.ok()) {
@@ -89,11 +79,9 @@ struct SnapshotMetrics {
 // What recovery found, as gauges set once at start (alert: cmestream_recovery_damage > 0).
 struct RecoveryMetrics {
   explicit RecoveryMetrics(prometheus::Registry& registry)
-      : family(prometheus::BuildGauge()
-                   .Name("cmestream_recovery_damage")
-                   .Help("Damage found by the last start's recovery, by kind: skipped (damaged bytes skipped, "
-                         "nothing lost), unusable_snapshots, data_loss (accepted with --accept-data-loss)")
-                   .Register(registry)),
+      : family(GaugeFamily(registry, "cmestream_recovery_damage",
+                           "Damage found by the last start's recovery, by kind: skipped (damaged bytes skipped, "
+                           "nothing lost), unusable_snapshots, data_loss (accepted with --accept-data-loss)")),
         skipped(family.Add({{"kind", "skipped"}})),
         unusable(family.Add({{"kind", "unusable_snapshots"}})),
         loss(family.Add({{"kind", "data_loss"}})) {}

@@ -56,26 +56,37 @@ void WriteAlarm(JsonWriter& w, const v1::Alarm& a, bool with_model) {
   w.EndObject();
 }
 
-absl::StatusOr<uint64_t> SinceFlag(const Args& args) {
-  if (auto v = args.Value("since")) return ParseUint("since", *v);
-  return uint64_t{0};
+// What `alarms` and `watch` both take: NAME [--since I].
+struct AlarmQuery {
+  std::string model;
+  uint64_t since = 0;  // the first alarm index to print
+};
+
+// Fills *q from the arguments of `cmd`; returns the usage error's exit code, or 0.
+int ParseAlarmQuery(const Args& args, const std::string& cmd, const char* usage, AlarmQuery* q) {
+  if (int rc = NeedName(args, cmd, usage)) return rc;
+  q->model = args.positional[0];
+  if (auto v = args.Value("since")) {
+    absl::StatusOr<uint64_t> since = ParseUint("since", *v);
+    if (!since.ok()) return FailUsage(cmd, since.status().message());
+    q->since = *since;
+  }
+  return 0;
 }
 
 }  // namespace
 
 int Alarms(Context& ctx, const Args& args) {
   const std::string cmd = "alarms";
-  if (int rc = NeedName(args, cmd, kAlarmsUsage)) return rc;
-  const std::string model = args.positional[0];
-  absl::StatusOr<uint64_t> since = SinceFlag(args);
-  if (!since.ok()) return FailUsage(cmd, since.status().message());
+  AlarmQuery q;
+  if (int rc = ParseAlarmQuery(args, cmd, kAlarmsUsage, &q)) return rc;
   if (int rc = NeedClient(ctx, cmd)) return rc;
-  auto r = ctx.client->ListAlarms(model, *since);
+  auto r = ctx.client->ListAlarms(q.model, q.since);
   if (!r.ok()) return Fail(cmd, r.status());
   if (args.Has("json")) {
     JsonWriter w;
     w.BeginObject();
-    w.Key("model").String(model);
+    w.Key("model").String(q.model);
     w.Key("armed_at").Int(r->armed_at());
     w.Key("alarms").BeginArray();
     for (const v1::Alarm& a : r->alarms()) WriteAlarm(w, a, /*with_model=*/false);
@@ -86,10 +97,10 @@ int Alarms(Context& ctx, const Args& args) {
     return 0;
   }
   if (r->armed_at() < 0) {
-    std::printf("# model '%s': the change detector is not armed yet\n", model.c_str());
+    std::printf("# model '%s': the change detector is not armed yet\n", q.model.c_str());
   } else {
-    std::printf("# model '%s': armed at pair %lld; %d alarm(s) with index >= %llu\n", model.c_str(),
-                static_cast<long long>(r->armed_at()), r->alarms_size(), static_cast<unsigned long long>(*since));
+    std::printf("# model '%s': armed at pair %lld; %d alarm(s) with index >= %llu\n", q.model.c_str(),
+                static_cast<long long>(r->armed_at()), r->alarms_size(), static_cast<unsigned long long>(q.since));
   }
   if (r->dropped() > 0) {
     std::printf("# %llu older alarm(s) are no longer kept\n", static_cast<unsigned long long>(r->dropped()));
@@ -109,10 +120,8 @@ int Alarms(Context& ctx, const Args& args) {
 
 int Watch(Context& ctx, const Args& args) {
   const std::string cmd = "watch";
-  if (int rc = NeedName(args, cmd, kWatchUsage)) return rc;
-  const std::string model = args.positional[0];
-  absl::StatusOr<uint64_t> since = SinceFlag(args);
-  if (!since.ok()) return FailUsage(cmd, since.status().message());
+  AlarmQuery q;
+  if (int rc = ParseAlarmQuery(args, cmd, kWatchUsage, &q)) return rc;
   double seconds = 0;
   if (auto v = args.Value("seconds")) {
     auto d = ParseDouble("seconds", *v);
@@ -120,7 +129,7 @@ int Watch(Context& ctx, const Args& args) {
     seconds = *d;
   }
   if (int rc = NeedClient(ctx, cmd)) return rc;
-  absl::Status s = ctx.client->WatchAlarms(model, *since, seconds, [](const v1::Alarm& a) {
+  absl::Status s = ctx.client->WatchAlarms(q.model, q.since, seconds, [](const v1::Alarm& a) {
     JsonWriter w;
     WriteAlarm(w, a, /*with_model=*/true);
     PrintJson(w);

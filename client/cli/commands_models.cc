@@ -71,15 +71,23 @@ int ModelCreate(Context& ctx, const Args& args) {
       else setter(*d);
     }
   };
+  // A flag that takes one of two words; a wrong word is refused at once, before the numbers'
+  // verdict.
+  auto either = [&](const char* flag, const char* a, const char* b, auto setter) -> absl::Status {
+    if (auto s = args.Value(flag)) {
+      if (*s != a && *s != b) {
+        return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected ", a, " or ", b, ", got '", *s, "'"));
+      }
+      setter(*s);
+    }
+    return absl::OkStatus();
+  };
   uint("dim", UINT32_MAX, [&](uint64_t v) { config.set_dim(static_cast<uint32_t>(v)); });
   if (auto s = args.Value("sigma"); s && *s != "auto") {
     num("sigma", [&](double v) { config.set_sigma(v); });
   }
-  if (auto s = args.Value("scale")) {
-    if (*s != "auto" && *s != "none") {
-      return FailUsage("model create", absl::StrCat("--scale: expected auto or none, got '", *s, "'"));
-    }
-    config.set_scale(*s);
+  if (auto s = either("scale", "auto", "none", [&](const std::string& v) { config.set_scale(v); }); !s.ok()) {
+    return FailUsage("model create", s.message());
   }
   num("eta", [&](double v) { config.set_eta(v); });
   num("lambda", [&](double v) { config.set_lambda(v); });
@@ -95,18 +103,12 @@ int ModelCreate(Context& ctx, const Args& args) {
   } else {
     uint("reduce", UINT32_MAX, [&](uint64_t v) { config.set_reduce(static_cast<uint32_t>(v)); });
   }
-  if (auto s = args.Value("alarms")) {
-    if (*s != "on" && *s != "off") {
-      return FailUsage("model create", absl::StrCat("--alarms: expected on or off, got '", *s, "'"));
-    }
-    config.set_alarms(*s);
+  if (auto s = either("alarms", "on", "off", [&](const std::string& v) { config.set_alarms(v); }); !s.ok()) {
+    return FailUsage("model create", s.message());
   }
   num("alarm-rate", [&](double v) { config.set_alarm_rate(v); });
-  if (auto s = args.Value("on-change")) {
-    if (*s != "keep" && *s != "reset") {
-      return FailUsage("model create", absl::StrCat("--on-change: expected keep or reset, got '", *s, "'"));
-    }
-    config.set_on_change(*s);
+  if (auto s = either("on-change", "keep", "reset", [&](const std::string& v) { config.set_on_change(v); }); !s.ok()) {
+    return FailUsage("model create", s.message());
   }
   num("refresh-interval", [&](double v) { config.set_refresh_interval_seconds(v); });
   uint("refresh-every", UINT64_MAX, [&](uint64_t v) { config.set_refresh_every_samples(v); });

@@ -69,6 +69,17 @@ void WriteRows(const char* header, const RowMatrixXd& a, const RowMatrixXd* b) {
   FlushRows(out);
 }
 
+// A simulation's n pairs (x_t, y_t), one pair a line.
+void WritePairs(const char* header, const systems::Transitions& t) { WriteRows(header, t.x, &t.y); }
+
+// A trajectory simulated as consecutive pairs (y_t = x_{t+1}), as its n + 1 states, one a line.
+void WriteStates(const char* header, const systems::Transitions& t) {
+  RowMatrixXd states(t.x.rows() + 1, t.x.cols());
+  states.topRows(t.x.rows()) = t.x;
+  states.row(t.x.rows()) = t.y.row(t.y.rows() - 1);
+  WriteRows(header, states, nullptr);
+}
+
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   if (!out) return absl::NotFoundError(absl::StrCat(path, ": cannot open for writing"));
@@ -128,19 +139,21 @@ int SimulateViewSystems(const std::string& system, const Args& args, uint64_t n,
     }
     return absl::OkStatus();
   };
+  // A diffusion's trajectory, as its states (--trajectory) or as its pairs.
+  auto write_diffusion = [&](const systems::Transitions& t, const char* states_header, const char* pairs_header) {
+    if (trajectory) {
+      WriteStates(states_header, t);
+    } else {
+      WritePairs(pairs_header, t);
+    }
+  };
   const int64_t count = static_cast<int64_t>(n);
   if (system == "four-well") {
     systems::FourWellOptions o;
     if (auto s = positive("tau", &o.tau); !s.ok()) return FailUsage(cmd, s.message());
-    const auto t = systems::SimulateFourWell(count, seed, o);
-    if (trajectory) {
-      RowMatrixXd states(t.x.rows() + 1, 1);
-      states.topRows(t.x.rows()) = t.x;
-      states(t.x.rows(), 0) = t.y(t.y.rows() - 1, 0);
-      WriteRows("# x  (four-well diffusion, one state per line, lag tau)", states, nullptr);
-    } else {
-      WriteRows("# x,y  (four-well diffusion V = 4 cos^2(pi x) + 5 (x/2)^8, beta 1; y = state after tau)", t.x, &t.y);
-    }
+    write_diffusion(systems::SimulateFourWell(count, seed, o),
+                    "# x  (four-well diffusion, one state per line, lag tau)",
+                    "# x,y  (four-well diffusion V = 4 cos^2(pi x) + 5 (x/2)^8, beta 1; y = state after tau)");
     return write_truth(absl::StrCat("{\"system\":\"four-well\",\"tau\":", absl::StrFormat("%.17g", o.tau),
                                     ",\"barriers\":", VectorJson(systems::FourWellBarriers(o)),
                                     ",\"eigenvalues\":", VectorJson(systems::FourWellEigenvalues(5, o)), "}"));
@@ -148,15 +161,9 @@ int SimulateViewSystems(const std::string& system, const Args& args, uint64_t n,
   if (system == "multi-well-2d") {
     systems::MultiWell2dOptions o;
     if (auto s = positive("tau", &o.tau); !s.ok()) return FailUsage(cmd, s.message());
-    const auto t = systems::SimulateMultiWell2d(count, seed, o);
-    if (trajectory) {
-      RowMatrixXd states(t.x.rows() + 1, 2);
-      states.topRows(t.x.rows()) = t.x;
-      states.row(t.x.rows()) = t.y.row(t.y.rows() - 1);
-      WriteRows("# x1,x2  (2-D multi-well diffusion, one state per line, lag tau)", states, nullptr);
-    } else {
-      WriteRows("# x1,x2,y1,y2  (2-D multi-well diffusion, wells near (+-0.5, +-0.5))", t.x, &t.y);
-    }
+    write_diffusion(systems::SimulateMultiWell2d(count, seed, o),
+                    "# x1,x2  (2-D multi-well diffusion, one state per line, lag tau)",
+                    "# x1,x2,y1,y2  (2-D multi-well diffusion, wells near (+-0.5, +-0.5))");
     return write_truth(absl::StrCat("{\"system\":\"multi-well-2d\",\"tau\":", absl::StrFormat("%.17g", o.tau),
                                     ",\"eigenvalues\":", VectorJson(systems::MultiWell2dEigenvalues(5, o)), "}"));
   }
@@ -255,15 +262,15 @@ int Simulate(const Args& args) {
     systems::DuffingOptions o;
     if (dt) o.dt = *dt;
     if (box) o.box = *box;
-    const auto t = systems::SimulateDuffing(static_cast<int64_t>(n), seed, o);
-    WriteRows("# x1,x2,y1,y2  (Duffing delta=0.5 beta=-1 alpha=1; y = flow of x over dt)", t.x, &t.y);
+    WritePairs("# x1,x2,y1,y2  (Duffing delta=0.5 beta=-1 alpha=1; y = flow of x over dt)",
+               systems::SimulateDuffing(static_cast<int64_t>(n), seed, o));
     return 0;
   }
   if (system == "double-well") {
     systems::DoubleWellOptions o;
     if (dt) o.dt = *dt;
-    const auto t = systems::SimulateDoubleWell(static_cast<int64_t>(n), seed, o);
-    WriteRows("# x,y  (overdamped Langevin in V(x)=(x^2-1)^2, beta=3)", t.x, &t.y);
+    WritePairs("# x,y  (overdamped Langevin in V(x)=(x^2-1)^2, beta=3)",
+               systems::SimulateDoubleWell(static_cast<int64_t>(n), seed, o));
     return 0;
   }
   if (system == "duffing-grid") {

@@ -3,12 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/options_check.h"
 #include "core/common/splitmix.h"
 #include "core/kernels/gaussian.h"
 
@@ -45,11 +45,7 @@ absl::Status CompressedCme::Options::Validate() const {
 }
 
 CompressedCme::CompressedCme(const Options& options) : options_(options) {
-  const absl::Status st = options.Validate();
-  if (!st.ok()) {
-    std::fprintf(stderr, "CompressedCme: invalid options: %s\n", std::string(st.message()).c_str());
-    std::abort();
-  }
+  AbortOnInvalidOptions(options.Validate(), "CompressedCme");
   // No buffers yet: capacity grows with the dictionary (EnsureCapacity), so an empty learner
   // costs only this object.
 }

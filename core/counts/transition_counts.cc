@@ -3,10 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/options_check.h"
 
 namespace cmestream {
 
@@ -103,11 +102,7 @@ absl::Status TransitionCounts::Options::Validate() const {
 }
 
 TransitionCounts::TransitionCounts(const Options& options) : options_(options) {
-  const absl::Status status = options_.Validate();
-  if (!status.ok()) {
-    std::cerr << "TransitionCounts: invalid options: " << status.message() << "\n";
-    std::abort();
-  }
+  AbortOnInvalidOptions(options_.Validate(), "TransitionCounts");
   inv_gamma_ = 1.0 / options_.forgetting;
   rows_.resize(options_.max_states);
   visits_stored_.assign(options_.max_states, 0.0);

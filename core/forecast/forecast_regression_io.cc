@@ -98,10 +98,7 @@ absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r
   o.first_fit = r.I64("forecast first_fit");
   o.fit_every = r.I64("forecast fit_every");
   const int n = Int(r, "forecast features", 1, kMaxFeatures);
-  if (!r.ok()) return r.status();
-  if (absl::Status s = o.Validate(); !s.ok()) {
-    return r.Fail(absl::StrCat("ForecastRegression options are invalid: ", s.message()));
-  }
+  if (!r.ValidOptions(o, "ForecastRegression")) return r.status();
   if (!features || features->input_dim() != o.dim || features->num_features() != n) {
     return r.Fail(absl::StrCat("forecast regression holds ", n, " features of dim ", o.dim,
                                ", which do not match the model's feature map"));

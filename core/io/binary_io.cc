@@ -107,6 +107,35 @@ int64_t Reader::Count(const char* what, int64_t lo, int64_t hi) {
   return static_cast<int64_t>(v);
 }
 
+int32_t Reader::I32In(const char* what, int64_t lo, int64_t hi) {
+  const uint64_t at = offset();
+  const int32_t v = I32(what);
+  if (ok() && (v < lo || v > hi)) {
+    (void)Fail(absl::StrCat(what, " is ", v, " (field at offset ", at, "), expected ", lo, "..", hi));
+  }
+  return v;
+}
+
+int64_t Reader::NonNegativeI64(const char* what) {
+  const int64_t v = I64(what);
+  if (ok() && v < 0) (void)Fail(absl::StrCat(what, " is ", v, ", expected >= 0"));
+  return v;
+}
+
+std::vector<int> Reader::Ints(const char* count_what, const char* what, int64_t min_count, int64_t max_count) {
+  const int64_t n = Count(count_what, min_count, max_count);
+  if (!ok()) return {};
+  std::vector<int> v(n);
+  for (int& x : v) x = I32(what);
+  return v;
+}
+
+bool Reader::Valid(const absl::Status& validation, const char* name) {
+  if (validation.ok()) return true;
+  (void)Fail(absl::StrCat(name, " options are invalid: ", validation.message()));
+  return false;
+}
+
 std::string Reader::String(const char* what, uint64_t max_len) {
   const int64_t n = Count(what, 0, static_cast<int64_t>(std::min<uint64_t>(max_len, INT64_MAX)));
   if (!Need(static_cast<uint64_t>(n), what)) return {};

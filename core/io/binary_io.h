@@ -20,11 +20,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/common/types.h"
 
 namespace cmestream::io {
@@ -85,6 +87,11 @@ class Writer {
     U64(static_cast<uint64_t>(n));
     for (int64_t i = 0; i < n; ++i) F64(v[i]);
   }
+  // u64 count, then each as i32 (lags, atom indices).
+  void Ints(const std::vector<int>& v) {
+    U64(v.size());
+    for (int x : v) I32(x);
+  }
   // u64 rows, u64 cols, then the entries in column-major order (whatever the storage order of
   // m; blocks of capacity-sized buffers are written without copying).
   template <typename Derived>
@@ -143,6 +150,13 @@ class Reader {
   }
   // A u64 count in [lo, hi] (else an error naming `what`, the value and the range).
   int64_t Count(const char* what, int64_t lo, int64_t hi);
+  // An i32 in [lo, hi] (else "<what> is V (field at offset N), expected lo..hi").
+  int32_t I32In(const char* what, int64_t lo, int64_t hi);
+  // An i64 counter that cannot be negative (else "<what> is V, expected >= 0").
+  int64_t NonNegativeI64(const char* what);
+  // What Writer::Ints wrote: a count in [min_count, max_count] (named `count_what`), then that
+  // many i32 (`what`). Empty after an error.
+  std::vector<int> Ints(const char* count_what, const char* what, int64_t min_count, int64_t max_count);
   // Length-prefixed string of at most max_len bytes.
   std::string String(const char* what, uint64_t max_len);
   // Length-prefixed doubles; the count must equal `n` exactly (n is known from the header).
@@ -161,6 +175,14 @@ class Reader {
       for (Eigen::Index i = 0; i < out.rows(); ++i) out(i, j) = RawF64();
     }
     return true;
+  }
+
+  // True when every read so far succeeded and the options just read pass their Validate(); else
+  // records "<name> options are invalid: <why>": options that fail their checks cannot come
+  // from a file this code wrote, and nothing may be built from them.
+  template <typename Options>
+  bool ValidOptions(const Options& options, const char* name) {
+    return ok() && Valid(options.Validate(), name);
   }
 
   // Allocation budget. Buffers sized from stored options (capacities, feature counts) cannot
@@ -183,6 +205,7 @@ class Reader {
 
  private:
   bool Need(uint64_t n, const char* what);
+  bool Valid(const absl::Status& validation, const char* name);
   bool CheckMatrixHeader(const char* what, int64_t rows, int64_t cols);
   double RawF64();  // requires Need(8) checked
 
@@ -194,5 +217,33 @@ class Reader {
   std::vector<uint64_t> object_ends_;
   uint64_t budget_ = 4ull << 30;  // 4 GiB unless the caller says otherwise  // relative end offsets of open objects
 };
+
+// The filled rows of row buffers that share a fill count (transition pairs x and y): i64 rows,
+// then, when rows > 0, the first `rows` rows of each buffer as a matrix.
+template <typename... Buffers>
+void WriteFilledRows(Writer& w, int64_t rows, const Buffers&... buffers) {
+  w.I64(rows);
+  if (rows > 0) (w.Matrix(buffers.topRows(rows)), ...);
+}
+
+// An object that a state may or may not hold: a bool, then (present) the object as its own
+// Serialize writes it.
+template <typename T>
+void WriteOptional(Writer& w, const std::unique_ptr<T>& object) {
+  w.Bool(object != nullptr);
+  if (object) object->Serialize(w);
+}
+
+// Reads what WriteOptional wrote (T::Deserialize(Reader&) for the object): `out` holds the object
+// when the flag named `what` says it is present, is empty otherwise.
+template <typename T>
+absl::Status ReadOptional(Reader& r, const char* what, std::unique_ptr<T>& out) {
+  out.reset();
+  if (!r.Bool(what)) return r.status();
+  absl::StatusOr<T> object = T::Deserialize(r);
+  if (!object.ok()) return object.status();
+  out = std::make_unique<T>(*std::move(object));
+  return absl::OkStatus();
+}
 
 }  // namespace cmestream::io

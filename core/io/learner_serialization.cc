@@ -40,28 +40,7 @@ constexpr uint32_t kLatentVersion = 2;
 // outgrowth; min_block_length = block_length: fixed blocks).
 constexpr uint32_t kSpectralVersion = 2;
 
-// Options that fail Validate() cannot come from a file we wrote.
-absl::Status BadOptions(io::Reader& r, const char* name, const absl::Status& s) {
-  return r.Fail(absl::StrCat(name, " options are invalid: ", s.message()));
-}
-
 uint64_t Doubles(int64_t n) { return static_cast<uint64_t>(n) * 8; }
-
-// An int32 field that must lie in [lo, hi].
-int Int(io::Reader& r, const char* what, int64_t lo, int64_t hi) {
-  const uint64_t at = r.offset();
-  const int32_t v = r.I32(what);
-  if (r.ok() && (v < lo || v > hi)) {
-    (void)r.Fail(absl::StrCat(what, " is ", v, " (field at offset ", at, "), expected ", lo, "..", hi));
-  }
-  return v;
-}
-
-int64_t NonNegative(io::Reader& r, const char* what) {
-  const int64_t v = r.I64(what);
-  if (r.ok() && v < 0) (void)r.Fail(absl::StrCat(what, " is ", v, ", expected >= 0"));
-  return v;
-}
 
 }  // namespace
 
@@ -125,32 +104,31 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   o.one_sided = r.Bool("cme one_sided");
   o.jitter = r.F64("cme jitter");
   o.drift_tolerance = r.F64("cme drift_tolerance");
-  o.drift_check_interval = NonNegative(r, "cme drift_check_interval");
+  o.drift_check_interval = r.NonNegativeI64("cme drift_check_interval");
   o.step_decay_samples = r.F64("cme step_decay_samples");
   o.step_decay_power = r.F64("cme step_decay_power");
   o.averaging = r.Bool("cme averaging");
-  if (!r.ok()) return r.status();
-  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "CompressedCme", s);
+  if (!r.ValidOptions(o, "CompressedCme")) return r.status();
   const int64_t cap = o.max_dict;
   Counters c;
-  c.samples = NonNegative(r, "cme samples");
-  c.compressed = NonNegative(r, "cme compressed");
-  c.admitted_x = NonNegative(r, "cme admitted_x");
-  c.admitted_y = NonNegative(r, "cme admitted_y");
-  c.forced = NonNegative(r, "cme forced");
+  c.samples = r.NonNegativeI64("cme samples");
+  c.compressed = r.NonNegativeI64("cme compressed");
+  c.admitted_x = r.NonNegativeI64("cme admitted_x");
+  c.admitted_y = r.NonNegativeI64("cme admitted_y");
+  c.forced = r.NonNegativeI64("cme forced");
   c.forced_error_sum = r.F64("cme forced_error_sum");
-  c.refactorizations = NonNegative(r, "cme refactorizations");
-  const int mx = Int(r, "cme dictionary size m_x", 0, cap);
-  const int my = Int(r, "cme dictionary size m_y", 0, cap);
+  c.refactorizations = r.NonNegativeI64("cme refactorizations");
+  const int mx = r.I32In("cme dictionary size m_x", 0, cap);
+  const int my = r.I32In("cme dictionary size m_y", 0, cap);
   const double last_drift = r.F64("cme last_drift");
-  const int nearest_x = Int(r, "cme last_nearest_x", -1, cap - 1);
-  const int nearest_y = Int(r, "cme last_nearest_y_in_x", -1, cap - 1);
+  const int nearest_x = r.I32In("cme last_nearest_x", -1, cap - 1);
+  const int nearest_y = r.I32In("cme last_nearest_y_in_x", -1, cap - 1);
   const uint8_t step = r.U8("cme last_step");
   if (r.ok() && step > static_cast<uint8_t>(Step::kForced))
     (void)r.Fail(absl::StrCat("cme last_step is ", int{step}, ", expected 0..5"));
   const double last_error = r.F64("cme last_error");
-  const int64_t negative = NonNegative(r, "cme negative_delta_events");
-  const int64_t since_check = NonNegative(r, "cme samples_since_drift_check");
+  const int64_t negative = r.NonNegativeI64("cme negative_delta_events");
+  const int64_t since_check = r.NonNegativeI64("cme samples_since_drift_check");
   if (!r.ok()) return r.status();
   // The buffers hold 6 (7 with averaging) capacity^2 matrices, the atoms and the scratch
   // vectors; the capacity follows the dictionary size (CompressedCme::Reserve), at most max_dict.
@@ -240,15 +218,14 @@ absl::StatusOr<TransitionCounts> TransitionCounts::Deserialize(io::Reader& r) {
   o.max_states = r.I32("counts max_states");
   o.forgetting = r.F64("counts forgetting");
   o.row_reserve = r.I32("counts row_reserve");
-  if (!r.ok()) return r.status();
-  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "TransitionCounts", s);
+  if (!r.ValidOptions(o, "TransitionCounts")) return r.status();
   // rows_ (one empty vector each) and visits_stored_.
   if (!r.Reserve(static_cast<uint64_t>(o.max_states) * (sizeof(std::vector<Entry>) + 8), "TransitionCounts rows")) {
     return r.status();
   }
-  const int num_states = Int(r, "counts num_states", 0, o.max_states);
-  const int64_t samples = NonNegative(r, "counts samples");
-  const int64_t nnz = NonNegative(r, "counts nonzeros");
+  const int num_states = r.I32In("counts num_states", 0, o.max_states);
+  const int64_t samples = r.NonNegativeI64("counts samples");
+  const int64_t nnz = r.NonNegativeI64("counts nonzeros");
   const double scale = r.F64("counts scale");
   const double total = r.F64("counts total_stored");
   if (!r.ok()) return r.status();
@@ -271,7 +248,7 @@ absl::StatusOr<TransitionCounts> TransitionCounts::Deserialize(io::Reader& r) {
     row.reserve(std::max<int64_t>(n, o.row_reserve));
     int prev = -1;
     for (int64_t k = 0; k < n; ++k) {
-      const int j = Int(r, "counts column", 0, num_states - 1);
+      const int j = r.I32In("counts column", 0, num_states - 1);
       const double stored = r.F64("counts value");
       if (r.ok() && j <= prev) {
         return r.Fail(absl::StrCat("counts row ", i, ": columns not increasing (", prev, " then ", j, ")"));
@@ -320,17 +297,16 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kMomentsTag, kVersion, "EmbeddingMoments", &version)) return r.status();
   const bool rff = r.Bool("moments feature kind");
-  const int dim = Int(r, "moments input dim", 1, 1 << 20);
-  const int n = Int(r, "moments num_features", 1, 1 << 20);
+  const int dim = r.I32In("moments input dim", 1, 1 << 20);
+  const int n = r.I32In("moments num_features", 1, 1 << 20);
   const double sigma = r.F64("moments sigma");
   const uint64_t seed = r.U64("moments seed");
   const double omega00 = r.F64("moments omega check");
   const double beta_last = r.F64("moments beta check");
   Options o;
-  o.batch_size = Int(r, "moments batch_size", 1, 1 << 20);
+  o.batch_size = r.I32In("moments batch_size", 1, 1 << 20);
   o.forgetting = r.F64("moments forgetting");
-  if (!r.ok()) return r.status();
-  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "EmbeddingMoments", s);
+  if (!r.ValidOptions(o, "EmbeddingMoments")) return r.status();
   const int64_t nn = n;
   const int64_t b = rff ? o.batch_size : 0;
   if (!r.Reserve(Doubles(3 * nn * nn + b * (2 * int64_t{dim} + 2 * nn + 1) + (rff ? dim * nn + nn : 0)),
@@ -344,10 +320,10 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
         "moments: the random Fourier features regenerated from the seed differ from the ones that "
         "wrote this snapshot (different generator build); cannot continue bit-exactly");
   }
-  const int64_t samples = NonNegative(r, "moments samples");
+  const int64_t samples = r.NonNegativeI64("moments samples");
   const double scale = r.F64("moments scale");
   const double n_stored = r.F64("moments n");
-  const int buffered = Int(r, "moments buffered", 0, rff ? o.batch_size - 1 : 0);
+  const int buffered = r.I32In("moments buffered", 0, rff ? o.batch_size - 1 : 0);
   if (!r.ok()) return r.status();
   EmbeddingMoments m(std::make_shared<const FeatureMap>(*std::move(map)), o);
   m.samples_ = samples;
@@ -425,8 +401,7 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
   o.reservoir_size = r.I32("latent reservoir_size");
   o.reservoir_seed = r.U64("latent reservoir_seed");
   o.batch = r.I32("latent batch");
-  if (!r.ok()) return r.status();
-  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "MultiViewAccumulator", s);
+  if (!r.ValidOptions(o, "MultiViewAccumulator")) return r.status();
   const int64_t D = o.features.size(), d = o.features.dim;
   if (!r.Reserve(Doubles(3 * D + 3 * d + 3 * D * o.batch + 3 * D * D + int64_t{o.reservoir_size} * 3 * d +
                          (rff ? d * D + D : 0)),
@@ -452,10 +427,10 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
     if (!stored.ok()) return r.Fail(absl::StrCat("latent feature map: ", stored.status().message()));
     map = std::make_shared<const FeatureMap>(*std::move(stored));
   }
-  const int64_t triples = NonNegative(r, "latent triples");
-  const int64_t in_episode = NonNegative(r, "latent in_episode");
-  const int slot = Int(r, "latent slot", 0, 2);
-  const int pending = Int(r, "latent pending", 0, o.batch - 1);
+  const int64_t triples = r.NonNegativeI64("latent triples");
+  const int64_t in_episode = r.NonNegativeI64("latent in_episode");
+  const int slot = r.I32In("latent slot", 0, 2);
+  const int pending = r.I32In("latent pending", 0, o.batch - 1);
   const int64_t fill = r.Count("latent reservoir fill", 0, o.reservoir_size);
   const std::string rng_text = r.String("latent rng state", 1 << 16);
   if (!r.ok()) return r.status();
@@ -524,8 +499,7 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
   o.history_length = r.I32("predictive history_length");
   o.future_length = r.I32("predictive future_length");
   o.max_history_states = r.I32("predictive max_history_states");
-  if (!r.ok()) return r.status();
-  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "PredictiveStateAccumulator", s);
+  if (!r.ValidOptions(o, "PredictiveStateAccumulator")) return r.status();
   // `stored`: the statistics the body holds in full; `values`: those plus the scratch vectors.
   int64_t stored = 0, values = 0, window_len = 0;
   if (o.kind == Kind::kDiscrete) {
@@ -543,10 +517,10 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
   // A body too short for the statistics it must hold is refused before allocating for them.
   if (!r.Expect(Doubles(stored + window_len * o.dim), "PredictiveStateAccumulator statistics")) return r.status();
   if (!r.Reserve(Doubles(values + window_len * o.dim), "PredictiveStateAccumulator statistics")) return r.status();
-  const int64_t windows = NonNegative(r, "predictive windows");
-  const int64_t observations = NonNegative(r, "predictive observations");
-  const int64_t in_episode = NonNegative(r, "predictive in_episode");
-  const int ring_pos = Int(r, "predictive ring position", 0, window_len - 1);
+  const int64_t windows = r.NonNegativeI64("predictive windows");
+  const int64_t observations = r.NonNegativeI64("predictive observations");
+  const int64_t in_episode = r.NonNegativeI64("predictive in_episode");
+  const int ring_pos = r.I32In("predictive ring position", 0, window_len - 1);
   if (!r.ok()) return r.status();
   PredictiveStateAccumulator a(o);
   a.windows_ = windows;
@@ -627,10 +601,10 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kSpectralTag, kSpectralVersion, "SpectralMoments", &version)) return r.status();
   Options o;
-  o.dim = Int(r, "spectral dim", 1, CompressedCme::kMaxDim);
+  o.dim = r.I32In("spectral dim", 1, CompressedCme::kMaxDim);
   o.sigma = r.F64("spectral sigma");
-  o.max_basis = Int(r, "spectral max_basis", 1, 1 << 16);
-  o.batch_size = Int(r, "spectral batch_size", 1, 1 << 20);
+  o.max_basis = r.I32In("spectral max_basis", 1, 1 << 16);
+  o.batch_size = r.I32In("spectral batch_size", 1, 1 << 20);
   o.block_length = r.I64("spectral block_length");
   o.forgetting = r.F64("spectral forgetting");
   o.new_atom_fraction = r.F64("spectral new_atom_fraction");
@@ -642,10 +616,9 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
     o.rebase_growth = 1;
     o.min_block_length = o.block_length;
   }
-  if (!r.ok()) return r.status();
-  if (absl::Status s = o.Validate(); !s.ok()) return BadOptions(r, "SpectralMoments", s);
-  const int64_t samples = NonNegative(r, "spectral samples");
-  const int m = Int(r, "spectral basis size", 0, o.max_basis);
+  if (!r.ValidOptions(o, "SpectralMoments")) return r.status();
+  const int64_t samples = r.NonNegativeI64("spectral samples");
+  const int m = r.I32In("spectral basis size", 0, o.max_basis);
   if (!r.ok()) return r.status();
   const int64_t p = m + 1;
   // Live epoch: 6 p^2 sums, scratch 2 B (p + d) + 3 B, the basis; the previous epoch is
@@ -663,10 +636,10 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   if (!r.ok()) return r.status();
   acc.ComputeBasisSquaredNorms();
   const auto read_epoch = [&](Epoch& e, int64_t size) {
-    e.epoch = NonNegative(r, "spectral epoch");
-    e.samples = NonNegative(r, "spectral epoch samples");
-    e.fold_samples[0] = NonNegative(r, "spectral fold A samples");
-    e.fold_samples[1] = NonNegative(r, "spectral fold B samples");
+    e.epoch = r.NonNegativeI64("spectral epoch");
+    e.samples = r.NonNegativeI64("spectral epoch samples");
+    e.fold_samples[0] = r.NonNegativeI64("spectral fold A samples");
+    e.fold_samples[1] = r.NonNegativeI64("spectral fold B samples");
     e.scale = r.F64("spectral scale");
     e.n[0] = r.F64("spectral fold A weight");
     e.n[1] = r.F64("spectral fold B weight");
@@ -689,14 +662,14 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
     acc.px_.resize(o.batch_size, p);
     acc.py_.resize(o.batch_size, p);
   }
-  acc.buffered_ = Int(r, "spectral buffered", 0, o.batch_size - 1);
+  acc.buffered_ = r.I32In("spectral buffered", 0, o.batch_size - 1);
   if (r.ok() && acc.buffered_ > 0 && acc.live_.epoch == 0) (void)r.Fail("spectral: buffered pairs without an epoch");
   r.MatrixInto("spectral x buffer", acc.xbuf_.topRows(acc.buffered_));
   r.MatrixInto("spectral y buffer", acc.ybuf_.topRows(acc.buffered_));
   const bool has_previous = r.Bool("spectral has previous epoch");
   if (!r.ok()) return r.status();
   if (has_previous) {
-    const int pm = Int(r, "spectral previous basis size", 0, o.max_basis);
+    const int pm = r.I32In("spectral previous basis size", 0, o.max_basis);
     if (!r.ok()) return r.status();
     const int64_t pp = pm + 1;
     if (!r.Reserve(Doubles(6 * pp * pp + int64_t{pm} * o.dim), "SpectralMoments previous epoch")) return r.status();
@@ -715,13 +688,13 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   }
   if (version >= 2) {
     acc.drift_block_length_ = r.I64("spectral drift block length");
-    acc.drift_blocks_ = Int(r, "spectral drift blocks", 1, SpectralMoments::kDriftBlocks);
+    acc.drift_blocks_ = r.I32In("spectral drift blocks", 1, SpectralMoments::kDriftBlocks);
     if (!r.ok()) return r.status();
     if (acc.drift_block_length_ < SpectralMoments::kDriftFirstBlockLength) {
       return r.Fail("spectral: drift block length below the first block length");
     }
     for (int b = 0; b < acc.drift_blocks_; ++b) {
-      acc.drift_count_[b] = NonNegative(r, "spectral drift block count");
+      acc.drift_count_[b] = r.NonNegativeI64("spectral drift block count");
       if (r.ok() && acc.drift_count_[b] > acc.drift_block_length_) return r.Fail("spectral: drift block overfull");
     }
     r.MatrixInto("spectral drift sums", acc.drift_sum_.topRows(acc.drift_blocks_));

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/common/options_check.h"
 
 namespace cmestream {
 namespace {
@@ -81,11 +81,7 @@ absl::Status SpectralMoments::Options::Validate() const {
 }
 
 SpectralMoments::SpectralMoments(const Options& options) : options_(options) {
-  const absl::Status s = options_.Validate();
-  if (!s.ok()) {
-    std::cerr << "SpectralMoments: invalid options: " << s.message() << "\n";
-    std::abort();
-  }
+  AbortOnInvalidOptions(options_.Validate(), "SpectralMoments");
   inv_gamma_ = 1.0 / options_.forgetting;
   live_block_ = EpochBlockLength(0);
   basis_.resize(0, options_.dim);

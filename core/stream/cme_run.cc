@@ -127,13 +127,8 @@ CmeRunEffects CmeRun::Apply(const CmeRunTargets& to) {
 }
 
 void CmeRun::Serialize(io::Writer& w) const {
-  w.I64(pairs_);
-  if (pairs_ > 0) {
-    w.Matrix(x_.topRows(pairs_));
-    w.Matrix(y_.topRows(pairs_));
-  }
-  w.I64(states_);
-  if (states_ > 0) w.Matrix(state_.topRows(states_));
+  io::WriteFilledRows(w, pairs_, x_, y_);
+  io::WriteFilledRows(w, states_, state_);
   w.I64(static_cast<int64_t>(events_.size()));
   for (const Event& e : events_) {
     w.U8(e.kind);

@@ -11,11 +11,7 @@
 namespace cmestream {
 
 void StreamingLearner::Serialize(io::Writer& w) const {
-  w.I64(warmup_n_);
-  if (warmup_n_ > 0) {
-    w.Matrix(warmup_x_.topRows(warmup_n_));
-    w.Matrix(warmup_y_.topRows(warmup_n_));
-  }
+  io::WriteFilledRows(w, warmup_n_, warmup_x_, warmup_y_);
   w.Bool(episode_open_);
   w.String(episode_producer_);
   w.String(episode_id_);
@@ -23,23 +19,17 @@ void StreamingLearner::Serialize(io::Writer& w) const {
   w.Bool(cme_ != nullptr);
   if (cme_) cme_->Serialize(w);
   counts_->Serialize(w);
-  w.Bool(moments_ != nullptr);
-  if (moments_) moments_->Serialize(w);
-  w.Bool(latent_ != nullptr);
-  if (latent_) latent_->Serialize(w);
-  w.Bool(predictive_ != nullptr);
-  if (predictive_) predictive_->Serialize(w);
-  w.Bool(spectral_ != nullptr);
-  if (spectral_) spectral_->Serialize(w);
-  w.Bool(lags_ != nullptr);
-  if (lags_) lags_->Serialize(w);
+  io::WriteOptional(w, moments_);
+  io::WriteOptional(w, latent_);
+  io::WriteOptional(w, predictive_);
+  io::WriteOptional(w, spectral_);
+  io::WriteOptional(w, lags_);
   if (run_) run_->Serialize(w);
   // Version 5: only a scaled model writes its scaler, so an unscaled model's bytes (and state
   // digest) are those of version 4.
   if (scaler_) scaler_->Serialize(w);
   // Version 6: the forecast regression.
-  w.Bool(forecast_ != nullptr);
-  if (forecast_) forecast_->Serialize(w);
+  io::WriteOptional(w, forecast_);
   // Version 7: only a model with delays writes its window, so the bytes (and state digest) of a
   // model without are those of version 6.
   if (delay_) delay_->Serialize(w);
@@ -96,27 +86,9 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
   absl::StatusOr<TransitionCounts> counts = TransitionCounts::Deserialize(r);
   if (!counts.ok()) return counts.status();
   l.counts_ = std::make_unique<TransitionCounts>(*std::move(counts));
-  if (r.Bool("model has moments")) {
-    absl::StatusOr<EmbeddingMoments> moments = EmbeddingMoments::Deserialize(r);
-    if (!moments.ok()) return moments.status();
-    l.moments_ = std::make_unique<EmbeddingMoments>(*std::move(moments));
-  } else {
-    l.moments_.reset();
-  }
-  if (r.Bool("model has latent accumulator")) {
-    absl::StatusOr<MultiViewAccumulator> latent = MultiViewAccumulator::Deserialize(r);
-    if (!latent.ok()) return latent.status();
-    l.latent_ = std::make_unique<MultiViewAccumulator>(*std::move(latent));
-  } else {
-    l.latent_.reset();
-  }
-  if (r.Bool("model has predictive accumulator")) {
-    absl::StatusOr<PredictiveStateAccumulator> predictive = PredictiveStateAccumulator::Deserialize(r);
-    if (!predictive.ok()) return predictive.status();
-    l.predictive_ = std::make_unique<PredictiveStateAccumulator>(*std::move(predictive));
-  } else {
-    l.predictive_.reset();
-  }
+  if (absl::Status s = io::ReadOptional(r, "model has moments", l.moments_); !s.ok()) return s;
+  if (absl::Status s = io::ReadOptional(r, "model has latent accumulator", l.latent_); !s.ok()) return s;
+  if (absl::Status s = io::ReadOptional(r, "model has predictive accumulator", l.predictive_); !s.ok()) return s;
   // Spectral moments: the fresh learner created them iff sigma was fixed; a restored CME decides.
   l.spectral_.reset();
   if (version >= 2 && r.Bool("model has spectral moments")) {

@@ -39,9 +39,7 @@ Eigen::Vector2d DuffingFlow(const Eigen::Vector2d& state, double t, const Duffin
 }
 
 Transitions SimulateDuffing(int64_t n, uint64_t seed, const DuffingOptions& options) {
-  Transitions out;
-  out.x.resize(n, 2);
-  out.y.resize(n, 2);
+  Transitions out = Transitions::Sized(n, 2);
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uni(-options.box, options.box);
   for (int64_t i = 0; i < n; ++i) {
@@ -79,9 +77,7 @@ Eigen::VectorXi DuffingBasin(const Eigen::Ref<const RowMatrixXd>& points, const 
 }
 
 Transitions SimulateDoubleWell(int64_t n, uint64_t seed, const DoubleWellOptions& options) {
-  Transitions out;
-  out.x.resize(n, 1);
-  out.y.resize(n, 1);
+  Transitions out = Transitions::Sized(n, 1);
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   const int sub = std::max(1, options.substeps);

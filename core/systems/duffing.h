@@ -9,6 +9,14 @@ namespace cmestream::systems {
 
 // A set of transition pairs (x_i, y_i), rows of x and y.
 struct Transitions {
+  // Room for n pairs of dimension dim, entries unset: every simulator writes each row.
+  static Transitions Sized(int64_t n, int dim) {
+    Transitions t;
+    t.x.resize(n, dim);
+    t.y.resize(n, dim);
+    return t;
+  }
+
   RowMatrixXd x;
   RowMatrixXd y;
 };

@@ -48,6 +48,18 @@ VectorXd GeneratorEigenvalues(const Potential& v, double beta, double tau, int c
 
 int StepsPerLag(double tau, double dt) { return std::max(1, static_cast<int>(std::lround(tau / dt))); }
 
+// Euler–Maruyama for dX = -grad V(X) dt + sqrt(2/beta) dW over one lag tau: `steps` steps of
+// h = tau/steps (tau/dt rounded to a whole number of steps), each adding noise * N(0, 1) per
+// coordinate. Shared by the 1-D and the 2-D diffusion so both discretize alike.
+struct EulerMaruyamaLag {
+  EulerMaruyamaLag(double tau, double dt, double beta)
+      : steps(StepsPerLag(tau, dt)), h(tau / steps), noise(std::sqrt(2.0 * h / beta)) {}
+
+  int steps;
+  double h;
+  double noise;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -68,17 +80,13 @@ double FourWellGradient(double x, const FourWellOptions& o) {
 }
 
 Transitions SimulateFourWell(int64_t n, uint64_t seed, const FourWellOptions& o) {
-  Transitions out;
-  out.x.resize(n, 1);
-  out.y.resize(n, 1);
+  Transitions out = Transitions::Sized(n, 1);
   std::mt19937_64 rng(seed);
   Normal normal;
-  const int steps = StepsPerLag(o.tau, o.dt);
-  const double h = o.tau / steps;
-  const double noise = std::sqrt(2.0 * h / o.beta);
+  const EulerMaruyamaLag step(o.tau, o.dt, o.beta);
   double x = o.x0;
   auto advance = [&]() {
-    for (int s = 0; s < steps; ++s) x += -FourWellGradient(x, o) * h + noise * normal(rng);
+    for (int s = 0; s < step.steps; ++s) x += -FourWellGradient(x, o) * step.h + step.noise * normal(rng);
   };
   for (int b = 0; b < o.burn_in; ++b) advance();
   for (int64_t t = 0; t < n; ++t) {
@@ -152,20 +160,16 @@ inline double DV1(double s, const MultiWell2dOptions& o) {
 double MultiWell2dPotential(double x, double y, const MultiWell2dOptions& o) { return V1(x, o) + V1(y, o); }
 
 Transitions SimulateMultiWell2d(int64_t n, uint64_t seed, const MultiWell2dOptions& o) {
-  Transitions out;
-  out.x.resize(n, 2);
-  out.y.resize(n, 2);
+  Transitions out = Transitions::Sized(n, 2);
   std::mt19937_64 rng(seed);
   Normal normal;
-  const int steps = StepsPerLag(o.tau, o.dt);
-  const double h = o.tau / steps;
-  const double noise = std::sqrt(2.0 * h / o.beta);
+  const EulerMaruyamaLag step(o.tau, o.dt, o.beta);
   double x = o.x0, y = o.y0;
   auto advance = [&]() {
-    for (int s = 0; s < steps; ++s) {
+    for (int s = 0; s < step.steps; ++s) {
       const double nx = normal(rng), ny = normal(rng);
-      x += -DV1(x, o) * h + noise * nx;
-      y += -DV1(y, o) * h + noise * ny;
+      x += -DV1(x, o) * step.h + step.noise * nx;
+      y += -DV1(y, o) * step.h + step.noise * ny;
     }
   };
   for (int b = 0; b < o.burn_in; ++b) advance();

@@ -62,6 +62,30 @@ void AppendVector(std::ostringstream& os, const VectorXd& v) {
   os << "]";
 }
 
+// A ground-truth object {"type":"<type>","<name>":<value>,...}, its doubles at 17 significant
+// digits so that they read back exactly.
+class GroundTruthJsonWriter {
+ public:
+  explicit GroundTruthJsonWriter(const char* type) {
+    os_.precision(17);
+    os_ << "{\"type\":\"" << type << "\"";
+  }
+  // The stream after `,"<name>":`, for a value the caller writes itself.
+  std::ostringstream& Key(const char* name) {
+    os_ << ",\"" << name << "\":";
+    return os_;
+  }
+  void Matrix(const char* name, const MatrixXd& m) { AppendMatrix(Key(name), m); }
+  void Vector(const char* name, const VectorXd& v) { AppendVector(Key(name), v); }
+  std::string Close() {
+    os_ << "}";
+    return os_.str();
+  }
+
+ private:
+  std::ostringstream os_;
+};
+
 }  // namespace
 
 double Emission::Density(double x) const {
@@ -128,13 +152,11 @@ VectorXd HmmMixture::Simulate(int64_t n, uint64_t seed, Eigen::VectorXi* states)
 }
 
 std::string HmmMixture::GroundTruthJson(const VectorXd& grid) const {
-  std::ostringstream os;
-  os.precision(17);
-  os << "{\"type\":\"hmm-mixture\",\"transition\":";
-  AppendMatrix(os, transition);
-  os << ",\"weights\":";
-  AppendVector(os, StationaryWeights());
-  os << ",\"emissions\":[";
+  GroundTruthJsonWriter json("hmm-mixture");
+  json.Matrix("transition", transition);
+  json.Vector("weights", StationaryWeights());
+  std::ostringstream& os = json.Key("emissions");
+  os << "[";
   for (size_t h = 0; h < emissions.size(); ++h) {
     const Emission& e = emissions[h];
     os << (h ? "," : "") << "{\"kind\":\"" << (e.kind == Emission::Kind::kGaussian ? "gaussian" : "shifted_gamma")
@@ -143,13 +165,10 @@ std::string HmmMixture::GroundTruthJson(const VectorXd& grid) const {
   }
   os << "]";
   if (grid.size() > 0) {
-    os << ",\"grid\":";
-    AppendVector(os, grid);
-    os << ",\"densities\":";
-    AppendMatrix(os, EmissionDensities(grid).transpose());
+    json.Vector("grid", grid);
+    json.Matrix("densities", EmissionDensities(grid).transpose());
   }
-  os << "}";
-  return os.str();
+  return json.Close();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -206,16 +225,11 @@ RowMatrixXd DiscreteHmm::OneStepPredictions(const Eigen::Ref<const VectorXd>& ob
 }
 
 std::string DiscreteHmm::GroundTruthJson() const {
-  std::ostringstream os;
-  os.precision(17);
-  os << "{\"type\":\"hmm-discrete\",\"transition\":";
-  AppendMatrix(os, transition);
-  os << ",\"emission\":";
-  AppendMatrix(os, emission);
-  os << ",\"weights\":";
-  AppendVector(os, StationaryWeights());
-  os << "}";
-  return os.str();
+  GroundTruthJsonWriter json("hmm-discrete");
+  json.Matrix("transition", transition);
+  json.Matrix("emission", emission);
+  json.Vector("weights", StationaryWeights());
+  return json.Close();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,18 +312,12 @@ RowMatrixXd LinearGaussianSsm::OneStepPredictions(const Eigen::Ref<const RowMatr
 }
 
 std::string LinearGaussianSsm::GroundTruthJson() const {
-  std::ostringstream os;
-  os.precision(17);
-  os << "{\"type\":\"kalman\",\"A\":";
-  AppendMatrix(os, A);
-  os << ",\"C\":";
-  AppendMatrix(os, C);
-  os << ",\"Q\":";
-  AppendMatrix(os, Q);
-  os << ",\"R\":";
-  AppendMatrix(os, R);
-  os << "}";
-  return os.str();
+  GroundTruthJsonWriter json("kalman");
+  json.Matrix("A", A);
+  json.Matrix("C", C);
+  json.Matrix("Q", Q);
+  json.Matrix("R", R);
+  return json.Close();
 }
 
 }  // namespace cmestream::systems

@@ -148,8 +148,7 @@ MatrixXd LagStatisticsSnapshot::Features(const Eigen::Ref<const RowMatrixXd>& po
 
 void LagStatistics::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, kVersion);
-  w.U64(options_.lags.size());
-  for (int lag : options_.lags) w.I32(lag);
+  w.Ints(options_.lags);
   w.I32(options_.dim);
   w.I32(options_.num_states);
   w.F64(options_.sigma);
@@ -161,8 +160,7 @@ void LagStatistics::Serialize(io::Writer& w) const {
   if (counts_ && !discrete()) {
     w.U64(static_cast<uint64_t>(basis_.rows()));
     w.Matrix(basis_);
-    w.U64(basis_atoms_.size());
-    for (int a : basis_atoms_) w.I32(a);
+    w.Ints(basis_atoms_);
     w.F64(sigma_b_);
     koopman_->Serialize(w);
   }
@@ -174,10 +172,8 @@ absl::StatusOr<LagStatistics> LagStatistics::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kTag, kVersion, "LagStatistics", &version)) return r.status();
   Options o;
-  const int64_t L = r.Count("lag statistics lags", 1, LaggedMoments::kMaxLags);
+  o.lags = r.Ints("lag statistics lags", "lag statistics lag", 1, LaggedMoments::kMaxLags);
   if (!r.ok()) return r.status();
-  o.lags.resize(L);
-  for (int& lag : o.lags) lag = r.I32("lag statistics lag");
   o.dim = r.I32("lag statistics dim");
   o.num_states = r.I32("lag statistics num_states");
   o.sigma = r.F64("lag statistics sigma");
@@ -196,8 +192,8 @@ absl::StatusOr<LagStatistics> LagStatistics::Deserialize(io::Reader& r) {
     if (!r.ok()) return r.status();
     acc.basis_.resize(k, o.dim);
     r.MatrixInto("lag basis", acc.basis_);
-    if (r.Count("lag basis atoms", k, k) != k || !r.ok()) return r.status();
-    for (int c = 0; c < k; ++c) acc.basis_atoms_.push_back(r.I32("lag basis atom"));
+    acc.basis_atoms_ = r.Ints("lag basis atoms", "lag basis atom", k, k);
+    if (!r.ok()) return r.status();
     acc.sigma_b_ = r.F64("lag basis sigma");
     if (!r.ok()) return r.status();
     if (!(acc.sigma_b_ > 0)) return r.Fail("lag basis sigma is not positive");

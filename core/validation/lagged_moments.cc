@@ -205,8 +205,7 @@ LaggedMomentsSnapshot LaggedMoments::Snapshot() const {
 void LaggedMoments::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, kVersion);
   const Options& o = options_;
-  w.U64(o.lags.size());
-  for (int lag : o.lags) w.I32(lag);
+  w.Ints(o.lags);
   w.U64(static_cast<uint64_t>(o.dim));
   w.Bool(o.one_hot);
   w.U64(static_cast<uint64_t>(o.max_blocks));
@@ -239,17 +238,15 @@ absl::StatusOr<LaggedMoments> LaggedMoments::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kTag, kVersion, "LaggedMoments", &version)) return r.status();
   Options o;
-  const int64_t L = r.Count("lagged number of lags", 1, kMaxLags);
+  o.lags = r.Ints("lagged number of lags", "lagged lag", 1, kMaxLags);
   if (!r.ok()) return r.status();
-  o.lags.resize(L);
-  for (auto& lag : o.lags) lag = r.I32("lagged lag");
   o.dim = static_cast<int>(r.Count("lagged dim", 1, 1 << 16));
   o.one_hot = r.Bool("lagged one_hot");
   o.max_blocks = static_cast<int>(r.Count("lagged max_blocks", 4, 1 << 10));
   o.initial_block_length = r.I64("lagged initial_block_length");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("LaggedMoments options: ", s.message()));
-  const int64_t d = o.dim;
+  const int64_t L = static_cast<int64_t>(o.lags.size()), d = o.dim;
   if (!r.Reserve(static_cast<uint64_t>(8 * (o.max_blocks * L * (2 * d * d + d + 1) + (o.lags.back() + 1) * d)),
                  "LaggedMoments buffers")) {
     return r.status();

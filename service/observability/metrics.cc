@@ -4,13 +4,10 @@
 #include <limits>
 
 #include "grpcpp/support/status_code_enum.h"
+#include "service/observability/metric_families.h"
 
 namespace cmestream::service {
 namespace {
-
-using prometheus::BuildCounter;
-using prometheus::BuildGauge;
-using prometheus::BuildHistogram;
 
 // Refresh: from a few ms (small dictionary) to tens of seconds (m = 4000, O(m^3)).
 const prometheus::Histogram::BucketBoundaries kRefreshBuckets = {0.001, 0.005, 0.02, 0.05, 0.1, 0.25,
@@ -32,131 +29,76 @@ const char* CodeName(int code) {
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      samples_(BuildCounter()
-                   .Name("cmestream_samples_ingested_total")
-                   .Help("Transition pairs accepted into the model (learner plus sigma warm-up buffer)")
-                   .Register(*registry_)),
-      pending_(BuildGauge()
-                   .Name("cmestream_pending_warmup")
-                   .Help("Pairs buffered while sigma 'auto' is being chosen")
-                   .Register(*registry_)),
-      dict_(
-          BuildGauge().Name("cmestream_dictionary_size").Help("Dictionary atoms per side (x, y)").Register(*registry_)),
-      dict_budget_(BuildGauge()
-                       .Name("cmestream_dictionary_budget")
-                       .Help("Dictionary cap max_dict per side (0 for discrete models)")
-                       .Register(*registry_)),
-      forced_(BuildCounter()
-                  .Name("cmestream_forced_compressions_total")
-                  .Help("Admissions refused by the dictionary cap max_dict (forced projections)")
-                  .Register(*registry_)),
-      forced_error_(BuildCounter()
-                        .Name("cmestream_forced_error_sum_total")
-                        .Help("Summed HS-norm error of forced projections")
-                        .Register(*registry_)),
-      drift_(BuildGauge()
-                 .Name("cmestream_inverse_drift")
-                 .Help("CME factor drift max ||R (G + gamma I) R^T - I||_F over both sides, from the learner's last "
-                       "periodic "
-                       "check (probe estimate), as of the last refresh")
-                 .Register(*registry_)),
-      refresh_(BuildHistogram()
-                   .Name("cmestream_refresh_duration_seconds")
-                   .Help("Time to build a view (snapshot, drift check, Koopman)")
-                   .Register(*registry_)),
-      view_build_(BuildHistogram()
-                      .Name("cmestream_view_build_seconds")
-                      .Help("Time to build one sub-view of a refresh, by view")
-                      .Register(*registry_)),
-      view_version_(
-          BuildGauge().Name("cmestream_view_version").Help("Version of the latest view").Register(*registry_)),
-      view_age_(BuildGauge()
-                    .Name("cmestream_view_age_seconds")
-                    .Help("Seconds since the latest view was built")
-                    .Register(*registry_)),
-      view_samples_(
-          BuildGauge().Name("cmestream_view_samples").Help("Samples the latest view reflects").Register(*registry_)),
-      heldout_score_(BuildGauge()
-                         .Name("cmestream_spectrum_heldout_score")
-                         .Help("Held-out VAMP-E score (contiguous blocks) of the Koopman spectrum at the last "
-                               "refresh; higher is better, NaN while the CME fallback serves")
-                         .Register(*registry_)),
-      spectral_epochs_(BuildGauge()
-                           .Name("cmestream_spectral_epochs")
-                           .Help("Epochs of the spectral-moments basis begun so far (1 + re-bases; "
-                                 "docs/algorithms.md §7) at the last refresh")
-                           .Register(*registry_)),
-      spectral_data_share_(BuildGauge()
-                               .Name("cmestream_spectral_data_share")
-                               .Help("Share of the stream's pairs inside the Koopman spectral estimate at the last "
-                                     "refresh (0 while the CME fallback serves)")
-                               .Register(*registry_)),
-      disagreement_(BuildGauge()
-                        .Name("cmestream_timescale_disagreement")
-                        .Help("Relative disagreement of the slowest timescales of the koopman, count-chain and "
-                              "embedding views at the last refresh (warning above 0.25)")
-                        .Register(*registry_)),
-      slowest_timescale_(BuildGauge()
-                             .Name("cmestream_slowest_timescale")
-                             .Help("Slowest resolved timescale (time units) of view `view` (koopman, count_chain, "
-                                   "embedding) at the last refresh, and the Koopman reply's headline (view "
-                                   "\"headline\"); NaN when the view has none")
-                             .Register(*registry_)),
-      slowest_timescale_stderr_(BuildGauge()
-                                    .Name("cmestream_slowest_timescale_stderr")
-                                    .Help("Standard error of the headline slowest timescale (the lag scan's "
-                                          "jackknife as a relative error); NaN without one")
-                                    .Register(*registry_)),
-      view_available_(BuildGauge()
-                          .Name("cmestream_view_available")
-                          .Help("1 when the sub-view `view` of the latest view was built, 0 when it is missing "
-                                "(ModelInfo.sub_views gives the reason)")
-                          .Register(*registry_)),
-      view_fit_warning_(BuildGauge()
-                            .Name("cmestream_view_fit_warning")
-                            .Help("1 when the sub-view `view` was built but its fit did not terminate with "
-                                  "success (FitSummary.termination / message), else 0")
-                            .Register(*registry_)),
-      lag_timescale_(BuildGauge()
-                         .Name("cmestream_lag_timescale")
-                         .Help("Implied timescale (time units: -lag*dt/ln|mu|) of slow mode `mode` at lag `lag` "
-                               "from the lag statistics at the last refresh (docs/algorithms.md section 8)")
-                         .Register(*registry_)),
-      lag_timescale_stderr_(BuildGauge()
-                                .Name("cmestream_lag_timescale_stderr")
-                                .Help("Jackknife standard error (contiguous time blocks) of cmestream_lag_timescale")
-                                .Register(*registry_)),
-      ck_deviation_(BuildGauge()
-                        .Name("cmestream_ck_max_deviation")
-                        .Help("Chapman-Kolmogorov test at the model's first lag and clusters: max |T(tau)^k - "
-                              "T(k tau)| over the set-to-set probabilities and steps (NaN when unavailable)")
-                        .Register(*registry_)),
-      ck_stderr_(BuildGauge()
-                     .Name("cmestream_ck_max_deviation_stderr")
-                     .Help("Jackknife standard error of cmestream_ck_max_deviation's entry")
-                     .Register(*registry_)),
-      rejected_(BuildCounter()
-                    .Name("cmestream_ingest_batches_rejected_total")
-                    .Help("Ingest batches refused, by reason")
-                    .Register(*registry_)),
-      change_score_(BuildGauge()
-                        .Name("cmestream_change_score")
-                        .Help("Change detector's CUSUM statistic as a fraction of its threshold: an alarm at 1 "
-                              "(docs/algorithms.md section 12; models with alarms on)")
-                        .Register(*registry_)),
-      change_alarms_(BuildCounter()
-                         .Name("cmestream_change_alarms_total")
-                         .Help("Change alarms raised (cmestream alarms NAME lists them)")
-                         .Register(*registry_)),
-      rpc_(BuildHistogram()
-               .Name("cmestream_rpc_duration_seconds")
-               .Help("Server-side RPC latency per method (Ingest: per batch)")
-               .Register(*registry_)),
-      rpc_completed_(BuildCounter()
-                         .Name("cmestream_rpc_completed_total")
-                         .Help("RPCs (Ingest: batches) completed, by method and status code")
-                         .Register(*registry_)),
-      models_(BuildGauge().Name("cmestream_models").Help("Models in the registry").Register(*registry_).Add({})) {
+      samples_(CounterFamily(*registry_, "cmestream_samples_ingested_total",
+                             "Transition pairs accepted into the model (learner plus sigma warm-up buffer)")),
+      pending_(
+          GaugeFamily(*registry_, "cmestream_pending_warmup", "Pairs buffered while sigma 'auto' is being chosen")),
+      dict_(GaugeFamily(*registry_, "cmestream_dictionary_size", "Dictionary atoms per side (x, y)")),
+      dict_budget_(GaugeFamily(*registry_, "cmestream_dictionary_budget",
+                               "Dictionary cap max_dict per side (0 for discrete models)")),
+      forced_(CounterFamily(*registry_, "cmestream_forced_compressions_total",
+                            "Admissions refused by the dictionary cap max_dict (forced projections)")),
+      forced_error_(
+          CounterFamily(*registry_, "cmestream_forced_error_sum_total", "Summed HS-norm error of forced projections")),
+      drift_(GaugeFamily(*registry_, "cmestream_inverse_drift",
+                         "CME factor drift max ||R (G + gamma I) R^T - I||_F over both sides, from the learner's last "
+                         "periodic "
+                         "check (probe estimate), as of the last refresh")),
+      refresh_(HistogramFamily(*registry_, "cmestream_refresh_duration_seconds",
+                               "Time to build a view (snapshot, drift check, Koopman)")),
+      view_build_(HistogramFamily(*registry_, "cmestream_view_build_seconds",
+                                  "Time to build one sub-view of a refresh, by view")),
+      view_version_(GaugeFamily(*registry_, "cmestream_view_version", "Version of the latest view")),
+      view_age_(GaugeFamily(*registry_, "cmestream_view_age_seconds", "Seconds since the latest view was built")),
+      view_samples_(GaugeFamily(*registry_, "cmestream_view_samples", "Samples the latest view reflects")),
+      heldout_score_(GaugeFamily(*registry_, "cmestream_spectrum_heldout_score",
+                                 "Held-out VAMP-E score (contiguous blocks) of the Koopman spectrum at the last "
+                                 "refresh; higher is better, NaN while the CME fallback serves")),
+      spectral_epochs_(GaugeFamily(*registry_, "cmestream_spectral_epochs",
+                                   "Epochs of the spectral-moments basis begun so far (1 + re-bases; "
+                                   "docs/algorithms.md §7) at the last refresh")),
+      spectral_data_share_(GaugeFamily(*registry_, "cmestream_spectral_data_share",
+                                       "Share of the stream's pairs inside the Koopman spectral estimate at the last "
+                                       "refresh (0 while the CME fallback serves)")),
+      disagreement_(GaugeFamily(*registry_, "cmestream_timescale_disagreement",
+                                "Relative disagreement of the slowest timescales of the koopman, count-chain and "
+                                "embedding views at the last refresh (warning above 0.25)")),
+      slowest_timescale_(GaugeFamily(*registry_, "cmestream_slowest_timescale",
+                                     "Slowest resolved timescale (time units) of view `view` (koopman, count_chain, "
+                                     "embedding) at the last refresh, and the Koopman reply's headline (view "
+                                     "\"headline\"); NaN when the view has none")),
+      slowest_timescale_stderr_(GaugeFamily(*registry_, "cmestream_slowest_timescale_stderr",
+                                            "Standard error of the headline slowest timescale (the lag scan's "
+                                            "jackknife as a relative error); NaN without one")),
+      view_available_(GaugeFamily(*registry_, "cmestream_view_available",
+                                  "1 when the sub-view `view` of the latest view was built, 0 when it is missing "
+                                  "(ModelInfo.sub_views gives the reason)")),
+      view_fit_warning_(GaugeFamily(*registry_, "cmestream_view_fit_warning",
+                                    "1 when the sub-view `view` was built but its fit did not terminate with "
+                                    "success (FitSummary.termination / message), else 0")),
+      lag_timescale_(GaugeFamily(*registry_, "cmestream_lag_timescale",
+                                 "Implied timescale (time units: -lag*dt/ln|mu|) of slow mode `mode` at lag `lag` "
+                                 "from the lag statistics at the last refresh (docs/algorithms.md section 8)")),
+      lag_timescale_stderr_(
+          GaugeFamily(*registry_, "cmestream_lag_timescale_stderr",
+                      "Jackknife standard error (contiguous time blocks) of cmestream_lag_timescale")),
+      ck_deviation_(GaugeFamily(*registry_, "cmestream_ck_max_deviation",
+                                "Chapman-Kolmogorov test at the model's first lag and clusters: max |T(tau)^k - "
+                                "T(k tau)| over the set-to-set probabilities and steps (NaN when unavailable)")),
+      ck_stderr_(GaugeFamily(*registry_, "cmestream_ck_max_deviation_stderr",
+                             "Jackknife standard error of cmestream_ck_max_deviation's entry")),
+      rejected_(
+          CounterFamily(*registry_, "cmestream_ingest_batches_rejected_total", "Ingest batches refused, by reason")),
+      change_score_(GaugeFamily(*registry_, "cmestream_change_score",
+                                "Change detector's CUSUM statistic as a fraction of its threshold: an alarm at 1 "
+                                "(docs/algorithms.md section 12; models with alarms on)")),
+      change_alarms_(CounterFamily(*registry_, "cmestream_change_alarms_total",
+                                   "Change alarms raised (cmestream alarms NAME lists them)")),
+      rpc_(HistogramFamily(*registry_, "cmestream_rpc_duration_seconds",
+                           "Server-side RPC latency per method (Ingest: per batch)")),
+      rpc_completed_(CounterFamily(*registry_, "cmestream_rpc_completed_total",
+                                   "RPCs (Ingest: batches) completed, by method and status code")),
+      models_(GaugeFamily(*registry_, "cmestream_models", "Models in the registry").Add({})) {
   rejected_.Add({{"model", ""}, {"reason", "unknown_model"}});  // exists at 0 from the start
 }
 

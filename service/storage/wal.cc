@@ -18,6 +18,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "service/observability/metric_families.h"
 #include "service/storage/crc32c.h"
 #include "service/storage/file_util.h"
 #include "service/storage/recovery_progress.h"
@@ -667,32 +668,19 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
 
   if (registry) {
     auto m = std::make_unique<MetricSeries>();
-    m->bytes = &prometheus::BuildCounter()
-                    .Name("cmestream_wal_bytes_total")
-                    .Help("Bytes appended to the write-ahead log")
-                    .Register(*registry)
-                    .Add({});
-    auto& records = prometheus::BuildCounter()
-                        .Name("cmestream_wal_records_total")
-                        .Help("Records appended to the write-ahead log, by kind")
-                        .Register(*registry);
+    m->bytes = &CounterFamily(*registry, "cmestream_wal_bytes_total", "Bytes appended to the write-ahead log").Add({});
+    auto& records =
+        CounterFamily(*registry, "cmestream_wal_records_total", "Records appended to the write-ahead log, by kind");
     m->records_batch = &records.Add({{"kind", "batch"}});
     m->records_model = &records.Add({{"kind", "model"}});
-    m->failures = &prometheus::BuildCounter()
-                       .Name("cmestream_wal_append_failures_total")
-                       .Help("Appends refused because a write or fsync failed (nothing applied)")
-                       .Register(*registry)
+    m->failures = &CounterFamily(*registry, "cmestream_wal_append_failures_total",
+                                 "Appends refused because a write or fsync failed (nothing applied)")
                        .Add({});
-    m->fsync = &prometheus::BuildHistogram()
-                    .Name("cmestream_wal_fsync_seconds")
-                    .Help("Latency of one fdatasync of the write-ahead log")
-                    .Register(*registry)
-                    .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2,
-                                                                     0.1, 0.3, 1});
-    auto& gauges = prometheus::BuildGauge()
-                       .Name("cmestream_wal_recovery")
-                       .Help("Last recovery: seconds spent, records replayed")
-                       .Register(*registry);
+    m->fsync =
+        &HistogramFamily(*registry, "cmestream_wal_fsync_seconds", "Latency of one fdatasync of the write-ahead log")
+             .Add({},
+                  prometheus::Histogram::BucketBoundaries{1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1});
+    auto& gauges = GaugeFamily(*registry, "cmestream_wal_recovery", "Last recovery: seconds spent, records replayed");
     m->recovery_seconds = &gauges.Add({{"what", "seconds"}});
     m->recovered_records = &gauges.Add({{"what", "records"}});
     m->recovery_seconds->Set(rep.seconds);

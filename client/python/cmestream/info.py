@@ -32,8 +32,7 @@ class FitSummary:
 
     @staticmethod
     def from_proto(s) -> "FitSummary":
-        return FitSummary(termination=s.termination, message=s.message,
-                          brief_report=s.brief_report, figures=dict(s.figures))
+        return from_proto(FitSummary, s, figures=dict(s.figures))
 
 
 @dataclasses.dataclass
@@ -170,9 +169,7 @@ class KoopmanHeadline:
 
 
 def headline_from_proto(h) -> KoopmanHeadline:
-    return KoopmanHeadline(timescale=h.timescale, stderr=h.stderr, view=h.view,
-                           nonstationary=h.nonstationary,
-                           nonstationary_reason=h.nonstationary_reason, note=h.note)
+    return from_proto(KoopmanHeadline, h)
 
 
 @dataclasses.dataclass
@@ -349,46 +346,41 @@ class EstimatorCost:
 
 # -- conversion from the wire -----------------------------------------------------------------
 
+def from_proto(cls, message, **converted):
+    """The dataclass `cls` filled from the protobuf `message`, whose fields bear the same names.
+
+    Scalar fields are copied as the message holds them; `converted` gives the fields that need
+    more (repeated fields as arrays or lists, nested messages as dataclasses, absent ones as None)
+    and any field the message does not have.
+    """
+    copied = {f.name: getattr(message, f.name) for f in dataclasses.fields(cls) if f.name not in converted}
+    return cls(**copied, **converted)
+
+
 def _floats(values) -> np.ndarray:
     return np.array(values, dtype=np.float64)
 
 
 def view_from_proto(v) -> ViewInfo:
-    return ViewInfo(version=v.version, samples=v.samples, age_seconds=v.age_seconds,
-                    build_seconds=v.build_seconds,
-                    build_seconds_by_view=dict(v.build_seconds_by_view))
+    return from_proto(ViewInfo, v, build_seconds_by_view=dict(v.build_seconds_by_view))
 
 
 def sigma_selection_from_proto(s) -> SigmaSelection:
-    return SigmaSelection(automatic=s.automatic, chosen=s.chosen,
-                          median_distance=s.median_distance, candidates=_floats(s.candidates),
-                          scores=_floats(s.scores), warmup_pairs=s.warmup_pairs)
+    return from_proto(SigmaSelection, s, candidates=_floats(s.candidates), scores=_floats(s.scores))
 
 
 def comparison_from_proto(c) -> TimescaleComparison:
-    return TimescaleComparison(
-        koopman=c.koopman, count_chain=c.count_chain, embedding=c.embedding,
-        relative_disagreement=c.relative_disagreement, threshold=c.threshold, warning=c.warning,
-        lag_scan=c.lag_scan, lag_scan_stderr=c.lag_scan_stderr, lag_scan_lag=c.lag_scan_lag,
-        lag_scan_blocks=c.lag_scan_blocks, relative_stderr=c.relative_stderr,
-        diagnostic=c.diagnostic)
+    return from_proto(TimescaleComparison, c)
 
 
 def spectrum_from_proto(s) -> SpectrumInfo:
-    return SpectrumInfo(
-        estimator=s.estimator, epoch=s.epoch, epoch_samples=s.epoch_samples,
-        epoch_weight=s.epoch_weight, ready=s.ready, basis_size=s.basis_size,
-        heldout_score=s.heldout_score, score_rank=s.score_rank, ridge=s.ridge,
-        ridge_grid=_floats(s.ridge_grid), ridge_scores=_floats(s.ridge_scores),
-        warnings=list(s.warnings), comparison=comparison_from_proto(s.comparison),
-        selection_score=s.selection_score, heldout_pairs=s.heldout_pairs,
-        heldout_view_version=s.heldout_view_version, epochs=s.epochs, data_share=s.data_share)
+    return from_proto(SpectrumInfo, s, ridge_grid=_floats(s.ridge_grid), ridge_scores=_floats(s.ridge_scores),
+                      warnings=list(s.warnings), comparison=comparison_from_proto(s.comparison))
 
 
 def sub_view_from_proto(s) -> SubViewStatus:
-    return SubViewStatus(name=s.name, available=s.available, error=s.error,
-                         summary=FitSummary.from_proto(s.summary) if s.HasField("summary")
-                         else None)
+    return from_proto(SubViewStatus, s,
+                      summary=FitSummary.from_proto(s.summary) if s.HasField("summary") else None)
 
 
 def config_from_proto(c) -> ModelConfig:
@@ -404,10 +396,8 @@ def config_from_proto(c) -> ModelConfig:
 
 
 def input_scaling_from_proto(s) -> InputScaling:
-    return InputScaling(mode=s.mode, frozen=s.frozen, center=_floats(s.center),
-                        scale=_floats(s.scale), spread=list(s.spread), reduce=s.reduce,
-                        explained_variance=s.explained_variance,
-                        reduce_variances=_floats(s.reduce_variances))
+    return from_proto(InputScaling, s, center=_floats(s.center), scale=_floats(s.scale), spread=list(s.spread),
+                      reduce_variances=_floats(s.reduce_variances))
 
 
 def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
@@ -424,9 +414,5 @@ def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
         input_scaling=(input_scaling_from_proto(m.input_scaling)
                        if m.HasField("input_scaling") else None),
         state_dim=m.state_dim,
-        alarms=(AlarmStatus(scored=m.alarms.scored, armed_at=m.alarms.armed_at,
-                            alarms_total=m.alarms.alarms_total, score=m.alarms.score,
-                            threshold=m.alarms.threshold, alarm_rate=m.alarms.alarm_rate)
-                if m.alarms.enabled else None),
-        estimators=[EstimatorCost(name=e.name, multiply_adds=e.multiply_adds, formula=e.formula)
-                    for e in m.estimators])
+        alarms=from_proto(AlarmStatus, m.alarms) if m.alarms.enabled else None,
+        estimators=[from_proto(EstimatorCost, e) for e in m.estimators])

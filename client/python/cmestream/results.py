@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from .info import FitSummary, KoopmanHeadline, SpectrumInfo
+from .info import FitSummary, KoopmanHeadline, SpectrumInfo, from_proto
 
 
 @dataclasses.dataclass
@@ -270,8 +270,7 @@ class SeriesForecast:
 
 
 def skill_from_proto(s) -> ForecastSkill:
-    return ForecastSkill(rmse=s.rmse, rmse_persistence=s.rmse_persistence, ratio=s.ratio,
-                         pairs=int(s.pairs))
+    return from_proto(ForecastSkill, s)
 
 
 @dataclasses.dataclass
@@ -462,5 +461,4 @@ class AlarmList:
 
 
 def alarm_from_proto(a) -> Alarm:
-    return Alarm(model=a.model, index=a.index, time=a.time, score=a.score, threshold=a.threshold,
-                 channels=list(a.channels), kind=a.kind, onset=a.onset, direction=a.direction)
+    return from_proto(Alarm, a, channels=list(a.channels))
