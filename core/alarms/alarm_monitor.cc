@@ -11,8 +11,9 @@ namespace cmestream {
 namespace {
 
 constexpr uint32_t kTag = io::Fourcc("ALRM");
-// v3: continuous monitors with the coefficient test (a flag, then its DRFT object after the
-// detector). A monitor without it is written as v2, byte for byte what the release before wrote.
+// v3: the scoring of a small state (a flag, the cubic forecast, and the coefficients' test's DRFT
+// object after the detector). Every other monitor is written as v2, byte for byte what the release
+// before wrote, and restores as such.
 constexpr uint32_t kVersion = 3;
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
@@ -173,17 +174,16 @@ void AlarmMonitor::Score(const double* x, const double* residual, double time) {
 }
 
 void AlarmMonitor::Record(const ChangeDetector::Alarm& alarm, double time) {
-  const ChangeDetector::Alarm* a = &alarm;
   AlarmRecord rec;
   rec.index = pairs_;
   rec.time = time;
-  rec.score = a->score;
-  rec.threshold = a->threshold;
-  if (forecast_) rec.channels.assign(a->channels.begin(), a->channels.end());
-  rec.kind = a->kind;
-  rec.direction = a->direction;
+  rec.score = alarm.score;
+  rec.threshold = alarm.threshold;
+  if (forecast_) rec.channels.assign(alarm.channels.begin(), alarm.channels.end());
+  rec.kind = alarm.kind;
+  rec.direction = alarm.direction;
   // Every pair from the onset to the alarm was scored (the onset follows the detector's restart).
-  rec.onset = std::max<int64_t>(0, pairs_ - (a->index - a->onset));
+  rec.onset = std::max<int64_t>(0, pairs_ - (alarm.index - alarm.onset));
   Keep(std::move(rec));
 }
 
@@ -212,7 +212,7 @@ void AlarmMonitor::Keep(AlarmRecord rec) {
 }
 
 void AlarmMonitor::Serialize(io::Writer& w) const {
-  const bool v3 = options_.dim > 0 && options_.scoring_v3;
+  const bool v3 = RunsDriftTest(options_);
   const size_t h = w.BeginObject(kTag, v3 ? kVersion : 2);
   w.I32(options_.dim);
   w.I32(options_.channels);
@@ -249,7 +249,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   o.num_states = r.I32("alarm monitor num_states");
   o.alarm_rate = r.F64("alarm monitor alarm_rate");
   if (!r.ok()) return r.status();
-  // Monitors written before v3 had no coefficient test and keep running without one.
+  // Monitors written as v1/v2 have no coefficient test and keep running without one.
   o.scoring_v3 = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
@@ -266,10 +266,12 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     if (r.ok() && kind > 1) return r.Fail("alarm monitor score kind out of range");
     surprise_score = kind == 1;
   }
-  if (o.dim > 0 && version >= 3) {
+  if (version >= 3) {
     const uint8_t flag = r.U8("alarm monitor coefficient test");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
     o.scoring_v3 = true;
+    if (r.ok() && !RunsDriftTest(o))
+      return r.Fail("alarm monitor v3 with a state the coefficient test does not run on");
   }
   if (!r.ok()) return r.status();
   AlarmMonitor m(o);

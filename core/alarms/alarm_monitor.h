@@ -102,9 +102,10 @@ class AlarmMonitor {
 
   // Object "ALRM" v3: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
   // p-value, 1: the v1 surprise), (continuous, v3) u8 scoring_v3, the forecast
-  // (continuous), the detector, (v3, when it runs) the coefficient test, and the kept records.
-  // A monitor without the coefficient test is written as v2; a continuous monitor's v2 body is
-  // its v1 body; a discrete v1 object restores with the surprise.
+  // (continuous), the detector, (v3) the coefficient test, and the kept records. Only a monitor
+  // that runs the coefficient test (a small state, scoring_v3) is written as v3; every other one
+  // as v2 and restores with scoring_v3 false, which changes nothing for it. A continuous
+  // monitor's v2 body is its v1 body; a discrete v1 object restores with the surprise.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<AlarmMonitor> Deserialize(io::Reader& r);
 

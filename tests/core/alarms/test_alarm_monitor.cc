@@ -246,6 +246,13 @@ TEST(AlarmMonitor, AMonitorWithoutTheCoefficientTestStaysV2) {
     back->Serialize(w2);
     EXPECT_EQ(w.data(), w2.data());
   }
+  // A new monitor of a wider state scores as before §12.9, so it is written as v2 as well.
+  AlarmMonitor::Options wide;
+  wide.dim = 8;
+  wide.channels = 8;
+  io::Writer w;
+  AlarmMonitor(wide).Serialize(w);
+  EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), 2);
 }
 
 // The discrete score's p-value (docs/algorithms.md §12.8) is uniform when y is drawn from the
