@@ -173,34 +173,35 @@ void AlarmMonitor::Score(const double* x, const double* residual, double time) {
   }
 }
 
-void AlarmMonitor::Record(const ChangeDetector::Alarm& alarm, double time) {
+// Either test's alarm at the current pair; `run_length` = the pairs from its onset to it (every one
+// of them was scored: the onset follows the test's restart).
+AlarmRecord AlarmMonitor::NewRecord(double score, double threshold, int64_t run_length, double time) const {
   AlarmRecord rec;
   rec.index = pairs_;
   rec.time = time;
-  rec.score = alarm.score;
-  rec.threshold = alarm.threshold;
+  rec.score = score;
+  rec.threshold = threshold;
+  rec.onset = std::max<int64_t>(0, pairs_ - run_length);
+  return rec;
+}
+
+void AlarmMonitor::Record(const ChangeDetector::Alarm& alarm, double time) {
+  AlarmRecord rec = NewRecord(alarm.score, alarm.threshold, alarm.index - alarm.onset, time);
   if (forecast_) rec.channels.assign(alarm.channels.begin(), alarm.channels.end());
   rec.kind = alarm.kind;
   rec.direction = alarm.direction;
-  // Every pair from the onset to the alarm was scored (the onset follows the detector's restart).
-  rec.onset = std::max<int64_t>(0, pairs_ - (alarm.index - alarm.onset));
   Keep(std::move(rec));
 }
 
 // A coefficient alarm: the residuals became predictable from the state, which is a change of the
 // dynamics (docs/algorithms.md §12.9); its channel leads, the others follow in order.
 void AlarmMonitor::Record(const DriftDetector::Alarm& alarm, double time) {
-  AlarmRecord rec;
-  rec.index = pairs_;
-  rec.time = time;
-  rec.score = alarm.score;
-  rec.threshold = alarm.threshold;
+  AlarmRecord rec = NewRecord(alarm.score, alarm.threshold, alarm.index - alarm.run_start, time);
   rec.channels.push_back(alarm.channel);
   for (int c = 0; c < options_.channels; ++c)
     if (c != alarm.channel) rec.channels.push_back(c);
   rec.kind = ChangeDetector::Kind::kDynamics;
   rec.direction = alarm.up ? ChangeDetector::Direction::kUp : ChangeDetector::Direction::kDown;
-  rec.onset = std::max<int64_t>(0, pairs_ - (alarm.index - alarm.run_start));
   Keep(std::move(rec));
 }
 

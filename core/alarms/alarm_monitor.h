@@ -113,6 +113,7 @@ class AlarmMonitor {
   void Score(const double* x, const double* residual, double time);
   void Record(const ChangeDetector::Alarm& alarm, double time);
   void Record(const DriftDetector::Alarm& alarm, double time);
+  AlarmRecord NewRecord(double score, double threshold, int64_t run_length, double time) const;
   void Keep(AlarmRecord rec);
   static bool RunsDriftTest(const Options& o);
   static ChangeDetector::Options DetectorOptions(const Options& o);
