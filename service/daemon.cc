@@ -16,6 +16,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "service/engine/batch_log.h"
+#include "service/engine/helper_pool.h"
 #include "service/engine/ingestor.h"
 #include "service/engine/refresh.h"
 #include "service/engine/registry.h"
@@ -107,6 +108,10 @@ absl::Status DaemonOptions::Validate() const {
   if (ingest_threads < 0 || ingest_threads > 1024) {
     return absl::InvalidArgumentError(absl::StrCat("flag --ingest-threads is ", ingest_threads, ", expected 0..1024"));
   }
+  if (helper_threads < -1 || helper_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --helper-threads is ", helper_threads, ", expected 0..1024 (0 = off)"));
+  }
   if (ingest_nice < 0 || ingest_nice > 19) {
     return absl::InvalidArgumentError(absl::StrCat("flag --ingest-nice is ", ingest_nice, ", expected 0..19"));
   }
@@ -145,9 +150,10 @@ struct Daemon::Impl {
   std::unique_ptr<DataDir> data_dir;
   std::unique_ptr<TokenAuthenticator> auth;  // null: no --auth-tokens
   Metrics metrics;
-  RecoveryProgress progress;   // what the port answers while Recover runs
-  std::unique_ptr<Wal> wal;    // installed into batch_log after recovery
-  DeferredBatchLog batch_log;  // what the registry and models log to
+  RecoveryProgress progress;            // what the port answers while Recover runs
+  std::unique_ptr<Wal> wal;             // installed into batch_log after recovery
+  DeferredBatchLog batch_log;           // what the registry and models log to
+  std::unique_ptr<HelperPool> helpers;  // null: --helper-threads 0; outlives the models' calls
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Manifest> manifest;
   std::unique_ptr<RecoveryMetrics> recovery_metrics;
@@ -361,7 +367,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
 
   ConfigDefaults defaults;
   defaults.refresh_interval_seconds = options.refresh_interval_seconds;
+  if (options.helper_threads != 0) {
+    impl->helpers = std::make_unique<HelperPool>(options.helper_threads > 0 ? options.helper_threads
+                                                                            : HelperPool::DefaultThreads());
+  }
   impl->registry = std::make_unique<ModelRegistry>(defaults, impl->metrics, impl->batch_log);
+  impl->registry->SetSideExecutor(impl->helpers.get());
   impl->manifest = std::make_unique<Manifest>(impl->data_dir->path() + "/MANIFEST");
   impl->recovery_metrics = std::make_unique<RecoveryMetrics>(*impl->metrics.registry());
   // While recovery replays, the port is already ours: health checks answer NOT_SERVING

@@ -40,6 +40,8 @@ struct DaemonOptions {
   RecoveryOptions recovery;                       // --accept-data-loss, --recover-from
   int ingest_threads = 0;                         // --ingest-threads, 0..1024; 0 = the cores
                                                   // (x4 with --wal-sync always): IngestPool
+  int helper_threads = -1;                        // --helper-threads, 0..1024; -1 = the cores - 1
+                                                  // (at least 1), 0 = off: HelperPool
   int ingest_nice = 0;                            // --ingest-nice, 0..19: ingest workers' nice
                                                   // offset below the RPC threads (IngestPool)
   ShardOptions shard;                             // --shard-self, --shard-peers (ownership.h);

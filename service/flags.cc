@@ -99,6 +99,8 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       s = integer(&o.limits.max_queued_batches);
     } else if (name == "--ingest-threads") {
       s = integer(&o.ingest_threads);
+    } else if (name == "--helper-threads") {
+      s = integer(&o.helper_threads);
     } else if (name == "--ingest-nice") {
       s = integer(&o.ingest_nice);
     } else if (name == "--listen" || name == "--metrics-listen" || name == "--data-dir") {

@@ -52,6 +52,7 @@
 //   projection, is counted in counters().forced and its residual error summed.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -133,6 +134,13 @@ class CompressedCme {
   // learner's buffers (matrices, atoms, scratch).
   int capacity() const { return cap_; }
   int64_t HeapBytes() const;
+  // True when `pairs` more pairs cannot reallocate the atoms (the capacity holds that many more
+  // admissions per side, or it is max_dict already): then first_x_atoms stays valid meanwhile.
+  bool HasRoomFor(int pairs) const { return cap_ == options_.max_dict || std::max(mx_, my_) + pairs <= cap_; }
+  // The first `rows` X atoms (rows <= dict_x_size()). Unlike x_atoms() it reads no dictionary
+  // size, so another thread may read the atoms a run recorded while this CME learns the next
+  // run, as long as HasRoomFor(that run) held (atoms are only appended; core/stream/cme_run.h).
+  Eigen::Ref<const RowMatrixXd> first_x_atoms(int rows) const { return x_atoms_.topRows(rows); }
 
   // Max over both sides of ||R (G + gamma I) R^T - I||_F, exactly (O(m^3)); cached in
   // last_drift(). For tests and diagnostics.

@@ -34,7 +34,7 @@ void CmeRun::Allocate(RowMatrixXd& m, int rows) const {
 }
 
 void CmeRun::AddPair(const double* x, const double* y) {
-  if (full()) std::abort();  // the owner applies a full run before the next pair
+  if (full() || learned_) std::abort();  // the owner applies a full run (wholly) before the next pair
   Allocate(x_, run_pairs_);
   Allocate(y_, run_pairs_);
   std::copy(x, x + dim_, x_.row(pairs_).data());
@@ -63,34 +63,49 @@ bool CmeRun::has_lag_events() const {
 }
 
 void CmeRun::Clear() {
+  learned_ = false;
   pairs_ = 0;
   states_ = 0;
   events_.clear();  // keeps the capacity
 }
 
 CmeRunEffects CmeRun::Apply(const CmeRunTargets& to) {
-  CmeRunEffects effects;
+  ApplyToCme(*to.cme);
+  return ApplyEvents(to);
+}
+
+void CmeRun::ApplyToCme(CompressedCme& cme) {
+  if (learned_) std::abort();  // a programming error: ApplyEvents empties the run first
   int* nearest_x = scratch_.data();
   int* nearest_y = nearest_x + run_pairs_;
   int* dict_x = nearest_y + run_pairs_;
   // The X dictionary size at the current event: before the run's first pair, the CME's size now.
-  int dict = to.cme->dict_x_size();
-  if (pairs_ > 0) {
-    if (run_pairs_ == 1) {
-      // One pair per run is the sequential recursion itself (bit-identical to Observe).
-      to.cme->Observe(x_.row(0).data(), y_.row(0).data());
-      nearest_x[0] = to.cme->last_nearest_x();
-      nearest_y[0] = to.cme->last_nearest_y_in_x();
-      dict_x[0] = to.cme->dict_x_size();
-    } else {
-      to.cme->ObserveBatch(x_.topRows(pairs_), y_.topRows(pairs_), absl::MakeSpan(nearest_x, pairs_),
-                           absl::MakeSpan(nearest_y, pairs_), absl::MakeSpan(dict_x, pairs_));
-    }
+  dict_before_ = cme.dict_x_size();
+  learned_ = true;
+  if (pairs_ == 0) return;
+  if (run_pairs_ == 1) {
+    // One pair per run is the sequential recursion itself (bit-identical to Observe).
+    cme.Observe(x_.row(0).data(), y_.row(0).data());
+    nearest_x[0] = cme.last_nearest_x();
+    nearest_y[0] = cme.last_nearest_y_in_x();
+    dict_x[0] = cme.dict_x_size();
+  } else {
+    cme.ObserveBatch(x_.topRows(pairs_), y_.topRows(pairs_), absl::MakeSpan(nearest_x, pairs_),
+                     absl::MakeSpan(nearest_y, pairs_), absl::MakeSpan(dict_x, pairs_));
   }
+}
+
+CmeRunEffects CmeRun::ApplyEvents(const CmeRunTargets& to) {
+  if (!learned_) std::abort();  // a programming error: ApplyToCme first
+  CmeRunEffects effects;
+  const int* nearest_x = scratch_.data();
+  const int* nearest_y = nearest_x + run_pairs_;
+  const int* dict_x = nearest_y + run_pairs_;
+  int dict = dict_before_;
   // Atoms are only appended, so the dictionary at an event is a prefix of the one now.
   auto sync_lag_basis = [&] {
     if (to.lags->NeedsRebase(to.spectral->epoch())) {
-      to.lags->Rebase(to.cme->x_atoms().topRows(dict), to.spectral->epoch());
+      to.lags->Rebase(to.cme->first_x_atoms(dict), to.spectral->epoch());
       ++effects.lag_rebases;
     }
   };
@@ -103,7 +118,7 @@ CmeRunEffects CmeRun::Apply(const CmeRunTargets& to) {
         if (nearest_x[i] >= 0 && nearest_y[i] >= 0) to.counts->Add(nearest_x[i], nearest_y[i]);
         // The spectral basis follows the X dictionary by epochs (§7), checked at every pair.
         if (to.spectral->ShouldStartEpoch(dict)) {
-          to.spectral->StartEpoch(to.cme->x_atoms().topRows(dict));
+          to.spectral->StartEpoch(to.cme->first_x_atoms(dict));
           ++effects.spectral_epochs;
         }
         to.spectral->Observe(x_.row(i).data(), y_.row(i).data());
@@ -123,6 +138,7 @@ CmeRunEffects CmeRun::Apply(const CmeRunTargets& to) {
     }
   }
   Clear();
+  applied_effects_ = effects;
   return effects;
 }
 

@@ -70,6 +70,20 @@ class CmeRun {
   // Applies the recorded events to `to` (see the top of this file) and empties the run. A view
   // folds the open run into copies of the estimators by applying a copy of the run.
   CmeRunEffects Apply(const CmeRunTargets& to);
+  // Apply in two steps, which a learner may run on two threads (docs/algorithms.md §9.3):
+  // ApplyToCme learns the run's pairs into the CME and records what the events need of it (the
+  // nearest atoms and the dictionary size at each pair); ApplyEvents then applies the events to
+  // the other targets, reading of the CME only its first X atoms (CompressedCme::first_x_atoms),
+  // and empties the run. Between the two the CME may learn further runs of at most P pairs
+  // while ApplyEvents runs on another thread if HasRoomFor(P) held before they began.
+  void ApplyToCme(CompressedCme& cme);
+  CmeRunEffects ApplyEvents(const CmeRunTargets& to);
+  // What the last ApplyEvents (or Apply) did; kept after the run is emptied.
+  const CmeRunEffects& applied_effects() const { return applied_effects_; }
+
+  // Row i < pairs() of the run's x and y (as added).
+  const double* x_row(int i) const { return x_.row(i).data(); }
+  const double* y_row(int i) const { return y_.row(i).data(); }
 
   // Part of StreamingLearner's state (version 4): pairs, lag states, events.
   void Serialize(io::Writer& w) const;
@@ -94,6 +108,9 @@ class CmeRun {
   RowMatrixXd state_;  // 2 run_pairs + 1 rows x dim once a lag state was added
   std::vector<Event> events_;
   std::vector<int> scratch_;  // 3 run_pairs: nearest X atoms of x and y, m_x after each pair
+  int dict_before_ = 0;       // m_x before the run's first pair (ApplyToCme)
+  bool learned_ = false;      // ApplyToCme ran, ApplyEvents has not
+  CmeRunEffects applied_effects_;
 };
 
 }  // namespace cmestream

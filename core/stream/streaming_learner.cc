@@ -7,9 +7,16 @@
 #include "core/cme/bandwidth.h"
 #include "core/common/validate.h"
 #include "core/embedding/feature_map.h"
+#include "core/stream/learner_cost.h"
 #include "core/stream/streaming_learner_options.h"
 
 namespace cmestream {
+namespace {
+
+// Pairs per alarms job on the side lane: a few jobs per run keep the lane's queue short.
+constexpr int64_t kSideAlarmPairs = 128;
+
+}  // namespace
 
 StreamingLearner::StreamingLearner(const Options& options) : options_(options) {
   if (!options_.Validate().ok()) std::abort();  // a programming error: callers validate first
@@ -25,6 +32,13 @@ StreamingLearner::StreamingLearner(const Options& options) : options_(options) {
 void StreamingLearner::CreateEstimators() {
   // Every estimator as the options make it before the first pair (the delay embedding and the
   // alarms are not estimators: they are kept across a reset).
+  lanes_.Settle();  // nothing on a lane may still use them
+  spare_run_.reset();
+  spare_events_ticket_ = 0;
+  spare_scorers_ticket_ = 0;
+  pending_scorers_ = 0;
+  scorer_split_atoms_ = 0;
+  held_effects_ = CmeRunEffects{};
   cme_.reset();
   moments_.reset();
   latent_.reset();
@@ -58,7 +72,29 @@ void StreamingLearner::CreateEstimators() {
 
 StreamingLearner::StreamingLearner(StreamingLearner&&) noexcept = default;
 StreamingLearner& StreamingLearner::operator=(StreamingLearner&&) noexcept = default;
-StreamingLearner::~StreamingLearner() = default;
+StreamingLearner::~StreamingLearner() { lanes_.Settle(); }  // before any estimator goes
+
+StreamingLearner::Lanes::Lanes(Lanes&& o) noexcept {
+  o.Settle();
+  executor = o.executor;
+  scorers = std::move(o.scorers);
+  events = std::move(o.events);
+}
+
+StreamingLearner::Lanes& StreamingLearner::Lanes::operator=(Lanes&& o) noexcept {
+  if (this == &o) return *this;
+  Settle();  // this learner's estimators are about to be replaced
+  o.Settle();
+  executor = o.executor;
+  scorers = std::move(o.scorers);
+  events = std::move(o.events);
+  return *this;
+}
+
+void StreamingLearner::Lanes::Settle() const {
+  if (scorers) scorers->WaitAll();
+  if (events) events->WaitAll();
+}
 
 void StreamingLearner::CreateSigmaDependent(double sigma) {
   absl::StatusOr<FeatureMap> features =
@@ -75,6 +111,51 @@ void StreamingLearner::CreateSigmaDependent(double sigma) {
     forecast_ = std::make_unique<ForecastRegression>(learner_options::ForecastFeatures(options_, sigma),
                                                      learner_options::Forecast(options_));
   }
+  ChooseScorerLane();
+}
+
+void StreamingLearner::SetSideExecutor(SideExecutor* executor) {
+  lanes_.Settle();
+  // The last run's effects wait where the one-thread learner keeps them.
+  if (spare_run_) held_effects_ = spare_run_->applied_effects();
+  spare_run_.reset();
+  lanes_.executor = executor;
+  if (executor == nullptr) {
+    lanes_.scorers.reset();
+    lanes_.events.reset();
+  } else if (!lanes_.scorers) {
+    lanes_.scorers = std::make_shared<SideLane>();
+    lanes_.events = std::make_shared<SideLane>();
+  }
+  scorer_split_atoms_ = 0;
+  if (cme_) ChooseScorerLane();
+}
+
+void StreamingLearner::ChooseScorerLane() {
+  // Between calls and at run boundaries only (no scorer pair is pending), so a change of lane
+  // leaves every scorer's stream of pairs whole.
+  if (!lanes_.executor || !cme_) {
+    scorers_on_side_ = false;
+    return;
+  }
+  // The split follows the dictionary: chosen again when it moved by 10 % (rare, and never at
+  // the cap: PerPairCost allocates its report).
+  const int atoms = std::max(1, cme_->dict_x_size());
+  if (scorer_split_atoms_ > 0 && 10 * std::abs(atoms - scorer_split_atoms_) < scorer_split_atoms_) return;
+  scorer_split_atoms_ = atoms;
+  double owner = 0, side = 0, scorers = 0;
+  for (const EstimatorCost& c : PerPairCost(options_, atoms)) {
+    if (c.name == "embedding" || c.name == "forecast") {
+      scorers += c.multiply_adds;
+    } else if (c.name == "counts" || c.name == "spectral" || c.name == "lags" ||
+               (c.name == "alarms" && !options_.reset_on_alarm)) {
+      side += c.multiply_adds;
+    } else {
+      owner += c.multiply_adds;  // input, cme, latent, predictive (and alarms that reset)
+    }
+  }
+  // The scorers join the lighter lane: max(owner + s, side) or max(owner, side + s), whichever is less.
+  scorers_on_side_ = side < owner;
 }
 
 int64_t StreamingLearner::samples() const {
@@ -133,21 +214,104 @@ absl::Status StreamingLearner::Check(const StreamBatch& b) const {
 }
 
 void StreamingLearner::FeedPair(const double* x, const double* y) {
-  // Test, then train: the installed view's model scores the pair before anything learns it.
-  if (prequential_) prequential_->Observe(x, y);
-  moments_->Observe(x, y);                  // reads no dictionary
-  if (forecast_) forecast_->Observe(x, y);  // neither (it scores the pair with its fit first)
   // The CME, the counts (its nearest atoms, docs/algorithms.md §2) and the spectral moments (its
   // X atoms, §7) take the pair with the run. Observe applies a full run once the pair's lag
   // state or pair was recorded too; the warm-up's pairs (which have none) apply it here.
   if (run_->full()) ApplyRun();
+  // The scorers read no dictionary: now, or from the run's copy of the pair on the side lane.
+  if (scorers_on_side_) {
+    ++pending_scorers_;
+  } else {
+    FeedScorers(x, y);
+  }
   run_->AddPair(x, y);
 }
 
+void StreamingLearner::FeedScorers(const double* x, const double* y) {
+  // Test, then train: the installed view's model scores the pair before anything learns it.
+  if (prequential_) prequential_->Observe(x, y);
+  moments_->Observe(x, y);
+  if (forecast_) forecast_->Observe(x, y);  // it scores the pair with its fit first
+}
+
 void StreamingLearner::ApplyRun() {
-  const CmeRunEffects e = run_->Apply(CmeRunTargets{cme_.get(), counts_.get(), spectral_.get(), lags_.get()});
+  const CmeRunTargets targets{cme_.get(), counts_.get(), spectral_.get(), lags_.get()};
+  if (!lanes_.executor) {
+    ReportRunEffects(held_effects_);
+    held_effects_ = run_->Apply(targets);
+    return;
+  }
+  // Two cores (docs/algorithms.md §9.3). The run's scorers first, so they run beside its CME.
+  const int64_t scorers_ticket = PushScorers();
+  // The events' lane may still apply the previous run's events, which read the first X atoms:
+  // the CME learns this run meanwhile only if that cannot move the atoms (a capacity growth).
+  if (!cme_->HasRoomFor(run_->pairs())) lanes_.events->WaitAll();
+  run_->ApplyToCme(*cme_);
+  const int64_t events_ticket = lanes_.events->Push(lanes_.executor, &SideEvents, this, run_.get(), 0, 0);
+  // The next run fills the spare buffer once both lanes are done with it; the run it held
+  // reports its effects now, as the one-thread learner does.
+  if (spare_run_) {
+    lanes_.events->WaitFor(spare_events_ticket_);
+    lanes_.scorers->WaitFor(spare_scorers_ticket_);
+    ReportRunEffects(spare_run_->applied_effects());
+  } else {
+    spare_run_ = std::make_unique<CmeRun>(run_->dim(), run_->run_pairs());
+    ReportRunEffects(held_effects_);
+    held_effects_ = CmeRunEffects{};
+  }
+  std::swap(run_, spare_run_);
+  spare_events_ticket_ = events_ticket;
+  spare_scorers_ticket_ = scorers_ticket;
+  ChooseScorerLane();
+}
+
+void StreamingLearner::ReportRunEffects(const CmeRunEffects& e) {
   batch_.spectral_epochs += e.spectral_epochs;
   batch_.lag_rebases += e.lag_rebases;
+}
+
+int64_t StreamingLearner::PushScorers() {
+  // The ticket of the job (0: none was needed). Jobs of the open run pushed by earlier calls
+  // have run: every call ends with the scorers' lane dry.
+  if (pending_scorers_ == 0) return 0;
+  const int end = run_->pairs();
+  const int64_t ticket =
+      lanes_.scorers->Push(lanes_.executor, &SideScorers, this, run_.get(), end - pending_scorers_, end);
+  pending_scorers_ = 0;
+  return ticket;
+}
+
+void StreamingLearner::SideAlarms(void* learner, void* batch, int64_t begin, int64_t end) {
+  auto* self = static_cast<StreamingLearner*>(learner);
+  const auto* b = static_cast<const StreamBatch*>(batch);
+  for (int64_t i = begin; i < end; ++i) self->alarms_->ObservePair(b->x_at(i), b->y_at(i), b->time);
+}
+
+void StreamingLearner::SideScorers(void* learner, void* run, int64_t begin, int64_t end) {
+  auto* self = static_cast<StreamingLearner*>(learner);
+  const auto* r = static_cast<const CmeRun*>(run);
+  for (int64_t i = begin; i < end; ++i) self->FeedScorers(r->x_row(static_cast<int>(i)), r->y_row(static_cast<int>(i)));
+}
+
+void StreamingLearner::SideEvents(void* learner, void* run, int64_t, int64_t) {
+  // The effects stay in the run (applied_effects) until ApplyRun reports them.
+  auto* self = static_cast<StreamingLearner*>(learner);
+  static_cast<CmeRun*>(run)->ApplyEvents(
+      CmeRunTargets{self->cme_.get(), self->counts_.get(), self->spectral_.get(), self->lags_.get()});
+}
+
+void StreamingLearner::PushSideAlarms(const StreamBatch& batch, int64_t end) {
+  if (!side_alarms_ || end <= alarms_next_) return;
+  // The lane reads the batch's pairs until FlushSide, before the call returns.
+  lanes_.scorers->Push(lanes_.executor, &SideAlarms, this, const_cast<StreamBatch*>(&batch), alarms_next_, end);
+  alarms_next_ = end;
+}
+
+void StreamingLearner::FlushSide() {
+  if (!lanes_.executor) return;
+  PushScorers();
+  lanes_.scorers->WaitAll();
+  spare_scorers_ticket_ = 0;  // it ran
 }
 
 const double* StreamingLearner::Scaled(const double* v, std::vector<double>& scratch) {
@@ -189,6 +353,7 @@ absl::Status StreamingLearner::EndWarmup() {
   }
   batch_ = ObserveSummary{};
   FinishWarmup();
+  FlushSide();
   return absl::OkStatus();
 }
 
@@ -341,9 +506,15 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
   const bool states =
       batch.trajectory && batch.n > 0 && (latent_ || predictive_ || lags_ || options_.latent || !options_.lags.empty());
   if (states) batch_.episode_started = BeginEpisodeBatch(TrajectoryState(batch, 0), batch);
+  // The alarms score each pair with their own forecast, which reads no estimator: on the side
+  // lane, unless an alarm must reset the estimators at its pair.
+  side_alarms_ = lanes_.executor && alarms_ && !batch.discrete() && !options_.reset_on_alarm;
+  alarms_next_ = 0;
   for (int64_t i = 0; i < batch.n; ++i) {
     // The alarms score the pair before any estimator learns it (test, then train).
-    if (alarms_) {
+    if (side_alarms_) {
+      if (i - alarms_next_ == kSideAlarmPairs) PushSideAlarms(batch, i);
+    } else if (alarms_) {
       const int64_t raised = alarms_->alarms_total();
       if (batch.discrete()) {
         alarms_->ObserveIds(batch.x_ids[i], batch.y_ids[i], *counts_, batch.time);
@@ -353,6 +524,10 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
       if (options_.reset_on_alarm && alarms_->alarms_total() > raised) {
         // on_change "reset": the statistics restart with the alarming pair (docs/algorithms.md
         // §12.8). What the old estimators did in this batch is counted first.
+        FlushSide();
+        lanes_.Settle();
+        ReportRunEffects(held_effects_);
+        if (spare_run_) ReportRunEffects(spare_run_->applied_effects());  // not yet reported
         CountBatchEffects(before, refits_before);
         before = CompressedCme::Counters{};
         refits_before = 0;
@@ -383,6 +558,9 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
     if (run_ && run_->full()) ApplyRun();
   }
   if (states) EndEpisodeBatch(TrajectoryState(batch, batch.n), batch);
+  PushSideAlarms(batch, batch.n);
+  FlushSide();
+  side_alarms_ = false;
   batch_.pairs = batch.n;
   batch_.pending_warmup = warmup_n_;
   CountBatchEffects(before, refits_before);
@@ -410,6 +588,7 @@ std::optional<StreamingLearnerSnapshot> StreamingLearner::Snapshot() const {
 
 std::optional<StreamingLearner::SnapshotCopy> StreamingLearner::CopyForSnapshot() const {
   if (!ready()) return std::nullopt;
+  lanes_.Settle();  // the last run's events (TWO CORES)
   SnapshotCopy c;
   StreamingLearnerSnapshot& snap = c.snap_;
   snap.samples = samples();

@@ -42,6 +42,20 @@
 // Every estimator's state is therefore a function of the pairs alone, not of where batches end
 // (a producer that resumes with other batch sizes gets the same state, bit for bit).
 //
+// TWO CORES (SetSideExecutor, docs/algorithms.md §9.3): given an executor, the learner splits a
+// continuous model's work per pair between the calling thread and two side lanes
+// (core/common/side_lane.h) that a helper thread runs meanwhile. The calling thread keeps the
+// input stage, the CME (ApplyToCme of each run) and the sequence estimators. One lane takes the
+// change alarms (unless they reset the model) and, when that balances the two threads better by
+// their operation counts (learner_cost.h), the scorer, embedding moments and forecast
+// regression; every call returns after it ran dry. The other takes each applied run's events
+// (counts, spectral moments, lag statistics) while the CME learns the next run, also across
+// calls: the last run's events may still be applied after Observe returned, and whatever reads
+// those estimators (Serialize, Snapshot, CopyForSnapshot, destruction, a move) waits for them
+// first. Each estimator sees its pairs in stream order, so the state is the same, bit for bit,
+// with or without an executor; so are the summaries (ObserveSummary: a run's epochs and
+// re-bases are counted when the next run is applied).
+//
 // COST: O(n (m^2 + N^2)) per batch of n pairs (m dictionary atoms, N random features), and no
 // heap allocation per pair once sigma is known, except a count entry seen for the first time,
 // a dictionary growing its capacity (geometrically), a new spectral epoch or lag basis
@@ -64,6 +78,7 @@
 #include "absl/status/statusor.h"
 #include "core/alarms/alarm_monitor.h"
 #include "core/cme/compressed_cme.h"
+#include "core/common/side_lane.h"
 #include "core/common/types.h"
 #include "core/counts/transition_counts.h"
 #include "core/embedding/state_embedding.h"
@@ -131,8 +146,11 @@ struct ObserveSummary {
   int64_t admitted_y = 0;
   int64_t forced = 0;
   double forced_error = 0;
-  int64_t spectral_epochs = 0;  // spectral epochs started (§7)
-  int64_t lag_rebases = 0;      // lag bases re-picked (§8.1)
+  // Spectral epochs started (§7) and lag bases re-picked (§8.1) by the CME runs whose successor
+  // was applied in this batch (a run's are counted when the next run is applied, so that they do
+  // not depend on whether a helper thread applies its events after the batch returned).
+  int64_t spectral_epochs = 0;
+  int64_t lag_rebases = 0;
   int64_t forecast_refits = 0;  // forecast regression refits (§11; they allocate)
   int64_t resets = 0;           // estimator restarts at an alarm (options.reset_on_alarm)
   // Trajectory batches: whether the batch started a new episode (false: it continued the open
@@ -297,6 +315,11 @@ class StreamingLearner {
   // window is not learner state: neither serialized nor restored.
   std::unique_ptr<PrequentialVampE> InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version);
 
+  // Lends the learner a helper thread for part of each batch's work (see TWO CORES above); null
+  // (the default) keeps everything on the calling thread. Not state; not owned: the executor
+  // outlives the learner's calls.
+  void SetSideExecutor(SideExecutor* executor);
+
   const Options& options() const { return options_; }
   bool ready() const { return options_.discrete() || cme_ != nullptr; }  // sigma is known
   // Pairs learned (not counting the warm-up buffer), the open CME run's included.
@@ -367,8 +390,18 @@ class StreamingLearner {
   // Observe after the delay embedding (the batch's states are the estimators' states).
   absl::StatusOr<ObserveSummary> ObserveStates(const StreamBatch& batch);
   void FeedLearner(const double* x, const double* y);  // warm-up buffer, or FeedPair
-  void FeedPair(const double* x, const double* y);     // scorer, moments; the rest via the run
-  void ApplyRun();                                     // applies and empties the open CME run
+  void FeedPair(const double* x, const double* y);     // scorers (now or on the lane); the rest via the run
+  void FeedScorers(const double* x, const double* y);  // prequential, moments, forecast
+  void ApplyRun();                                     // applies (or hands on) and empties the open CME run
+  // The side lanes (TWO CORES): jobs, and the owner's end of a call.
+  static void SideAlarms(void* learner, void* batch, int64_t begin, int64_t end);
+  static void SideScorers(void* learner, void* run, int64_t begin, int64_t end);
+  static void SideEvents(void* learner, void* run, int64_t, int64_t);
+  int64_t PushScorers();                                       // the open run's pending scorer pairs
+  void PushSideAlarms(const StreamBatch& batch, int64_t end);  // pairs alarms_next_ .. end - 1
+  void FlushSide();         // the end of a call: hands on what is left, waits for the scorers' lane
+  void ChooseScorerLane();  // where the open run's scorers go (by operation counts)
+  void ReportRunEffects(const CmeRunEffects& e);  // into batch_
   void FinishWarmup();
   // The pair or state as the kernel estimators see it: scaled (and reduced) into a scratch
   // buffer of estimator_dim() values with a scaler or a reduction, else `v` itself.
@@ -384,6 +417,18 @@ class StreamingLearner {
   void EndEpisodeBatch(const double* last, const StreamBatch& batch);
   void ObserveSequence(const double* state);  // one state to latent + predictive + lags
 
+  // The side lanes (TWO CORES; not state). Declared first: moving a learner waits for its events'
+  // lane before any estimator moves (every call leaves the scorers' lane idle).
+  struct Lanes {
+    SideExecutor* executor = nullptr;   // not owned; null: one thread
+    std::shared_ptr<SideLane> scorers;  // alarms and scorers: idle between calls
+    std::shared_ptr<SideLane> events;   // run events: the last run's may go on after a call
+    Lanes() = default;
+    Lanes(Lanes&& o) noexcept;
+    Lanes& operator=(Lanes&& o) noexcept;
+    void Settle() const;  // returns once both lanes ran dry
+  };
+  Lanes lanes_;
   Options options_;
   std::unique_ptr<CompressedCme> cme_;  // continuous, once sigma is known
   RowMatrixXd warmup_x_, warmup_y_;     // auto_sigma_warmup x dim, only while sigma "auto" buffers
@@ -421,6 +466,19 @@ class StreamingLearner {
   // Prequential scorer (not state) and the view it scores.
   std::unique_ptr<PrequentialVampE> prequential_;
   uint64_t prequential_view_ = 0;
+  // TWO CORES (not state: between calls pending_scorers_ is 0 and spare_run_ holds at most the
+  // run whose events the events' lane may still be applying).
+  std::unique_ptr<CmeRun> spare_run_;  // the run applied last (its buffer is reused next)
+  int64_t spare_events_ticket_ = 0;    // its events' job (events lane)
+  int64_t spare_scorers_ticket_ = 0;   // the last job reading its pairs on the scorers' lane
+  bool scorers_on_side_ = false;       // the open run's pairs reach the scorers on the lane
+  int pending_scorers_ = 0;            // the open run's last pairs not yet handed to them
+  int scorer_split_atoms_ = 0;         // the dictionary size scorers_on_side_ was chosen at
+  bool side_alarms_ = false;           // this batch's alarms run on the scorers' lane
+  int64_t alarms_next_ = 0;            // the batch's first pair not yet handed to them
+  // The last applied run's epochs and re-bases, counted when the next run is applied (one
+  // thread; with an executor they wait in spare_run_).
+  CmeRunEffects held_effects_;
   ObserveSummary batch_;  // the summary of the batch in progress (Observe)
   int64_t retired_ = 0;   // pairs learned before the resets (learned_total; not state)
 };

@@ -11,6 +11,7 @@
 namespace cmestream {
 
 void StreamingLearner::Serialize(io::Writer& w) const {
+  lanes_.Settle();  // the last run's events (TWO CORES)
   io::WriteFilledRows(w, warmup_n_, warmup_x_, warmup_y_);
   w.Bool(episode_open_);
   w.String(episode_producer_);

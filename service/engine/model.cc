@@ -368,6 +368,11 @@ std::shared_ptr<const ModelView> Model::view() const {
   return view_;
 }
 
+void Model::SetSideExecutor(SideExecutor* executor) {
+  absl::MutexLock learner_lock(&learner_mu_);
+  learner_.SetSideExecutor(executor);
+}
+
 void Model::InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version) {
   std::unique_ptr<PrequentialVampE> previous;
   {

@@ -180,6 +180,9 @@ class Model {
   // replaces the previous window (StreamingLearner::InstallPrequential). Takes the learner lock
   // briefly (waits for a batch in progress). The window is not learner state: not in snapshots
   // nor in StateDigest, and it restarts empty after a restart.
+  // Lends the learner helper threads (StreamingLearner::SetSideExecutor; null: none). Takes the
+  // learner lock briefly. Not state: the state is the same, bit for bit, either way.
+  void SetSideExecutor(SideExecutor* executor) ABSL_LOCKS_EXCLUDED(learner_mu_);
   void InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version)
       ABSL_LOCKS_EXCLUDED(learner_mu_);
 

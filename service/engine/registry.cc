@@ -102,6 +102,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Publish(const std::string&
     metrics->Remove();
     return model.status();
   }
+  (*model)->SetSideExecutor(side_executor_);
   models_.emplace(name, *model);
   metrics_.SetModelCount(models_.size());
   return model;

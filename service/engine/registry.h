@@ -40,6 +40,9 @@ class ModelRegistry {
   // LimitOptions' defaults; max_memory_bytes 0 = DefaultMemoryBudget()).
   // requires: called before the registry is shared between threads.
   void SetLimits(const LimitOptions& limits);
+  // The helper threads every model's learner is lent from now on (HelperPool; null: none).
+  // requires: called before the registry is shared between threads; outlives the models' calls.
+  void SetSideExecutor(SideExecutor* executor) { side_executor_ = executor; }
   // The memory budget in force and the estimated bytes its models may grow to
   // (memory_budget.h); the metrics and describe report them.
   double memory_budget() const { return memory_budget_; }
@@ -90,6 +93,7 @@ class ModelRegistry {
   BatchLog& log_;
   LimitOptions limits_;
   double memory_budget_ = 0;
+  SideExecutor* side_executor_ = nullptr;
   // OK or ResourceExhausted naming the model, its estimate and the budget; counts the models
   // and the built reservations except `config`'s own name.
   absl::Status CheckBudgetLocked(const v1::ModelConfig& config) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -25,6 +25,7 @@
 #include "core/alarms/alarm_monitor.h"
 #include "core/spectral/prequential_score.h"
 #include "core/stream/streaming_learner.h"
+#include "service/engine/helper_pool.h"
 #include "tests/bench/delay_states.h"
 
 namespace cmestream {
@@ -60,12 +61,22 @@ StreamBatch Batch(const RowMatrixXd& x, const RowMatrixXd& y, int64_t first, boo
   return b;
 }
 
-// Feeds kWarm pairs, installs a prequential score, then times batches of kBatch pairs.
-void RunLearner(benchmark::State& state, const StreamingLearner::Options& o, bool trajectory) {
+// Feeds kWarm pairs, installs a prequential score, then times batches of kBatch pairs. With
+// `helper`, the learner splits its work with that executor's thread (docs/algorithms.md §9.3).
+// `uniform`: i.i.d. uniform pairs on [0, 1]^d instead of the delay states (the load generator's
+// stream: the dictionary fills its cap).
+void RunLearner(benchmark::State& state, const StreamingLearner::Options& o, bool trajectory,
+                SideExecutor* helper = nullptr, bool uniform = false) {
   const int d = o.dim;
   StreamingLearner l(o);
+  l.SetSideExecutor(helper);
   const int64_t n = kWarm + kTimed;
-  const RowMatrixXd s = DelayStates(n, d, 3);
+  RowMatrixXd s = DelayStates(n, d, 3);
+  if (uniform) {
+    std::mt19937_64 rng(6);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    s = RowMatrixXd::NullaryExpr(n + 1, d, [&] { return u(rng); });
+  }
   RowMatrixXd x = s.topRows(n), y = s.bottomRows(n);
   if (!trajectory) {
     std::vector<int64_t> perm(static_cast<size_t>(n));
@@ -119,10 +130,12 @@ BENCHMARK(BM_Learner)
     ->Args({512, 0, 0})
     ->Unit(benchmark::kMillisecond);
 
-// BM_LearnerDefaults/d/reduce: the daemon's default model of a d-dimensional stream (sigma auto
-// chosen on a 1000-pair warm-up, input scaling unless reduced, change alarms) with input reduction to `reduce`
-// directions (docs/algorithms.md §1.15; 0 = off; the daemon's default above 64 dimensions is 32),
-// on trajectories of the same states.
+// BM_LearnerDefaults/d/reduce/helpers/uniform: the daemon's default model of a d-dimensional
+// stream (sigma auto chosen on a 1000-pair warm-up, input scaling unless reduced, change alarms)
+// with input reduction to `reduce` directions (docs/algorithms.md §1.15; 0 = off; the daemon's
+// default above 64 dimensions is 32), on trajectories of the same states (uniform = 1: of
+// i.i.d. uniform states, whose dictionary fills its cap of 1000), on one thread (helpers = 0) or
+// with the daemon's helper pool of one thread (helpers = 1, §9.3; wall time is what counts).
 void BM_LearnerDefaults(benchmark::State& state) {
   const int d = static_cast<int>(state.range(0));
   StreamingLearner::Options o;
@@ -133,13 +146,24 @@ void BM_LearnerDefaults(benchmark::State& state) {
   o.scale_inputs = o.reduce == 0;  // a reduced model is unscaled by default (model_config.cc)
   o.seed = 7;
   o.alarms = true;
-  RunLearner(state, o, true);
+  std::unique_ptr<service::HelperPool> helpers;
+  if (state.range(2) > 0) helpers = std::make_unique<service::HelperPool>(static_cast<int>(state.range(2)));
+  RunLearner(state, o, true, helpers.get(), state.range(3) != 0);
 }
 BENCHMARK(BM_LearnerDefaults)
-    ->ArgNames({"d", "reduce"})
-    ->Args({8, 0})
-    ->Args({512, 0})
-    ->Args({512, 32})
+    ->ArgNames({"d", "reduce", "helpers", "uniform"})
+    ->Args({2, 0, 0, 0})
+    ->Args({2, 0, 1, 0})
+    ->Args({8, 0, 0, 0})
+    ->Args({8, 0, 1, 0})
+    ->Args({512, 0, 0, 0})
+    ->Args({512, 32, 0, 0})
+    ->Args({512, 32, 1, 0})
+    ->Args({8, 0, 0, 1})
+    ->Args({8, 0, 1, 1})
+    ->Args({512, 32, 0, 1})
+    ->Args({512, 32, 1, 1})
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 // BM_AlarmMonitor/d: the change alarms alone (what alarms = 1 adds per pair), on the same
