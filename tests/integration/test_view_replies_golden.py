@@ -150,9 +150,12 @@ def collect(target):
     return replies
 
 
-def run_daemon_and_collect(ingest_threads=1):
+def run_daemon_and_collect(ingest_threads=1, helper_threads=None):
+    args = ["--ingest-threads", str(ingest_threads)]
+    if helper_threads is not None:
+        args += ["--helper-threads", str(helper_threads)]
     with tempfile.TemporaryDirectory(prefix="cmestream-golden-") as tmp:
-        with Daemon(DAEMON, os.path.join(tmp, "data"), extra_args=["--ingest-threads", str(ingest_threads)]) as d:
+        with Daemon(DAEMON, os.path.join(tmp, "data"), extra_args=args) as d:
             return collect(d.grpc_target)
 
 
@@ -179,6 +182,17 @@ class GoldenRepliesTest(unittest.TestCase):
         replies = run_daemon_and_collect(ingest_threads=2)
         changed = [k for k in sorted(replies) if digest(replies[k]) != golden["digests"][k]]
         self.assertEqual(changed, [], "replies with 2 ingest threads differ from the recorded ones")
+
+    def test_helper_threads_change_no_reply_and_no_digest(self):
+        # A model's learner splits its work with the helper threads (docs/algorithms.md §9.3);
+        # the recorded replies were taken with the default (helpers on): the same without them,
+        # and with two helpers.
+        with open(GOLDEN) as f:
+            golden = json.load(f)
+        for helpers in (0, 2):
+            replies = run_daemon_and_collect(helper_threads=helpers)
+            changed = [k for k in sorted(replies) if digest(replies[k]) != golden["digests"][k]]
+            self.assertEqual(changed, [], f"replies with --helper-threads {helpers} differ from the recorded ones")
 
 
 if __name__ == "__main__":
