@@ -18,6 +18,8 @@
 #   test_snapshot   snapshot writer vs ingestion (the cut, WaitAppliedThrough), import/export
 #   test_periodic_thread  the one background loop (refresh ticks, periodic snapshots, WAL
 #                   interval fsync): wake, coalescing, stop while running
+#   test_side_lane  one model's learner on two threads (core/common/side_lane.h): its side
+#                   lanes run by a helper thread while the owner learns the CME, across calls
 # Not in the subset: the in-process gRPC daemon tests (test_daemon, test_limits, ...). Debian's
 # gRPC is not instrumented, so its hand-offs between threads (completion queue, callback
 # reactors in the grpcpp headers) are reported as races; a TSan suppression matches any frame
@@ -32,7 +34,7 @@ cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 BUILD="${SANITIZE_BUILD_DIR:-build-sanitize}"
 TESTS=("$@")
-[ ${#TESTS[@]} -eq 0 ] && TESTS=(test_wal test_snapshot test_periodic_thread)
+[ ${#TESTS[@]} -eq 0 ] && TESTS=(test_wal test_snapshot test_periodic_thread test_side_lane)
 CXX_CLANG="$(command -v clang++ || command -v clang++-14 || true)"
 if [ -z "$CXX_CLANG" ]; then
   echo "sanitize: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2
@@ -56,7 +58,9 @@ status=0
 for t in "${TESTS[@]}"; do
   log="$BUILD/sanitize-logs/$t.log"
   t0=$(date +%s)
-  if "$BUILD/tests/integration/$t" --gtest_brief=1 ${SANITIZE_GTEST_FILTER:+--gtest_filter="$SANITIZE_GTEST_FILTER"} >"$log" 2>&1; then
+  bin="$BUILD/tests/integration/$t"
+  [ -x "$bin" ] || bin="$BUILD/tests/core/$t"
+  if "$bin" --gtest_brief=1 ${SANITIZE_GTEST_FILTER:+--gtest_filter="$SANITIZE_GTEST_FILTER"} >"$log" 2>&1; then
     echo "sanitize: $t passed in $(( $(date +%s) - t0 )) s"
   else
     echo "sanitize: $t FAILED after $(( $(date +%s) - t0 )) s; full log: $log" >&2
