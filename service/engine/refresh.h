@@ -24,11 +24,15 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model);
 
 // One thread that, every tick, refreshes each model for which a trigger fired and that has
 // new samples since its view. Triggers: refresh_interval_seconds elapsed since the last
-// refresh, refresh_every_samples new samples, or an explicit request (Refresh RPC).
+// refresh, and at least kPeriodicIdlePerBuild times the last view's build time (periodic views
+// take at most a tenth of a core per model); refresh_every_samples new samples; or an explicit
+// request (Refresh RPC).
 // Models are refreshed one after another; a pool can replace the thread when many models
 // need it.
 class RefreshScheduler {
  public:
+  static constexpr double kPeriodicIdlePerBuild = 9;
+
   struct Options {
     double tick_seconds = 0.05;  // polling period; also the resolution of waits and view age
   };

@@ -22,6 +22,7 @@
 
 #include "gtest/gtest.h"
 #include "service/engine/batch.h"
+#include "service/engine/helper_pool.h"
 #include "service/engine/ingestor.h"
 #include "service/engine/refresh.h"
 #include "service/engine/registry.h"
@@ -884,6 +885,9 @@ TEST(EngineThreads, ProducersPoolSchedulerAndRegistryChangesTogether) {
   auto wal = OpenAndReplayWal(o, 0, reg, nullptr, nullptr, nullptr);
   ASSERT_TRUE(wal.ok()) << wal.status();
   log.Install(wal->get());
+  // Every model's learner splits its batches with a helper thread (docs/algorithms.md §9.3).
+  HelperPool helpers(1);
+  reg.SetSideExecutor(&helpers);
   const std::vector<std::string> names = {"a", "b", "c"};
   for (const std::string& m : names) ASSERT_TRUE(reg.Create(DuffingConfig(m)).ok());
   RefreshScheduler scheduler(reg, {.tick_seconds = 0.01});
@@ -932,6 +936,44 @@ TEST(EngineThreads, ProducersPoolSchedulerAndRegistryChangesTogether) {
   EXPECT_EQ(reg.Get("tmp").status().code(), absl::StatusCode::kNotFound);
   // 3 creations, 15 batches, 4 x (creation + deletion) of tmp.
   EXPECT_EQ((*wal)->last_sequence(), 26u);
+}
+
+// The periodic trigger rests at least RefreshScheduler::kPeriodicIdlePerBuild times the last
+// view's build time (refresh.h): with a view that took 0.4 s, an interval of 0.05 s and new
+// samples waiting, the next periodic refresh comes after 3.6 s, not after 0.05 s.
+TEST(RefreshScheduler, APeriodicRefreshRestsNineTimesTheLastViewsBuildTime) {
+  Metrics metrics;
+  DeferredBatchLog log;
+  ModelRegistry reg({}, metrics, log);
+  auto wal = OpenAndReplayWal(Options(TempDir("rest")), 0, reg, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  log.Install(wal->get());
+  v1::ModelConfig config = DuffingConfig("a");
+  config.set_refresh_interval_seconds(0.05);
+  ASSERT_TRUE(reg.Create(config).ok()) << reg.Create(config).status();
+  std::shared_ptr<Model> model = *reg.Get("a");
+  Ingestor ingestor(reg, metrics, {}, 1);
+  ASSERT_TRUE(ingestor.Apply(Batch("a", "p", 0, 200, 1), 0).ok());
+  // A view as if the last build had taken 0.4 s, reflecting none of the samples.
+  auto slow = std::make_shared<ModelView>();
+  slow->version = 1;
+  slow->built_at = RefreshScheduler::Clock::now();
+  slow->build_seconds = 0.4;
+  model->Publish(slow);
+  const RefreshScheduler::Clock::time_point start = RefreshScheduler::Clock::now();
+  model->last_refresh_attempt = start;
+  RefreshScheduler scheduler(reg, {.tick_seconds = 0.01});
+  scheduler.Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(model->view(), slow) << "refreshed within 1.5 s, before 9 x 0.4 s of rest";
+  while (model->view() == slow && RefreshScheduler::Clock::now() - start < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double waited = std::chrono::duration<double>(RefreshScheduler::Clock::now() - start).count();
+  scheduler.Stop();
+  ASSERT_NE(model->view(), slow) << "no periodic refresh in 30 s";
+  EXPECT_GE(waited, 9 * 0.4 - 0.05);
+  EXPECT_EQ(model->view()->samples, 200u);
 }
 
 // --- the manifest ---------------------------------------------------------------------------
