@@ -109,8 +109,8 @@ absl::Status DaemonOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("flag --ingest-threads is ", ingest_threads, ", expected 0..1024"));
   }
   if (helper_threads < -1 || helper_threads > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("flag --helper-threads is ", helper_threads, ", expected 0..1024 (0 = off)"));
+    return absl::InvalidArgumentError(absl::StrCat("flag --helper-threads is ", helper_threads,
+                                                   ", expected 0..1024 (0 = off) or -1 (the cores - 1)"));
   }
   if (ingest_nice < 0 || ingest_nice > 19) {
     return absl::InvalidArgumentError(absl::StrCat("flag --ingest-nice is ", ingest_nice, ", expected 0..19"));

@@ -7,17 +7,7 @@ int64_t SideLane::Push(SideExecutor* executor, Fn fn, void* context, void* objec
   {
     absl::MutexLock lock(&mu_);
     // A full ring: the oldest job must finish first (run it here if no helper has the lane).
-    if (pushed_ - finished_ == kCapacity) {
-      const int64_t oldest = finished_ + 1;
-      while (finished_ < oldest) {
-        if (!running_) {
-          running_ = true;
-          Drain(oldest, /*helper=*/false);
-        } else {
-          done_.Wait(&mu_);
-        }
-      }
-    }
+    if (pushed_ - finished_ == kCapacity) WaitForLocked(finished_ + 1);
     ring_[static_cast<size_t>(pushed_ % kCapacity)] = Job{fn, context, object, a, b};
     ticket = ++pushed_;
   }
@@ -31,6 +21,10 @@ int64_t SideLane::Push(SideExecutor* executor, Fn fn, void* context, void* objec
 
 void SideLane::WaitFor(int64_t ticket) {
   absl::MutexLock lock(&mu_);
+  WaitForLocked(ticket);
+}
+
+void SideLane::WaitForLocked(int64_t ticket) {
   while (finished_ < ticket) {
     if (!running_) {
       // No helper holds the lane: the owner runs what is left up to its ticket.
@@ -43,12 +37,8 @@ void SideLane::WaitFor(int64_t ticket) {
 }
 
 void SideLane::WaitAll() {
-  int64_t last = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    last = pushed_;
-  }
-  WaitFor(last);
+  absl::MutexLock lock(&mu_);
+  WaitForLocked(pushed_);
 }
 
 bool SideLane::Idle() const {

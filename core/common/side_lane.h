@@ -85,6 +85,8 @@ class SideLane : public std::enable_shared_from_this<SideLane> {
   // Runs jobs until the lane is empty (or, for the owner, `ticket` has run); requires running_
   // claimed by this thread. Releases mu_ around each job.
   void Drain(int64_t ticket, bool helper) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The owner's wait for `ticket` (WaitFor, and Push on a full ring).
+  void WaitForLocked(int64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   absl::CondVar done_;  // a job finished, or running_ became false
