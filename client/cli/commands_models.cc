@@ -107,9 +107,13 @@ int ModelCreate(Context& ctx, const Args& args) {
     return FailUsage("model create", s.message());
   }
   num("alarm-rate", [&](double v) { config.set_alarm_rate(v); });
-  if (auto s = either("on-change", "keep", "reset", [&](const std::string& v) { config.set_on_change(v); }); !s.ok()) {
-    return FailUsage("model create", s.message());
+  if (auto v = args.Value("on-change")) {
+    if (*v != "keep" && *v != "reset" && *v != "fork") {
+      return FailUsage("model create", absl::StrCat("--on-change: expected keep, reset or fork, got '", *v, "'"));
+    }
+    config.set_on_change(*v);
   }
+
   num("refresh-interval", [&](double v) { config.set_refresh_interval_seconds(v); });
   uint("refresh-every", UINT64_MAX, [&](uint64_t v) { config.set_refresh_every_samples(v); });
   num("step-decay", [&](double v) { config.set_step_decay_samples(v); });

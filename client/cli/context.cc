@@ -94,8 +94,10 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
                        forecast before it is learned and a CUSUM raises an alarm when the
                        dynamics or the noise change ('cmestream alarms', 'cmestream watch')
   --alarm-rate R       target false alarms per 10,000 stationary pairs (default 1)
-  --on-change keep|reset  what an alarm does: keep (default) only reports it; reset restarts
-                       every statistic at the alarming pair (continuous models)
+  --on-change keep|reset|fork  what an alarm does: keep (default) only reports it; reset
+                       restarts every statistic at the alarming pair (continuous models);
+                       fork learns on and starts a model NAME.k at alarm k, fed from that
+                       pair until alarm k+1 (docs/user-guide.md "After a change")
   --eta E              SGD step (default 0.1)
   --lambda L           HS-norm regularizer (default 1e-3)
   --epsilon EPS        compression budget in HS norm (default 1e-3)

@@ -118,6 +118,10 @@ void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   w.Key("alarms").String(c.has_alarms() ? c.alarms() : "off");
   if (c.has_alarm_rate()) w.Key("alarm_rate").Double(c.alarm_rate());
   if (c.has_alarms()) w.Key("on_change").String(c.has_on_change() ? c.on_change() : "keep");
+  if (c.has_fork_of()) {
+    w.Key("fork_of").String(c.fork_of());
+    w.Key("fork_index").Uint(c.fork_index());
+  }
   w.EndObject();
 }
 
@@ -308,6 +312,10 @@ void PrintModel(const v1::ModelInfo& m) {
       }
     }
     std::cout << "\n";
+  }
+  if (c.has_fork_of()) {
+    std::cout << "  fork of           " << c.fork_of() << ", from its alarm at pair " << c.fork_index()
+              << " (fed through it)\n";
   }
   std::cout << "  samples           " << m.samples();
   if (m.pending_warmup() > 0) std::cout << " (+" << m.pending_warmup() << " buffered for sigma auto)";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "core/stream/learner_cost.h"
@@ -14,6 +15,13 @@ namespace {
 double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
+
+absl::Status Model::RefusedForkIngest() const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "model '", name(), "' is a fork of '", config_.fork_of(), "' (started at its alarm index ", config_.fork_index(),
+      ") and learns only from that model's stream; ingest into '", config_.fork_of(),
+      "' (a fork's warm-up ends when its parent's stream has brought ", config_.auto_sigma_warmup(), " pairs)"));
+}
 
 Model::Model(const v1::ModelConfig& config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log)
     : Model(config, std::move(metrics), log, StreamingLearner(LearnerOptionsFor(config))) {}
@@ -83,6 +91,7 @@ absl::StatusOr<Model::Admission> Model::AdmitAndLog(const PairBatch& batch, cons
                                                     std::optional<uint64_t> replay_sequence) {
   absl::MutexLock log_lock(&log_mu_);
   if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
+  if (IsFork(config_)) return RefusedForkIngest();
   const uint64_t received = static_cast<uint64_t>(batch.n);
   Admission a;
 
@@ -150,9 +159,6 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   }
 
   // (c) apply under the learner lock: the pairs not seen before, with the episode key.
-  absl::MutexLock learner_lock(&learner_mu_);
-  if (sequence != 0) applied_sequence_.store(sequence);
-  const int64_t alarms_before = learner_.alarms() ? learner_.alarms()->alarms_total() : 0;
   StreamBatch applied;
   applied.n = batch.n - first;
   applied.dim = batch.dim;
@@ -168,26 +174,81 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   applied.producer = producer_id;
   applied.episode = episode_id;
   applied.time = batch.time;
-  absl::StatusOr<ObserveSummary> learned = learner_.Observe(applied);
-  if (!learned.ok()) {
-    // Unreachable for a batch that passed ValidateBatch (the same checks); nothing was applied.
-    if (admitted->written) SetPending(0);
-    return learned.status();
+  Stats s;
+  std::optional<ForkPlan> forks;
+  {
+    absl::MutexLock learner_lock(&learner_mu_);
+    if (sequence != 0) applied_sequence_.store(sequence);
+    const AlarmMonitor* monitor = learner_.alarms();
+    const int64_t alarms_before = monitor ? monitor->alarms_total() : 0;
+    const int64_t pairs_before = monitor ? monitor->pairs() : 0;
+    const int64_t index_before = monitor && !monitor->records().empty() ? monitor->records().back().index : 0;
+    absl::StatusOr<ObserveSummary> learned = learner_.Observe(applied);
+    if (!learned.ok()) {
+      // Unreachable for a batch that passed ValidateBatch (the same checks); nothing was applied.
+      if (admitted->written) SetPending(0);
+      return learned.status();
+    }
+    // The wire's pairs (a model with delays learns fewer: an episode's first windows fill up).
+    r.applied = static_cast<uint64_t>(applied.n);
+    r.learned = *learned;
+    if (monitor) r.alarms_raised = static_cast<uint64_t>(monitor->alarms_total() - alarms_before);
+    if (fork_sink_ != nullptr && ForksOnChange(config_) && (alarms_before > 0 || r.alarms_raised > 0)) {
+      forks = PlanForksLocked(alarms_before, index_before, pairs_before, applied.n, learned->pairs);
+    }
+    s = PublishLocked(learned->warmup_finished, r.applied > 0 ? 1 : 0, producer_id.empty() ? nullptr : &producer_id,
+                      offset_after);
   }
-  // The wire's pairs (a model with delays learns fewer: an episode's first windows fill up).
-  r.applied = static_cast<uint64_t>(applied.n);
-  r.learned = *learned;
-  if (learner_.alarms()) r.alarms_raised = static_cast<uint64_t>(learner_.alarms()->alarms_total() - alarms_before);
-
-  const Stats s = PublishLocked(learned->warmup_finished, r.applied > 0 ? 1 : 0,
-                                producer_id.empty() ? nullptr : &producer_id, offset_after);
+  // The forks learn their share under this model's sequencer and before the batch stops being
+  // pending, so the snapshot writer's WaitAppliedThrough covers them too (snapshot.cc).
+  if (forks) fork_sink_->Forward(*this, *forks, applied, sequence);
   if (admitted->written) SetPending(0);
-  metrics_->OnBatchApplied(r.applied, static_cast<uint64_t>(learned->forced), learned->forced_error,
+  metrics_->OnBatchApplied(r.applied, static_cast<uint64_t>(r.learned.forced), r.learned.forced_error,
                            {s.pending_warmup, s.dict_x, s.dict_y});
   if (s.alarms) metrics_->OnAlarms(s.change_score, s.alarms_total);
   r.producer_offset = offset_after;
   r.model_samples = s.samples + s.pending_warmup;
   return r;
+}
+
+ForkPlan Model::PlanForksLocked(int64_t alarms_before, int64_t index_before, int64_t pairs_before, int64_t applied_rows,
+                                int64_t learned_pairs) const {
+  ForkPlan plan;
+  plan.current = alarms_before;
+  plan.current_index = index_before;
+  // The learner's pair j of this batch starts at row (applied - learned) + j: with delays the
+  // first windows of an episode fill up, so its pairs are the batch's last ones.
+  const int64_t first_row = applied_rows - learned_pairs;
+  for (const AlarmRecord& a : learner_.alarms()->records()) {
+    if (a.index >= pairs_before) plan.starts.push_back({first_row + (a.index - pairs_before), a.index});
+  }
+  return plan;
+}
+
+void Model::ApplyFork(const StreamBatch& part, uint64_t sequence) {
+  absl::MutexLock sequencer(&ingest_mu_);
+  {
+    absl::MutexLock log_lock(&log_mu_);
+    if (deleted_) return;
+  }
+  Stats s;
+  ObserveSummary learned;
+  {
+    absl::MutexLock learner_lock(&learner_mu_);
+    if (sequence != 0 && sequence <= applied_sequence_.load()) return;
+    absl::StatusOr<ObserveSummary> observed = learner_.Observe(part);
+    if (!observed.ok()) {
+      // Unreachable: the parent's learner took the same rows with the same options.
+      std::cerr << "cmestreamd: fork '" << name() << "' refused its parent's pairs: " << observed.status() << "\n";
+      return;
+    }
+    learned = *observed;
+    if (sequence != 0) applied_sequence_.store(sequence);
+    s = PublishLocked(learned.warmup_finished, part.n > 0 ? 1 : 0, nullptr, 0);
+  }
+  metrics_->OnBatchApplied(static_cast<uint64_t>(part.n), static_cast<uint64_t>(learned.forced), learned.forced_error,
+                           {s.pending_warmup, s.dict_x, s.dict_y});
+  if (s.alarms) metrics_->OnAlarms(s.change_score, s.alarms_total);
 }
 
 Model::Stats Model::PublishLocked(bool warmup_finished, uint64_t batches_added, const std::string* producer_id,
@@ -218,6 +279,9 @@ absl::Status Model::EndWarmup(std::optional<uint64_t> replay_sequence) {
   {
     absl::MutexLock log_lock(&log_mu_);
     if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
+    // A fork's records are its parent's: a record of its own could overtake a parent's batch
+    // in flight, which the fork would then skip as already held (ApplyFork).
+    if (IsFork(config_)) return RefusedForkIngest();
     {
       // The sequencer keeps every batch out, so the check holds until the record is applied.
       absl::MutexLock learner_lock(&learner_mu_);

@@ -42,6 +42,30 @@
 
 namespace cmestream::service {
 
+class Model;
+
+// What one applied batch of a model with on_change "fork" brings its forks (ModelRegistry
+// implements the sink): the pairs before the batch's first new alarm continue the current fork,
+// each new alarm starts the next fork at its pair. Rows index the batch as applied (StreamBatch:
+// a trajectory's pair i is rows i, i + 1; with delays, the row where pair i's first window ends).
+struct ForkPlan {
+  int64_t current = 0;        // the parent's alarms before the batch: fork `current` continues (0: none yet)
+  int64_t current_index = 0;  // the index of that alarm (ForkConfig's fork_index)
+  struct Start {
+    int64_t row = 0;    // the alarming pair's first row in the batch
+    int64_t index = 0;  // its alarm index (AlarmRecord::index)
+  };
+  std::vector<Start> starts;  // alarms raised by the batch, oldest first: forks current + 1, ...
+};
+class ForkSink {
+ public:
+  virtual ~ForkSink() = default;
+  // Called by the parent's Ingest after the batch was applied to the parent, under its
+  // sequencer (so a parent's batches reach its forks in WAL order), with the batch's WAL
+  // `sequence` (0 without a WAL), also on replay.
+  virtual void Forward(const Model& parent, const ForkPlan& plan, const StreamBatch& applied, uint64_t sequence) = 0;
+};
+
 class Model {
  public:
   // requires: `config` came from NormalizeModelConfig; `log` outlives the model.
@@ -83,6 +107,15 @@ class Model {
                                       uint64_t batch_index, const std::string& episode_id = "",
                                       std::optional<uint64_t> replay_sequence = std::nullopt)
       ABSL_LOCKS_EXCLUDED(ingest_mu_, log_mu_, learner_mu_, stats_mu_);
+
+  // A fork's share of its parent's batch (ForkSink::Forward; ModelConfig.fork_of): learned like
+  // Ingest's pairs, under this model's locks, with the parent's WAL `sequence` as this model's
+  // applied sequence. Skipped when the fork holds that record already (a snapshot of the fork
+  // taken after the parent's; replay after it) or was deleted.
+  void ApplyFork(const StreamBatch& part, uint64_t sequence) ABSL_LOCKS_EXCLUDED(ingest_mu_, log_mu_, learner_mu_);
+  // Forks (ModelRegistry): the sink this model's alarms start forks through (on_change "fork").
+  // requires: called before the model is shared between threads.
+  void SetForkSink(ForkSink* sink) { fork_sink_ = sink; }
 
   // Ends the sigma warm-up early, on the pairs buffered so far (StreamingLearner::EndWarmup:
   // >= 50 of them; the scaler and sigma are chosen from them). Called by an explicit Refresh,
@@ -218,8 +251,16 @@ class Model {
                                         uint64_t batch_index, const std::string& episode_id,
                                         std::optional<uint64_t> replay_sequence) ABSL_LOCKS_EXCLUDED(log_mu_);
 
+  // FailedPrecondition for Ingest and EndWarmup on a fork, naming its parent.
+  absl::Status RefusedForkIngest() const;
+  // Under the learner lock, after a batch was applied: what it brings the forks (ForkPlan), from
+  // the parent's alarms before it and `pairs_before` (AlarmMonitor::pairs() before it).
+  ForkPlan PlanForksLocked(int64_t alarms_before, int64_t index_before, int64_t pairs_before, int64_t applied_rows,
+                           int64_t learned_pairs) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_);
+
   const v1::ModelConfig config_;
   const std::shared_ptr<ModelMetrics> metrics_;
+  ForkSink* fork_sink_ = nullptr;
   BatchLog* const log_;
   const double created_unix_seconds_;
   std::atomic<uint64_t> applied_sequence_{0};  // written under learner_mu_

@@ -142,6 +142,14 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
   }
   v1::ModelConfig c = in;
   const bool discrete = c.num_states() > 0;
+  if (c.has_fork_index() && !IsFork(c)) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", c.name(), "': field fork_index is set without fork_of"));
+  }
+  if (IsFork(c) && (!ValidName(c.fork_of()) || !c.has_fork_index())) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", c.name(), "': field fork_of is '",
+                                                   c.fork_of().substr(0, 80),
+                                                   "', expected a model name with fork_index"));
+  }
   if (discrete) {
     if (c.num_states() > kMaxNumStates) return Bad(c, "num_states", c.num_states(), absl::StrCat("1..", kMaxNumStates));
     // A state id is one number: dim 1 is accepted for convenience and stored as 0.
@@ -265,11 +273,29 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
     }
   }
 
-  // What an alarm does: "keep" (stored unset) or "reset" (a continuous model with alarms).
+  // What an alarm does: "keep" (stored unset), "reset" (a continuous model with alarms) or
+  // "fork" (a model with alarms, not itself a fork, whose name leaves room for ".k").
   if (c.has_on_change()) {
-    if (c.on_change() != kOnChangeKeep && c.on_change() != kOnChangeReset) {
+    if (c.on_change() != kOnChangeKeep && c.on_change() != kOnChangeReset && c.on_change() != kOnChangeFork) {
       return absl::InvalidArgumentError(absl::StrCat("field on_change is '", c.on_change().substr(0, 40),
-                                                     "' of model '", c.name(), "', expected 'keep' or 'reset'"));
+                                                     "' of model '", c.name(),
+                                                     "', expected 'keep', 'reset' or 'fork'"));
+    }
+    if (c.on_change() == kOnChangeFork) {
+      if (!HasAlarms(c)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("field on_change is 'fork' for model '", c.name(),
+                         "', expected 'keep' with alarms 'off' (a fork starts at an alarm)"));
+      }
+      if (c.name().size() > kMaxForkingNameBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "field on_change is 'fork' for model '", c.name(), "' whose name has ", c.name().size(),
+            " characters, expected at most ", kMaxForkingNameBytes, " (its forks are named '<name>.k' in 64)"));
+      }
+      if (IsFork(c)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("field on_change is 'fork' for model '", c.name(), "', a fork itself; expected 'keep'"));
+      }
     }
     if (c.on_change() == kOnChangeReset && (!HasAlarms(c) || discrete)) {
       return absl::InvalidArgumentError(
@@ -288,6 +314,15 @@ absl::StatusOr<v1::ModelConfig> NormalizeModelConfig(const v1::ModelConfig& in, 
   // Last line of defense: whatever the core learner itself requires.
   const absl::Status core = CmeOptionsFor(c, c.sigma() > 0 ? c.sigma() : 1.0).Validate();
   if (!core.ok()) return absl::InvalidArgumentError(absl::StrCat("model '", c.name(), "': ", core.message()));
+  return c;
+}
+
+v1::ModelConfig ForkConfig(const v1::ModelConfig& parent, int64_t k, int64_t index) {
+  v1::ModelConfig c = parent;
+  c.set_name(absl::StrCat(parent.name(), ".", k));
+  c.clear_on_change();
+  c.set_fork_of(parent.name());
+  c.set_fork_index(static_cast<uint64_t>(index));
   return c;
 }
 

@@ -66,6 +66,17 @@ inline constexpr char kAlarmsOff[] = "off";
 inline bool HasAlarms(const v1::ModelConfig& c) { return c.has_alarms() && c.alarms() == kAlarmsOn; }
 inline constexpr char kOnChangeKeep[] = "keep";
 inline constexpr char kOnChangeReset[] = "reset";
+inline constexpr char kOnChangeFork[] = "fork";
+// Whether a normalized config starts a fork at each alarm (ModelConfig.on_change "fork").
+inline bool ForksOnChange(const v1::ModelConfig& c) { return c.has_on_change() && c.on_change() == kOnChangeFork; }
+// Whether the model is a fork, fed only through its parent (ModelConfig.fork_of).
+inline bool IsFork(const v1::ModelConfig& c) { return c.has_fork_of(); }
+// The longest name of a model with on_change "fork": its forks are named "<name>.k" within the
+// 64 bytes of a name, k up to 7 digits.
+inline constexpr size_t kMaxForkingNameBytes = 56;
+// The config of fork `k` of `parent` (normalized), started at the parent's alarm `index`: the
+// parent's fields, named "<parent>.k", on_change "keep", fork_of and fork_index set.
+v1::ModelConfig ForkConfig(const v1::ModelConfig& parent, int64_t k, int64_t index);
 // ModelInfo.input_scaling: the mode, and the frozen scaler's (and reduction's) figures once the
 // warm-up ended.
 v1::InputScaling InputScalingProto(const v1::ModelConfig& c, const InputScaler* scaler,

@@ -1,5 +1,6 @@
 #include "service/engine/registry.h"
 
+#include <iostream>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,11 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConf
   // Replay re-creates what was accepted then, whatever today's limits say.
   if (!replay_sequence) {
     if (absl::Status s = CheckModelConfigLimits(config, limits_); !s.ok()) return s;  // names --max-dim
+    if (config.has_fork_of() || config.has_fork_index()) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", config.name().substr(0, 80),
+                                                     "': fields fork_of and fork_index are set by the daemon when an "
+                                                     "alarm starts a fork (on_change 'fork'), expected unset"));
+    }
   }
   absl::StatusOr<v1::ModelConfig> normalized =
       replay_sequence ? absl::StatusOr<v1::ModelConfig>(config) : NormalizeModelConfig(config, defaults_);
@@ -103,6 +109,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Publish(const std::string&
     return model.status();
   }
   (*model)->SetSideExecutor(side_executor_);
+  if (ForksOnChange((*model)->config())) (*model)->SetForkSink(this);
   models_.emplace(name, *model);
   metrics_.SetModelCount(models_.size());
   return model;
@@ -207,6 +214,84 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& n
     }
   }
   return Publish(name, metrics, std::move(model));
+}
+
+namespace {
+
+// Rows [begin, end) of an applied batch as their own batch: pairs begin..end-1 (a trajectory's
+// rows begin..end). A fork's first part starts an episode (the fork has none open yet).
+StreamBatch Slice(const StreamBatch& b, int64_t begin, int64_t end, bool starts_fork) {
+  StreamBatch part = b;
+  part.n = end - begin;
+  if (b.discrete()) {
+    part.x_ids = b.x_ids + begin;
+    part.y_ids = b.y_ids + begin;
+  } else {
+    part.x = b.x_at(begin);
+    part.y = b.y_at(begin);
+  }
+  part.gap = starts_fork || (b.gap && begin == 0);
+  return part;
+}
+
+}  // namespace
+
+void ModelRegistry::Forward(const Model& parent, const ForkPlan& plan, const StreamBatch& applied, uint64_t sequence) {
+  std::shared_ptr<Model> fork = plan.current > 0 ? FindFork(parent, plan.current, plan.current_index) : nullptr;
+  int64_t begin = 0;
+  for (size_t s = 0;; ++s) {
+    const int64_t end = s < plan.starts.size() ? std::min(plan.starts[s].row, applied.n) : applied.n;
+    if (fork != nullptr && end > begin) fork->ApplyFork(Slice(applied, begin, end, /*starts_fork=*/s > 0), sequence);
+    if (s == plan.starts.size()) break;
+    fork = StartFork(parent, plan.current + static_cast<int64_t>(s) + 1, plan.starts[s].index);
+    begin = end;
+  }
+}
+
+std::shared_ptr<Model> ModelRegistry::FindFork(const Model& parent, int64_t k, int64_t index) const {
+  absl::StatusOr<std::shared_ptr<Model>> m = Get(absl::StrCat(parent.name(), ".", k));
+  if (!m.ok()) return nullptr;
+  const v1::ModelConfig& c = (*m)->config();
+  if (!IsFork(c) || c.fork_of() != parent.name() || c.fork_index() != static_cast<uint64_t>(index)) return nullptr;
+  return *m;
+}
+
+std::shared_ptr<Model> ModelRegistry::StartFork(const Model& parent, int64_t k, int64_t index) {
+  if (std::shared_ptr<Model> found = FindFork(parent, k, index)) return found;
+  const v1::ModelConfig config = ForkConfig(parent.config(), k, index);
+  const std::string& name = config.name();
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    if (TakenLocked(name)) {
+      refused = absl::AlreadyExistsError(absl::StrCat("a model named '", name, "' that is not this fork exists"));
+    } else if (HeldLocked() >= static_cast<size_t>(limits_.max_models)) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(
+          "this daemon holds ", HeldLocked(), " models, its limit (--max-models ", limits_.max_models, ")"));
+    } else {
+      refused = CheckBudgetLocked(config);
+    }
+    if (refused.ok()) reserved_.emplace(name, config);
+  }
+  if (!refused.ok()) {
+    std::cerr << "cmestreamd: model '" << parent.name() << "' raised its alarm " << k << " at pair " << index
+              << "; its fork '" << name << "' was not started: " << refused.message() << "\n";
+    return nullptr;
+  }
+  std::shared_ptr<ModelMetrics> metrics = metrics_.ForModel(name);
+  absl::StatusOr<std::shared_ptr<Model>> model;
+  try {
+    model = std::make_shared<Model>(config, metrics, &log_);
+  } catch (const std::bad_alloc&) {
+    model = absl::ResourceExhaustedError("out of memory while allocating it");
+  }
+  absl::StatusOr<std::shared_ptr<Model>> published = Publish(name, metrics, std::move(model));
+  if (!published.ok()) {
+    std::cerr << "cmestreamd: model '" << parent.name() << "' raised its alarm " << k << " at pair " << index
+              << "; its fork '" << name << "' was not started: " << published.status().message() << "\n";
+    return nullptr;
+  }
+  return *published;
 }
 
 }  // namespace cmestream::service

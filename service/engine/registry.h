@@ -30,7 +30,7 @@
 
 namespace cmestream::service {
 
-class ModelRegistry {
+class ModelRegistry final : public ForkSink {
  public:
   // requires: metrics and log outlive the registry.
   ModelRegistry(ConfigDefaults defaults, Metrics& metrics, BatchLog& log)
@@ -87,7 +87,23 @@ class ModelRegistry {
   absl::StatusOr<std::shared_ptr<Model>> Adopt(const std::string& name, const ModelBuilder& build,
                                                const std::string* import_image = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Forks (ModelConfig.on_change "fork", docs/user-guide.md "After a change"): hands fork
+  // `plan.current` of `parent` the batch's pairs before its first new alarm, and starts fork
+  // current + 1, ... at each new alarm with the pairs from it on. A fork is found by name
+  // ("<parent>.k") and used only if its fork_of and fork_index match (a replay finds the forks a
+  // snapshot restored; a model of that name made otherwise is left alone). A new fork is not
+  // logged: it is derived from the parent's logged batches, so replay starts it again; it
+  // counts against --max-models and --max-memory like a creation, and when refused (or the name
+  // is taken) the alarm starts no fork and the daemon's log says why.
+  void Forward(const Model& parent, const ForkPlan& plan, const StreamBatch& applied, uint64_t sequence) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
+  // The fork `k` of `parent` started at alarm `index` if it exists (else null).
+  std::shared_ptr<Model> FindFork(const Model& parent, int64_t k, int64_t index) const ABSL_LOCKS_EXCLUDED(mu_);
+  // FindFork, else a new fork built and published without a log record; null when refused.
+  std::shared_ptr<Model> StartFork(const Model& parent, int64_t k, int64_t index) ABSL_LOCKS_EXCLUDED(mu_);
+
   const ConfigDefaults defaults_;
   Metrics& metrics_;
   BatchLog& log_;

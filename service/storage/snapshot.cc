@@ -10,9 +10,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/io/binary_io.h"
+#include "service/engine/model_config.h"
 #include "service/engine/wire_limits.h"
 #include "service/storage/crc32c.h"
 #include "service/storage/file_util.h"
@@ -188,12 +191,15 @@ absl::StatusOr<v1::ModelConfig> PeekConfig(const SnapshotFile& f, size_t index) 
 // One model
 
 // The body of a MODL object. With `for_digest`, the parts that say where the state came from
-// rather than what it is are left out (the name, the WAL sequence it covers, the batch count),
-// so an imported or renamed copy hashes like the original.
+// rather than what it is are left out (the name, the fork it is of, the WAL sequence it covers,
+// the batch count), so an imported or renamed copy hashes like the original, and a fork like a
+// model created with its config and fed the same pairs.
 void ModelSnapshotCodec::WriteBody(io::Writer& w, const Model& m, bool for_digest) {
   if (for_digest) {
     v1::ModelConfig anonymous = m.config_;
     anonymous.clear_name();
+    anonymous.clear_fork_of();
+    anonymous.clear_fork_index();
     w.String(anonymous.SerializeAsString());
   } else {
     w.String(m.config_.SerializeAsString());
@@ -252,7 +258,12 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
   if (!r.ok()) return r.status();
   v1::ModelConfig stored;
   if (!stored.ParseFromString(config_text)) return r.Fail("model config is not a valid ModelConfig message");
-  if (!rename.empty()) stored.set_name(rename);
+  if (!rename.empty()) {
+    // An imported copy of a fork is a model of its own: nothing feeds it through a parent.
+    stored.set_name(rename);
+    stored.clear_fork_of();
+    stored.clear_fork_index();
+  }
   absl::StatusOr<v1::ModelConfig> config = NormalizeStoredModelConfig(stored, defaults);
   if (!config.ok()) {
     if (!rename.empty()) return config.status();
@@ -433,7 +444,15 @@ absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std:
     return absl::InvalidArgumentError(
         absl::StrCat("import: the file holds ", f->model_ranges.size(), " models, expected exactly 1 (an export)"));
   }
-  return AdoptFrom(*f, 0, new_name, registry, defaults, replay_sequence ? nullptr : &image, replay_sequence);
+  // Always under an explicit name, so Decode treats it as an import (an imported fork is
+  // a model of its own).
+  std::string name = new_name;
+  if (name.empty()) {
+    absl::StatusOr<v1::ModelConfig> stored = PeekConfig(*f, 0);
+    if (!stored.ok()) return stored.status();
+    name = stored->name();
+  }
+  return AdoptFrom(*f, 0, name, registry, defaults, replay_sequence ? nullptr : &image, replay_sequence);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -605,9 +624,20 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   // the serialized size of all models).
   std::vector<ModelImage> images;
   images.reserve(models.size());
+  std::set<std::string> imaged;
   for (const auto& m : models) {
     m->WaitAppliedThrough(covered);
     images.push_back(ModelSnapshotCodec::Encode(*m));
+    imaged.insert(m->name());
+  }
+  // Forks have no records of their own: a batch <= L applied after the cut may have started one
+  // (Model::Ingest feeds the forks before the batch stops pending). Every fork of a listed model
+  // is kept, each imaged after its parent (its share of a record is applied after the parent's),
+  // so replay skips in the fork what the image holds (ApplyFork) and starts none twice.
+  for (const auto& m : registry_.List()) {
+    if (IsFork(m->config()) && imaged.count(m->config().fork_of()) > 0 && imaged.insert(m->name()).second) {
+      images.push_back(ModelSnapshotCodec::Encode(*m));
+    }
   }
   size_t next = 0;
   bool header_done = false;
@@ -631,7 +661,7 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   ++next_number_;
   result.path = absl::StrCat(options_.dir, "/", SnapshotName(result.number));
   result.bytes = *bytes;
-  result.models = static_cast<int>(models.size());
+  result.models = static_cast<int>(images.size());
   result.covered_sequence = covered;
   // Keep the newest `keep`. The manifest stops listing the old ones before they are deleted,
   // then the WAL may drop what the oldest kept one covers (unusable snapshots were moved to

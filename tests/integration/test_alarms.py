@@ -181,6 +181,93 @@ class AlarmsTest(unittest.TestCase):
             self.assertEqual(after.samples, now.samples)
             self.assertGreater(after.version, before.version)
 
+    def digests(self, c):
+        return {m.config.name: c.describe(m.config.name, state_digest=True).state_digest for m in c.list_models()}
+
+    def check_forks(self, c, alarms, pairs):
+        # Fork k ("ou.k") holds the pairs from alarm k to alarm k+1 (the last: to the end); the
+        # parent holds every pair. Returns every model's state digest.
+        forks = {m.config.name for m in c.list_models()} - {"ou"}
+        self.assertEqual(forks, {f"ou.{k}" for k in range(1, len(alarms) + 1)})
+        for k, a in enumerate(alarms, start=1):
+            info = c.describe(f"ou.{k}")
+            self.assertEqual((info.config.fork_of, info.config.fork_index), ("ou", a.index))
+            self.assertIsNone(info.config.on_change)
+            end = alarms[k].index if k < len(alarms) else pairs
+            self.assertEqual(info.samples + info.pending_warmup, end - a.index, k)
+        parent = c.describe("ou")
+        self.assertEqual(parent.samples + parent.pending_warmup, pairs)
+        return self.digests(c)
+
+    def test_on_change_fork(self):
+        # Alarm k starts the model "ou.k", fed from the alarming pair on until alarm k+1; the
+        # parent learns on as with "keep". The forks come back the same, state digests included,
+        # after kill -9 before any snapshot (replay starts them again), after a clean restart (a
+        # snapshot), and after kill -9 with a snapshot and later batches (restore, then replay
+        # into the restored forks).
+        rows = ou(9001, [(0, 1.0), (3000, 5.0), (6000, 1.0)], seed=3)
+        d = self.start()
+        with Client(d.grpc_target) as c:
+            info = c.create_model("ou", dim=1, max_dict=60, rff_features=32, auto_sigma_warmup=200,
+                                  on_change="fork")
+            self.assertEqual(info.config.on_change, "fork")
+            self.assertIsNone(info.config.fork_of)
+            self.ingest(c, rows, 0, 4500)
+            alarms = c.list_alarms("ou").alarms
+            self.assertTrue(any(3000 <= a.index < 3500 for a in alarms), alarms)
+            digests = self.check_forks(c, alarms, 4500)
+        self.kill9(d)
+        d = self.start()
+        with Client(d.grpc_target) as c:
+            self.assertEqual(self.digests(c), digests)
+        self.assertEqual(d.stop(timeout=30), 0)
+        d = self.start()
+        with Client(d.grpc_target) as c:
+            self.assertEqual(self.digests(c), digests)
+            self.ingest(c, rows, 4500, 9000)
+            alarms = c.list_alarms("ou").alarms
+            self.assertTrue(any(6000 <= a.index < 6500 for a in alarms), alarms)
+            digests = self.check_forks(c, alarms, 9000)
+            # A fork inside the fast regime (rate 5 from pair 3000 to 6000, dt 0.1) learned it
+            # alone: its slowest relaxation is near exp(-0.5) = 0.61, not the slow regime's
+            # exp(-0.1) = 0.90 that the parent's mixes in.
+            inside = [k for k, a in enumerate(alarms, start=1)
+                      if a.index >= 3000 and (alarms[k].index if k < len(alarms) else 9000) <= 6000
+                      and (alarms[k].index if k < len(alarms) else 9000) - a.index >= 300]
+            self.assertGreaterEqual(len(inside), 1, alarms)
+            for k in inside:
+                c.refresh(f"ou.{k}", wait=True, timeout=60)
+                mu = sorted(abs(np.asarray(c.koopman(f"ou.{k}", top=3).eigenvalues)))[-2]
+                self.assertLess(abs(mu - np.exp(-0.5)), abs(mu - np.exp(-0.1)), (k, mu))
+            digests = self.digests(c)  # refreshes change no state
+        self.kill9(d)
+        d = self.start()
+        last = f"ou.{len(alarms)}"
+        with Client(d.grpc_target) as c:
+            self.assertEqual(self.digests(c), digests)
+            # A fork is fed only through its parent; otherwise it is a model like any other.
+            with self.assertRaises(CmestreamError) as e:
+                c.ingest_trajectory(last, rows[:10], producer="q")
+            self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("is a fork of 'ou'", str(e.exception))
+            self.assertEqual(c.refresh(last, wait=True, timeout=60).samples, c.describe(last).samples)
+            self.assertGreater(len(c.koopman(last, top=2).eigenvalues), 0)
+            c.delete_model("ou.1")
+            del digests["ou.1"]
+        out = subprocess.run([CMESTREAM, "--server", d.grpc_target, "model", "describe", last, "--json"],
+                             capture_output=True, text=True, check=True).stdout
+        self.assertEqual((json.loads(out)["config"]["fork_of"], json.loads(out)["config"]["fork_index"]),
+                         ("ou", alarms[-1].index))
+        self.kill9(d)
+        d = self.start()
+        with Client(d.grpc_target) as c:
+            self.assertEqual(self.digests(c), digests)  # the deletion replays after the forks' start
+
+    def kill9(self, d):
+        d.process.send_signal(signal.SIGKILL)
+        d.process.wait()
+        d.stop()
+
     def test_refusals(self):
         d = self.start()
         with Client(d.grpc_target) as c:
@@ -190,7 +277,8 @@ class AlarmsTest(unittest.TestCase):
             self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
             self.assertIsNone(c.describe("quiet").alarms)
             for bad in (dict(alarms="maybe"), dict(alarm_rate=0.0), dict(alarm_rate=30.0),
-                        dict(alarms="off", alarm_rate=2.0), dict(on_change="fork"),
+                        dict(alarms="off", alarm_rate=2.0), dict(on_change="fork", alarms="off"),
+                        dict(on_change="split"), dict(fork_of="x", fork_index=3),
                         dict(alarms="off", on_change="reset")):
                 with self.assertRaises(CmestreamError) as e:
                     c.create_model("bad", dim=1, **bad)

@@ -260,6 +260,8 @@ class ModelConfig:
     alarm_rate: Optional[float] = None
     on_change: Optional[str] = None
     reduce: Optional[int] = None
+    fork_of: Optional[str] = None  # set on a fork (on_change "fork"): the model it forked from
+    fork_index: Optional[int] = None  # ... and that model's alarm index it starts at
 
 
 @dataclasses.dataclass
