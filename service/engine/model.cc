@@ -158,22 +158,21 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     }
   }
 
-  // (c) apply under the learner lock: the pairs not seen before, with the episode key.
-  StreamBatch applied;
-  applied.n = batch.n - first;
-  applied.dim = batch.dim;
-  if (batch.discrete()) {
-    applied.x_ids = batch.x_ids + first;
-    applied.y_ids = batch.y_ids + first;
-  } else {
-    applied.x = batch.x_at(first);
-    applied.y = batch.y_at(first);
-  }
-  applied.trajectory = batch.trajectory;
-  applied.gap = batch.gap && first == 0;  // a re-sent tail continues what its head started
-  applied.producer = producer_id;
-  applied.episode = episode_id;
-  applied.time = batch.time;
+  // (c) apply under the learner lock: the pairs not seen before, with the episode key (a
+  // re-sent tail continues what its head started: PairsOf keeps the gap only from pair 0).
+  StreamBatch whole;
+  whole.n = batch.n;
+  whole.dim = batch.dim;
+  whole.x = batch.x;
+  whole.y = batch.y;
+  whole.x_ids = batch.x_ids;
+  whole.y_ids = batch.y_ids;
+  whole.trajectory = batch.trajectory;
+  whole.gap = batch.gap;
+  whole.producer = producer_id;
+  whole.episode = episode_id;
+  whole.time = batch.time;
+  const StreamBatch applied = PairsOf(whole, first, batch.n);
   Stats s;
   std::optional<ForkPlan> forks;
   {
@@ -209,6 +208,20 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   r.producer_offset = offset_after;
   r.model_samples = s.samples + s.pending_warmup;
   return r;
+}
+
+StreamBatch PairsOf(const StreamBatch& b, int64_t begin, int64_t end) {
+  StreamBatch part = b;
+  part.n = end - begin;
+  if (b.discrete()) {
+    part.x_ids = b.x_ids + begin;
+    part.y_ids = b.y_ids + begin;
+  } else {
+    part.x = b.x_at(begin);
+    part.y = b.y_at(begin);
+  }
+  part.gap = b.gap && begin == 0;
+  return part;
 }
 
 ForkPlan Model::PlanForksLocked(int64_t alarms_before, int64_t index_before, int64_t pairs_before, int64_t applied_rows,

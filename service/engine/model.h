@@ -57,6 +57,10 @@ struct ForkPlan {
   };
   std::vector<Start> starts;  // alarms raised by the batch, oldest first: forks current + 1, ...
 };
+// Pairs [begin, end) of `b` as a batch of their own (a trajectory's rows begin..end), with b's
+// episode key; only a part that starts at b's first pair keeps b's gap.
+StreamBatch PairsOf(const StreamBatch& b, int64_t begin, int64_t end);
+
 class ForkSink {
  public:
   virtual ~ForkSink() = default;

@@ -216,32 +216,16 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& n
   return Publish(name, metrics, std::move(model));
 }
 
-namespace {
-
-// Rows [begin, end) of an applied batch as their own batch: pairs begin..end-1 (a trajectory's
-// rows begin..end). A fork's first part starts an episode (the fork has none open yet).
-StreamBatch Slice(const StreamBatch& b, int64_t begin, int64_t end, bool starts_fork) {
-  StreamBatch part = b;
-  part.n = end - begin;
-  if (b.discrete()) {
-    part.x_ids = b.x_ids + begin;
-    part.y_ids = b.y_ids + begin;
-  } else {
-    part.x = b.x_at(begin);
-    part.y = b.y_at(begin);
-  }
-  part.gap = starts_fork || (b.gap && begin == 0);
-  return part;
-}
-
-}  // namespace
-
 void ModelRegistry::Forward(const Model& parent, const ForkPlan& plan, const StreamBatch& applied, uint64_t sequence) {
   std::shared_ptr<Model> fork = plan.current > 0 ? FindFork(parent, plan.current, plan.current_index) : nullptr;
   int64_t begin = 0;
   for (size_t s = 0;; ++s) {
     const int64_t end = s < plan.starts.size() ? std::min(plan.starts[s].row, applied.n) : applied.n;
-    if (fork != nullptr && end > begin) fork->ApplyFork(Slice(applied, begin, end, /*starts_fork=*/s > 0), sequence);
+    if (fork != nullptr && end > begin) {
+      StreamBatch part = PairsOf(applied, begin, end);
+      part.gap = part.gap || s > 0;  // a new fork's first pairs start its episode
+      fork->ApplyFork(part, sequence);
+    }
     if (s == plan.starts.size()) break;
     fork = StartFork(parent, plan.current + static_cast<int64_t>(s) + 1, plan.starts[s].index);
     begin = end;
