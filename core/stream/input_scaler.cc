@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/io/binary_io.h"
@@ -71,6 +72,23 @@ InputScaler InputScaler::Estimate(const Eigen::Ref<const RowMatrixXd>& a, const 
     s.spread_[static_cast<size_t>(j)] = kind;
   }
   return s;
+}
+
+void InputScaler::PoolCommensurate(double max_ratio) {
+  double lo = std::numeric_limits<double>::infinity(), hi = 0, log_sum = 0;
+  int estimated = 0;
+  for (size_t j = 0; j < scale_.size(); ++j) {
+    if (spread_[j] == Spread::kUnit) continue;
+    lo = std::min(lo, scale_[j]);
+    hi = std::max(hi, scale_[j]);
+    log_sum += std::log(scale_[j]);
+    ++estimated;
+  }
+  if (estimated < 2 || hi > max_ratio * lo) return;
+  const double common = std::exp(log_sum / estimated);
+  for (size_t j = 0; j < scale_.size(); ++j) {
+    if (spread_[j] != Spread::kUnit) scale_[j] = common;
+  }
 }
 
 void InputScaler::ApplyRows(Eigen::Ref<RowMatrixXd> rows) const {

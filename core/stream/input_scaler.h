@@ -61,6 +61,15 @@ class InputScaler {
   void Invert(const double* in, double* out) const {
     for (size_t j = 0; j < center_.size(); ++j) out[j] = in[j] * scale_[j] + center_[j];
   }
+  // COMMENSURATE CHANNELS (the learner's step after Estimate, docs/algorithms.md §1.13): when
+  // the estimated spreads (constant channels' unit spreads aside) are all within a factor
+  // `max_ratio` of each other, every one of them becomes their geometric mean, so the kernel
+  // keeps the channels' own geometry (positions and velocities, sensors in one unit) instead of
+  // a warm-up-dependent anisotropy; channels further apart keep their own spreads. Centers and
+  // spread kinds are unchanged. Nothing changes with fewer than two estimated spreads.
+  static constexpr double kCommensurateRatio = 2.0;
+  void PoolCommensurate(double max_ratio);
+
   // Row-wise, in place; rows.cols() must equal dim().
   void ApplyRows(Eigen::Ref<RowMatrixXd> rows) const;
   void InvertRows(Eigen::Ref<RowMatrixXd> rows) const;

@@ -366,6 +366,7 @@ void StreamingLearner::FinishWarmup() {
     // The scaler first, from the raw pairs; then sigma, the estimators and the buffered pairs
     // in its units (docs/algorithms.md §1.13).
     scaler_ = InputScaler::Estimate(x, y);
+    scaler_->PoolCommensurate(InputScaler::kCommensurateRatio);
     scaler_->ApplyRows(x);
     scaler_->ApplyRows(y);
   }

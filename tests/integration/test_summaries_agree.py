@@ -10,9 +10,11 @@ import os
 import tempfile
 import unittest
 
+import grpc
 import numpy as np
 
 from cmestream import Client
+from cmestream.client import CmestreamError
 from cmestream.testing import Daemon
 
 CMESTREAMD = os.environ.get("CMESTREAMD", "build/service/cmestreamd")
@@ -26,6 +28,7 @@ class SummariesAgreeTest(unittest.TestCase):
         for t in range(1, n):  # two OU channels, the second with a rate change at row 2500
             a = np.array([0.95, 0.9 if t < 2500 else 0.5])
             x[t] = a * x[t - 1] + np.sqrt(1 - a * a) * rng.normal(size=2)
+        x[:, 1] *= 5  # a second sensor in other units: scaled per channel (docs/algorithms.md §1.13)
         with tempfile.TemporaryDirectory() as tmp:
             d = Daemon(CMESTREAMD, os.path.join(tmp, "data"), refresh_interval=3600).start()
             try:
@@ -50,6 +53,21 @@ class SummariesAgreeTest(unittest.TestCase):
                     self.assertEqual(info.alarms.armed_at, alarms.armed_at)
                     self.assertGreaterEqual(info.alarms.alarms_total, 1)  # the rate change
                     self.assertEqual(alarms.alarms[-1].channels[0], 1)
+                    # Where the stream gives no CK test (the same OU channels in one unit, no
+                    # metastable sets with mass at every lag), summary and reply say so alike.
+                    c.create_model("u", dim=2, lags=[1, 2, 4], max_dict=60, rff_features=32,
+                                   auto_sigma_warmup=500, scale="none")
+                    c.ingest_trajectory("u", x / [1, 5], producer="p")
+                    c.refresh("u", wait=True)
+                    lags = {s.name: s for s in c.describe("u").sub_views}["lags"].summary
+                    if lags.termination == "no_ck_test":
+                        with self.assertRaises(CmestreamError) as e:
+                            c.cktest("u")
+                        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+                        self.assertIn(lags.message, str(e.exception))
+                    else:
+                        ck = c.cktest("u")
+                        self.assertIn(ck.estimator, ("koopman", "counts"))
             finally:
                 d.stop()
 

@@ -81,6 +81,30 @@ TEST(InputScaler, FallbacksNeverDivideByZero) {
   EXPECT_EQ(InputScaler::Estimate(level).spread()[0], InputScaler::Spread::kUnit);
 }
 
+TEST(InputScaler, CommensurateChannelsShareOneScale) {
+  // Channels 0 and 2: arithmetic sequences with spreads 50 / 1.349 and 75 / 1.349 (ratio 1.5):
+  // both become the geometric mean. Channel 1 is constant (unit spread): left alone.
+  RowMatrixXd rows(101, 3);
+  for (int i = 0; i <= 100; ++i) rows.row(i) << i, 4.0, 1.5 * i - 7;
+  InputScaler s = InputScaler::Estimate(rows);
+  const InputScaler estimated = s;
+  s.PoolCommensurate(InputScaler::kCommensurateRatio);
+  const double common = std::sqrt(estimated.scale()[0] * estimated.scale()[2]);
+  EXPECT_DOUBLE_EQ(s.scale()[0], common);
+  EXPECT_DOUBLE_EQ(s.scale()[2], common);
+  EXPECT_EQ(s.scale()[1], 1.0);
+  EXPECT_EQ(s.center(), estimated.center());
+  EXPECT_EQ(s.spread(), estimated.spread());
+  // Spreads 2.5x apart keep their own; so does a single channel.
+  for (int i = 0; i <= 100; ++i) rows(i, 2) = 2.5 * i;
+  InputScaler apart = InputScaler::Estimate(rows);
+  apart.PoolCommensurate(InputScaler::kCommensurateRatio);
+  EXPECT_EQ(apart, InputScaler::Estimate(rows));
+  InputScaler one = InputScaler::Estimate(rows.leftCols(1));
+  one.PoolCommensurate(InputScaler::kCommensurateRatio);
+  EXPECT_EQ(one, InputScaler::Estimate(rows.leftCols(1)));
+}
+
 TEST(InputScaler, ApplyInvertAndSerializationRoundTrip) {
   RowMatrixXd rows(50, 3);
   std::mt19937_64 rng(2);
