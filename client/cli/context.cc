@@ -80,8 +80,8 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
                        An explicit S is in your units and implies --scale none
   --scale auto|none    per-channel input scaling (default auto with sigma auto, none with
                        --reduce): each channel is centered by its median and divided by
-                       IQR/1.349, estimated on the warm-up and then frozen; replies stay in
-                       your units
+                       IQR/1.349 (spreads all within a factor 2 share one scale), estimated
+                       on the warm-up and then frozen; replies stay in your units
   --delays D           learn on windows of the last D raw rows (--dim values each, oldest
                        first): ingest raw rows with --trajectory (an empty CSV line marks a
                        gap); query files hold raw rows, replies one entry per complete window
