@@ -20,6 +20,8 @@
 #                   interval fsync): wake, coalescing, stop while running
 #   test_side_lane  one model's learner on two threads (core/common/side_lane.h): its side
 #                   lanes run by a helper thread while the owner learns the CME, across calls
+#   test_forks      alarms starting forks (a model's sequencer, then the registry, then the
+#                   fork's locks) while another thread lists, hashes, describes and deletes
 # Not in the subset: the in-process gRPC daemon tests (test_daemon, test_limits, ...). Debian's
 # gRPC is not instrumented, so its hand-offs between threads (completion queue, callback
 # reactors in the grpcpp headers) are reported as races; a TSan suppression matches any frame
@@ -34,7 +36,7 @@ cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 BUILD="${SANITIZE_BUILD_DIR:-build-sanitize}"
 TESTS=("$@")
-[ ${#TESTS[@]} -eq 0 ] && TESTS=(test_wal test_snapshot test_periodic_thread test_side_lane)
+[ ${#TESTS[@]} -eq 0 ] && TESTS=(test_wal test_snapshot test_periodic_thread test_side_lane test_forks)
 CXX_CLANG="$(command -v clang++ || command -v clang++-14 || true)"
 if [ -z "$CXX_CLANG" ]; then
   echo "sanitize: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2

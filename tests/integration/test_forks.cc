@@ -3,9 +3,11 @@
 // alarming one to the next alarm's, wherever the parent's batches ended. Checked on a trajectory
 // with delays (the row arithmetic of windows that fill up), on unordered pairs and on a
 // discrete chain; and a fork refuses direct ingestion and an early end of its warm-up.
+#include <atomic>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -200,6 +202,48 @@ TEST_F(ForkTest, AForkOfADiscreteChainIsTheModelOfItsStates) {
     part.y_ids = part.x_ids + 1;
     return part;
   });
+}
+
+TEST_F(ForkTest, ForksStartWhileOtherThreadsReadAndDeleteModels) {
+  // The fork path takes the parent's sequencer, then the registry, then the fork's locks
+  // (service/README.md "Locks"). Against a thread that lists the models, hashes and describes
+  // each and deletes fork 1: no deadlock, and under ThreadSanitizer (scripts/sanitize.sh) no race
+  // or lock-order inversion.
+  v1::ModelConfig c = ForkingConfig("ar");
+  c.set_dim(1);
+  ASSERT_TRUE(registry_.Create(c).ok());
+  const std::vector<double> v = Ar1(7);
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      for (const std::shared_ptr<Model>& m : registry_.List()) {
+        EXPECT_NE(m->StateDigest(), 0u);
+        EXPECT_EQ(m->Describe().config().name(), m->name());
+        if (m->name() == "ar.1") registry_.Delete("ar.1").IgnoreError();  // may race another Delete: NotFound
+      }
+    }
+  });
+  for (int first = 0; first < kRows; first += kBatch) {
+    v1::IngestBatch b;
+    b.set_model("ar");
+    b.set_producer_id(kProducer);
+    b.set_offset(first);
+    for (int t = first; t <= std::min(first + kBatch, kRows); ++t) b.add_states(v[t]);
+    Ingest(b);
+  }
+  done.store(true);
+  reader.join();
+  auto parent = registry_.Get("ar");
+  ASSERT_TRUE(parent.ok());
+  EXPECT_EQ((*parent)->stats().samples + (*parent)->stats().pending_warmup, static_cast<uint64_t>(kRows));
+  auto alarms = (*parent)->Alarms(0);
+  ASSERT_TRUE(alarms.ok());
+  ASSERT_GE(alarms->alarms.size(), 1u);
+  for (size_t k = 2; k <= alarms->alarms.size(); ++k) {
+    auto fork = registry_.Get("ar." + std::to_string(k));
+    ASSERT_TRUE(fork.ok()) << k;
+    EXPECT_EQ((*fork)->config().fork_index(), static_cast<uint64_t>(alarms->alarms[k - 1].index));
+  }
 }
 
 TEST_F(ForkTest, AForkRefusesIngestionAndAnEarlyWarmupEndAndTheClientCannotMakeOne) {
