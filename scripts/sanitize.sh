@@ -60,7 +60,8 @@ status=0
 for t in "${TESTS[@]}"; do
   log="$BUILD/sanitize-logs/$t.log"
   t0=$(date +%s)
-  bin="$BUILD/tests/integration/$t"
+  bin="$BUILD/tests/service/$t"
+  [ -x "$bin" ] || bin="$BUILD/tests/integration/$t"
   [ -x "$bin" ] || bin="$BUILD/tests/core/$t"
   if "$bin" --gtest_brief=1 ${SANITIZE_GTEST_FILTER:+--gtest_filter="$SANITIZE_GTEST_FILTER"} >"$log" 2>&1; then
     echo "sanitize: $t passed in $(( $(date +%s) - t0 )) s"

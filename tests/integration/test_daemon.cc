@@ -562,7 +562,7 @@ TEST_F(DaemonTest, AutoSigmaBuffersWarmupThenLearnsAllPairs) {
   v1::IngestAck ack;
   ASSERT_TRUE(IngestOne(PairsBatch("auto", t, 0, 40), &ack).ok());
   // Fewer than 50 pairs: an explicit refresh cannot end the warm-up either (from 50 on it would,
-  // docs/algorithms.md §1.13; tests/integration/test_input_scaling.cc).
+  // docs/algorithms.md §1.13; tests/service/engine/test_input_scaling.cc).
   v1::RefreshResponse r;
   EXPECT_EQ(RefreshWait("auto", &r).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   ASSERT_TRUE(IngestOne(PairsBatch("auto", t, 40, 150), &ack).ok());
