@@ -195,6 +195,21 @@ void FeedTrajectory(StreamingLearner& l, const RowMatrixXd& s, int64_t first, in
   }
 }
 
+TEST(StreamingLearnerScaling, CommensurateChannelsArePooledAtTheWarmupsEnd) {
+  // RawChain's hidden state in its own units: three channels with spreads of about 0.7 each.
+  RowMatrixXd raw = RawChain(700, 9);
+  raw.col(0) = (raw.col(0).array() - 1000.0) / 235.0;
+  raw.col(1) = (raw.col(1).array() + 2.0) / 0.03;
+  StreamingLearner l(Options(true));
+  FeedTrajectory(l, raw, 0, 700, 37);
+  ASSERT_NE(l.scaler(), nullptr);
+  InputScaler want = InputScaler::Estimate(raw.topRows(kWarmup), raw.middleRows(1, kWarmup));
+  EXPECT_NE(want.scale()[0], want.scale()[1]);  // estimated one by one, they differ
+  want.PoolCommensurate(InputScaler::kCommensurateRatio);
+  EXPECT_EQ(*l.scaler(), want);
+  EXPECT_EQ(l.scaler()->scale()[0], l.scaler()->scale()[2]);
+}
+
 TEST(StreamingLearnerScaling, StateIsThatOfTheScaledStreamFedByHand) {
   const RowMatrixXd raw = RawChain(700, 9);
   StreamingLearner scaled(Options(true));

@@ -59,6 +59,9 @@ v1::ModelConfig ForkingConfig(const std::string& name) {
   return c;
 }
 
+// The parent's producer: a StreamBatch views its key's strings, so this one outlives the batches.
+const std::string kProducer = "p";
+
 class ForkTest : public ::testing::Test {
  protected:
   void Ingest(const v1::IngestBatch& b) {
@@ -68,6 +71,20 @@ class ForkTest : public ::testing::Test {
                                             : ValidateBatch(b, (*model)->dim(), 0);
     ASSERT_TRUE(check.status.ok()) << check.status;
     ASSERT_TRUE((*model)->Ingest(check.batch, b.producer_id(), b.offset(), 0).ok());
+  }
+
+  // Rows 0..kRows to `name` as trajectory batches of `batch` pairs (each repeats its first row),
+  // `add_row(b, t)` appending row t.
+  template <typename AddRow>
+  void FeedTrajectory(const std::string& name, int batch, const AddRow& add_row) {
+    for (int first = 0; first < kRows; first += batch) {
+      v1::IngestBatch b;
+      b.set_model(name);
+      b.set_producer_id(kProducer);
+      b.set_offset(first);
+      for (int t = first; t <= std::min(first + batch, kRows); ++t) add_row(b, t);
+      Ingest(b);
+    }
   }
 
   // The alarm indices of `parent`, and its forks' digests against references fed `part(k)`.
@@ -100,9 +117,6 @@ class ForkTest : public ::testing::Test {
   ModelRegistry registry_{ConfigDefaults{}, metrics_, log_};
 };
 
-// The parent's producer: a StreamBatch views its key's strings, so this one outlives the batches.
-const std::string kProducer = "p";
-
 StreamBatch Base() {
   StreamBatch b;
   b.producer = kProducer;
@@ -121,14 +135,7 @@ TEST_F(ForkTest, AForkOfATrajectoryWithDelaysIsTheModelOfItsRows) {
     c.set_delays(3);
     c.set_delay_stride(2);
     ASSERT_TRUE(registry_.Create(c).ok());
-    for (int first = 0; first < kRows; first += batch) {
-      v1::IngestBatch b;
-      b.set_model(name);
-      b.set_producer_id(kProducer);
-      b.set_offset(first);
-      for (int t = first; t <= std::min(first + batch, kRows); ++t) b.add_states(v[t]);
-      Ingest(b);
-    }
+    FeedTrajectory(name, batch, [&](v1::IngestBatch& b, int t) { b.add_states(v[t]); });
     // Pair i of the windows [x_{t-4}, x_{t-2}, x_t] ends its first window at row i + 4.
     const int64_t lead = (3 - 1) * 2;
     ExpectForksAreReferences(name, [&](int64_t index, int64_t next) {
@@ -186,14 +193,7 @@ TEST_F(ForkTest, AForkOfADiscreteChainIsTheModelOfItsStates) {
   c.set_num_states(3);
   ASSERT_TRUE(registry_.Create(c).ok());
   const std::vector<int64_t> s = Chain(5);
-  for (int first = 0; first < kRows; first += kBatch) {
-    v1::IngestBatch b;
-    b.set_model("chain");
-    b.set_producer_id(kProducer);
-    b.set_offset(first);
-    for (int t = first; t <= std::min(first + kBatch, kRows); ++t) b.add_state_ids(s[t]);
-    Ingest(b);
-  }
+  FeedTrajectory("chain", kBatch, [&](v1::IngestBatch& b, int t) { b.add_state_ids(s[t]); });
   ExpectForksAreReferences("chain", [&](int64_t index, int64_t next) {
     StreamBatch part = Base();
     part.n = (next < 0 ? kRows : next) - index;
@@ -223,14 +223,7 @@ TEST_F(ForkTest, ForksStartWhileOtherThreadsReadAndDeleteModels) {
       }
     }
   });
-  for (int first = 0; first < kRows; first += kBatch) {
-    v1::IngestBatch b;
-    b.set_model("ar");
-    b.set_producer_id(kProducer);
-    b.set_offset(first);
-    for (int t = first; t <= std::min(first + kBatch, kRows); ++t) b.add_states(v[t]);
-    Ingest(b);
-  }
+  FeedTrajectory("ar", kBatch, [&](v1::IngestBatch& b, int t) { b.add_states(v[t]); });
   done.store(true);
   reader.join();
   auto parent = registry_.Get("ar");
