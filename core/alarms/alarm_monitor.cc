@@ -124,7 +124,7 @@ AlarmMonitor::AlarmMonitor(const Options& options) : options_(options), detector
     forecast_.emplace(f);
   }
   if (RunsDriftTest(options)) drift_.emplace(DriftOptions(options));
-  residual_.assign(detector_.channels(), 0.0);
+  residual_.assign(static_cast<size_t>(detector_.channels()) * LinearForecast::kBlock, 0.0);
 }
 
 double AlarmMonitor::score() const {
@@ -134,12 +134,26 @@ double AlarmMonitor::score() const {
   return s;
 }
 
-void AlarmMonitor::ObservePair(const double* x, const double* y, double time) {
-  const int64_t next_fit = forecast_->next_fit();
-  if (forecast_->Observe(x, y, residual_.data())) Score(x, residual_.data(), time);
-  // A refit makes the residual another function of x: the coefficient test's reference restarts.
-  if (drift_ && forecast_->next_fit() != next_fit) drift_->Restart();
-  ++pairs_;
+void AlarmMonitor::ObservePair(const double* x, const double* y, double time) { ObservePairs(x, y, 1, time); }
+
+void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, double time) {
+  const int d = options_.dim, c = detector_.channels();
+  while (n > 0) {
+    const int64_t next_fit = forecast_->next_fit();
+    bool scored = false;
+    // A refit can only come after the block's last pair: every pair is scored with one fit.
+    const int k = forecast_->ObserveBlock(x, y, n, residual_.data(), &scored);
+    for (int b = 0; b < k; ++b) {
+      if (scored) Score(x + static_cast<int64_t>(b) * d, residual_.data() + static_cast<int64_t>(b) * c, time);
+      // A refit makes the residual another function of x: the coefficient test's reference
+      // restarts (after the pair the refit followed, as pair at a time).
+      if (b == k - 1 && drift_ && forecast_->next_fit() != next_fit) drift_->Restart();
+      ++pairs_;
+    }
+    x += static_cast<int64_t>(k) * d;
+    y += static_cast<int64_t>(k) * d;
+    n -= k;
+  }
 }
 
 void AlarmMonitor::ObserveIds(int64_t x, int64_t y, const TransitionCounts& counts, double time) {

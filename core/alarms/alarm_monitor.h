@@ -86,6 +86,10 @@ class AlarmMonitor {
 
   // One pair, before the model learns it. Continuous: x, y (dim values each).
   void ObservePair(const double* x, const double* y, double time);
+  // n consecutive pairs (x and y row-major, dim values a row), before the model learns them:
+  // the same records, scores and state, bit for bit, as n calls of ObservePair (the forecast
+  // takes them in blocks, LinearForecast::ObserveBlock). No allocation.
+  void ObservePairs(const double* x, const double* y, int64_t n, double time);
   // Discrete: ids and the model's counts before the pair.
   void ObserveIds(int64_t x, int64_t y, const TransitionCounts& counts, double time);
 
@@ -126,7 +130,7 @@ class AlarmMonitor {
   std::optional<LinearForecast> forecast_;  // continuous
   ChangeDetector detector_;
   std::optional<DriftDetector> drift_;  // continuous, scoring_v3 and few enough components
-  std::vector<double> residual_;        // scratch
+  std::vector<double> residual_;        // scratch: LinearForecast::kBlock rows of the channels
   std::deque<AlarmRecord> records_;
 };
 

@@ -52,41 +52,65 @@ LinearForecast::LinearForecast(const Options& options) : options_(options) {
   sv_ = VectorXd::Zero(c);
   intercept_ = VectorXd::Zero(c);
   coef_ = MatrixXd::Zero(d, c);
-  u_ = VectorXd::Zero(d);
-  v_ = VectorXd::Zero(c);
+  u_ = MatrixXd::Zero(d, kBlock);
+  v_ = MatrixXd::Zero(c, kBlock);
   next_fit_ = options.first_fit;
 }
 
 bool LinearForecast::Observe(const double* x, const double* y, double* residual) {
-  const int d = options_.dim, c = options_.outputs;
-  const double* y_new = y + (d - c);
+  bool scored = false;
+  ObserveBlock(x, y, 1, residual, &scored);
+  return scored;
+}
+
+int LinearForecast::ObserveBlock(const double* x, const double* y, int64_t n, double* residuals, bool* scored) {
+  const int d = options_.dim, c = options_.outputs, p = options_.regressors();
+  const int k = static_cast<int>(std::min<int64_t>({n, kBlock, next_fit_ - n_}));
   if (n_ == 0) {
     for (int j = 0; j < d; ++j) x0_[j] = x[j];
-    for (int k = 0; k < c; ++k) y0_[k] = y_new[k];
+    for (int o = 0; o < c; ++o) y0_[o] = y[d - c + o];
   }
-  for (int j = 0; j < d; ++j) u_[j] = x[j] - x0_[j];
-  if (options_.degree == 3) {
-    for (int j = 0; j < d; ++j) {
-      u_[d + j] = u_[j] * u_[j];
-      u_[2 * d + j] = u_[d + j] * u_[j];
+  for (int b = 0; b < k; ++b) {
+    const double* xb = x + static_cast<int64_t>(b) * d;
+    const double* y_new = y + static_cast<int64_t>(b) * d + (d - c);
+    double* u = u_.col(b).data();
+    for (int j = 0; j < d; ++j) u[j] = xb[j] - x0_[j];
+    if (options_.degree == 3) {
+      for (int j = 0; j < d; ++j) {
+        u[d + j] = u[j] * u[j];
+        u[2 * d + j] = u[d + j] * u[j];
+      }
+    }
+    for (int o = 0; o < c; ++o) v_(o, b) = y_new[o] - y0_[o];
+  }
+  *scored = fitted_;
+  if (fitted_) {
+    // residual = y_new - (a + B^T u): a coefficient column meets the block's pairs in turn.
+    for (int o = 0; o < c; ++o) {
+      for (int b = 0; b < k; ++b) {
+        const double y_new = y[static_cast<int64_t>(b) * d + (d - c) + o];
+        residuals[static_cast<int64_t>(b) * c + o] = y_new - intercept_[o] - coef_.col(o).dot(u_.col(b));
+      }
     }
   }
-  for (int k = 0; k < c; ++k) v_[k] = y_new[k] - y0_[k];
-  const bool scored = fitted_;
-  if (scored) {
-    // residual = y_new - (a + B^T u)
-    for (int k = 0; k < c; ++k) residual[k] = y_new[k] - intercept_[k] - coef_.col(k).dot(u_);
+  // The sums, a column at a time and the pairs in order within it: per element the additions
+  // of pair-at-a-time (Eigen's rank-1 update and outer product do the same per column).
+  for (int j = 0; j < p; ++j) {
+    for (int b = 0; b < k; ++b) suu_.col(j).tail(p - j) += u_(j, b) * u_.col(b).tail(p - j);
   }
-  suu_.selfadjointView<Eigen::Lower>().rankUpdate(u_);
-  su_ += u_;
-  suv_.noalias() += u_ * v_.transpose();
-  sv_ += v_;
-  ++n_;
+  for (int o = 0; o < c; ++o) {
+    for (int b = 0; b < k; ++b) suv_.col(o) += v_(o, b) * u_.col(b);
+  }
+  for (int b = 0; b < k; ++b) {
+    su_ += u_.col(b);
+    sv_ += v_.col(b);
+  }
+  n_ += k;
   if (n_ == next_fit_) {
     Refit();
     next_fit_ = n_ < options_.fit_every ? std::min(2 * n_, options_.fit_every) : n_ + options_.fit_every;
   }
-  return scored;
+  return k;
 }
 
 void LinearForecast::Refit() {

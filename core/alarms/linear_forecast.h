@@ -19,6 +19,12 @@
 //
 // COST (p regressors). Observe: O(p^2 / 2 + p C) (a rank-1 update of the lower triangle of sum u u^T), no heap
 // allocation; a refit O(p^3) (it allocates; rare). Memory O(p^2 + p C).
+//
+// BLOCKS. ObserveBlock takes up to kBlock pairs in one pass over the d x d and d x C matrices
+// (each column is updated by every pair of the block while it sits in L1): with 512 channels
+// those matrices are 6 MB, and a pass per pair made the forecast memory-bound (70 % of the
+// helper thread's time on a 512-channel stream, docs/benchmarks.md). Every sum still gets the same
+// additions in the same order as pair-at-a-time, so a block of any size gives the same bits.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +61,13 @@ class LinearForecast {
   // x, y: dim finite doubles. No allocation except at a refit.
   bool Observe(const double* x, const double* y, double* residual);
 
+  static constexpr int kBlock = 16;
+  // Scores and learns the first k = min(n, kBlock, next_fit() - samples()) of n >= 1 pairs (x
+  // and y row-major, dim values a row), then refits if the schedule says so; returns k. Pair i's
+  // residual goes to residuals + i * outputs; every pair of the block is scored with the fit
+  // from before the call, so *scored = has_fit() before it. Bit-identical to k calls of Observe.
+  int ObserveBlock(const double* x, const double* y, int64_t n, double* residuals, bool* scored);
+
   const Options& options() const { return options_; }
   int64_t samples() const { return n_; }
   bool has_fit() const { return fitted_; }
@@ -80,7 +93,7 @@ class LinearForecast {
   bool fitted_ = false;
   VectorXd intercept_;  // C
   MatrixXd coef_;       // d x C
-  VectorXd u_, v_;      // scratch
+  MatrixXd u_, v_;      // scratch: one column a pair of the block, d x kBlock and C x kBlock
 };
 
 }  // namespace cmestream

@@ -284,7 +284,7 @@ int64_t StreamingLearner::PushScorers() {
 void StreamingLearner::SideAlarms(void* learner, void* batch, int64_t begin, int64_t end) {
   auto* self = static_cast<StreamingLearner*>(learner);
   const auto* b = static_cast<const StreamBatch*>(batch);
-  for (int64_t i = begin; i < end; ++i) self->alarms_->ObservePair(b->x_at(i), b->y_at(i), b->time);
+  self->alarms_->ObservePairs(b->x_at(begin), b->y_at(begin), end - begin, b->time);
 }
 
 void StreamingLearner::SideScorers(void* learner, void* run, int64_t begin, int64_t end) {
@@ -515,6 +515,12 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
     // The alarms score the pair before any estimator learns it (test, then train).
     if (side_alarms_) {
       if (i - alarms_next_ == kSideAlarmPairs) PushSideAlarms(batch, i);
+    } else if (alarms_ && !batch.discrete() && !options_.reset_on_alarm) {
+      // Scored ahead in runs, as on the side lane: the forecast reads no estimator.
+      if (i == alarms_next_) {
+        alarms_next_ = std::min(batch.n, i + kSideAlarmPairs);
+        alarms_->ObservePairs(batch.x_at(i), batch.y_at(i), alarms_next_ - i, batch.time);
+      }
     } else if (alarms_) {
       const int64_t raised = alarms_->alarms_total();
       if (batch.discrete()) {

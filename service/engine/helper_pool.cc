@@ -2,12 +2,18 @@
 
 #include <algorithm>
 
+#include "service/engine/thread_name.h"
+
 namespace cmestream::service {
 
 HelperPool::HelperPool(int threads) {
   threads = std::max(1, threads);
   workers_.reserve(static_cast<size_t>(threads));
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  for (int i = 0; i < threads; ++i)
+    workers_.emplace_back([this] {
+      NameThisThread("cme-helper");
+      Work();
+    });
 }
 
 HelperPool::~HelperPool() {

@@ -9,12 +9,18 @@
 #include <unistd.h>
 #endif
 
+#include "service/engine/thread_name.h"
+
 namespace cmestream::service {
 
 IngestPool::IngestPool(int threads, int nice) {
   threads = std::max(1, threads);
   workers_.reserve(static_cast<size_t>(threads));
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this, nice] { Work(nice); });
+  for (int i = 0; i < threads; ++i)
+    workers_.emplace_back([this, nice] {
+      NameThisThread("cme-ingest");
+      Work(nice);
+    });
 }
 
 IngestPool::~IngestPool() {

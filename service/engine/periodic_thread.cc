@@ -2,16 +2,21 @@
 
 #include <utility>
 
+#include "service/engine/thread_name.h"
+
 namespace cmestream::service {
 
-PeriodicThread::PeriodicThread(absl::Duration period, std::function<void()> task)
-    : period_(period), task_(std::move(task)) {}
+PeriodicThread::PeriodicThread(absl::Duration period, std::function<void()> task, const char* name)
+    : period_(period), task_(std::move(task)), name_(name) {}
 
 void PeriodicThread::Start() {
   absl::MutexLock lock(&mu_);
   if (started_ || stopping_) return;
   started_ = true;
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread(name_.c_str());
+    Run();
+  });
 }
 
 void PeriodicThread::Wake() {

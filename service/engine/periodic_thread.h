@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -15,7 +16,8 @@ class PeriodicThread {
  public:
   // requires: period > 0. `task` runs on the thread only, never concurrently with itself, and
   // with none of this object's locks held (it may call Wake()).
-  PeriodicThread(absl::Duration period, std::function<void()> task);
+  // `name` names the thread (NameThisThread: at most 15 bytes).
+  PeriodicThread(absl::Duration period, std::function<void()> task, const char* name = "cme-periodic");
   ~PeriodicThread() { Stop(); }
   PeriodicThread(const PeriodicThread&) = delete;
   PeriodicThread& operator=(const PeriodicThread&) = delete;
@@ -35,6 +37,7 @@ class PeriodicThread {
 
   const absl::Duration period_;
   const std::function<void()> task_;
+  const std::string name_;
   absl::Mutex mu_;    // a leaf: never held while the task runs
   absl::CondVar cv_;  // stopping_ or wake_ became true (one waiter: the thread)
   bool started_ ABSL_GUARDED_BY(mu_) = false;

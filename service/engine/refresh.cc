@@ -104,10 +104,15 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
 }
 
 RefreshScheduler::RefreshScheduler(ModelRegistry& registry, Options options)
-    : registry_(registry), options_(options), thread_(absl::Seconds(options.tick_seconds), [this] {
-        RefreshDueModels();
-        CompleteWaiters();
-      }) {}
+    : registry_(registry),
+      options_(options),
+      thread_(
+          absl::Seconds(options.tick_seconds),
+          [this] {
+            RefreshDueModels();
+            CompleteWaiters();
+          },
+          "cme-refresh") {}
 
 void RefreshScheduler::Start() { thread_.Start(); }
 

@@ -697,11 +697,14 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
 
 void SnapshotManager::Start() {
   if (options_.interval_seconds <= 0 || periodic_) return;
-  periodic_ = std::make_unique<PeriodicThread>(absl::Seconds(options_.interval_seconds), [this] {
-    absl::StatusOr<SnapshotResult> r = TakeNow();
-    if (!r.ok())
-      std::fprintf(stderr, "cmestreamd: periodic snapshot failed: %s\n", std::string(r.status().message()).c_str());
-  });
+  periodic_ = std::make_unique<PeriodicThread>(
+      absl::Seconds(options_.interval_seconds),
+      [this] {
+        absl::StatusOr<SnapshotResult> r = TakeNow();
+        if (!r.ok())
+          std::fprintf(stderr, "cmestreamd: periodic snapshot failed: %s\n", std::string(r.status().message()).c_str());
+      },
+      "cme-snapshot");
   periodic_->Start();
 }
 

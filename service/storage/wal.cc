@@ -688,8 +688,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     wal->metrics_ = std::move(m);
   }
   if (options.sync == WalSync::kInterval) {
-    wal->interval_sync_ = std::make_unique<PeriodicThread>(absl::Milliseconds(options.sync_interval_ms),
-                                                           [w = wal.get()] { w->SyncPending(); });
+    wal->interval_sync_ = std::make_unique<PeriodicThread>(
+        absl::Milliseconds(options.sync_interval_ms), [w = wal.get()] { w->SyncPending(); }, "cme-wal-sync");
     wal->interval_sync_->Start();
   }
   return wal;

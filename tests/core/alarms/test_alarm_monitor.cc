@@ -7,6 +7,7 @@
 // learner changes nothing else (the state of a model without alarms is unchanged).
 #include "core/alarms/alarm_monitor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -160,6 +161,45 @@ TEST(AlarmMonitor, AWideMonitorRoundTrips) {
   io::Writer w2;
   back->Serialize(w2);
   EXPECT_EQ(w.data(), w2.data());
+}
+
+// Runs of pairs (ObservePairs: the forecast in blocks of LinearForecast::kBlock) give the state
+// and the records of pairs one at a time, bit for bit, whatever the runs' lengths: on a
+// 64-channel stream (degree-1 forecast) and a 2-value one (cubic forecast and the coefficients'
+// test), each with a change that raises alarms and refits inside the runs.
+TEST(AlarmMonitor, PairsInRunsEqualPairsOneAtATime) {
+  for (const int dim : {64, 2}) {
+    AlarmMonitor::Options o;
+    o.dim = dim;
+    o.channels = dim;
+    AlarmMonitor one(o), runs(o);
+    std::mt19937_64 rng(11);
+    std::normal_distribution<double> n01;
+    const int n = 5000, change = 3000;
+    std::vector<double> rows(static_cast<size_t>(n + 1) * dim);
+    for (int j = 0; j < dim; ++j) rows[j] = n01(rng);
+    for (int t = 0; t < n; ++t) {
+      for (int j = 0; j < dim; ++j) {
+        const double a = t >= change ? 0.3 : 0.8;
+        rows[static_cast<size_t>(t + 1) * dim + j] = a * rows[static_cast<size_t>(t) * dim + j] + 0.3 * n01(rng);
+      }
+    }
+    // Pairs (row t, row t + 1), row-major: x rows from `rows`, y rows one row on.
+    for (int t = 0; t < n; ++t)
+      one.ObservePair(&rows[static_cast<size_t>(t) * dim], &rows[static_cast<size_t>(t + 1) * dim], 0);
+    std::uniform_int_distribution<int> run_length(1, 300);
+    for (int t = 0; t < n;) {
+      const int k = std::min(n - t, run_length(rng));
+      runs.ObservePairs(&rows[static_cast<size_t>(t) * dim], &rows[static_cast<size_t>(t + 1) * dim], k, 0);
+      t += k;
+    }
+    EXPECT_GE(one.alarms_total(), 1) << "dim " << dim;
+    EXPECT_EQ(one.alarms_total(), runs.alarms_total());
+    io::Writer a, b;
+    one.Serialize(a);
+    runs.Serialize(b);
+    EXPECT_EQ(a.data(), b.data()) << "dim " << dim;
+  }
 }
 
 // An oscillator (state (q, p), sampled every 0.5) whose damping rises from 0.05 to 1 at pair 3000,
