@@ -138,10 +138,29 @@ void CompressedCme::KernelColumn(const RowMatrixXd& atoms, int m, const double* 
   // cancellation: deltas of near-duplicate points matter here), then one vectorized exp. The
   // sequential and the batched paths both use this function on SIMD-aligned columns, so their
   // kernel values are the same.
+  // Four atoms at a time: each atom's sum is still taken over k in order (the same bits as one
+  // at a time), but four independent chains keep the FMA units busy where one chain waited on
+  // its own latency (11 % of an ingest worker's time at m = 1000, d = 32 before).
   const int d = options_.dim;
   const double scale = -1.0 / (2 * options_.sigma * options_.sigma);
   const double* a = atoms.data();
-  for (int i = 0; i < m; ++i, a += d) {
+  int i = 0;
+  for (; i + 4 <= m; i += 4, a += 4 * d) {
+    const double *a0 = a, *a1 = a + d, *a2 = a + 2 * d, *a3 = a + 3 * d;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int k = 0; k < d; ++k) {
+      const double t0 = a0[k] - p[k], t1 = a1[k] - p[k], t2 = a2[k] - p[k], t3 = a3[k] - p[k];
+      s0 += t0 * t0;
+      s1 += t1 * t1;
+      s2 += t2 * t2;
+      s3 += t3 * t3;
+    }
+    out[i] = s0 * scale;
+    out[i + 1] = s1 * scale;
+    out[i + 2] = s2 * scale;
+    out[i + 3] = s3 * scale;
+  }
+  for (; i < m; ++i, a += d) {
     double s = 0;
     for (int k = 0; k < d; ++k) {
       const double t = a[k] - p[k];

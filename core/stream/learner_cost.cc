@@ -8,7 +8,7 @@
 
 namespace cmestream {
 
-std::vector<EstimatorCost> PerPairCost(const StreamingLearner::Options& o, int atoms) {
+std::vector<EstimatorCost> PerPairCost(const StreamingLearner::Options& o, int atoms, int spectral_basis) {
   std::vector<EstimatorCost> out;
   auto add = [&](std::string name, double madds, std::string formula) {
     out.push_back(EstimatorCost{std::move(name), madds, std::move(formula)});
@@ -48,7 +48,12 @@ std::vector<EstimatorCost> PerPairCost(const StreamingLearner::Options& o, int a
   add("cme", 3 * m * m + 2 * m * e, "3 m^2 + 2 m d" + sizes);
   add("counts", m, "m (the nearest atoms from the kernel columns)" + sizes);
   add("embedding", 2 * n * n + n * e, absl::StrCat("2 N^2 + N d (N = ", n, ", d = ", e, ")"));
-  add("spectral", 2 * m * m + m * e, "2 b^2 + b d, basis b <= m" + sizes);
+  if (spectral_basis > 0) {
+    const double b = std::min<double>(spectral_basis, m);
+    add("spectral", 2 * b * b + b * e, absl::StrCat("2 b^2 + b d (b = ", b, ", d = ", e, ")"));
+  } else {
+    add("spectral", 2 * m * m + m * e, "2 b^2 + b d, basis b <= m" + sizes);
+  }
   if (!o.lags.empty()) {
     const double b = std::min<double>(o.lag_basis_atoms, m), l = static_cast<double>(o.lags.size());
     add("lags", l * (b * b + b * e), absl::StrCat("L (B^2 + B d) (L = ", l, ", B = ", b, ", d = ", e, ")"));

@@ -19,7 +19,9 @@ struct EstimatorCost {
 };
 
 // The estimators `options` make the learner run, in the order a pair meets them, at `atoms` X
-// atoms (the CME's dictionary; <= 0: its cap, the bound of a model still in its warm-up).
-std::vector<EstimatorCost> PerPairCost(const StreamingLearner::Options& options, int atoms);
+// atoms (the CME's dictionary; <= 0: its cap, the bound of a model still in its warm-up) and
+// a spectral basis of `spectral_basis` atoms (<= 0: as many as `atoms`, its bound; the basis is
+// chosen at an epoch's start and re-based rarely, so it often stays well below the dictionary).
+std::vector<EstimatorCost> PerPairCost(const StreamingLearner::Options& options, int atoms, int spectral_basis = 0);
 
 }  // namespace cmestream

@@ -144,7 +144,7 @@ void StreamingLearner::ChooseScorerLane() {
   if (scorer_split_atoms_ > 0 && 10 * std::abs(atoms - scorer_split_atoms_) < scorer_split_atoms_) return;
   scorer_split_atoms_ = atoms;
   double owner = 0, side = 0, scorers = 0;
-  for (const EstimatorCost& c : PerPairCost(options_, atoms)) {
+  for (const EstimatorCost& c : PerPairCost(options_, atoms, spectral_basis())) {
     if (c.name == "embedding" || c.name == "forecast") {
       scorers += c.multiply_adds;
     } else if (c.name == "counts" || c.name == "spectral" || c.name == "lags" ||

@@ -346,6 +346,8 @@ class StreamingLearner {
   // The CME (null for discrete models and during the warm-up): counters, dictionary sizes,
   // last drift, as of the last applied run (the open run's pairs are not in it yet).
   const CompressedCme* cme() const { return cme_.get(); }
+  // The spectral moments' basis (atoms of the live epoch); 0 before the first epoch or without them.
+  int spectral_basis() const { return spectral_ ? spectral_->basis_size() : 0; }
   // The forecast regression (null for discrete models and during the warm-up).
   const ForecastRegression* forecast() const { return forecast_.get(); }
   // The change alarms (options.alarms), else null.

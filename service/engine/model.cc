@@ -56,6 +56,7 @@ Model::Stats Model::LearnerStatsLocked() const {
     s.forced_error_sum = c.forced_error_sum;
     s.inverse_drift = cme->last_drift();
   }
+  s.spectral_basis = learner_.spectral_basis();
   if (const AlarmMonitor* a = learner_.alarms()) {
     s.alarms = true;
     s.alarms_scored = static_cast<uint64_t>(a->scored());
@@ -373,7 +374,7 @@ v1::ModelInfo Model::Describe() const {
     info.set_inverse_drift(stats_.inverse_drift);
     info.set_batches_applied(stats_.batches_applied);
     *info.mutable_sigma_selection() = published_sigma_;
-    for (const EstimatorCost& e : PerPairCost(LearnerOptionsFor(config_), static_cast<int>(stats_.dict_x))) {
+    for (const EstimatorCost& e : PerPairCost(LearnerOptionsFor(config_), stats_.dict_x, stats_.spectral_basis)) {
       v1::EstimatorCost* p = info.add_estimators();
       p->set_name(e.name);
       p->set_multiply_adds(e.multiply_adds);

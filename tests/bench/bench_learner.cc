@@ -166,27 +166,43 @@ BENCHMARK(BM_LearnerDefaults)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// BM_AlarmMonitor/d: the change alarms alone (what alarms = 1 adds per pair), on the same
-// states; one iteration is one batch of 256 pairs, so its time compares with BM_Learner's.
+// BM_AlarmMonitor/d/channels/runs: the change alarms alone (what alarms = 1 adds per pair), on
+// the same states; one iteration is one batch of 256 pairs, so its time compares with
+// BM_Learner's. channels 1: a delay vector of one channel; channels = d: a wide stream, every
+// channel forecast. runs 1: ObservePairs in runs of 128 pairs, as the learner calls it; 0: pair
+// at a time (the same bits; the forecast's sums are then passed over once a pair).
 void BM_AlarmMonitor(benchmark::State& state) {
   const int d = static_cast<int>(state.range(0));
+  const bool runs = state.range(2) != 0;
   const int64_t n = kWarm + kTimed;
   const RowMatrixXd s = DelayStates(n, d, 3);
   AlarmMonitor::Options o;
   o.dim = d;
-  o.channels = 1;  // a delay vector of one channel
+  o.channels = static_cast<int>(state.range(1));
   AlarmMonitor m(o);
-  for (int64_t t = 0; t < kWarm; ++t) m.ObservePair(s.row(t).data(), s.row(t + 1).data(), 0);
+  m.ObservePairs(s.row(0).data(), s.row(1).data(), kWarm, 0);
   int64_t next = kWarm;
   for (auto _ : state) {
-    for (int64_t t = next; t < next + kBatch; ++t) m.ObservePair(s.row(t).data(), s.row(t + 1).data(), 0);
+    if (runs) {
+      for (int64_t t = next; t < next + kBatch; t += 128) m.ObservePairs(s.row(t).data(), s.row(t + 1).data(), 128, 0);
+    } else {
+      for (int64_t t = next; t < next + kBatch; ++t) m.ObservePair(s.row(t).data(), s.row(t + 1).data(), 0);
+    }
     next += kBatch;
     if (next + kBatch > n) next = kWarm;
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
   state.counters["alarms"] = static_cast<double>(m.alarms_total());
 }
-BENCHMARK(BM_AlarmMonitor)->Arg(2)->Arg(8)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AlarmMonitor)
+    ->ArgNames({"d", "channels", "runs"})
+    ->Args({2, 1, 1})
+    ->Args({8, 1, 1})
+    ->Args({512, 1, 0})
+    ->Args({512, 1, 1})
+    ->Args({512, 512, 0})
+    ->Args({512, 512, 1})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace cmestream

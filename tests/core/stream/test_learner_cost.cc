@@ -71,6 +71,11 @@ TEST(PerPairCost, CountsAtTheDictionarySizeOrItsCap) {
   const std::vector<EstimatorCost> warm = PerPairCost(o, 0);
   EXPECT_EQ(Find(warm, "cme").multiply_adds, 3.0 * 1000 * 1000 + 2.0 * 1000 * 2);
   EXPECT_NE(Find(warm, "cme").formula.find("(cap)"), std::string::npos);
+  // The spectral moments at their live basis, which stays below the dictionary between re-bases.
+  const std::vector<EstimatorCost> based = PerPairCost(o, 100, 30);
+  EXPECT_EQ(Find(based, "spectral").multiply_adds, 2 * 30 * 30 + 30 * 2);
+  EXPECT_EQ(Find(based, "spectral").formula, "2 b^2 + b d (b = 30, d = 2)");
+  EXPECT_EQ(Find(based, "cme").multiply_adds, Find(c, "cme").multiply_adds);
 }
 
 TEST(PerPairCost, AReductionMovesTheKernelCostsToItsDimension) {
