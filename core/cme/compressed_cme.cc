@@ -133,6 +133,11 @@ double CompressedCme::StepSizeAt(int64_t samples) const {
   return options_.eta / std::pow(1.0 + t / options_.step_decay_samples, options_.step_decay_power);
 }
 
+void CompressedCme::SetSideLane(SideLane* lane, SideExecutor* executor) {
+  side_.lane = lane;
+  side_.executor = executor;
+}
+
 void CompressedCme::KernelColumn(const RowMatrixXd& atoms, int m, const double* p, double* out) const {
   // out[i] = k(atom_i, p). Squared distances term by term (no ||a||^2 + ||b||^2 - 2ab
   // cancellation: deltas of near-duplicate points matter here), then one vectorized exp. The

@@ -64,6 +64,9 @@
 
 namespace cmestream {
 
+class SideExecutor;
+class SideLane;
+
 class CompressedCme {
  public:
   // Largest state dimension accepted (the daemon's --max-dim default is lower).
@@ -126,6 +129,14 @@ class CompressedCme {
   // No allocation once capacity and scratch have been sized (same batch size seen before).
   void ObserveBatch(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y,
                     absl::Span<int> nearest_x = {}, absl::Span<int> nearest_y = {}, absl::Span<int> dict_x = {});
+
+  // Lends ObserveBatch a second thread (docs/algorithms.md §9.3): each run's y side (the
+  // kernel columns k_Y(y_t) and T = R_Y K_y, an eighth to a quarter of the run's work at the
+  // cap) is pushed to `lane` while the calling thread does the x side, and waited for before
+  // the run's pairs are decided. The same calls on the same data: bit-identical to no lane.
+  // null: no split. The lane belongs to the object's owner, not to its state: copies and
+  // assignments neither take nor replace it (a snapshot's copy runs on another thread).
+  void SetSideLane(SideLane* lane, SideExecutor* executor);
 
   // Grows the capacity to hold m atoms per side now (m <= max_dict), so that no later
   // admission up to m allocates. Optional: capacity also grows on demand.
@@ -235,6 +246,9 @@ class CompressedCme {
   int ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y, int64_t t0, int len,
                  absl::Span<int> nearest_x, absl::Span<int> nearest_y, absl::Span<int> dict_x, bool* ended_early);
   void FlushRun(int r, double scale, int64_t n0);
+  // The y side of a run: columns 0..len-1 of bky_ and bt_ for the pairs t0.. of y.
+  void RunYSide(const Eigen::Ref<const RowMatrixXd>& y, int64_t t0, int len);
+  static void RunYSideJob(void* cme, void* y, int64_t t0, int64_t len);
   // Samples left before the scheduled drift check (>= 1), or a large number when disabled.
   int64_t PairsUntilDriftCheck() const;
   void AfterPairDriftSchedule();
@@ -271,6 +285,15 @@ class CompressedCme {
   MatrixXd bq_;                // run x run: Q(j,t) = s_j^T s_t, strictly upper part
   MatrixXd bvr_;               // ld x run: v_t scaled for the Polyak-Ruppert sum
   VectorXd bscale_, bsum_;     // per-pair lazy scale S_t and its suffix sums
+  // SetSideLane's lane: the owner's, so a copy or an assignment leaves it where it was.
+  struct SideHook {
+    SideLane* lane = nullptr;
+    SideExecutor* executor = nullptr;
+    SideHook() = default;
+    SideHook(const SideHook&) {}
+    SideHook& operator=(const SideHook&) { return *this; }
+  };
+  SideHook side_;
   Step last_step_ = Step::kNone;
   double last_error_ = 0;
   int64_t negative_delta_events_ = 0;

@@ -20,6 +20,7 @@
 #include <cstdlib>
 
 #include "core/cme/compressed_cme.h"
+#include "core/common/side_lane.h"
 
 namespace cmestream {
 namespace {
@@ -97,6 +98,13 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
   const int mx = mx_, my = my_;
   // The dictionary is fixed for the run, so on a trajectory k_X(x_t) is the column k_X(y_{t-1})
   // computed for the pair before (all columns are ld-aligned: the same bits as recomputing).
+  // The y side (bky_, bt_) on the lane when there is one; the x side (bkx_, bkyx_, bs_, bz_,
+  // bq_) here. Neither writes what the other reads.
+  const int64_t y_side = side_.lane != nullptr
+                             ? side_.lane->Push(side_.executor, &RunYSideJob, this,
+                                                const_cast<Eigen::Ref<const RowMatrixXd>*>(&y), t0, len)
+                             : 0;
+  if (side_.lane == nullptr) RunYSide(y, t0, len);
   for (int t = 0; t < len; ++t) {
     const double* xt = x.row(t0 + t).data();
     if (t == 0) {
@@ -104,7 +112,6 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
     } else {
       KernelColumnX(mx, xt, y.row(t0 + t - 1).data(), &bkyx_(0, t - 1), &bkx_(0, t));
     }
-    KernelColumn(y_atoms_, my, y.row(t0 + t).data(), &bky_(0, t));
     KernelColumn(x_atoms_, mx, y.row(t0 + t).data(), &bkyx_(0, t));
   }
   const auto kx = bkx_.topLeftCorner(mx, len);
@@ -114,9 +121,9 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
   auto vv = bv_.topLeftCorner(my, len);
   auto q = bq_.topLeftCorner(len, len);
   sx.noalias() = rx_.topLeftCorner(mx, mx).triangularView<Eigen::Lower>() * kx;  // s_t = R_X k_x,t
-  ty.noalias() = ry_.topLeftCorner(my, my).triangularView<Eigen::Lower>() * bky_.topLeftCorner(my, len);  // t_t
-  z.noalias() = wf_.topLeftCorner(my, mx) * sx;                                                           // W~_0 s_t
-  q.triangularView<Eigen::StrictlyUpper>() = sx.transpose() * sx;  // Q(j,t) = s_j^T s_t, j < t
+  z.noalias() = wf_.topLeftCorner(my, mx) * sx;                                  // W~_0 s_t
+  q.triangularView<Eigen::StrictlyUpper>() = sx.transpose() * sx;                // Q(j,t) = s_j^T s_t, j < t
+  if (side_.lane != nullptr) side_.lane->WaitFor(y_side);
 
   const int64_t n0 = counters_.samples;
   double scale = 1.0;  // S_{t-1}: W~_{t-1} = scale (W~_0 - sum_{j<t} v_j s_j^T)
@@ -186,6 +193,18 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
   }
   FlushRun(len, scale, n0);
   return len;
+}
+
+void CompressedCme::RunYSide(const Eigen::Ref<const RowMatrixXd>& y, int64_t t0, int len) {
+  const int my = my_;
+  for (int t = 0; t < len; ++t) KernelColumn(y_atoms_, my, y.row(t0 + t).data(), &bky_(0, t));
+  bt_.topLeftCorner(my, len).noalias() =
+      ry_.topLeftCorner(my, my).triangularView<Eigen::Lower>() * bky_.topLeftCorner(my, len);  // t_t = R_Y k_y,t
+}
+
+void CompressedCme::RunYSideJob(void* cme, void* y, int64_t t0, int64_t len) {
+  static_cast<CompressedCme*>(cme)->RunYSide(*static_cast<const Eigen::Ref<const RowMatrixXd>*>(y), t0,
+                                             static_cast<int>(len));
 }
 
 void CompressedCme::FlushRun(int r, double scale, int64_t n0) {

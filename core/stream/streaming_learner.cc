@@ -65,6 +65,7 @@ void StreamingLearner::CreateEstimators() {
     sigma_selection_.automatic = true;
   } else {
     cme_ = std::make_unique<CompressedCme>(learner_options::Cme(options_, options_.cme.sigma));
+    AttachCmeLane();
     CreateSigmaDependent(options_.cme.sigma);
     sigma_selection_.chosen = options_.cme.sigma;
   }
@@ -79,6 +80,7 @@ StreamingLearner::Lanes::Lanes(Lanes&& o) noexcept {
   executor = o.executor;
   scorers = std::move(o.scorers);
   events = std::move(o.events);
+  cme = std::move(o.cme);
 }
 
 StreamingLearner::Lanes& StreamingLearner::Lanes::operator=(Lanes&& o) noexcept {
@@ -88,12 +90,14 @@ StreamingLearner::Lanes& StreamingLearner::Lanes::operator=(Lanes&& o) noexcept 
   executor = o.executor;
   scorers = std::move(o.scorers);
   events = std::move(o.events);
+  cme = std::move(o.cme);
   return *this;
 }
 
 void StreamingLearner::Lanes::Settle() const {
   if (scorers) scorers->WaitAll();
   if (events) events->WaitAll();
+  if (cme) cme->WaitAll();
 }
 
 void StreamingLearner::CreateSigmaDependent(double sigma) {
@@ -123,12 +127,19 @@ void StreamingLearner::SetSideExecutor(SideExecutor* executor) {
   if (executor == nullptr) {
     lanes_.scorers.reset();
     lanes_.events.reset();
+    lanes_.cme.reset();
   } else if (!lanes_.scorers) {
     lanes_.scorers = std::make_shared<SideLane>();
     lanes_.events = std::make_shared<SideLane>();
+    lanes_.cme = std::make_shared<SideLane>();
   }
+  AttachCmeLane();
   scorer_split_atoms_ = 0;
   if (cme_) ChooseScorerLane();
+}
+
+void StreamingLearner::AttachCmeLane() {
+  if (cme_) cme_->SetSideLane(lanes_.executor ? lanes_.cme.get() : nullptr, lanes_.executor);
 }
 
 void StreamingLearner::ChooseScorerLane() {
@@ -396,6 +407,7 @@ void StreamingLearner::FinishWarmup() {
   sigma_selection_.scores = sel.scores;
   sigma_selection_.warmup_pairs = static_cast<uint32_t>(warmup_n_);
   cme_ = std::make_unique<CompressedCme>(learner_options::Cme(options_, sel.chosen));
+  AttachCmeLane();
   CreateSigmaDependent(sel.chosen);
   // The buffered pairs feed the counts and moments too (the latent model, which needs the
   // pairs' order, starts with the next trajectory batch).

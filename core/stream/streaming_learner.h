@@ -43,7 +43,7 @@
 // (a producer that resumes with other batch sizes gets the same state, bit for bit).
 //
 // TWO CORES (SetSideExecutor, docs/algorithms.md §9.3): given an executor, the learner splits a
-// continuous model's work per pair between the calling thread and two side lanes
+// continuous model's work per pair between the calling thread and three side lanes
 // (core/common/side_lane.h) that a helper thread runs meanwhile. The calling thread keeps the
 // input stage, the CME (ApplyToCme of each run) and the sequence estimators. One lane takes the
 // change alarms (unless they reset the model) and, when that balances the two threads better by
@@ -52,7 +52,8 @@
 // (counts, spectral moments, lag statistics) while the CME learns the next run, also across
 // calls: the last run's events may still be applied after Observe returned, and whatever reads
 // those estimators (Serialize, Snapshot, CopyForSnapshot, destruction, a move) waits for them
-// first. Each estimator sees its pairs in stream order, so the state is the same, bit for bit,
+// first. The third takes the y side of each CME run (CompressedCme::SetSideLane), waited for
+// inside the run. Each estimator sees its pairs in stream order, so the state is the same, bit for bit,
 // with or without an executor; so are the summaries (ObserveSummary: a run's epochs and
 // re-bases are counted when the next run is applied).
 //
@@ -425,12 +426,14 @@ class StreamingLearner {
     SideExecutor* executor = nullptr;   // not owned; null: one thread
     std::shared_ptr<SideLane> scorers;  // alarms and scorers: idle between calls
     std::shared_ptr<SideLane> events;   // run events: the last run's may go on after a call
+    std::shared_ptr<SideLane> cme;      // the CME's y side of a run: idle outside ObserveBatch
     Lanes() = default;
     Lanes(Lanes&& o) noexcept;
     Lanes& operator=(Lanes&& o) noexcept;
-    void Settle() const;  // returns once both lanes ran dry
+    void Settle() const;  // returns once every lane ran dry
   };
   Lanes lanes_;
+  void AttachCmeLane();  // gives cme_ the lane (or none) after it is created or the executor changes
   Options options_;
   std::unique_ptr<CompressedCme> cme_;  // continuous, once sigma is known
   RowMatrixXd warmup_x_, warmup_y_;     // auto_sigma_warmup x dim, only while sigma "auto" buffers
