@@ -138,6 +138,7 @@ CmeRunEffects CmeRun::ApplyEvents(const CmeRunTargets& to) {
     }
   }
   Clear();
+  effects.spectral_basis = to.spectral->basis_size();
   applied_effects_ = effects;
   return effects;
 }

@@ -46,6 +46,9 @@ struct CmeRunTargets {
 struct CmeRunEffects {
   int64_t spectral_epochs = 0;
   int64_t lag_rebases = 0;
+  // The spectral moments' basis after the run (-1: no run applied). Read by the owner from the
+  // run's report, never from the moments, which the events' lane may be changing meanwhile.
+  int spectral_basis = -1;
 };
 
 class CmeRun {

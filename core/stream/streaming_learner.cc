@@ -39,6 +39,7 @@ void StreamingLearner::CreateEstimators() {
   pending_scorers_ = 0;
   scorer_split_atoms_ = 0;
   held_effects_ = CmeRunEffects{};
+  spectral_basis_ = 0;
   cme_.reset();
   moments_.reset();
   latent_.reset();
@@ -155,7 +156,7 @@ void StreamingLearner::ChooseScorerLane() {
   if (scorer_split_atoms_ > 0 && 10 * std::abs(atoms - scorer_split_atoms_) < scorer_split_atoms_) return;
   scorer_split_atoms_ = atoms;
   double owner = 0, side = 0, scorers = 0;
-  for (const EstimatorCost& c : PerPairCost(options_, atoms, spectral_basis())) {
+  for (const EstimatorCost& c : PerPairCost(options_, atoms, spectral_basis_)) {
     if (c.name == "embedding" || c.name == "forecast") {
       scorers += c.multiply_adds;
     } else if (c.name == "counts" || c.name == "spectral" || c.name == "lags" ||
@@ -279,6 +280,7 @@ void StreamingLearner::ApplyRun() {
 void StreamingLearner::ReportRunEffects(const CmeRunEffects& e) {
   batch_.spectral_epochs += e.spectral_epochs;
   batch_.lag_rebases += e.lag_rebases;
+  if (e.spectral_basis >= 0) spectral_basis_ = e.spectral_basis;
 }
 
 int64_t StreamingLearner::PushScorers() {

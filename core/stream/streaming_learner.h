@@ -347,8 +347,8 @@ class StreamingLearner {
   // The CME (null for discrete models and during the warm-up): counters, dictionary sizes,
   // last drift, as of the last applied run (the open run's pairs are not in it yet).
   const CompressedCme* cme() const { return cme_.get(); }
-  // The spectral moments' basis (atoms of the live epoch); 0 before the first epoch or without them.
-  int spectral_basis() const { return spectral_ ? spectral_->basis_size() : 0; }
+  // The spectral moments' basis (atoms) as of the last reported run (see spectral_basis_); 0: none.
+  int spectral_basis() const { return spectral_basis_; }
   // The forecast regression (null for discrete models and during the warm-up).
   const ForecastRegression* forecast() const { return forecast_.get(); }
   // The change alarms (options.alarms), else null.
@@ -484,6 +484,9 @@ class StreamingLearner {
   // The last applied run's epochs and re-bases, counted when the next run is applied (one
   // thread; with an executor they wait in spare_run_).
   CmeRunEffects held_effects_;
+  // The spectral moments' basis as the last reported run left it (ReportRunEffects: one run
+  // behind with or without helpers; exact after a restore); 0: none yet. For PerPairCost.
+  int spectral_basis_ = 0;
   ObserveSummary batch_;  // the summary of the batch in progress (Observe)
   int64_t retired_ = 0;   // pairs learned before the resets (learned_total; not state)
 };

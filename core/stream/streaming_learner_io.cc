@@ -102,6 +102,7 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
   } else if (l.cme_) {
     l.spectral_ = std::make_unique<SpectralMoments>(lo::Spectral(options, l.cme_->options().sigma));
   }
+  l.spectral_basis_ = l.spectral_ ? l.spectral_->basis_size() : 0;
   // Lag statistics: the fresh learner created them for a discrete model or a fixed sigma.
   l.lags_.reset();
   const double sigma = l.cme_ ? l.cme_->options().sigma : 0;

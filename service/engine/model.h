@@ -179,7 +179,7 @@ class Model {
     uint64_t samples = 0;
     uint64_t pending_warmup = 0;
     int dict_x = 0, dict_y = 0;
-    int spectral_basis = 0;  // the spectral moments' live basis (0: none yet)
+    int spectral_basis = 0;  // the spectral moments' basis (StreamingLearner::spectral_basis; 0: none)
     uint64_t forced = 0;
     double forced_error_sum = 0;
     double inverse_drift = 0;
