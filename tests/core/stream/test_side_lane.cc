@@ -6,7 +6,8 @@
 // and every batch summary equal, byte for byte, those of the learner on one thread, for every
 // kind of model whose work it splits (trajectories with lags, latent and predictive
 // accumulators, unordered pairs, the sigma warm-up ending mid-batch and by EndWarmup, delays,
-// scaling, a reduction, alarms, alarms that reset), and the helper really ran jobs.
+// scaling, a reduction, alarms, alarms that reset), and the helper really ran jobs. The CME's
+// own lane (its runs' y side) gives the state of the CME without it.
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cme/compressed_cme.h"
 #include "core/common/side_lane.h"
 #include "core/io/binary_io.h"
 #include "core/stream/streaming_learner.h"
@@ -257,6 +259,39 @@ std::vector<Case> Cases() {
   sequential.options.micro_batch = 1;
   cases.push_back(sequential);
   return cases;
+}
+
+// The CME's own lane (CompressedCme::SetSideLane): each run's y side goes to the lane and the
+// state is that of the CME without it, byte for byte, through admissions and the cap (i.i.d.
+// points in 4 dimensions fill a dictionary of 60 atoms), and the lane really took the jobs.
+TEST(CmeOnTwoThreads, TheYSideOnALaneGivesTheSameState) {
+  CompressedCme::Options o;
+  o.dim = 4;
+  o.sigma = 0.5;
+  o.max_dict = 60;
+  CompressedCme alone(o), split(o);
+  OneHelper helper;
+  auto lane = std::make_shared<SideLane>();
+  split.SetSideLane(lane.get(), &helper);
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(-1, 1);
+  RowMatrixXd x(97, 4), y(97, 4);
+  for (int batch = 0; batch < 30; ++batch) {
+    for (int i = 0; i < 97; ++i) {
+      for (int j = 0; j < 4; ++j) {
+        x(i, j) = u(rng);
+        y(i, j) = 0.8 * x(i, j) + 0.2 * u(rng);
+      }
+    }
+    alone.ObserveBatch(x, y);
+    split.ObserveBatch(x, y);
+  }
+  EXPECT_EQ(split.dict_x_size(), 60);
+  EXPECT_GT(lane->ran_on_helper() + lane->ran_on_owner(), 30);  // at least a run a batch
+  io::Writer a, b;
+  alone.Serialize(a);
+  split.Serialize(b);
+  EXPECT_EQ(a.data(), b.data());
 }
 
 TEST(StreamingLearnerOnTwoThreads, StateAndSummariesEqualTheOneThreadLearner) {
