@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/io/binary_io.h"
+#include "core/io/field_io.h"
 
 namespace cmestream {
 namespace {
@@ -359,81 +360,90 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
   ++alarms_;
 }
 
+namespace {
+
+template <class Fields, class Options>
+void ChangeDetectorOptionFields(Fields& f, Options& o) {
+  f.I32("change detector channels", o.channels);
+  f.F64("change detector alarm_rate", o.alarm_rate);
+  f.I32("change detector arm_after", o.arm_after);
+  f.I32("change detector scale_pairs", o.scale_pairs);
+  f.I32("change detector baseline_pairs", o.baseline_pairs);
+  f.F64("change detector drift", o.drift);
+  f.F64("change detector clip", o.clip);
+  f.F64("change detector kind_min", o.kind_min);
+  f.F64("change detector kind_z", o.kind_z);
+  f.F64("change detector kind_memory", o.kind_memory);
+}
+
+}  // namespace
+
+// The detector's state after its options, in file order (Serialize and Deserialize share it).
+// The counters' consistency is checked by Deserialize after the whole object is read.
+template <class Fields, class Self>
+void ChangeDetector::StateFields(Fields& f, Self& d) {
+  const int64_t nc = d.options_.channels;
+  f.I64("change detector scored pairs", d.index_);
+  f.I64("change detector skipped pairs", d.skipped_);
+  f.I64("change detector alarms", d.alarms_);
+  f.Bool("change detector has previous residual", d.has_prev_);
+  f.Doubles("change detector previous residual", nc, d.prev_r_.data());
+  f.Doubles("change detector residual memory", nc, d.memory_.data());
+  f.I64("change detector pairs since restart", d.since_restart_);
+  f.Doubles("change detector scales", nc, d.scale2_.data());
+  f.F64("change detector scale floor", d.scale_floor_);
+  f.I64("change detector reference pairs", d.ref_n_);
+  f.F64("change detector reference mean", d.ref_mean_w_);
+  f.F64("change detector reference variance", d.ref_var_w_);
+  f.F64("change detector reference energy", d.ref_mean_m_);
+  f.Bool("change detector has previous score", d.has_prev_x_);
+  f.F64("change detector previous score", d.prev_x_);
+  f.I64("change detector score lag pairs", d.ref_xx_n_);
+  f.F64("change detector score lag product", d.ref_xx_);
+  f.F64("change detector reference lag product", d.ref_lag_);
+  f.F64("change detector reference lag-1 product", d.ref_lag1_);
+  f.F64("change detector reference square", d.ref_energy_);
+  f.Doubles("change detector reference channel scores", nc, d.ref_z_.data());
+  f.F64("change detector up statistic", d.up_);
+  f.F64("change detector down statistic", d.down_);
+  f.I64("change detector up onset", d.up_onset_);
+  f.I64("change detector down onset", d.down_onset_);
+  for (int j = 0; j < kOnsetCusums; ++j) {
+    f.F64("change detector onset up statistic", d.onset_up_[j]);
+    f.F64("change detector onset down statistic", d.onset_down_[j]);
+    f.I64("change detector onset up start", d.onset_up_start_[j]);
+    f.I64("change detector onset down start", d.onset_down_start_[j]);
+    f.I64("change detector onset up run length", d.onset_up_len_[j]);
+    f.I64("change detector onset down run length", d.onset_down_len_[j]);
+  }
+  f.I64("change detector up run length", d.up_len_);
+  f.I64("change detector down run length", d.down_len_);
+  f.F64("change detector up run energy", d.up_m_);
+  f.F64("change detector down run energy", d.down_m_);
+  f.F64("change detector up run lag product", d.up_lag_);
+  f.F64("change detector up run lag-1 product", d.up_lag1_);
+  f.F64("change detector up run square", d.up_energy_);
+  f.F64("change detector down run lag product", d.down_lag_);
+  f.F64("change detector down run lag-1 product", d.down_lag1_);
+  f.F64("change detector down run square", d.down_energy_);
+  f.Doubles("change detector up run channel scores", nc, d.up_z_.data());
+  f.Doubles("change detector down run channel scores", nc, d.down_z_.data());
+}
+
 void ChangeDetector::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, kVersion);
-  const int64_t nc = options_.channels;
-  w.I32(options_.channels);
-  w.F64(options_.alarm_rate);
-  w.I32(options_.arm_after);
-  w.I32(options_.scale_pairs);
-  w.I32(options_.baseline_pairs);
-  w.F64(options_.drift);
-  w.F64(options_.clip);
-  w.F64(options_.kind_min);
-  w.F64(options_.kind_z);
-  w.F64(options_.kind_memory);
-  w.I64(index_);
-  w.I64(skipped_);
-  w.I64(alarms_);
-  w.Bool(has_prev_);
-  w.Doubles(prev_r_.data(), nc);
-  w.Doubles(memory_.data(), nc);
-  w.I64(since_restart_);
-  w.Doubles(scale2_.data(), nc);
-  w.F64(scale_floor_);
-  w.I64(ref_n_);
-  w.F64(ref_mean_w_);
-  w.F64(ref_var_w_);
-  w.F64(ref_mean_m_);
-  w.Bool(has_prev_x_);
-  w.F64(prev_x_);
-  w.I64(ref_xx_n_);
-  w.F64(ref_xx_);
-  w.F64(ref_lag_);
-  w.F64(ref_lag1_);
-  w.F64(ref_energy_);
-  w.Doubles(ref_z_.data(), nc);
-  w.F64(up_);
-  w.F64(down_);
-  w.I64(up_onset_);
-  w.I64(down_onset_);
-  for (int j = 0; j < kOnsetCusums; ++j) {
-    w.F64(onset_up_[j]);
-    w.F64(onset_down_[j]);
-    w.I64(onset_up_start_[j]);
-    w.I64(onset_down_start_[j]);
-    w.I64(onset_up_len_[j]);
-    w.I64(onset_down_len_[j]);
-  }
-  w.I64(up_len_);
-  w.I64(down_len_);
-  w.F64(up_m_);
-  w.F64(down_m_);
-  w.F64(up_lag_);
-  w.F64(up_lag1_);
-  w.F64(up_energy_);
-  w.F64(down_lag_);
-  w.F64(down_lag1_);
-  w.F64(down_energy_);
-  w.Doubles(up_z_.data(), nc);
-  w.Doubles(down_z_.data(), nc);
+  io::FieldWriter f(w);
+  ChangeDetectorOptionFields(f, options_);
+  StateFields(f, *this);
   w.EndObject(h);
 }
 
 absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kTag, kVersion, "change detector", &version)) return r.status();
+  io::FieldReader f(r);
   Options o;
-  o.channels = r.I32("change detector channels");
-  o.alarm_rate = r.F64("change detector alarm_rate");
-  o.arm_after = r.I32("change detector arm_after");
-  o.scale_pairs = r.I32("change detector scale_pairs");
-  o.baseline_pairs = r.I32("change detector baseline_pairs");
-  o.drift = r.F64("change detector drift");
-  o.clip = r.F64("change detector clip");
-  o.kind_min = r.F64("change detector kind_min");
-  o.kind_z = r.F64("change detector kind_z");
-  o.kind_memory = r.F64("change detector kind_memory");
+  ChangeDetectorOptionFields(f, o);
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   const int64_t nc = o.channels;
@@ -441,54 +451,12 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   // reference, up and down run scores): nothing is allocated for a body that cannot hold them.
   if (!r.Expect(static_cast<uint64_t>(6 * (8 * nc + 8)), "change detector channel vectors")) return r.status();
   ChangeDetector d(o);
-  d.index_ = r.I64("change detector scored pairs");
-  d.skipped_ = r.I64("change detector skipped pairs");
-  d.alarms_ = r.I64("change detector alarms");
-  d.has_prev_ = r.Bool("change detector has previous residual");
-  r.Doubles("change detector previous residual", nc, d.prev_r_.data());
-  r.Doubles("change detector residual memory", nc, d.memory_.data());
-  d.since_restart_ = r.I64("change detector pairs since restart");
-  r.Doubles("change detector scales", nc, d.scale2_.data());
-  d.scale_floor_ = r.F64("change detector scale floor");
-  d.ref_n_ = r.I64("change detector reference pairs");
-  d.ref_mean_w_ = r.F64("change detector reference mean");
-  d.ref_var_w_ = r.F64("change detector reference variance");
-  d.ref_mean_m_ = r.F64("change detector reference energy");
-  d.has_prev_x_ = r.Bool("change detector has previous score");
-  d.prev_x_ = r.F64("change detector previous score");
-  d.ref_xx_n_ = r.I64("change detector score lag pairs");
-  d.ref_xx_ = r.F64("change detector score lag product");
-  d.ref_lag_ = r.F64("change detector reference lag product");
-  d.ref_lag1_ = r.F64("change detector reference lag-1 product");
-  d.ref_energy_ = r.F64("change detector reference square");
-  r.Doubles("change detector reference channel scores", nc, d.ref_z_.data());
-  d.up_ = r.F64("change detector up statistic");
-  d.down_ = r.F64("change detector down statistic");
-  d.up_onset_ = r.I64("change detector up onset");
-  d.down_onset_ = r.I64("change detector down onset");
+  StateFields(f, d);
   bool onset_ok = true;
   for (int j = 0; j < kOnsetCusums; ++j) {
-    d.onset_up_[j] = r.F64("change detector onset up statistic");
-    d.onset_down_[j] = r.F64("change detector onset down statistic");
-    d.onset_up_start_[j] = r.I64("change detector onset up start");
-    d.onset_down_start_[j] = r.I64("change detector onset down start");
-    d.onset_up_len_[j] = r.I64("change detector onset up run length");
-    d.onset_down_len_[j] = r.I64("change detector onset down run length");
     onset_ok = onset_ok && d.onset_up_len_[j] >= 0 && d.onset_down_len_[j] >= 0 && d.onset_up_[j] >= 0 &&
                d.onset_down_[j] >= 0 && Finite(d.onset_up_[j]) && Finite(d.onset_down_[j]);
   }
-  d.up_len_ = r.I64("change detector up run length");
-  d.down_len_ = r.I64("change detector down run length");
-  d.up_m_ = r.F64("change detector up run energy");
-  d.down_m_ = r.F64("change detector down run energy");
-  d.up_lag_ = r.F64("change detector up run lag product");
-  d.up_lag1_ = r.F64("change detector up run lag-1 product");
-  d.up_energy_ = r.F64("change detector up run square");
-  d.down_lag_ = r.F64("change detector down run lag product");
-  d.down_lag1_ = r.F64("change detector down run lag-1 product");
-  d.down_energy_ = r.F64("change detector down run square");
-  r.Doubles("change detector up run channel scores", nc, d.up_z_.data());
-  r.Doubles("change detector down run channel scores", nc, d.down_z_.data());
   if (!r.EndObject("change detector")) return r.status();
   if (d.index_ < 0 || d.skipped_ < 0 || d.alarms_ < 0 || d.since_restart_ < 0 || d.since_restart_ > d.index_ ||
       d.ref_n_ < 0 || d.ref_n_ > d.since_restart_ || d.ref_xx_n_ < 0 || d.ref_xx_n_ > d.ref_n_ || d.up_len_ < 0 ||

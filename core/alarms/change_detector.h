@@ -154,6 +154,10 @@ class ChangeDetector {
   static absl::StatusOr<ChangeDetector> Deserialize(io::Reader& r);
 
  private:
+  // The state after the options, in file order: one list for Serialize (Self const) and
+  // Deserialize (defined beside them).
+  template <class Fields, class Self>
+  static void StateFields(Fields& f, Self& self);
   void FillAlarm(Direction dir, double score);
 
   Options options_;

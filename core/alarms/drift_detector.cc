@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/alarms/change_detector.h"
 #include "core/io/binary_io.h"
+#include "core/io/field_io.h"
 
 namespace cmestream {
 namespace {
@@ -147,54 +148,55 @@ const DriftDetector::Alarm* DriftDetector::Observe(const double* x, const double
   return nullptr;
 }
 
+namespace {
+
+template <class Fields, class Options>
+void DriftDetectorOptionFields(Fields& f, Options& o) {
+  f.I32("drift detector inputs", o.inputs);
+  f.I32("drift detector channels", o.channels);
+  f.F64("drift detector alarm_rate", o.alarm_rate);
+  f.I32("drift detector arm_after", o.arm_after);
+  f.I32("drift detector baseline_pairs", o.baseline_pairs);
+  f.F64("drift detector drift", o.drift);
+  f.F64("drift detector clip", o.clip);
+}
+
+}  // namespace
+
+template <class Fields, class Self>
+void DriftDetector::StateFields(Fields& f, Self& m) {
+  const int64_t p = m.components();
+  f.I64("drift detector index", m.index_);
+  f.I64("drift detector alarms", m.alarms_);
+  f.I64("drift detector since_restart", m.since_restart_);
+  f.Doubles("drift detector regressor means", m.options_.inputs, m.x_mean_.data());
+  f.Doubles("drift detector means", p, m.mean_.data());
+  f.Doubles("drift detector variances", p, m.var_.data());
+  f.Doubles("drift detector up", p, m.up_.data());
+  f.Doubles("drift detector down", p, m.down_.data());
+  for (int64_t i = 0; i < p; ++i) f.I64("drift detector up start", m.up_start_[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < p; ++i) f.I64("drift detector down start", m.down_start_[static_cast<size_t>(i)]);
+}
+
 void DriftDetector::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, kVersion);
-  const int64_t p = components();
-  w.I32(options_.inputs);
-  w.I32(options_.channels);
-  w.F64(options_.alarm_rate);
-  w.I32(options_.arm_after);
-  w.I32(options_.baseline_pairs);
-  w.F64(options_.drift);
-  w.F64(options_.clip);
-  w.I64(index_);
-  w.I64(alarms_);
-  w.I64(since_restart_);
-  w.Doubles(x_mean_.data(), options_.inputs);
-  w.Doubles(mean_.data(), p);
-  w.Doubles(var_.data(), p);
-  w.Doubles(up_.data(), p);
-  w.Doubles(down_.data(), p);
-  for (int64_t i = 0; i < p; ++i) w.I64(up_start_[static_cast<size_t>(i)]);
-  for (int64_t i = 0; i < p; ++i) w.I64(down_start_[static_cast<size_t>(i)]);
+  io::FieldWriter f(w);
+  DriftDetectorOptionFields(f, options_);
+  StateFields(f, *this);
   w.EndObject(h);
 }
 
 absl::StatusOr<DriftDetector> DriftDetector::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kTag, kVersion, "drift detector", &version)) return r.status();
+  io::FieldReader f(r);
   Options o;
-  o.inputs = r.I32("drift detector inputs");
-  o.channels = r.I32("drift detector channels");
-  o.alarm_rate = r.F64("drift detector alarm_rate");
-  o.arm_after = r.I32("drift detector arm_after");
-  o.baseline_pairs = r.I32("drift detector baseline_pairs");
-  o.drift = r.F64("drift detector drift");
-  o.clip = r.F64("drift detector clip");
+  DriftDetectorOptionFields(f, o);
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   DriftDetector m(o);
   const int64_t p = m.components();
-  m.index_ = r.I64("drift detector index");
-  m.alarms_ = r.I64("drift detector alarms");
-  m.since_restart_ = r.I64("drift detector since_restart");
-  r.Doubles("drift detector regressor means", o.inputs, m.x_mean_.data());
-  r.Doubles("drift detector means", p, m.mean_.data());
-  r.Doubles("drift detector variances", p, m.var_.data());
-  r.Doubles("drift detector up", p, m.up_.data());
-  r.Doubles("drift detector down", p, m.down_.data());
-  for (int64_t i = 0; i < p; ++i) m.up_start_[static_cast<size_t>(i)] = r.I64("drift detector up start");
-  for (int64_t i = 0; i < p; ++i) m.down_start_[static_cast<size_t>(i)] = r.I64("drift detector down start");
+  StateFields(f, m);
   if (!r.EndObject("drift detector")) return r.status();
   if (m.index_ < 0 || m.alarms_ < 0 || m.alarms_ > m.index_ || m.since_restart_ < 0 || m.since_restart_ > m.index_) {
     return r.Fail("drift detector: counters out of range");

@@ -93,6 +93,10 @@ class DriftDetector {
   static absl::StatusOr<DriftDetector> Deserialize(io::Reader& r);
 
  private:
+  // The state after the options, in file order: one list for Serialize (Self const) and
+  // Deserialize (defined beside them).
+  template <class Fields, class Self>
+  static void StateFields(Fields& f, Self& self);
   int components() const { return Components(options_.inputs, options_.channels); }
 
   Options options_;

@@ -6,6 +6,7 @@
 #include "Eigen/Cholesky"
 #include "absl/strings/str_cat.h"
 #include "core/io/binary_io.h"
+#include "core/io/field_io.h"
 
 namespace cmestream {
 namespace {
@@ -149,6 +150,21 @@ void LinearForecast::Refit() {
   fitted_ = true;
 }
 
+template <class Fields, class Self>
+void LinearForecast::StateFields(Fields& f, Self& m) {
+  f.I64("alarm forecast pairs", m.n_);
+  f.I64("alarm forecast next fit", m.next_fit_);
+  f.Matrix("alarm forecast x0", m.x0_);
+  f.Matrix("alarm forecast y0", m.y0_);
+  f.Matrix("alarm forecast suu", m.suu_);
+  f.Matrix("alarm forecast su", m.su_);
+  f.Matrix("alarm forecast suv", m.suv_);
+  f.Matrix("alarm forecast sv", m.sv_);
+  f.Bool("alarm forecast fitted", m.fitted_);
+  f.Matrix("alarm forecast intercept", m.intercept_);
+  f.Matrix("alarm forecast coef", m.coef_);
+}
+
 void LinearForecast::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, options_.degree == 1 ? 1 : kVersion);
   w.I32(options_.dim);
@@ -156,17 +172,8 @@ void LinearForecast::Serialize(io::Writer& w) const {
   w.I64(options_.first_fit);
   w.I64(options_.fit_every);
   if (options_.degree != 1) w.I32(options_.degree);
-  w.I64(n_);
-  w.I64(next_fit_);
-  w.Matrix(x0_);
-  w.Matrix(y0_);
-  w.Matrix(suu_);
-  w.Matrix(su_);
-  w.Matrix(suv_);
-  w.Matrix(sv_);
-  w.Bool(fitted_);
-  w.Matrix(intercept_);
-  w.Matrix(coef_);
+  io::FieldWriter f(w);
+  StateFields(f, *this);
   w.EndObject(h);
 }
 
@@ -184,17 +191,8 @@ absl::StatusOr<LinearForecast> LinearForecast::Deserialize(io::Reader& r) {
   const uint64_t d = static_cast<uint64_t>(o.regressors()), c = static_cast<uint64_t>(o.outputs);
   if (!r.Expect(8 * (d * d + 2 * d * c), "alarm forecast sums")) return r.status();
   LinearForecast f(o);
-  f.n_ = r.I64("alarm forecast pairs");
-  f.next_fit_ = r.I64("alarm forecast next fit");
-  r.MatrixInto("alarm forecast x0", f.x0_);
-  r.MatrixInto("alarm forecast y0", f.y0_);
-  r.MatrixInto("alarm forecast suu", f.suu_);
-  r.MatrixInto("alarm forecast su", f.su_);
-  r.MatrixInto("alarm forecast suv", f.suv_);
-  r.MatrixInto("alarm forecast sv", f.sv_);
-  f.fitted_ = r.Bool("alarm forecast fitted");
-  r.MatrixInto("alarm forecast intercept", f.intercept_);
-  r.MatrixInto("alarm forecast coef", f.coef_);
+  io::FieldReader fields(r);
+  StateFields(fields, f);
   if (!r.EndObject("alarm forecast")) return r.status();
   if (f.n_ < 0 || f.next_fit_ <= f.n_) return r.Fail("alarm forecast: pair counters out of order");
   return f;

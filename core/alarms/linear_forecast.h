@@ -80,6 +80,10 @@ class LinearForecast {
   static absl::StatusOr<LinearForecast> Deserialize(io::Reader& r);
 
  private:
+  // The state after the options, in file order: one list for Serialize (Self const) and
+  // Deserialize (defined beside them).
+  template <class Fields, class Self>
+  static void StateFields(Fields& f, Self& self);
   void Refit();
 
   Options options_;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/forecast/forecast_regression.h"
 #include "core/io/binary_io.h"
+#include "core/io/field_io.h"
 
 namespace cmestream {
 namespace {
@@ -17,69 +18,68 @@ namespace {
 constexpr uint32_t kTag = io::Fourcc("FCRG");
 constexpr uint32_t kVersion = 1;
 
-int Int(io::Reader& r, const char* what, int64_t lo, int64_t hi) {
-  const int32_t v = r.I32(what);
-  if (r.ok() && (v < lo || v > hi)) (void)r.Fail(absl::StrCat(what, " is ", v, ", expected ", lo, "..", hi));
-  return v;
+template <class Fields, class Options>
+void OptionFields(Fields& f, Options& o) {
+  f.I32In("forecast dim", o.dim, 1, 1 << 16);
+  f.I32In("forecast scored_dims", o.scored_dims, 0, 1 << 16);
+  f.I32In("forecast block_length", o.block_length, 1, 1 << 30);
+  f.I32In("forecast folds", o.folds, 2, 16);
+  f.I32In("forecast batch_size", o.batch_size, 1, 1 << 16);
+  f.I64("forecast first_fit", o.first_fit);
+  f.I64("forecast fit_every", o.fit_every);
 }
 
-void WriteSums(io::Writer& w, const ForecastFoldSums& f) {
-  w.F64(f.n);
-  w.Matrix(f.sz);
-  w.Matrix(f.sy);
-  w.Matrix(f.syy);
-  w.Matrix(f.szz);
-  w.Matrix(f.szy);
+// One fold's sums; when reading, s is sized (q, d) already.
+template <class Fields, class Sums>
+void SumsFields(Fields& f, Sums& s) {
+  f.F64("forecast sums pairs", s.n);
+  f.Matrix("forecast sums sz", s.sz);
+  f.Matrix("forecast sums sy", s.sy);
+  f.Matrix("forecast sums syy", s.syy);
+  f.Matrix("forecast sums szz", s.szz);
+  f.Matrix("forecast sums szy", s.szy);
 }
 
-// requires: s sized (q, d).
-void ReadSums(io::Reader& r, ForecastFoldSums& s) {
-  s.n = r.F64("forecast sums pairs");
-  r.MatrixInto("forecast sums sz", s.sz);
-  r.MatrixInto("forecast sums sy", s.sy);
-  r.MatrixInto("forecast sums syy", s.syy);
-  r.MatrixInto("forecast sums szz", s.szz);
-  r.MatrixInto("forecast sums szy", s.szy);
+template <class Fields, class Skill>
+void SkillFields(Fields& f, Skill& s) {
+  f.I64("forecast skill pairs", s.pairs);
+  f.F64("forecast skill sse", s.sse);
+  f.F64("forecast skill persistence sse", s.sse_persistence);
+}
+
+template <class Fields, class Choice>
+void ChoiceFields(Fields& f, Choice& c) {
+  f.Bool("forecast choice increment", c.increment);
+  f.F64("forecast choice lambda_linear", c.lambda_linear);
+  f.F64("forecast choice lambda_kernel", c.lambda_kernel);
+  f.F64("forecast choice held-out rmse", c.heldout_rmse);
 }
 
 }  // namespace
 
 void ForecastRegression::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, kVersion);
-  const Options& o = options_;
-  w.I32(o.dim);
-  w.I32(o.scored_dims);
-  w.I32(o.block_length);
-  w.I32(o.folds);
-  w.I32(o.batch_size);
-  w.I64(o.first_fit);
-  w.I64(o.fit_every);
+  io::FieldWriter fields(w);
+  OptionFields(fields, options_);
   w.I32(features_->num_features());
   w.I64(samples_);
   w.I64(next_fit_);
   w.Doubles(z0_.data(), z0_.size());
-  for (const ForecastFoldSums& f : folds_) WriteSums(w, f);
+  for (const ForecastFoldSums& s : folds_) SumsFields(fields, s);
   for (const std::optional<ForecastFoldSums>* o : {&prefix_, &last_}) {
     w.Bool(o->has_value());
-    if (*o) WriteSums(w, **o);
+    if (*o) SumsFields(fields, **o);
   }
   w.I32(buffered_);
   w.I32(buffer_fold_);
   w.Matrix(ubuf_.topRows(buffered_));
   w.Matrix(vbuf_.topRows(buffered_));
-  w.I64(skill_.pairs);
-  w.F64(skill_.sse);
-  w.F64(skill_.sse_persistence);
+  SkillFields(fields, skill_);
   w.Bool(fit_.has_value());
   if (fit_) {
     w.Matrix(fit_->intercept_);
     w.Matrix(fit_->coef_);
-    for (const ForecastChoice& c : fit_->choices_) {
-      w.Bool(c.increment);
-      w.F64(c.lambda_linear);
-      w.F64(c.lambda_kernel);
-      w.F64(c.heldout_rmse);
-    }
+    for (const ForecastChoice& c : fit_->choices_) ChoiceFields(fields, c);
     w.F64(fit_->pairs_);
   }
   w.EndObject(h);
@@ -89,15 +89,10 @@ absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r
                                                                    std::shared_ptr<const FeatureMap> features) {
   uint32_t version = 0;
   if (!r.BeginObject(kTag, kVersion, "ForecastRegression", &version)) return r.status();
+  io::FieldReader fields(r);
   Options o;
-  o.dim = Int(r, "forecast dim", 1, 1 << 16);
-  o.scored_dims = Int(r, "forecast scored_dims", 0, 1 << 16);
-  o.block_length = Int(r, "forecast block_length", 1, 1 << 30);
-  o.folds = Int(r, "forecast folds", 2, 16);
-  o.batch_size = Int(r, "forecast batch_size", 1, 1 << 16);
-  o.first_fit = r.I64("forecast first_fit");
-  o.fit_every = r.I64("forecast fit_every");
-  const int n = Int(r, "forecast features", 1, kMaxFeatures);
+  OptionFields(fields, o);
+  const int n = r.I32In("forecast features", 1, kMaxFeatures);
   if (!r.ValidOptions(o, "ForecastRegression")) return r.status();
   if (!features || features->input_dim() != o.dim || features->num_features() != n) {
     return r.Fail(absl::StrCat("forecast regression holds ", n, " features of dim ", o.dim,
@@ -120,21 +115,19 @@ absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r
   } else {
     r.Doubles("forecast shift", 0, nullptr);
   }
-  for (ForecastFoldSums& s : f.folds_) ReadSums(r, s);
+  for (ForecastFoldSums& s : f.folds_) SumsFields(fields, s);
   for (std::optional<ForecastFoldSums>* o : {&f.prefix_, &f.last_}) {
     if (r.Bool("forecast has refit sums") && r.ok()) {
       *o = f.folds_[0];  // shapes
-      ReadSums(r, **o);
+      SumsFields(fields, **o);
     }
   }
-  f.buffered_ = Int(r, "forecast buffered pairs", 0, o.batch_size - 1);
-  f.buffer_fold_ = Int(r, "forecast buffer fold", 0, o.folds - 1);
+  f.buffered_ = r.I32In("forecast buffered pairs", 0, o.batch_size - 1);
+  f.buffer_fold_ = r.I32In("forecast buffer fold", 0, o.folds - 1);
   if (!r.ok()) return r.status();
   r.MatrixInto("forecast buffer u", f.ubuf_.topRows(f.buffered_));
   r.MatrixInto("forecast buffer v", f.vbuf_.topRows(f.buffered_));
-  f.skill_.pairs = r.I64("forecast skill pairs");
-  f.skill_.sse = r.F64("forecast skill sse");
-  f.skill_.sse_persistence = r.F64("forecast skill persistence sse");
+  SkillFields(fields, f.skill_);
   if (r.Bool("forecast has fit") && r.ok()) {
     ForecastModel m;
     m.features_ = f.features_;
@@ -143,12 +136,7 @@ absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r
     r.MatrixInto("forecast intercept", m.intercept_);
     r.MatrixInto("forecast coefficients", m.coef_);
     m.choices_.resize(o.dim);
-    for (ForecastChoice& c : m.choices_) {
-      c.increment = r.Bool("forecast choice increment");
-      c.lambda_linear = r.F64("forecast choice lambda_linear");
-      c.lambda_kernel = r.F64("forecast choice lambda_kernel");
-      c.heldout_rmse = r.F64("forecast choice held-out rmse");
-    }
+    for (ForecastChoice& c : m.choices_) ChoiceFields(fields, c);
     m.pairs_ = r.F64("forecast fit pairs");
     f.fit_ = std::move(m);
   }

@@ -14,6 +14,7 @@
 #include "core/counts/transition_counts.h"
 #include "core/embedding/state_embedding.h"
 #include "core/io/binary_io.h"
+#include "core/io/field_io.h"
 #include "core/latent/latent_model.h"
 #include "core/latent/latent_rff_v1.h"
 #include "core/predictive/predictive_state.h"
@@ -42,6 +43,86 @@ constexpr uint32_t kSpectralVersion = 2;
 
 uint64_t Doubles(int64_t n) { return static_cast<uint64_t>(n) * 8; }
 
+// CompressedCme: what the constructor needs, then the learner's counters (docs/algorithms.md §1).
+template <class Fields, class Options>
+void CmeOptionFields(Fields& f, Options& o) {
+  f.I32("cme dim", o.dim);
+  f.F64("cme sigma", o.sigma);
+  f.F64("cme eta", o.eta);
+  f.F64("cme lambda", o.lambda);
+  f.F64("cme epsilon", o.epsilon);
+  f.I32("cme max_dict", o.max_dict);
+  f.Bool("cme one_sided", o.one_sided);
+  f.F64("cme jitter", o.jitter);
+  f.F64("cme drift_tolerance", o.drift_tolerance);
+  f.NonNegativeI64("cme drift_check_interval", o.drift_check_interval);
+  f.F64("cme step_decay_samples", o.step_decay_samples);
+  f.F64("cme step_decay_power", o.step_decay_power);
+  f.Bool("cme averaging", o.averaging);
+}
+
+template <class Fields, class Counters>
+void CmeCounterFields(Fields& f, Counters& c) {
+  f.NonNegativeI64("cme samples", c.samples);
+  f.NonNegativeI64("cme compressed", c.compressed);
+  f.NonNegativeI64("cme admitted_x", c.admitted_x);
+  f.NonNegativeI64("cme admitted_y", c.admitted_y);
+  f.NonNegativeI64("cme forced", c.forced);
+  f.F64("cme forced_error_sum", c.forced_error_sum);
+  f.NonNegativeI64("cme refactorizations", c.refactorizations);
+}
+
+// SpectralMoments (§7): version 1 ends before rebase_growth and min_block_length.
+template <class Fields, class Options>
+void SpectralOptionFields(Fields& f, Options& o, uint32_t version) {
+  f.I32In("spectral dim", o.dim, 1, CompressedCme::kMaxDim);
+  f.F64("spectral sigma", o.sigma);
+  f.I32In("spectral max_basis", o.max_basis, 1, 1 << 16);
+  f.I32In("spectral batch_size", o.batch_size, 1, 1 << 20);
+  f.I64("spectral block_length", o.block_length);
+  f.F64("spectral forgetting", o.forgetting);
+  f.F64("spectral new_atom_fraction", o.new_atom_fraction);
+  f.I64("spectral min_epoch_samples", o.min_epoch_samples);
+  if (version < 2) return;
+  f.F64("spectral rebase_growth", o.rebase_growth);
+  f.I64("spectral min_block_length", o.min_block_length);
+}
+
+// One epoch's counters and weights; its sums follow as matrices.
+template <class Fields, class Epoch>
+void SpectralEpochFields(Fields& f, Epoch& e) {
+  f.NonNegativeI64("spectral epoch", e.epoch);
+  f.NonNegativeI64("spectral epoch samples", e.samples);
+  f.NonNegativeI64("spectral fold A samples", e.fold_samples[0]);
+  f.NonNegativeI64("spectral fold B samples", e.fold_samples[1]);
+  f.F64("spectral scale", e.scale);
+  f.F64("spectral fold A weight", e.n[0]);
+  f.F64("spectral fold B weight", e.n[1]);
+}
+
+// MultiViewAccumulator (§3), after the feature kind.
+template <class Fields, class Options>
+void LatentOptionFields(Fields& f, Options& o) {
+  f.I32("latent dim", o.features.dim);
+  f.I32("latent num_features", o.features.num_features);
+  f.F64("latent sigma", o.features.sigma);
+  f.I32("latent num_symbols", o.features.num_symbols);
+  f.U64("latent seed", o.features.seed);
+  f.I32("latent reservoir_size", o.reservoir_size);
+  f.U64("latent reservoir_seed", o.reservoir_seed);
+  f.I32("latent batch", o.batch);
+}
+
+// PredictiveStateAccumulator (§4), after the kind.
+template <class Fields, class Options>
+void PredictiveOptionFields(Fields& f, Options& o) {
+  f.I32("predictive num_symbols", o.num_symbols);
+  f.I32("predictive dim", o.dim);
+  f.I32("predictive history_length", o.history_length);
+  f.I32("predictive future_length", o.future_length);
+  f.I32("predictive max_history_states", o.max_history_states);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -49,28 +130,9 @@ uint64_t Doubles(int64_t n) { return static_cast<uint64_t>(n) * 8; }
 
 void CompressedCme::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kCmeTag, kCmeVersion);
-  const Options& o = options_;
-  w.I32(o.dim);
-  w.F64(o.sigma);
-  w.F64(o.eta);
-  w.F64(o.lambda);
-  w.F64(o.epsilon);
-  w.I32(o.max_dict);
-  w.Bool(o.one_sided);
-  w.F64(o.jitter);
-  w.F64(o.drift_tolerance);
-  w.I64(o.drift_check_interval);
-  w.F64(o.step_decay_samples);
-  w.F64(o.step_decay_power);
-  w.Bool(o.averaging);
-  const Counters& c = counters_;
-  w.I64(c.samples);
-  w.I64(c.compressed);
-  w.I64(c.admitted_x);
-  w.I64(c.admitted_y);
-  w.I64(c.forced);
-  w.F64(c.forced_error_sum);
-  w.I64(c.refactorizations);
+  io::FieldWriter f(w);
+  CmeOptionFields(f, options_);
+  CmeCounterFields(f, counters_);
   w.I32(mx_);
   w.I32(my_);
   w.F64(last_drift_);
@@ -83,7 +145,7 @@ void CompressedCme::Serialize(io::Writer& w) const {
   w.Matrix(x_atoms_.topRows(mx_));
   w.Matrix(y_atoms_.topRows(my_));
   w.Matrix(wf_.topLeftCorner(my_, mx_));
-  if (o.averaging) w.Matrix(wf_avg_.topLeftCorner(my_, mx_));
+  if (options_.averaging) w.Matrix(wf_avg_.topLeftCorner(my_, mx_));
   w.Matrix(gx_.topLeftCorner(mx_, mx_));
   w.Matrix(gy_.topLeftCorner(my_, my_));
   w.Matrix(rx_.topLeftCorner(mx_, mx_));
@@ -94,30 +156,13 @@ void CompressedCme::Serialize(io::Writer& w) const {
 absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kCmeTag, kCmeVersion, "CompressedCme", &version)) return r.status();
+  io::FieldReader f(r);
   Options o;
-  o.dim = r.I32("cme dim");
-  o.sigma = r.F64("cme sigma");
-  o.eta = r.F64("cme eta");
-  o.lambda = r.F64("cme lambda");
-  o.epsilon = r.F64("cme epsilon");
-  o.max_dict = r.I32("cme max_dict");
-  o.one_sided = r.Bool("cme one_sided");
-  o.jitter = r.F64("cme jitter");
-  o.drift_tolerance = r.F64("cme drift_tolerance");
-  o.drift_check_interval = r.NonNegativeI64("cme drift_check_interval");
-  o.step_decay_samples = r.F64("cme step_decay_samples");
-  o.step_decay_power = r.F64("cme step_decay_power");
-  o.averaging = r.Bool("cme averaging");
+  CmeOptionFields(f, o);
   if (!r.ValidOptions(o, "CompressedCme")) return r.status();
   const int64_t cap = o.max_dict;
   Counters c;
-  c.samples = r.NonNegativeI64("cme samples");
-  c.compressed = r.NonNegativeI64("cme compressed");
-  c.admitted_x = r.NonNegativeI64("cme admitted_x");
-  c.admitted_y = r.NonNegativeI64("cme admitted_y");
-  c.forced = r.NonNegativeI64("cme forced");
-  c.forced_error_sum = r.F64("cme forced_error_sum");
-  c.refactorizations = r.NonNegativeI64("cme refactorizations");
+  CmeCounterFields(f, c);
   const int mx = r.I32In("cme dictionary size m_x", 0, cap);
   const int my = r.I32In("cme dictionary size m_y", 0, cap);
   const double last_drift = r.F64("cme last_drift");
@@ -346,17 +391,10 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
 
 void MultiViewAccumulator::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kLatentTag, kLatentVersion);
-  const LatentFeatureOptions& f = options_.features;
-  const bool rff = f.kind == LatentFeatureOptions::Kind::kRff;
+  const bool rff = options_.features.kind == LatentFeatureOptions::Kind::kRff;
   w.U8(rff ? 0 : 1);
-  w.I32(f.dim);
-  w.I32(f.num_features);
-  w.F64(f.sigma);
-  w.I32(f.num_symbols);
-  w.U64(f.seed);
-  w.I32(options_.reservoir_size);
-  w.U64(options_.reservoir_seed);
-  w.I32(options_.batch);
+  io::FieldWriter f(w);
+  LatentOptionFields(f, options_);
   // The map itself, not only its seed: an accumulator restored from version 1 keeps the
   // features its moments were accumulated with (LatentRffVersion1), and writing them makes every
   // later version independent of how they were drawn (d D + D doubles, next to 3 D^2 moments).
@@ -393,14 +431,8 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
     (void)r.Fail(absl::StrCat("latent feature kind is ", int{kind}, ", expected 0 (RFF) or 1 (one-hot)"));
   const bool rff = kind == 0;
   o.features.kind = rff ? LatentFeatureOptions::Kind::kRff : LatentFeatureOptions::Kind::kOneHot;
-  o.features.dim = r.I32("latent dim");
-  o.features.num_features = r.I32("latent num_features");
-  o.features.sigma = r.F64("latent sigma");
-  o.features.num_symbols = r.I32("latent num_symbols");
-  o.features.seed = r.U64("latent seed");
-  o.reservoir_size = r.I32("latent reservoir_size");
-  o.reservoir_seed = r.U64("latent reservoir_seed");
-  o.batch = r.I32("latent batch");
+  io::FieldReader f(r);
+  LatentOptionFields(f, o);
   if (!r.ValidOptions(o, "MultiViewAccumulator")) return r.status();
   const int64_t D = o.features.size(), d = o.features.dim;
   if (!r.Reserve(Doubles(3 * D + 3 * d + 3 * D * o.batch + 3 * D * D + int64_t{o.reservoir_size} * 3 * d +
@@ -463,11 +495,8 @@ void PredictiveStateAccumulator::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kPredictiveTag, kVersion);
   const Options& o = options_;
   w.U8(o.kind == Kind::kDiscrete ? 0 : 1);
-  w.I32(o.num_symbols);
-  w.I32(o.dim);
-  w.I32(o.history_length);
-  w.I32(o.future_length);
-  w.I32(o.max_history_states);
+  io::FieldWriter f(w);
+  PredictiveOptionFields(f, o);
   w.I64(windows_);
   w.I64(observations_);
   w.I64(in_episode_);
@@ -494,11 +523,8 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
   const uint8_t kind = r.U8("predictive kind");
   if (r.ok() && kind > 1) (void)r.Fail(absl::StrCat("predictive kind is ", int{kind}, ", expected 0 (discrete) or 1"));
   o.kind = kind == 0 ? Kind::kDiscrete : Kind::kLinearGaussian;
-  o.num_symbols = r.I32("predictive num_symbols");
-  o.dim = r.I32("predictive dim");
-  o.history_length = r.I32("predictive history_length");
-  o.future_length = r.I32("predictive future_length");
-  o.max_history_states = r.I32("predictive max_history_states");
+  io::FieldReader f(r);
+  PredictiveOptionFields(f, o);
   if (!r.ValidOptions(o, "PredictiveStateAccumulator")) return r.status();
   // `stored`: the statistics the body holds in full; `values`: those plus the scratch vectors.
   int64_t stored = 0, values = 0, window_len = 0;
@@ -551,32 +577,17 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
 
 void SpectralMoments::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kSpectralTag, kSpectralVersion);
-  const Options& o = options_;
-  w.I32(o.dim);
-  w.F64(o.sigma);
-  w.I32(o.max_basis);
-  w.I32(o.batch_size);
-  w.I64(o.block_length);
-  w.F64(o.forgetting);
-  w.F64(o.new_atom_fraction);
-  w.I64(o.min_epoch_samples);
-  w.F64(o.rebase_growth);
-  w.I64(o.min_block_length);
+  io::FieldWriter f(w);
+  SpectralOptionFields(f, options_, kSpectralVersion);
   w.I64(samples_);
   w.I32(m_);
   w.Matrix(basis_);
   const auto write_epoch = [&](const Epoch& e) {
-    w.I64(e.epoch);
-    w.I64(e.samples);
-    w.I64(e.fold_samples[0]);
-    w.I64(e.fold_samples[1]);
-    w.F64(e.scale);
-    w.F64(e.n[0]);
-    w.F64(e.n[1]);
-    for (int f = 0; f < 2; ++f) {
-      w.Matrix(e.c00[f]);
-      w.Matrix(e.c01[f]);
-      w.Matrix(e.c11[f]);
+    SpectralEpochFields(f, e);
+    for (int fold = 0; fold < 2; ++fold) {
+      w.Matrix(e.c00[fold]);
+      w.Matrix(e.c01[fold]);
+      w.Matrix(e.c11[fold]);
     }
   };
   write_epoch(live_);
@@ -600,19 +611,10 @@ void SpectralMoments::Serialize(io::Writer& w) const {
 absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kSpectralTag, kSpectralVersion, "SpectralMoments", &version)) return r.status();
+  io::FieldReader f(r);
   Options o;
-  o.dim = r.I32In("spectral dim", 1, CompressedCme::kMaxDim);
-  o.sigma = r.F64("spectral sigma");
-  o.max_basis = r.I32In("spectral max_basis", 1, 1 << 16);
-  o.batch_size = r.I32In("spectral batch_size", 1, 1 << 20);
-  o.block_length = r.I64("spectral block_length");
-  o.forgetting = r.F64("spectral forgetting");
-  o.new_atom_fraction = r.F64("spectral new_atom_fraction");
-  o.min_epoch_samples = r.I64("spectral min_epoch_samples");
-  if (version >= 2) {
-    o.rebase_growth = r.F64("spectral rebase_growth");
-    o.min_block_length = r.I64("spectral min_block_length");
-  } else {
+  SpectralOptionFields(f, o, version);
+  if (version < 2) {
     o.rebase_growth = 1;
     o.min_block_length = o.block_length;
   }
@@ -636,22 +638,16 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   if (!r.ok()) return r.status();
   acc.ComputeBasisSquaredNorms();
   const auto read_epoch = [&](Epoch& e, int64_t size) {
-    e.epoch = r.NonNegativeI64("spectral epoch");
-    e.samples = r.NonNegativeI64("spectral epoch samples");
-    e.fold_samples[0] = r.NonNegativeI64("spectral fold A samples");
-    e.fold_samples[1] = r.NonNegativeI64("spectral fold B samples");
-    e.scale = r.F64("spectral scale");
-    e.n[0] = r.F64("spectral fold A weight");
-    e.n[1] = r.F64("spectral fold B weight");
+    SpectralEpochFields(f, e);
     if (!r.ok()) return;
     const int64_t q = e.epoch > 0 ? size : 0;
-    for (int f = 0; f < 2; ++f) {
-      e.c00[f].resize(q, q);
-      e.c01[f].resize(q, q);
-      e.c11[f].resize(q, q);
-      r.MatrixInto("spectral C00", e.c00[f]);
-      r.MatrixInto("spectral C01", e.c01[f]);
-      r.MatrixInto("spectral C11", e.c11[f]);
+    for (int fold = 0; fold < 2; ++fold) {
+      e.c00[fold].resize(q, q);
+      e.c01[fold].resize(q, q);
+      e.c11[fold].resize(q, q);
+      r.MatrixInto("spectral C00", e.c00[fold]);
+      r.MatrixInto("spectral C01", e.c01[fold]);
+      r.MatrixInto("spectral C11", e.c11[fold]);
     }
   };
   read_epoch(acc.live_, p);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/io/binary_io.h"
+#include "core/io/field_io.h"
 #include "core/kernels/gaussian.h"
 
 namespace cmestream {
@@ -146,15 +147,26 @@ MatrixXd LagStatisticsSnapshot::Features(const Eigen::Ref<const RowMatrixXd>& po
   return f;
 }
 
+namespace {
+
+// After the lags (a count and the lags).
+template <class Fields, class Options>
+void LagStatisticsOptionFields(Fields& f, Options& o) {
+  f.I32("lag statistics dim", o.dim);
+  f.I32("lag statistics num_states", o.num_states);
+  f.F64("lag statistics sigma", o.sigma);
+  f.I32("lag statistics max_basis", o.max_basis);
+  f.I32("lag statistics max_blocks", o.max_blocks);
+  f.I64("lag statistics initial_block_length", o.initial_block_length);
+}
+
+}  // namespace
+
 void LagStatistics::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, kVersion);
   w.Ints(options_.lags);
-  w.I32(options_.dim);
-  w.I32(options_.num_states);
-  w.F64(options_.sigma);
-  w.I32(options_.max_basis);
-  w.I32(options_.max_blocks);
-  w.I64(options_.initial_block_length);
+  io::FieldWriter f(w);
+  LagStatisticsOptionFields(f, options_);
   w.I64(epoch_);
   w.Bool(counts_.has_value());
   if (counts_ && !discrete()) {
@@ -174,12 +186,8 @@ absl::StatusOr<LagStatistics> LagStatistics::Deserialize(io::Reader& r) {
   Options o;
   o.lags = r.Ints("lag statistics lags", "lag statistics lag", 1, LaggedMoments::kMaxLags);
   if (!r.ok()) return r.status();
-  o.dim = r.I32("lag statistics dim");
-  o.num_states = r.I32("lag statistics num_states");
-  o.sigma = r.F64("lag statistics sigma");
-  o.max_basis = r.I32("lag statistics max_basis");
-  o.max_blocks = r.I32("lag statistics max_blocks");
-  o.initial_block_length = r.I64("lag statistics initial_block_length");
+  io::FieldReader f(r);
+  LagStatisticsOptionFields(f, o);
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("LagStatistics options: ", s.message()));
   if (o.max_basis > (1 << 12) || o.dim > (1 << 16)) return r.Fail("LagStatistics options out of range");

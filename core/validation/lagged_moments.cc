@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/io/binary_io.h"
+#include "core/io/field_io.h"
 
 namespace cmestream {
 namespace {
@@ -202,19 +203,36 @@ LaggedMomentsSnapshot LaggedMoments::Snapshot() const {
   return s;
 }
 
+namespace {
+
+// After the lags (a count and the lags).
+template <class Fields, class Options>
+void LaggedOptionFields(Fields& f, Options& o) {
+  f.Count("lagged dim", o.dim, 1, 1 << 16);
+  f.Bool("lagged one_hot", o.one_hot);
+  f.Count("lagged max_blocks", o.max_blocks, 4, 1 << 10);
+  f.I64("lagged initial_block_length", o.initial_block_length);
+}
+
+}  // namespace
+
+// The counters; the blocks and the ring follow.
+template <class Fields, class Self>
+void LaggedMoments::StateFields(Fields& f, Self& m) {
+  f.I64("lagged samples", m.samples_);
+  f.I64("lagged trajectory_states", m.trajectory_states_);
+  f.I64("lagged unordered_pairs", m.unordered_pairs_);
+  f.Count("lagged num_blocks", m.num_blocks_, 1, m.options_.max_blocks);
+  f.I64("lagged block_length", m.block_length_);
+}
+
 void LaggedMoments::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, kVersion);
   const Options& o = options_;
   w.Ints(o.lags);
-  w.U64(static_cast<uint64_t>(o.dim));
-  w.Bool(o.one_hot);
-  w.U64(static_cast<uint64_t>(o.max_blocks));
-  w.I64(o.initial_block_length);
-  w.I64(samples_);
-  w.I64(trajectory_states_);
-  w.I64(unordered_pairs_);
-  w.U64(static_cast<uint64_t>(num_blocks_));
-  w.I64(block_length_);
+  io::FieldWriter f(w);
+  LaggedOptionFields(f, o);
+  StateFields(f, *this);
   for (int b = 0; b < num_blocks_; ++b) {
     w.I64(block_samples_[b]);
     for (const LagSums& s : blocks_[b]) {
@@ -240,10 +258,8 @@ absl::StatusOr<LaggedMoments> LaggedMoments::Deserialize(io::Reader& r) {
   Options o;
   o.lags = r.Ints("lagged number of lags", "lagged lag", 1, kMaxLags);
   if (!r.ok()) return r.status();
-  o.dim = static_cast<int>(r.Count("lagged dim", 1, 1 << 16));
-  o.one_hot = r.Bool("lagged one_hot");
-  o.max_blocks = static_cast<int>(r.Count("lagged max_blocks", 4, 1 << 10));
-  o.initial_block_length = r.I64("lagged initial_block_length");
+  io::FieldReader f(r);
+  LaggedOptionFields(f, o);
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("LaggedMoments options: ", s.message()));
   const int64_t L = static_cast<int64_t>(o.lags.size()), d = o.dim;
@@ -252,11 +268,7 @@ absl::StatusOr<LaggedMoments> LaggedMoments::Deserialize(io::Reader& r) {
     return r.status();
   }
   LaggedMoments acc(o);
-  acc.samples_ = r.I64("lagged samples");
-  acc.trajectory_states_ = r.I64("lagged trajectory_states");
-  acc.unordered_pairs_ = r.I64("lagged unordered_pairs");
-  acc.num_blocks_ = static_cast<int>(r.Count("lagged num_blocks", 1, o.max_blocks));
-  acc.block_length_ = r.I64("lagged block_length");
+  StateFields(f, acc);
   if (!r.ok()) return r.status();
   if (acc.samples_ < 0 || acc.block_length_ < 1) return r.Fail("LaggedMoments: negative counters");
   for (int b = 0; b < acc.num_blocks_; ++b) {

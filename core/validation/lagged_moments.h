@@ -110,6 +110,10 @@ class LaggedMoments {
   static absl::StatusOr<LaggedMoments> Deserialize(io::Reader& r);
 
  private:
+  // The state after the options, in file order: one list for Serialize (Self const) and
+  // Deserialize (defined beside them).
+  template <class Fields, class Self>
+  static void StateFields(Fields& f, Self& self);
   LagSums& Open(int lag_index) { return blocks_[num_blocks_ - 1][lag_index]; }
   void EndSample();                          // advances the block bookkeeping after one sample
   const double* RingAt(int64_t back) const;  // features of the state `back` steps ago
