@@ -139,33 +139,37 @@ int SimulateViewSystems(const std::string& system, const Args& args, uint64_t n,
     }
     return absl::OkStatus();
   };
-  // A diffusion's trajectory, as its states (--trajectory) or as its pairs.
-  auto write_diffusion = [&](const systems::Transitions& t, const char* states_header, const char* pairs_header) {
+  const int64_t count = static_cast<int64_t>(n);
+  // The two diffusions, four-well and multi-well-2d, differ only in their options, simulator,
+  // headers and ground truth: --tau is the lag of either; the trajectory is written as its states
+  // (--trajectory) or as its pairs; the truth starts with the system and tau, then `more(o)`.
+  auto diffusion = [&](auto o, auto simulate, const char* states_header, const char* pairs_header, auto more) -> int {
+    if (auto s = positive("tau", &o.tau); !s.ok()) return FailUsage(cmd, s.message());
+    const systems::Transitions t = simulate(count, seed, o);
     if (trajectory) {
       WriteStates(states_header, t);
     } else {
       WritePairs(pairs_header, t);
     }
+    return write_truth(
+        absl::StrCat("{\"system\":\"", system, "\",\"tau\":", absl::StrFormat("%.17g", o.tau), more(o), "}"));
   };
-  const int64_t count = static_cast<int64_t>(n);
   if (system == "four-well") {
-    systems::FourWellOptions o;
-    if (auto s = positive("tau", &o.tau); !s.ok()) return FailUsage(cmd, s.message());
-    write_diffusion(systems::SimulateFourWell(count, seed, o),
-                    "# x  (four-well diffusion, one state per line, lag tau)",
-                    "# x,y  (four-well diffusion V = 4 cos^2(pi x) + 5 (x/2)^8, beta 1; y = state after tau)");
-    return write_truth(absl::StrCat("{\"system\":\"four-well\",\"tau\":", absl::StrFormat("%.17g", o.tau),
-                                    ",\"barriers\":", VectorJson(systems::FourWellBarriers(o)),
-                                    ",\"eigenvalues\":", VectorJson(systems::FourWellEigenvalues(5, o)), "}"));
+    return diffusion(systems::FourWellOptions{}, systems::SimulateFourWell,
+                     "# x  (four-well diffusion, one state per line, lag tau)",
+                     "# x,y  (four-well diffusion V = 4 cos^2(pi x) + 5 (x/2)^8, beta 1; y = state after tau)",
+                     [](const systems::FourWellOptions& o) {
+                       return absl::StrCat(",\"barriers\":", VectorJson(systems::FourWellBarriers(o)),
+                                           ",\"eigenvalues\":", VectorJson(systems::FourWellEigenvalues(5, o)));
+                     });
   }
   if (system == "multi-well-2d") {
-    systems::MultiWell2dOptions o;
-    if (auto s = positive("tau", &o.tau); !s.ok()) return FailUsage(cmd, s.message());
-    write_diffusion(systems::SimulateMultiWell2d(count, seed, o),
-                    "# x1,x2  (2-D multi-well diffusion, one state per line, lag tau)",
-                    "# x1,x2,y1,y2  (2-D multi-well diffusion, wells near (+-0.5, +-0.5))");
-    return write_truth(absl::StrCat("{\"system\":\"multi-well-2d\",\"tau\":", absl::StrFormat("%.17g", o.tau),
-                                    ",\"eigenvalues\":", VectorJson(systems::MultiWell2dEigenvalues(5, o)), "}"));
+    return diffusion(systems::MultiWell2dOptions{}, systems::SimulateMultiWell2d,
+                     "# x1,x2  (2-D multi-well diffusion, one state per line, lag tau)",
+                     "# x1,x2,y1,y2  (2-D multi-well diffusion, wells near (+-0.5, +-0.5))",
+                     [](const systems::MultiWell2dOptions& o) {
+                       return absl::StrCat(",\"eigenvalues\":", VectorJson(systems::MultiWell2dEigenvalues(5, o)));
+                     });
   }
   if (system == "soft-aggregation") {
     systems::SoftAggregationChainOptions o;
@@ -258,14 +262,6 @@ int Simulate(const Args& args) {
     box = *p;
   }
   if (int rc = SimulateViewSystems(system, args, n, seed); rc >= 0) return rc;
-  if (system == "duffing") {
-    systems::DuffingOptions o;
-    if (dt) o.dt = *dt;
-    if (box) o.box = *box;
-    WritePairs("# x1,x2,y1,y2  (Duffing delta=0.5 beta=-1 alpha=1; y = flow of x over dt)",
-               systems::SimulateDuffing(static_cast<int64_t>(n), seed, o));
-    return 0;
-  }
   if (system == "double-well") {
     systems::DoubleWellOptions o;
     if (dt) o.dt = *dt;
@@ -273,9 +269,17 @@ int Simulate(const Args& args) {
                systems::SimulateDoubleWell(static_cast<int64_t>(n), seed, o));
     return 0;
   }
+  // Both Duffing systems take --box (the square of starting points); --dt is the flow time of
+  // "duffing" only, the basins of "duffing-grid" do not depend on it.
+  systems::DuffingOptions o;
+  if (box) o.box = *box;
+  if (system == "duffing") {
+    if (dt) o.dt = *dt;
+    WritePairs("# x1,x2,y1,y2  (Duffing delta=0.5 beta=-1 alpha=1; y = flow of x over dt)",
+               systems::SimulateDuffing(static_cast<int64_t>(n), seed, o));
+    return 0;
+  }
   if (system == "duffing-grid") {
-    systems::DuffingOptions o;
-    if (box) o.box = *box;
     const Eigen::Index k = static_cast<Eigen::Index>(side);
     RowMatrixXd points(k * k, 2);
     for (Eigen::Index i = 0; i < k; ++i) {

@@ -105,23 +105,10 @@ int Koopman(Context& ctx, const Args& args) {
     w.Key("rates").BeginArray();
     for (const auto& c : r->rates()) w.Complex(c.re(), c.im());
     w.EndArray();
-    w.Key("timescales");
-    WriteListJson(w, r->timescales());
-    w.Key("stationary").BeginArray();
-    for (bool b : r->stationary()) w.Bool(b);
-    w.EndArray();
-    w.Key("excess");
-    WriteListJson(w, r->excess());
-    w.Key("periods");  // null where mu is real
-    WriteListJson(w, r->periods());
-    const auto& h = r->headline();
+    // periods: null where mu is real.
+    WriteFieldsJson(w, *r, {"timescales", "stationary", "excess", "periods"});
     w.Key("headline").BeginObject();
-    w.Key("timescale").Double(h.timescale());
-    w.Key("stderr").Double(h.stderr());
-    w.Key("view").String(h.view());
-    w.Key("nonstationary").Bool(h.nonstationary());
-    w.Key("nonstationary_reason").String(h.nonstationary_reason());
-    w.Key("note").String(h.note());
+    WriteFieldsJson(w, r->headline(), {"timescale", "stderr", "view", "nonstationary", "nonstationary_reason", "note"});
     w.EndObject();
     w.Key("spectrum");
     WriteSpectrumJson(w, r->spectrum());
@@ -311,101 +298,107 @@ void PrintVector(const char* label, const google::protobuf::RepeatedField<double
   }                                                                                                \
   QueryPoints& q = *q##_or
 
+// Runs a query of the view of the model named by the command's one positional argument, as
+// every view command does: the usage and connection checks; with `with_points`, the query points
+// of --points (LoadQueryPoints: the model is described first); `query(model, q)`, whose server
+// error is the command's; then the reply as JSON (--json: {"model", the view keys, what
+// json(w, reply, q) writes}) or as text (text(model, reply, q)).
+template <typename Query, typename Json, typename Text>
+int RunViewQuery(Context& ctx, const Args& args, const std::string& cmd, const char* usage, bool with_points,
+                 Query query, Json json, Text text) {
+  if (int rc = NeedName(args, cmd, usage)) return rc;
+  const std::string& model = args.positional[0];
+  if (int rc = NeedClient(ctx, cmd)) return rc;
+  QueryPoints q;
+  if (with_points) {
+    bool server_error = false;
+    auto q_or = LoadQueryPoints(ctx, model, args.Value("points"), &server_error);
+    if (!q_or.ok()) return server_error ? Fail(cmd, q_or.status()) : FailUsage(cmd, q_or.status().message());
+    q = std::move(*q_or);
+  }
+  auto r = query(model, q);
+  if (!r.ok()) return Fail(cmd, r.status());
+  if (args.Has("json")) {
+    JsonWriter w;
+    BeginViewReply(w, model, r->view());
+    json(w, *r, q);
+    PrintReply(w);
+  } else {
+    text(model, *r, q);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int Counts(Context& ctx, const Args& args) {
-  const std::string cmd = "counts";
-  if (int rc = NeedName(args, cmd, kCountsUsage)) return rc;
-  const std::string model = args.positional[0];
-  if (int rc = NeedClient(ctx, cmd)) return rc;
-  auto r = ctx.client->Counts(model);
-  if (!r.ok()) return Fail(cmd, r.status());
-  const int d = static_cast<int>(r->dim());
-  if (args.Has("json")) {
-    JsonWriter w;
-    BeginViewReply(w, model, r->view());
-    w.Key("num_states").Uint(r->num_states());
+  auto json = [](JsonWriter& w, const v1::CountsResponse& r, const QueryPoints&) {
+    const int d = static_cast<int>(r.dim());
+    w.Key("num_states").Uint(r.num_states());
     w.Key("counts").BeginArray();
-    for (const auto& c : r->counts()) {
+    for (const auto& c : r.counts()) {
       w.BeginArray().Uint(c.from()).Uint(c.to()).Double(c.count()).EndArray();
     }
     w.EndArray();
-    w.Key("visits");
-    WriteListJson(w, r->visits());
-    w.Key("stationary");
-    WriteListJson(w, r->stationary());
+    WriteFieldsJson(w, r, {"visits", "stationary"});
     if (d > 0) {
-      w.Key("dim").Uint(r->dim());
+      w.Key("dim").Uint(r.dim());
       w.Key("states");
-      WriteRowsJson(w, r->state_coordinates(), d);
+      WriteRowsJson(w, r.state_coordinates(), d);
     }
-    PrintReply(w);
-    return 0;
-  }
-  PrintViewLine("transition counts", model, r->view());
-  std::cout << "# " << r->num_states() << " states, " << r->counts_size() << " non-zero counts\n";
-  std::printf("%8s %12s %12s%s\n", "state", "visits", "stationary", d > 0 ? "  coordinates" : "");
-  for (int i = 0; i < static_cast<int>(r->num_states()); ++i) {
-    std::printf("%8d %12.6g %12.6g", i, i < r->visits_size() ? r->visits(i) : 0.0,
-                i < r->stationary_size() ? r->stationary(i) : 0.0);
-    for (int j = 0; d > 0 && (i + 1) * d <= r->state_coordinates_size() && j < d; ++j) {
-      std::printf(j ? ",%.6g" : "  %.6g", r->state_coordinates(i * d + j));
+  };
+  auto text = [](const std::string& model, const v1::CountsResponse& r, const QueryPoints&) {
+    const int d = static_cast<int>(r.dim());
+    PrintViewLine("transition counts", model, r.view());
+    std::cout << "# " << r.num_states() << " states, " << r.counts_size() << " non-zero counts\n";
+    std::printf("%8s %12s %12s%s\n", "state", "visits", "stationary", d > 0 ? "  coordinates" : "");
+    for (int i = 0; i < static_cast<int>(r.num_states()); ++i) {
+      std::printf("%8d %12.6g %12.6g", i, i < r.visits_size() ? r.visits(i) : 0.0,
+                  i < r.stationary_size() ? r.stationary(i) : 0.0);
+      for (int j = 0; d > 0 && (i + 1) * d <= r.state_coordinates_size() && j < d; ++j) {
+        std::printf(j ? ",%.6g" : "  %.6g", r.state_coordinates(i * d + j));
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
-  }
-  std::printf("%8s %8s %12s\n", "from", "to", "count");
-  for (const auto& c : r->counts()) std::printf("%8u %8u %12.6g\n", c.from(), c.to(), c.count());
-  return 0;
+    std::printf("%8s %8s %12s\n", "from", "to", "count");
+    for (const auto& c : r.counts()) std::printf("%8u %8u %12.6g\n", c.from(), c.to(), c.count());
+  };
+  return RunViewQuery(
+      ctx, args, "counts", kCountsUsage, /*with_points=*/false,
+      [&](const std::string& model, const QueryPoints&) { return ctx.client->Counts(model); }, json, text);
 }
 
 int Embedding(Context& ctx, const Args& args) {
-  const std::string cmd = "embedding";
-  if (int rc = NeedName(args, cmd, kEmbeddingUsage)) return rc;
-  const std::string model = args.positional[0];
-  CMESTREAM_LOAD_POINTS(q, cmd, model, args.Value("points"));
-  auto r = ctx.client->Embedding(model, q.points, q.ids);
-  if (!r.ok()) return Fail(cmd, r.status());
-  const int rank = static_cast<int>(r->rank());
-  if (args.Has("json")) {
-    JsonWriter w;
-    BeginViewReply(w, model, r->view());
-    w.Key("rank").Uint(r->rank());
+  auto json = [](JsonWriter& w, const v1::EmbeddingResponse& r, const QueryPoints&) {
+    w.Key("rank").Uint(r.rank());
     w.Key("embedding");
-    WriteRowsJson(w, r->embedding(), rank);
-    w.Key("singular_values");
-    WriteListJson(w, r->singular_values());
-    w.Key("singular_value_gaps");
-    WriteListJson(w, r->singular_value_gaps());
-    WriteFitSummaryJson(w, r->summary());
-    PrintReply(w);
-    return 0;
-  }
-  PrintViewLine("state embedding", model, r->view());
-  std::cout << "# rank " << rank << "\n";
-  PrintVector("# singular values", r->singular_values());
-  PrintVector("# gaps           ", r->singular_value_gaps());
-  PrintFitSummary(r->summary());
-  for (int i = 0; rank > 0 && (i + 1) * rank <= r->embedding_size(); ++i) {
-    for (int j = 0; j < rank; ++j) std::printf(j ? ",%.17g" : "%.17g", r->embedding(i * rank + j));
-    std::printf("\n");
-  }
-  return 0;
+    WriteRowsJson(w, r.embedding(), static_cast<int>(r.rank()));
+    WriteFieldsJson(w, r, {"singular_values", "singular_value_gaps"});
+    WriteFitSummaryJson(w, r.summary());
+  };
+  auto text = [](const std::string& model, const v1::EmbeddingResponse& r, const QueryPoints&) {
+    const int rank = static_cast<int>(r.rank());
+    PrintViewLine("state embedding", model, r.view());
+    std::cout << "# rank " << rank << "\n";
+    PrintVector("# singular values", r.singular_values());
+    PrintVector("# gaps           ", r.singular_value_gaps());
+    PrintFitSummary(r.summary());
+    for (int i = 0; rank > 0 && (i + 1) * rank <= r.embedding_size(); ++i) {
+      for (int j = 0; j < rank; ++j) std::printf(j ? ",%.17g" : "%.17g", r.embedding(i * rank + j));
+      std::printf("\n");
+    }
+  };
+  return RunViewQuery(
+      ctx, args, "embedding", kEmbeddingUsage, /*with_points=*/true,
+      [&](const std::string& model, const QueryPoints& q) { return ctx.client->Embedding(model, q.points, q.ids); },
+      json, text);
 }
 
 int Clusters(Context& ctx, const Args& args) {
-  const std::string cmd = "clusters";
-  if (int rc = NeedName(args, cmd, kClustersUsage)) return rc;
-  const std::string model = args.positional[0];
-  CMESTREAM_LOAD_POINTS(q, cmd, model, args.Value("points"));
-  auto r = ctx.client->Clusters(model, q.points, q.ids);
-  if (!r.ok()) return Fail(cmd, r.status());
-  const int k = static_cast<int>(r->clusters());
-  if (args.Has("json")) {
-    JsonWriter w;
-    BeginViewReply(w, model, r->view());
-    w.Key("clusters").Uint(r->clusters());
+  auto json = [](JsonWriter& w, const v1::ClustersResponse& r, const QueryPoints& q) {
+    w.Key("clusters").Uint(r.clusters());
     w.Key("representatives").BeginArray();
-    for (const auto& rep : r->representatives()) {
+    for (const auto& rep : r.representatives()) {
       w.BeginObject();
       if (q.discrete) {
         w.Key("id").Int(rep.id());
@@ -420,181 +413,167 @@ int Clusters(Context& ctx, const Args& args) {
     }
     w.EndArray();
     w.Key("point_labels").BeginArray();
-    for (uint32_t l : r->point_labels()) w.Uint(l);
+    for (uint32_t l : r.point_labels()) w.Uint(l);
     w.EndArray();
     w.Key("transition_matrix");
-    WriteRowsJson(w, r->transition_matrix(), k);
-    w.Key("masses");
-    WriteListJson(w, r->masses());
-    w.Key("timescales");
-    WriteListJson(w, r->timescales());
-    w.Key("inertia").Double(r->inertia());
-    WriteFitSummaryJson(w, r->summary());
-    PrintReply(w);
-    return 0;
-  }
-  PrintViewLine("metastable clusters", model, r->view());
-  std::cout << "# " << k << " clusters; coarse-grained transition matrix (row = from):\n";
-  std::printf("%8s %10s", "cluster", "mass");
-  for (int j = 0; j < k; ++j) std::printf(" %10d", j);
-  std::printf("\n");
-  for (int i = 0; i < k; ++i) {
-    std::printf("%8d %10.4g", i, i < r->masses_size() ? r->masses(i) : 0.0);
-    for (int j = 0; j < k && i * k + j < r->transition_matrix_size(); ++j) {
-      std::printf(" %10.4g", r->transition_matrix(i * k + j));
-    }
+    WriteRowsJson(w, r.transition_matrix(), static_cast<int>(r.clusters()));
+    WriteFieldsJson(w, r, {"masses", "timescales", "inertia"});
+    WriteFitSummaryJson(w, r.summary());
+  };
+  auto text = [](const std::string& model, const v1::ClustersResponse& r, const QueryPoints& q) {
+    const int k = static_cast<int>(r.clusters());
+    PrintViewLine("metastable clusters", model, r.view());
+    std::cout << "# " << k << " clusters; coarse-grained transition matrix (row = from):\n";
+    std::printf("%8s %10s", "cluster", "mass");
+    for (int j = 0; j < k; ++j) std::printf(" %10d", j);
     std::printf("\n");
-  }
-  PrintVector("# implied timescales", r->timescales());
-  PrintFitSummary(r->summary());
-  std::printf("%8s %8s %12s  %s\n", "rep", "label", "weight", q.discrete ? "" : "coordinates");
-  for (const auto& rep : r->representatives()) {
-    std::printf("%8lld %8u %12.6g ", static_cast<long long>(rep.id()), rep.label(), rep.weight());
-    for (int j = 0; j < rep.coordinates_size(); ++j) {
-      std::printf(j ? ",%.6g" : " %.6g", rep.coordinates(j));
+    for (int i = 0; i < k; ++i) {
+      std::printf("%8d %10.4g", i, i < r.masses_size() ? r.masses(i) : 0.0);
+      for (int j = 0; j < k && i * k + j < r.transition_matrix_size(); ++j) {
+        std::printf(" %10.4g", r.transition_matrix(i * k + j));
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
-  }
-  if (r->point_labels_size() > 0) {
-    std::cout << "# labels of the " << r->point_labels_size() << " query points:\n";
-    for (uint32_t l : r->point_labels()) std::cout << l << "\n";
-  }
-  return 0;
+    PrintVector("# implied timescales", r.timescales());
+    PrintFitSummary(r.summary());
+    std::printf("%8s %8s %12s  %s\n", "rep", "label", "weight", q.discrete ? "" : "coordinates");
+    for (const auto& rep : r.representatives()) {
+      std::printf("%8lld %8u %12.6g ", static_cast<long long>(rep.id()), rep.label(), rep.weight());
+      for (int j = 0; j < rep.coordinates_size(); ++j) {
+        std::printf(j ? ",%.6g" : " %.6g", rep.coordinates(j));
+      }
+      std::printf("\n");
+    }
+    if (r.point_labels_size() > 0) {
+      std::cout << "# labels of the " << r.point_labels_size() << " query points:\n";
+      for (uint32_t l : r.point_labels()) std::cout << l << "\n";
+    }
+  };
+  return RunViewQuery(
+      ctx, args, "clusters", kClustersUsage, /*with_points=*/true,
+      [&](const std::string& model, const QueryPoints& q) { return ctx.client->Clusters(model, q.points, q.ids); },
+      json, text);
 }
 
 int Aggregation(Context& ctx, const Args& args) {
-  const std::string cmd = "aggregation";
-  if (int rc = NeedName(args, cmd, kAggregationUsage)) return rc;
-  const std::string model = args.positional[0];
-  if (int rc = NeedClient(ctx, cmd)) return rc;
-  auto r = ctx.client->Aggregation(model);
-  if (!r.ok()) return Fail(cmd, r.status());
-  const int m = static_cast<int>(r->meta_states());
-  const int d = static_cast<int>(r->dim());
-  const int p = r->state_ids_size();
-  if (args.Has("json")) {
-    JsonWriter w;
-    BeginViewReply(w, model, r->view());
-    w.Key("meta_states").Uint(r->meta_states());
+  auto json = [](JsonWriter& w, const v1::AggregationResponse& r, const QueryPoints&) {
+    const int m = static_cast<int>(r.meta_states());
+    const int d = static_cast<int>(r.dim());
+    w.Key("meta_states").Uint(r.meta_states());
     // states: ids for discrete models, atom coordinates for continuous ones (row order).
     w.Key("states");
-    if (d > 0 && r->state_coordinates_size() == p * d) {
-      WriteRowsJson(w, r->state_coordinates(), d);
+    if (d > 0 && r.state_coordinates_size() == r.state_ids_size() * d) {
+      WriteRowsJson(w, r.state_coordinates(), d);
     } else {
       w.BeginArray();
-      for (int64_t id : r->state_ids()) w.Int(id);
+      for (int64_t id : r.state_ids()) w.Int(id);
       w.EndArray();
     }
     w.Key("state_ids").BeginArray();
-    for (int64_t id : r->state_ids()) w.Int(id);
+    for (int64_t id : r.state_ids()) w.Int(id);
     w.EndArray();
     w.Key("V");
-    WriteRowsJson(w, r->v(), m);
+    WriteRowsJson(w, r.v(), m);
     w.Key("U");
-    WriteRowsJson(w, r->u(), m);
+    WriteRowsJson(w, r.u(), m);
     w.Key("anchors").BeginArray();
-    for (const auto& a : r->anchors()) {
+    for (const auto& a : r.anchors()) {
       w.BeginArray();
       for (uint32_t i : a.indices()) w.Uint(i);
       w.EndArray();
     }
     w.EndArray();
     w.Key("partition").BeginArray();
-    for (uint32_t l : r->partition()) w.Uint(l);
+    for (uint32_t l : r.partition()) w.Uint(l);
     w.EndArray();
     w.Key("excluded").BeginArray();
-    for (int64_t id : r->excluded()) w.Int(id);
+    for (int64_t id : r.excluded()) w.Int(id);
     w.EndArray();
-    w.Key("distance_to_empirical").Double(r->distance_to_empirical());
-    WriteFitSummaryJson(w, r->summary());
-    PrintReply(w);
-    return 0;
-  }
-  PrintViewLine("soft state aggregation", model, r->view());
-  std::cout << "# " << p << " states, " << m
-            << " meta-states; mean row TV |U V^T - P_hat| = " << Num(r->distance_to_empirical()) << "\n";
-  PrintFitSummary(r->summary());
-  for (int k = 0; k < r->anchors_size(); ++k) {
-    std::cout << "# anchors of meta-state " << k << " (rows):";
-    for (uint32_t i : r->anchors(k).indices()) std::cout << " " << i;
-    std::cout << "\n";
-  }
-  if (r->excluded_size() > 0) {
-    std::cout << "# excluded (no incoming transitions):";
-    for (int64_t id : r->excluded()) std::cout << " " << id;
-    std::cout << "\n";
-  }
-  std::printf("%6s %8s %5s", "row", "state", "meta");
-  for (int k = 0; k < m; ++k) std::printf(" %9s", absl::StrCat("V", k).c_str());
-  for (int k = 0; k < m; ++k) std::printf(" %9s", absl::StrCat("U", k).c_str());
-  std::printf("\n");
-  for (int i = 0; i < p; ++i) {
-    std::printf("%6d %8lld %5d", i, static_cast<long long>(r->state_ids(i)),
-                i < r->partition_size() ? static_cast<int>(r->partition(i)) : -1);
-    // "+ 0.0" prints an exact zero of a clipped entry as 0, not -0.
-    for (int k = 0; k < m && (i + 1) * m <= r->v_size(); ++k) std::printf(" %9.4g", r->v(i * m + k) + 0.0);
-    for (int k = 0; k < m && (i + 1) * m <= r->u_size(); ++k) std::printf(" %9.4g", r->u(i * m + k) + 0.0);
+    w.Key("distance_to_empirical").Double(r.distance_to_empirical());
+    WriteFitSummaryJson(w, r.summary());
+  };
+  auto text = [](const std::string& model, const v1::AggregationResponse& r, const QueryPoints&) {
+    const int m = static_cast<int>(r.meta_states());
+    const int p = r.state_ids_size();
+    PrintViewLine("soft state aggregation", model, r.view());
+    std::cout << "# " << p << " states, " << m
+              << " meta-states; mean row TV |U V^T - P_hat| = " << Num(r.distance_to_empirical()) << "\n";
+    PrintFitSummary(r.summary());
+    for (int k = 0; k < r.anchors_size(); ++k) {
+      std::cout << "# anchors of meta-state " << k << " (rows):";
+      for (uint32_t i : r.anchors(k).indices()) std::cout << " " << i;
+      std::cout << "\n";
+    }
+    if (r.excluded_size() > 0) {
+      std::cout << "# excluded (no incoming transitions):";
+      for (int64_t id : r.excluded()) std::cout << " " << id;
+      std::cout << "\n";
+    }
+    std::printf("%6s %8s %5s", "row", "state", "meta");
+    for (int k = 0; k < m; ++k) std::printf(" %9s", absl::StrCat("V", k).c_str());
+    for (int k = 0; k < m; ++k) std::printf(" %9s", absl::StrCat("U", k).c_str());
     std::printf("\n");
-  }
-  return 0;
+    for (int i = 0; i < p; ++i) {
+      std::printf("%6d %8lld %5d", i, static_cast<long long>(r.state_ids(i)),
+                  i < r.partition_size() ? static_cast<int>(r.partition(i)) : -1);
+      // "+ 0.0" prints an exact zero of a clipped entry as 0, not -0.
+      for (int k = 0; k < m && (i + 1) * m <= r.v_size(); ++k) std::printf(" %9.4g", r.v(i * m + k) + 0.0);
+      for (int k = 0; k < m && (i + 1) * m <= r.u_size(); ++k) std::printf(" %9.4g", r.u(i * m + k) + 0.0);
+      std::printf("\n");
+    }
+  };
+  return RunViewQuery(
+      ctx, args, "aggregation", kAggregationUsage, /*with_points=*/false,
+      [&](const std::string& model, const QueryPoints&) { return ctx.client->Aggregation(model); }, json, text);
 }
 
 int Latent(Context& ctx, const Args& args) {
-  const std::string cmd = "latent";
-  if (int rc = NeedName(args, cmd, kLatentUsage)) return rc;
-  const std::string model = args.positional[0];
-  CMESTREAM_LOAD_POINTS(q, cmd, model, args.Value("points"));
-  auto r = ctx.client->Latent(model, q.points, q.ids);
-  if (!r.ok()) return Fail(cmd, r.status());
-  const int k = static_cast<int>(r->latent_states());
-  const int n = static_cast<int>(q.count());
-  if (args.Has("json")) {
-    JsonWriter w;
-    BeginViewReply(w, model, r->view());
-    w.Key("latent_states").Uint(r->latent_states());
-    w.Key("weights");
-    WriteListJson(w, r->weights());
+  auto json = [](JsonWriter& w, const v1::LatentResponse& r, const QueryPoints& q) {
+    const int n = static_cast<int>(q.count());
+    WriteFieldsJson(w, r, {"latent_states", "weights"});
     // densities: k lists of n values (wire layout [h*n + i]).
     w.Key("densities");
-    if (n > 0) WriteRowsJson(w, r->densities(), n);
+    if (n > 0) WriteRowsJson(w, r.densities(), n);
     else w.BeginArray().EndArray();
     w.Key("posteriors");
-    WriteRowsJson(w, r->posteriors(), k);
-    WriteFitSummaryJson(w, r->summary());
-    PrintReply(w);
-    return 0;
-  }
-  PrintViewLine("latent-state model", model, r->view());
-  std::cout << "# " << k << " latent states\n";
-  PrintVector("# weights", r->weights());
-  PrintFitSummary(r->summary());
-  if (n > 0) {
-    std::printf("%8s", "point");
-    for (int h = 0; h < k; ++h) std::printf(" %12s", absl::StrCat("density", h).c_str());
-    for (int h = 0; h < k; ++h) std::printf(" %12s", absl::StrCat("posterior", h).c_str());
-    std::printf("\n");
-    for (int i = 0; i < n; ++i) {
-      std::printf("%8d", i);
-      for (int h = 0; h < k; ++h) {
-        std::printf(" %12.6g", h * n + i < r->densities_size() ? r->densities(h * n + i) : NAN);
-      }
-      for (int h = 0; h < k; ++h) {
-        std::printf(" %12.6g", i * k + h < r->posteriors_size() ? r->posteriors(i * k + h) : NAN);
-      }
+    WriteRowsJson(w, r.posteriors(), static_cast<int>(r.latent_states()));
+    WriteFitSummaryJson(w, r.summary());
+  };
+  auto text = [](const std::string& model, const v1::LatentResponse& r, const QueryPoints& q) {
+    const int k = static_cast<int>(r.latent_states());
+    const int n = static_cast<int>(q.count());
+    PrintViewLine("latent-state model", model, r.view());
+    std::cout << "# " << k << " latent states\n";
+    PrintVector("# weights", r.weights());
+    PrintFitSummary(r.summary());
+    if (n > 0) {
+      std::printf("%8s", "point");
+      for (int h = 0; h < k; ++h) std::printf(" %12s", absl::StrCat("density", h).c_str());
+      for (int h = 0; h < k; ++h) std::printf(" %12s", absl::StrCat("posterior", h).c_str());
       std::printf("\n");
+      for (int i = 0; i < n; ++i) {
+        std::printf("%8d", i);
+        for (int h = 0; h < k; ++h) {
+          std::printf(" %12.6g", h * n + i < r.densities_size() ? r.densities(h * n + i) : NAN);
+        }
+        for (int h = 0; h < k; ++h) {
+          std::printf(" %12.6g", i * k + h < r.posteriors_size() ? r.posteriors(i * k + h) : NAN);
+        }
+        std::printf("\n");
+      }
     }
-  }
-  return 0;
+  };
+  return RunViewQuery(
+      ctx, args, "latent", kLatentUsage, /*with_points=*/true,
+      [&](const std::string& model, const QueryPoints& q) { return ctx.client->Latent(model, q.points, q.ids); }, json,
+      text);
 }
 
 namespace {
 
 void WriteSkillJson(JsonWriter& w, const v1::ForecastSkill& s) {
   w.Key("skill").BeginObject();
-  w.Key("rmse").Double(s.rmse());
-  w.Key("rmse_persistence").Double(s.rmse_persistence());
-  w.Key("ratio").Double(s.ratio());
-  w.Key("pairs").Uint(s.pairs());
+  WriteFieldsJson(w, s, {"rmse", "rmse_persistence", "ratio", "pairs"});
   w.EndObject();
 }
 
@@ -710,9 +689,7 @@ int Forecast(Context& ctx, const Args& args) {
     } else {
       WriteRowsJson(w, r->forecast(), d);
     }
-    w.Key("state");
-    WriteListJson(w, r->state());
-    w.Key("method").String(r->method());
+    WriteFieldsJson(w, *r, {"state", "method"});
     if (r->has_skill()) WriteSkillJson(w, r->skill());
     PrintReply(w);
     return 0;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
 
 namespace cmestream::cli {
 
@@ -23,6 +25,57 @@ std::string Num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
+}
+
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+// Writes value `i` of the repeated field `f` of `m` (i < 0: the singular field `f`) with the
+// JsonWriter call of its type: the integer types cmestream.proto uses, doubles, bools, strings.
+// Returns false for any other type.
+bool WriteScalarJson(JsonWriter& w, const google::protobuf::Message& m, const FieldDescriptor* f, int i) {
+  const google::protobuf::Reflection& r = *m.GetReflection();
+  const bool one = i < 0;
+  const FieldDescriptor::CppType type = f->cpp_type();
+  if (type == FieldDescriptor::CPPTYPE_INT64) w.Int(one ? r.GetInt64(m, f) : r.GetRepeatedInt64(m, f, i));
+  else if (type == FieldDescriptor::CPPTYPE_UINT32) w.Uint(one ? r.GetUInt32(m, f) : r.GetRepeatedUInt32(m, f, i));
+  else if (type == FieldDescriptor::CPPTYPE_UINT64) w.Uint(one ? r.GetUInt64(m, f) : r.GetRepeatedUInt64(m, f, i));
+  else if (type == FieldDescriptor::CPPTYPE_DOUBLE) w.Double(one ? r.GetDouble(m, f) : r.GetRepeatedDouble(m, f, i));
+  else if (type == FieldDescriptor::CPPTYPE_BOOL) w.Bool(one ? r.GetBool(m, f) : r.GetRepeatedBool(m, f, i));
+  else if (type == FieldDescriptor::CPPTYPE_STRING) w.String(one ? r.GetString(m, f) : r.GetRepeatedString(m, f, i));
+  else return false;
+  return true;
+}
+
+// A name that is no field of the message, or a field of a type WriteScalarJson does not write,
+// is a bug of this program's lists, not of the reply.
+[[noreturn]] void AbortOnField(const google::protobuf::Message& message, const char* name) {
+  std::fprintf(stderr, "cmestream: internal error: %s has no field '%s' to write as JSON\n",
+               message.GetDescriptor()->full_name().c_str(), name);
+  std::abort();
+}
+
+}  // namespace
+
+void WriteFieldsJson(JsonWriter& w, const google::protobuf::Message& message,
+                     std::initializer_list<const char*> names) {
+  const google::protobuf::Reflection& r = *message.GetReflection();
+  for (const char* name : names) {
+    const FieldDescriptor* f = message.GetDescriptor()->FindFieldByName(name);
+    if (f == nullptr) AbortOnField(message, name);
+    if (f->has_presence() && !r.HasField(message, f)) continue;
+    w.Key(name);
+    bool ok = true;
+    if (f->is_repeated()) {
+      w.BeginArray();
+      for (int i = 0; ok && i < r.FieldSize(message, f); ++i) ok = WriteScalarJson(w, message, f, i);
+      w.EndArray();
+    } else {
+      ok = WriteScalarJson(w, message, f, -1);
+    }
+    if (!ok) AbortOnField(message, name);
+  }
 }
 
 namespace {
@@ -58,9 +111,7 @@ void WriteViewJson(JsonWriter& w, const v1::ViewInfo& view) {
 
 void WriteFitSummaryJson(JsonWriter& w, const v1::FitSummary& s) {
   w.Key("summary").BeginObject();
-  w.Key("termination").String(s.termination());
-  w.Key("message").String(s.message());
-  w.Key("brief_report").String(s.brief_report());
+  WriteFieldsJson(w, s, {"termination", "message", "brief_report"});
   w.Key("figures").BeginObject();
   const std::map<std::string, double> sorted(s.figures().begin(), s.figures().end());
   for (const auto& [name, value] : sorted) w.Key(name).Double(value);
@@ -78,40 +129,20 @@ void PrintFitSummary(const v1::FitSummary& s) {
 
 void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   w.BeginObject();
-  w.Key("name").String(c.name());
-  w.Key("dim").Uint(c.dim());
+  WriteFieldsJson(w, c, {"name", "dim"});
   if (c.has_sigma()) w.Key("sigma").Double(c.sigma());
   else w.Key("sigma").String("auto");
   w.Key("scale").String(c.has_scale() ? c.scale() : "none");
-  if (c.has_eta()) w.Key("eta").Double(c.eta());
-  if (c.has_lambda()) w.Key("lambda").Double(c.lambda());
-  if (c.has_epsilon()) w.Key("epsilon").Double(c.epsilon());
-  if (c.has_max_dict()) w.Key("max_dict").Uint(c.max_dict());
-  if (c.has_dt()) w.Key("dt").Double(c.dt());
-  if (c.has_seed()) w.Key("seed").Uint(c.seed());
-  if (c.has_auto_sigma_warmup()) w.Key("auto_sigma_warmup").Uint(c.auto_sigma_warmup());
-  if (c.has_refresh_interval_seconds()) {
-    w.Key("refresh_interval_seconds").Double(c.refresh_interval_seconds());
-  }
-  if (c.has_refresh_every_samples()) w.Key("refresh_every_samples").Uint(c.refresh_every_samples());
-  if (c.has_step_decay_samples()) w.Key("step_decay_samples").Double(c.step_decay_samples());
-  if (c.has_step_decay_power()) w.Key("step_decay_power").Double(c.step_decay_power());
-  if (c.has_averaging()) w.Key("averaging").Bool(c.averaging());
-  w.Key("num_states").Uint(c.num_states());
-  if (c.has_forgetting()) w.Key("forgetting").Double(c.forgetting());
-  if (c.has_rff_features()) w.Key("rff_features").Uint(c.rff_features());
-  if (c.has_rank()) w.Key("rank").Uint(c.rank());
-  if (c.has_clusters()) w.Key("clusters").Uint(c.clusters());
-  if (c.has_meta_states()) w.Key("meta_states").Uint(c.meta_states());
-  if (c.has_anchor_threshold()) w.Key("anchor_threshold").Double(c.anchor_threshold());
+  // The optional settings appear only when set; num_states (no presence) always.
+  WriteFieldsJson(
+      w, c,
+      {"eta", "lambda", "epsilon", "max_dict", "dt", "seed", "auto_sigma_warmup", "refresh_interval_seconds",
+       "refresh_every_samples", "step_decay_samples", "step_decay_power", "averaging", "num_states", "forgetting",
+       "rff_features", "rank", "clusters", "meta_states", "anchor_threshold"});
   if (!c.vertex_hunting().empty()) w.Key("vertex_hunting").String(c.vertex_hunting());
-  if (c.has_latent_states()) w.Key("latent_states").Uint(c.latent_states());
-  if (c.has_tensor_restarts()) w.Key("tensor_restarts").Uint(c.tensor_restarts());
-  if (c.has_tensor_iterations()) w.Key("tensor_iterations").Uint(c.tensor_iterations());
-  if (c.has_reservoir()) w.Key("reservoir").Uint(c.reservoir());
-  if (c.has_window()) w.Key("window").Uint(c.window());
-  if (c.has_ridge_stage1()) w.Key("ridge_stage1").Double(c.ridge_stage1());
-  if (c.has_ridge_stage2()) w.Key("ridge_stage2").Double(c.ridge_stage2());
+  WriteFieldsJson(
+      w, c,
+      {"latent_states", "tensor_restarts", "tensor_iterations", "reservoir", "window", "ridge_stage1", "ridge_stage2"});
   w.Key("delays").Uint(c.has_delays() ? c.delays() : 1);
   if (c.has_reduce()) w.Key("reduce").Uint(c.reduce());
   w.Key("delay_stride").Uint(c.has_delay_stride() ? c.delay_stride() : 1);
@@ -135,9 +166,7 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
     w.Key("estimators").BeginArray();
     for (const v1::EstimatorCost& e : m.estimators()) {
       w.BeginObject();
-      w.Key("name").String(e.name());
-      w.Key("multiply_adds").Double(e.multiply_adds());
-      w.Key("formula").String(e.formula());
+      WriteFieldsJson(w, e, {"name", "multiply_adds", "formula"});
       w.EndObject();
     }
     w.EndArray();
@@ -145,23 +174,12 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   if (m.alarms().enabled()) {
     const v1::AlarmStatus& a = m.alarms();
     w.Key("alarms").BeginObject();
-    w.Key("armed_at").Int(a.armed_at());
-    w.Key("scored").Uint(a.scored());
-    w.Key("alarms_total").Uint(a.alarms_total());
-    w.Key("score").Double(a.score());
-    w.Key("threshold").Double(a.threshold());
-    w.Key("alarm_rate").Double(a.alarm_rate());
+    WriteFieldsJson(w, a, {"armed_at", "scored", "alarms_total", "score", "threshold", "alarm_rate"});
     w.EndObject();
   }
-  w.Key("samples").Uint(m.samples());
-  w.Key("pending_warmup").Uint(m.pending_warmup());
-  w.Key("dictionary_size").Uint(m.dictionary_size());
-  w.Key("dictionary_size_y").Uint(m.dictionary_size_y());
-  w.Key("forced_compressions").Uint(m.forced_compressions());
-  w.Key("forced_error_sum").Double(m.forced_error_sum());
-  w.Key("inverse_drift").Double(m.inverse_drift());
-  w.Key("batches_applied").Uint(m.batches_applied());
-  w.Key("created_unix_seconds").Double(m.created_unix_seconds());
+  WriteFieldsJson(w, m,
+                  {"samples", "pending_warmup", "dictionary_size", "dictionary_size_y", "forced_compressions",
+                   "forced_error_sum", "inverse_drift", "batches_applied", "created_unix_seconds"});
   w.Key("view_version").Uint(m.view().version());
   w.Key("view_samples").Uint(m.view().samples());
   w.Key("view_age_seconds").Double(m.view().age_seconds());
@@ -173,33 +191,13 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   else if (m.config().has_sigma() && m.config().sigma() > 0) w.Key("sigma").Double(m.config().sigma());
   else w.Key("sigma").Null();
   w.Key("sigma_selection").BeginObject();
-  w.Key("automatic").Bool(s.automatic());
-  w.Key("chosen").Double(s.chosen());
-  w.Key("median_distance").Double(s.median_distance());
-  w.Key("candidates");
-  WriteListJson(w, s.candidates());
-  w.Key("scores");
-  WriteListJson(w, s.scores());
-  w.Key("warmup_pairs").Uint(s.warmup_pairs());
+  WriteFieldsJson(w, s, {"automatic", "chosen", "median_distance", "candidates", "scores", "warmup_pairs"});
   w.EndObject();
   if (m.has_input_scaling()) {
     const v1::InputScaling& in = m.input_scaling();
     w.Key("input_scaling").BeginObject();
-    w.Key("mode").String(in.mode());
-    w.Key("frozen").Bool(in.frozen());
-    w.Key("center");
-    WriteListJson(w, in.center());
-    w.Key("scale");
-    WriteListJson(w, in.scale());
-    w.Key("spread").BeginArray();
-    for (const std::string& v : in.spread()) w.String(v);
-    w.EndArray();
-    if (in.reduce() > 0) {
-      w.Key("reduce").Uint(in.reduce());
-      w.Key("explained_variance").Double(in.explained_variance());
-      w.Key("reduce_variances");
-      WriteListJson(w, in.reduce_variances());
-    }
+    WriteFieldsJson(w, in, {"mode", "frozen", "center", "scale", "spread"});
+    if (in.reduce() > 0) WriteFieldsJson(w, in, {"reduce", "explained_variance", "reduce_variances"});
     w.EndObject();
   }
   w.Key("config");
@@ -211,8 +209,7 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.Key("sub_views").BeginArray();
   for (const v1::SubViewStatus& sv : m.sub_views()) {
     w.BeginObject();
-    w.Key("name").String(sv.name());
-    w.Key("available").Bool(sv.available());
+    WriteFieldsJson(w, sv, {"name", "available"});
     if (!sv.available()) w.Key("error").String(sv.error());
     if (sv.has_summary()) WriteFitSummaryJson(w, sv.summary());
     w.EndObject();
@@ -223,42 +220,16 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
 
 void WriteSpectrumJson(JsonWriter& w, const v1::SpectrumInfo& s) {
   w.BeginObject();
-  w.Key("estimator").String(s.estimator());
-  w.Key("epoch").Uint(s.epoch());
-  w.Key("epoch_samples").Uint(s.epoch_samples());
-  w.Key("epoch_weight").Double(s.epoch_weight());
-  w.Key("ready").Bool(s.ready());
-  w.Key("basis_size").Uint(s.basis_size());
-  w.Key("epochs").Uint(s.epochs());
-  w.Key("data_share").Double(s.data_share());
-  w.Key("heldout_score").Double(s.heldout_score());
-  w.Key("heldout_pairs").Uint(s.heldout_pairs());
-  w.Key("heldout_view_version").Uint(s.heldout_view_version());
-  w.Key("selection_score").Double(s.selection_score());
-  w.Key("score_rank").Uint(s.score_rank());
-  w.Key("ridge").Double(s.ridge());
-  w.Key("ridge_grid");
-  WriteListJson(w, s.ridge_grid());
-  w.Key("ridge_scores");
-  WriteListJson(w, s.ridge_scores());
-  const auto& c = s.comparison();
+  WriteFieldsJson(w, s,
+                  {"estimator", "epoch", "epoch_samples", "epoch_weight", "ready", "basis_size", "epochs", "data_share",
+                   "heldout_score", "heldout_pairs", "heldout_view_version", "selection_score", "score_rank", "ridge",
+                   "ridge_grid", "ridge_scores"});
   w.Key("slowest_timescales").BeginObject();
-  w.Key("koopman").Double(c.koopman());
-  w.Key("count_chain").Double(c.count_chain());
-  w.Key("embedding").Double(c.embedding());
-  w.Key("relative_disagreement").Double(c.relative_disagreement());
-  w.Key("threshold").Double(c.threshold());
-  w.Key("warning").Bool(c.warning());
-  w.Key("lag_scan").Double(c.lag_scan());
-  w.Key("lag_scan_stderr").Double(c.lag_scan_stderr());
-  w.Key("lag_scan_lag").Uint(c.lag_scan_lag());
-  w.Key("lag_scan_blocks").Uint(c.lag_scan_blocks());
-  w.Key("relative_stderr").Double(c.relative_stderr());
-  w.Key("diagnostic").String(c.diagnostic());
+  WriteFieldsJson(w, s.comparison(),
+                  {"koopman", "count_chain", "embedding", "relative_disagreement", "threshold", "warning", "lag_scan",
+                   "lag_scan_stderr", "lag_scan_lag", "lag_scan_blocks", "relative_stderr", "diagnostic"});
   w.EndObject();
-  w.Key("warnings").BeginArray();
-  for (const auto& text : s.warnings()) w.String(text);
-  w.EndArray();
+  WriteFieldsJson(w, s, {"warnings"});
   w.EndObject();
 }
 

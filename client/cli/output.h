@@ -3,15 +3,24 @@
 #ifndef CMESTREAM_CLIENT_CLI_OUTPUT_H_
 #define CMESTREAM_CLIENT_CLI_OUTPUT_H_
 
+#include <initializer_list>
 #include <string>
 
 #include "client/cli/context.h"
 #include "client/cli/json.h"
+#include "google/protobuf/message.h"
 
 namespace cmestream::cli {
 
 // Formats v with "%.6g".
 std::string Num(double v);
+// Writes the fields `names` of `message`, in that order, each under its field name, with the
+// JsonWriter call of its type (signed and unsigned integers, doubles, bools, strings); a repeated
+// field as a list. A field with presence (proto3 `optional`) is written only when set, as the
+// `has_x()` tests it stands for did; every other field always. Most replies mirror their proto
+// messages field for field, so one list of names says what Key(...).Type(...) lines said one by
+// one. requires: every name is a field of one of those types (a misspelt one aborts).
+void WriteFieldsJson(JsonWriter& w, const google::protobuf::Message& message, std::initializer_list<const char*> names);
 // Writes the "view_version" and "samples" keys.
 void WriteViewJson(JsonWriter& w, const v1::ViewInfo& view);
 void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c);

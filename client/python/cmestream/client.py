@@ -30,15 +30,15 @@ from cmestream.v1 import cmestream_pb2 as pb
 from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
 
 from . import inputs
-from .info import (FitSummary, ModelConfig, ModelInfo, SigmaSelection, SpectrumInfo,
-                   SubViewStatus, TimescaleComparison, ViewInfo, model_info_from_proto,
-                   spectrum_from_proto, view_from_proto, headline_from_proto)
+from .info import (FitSummary, KoopmanHeadline, ModelConfig, ModelInfo, SigmaSelection, SpectrumInfo,
+                   SubViewStatus, TimescaleComparison, ViewInfo, from_proto, model_info_from_proto,
+                   spectrum_from_proto, view_from_proto)
 from .model import Model
 from .results import (Alarm, AlarmList, AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
                       EmbeddingResult, ForecastResult, ForecastSkill, IngestResult,
                       KoopmanResult, LagScan, LatentResult, SeriesForecast, TimescalesResult,
                       ck_from_proto, complex_array, eigenfunctions_from_proto,
-                      lag_scan_from_proto, samples_first, skill_from_proto, alarm_from_proto)
+                      lag_scan_from_proto, samples_first, alarm_from_proto)
 
 # Re-exported: these lived in this module before cmestream.results and cmestream.info.
 __all__ = ["Alarm", "AlarmList", "AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
@@ -508,7 +508,7 @@ class Client:
                              spectrum=(spectrum_from_proto(r.spectrum)
                                        if r.HasField("spectrum") else None),
                              periods=np.array(r.periods, dtype=np.float64),
-                             headline=(headline_from_proto(r.headline)
+                             headline=(from_proto(KoopmanHeadline, r.headline)
                                        if r.HasField("headline") else None))
 
     def predict(self, model: str, points: npt.ArrayLike) -> np.ndarray:
@@ -641,7 +641,7 @@ class Client:
             state=np.array(r.state, dtype=np.float64),
             view_version=r.view.version, samples=r.view.samples,
             horizon=horizon, dim=r.dim, method=r.method,
-            skill=skill_from_proto(r.skill) if r.HasField("skill") else None)
+            skill=from_proto(ForecastSkill, r.skill) if r.HasField("skill") else None)
 
     def forecast_series(self, model: str, series: npt.ArrayLike, horizon: int = 1) -> SeriesForecast:
         """Rolling forecasts (continuous models) over `series` (rows, oldest first; not learned):
@@ -655,7 +655,7 @@ class Client:
         return SeriesForecast(
             start=r.start,
             forecasts=np.array(r.series_forecast, dtype=np.float64).reshape(-1, horizon, d),
-            horizon=horizon, dim=d, skill=skill_from_proto(r.skill),
+            horizon=horizon, dim=d, skill=from_proto(ForecastSkill, r.skill),
             view_version=r.view.version, samples=r.view.samples)
 
     def timescales(self, model: str) -> TimescalesResult:

@@ -168,10 +168,6 @@ class KoopmanHeadline:
     note: str
 
 
-def headline_from_proto(h) -> KoopmanHeadline:
-    return from_proto(KoopmanHeadline, h)
-
-
 @dataclasses.dataclass
 class SubViewStatus:
     """One sub-view of the latest view.
@@ -371,13 +367,9 @@ def sigma_selection_from_proto(s) -> SigmaSelection:
     return from_proto(SigmaSelection, s, candidates=_floats(s.candidates), scores=_floats(s.scores))
 
 
-def comparison_from_proto(c) -> TimescaleComparison:
-    return from_proto(TimescaleComparison, c)
-
-
 def spectrum_from_proto(s) -> SpectrumInfo:
     return from_proto(SpectrumInfo, s, ridge_grid=_floats(s.ridge_grid), ridge_scores=_floats(s.ridge_scores),
-                      warnings=list(s.warnings), comparison=comparison_from_proto(s.comparison))
+                      warnings=list(s.warnings), comparison=from_proto(TimescaleComparison, s.comparison))
 
 
 def sub_view_from_proto(s) -> SubViewStatus:

@@ -269,10 +269,6 @@ class SeriesForecast:
     samples: int
 
 
-def skill_from_proto(s) -> ForecastSkill:
-    return from_proto(ForecastSkill, s)
-
-
 @dataclasses.dataclass
 class LagScan:
     """Implied timescales against lag (units of dt, slowest first, stationary mode left out):
