@@ -4,18 +4,24 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "service/enum_names.h"
 
 namespace cmestream::service {
 namespace {
 
 constexpr size_t kMinTokenLength = 16;
 constexpr size_t kMaxTokenLength = 4096;
+
+// The scopes a token file names, for parsing it and for ScopeName alike (kNone has no name a
+// token file may use).
+constexpr EnumName<Scope> kScopeNames[] = {{Scope::kAdmin, "admin"}, {Scope::kWrite, "write"}, {Scope::kRead, "read"}};
 
 bool TokenChars(absl::string_view t) {
   for (char c : t) {
@@ -38,18 +44,7 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
-const char* ScopeName(Scope scope) {
-  switch (scope) {
-    case Scope::kRead:
-      return "read";
-    case Scope::kWrite:
-      return "write";
-    case Scope::kAdmin:
-      return "admin";
-    default:
-      return "none";
-  }
-}
+const char* ScopeName(Scope scope) { return NameOf(kScopeNames, scope, "none"); }
 
 const std::vector<MethodScope>& ScopeTable() {
   // One row per RPC of the cmestream.v1 services. test_security.cc checks this table against the
@@ -98,17 +93,11 @@ absl::StatusOr<TokenAuthenticator> TokenAuthenticator::Parse(absl::string_view t
     }
     Scope level = Scope::kNone;
     for (absl::string_view s : absl::StrSplit(fields[1], ',')) {
-      Scope this_scope;
-      if (s == "admin") {
-        this_scope = Scope::kAdmin;
-      } else if (s == "write") {
-        this_scope = Scope::kWrite;
-      } else if (s == "read") {
-        this_scope = Scope::kRead;
-      } else {
+      const std::optional<Scope> this_scope = ValueOf(kScopeNames, s);
+      if (!this_scope) {
         return bad(absl::StrCat("unknown scope '", s.substr(0, 40), "', expected admin, write or read"));
       }
-      level = std::max(level, this_scope);
+      level = std::max(level, *this_scope);
     }
     for (const Entry& e : auth.entries_) {
       if (e.token == token) return bad("the token is listed twice");

@@ -58,7 +58,7 @@ template <class Generated>
 class CheckedService : public Generated {
  protected:
   CheckedService(const char* service_full_name, Metrics& metrics, const TokenAuthenticator* auth)
-      : service_(service_full_name), checked_metrics_(metrics), checked_auth_(auth) {}
+      : metrics_(metrics), auth_(auth), service_(service_full_name) {}
 
   // `handler` is the service's typed handler (e.g. &ModelServiceImpl::CreateModel); it sees
   // only requests that parsed.
@@ -66,8 +66,8 @@ class CheckedService : public Generated {
   void CheckUnary(const char* method,
                   grpc::ServerUnaryReactor* (Impl::*handler)(grpc::CallbackServerContext*, const Req*, Resp*)) {
     Impl* impl = static_cast<Impl*>(this);
-    Metrics* metrics = &checked_metrics_;
-    const TokenAuthenticator* auth = checked_auth_;
+    Metrics* metrics = &metrics_;
+    const TokenAuthenticator* auth = auth_;
     this->MarkMethodCallback(
         MethodIndex(service_, method),
         new grpc::internal::CallbackUnaryHandler<Checked<Req>, Resp>(
@@ -100,10 +100,13 @@ class CheckedService : public Generated {
                              new grpc::internal::CallbackBidiHandler<Checked<Req>, Resp>(std::move(start)));
   }
 
+  // The daemon's metrics and the token check (null: none), for the service's own handlers as
+  // for the answers to unparsable requests above: one copy, held here.
+  Metrics& metrics_;
+  const TokenAuthenticator* const auth_;
+
  private:
   const char* service_;
-  Metrics& checked_metrics_;
-  const TokenAuthenticator* checked_auth_;
 };
 
 }  // namespace cmestream::service

@@ -35,8 +35,6 @@ class ModelServiceImpl final : public CheckedService<v1::ModelService::CallbackS
                    const Ownership* ownership = nullptr)
       : CheckedService(v1::ModelService::service_full_name(), metrics, auth),
         registry_(registry),
-        metrics_(metrics),
-        auth_(auth),
         snapshots_(snapshots),
         defaults_(defaults),
         ownership_(ownership) {
@@ -68,8 +66,6 @@ class ModelServiceImpl final : public CheckedService<v1::ModelService::CallbackS
 
  private:
   ModelRegistry& registry_;
-  Metrics& metrics_;
-  const TokenAuthenticator* auth_;
   SnapshotManager* snapshots_;
   const ConfigDefaults defaults_;
   const Ownership* ownership_;  // null: this daemon owns every model (ownership.h)
@@ -82,8 +78,6 @@ class IngestServiceImpl final : public CheckedService<v1::IngestService::Callbac
       : CheckedService(v1::IngestService::service_full_name(), metrics, auth),
         registry_(registry),
         ingestor_(ingestor),
-        metrics_(metrics),
-        auth_(auth),
         ownership_(ownership) {
     CheckBidi<v1::IngestBatch, v1::IngestAck>("Ingest",
                                               [this](grpc::CallbackServerContext* ctx) { return StartIngest(ctx); });
@@ -101,8 +95,6 @@ class IngestServiceImpl final : public CheckedService<v1::IngestService::Callbac
  private:
   ModelRegistry& registry_;
   Ingestor& ingestor_;
-  Metrics& metrics_;
-  const TokenAuthenticator* auth_;
   const Ownership* ownership_;
 };
 
@@ -113,8 +105,6 @@ class QueryServiceImpl final : public CheckedService<v1::QueryService::CallbackS
       : CheckedService(v1::QueryService::service_full_name(), metrics, auth),
         registry_(registry),
         scheduler_(scheduler),
-        metrics_(metrics),
-        auth_(auth),
         ownership_(ownership) {
     CheckUnary("Refresh", &QueryServiceImpl::Refresh);
     CheckUnary("GetKoopman", &QueryServiceImpl::GetKoopman);
@@ -170,8 +160,6 @@ class QueryServiceImpl final : public CheckedService<v1::QueryService::CallbackS
  private:
   ModelRegistry& registry_;
   RefreshScheduler& scheduler_;
-  Metrics& metrics_;
-  const TokenAuthenticator* auth_;
   const Ownership* ownership_;
 };
 

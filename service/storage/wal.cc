@@ -12,12 +12,14 @@
 #include <cstring>
 #include <ctime>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/io/binary_io.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "service/enum_names.h"
 #include "service/observability/metric_families.h"
 #include "service/storage/crc32c.h"
 #include "service/storage/file_util.h"
@@ -201,25 +203,21 @@ absl::Status WalOptions::Validate() const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The --wal-sync names, for ParseWalSync and WalSyncName alike.
+constexpr EnumName<WalSync> kWalSyncNames[] = {
+    {WalSync::kAlways, "always"}, {WalSync::kInterval, "interval"}, {WalSync::kNever, "never"}};
+
+}  // namespace
+
 absl::StatusOr<WalSync> ParseWalSync(const std::string& text) {
-  if (text == "always") return WalSync::kAlways;
-  if (text == "interval") return WalSync::kInterval;
-  if (text == "never") return WalSync::kNever;
+  if (std::optional<WalSync> sync = ValueOf(kWalSyncNames, text)) return *sync;
   return absl::InvalidArgumentError(
       absl::StrCat("flag --wal-sync is '", text, "', expected always, interval or never"));
 }
 
-const char* WalSyncName(WalSync sync) {
-  switch (sync) {
-    case WalSync::kAlways:
-      return "always";
-    case WalSync::kInterval:
-      return "interval";
-    case WalSync::kNever:
-      return "never";
-  }
-  return "?";
-}
+const char* WalSyncName(WalSync sync) { return NameOf(kWalSyncNames, sync, "?"); }
 
 std::string FindVersionedSegment(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
