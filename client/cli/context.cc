@@ -264,8 +264,8 @@ JSON, --window discrete:   {"forecast": [most likely id per step], "expected": [
                            step], "distribution": [[P probabilities] per step], "state", ...}
 JSON, --series: {"model", "horizon", "dim", "start", "forecasts": [per row: H lists of d
                 numbers], "skill", ...}
-All carry "horizon", "method" ("regression" or "predictive_state"), "view_version", "samples"
-and, for continuous models, "skill": {"rmse", "rmse_persistence", "ratio", "pairs"}, the
+All carry "horizon", "method" ("regression", "persistence" or "predictive_state"), "view_version",
+"samples" and, for continuous models, "skill": {"rmse", "rmse_persistence", "ratio", "pairs"}, the
 model's live one-step skill (each pair scored before it was learned; null before the first).
 )";
 

@@ -244,6 +244,16 @@ void FitPredictive(const ViewOptions& options, const StreamingLearnerSnapshot& s
   view.predictive.value = std::make_shared<const PredictiveStateModel>(*std::move(m));
 }
 
+}  // namespace
+
+RowMatrixXd ForecastView::Rollout(const double* x, int horizon) const {
+  if (!persistence) return model.Rollout(x, horizon);
+  const int d = model.dim();
+  return Eigen::Map<const Eigen::RowVectorXd>(x, d).replicate(horizon, 1);
+}
+
+namespace {
+
 void FitForecastView(const StreamingLearnerSnapshot& snap, LearnerView& view) {
   if (!snap.cme) {
     view.forecast.error = "the model is discrete; its forecasts come from the predictive-state filter (--window L)";
@@ -262,6 +272,7 @@ void FitForecastView(const StreamingLearnerSnapshot& snap, LearnerView& view) {
   v->model = *std::move(m);
   v->skill = snap.forecast->skill;
   v->samples = snap.forecast->samples;
+  v->persistence = ForecastView::ServesPersistence(v->skill);
   view.forecast.value = std::move(v);
 }
 

@@ -164,9 +164,25 @@ struct AggregationView {
 // The forecast regression fitted from all pairs so far (docs/algorithms.md §11), with the
 // learner's live prequential skill at the same moment.
 struct ForecastView {
+  // Scored pairs from which the live skill decides between the regression and persistence.
+  static constexpr int64_t kSkillPairsToDecide = 8;
+
   ForecastModel model;
   ForecastSkill skill;
   int64_t samples = 0;  // pairs the regression's sums hold
+  // True while the regression's live skill says it loses to "next = last" (ratio > 1 over at
+  // least kSkillPairsToDecide pairs): forecasts are then persistence, which the user's own
+  // baseline would beat the regression with (docs/algorithms.md §11 "Served forecast").
+  bool persistence = false;
+
+  // The rule that sets `persistence` from the live skill.
+  static bool ServesPersistence(const ForecastSkill& skill) {
+    return skill.pairs >= kSkillPairsToDecide && skill.ratio() > 1;
+  }
+
+  // The forecasts of steps 1..horizon from state x (model.dim() doubles): the regression's
+  // rollout, or x repeated under persistence. horizon x dim.
+  RowMatrixXd Rollout(const double* x, int horizon) const;
 };
 
 struct LearnerView {

@@ -532,7 +532,7 @@ absl::Status FillSeriesForecast(const Model& model, const ModelView& view, const
   // The regression learned in the scaled units of a scaled model: states in, forecasts back out.
   const RowMatrixXd rows = Scaled(view, *std::move(states));
   for (int64_t r = 0; r < rows.rows(); ++r)
-    AddNewestRows(model, view, f.model.Rollout(rows.row(r).data(), static_cast<int>(horizon)), out);
+    AddNewestRows(model, view, f.Rollout(rows.row(r).data(), static_cast<int>(horizon)), out);
   return absl::OkStatus();
 }
 
@@ -581,7 +581,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
   // Continuous models: the regression (docs/algorithms.md §11), from the window's last row.
   absl::StatusOr<std::shared_ptr<const ForecastView>> f = Require(**model, (*view)->forecast, "forecast regression");
   if (!f.ok()) return call.Finish(f.status());
-  resp->set_method("regression");
+  // Persistence while the regression's live skill loses to it (ForecastView::persistence).
+  resp->set_method((*f)->persistence ? "persistence" : "regression");
   resp->set_dim(static_cast<uint32_t>((*model)->dim()));  // forecasts are raw rows
   if (!req->series().empty()) {
     return call.Finish(FillSeriesForecast(**model, **view, **f, req->series(), horizon, registry_.limits(), resp));
@@ -592,7 +593,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
                      "' (window, oldest first) or a series to forecast along")));
   }
   const RowMatrixXd last = Scaled(**view, window->bottomRows(1));  // the newest state (window)
-  AddNewestRows(**model, **view, (*f)->model.Rollout(last.data(), static_cast<int>(horizon)), resp->mutable_forecast());
+  AddNewestRows(**model, **view, (*f)->Rollout(last.data(), static_cast<int>(horizon)), resp->mutable_forecast());
   return call.Finish(absl::OkStatus());
 }
 

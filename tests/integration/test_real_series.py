@@ -78,6 +78,22 @@ class RealSeriesTest(unittest.TestCase):
                 if r["ar"] < 0.95 * r["persistence"]:
                     self.assertLess(r["rmse"], r["persistence"], r)
 
+    def test_persistence_is_served_while_the_live_skill_loses_to_it(self):
+        # The regression's live one-step skill decides what `forecast` serves: persistence while
+        # its ratio to "next = last" is above 1 over at least 8 scored pairs (docs/algorithms.md
+        # §11 "Served forecast"), then the forecasts are the last rows and score as persistence.
+        served = []
+        for r in self.results:
+            with self.subTest(series=r["series"]):
+                s = r["skill"]
+                loses = s["pairs"] >= 8 and s["ratio"] > 1
+                self.assertEqual(r["method"], "persistence" if loses else "regression", r)
+                if loses:
+                    served.append(r["series"])
+                    self.assertAlmostEqual(r["rmse"], r["persistence"], places=12)
+        if any(r["series"] == "discoveries" for r in self.results):
+            self.assertIn("discoveries", served)
+
     def test_about_as_good_as_least_squares_ar(self):
         ratios = [r["ratio_ar"] for r in self.results]
         self.assertLessEqual(math.exp(np.mean(np.log(ratios))), 1.05, ratios)

@@ -232,7 +232,9 @@ class ForecastResult:
         view_version, samples: the view the reply was computed from.
         horizon: H.
         dim: d, the observation dimension.
-        method: "regression" (the forecast regression, continuous models) or
+        method: "regression" (the forecast regression, continuous models),
+            "persistence" (a continuous model whose regression loses to "next = last" by its
+            live skill, ratio > 1 over >= 8 scored pairs: the newest row repeated) or
             "predictive_state" (the predictive-state filter).
         skill: ForecastSkill of a continuous model; None otherwise.
     """

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "core/io/binary_io.h"
+#include "core/stream/learner_view.h"
 
 namespace cmestream {
 namespace {
@@ -159,6 +160,42 @@ TEST(ForecastRegression, ARandomWalkShrinksTowardPersistence) {
   EXPECT_NEAR(m->coef()(3, 3), 1.0, 0.05);
   EXPECT_LT(f.skill().ratio(), 1.02);
   EXPECT_GT(f.skill().ratio(), 0.95);
+}
+
+// What `forecast` serves (docs/algorithms.md §11 "Served forecast"): the regression, unless its
+// live skill loses to persistence over at least 8 scored pairs; persistence repeats the state.
+TEST(ForecastView, ServesPersistenceOnlyWhileTheLiveSkillLosesToIt) {
+  ForecastSkill s;
+  s.scored_dims = 1;
+  EXPECT_FALSE(ForecastView::ServesPersistence(s)) << "no scored pairs: nothing to decide on";
+  s.pairs = 7;
+  s.sse = 4 * 7;
+  s.sse_persistence = 1 * 7;  // ratio 2
+  EXPECT_FALSE(ForecastView::ServesPersistence(s)) << "7 pairs are too few";
+  s.pairs = 8;
+  EXPECT_TRUE(ForecastView::ServesPersistence(s));
+  s.sse = 0.81 * 7;  // ratio 0.9
+  EXPECT_FALSE(ForecastView::ServesPersistence(s));
+  s.sse = 1 * 7;  // a tie keeps the regression
+  EXPECT_FALSE(ForecastView::ServesPersistence(s));
+
+  const RowMatrixXd x = Delays(Ar2(600, 4, 5.0), 3);
+  ForecastRegression::Options o;
+  o.dim = 3;
+  ForecastRegression f(Rff(3, 16, 2.0), o);
+  Feed(f, x, 0, static_cast<int>(x.rows()) - 1);
+  absl::StatusOr<ForecastModel> m = FitForecast(f.Snapshot());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ForecastView v;
+  v.model = *m;
+  const double* last = x.row(x.rows() - 1).data();
+  const RowMatrixXd regression = m->Rollout(last, 3);
+  EXPECT_EQ(v.Rollout(last, 3), regression);
+  v.persistence = true;
+  const RowMatrixXd persistence = v.Rollout(last, 3);
+  ASSERT_EQ(persistence.rows(), 3);
+  for (int h = 0; h < 3; ++h) EXPECT_EQ(persistence.row(h), x.row(x.rows() - 1)) << "step " << h + 1;
+  EXPECT_NE(persistence, regression);
 }
 
 TEST(ForecastRegression, NeedsPairsInTwoFolds) {
