@@ -245,21 +245,26 @@ std::shared_ptr<Model> ModelRegistry::StartFork(const Model& parent, int64_t k, 
   const v1::ModelConfig config = ForkConfig(parent.config(), k, index);
   const std::string& name = config.name();
   absl::Status refused;
+  std::string reason;  // Metrics::kForkRefusalReasons
   {
     absl::MutexLock lock(&mu_);
     if (TakenLocked(name)) {
       refused = absl::AlreadyExistsError(absl::StrCat("a model named '", name, "' that is not this fork exists"));
+      reason = "name_taken";
     } else if (HeldLocked() >= static_cast<size_t>(limits_.max_models)) {
       refused = absl::ResourceExhaustedError(absl::StrCat(
           "this daemon holds ", HeldLocked(), " models, its limit (--max-models ", limits_.max_models, ")"));
+      reason = "max_models";
     } else {
       refused = CheckBudgetLocked(config);
+      reason = "memory";
     }
     if (refused.ok()) reserved_.emplace(name, config);
   }
   if (!refused.ok()) {
     std::cerr << "cmestreamd: model '" << parent.name() << "' raised its alarm " << k << " at pair " << index
               << "; its fork '" << name << "' was not started: " << refused.message() << "\n";
+    metrics_.OnForkRefused(reason);
     return nullptr;
   }
   std::shared_ptr<ModelMetrics> metrics = metrics_.ForModel(name);
@@ -273,6 +278,7 @@ std::shared_ptr<Model> ModelRegistry::StartFork(const Model& parent, int64_t k, 
   if (!published.ok()) {
     std::cerr << "cmestreamd: model '" << parent.name() << "' raised its alarm " << k << " at pair " << index
               << "; its fork '" << name << "' was not started: " << published.status().message() << "\n";
+    metrics_.OnForkRefused(published.status().code() == absl::StatusCode::kResourceExhausted ? "memory" : "error");
     return nullptr;
   }
   return *published;

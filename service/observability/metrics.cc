@@ -94,13 +94,19 @@ Metrics::Metrics()
                                 "(docs/algorithms.md section 12; models with alarms on)")),
       change_alarms_(CounterFamily(*registry_, "cmestream_change_alarms_total",
                                    "Change alarms raised (cmestream alarms NAME lists them)")),
+      forks_refused_(CounterFamily(*registry_, "cmestream_forks_refused_total",
+                                   "Forks (--on-change fork) not started at a change alarm, by reason: name_taken, "
+                                   "max_models, memory (--max-memory or an allocation), error; the log names them")),
       rpc_(HistogramFamily(*registry_, "cmestream_rpc_duration_seconds",
                            "Server-side RPC latency per method (Ingest: per batch)")),
       rpc_completed_(CounterFamily(*registry_, "cmestream_rpc_completed_total",
                                    "RPCs (Ingest: batches) completed, by method and status code")),
       models_(GaugeFamily(*registry_, "cmestream_models", "Models in the registry").Add({})) {
   rejected_.Add({{"model", ""}, {"reason", "unknown_model"}});  // exists at 0 from the start
+  for (const char* reason : kForkRefusalReasons) forks_refused_.Add({{"reason", reason}});
 }
+
+void Metrics::OnForkRefused(const std::string& reason) { forks_refused_.Add({{"reason", reason}}).Increment(); }
 
 void Metrics::OnUnknownModelBatch() { rejected_.Add({{"model", ""}, {"reason", "unknown_model"}}).Increment(); }
 

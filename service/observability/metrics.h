@@ -181,6 +181,10 @@ class Metrics {
   void OnUnknownModelBatch();
   void ObserveRpc(const std::string& method, double seconds, int grpc_code) ABSL_LOCKS_EXCLUDED(rpc_mu_);
   void SetModelCount(size_t n) { models_.Set(static_cast<double>(n)); }
+  // A fork (--on-change fork) not started at its parent's alarm; `reason` is one of
+  // kForkRefusalReasons (the daemon's log names the parent, the alarm and the message).
+  void OnForkRefused(const std::string& reason);
+  static constexpr const char* kForkRefusalReasons[] = {"name_taken", "max_models", "memory", "error"};
 
  private:
   friend class ModelMetrics;
@@ -213,6 +217,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Gauge>& change_score_;
   prometheus::Family<prometheus::Counter>& change_alarms_;
+  prometheus::Family<prometheus::Counter>& forks_refused_;
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Family<prometheus::Counter>& rpc_completed_;
   prometheus::Gauge& models_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "prometheus/registry.h"
 #include "service/engine/batch.h"
 #include "service/engine/batch_log.h"
 #include "service/engine/model_config.h"
@@ -273,6 +274,52 @@ TEST_F(ForkTest, AForkRefusesIngestionAndAnEarlyWarmupEndAndTheClientCannotMakeO
   v1::ModelConfig long_name = ForkingConfig(std::string(kMaxForkingNameBytes + 1, 'n'));
   long_name.set_dim(1);
   EXPECT_EQ(registry_.Create(long_name).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// cmestream_forks_refused_total{reason} as exposed.
+double ForksRefused(const Metrics& metrics, const std::string& reason) {
+  for (const prometheus::MetricFamily& f : metrics.registry()->Collect()) {
+    if (f.name != "cmestream_forks_refused_total") continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        if (l.name == "reason" && l.value == reason) return m.counter.value;
+      }
+    }
+  }
+  ADD_FAILURE() << "no series cmestream_forks_refused_total{reason=\"" << reason << "\"}";
+  return -1;
+}
+
+// A fork whose name an ordinary model holds is not started: the parent learns on, the other
+// model is untouched, and the refusal is counted by reason (every reason exists at 0 before).
+TEST_F(ForkTest, AForkWhoseNameIsTakenIsRefusedAndCounted) {
+  for (const char* reason : Metrics::kForkRefusalReasons) EXPECT_EQ(ForksRefused(metrics_, reason), 0) << reason;
+  v1::ModelConfig other;
+  other.set_name("ar.1");
+  other.set_dim(1);
+  other.set_sigma(1.0);
+  ASSERT_TRUE(registry_.Create(other).ok());
+  v1::ModelConfig c = ForkingConfig("ar");
+  c.set_dim(1);
+  ASSERT_TRUE(registry_.Create(c).ok());
+  const std::vector<double> v = Ar1(3);
+  v1::IngestBatch b;
+  b.set_model("ar");
+  for (double value : v) b.add_states(value);
+  Ingest(b);
+  auto parent = registry_.Get("ar");
+  ASSERT_TRUE(parent.ok());
+  auto alarms = (*parent)->Alarms(0);
+  ASSERT_TRUE(alarms.ok());
+  ASSERT_GE(alarms->alarms.size(), 1u);
+  auto taken = registry_.Get("ar.1");
+  ASSERT_TRUE(taken.ok());
+  EXPECT_FALSE((*taken)->config().has_fork_of());
+  EXPECT_EQ((*taken)->stats().samples, 0);
+  EXPECT_EQ(ForksRefused(metrics_, "name_taken"), 1);
+  EXPECT_EQ(ForksRefused(metrics_, "max_models"), 0);
+  // Later alarms start their forks as usual.
+  for (size_t k = 2; k <= alarms->alarms.size(); ++k) EXPECT_TRUE(registry_.Get("ar." + std::to_string(k)).ok()) << k;
 }
 
 }  // namespace
