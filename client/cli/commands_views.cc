@@ -577,9 +577,13 @@ void WriteSkillJson(JsonWriter& w, const v1::ForecastSkill& s) {
   w.EndObject();
 }
 
-void PrintSkill(const v1::ForecastSkill& s) {
+void PrintSkill(const v1::ForecastResponse& r) {
+  const v1::ForecastSkill& s = r.skill();
   std::printf("# live one-step skill over %llu pairs: rmse %.6g, persistence %.6g, ratio %.4g\n",
               static_cast<unsigned long long>(s.pairs()), s.rmse(), s.rmse_persistence(), s.ratio());
+  if (r.method() == "persistence") {
+    std::printf("# forecasts are persistence (next = last): the regression loses to it by its live skill\n");
+  }
 }
 
 // forecast --series: rolling forecasts over the rows of a file (continuous models).
@@ -617,7 +621,7 @@ int ForecastSeries(Context& ctx, const Args& args, const std::string& model, con
     return 0;
   }
   PrintViewLine("forecast", model, r->view());
-  PrintSkill(r->skill());
+  PrintSkill(*r);
   std::printf("# row r: forecasts of rows r+1..r+%d (first row %u)\n", H, r->start());
   for (int64_t i = 0; i < rows; ++i) {
     std::printf("%6lld", static_cast<long long>(r->start() + i));
@@ -695,7 +699,7 @@ int Forecast(Context& ctx, const Args& args) {
     return 0;
   }
   PrintViewLine("forecast", model, r->view());
-  if (r->has_skill()) PrintSkill(r->skill());
+  if (r->has_skill()) PrintSkill(*r);
   for (int t = 0; t < H; ++t) {
     std::printf("%4d", t + 1);
     if (q.discrete) {
