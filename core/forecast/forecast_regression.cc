@@ -407,7 +407,14 @@ ForecastMomentsSnapshot ForecastRegression::Snapshot() const {
   s.z0 = z0_.size() > 0 ? z0_ : VectorXd::Zero(q());
   s.folds = folds_;
   if (buffered_ > 0) FlushInto(s.folds[buffer_fold_], ubuf_, vbuf_, buffered_);
-  if (prefix_) s.prefix = prefix_;
+  // The forward segment's training data: the sums at the second-to-last refit; before a second
+  // refit, between refits (a refresh), the first refit's, so that a short stream (64..127 pairs)
+  // gets a forward check too. At a refit last_ is the total, which leaves no forward pairs.
+  if (prefix_) {
+    s.prefix = prefix_;
+  } else if (last_) {
+    s.prefix = last_;
+  }
   for (ForecastFoldSums& f : s.folds) {
     MatrixXd full = f.szz.selfadjointView<Eigen::Lower>();
     f.szz = std::move(full);

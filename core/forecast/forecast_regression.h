@@ -126,8 +126,8 @@ struct ForecastMomentsSnapshot {
   std::shared_ptr<const FeatureMap> features;
   VectorXd z0;                          // q: z'(x_0), whose first d entries are x_0
   std::vector<ForecastFoldSums> folds;  // options.folds of them
-  // All pairs up to the second-to-last refit (the forward segment's training data); none
-  // before the second refit.
+  // All pairs up to the second-to-last refit (the forward segment's training data); between
+  // the first and the second refit, those up to the first; none before the first.
   std::optional<ForecastFoldSums> prefix;
   int64_t samples = 0;
   ForecastSkill skill;

@@ -162,6 +162,28 @@ TEST(ForecastRegression, ARandomWalkShrinksTowardPersistence) {
   EXPECT_GT(f.skill().ratio(), 0.95);
 }
 
+// The forward segment's training data in a snapshot: none before the first refit (64 pairs),
+// the first refit's sums between the first and the second (a short stream's refresh: 100 pairs
+// give a forward segment of 36), the second-to-last refit's after that.
+TEST(ForecastRegression, SnapshotsBetweenTheFirstTwoRefitsHaveAForwardSegment) {
+  const RowMatrixXd x = Delays(Ar2(400, 5, 0.0), 3);
+  ForecastRegression::Options o;
+  o.dim = 3;
+  ForecastRegression f(Rff(3, 16, 2.0), o);
+  Feed(f, x, 0, 63);
+  EXPECT_FALSE(f.Snapshot().prefix.has_value());
+  Feed(f, x, 63, 100);
+  ForecastMomentsSnapshot s = f.Snapshot();
+  ASSERT_TRUE(s.prefix.has_value());
+  EXPECT_EQ(s.prefix->n, 64);
+  Feed(f, x, 100, 200);  // refits at 64 and 128
+  s = f.Snapshot();
+  ASSERT_TRUE(s.prefix.has_value());
+  EXPECT_EQ(s.prefix->n, 64);
+  Feed(f, x, 200, 300);  // and 256: the second-to-last is 128
+  EXPECT_EQ(f.Snapshot().prefix->n, 128);
+}
+
 // What `forecast` serves (docs/algorithms.md §11 "Served forecast"): the regression, unless its
 // live skill loses to persistence over at least 8 scored pairs; persistence repeats the state.
 TEST(ForecastView, ServesPersistenceOnlyWhileTheLiveSkillLosesToIt) {
