@@ -247,7 +247,7 @@ void FitPredictive(const ViewOptions& options, const StreamingLearnerSnapshot& s
 }  // namespace
 
 RowMatrixXd ForecastView::Rollout(const double* x, int horizon) const {
-  if (!persistence) return model.Rollout(x, horizon);
+  if (!ServesPersistence()) return model.Rollout(x, horizon);
   const int d = model.dim();
   return Eigen::Map<const Eigen::RowVectorXd>(x, d).replicate(horizon, 1);
 }
@@ -272,7 +272,6 @@ void FitForecastView(const StreamingLearnerSnapshot& snap, LearnerView& view) {
   v->model = *std::move(m);
   v->skill = snap.forecast->skill;
   v->samples = snap.forecast->samples;
-  v->persistence = ForecastView::ServesPersistence(v->skill);
   view.forecast.value = std::move(v);
 }
 

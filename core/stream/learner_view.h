@@ -173,12 +173,7 @@ struct ForecastView {
   // True while the regression's live skill says it loses to "next = last" (ratio > 1 over at
   // least kSkillPairsToDecide pairs): forecasts are then persistence, which the user's own
   // baseline would beat the regression with (docs/algorithms.md §11 "Served forecast").
-  bool persistence = false;
-
-  // The rule that sets `persistence` from the live skill.
-  static bool ServesPersistence(const ForecastSkill& skill) {
-    return skill.pairs >= kSkillPairsToDecide && skill.ratio() > 1;
-  }
+  bool ServesPersistence() const { return skill.pairs >= kSkillPairsToDecide && skill.ratio() > 1; }
 
   // The forecasts of steps 1..horizon from state x (model.dim() doubles): the regression's
   // rollout, or x repeated under persistence. horizon x dim.

@@ -141,7 +141,7 @@ v1::FitSummary ToFitSummary(const ForecastView& f) {
   int increments = 0;
   for (const ForecastChoice& c : f.model.choices()) increments += c.increment ? 1 : 0;
   Set(out, "increment_components", increments);
-  if (f.persistence) {
+  if (f.ServesPersistence()) {
     out.set_message(absl::StrCat("forecasts are persistence (next = last): the regression's live skill ratio ",
                                  f.skill.ratio(), " over ", f.skill.pairs, " pairs is above 1"));
   }

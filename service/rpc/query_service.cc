@@ -581,8 +581,8 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
   // Continuous models: the regression (docs/algorithms.md §11), from the window's last row.
   absl::StatusOr<std::shared_ptr<const ForecastView>> f = Require(**model, (*view)->forecast, "forecast regression");
   if (!f.ok()) return call.Finish(f.status());
-  // Persistence while the regression's live skill loses to it (ForecastView::persistence).
-  resp->set_method((*f)->persistence ? "persistence" : "regression");
+  // Persistence while the regression's live skill loses to it (ForecastView::ServesPersistence).
+  resp->set_method((*f)->ServesPersistence() ? "persistence" : "regression");
   resp->set_dim(static_cast<uint32_t>((*model)->dim()));  // forecasts are raw rows
   if (!req->series().empty()) {
     return call.Finish(FillSeriesForecast(**model, **view, **f, req->series(), horizon, registry_.limits(), resp));

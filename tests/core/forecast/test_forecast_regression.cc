@@ -187,20 +187,6 @@ TEST(ForecastRegression, SnapshotsBetweenTheFirstTwoRefitsHaveAForwardSegment) {
 // What `forecast` serves (docs/algorithms.md §11 "Served forecast"): the regression, unless its
 // live skill loses to persistence over at least 8 scored pairs; persistence repeats the state.
 TEST(ForecastView, ServesPersistenceOnlyWhileTheLiveSkillLosesToIt) {
-  ForecastSkill s;
-  s.scored_dims = 1;
-  EXPECT_FALSE(ForecastView::ServesPersistence(s)) << "no scored pairs: nothing to decide on";
-  s.pairs = 7;
-  s.sse = 4 * 7;
-  s.sse_persistence = 1 * 7;  // ratio 2
-  EXPECT_FALSE(ForecastView::ServesPersistence(s)) << "7 pairs are too few";
-  s.pairs = 8;
-  EXPECT_TRUE(ForecastView::ServesPersistence(s));
-  s.sse = 0.81 * 7;  // ratio 0.9
-  EXPECT_FALSE(ForecastView::ServesPersistence(s));
-  s.sse = 1 * 7;  // a tie keeps the regression
-  EXPECT_FALSE(ForecastView::ServesPersistence(s));
-
   const RowMatrixXd x = Delays(Ar2(600, 4, 5.0), 3);
   ForecastRegression::Options o;
   o.dim = 3;
@@ -210,10 +196,24 @@ TEST(ForecastView, ServesPersistenceOnlyWhileTheLiveSkillLosesToIt) {
   ASSERT_TRUE(m.ok()) << m.status();
   ForecastView v;
   v.model = *m;
+  ForecastSkill& s = v.skill;
+  s.scored_dims = 1;
+  EXPECT_FALSE(v.ServesPersistence()) << "no scored pairs: nothing to decide on";
+  s.pairs = 7;
+  s.sse = 4 * 7;
+  s.sse_persistence = 1 * 7;  // ratio 2
+  EXPECT_FALSE(v.ServesPersistence()) << "7 pairs are too few";
+  s.sse = 0.81 * 7;  // ratio 0.9
+  s.pairs = 8;
+  EXPECT_FALSE(v.ServesPersistence());
+  s.sse = 1 * 7;  // a tie keeps the regression
+  EXPECT_FALSE(v.ServesPersistence());
+
   const double* last = x.row(x.rows() - 1).data();
   const RowMatrixXd regression = m->Rollout(last, 3);
   EXPECT_EQ(v.Rollout(last, 3), regression);
-  v.persistence = true;
+  s.sse = 4 * 7;  // ratio 2 over 8 pairs
+  EXPECT_TRUE(v.ServesPersistence());
   const RowMatrixXd persistence = v.Rollout(last, 3);
   ASSERT_EQ(persistence.rows(), 3);
   for (int h = 0; h < 3; ++h) EXPECT_EQ(persistence.row(h), x.row(x.rows() - 1)) << "step " << h + 1;
