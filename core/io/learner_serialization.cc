@@ -38,8 +38,9 @@ constexpr uint32_t kCmeVersion = 2;
 constexpr uint32_t kLatentVersion = 2;
 // SpectralMoments: version 2 stores rebase_growth and min_block_length after the options;
 // version 1 loads with the behaviour it was written with (rebase_growth 1: a re-base at every
-// outgrowth; min_block_length = block_length: fixed blocks).
-constexpr uint32_t kSpectralVersion = 2;
+// outgrowth; min_block_length = block_length: fixed blocks). Version 3 appends the landmarks
+// (docs/algorithms.md §7.2); earlier versions load without any.
+constexpr uint32_t kSpectralVersion = 3;
 
 uint64_t Doubles(int64_t n) { return static_cast<uint64_t>(n) * 8; }
 
@@ -605,6 +606,8 @@ void SpectralMoments::Serialize(io::Writer& w) const {
   for (int b = 0; b < drift_blocks_; ++b) w.I64(drift_count_[b]);
   w.Matrix(drift_sum_.topRows(drift_blocks_));
   w.Matrix(drift_sq_.topRows(drift_blocks_));
+  w.I32(static_cast<int32_t>(landmarks_.rows()));
+  w.Matrix(landmarks_);
   w.EndObject(h);
 }
 
@@ -696,6 +699,18 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
     r.MatrixInto("spectral drift sums", acc.drift_sum_.topRows(acc.drift_blocks_));
     r.MatrixInto("spectral drift squares", acc.drift_sq_.topRows(acc.drift_blocks_));
     if (!r.ok()) return r.status();
+  }
+  if (version >= 3) {
+    const int k = r.I32In("spectral landmarks", 0, o.max_basis);
+    if (!r.ok()) return r.status();
+    if (!r.Reserve(Doubles(int64_t{k} * o.dim), "SpectralMoments landmarks")) return r.status();
+    acc.landmarks_.resize(k, o.dim);
+    r.MatrixInto("spectral landmarks", acc.landmarks_);
+    if (!r.ok()) return r.status();
+    // They lead every basis (SetLandmarks): the live one's first rows, once an epoch began.
+    if (acc.live_.epoch > 0 && (k > m || acc.landmarks_ != acc.basis_.topRows(k))) {
+      return r.Fail("spectral: the landmarks are not the live basis's first rows");
+    }
   }
   if (!r.EndObject("SpectralMoments")) return r.status();
   return acc;

@@ -85,6 +85,7 @@ SpectralMoments::SpectralMoments(const Options& options) : options_(options) {
   inv_gamma_ = 1.0 / options_.forgetting;
   live_block_ = EpochBlockLength(0);
   basis_.resize(0, options_.dim);
+  landmarks_.resize(0, options_.dim);
   drift_sum_ = RowMatrixXd::Zero(kDriftBlocks, options_.dim);
   drift_sq_ = RowMatrixXd::Zero(kDriftBlocks, options_.dim);
   xbuf_.resize(options_.batch_size, options_.dim);
@@ -94,8 +95,13 @@ SpectralMoments::SpectralMoments(const Options& options) : options_(options) {
   sqy_.resize(options_.batch_size);
 }
 
+void SpectralMoments::SetLandmarks(const Eigen::Ref<const RowMatrixXd>& landmarks) {
+  if (live_.epoch != 0 || landmarks.cols() != options_.dim) std::abort();  // a programming error
+  landmarks_ = landmarks.topRows(std::min<Eigen::Index>(landmarks.rows(), options_.max_basis));
+}
+
 bool SpectralMoments::ShouldStartEpoch(int source_atoms) const {
-  const int source = std::min(source_atoms, options_.max_basis);
+  const int source = static_cast<int>(std::min<int64_t>(int64_t{source_atoms} + landmarks_.rows(), options_.max_basis));
   if (source <= m_) return false;
   if (m_ == 0) return true;
   if (!(static_cast<double>(source - m_) > options_.new_atom_fraction * source)) return false;
@@ -125,8 +131,17 @@ double SpectralMoments::FrozenDecay() const {
   return options_.forgetting == 1.0 ? 1.0 : std::pow(options_.forgetting, static_cast<double>(live_.samples));
 }
 
-void SpectralMoments::StartEpoch(const Eigen::Ref<const RowMatrixXd>& atoms) {
+void SpectralMoments::StartEpoch(const Eigen::Ref<const RowMatrixXd>& source_atoms) {
   Flush();
+  // The basis is [landmarks; source atoms] (landmarks.h): still append-only.
+  RowMatrixXd with_landmarks;
+  if (landmarks_.rows() > 0) {
+    with_landmarks.resize(landmarks_.rows() + source_atoms.rows(), options_.dim);
+    with_landmarks.topRows(landmarks_.rows()) = landmarks_;
+    with_landmarks.bottomRows(source_atoms.rows()) = source_atoms;
+  }
+  const Eigen::Ref<const RowMatrixXd> atoms =
+      landmarks_.rows() > 0 ? Eigen::Ref<const RowMatrixXd>(with_landmarks) : source_atoms;
   const int next_m = static_cast<int>(std::min<Eigen::Index>(atoms.rows(), options_.max_basis));
   // Nested: the new basis extends the current one (the CME's dictionary only appends atoms).
   const bool nested = next_m >= m_ && atoms.topRows(m_) == basis_;

@@ -149,16 +149,21 @@ class SpectralMoments {
   // requires: options.Validate().ok() (checked; aborts otherwise).
   explicit SpectralMoments(const Options& options);
 
-  // True when the source dictionary (m_source atoms, whose first basis_size() rows are the
-  // basis) has outgrown the basis, m_source - m > new_atom_fraction * m_source, and the stream
-  // has grown since the live epoch began (samples() >= rebase_growth x the pairs before it), or
-  // there is no basis yet and m_source > 0. O(1).
+  // Fixes atoms that lead every basis, before the source's (landmarks.h, docs/algorithms.md
+  // §7.2): the basis is the first max_basis rows of [landmarks; source atoms]. Kept across
+  // epochs and snapshots. requires: no epoch yet, landmarks.cols() == dim, finite.
+  void SetLandmarks(const Eigen::Ref<const RowMatrixXd>& landmarks);
+  // True when the source (the landmarks and m_source dictionary atoms, whose first basis_size()
+  // rows are the basis; m_all = min(landmarks + m_source, max_basis)) has outgrown the basis,
+  // m_all - m > new_atom_fraction * m_all, and the stream has grown since the live epoch began
+  // (samples() >= rebase_growth x the pairs before it), or there is no basis yet and
+  // m_all > 0. O(1).
   bool ShouldStartEpoch(int source_atoms) const;
   // Flushes the buffered pairs into the current epoch, freezes the live epoch or the prefix
-  // merge (see EPOCHS), copies the first min(rows, max_basis) atoms as the new basis and starts
-  // empty sums. Atoms whose first basis_size() rows differ from the basis drop the frozen sums.
-  // requires: atoms.cols() == dim, atoms finite.
-  void StartEpoch(const Eigen::Ref<const RowMatrixXd>& atoms);
+  // merge (see EPOCHS), copies the first min(rows, max_basis) rows of [landmarks; source atoms]
+  // as the new basis and starts empty sums. A basis whose first basis_size() rows differ from
+  // the current one drops the frozen sums. requires: cols() == dim, atoms finite.
+  void StartEpoch(const Eigen::Ref<const RowMatrixXd>& source_atoms);
 
   // Adds one pair. x, y: d finite doubles each (the caller validates). No allocation.
   void Observe(const double* x, const double* y);
@@ -174,6 +179,7 @@ class SpectralMoments {
   int64_t epoch() const { return live_.epoch; }
   int64_t epoch_samples() const { return live_.samples; }
   int basis_size() const { return m_; }
+  int landmarks() const { return static_cast<int>(landmarks_.rows()); }
   int buffered() const { return buffered_; }
   int64_t block_length() const { return live_block_; }  // of the live epoch
   bool has_previous() const { return previous_.has_value(); }
@@ -217,8 +223,9 @@ class SpectralMoments {
   double inv_gamma_ = 1;
   int64_t samples_ = 0;
   int m_ = 0;
-  RowMatrixXd basis_;  // m x d
-  VectorXd basis_sq_;  // m: squared norms of the atoms
+  RowMatrixXd basis_;      // m x d
+  VectorXd basis_sq_;      // m: squared norms of the atoms
+  RowMatrixXd landmarks_;  // the basis's fixed leading rows (SetLandmarks), 0 x d when none
   Epoch live_;
   // Drift blocks (STATIONARITY): rows 0..drift_blocks_-1 in use, the last one open.
   static constexpr int kDriftBlocks = 16;

@@ -13,9 +13,17 @@ CompressedCme::Options Cme(const StreamingLearner::Options& o, double sigma);
 // Counts over the CME's X atoms (max_states = cme.max_dict) or the discrete ids.
 TransitionCounts::Options Counts(const StreamingLearner::Options& o);
 EmbeddingMoments::Options Moments(const StreamingLearner::Options& o);
-// Basis = the CME's X atoms (cap max_dict), the learner's forgetting; epochs restart at 10 %
-// new atoms and serve from 2000 samples; held-out blocks of 1000 samples (docs/algorithms.md §7).
+// Basis = any landmarks, then the CME's X atoms (cap max_dict), the learner's forgetting; a
+// re-base at 10 % new atoms once the stream has grown 5x, served from 50 samples, held-out
+// blocks of 25-1000 samples (docs/algorithms.md §7).
 SpectralMoments::Options Spectral(const StreamingLearner::Options& o, double sigma);
+// A model whose sigma comes from a warm-up puts up to this many landmarks of the warm-up's
+// sources in front of the spectral basis, until every warm-up source is represented to this
+// residual variance (core/spectral/landmarks.h). Chosen on real series (docs/algorithms.md
+// §7.2): 8-12 landmarks put 12-month cycles within 5 %; 32, or a tolerance of 0.01, let a
+// trending series' unstable modes take the slowest place.
+inline constexpr int kSpectralLandmarks = 12;
+inline constexpr double kSpectralLandmarkTolerance = 0.1;
 // requires: o.lags non-empty. Discrete models ignore sigma.
 LagStatistics::Options Lags(const StreamingLearner::Options& o, double sigma);
 // RFF features at `sigma` (continuous) or one-hot ids (discrete).

@@ -113,17 +113,20 @@ class RealSeriesTest(unittest.TestCase):
 
     def test_periodic_series_show_their_cycle(self):
         # The slowest oscillatory mode the data can show (period <= half the rows learned) has
-        # the series' known cycle within 10 %, on every periodic series whose reply does not
-        # name the stream non-stationary. A trend with a growing seasonal swing (AirPassengers)
-        # is named so; its spectrum describes the drift, and it is not held to the cycle.
+        # the series' known cycle within 10 %, on every periodic series, also those the reply
+        # names non-stationary (a trend under a growing seasonal swing: AirPassengers, co2). A
+        # 100-pair stream's dictionary holds a handful of atoms; the warm-up's landmarks in the
+        # spectral basis (docs/algorithms.md §7.2) are what lets its cycle show.
         checked = []
         for r in self.results:
-            if not r["cycle"] or r["nonstationary"]:
+            if not r["cycle"]:
                 continue
             checked.append(r["series"])
             with self.subTest(series=r["series"]):
                 self.assertLessEqual(abs(r["period"] / r["cycle"] - 1), 0.10, r)
         self.assertGreaterEqual(len(checked), 4, checked)
+        if any(r["series"] == "AirPassengers" for r in self.results):
+            self.assertIn("AirPassengers", checked)
 
     def test_server_side_delays_reply_form(self):
         # --delays D: raw rows in, one forecast per row from row D-1 on, of the next raw rows.

@@ -725,6 +725,40 @@ TEST_P(SpectralRoundTrip, ContinuesBitIdentically) {
 
 INSTANTIATE_TEST_SUITE_P(Forgetting, SpectralRoundTrip, ::testing::Values(1.0, 0.999));
 
+// Landmarks lead every basis (docs/algorithms.md §7.2), across re-bases and a restart; a file
+// whose landmarks are not the live basis's first rows is refused.
+TEST(SpectralRoundTrip, LandmarksLeadEveryBasisAndContinueBitIdentically) {
+  const int n1 = 1003, n2 = 700;
+  const RowMatrixXd x = Trajectory(n1 + n2 + 1, 2, 14);
+  CompressedCme cme(CmeOptions(false, 1000));
+  SpectralMoments a(SpectralOptions(1.0));
+  const RowMatrixXd landmarks = x.middleRows(100, 5);
+  a.SetLandmarks(landmarks);
+  EXPECT_EQ(Bytes(RoundTrip(a)), Bytes(a));  // before any epoch
+  FeedSpectral(cme, a, x, 0, n1);
+  ASSERT_GT(a.epoch(), 1);
+  ASSERT_TRUE(a.has_previous());
+  EXPECT_EQ(a.landmarks(), 5);
+  const SpectralMomentsSnapshot snap = a.Snapshot();
+  ASSERT_GT(snap.basis.rows(), 5);
+  EXPECT_TRUE(snap.basis.topRows(5) == landmarks);
+  EXPECT_TRUE(snap.basis.middleRows(5, snap.basis.rows() - 5) == cme.x_atoms().topRows(snap.basis.rows() - 5));
+  SpectralMoments b = RoundTrip(a);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  EXPECT_EQ(b.landmarks(), 5);
+  CompressedCme cme_b = cme;
+  FeedSpectral(cme, a, x, n1, n1 + n2);
+  FeedSpectral(cme_b, b, x, n1, n1 + n2);
+  EXPECT_EQ(Bytes(a), Bytes(b));
+  // The landmarks are written last: change their first coordinate.
+  std::string bad = Bytes(a);
+  const double changed = landmarks(0, 0) + 1;
+  std::memcpy(&bad[bad.size() - 5 * 2 * sizeof(double)], &changed, sizeof(double));
+  io::Reader r(bad, "f");
+  const absl::Status s = SpectralMoments::Deserialize(r).status();
+  EXPECT_NE(s.message().find("the landmarks are not the live basis's first rows"), std::string::npos) << s;
+}
+
 TEST(SpectralSerialization, TruncationBadTagAndHugeBasisAreRejected) {
   const RowMatrixXd x = Trajectory(400, 2, 13);
   CompressedCme cme(CmeOptions(false, 1000));

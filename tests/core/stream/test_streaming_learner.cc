@@ -17,7 +17,9 @@
 #include "core/cme/bandwidth.h"
 #include "core/embedding/feature_map.h"
 #include "core/io/binary_io.h"
+#include "core/spectral/landmarks.h"
 #include "core/stream/streaming_learner.h"
+#include "core/stream/streaming_learner_options.h"
 #include "gtest/gtest.h"
 
 namespace cmestream {
@@ -287,6 +289,11 @@ TEST(StreamingLearner, WarmupBuffersThenChoosesSigmaAndRoutesEveryPair) {
   // spectral epochs; the states after the warm-up (100..400) to the latent model and the lag
   // statistics, all states (0..400) to the predictive accumulator, which exists from the start.
   Reference ref = ContinuousReference(sel.chosen);
+  // The warm-up's landmarks lead the spectral basis (docs/algorithms.md §7.2).
+  const RowMatrixXd landmarks = ChooseLandmarks(s.topRows(kWarmup), sel.chosen, learner_options::kSpectralLandmarks,
+                                                learner_options::kSpectralLandmarkTolerance);
+  EXPECT_GE(landmarks.rows(), 2);
+  ref.spectral->SetLandmarks(landmarks);
   ref.predictive->StartEpisode();
   ASSERT_TRUE(ref.predictive->Observe(s.row(0).data()).ok());
   for (int64_t t = 0; t < kWarmup - 1; ++t) ASSERT_TRUE(ref.predictive->Observe(s.row(t + 1).data()).ok());
