@@ -145,8 +145,8 @@ void StreamingLearner::AttachCmeLane() {
 }
 
 void StreamingLearner::ChooseScorerLane() {
-  // Between calls and at run boundaries only (no scorer pair is pending), so a change of lane
-  // leaves every scorer's stream of pairs whole.
+  // Between calls and at run boundaries only (no scorer pair is pending, though a pushed job may
+  // still run), so a change of lane leaves every scorer's stream of pairs whole.
   if (!lanes_.executor || !cme_) {
     scorers_on_side_ = false;
     return;
@@ -168,7 +168,12 @@ void StreamingLearner::ChooseScorerLane() {
     }
   }
   // The scorers join the lighter lane: max(owner + s, side) or max(owner, side + s), whichever is less.
-  scorers_on_side_ = side < owner;
+  const bool on_side = side < owner;
+  // Back to this thread: the side lane may still be scoring the last run's pairs (a job pushed,
+  // not yet done). Let it finish first, or both threads would feed the scorers at once (and
+  // out of order).
+  if (scorers_on_side_ && !on_side) lanes_.scorers->WaitAll();
+  scorers_on_side_ = on_side;
 }
 
 int64_t StreamingLearner::samples() const {
