@@ -608,6 +608,7 @@ void SpectralMoments::Serialize(io::Writer& w) const {
   w.Matrix(drift_sq_.topRows(drift_blocks_));
   w.I32(static_cast<int32_t>(landmarks_.rows()));
   w.Matrix(landmarks_);
+  w.I32(considered_);
   w.EndObject(h);
 }
 
@@ -711,6 +712,10 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
     if (acc.live_.epoch > 0 && (k > m || acc.landmarks_ != acc.basis_.topRows(k))) {
       return r.Fail("spectral: the landmarks are not the live basis's first rows");
     }
+    acc.considered_ = r.I32In("spectral source atoms considered", std::max(0, m - k), 1 << 30);
+    if (!r.ok()) return r.status();
+  } else {
+    acc.considered_ = m;  // no landmarks: the basis is the source's first m atoms
   }
   if (!r.EndObject("SpectralMoments")) return r.status();
   return acc;

@@ -101,13 +101,27 @@ void SpectralMoments::SetLandmarks(const Eigen::Ref<const RowMatrixXd>& landmark
 }
 
 bool SpectralMoments::ShouldStartEpoch(int source_atoms) const {
-  const int source = static_cast<int>(std::min<int64_t>(int64_t{source_atoms} + landmarks_.rows(), options_.max_basis));
-  if (source <= m_) return false;
+  if (source_atoms <= considered_ || m_ >= options_.max_basis) return false;
   if (m_ == 0) return true;
+  // The basis the source would give if every new atom were kept (without landmarks: the
+  // source's first max_basis atoms, considered_ == m_).
+  const int source = static_cast<int>(std::min<int64_t>(int64_t{m_} + source_atoms - considered_, options_.max_basis));
   if (!(static_cast<double>(source - m_) > options_.new_atom_fraction * source)) return false;
   // Rare re-bases: the stream must have grown by rebase_growth since the live epoch began.
   const int64_t before = samples_ - live_.samples;
   return static_cast<double>(samples_) >= options_.rebase_growth * static_cast<double>(before);
+}
+
+bool SpectralMoments::NearLandmark(const double* atom) const {
+  for (Eigen::Index l = 0; l < landmarks_.rows(); ++l) {
+    double s = 0;
+    for (int a = 0; a < options_.dim; ++a) {
+      const double t = atom[a] - landmarks_(l, a);
+      s += t * t;
+    }
+    if (s < kNearLandmark * options_.sigma * options_.sigma) return true;
+  }
+  return false;
 }
 
 void SpectralMoments::ComputeBasisSquaredNorms() {
@@ -133,13 +147,19 @@ double SpectralMoments::FrozenDecay() const {
 
 void SpectralMoments::StartEpoch(const Eigen::Ref<const RowMatrixXd>& source_atoms) {
   Flush();
-  // The basis is [landmarks; source atoms] (landmarks.h): still append-only.
+  // The basis is [landmarks; the source atoms not within a hair of a landmark] (landmarks.h):
+  // still append-only, as whether an atom is kept depends on that atom and the fixed landmarks.
   RowMatrixXd with_landmarks;
   if (landmarks_.rows() > 0) {
     with_landmarks.resize(landmarks_.rows() + source_atoms.rows(), options_.dim);
     with_landmarks.topRows(landmarks_.rows()) = landmarks_;
-    with_landmarks.bottomRows(source_atoms.rows()) = source_atoms;
+    Eigen::Index rows = landmarks_.rows();
+    for (Eigen::Index i = 0; i < source_atoms.rows(); ++i) {
+      if (!NearLandmark(source_atoms.row(i).data())) with_landmarks.row(rows++) = source_atoms.row(i);
+    }
+    with_landmarks.conservativeResize(rows, Eigen::NoChange);
   }
+  considered_ = static_cast<int>(source_atoms.rows());
   const Eigen::Ref<const RowMatrixXd> atoms =
       landmarks_.rows() > 0 ? Eigen::Ref<const RowMatrixXd>(with_landmarks) : source_atoms;
   const int next_m = static_cast<int>(std::min<Eigen::Index>(atoms.rows(), options_.max_basis));

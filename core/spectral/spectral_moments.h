@@ -153,16 +153,18 @@ class SpectralMoments {
   // §7.2): the basis is the first max_basis rows of [landmarks; source atoms]. Kept across
   // epochs and snapshots. requires: no epoch yet, landmarks.cols() == dim, finite.
   void SetLandmarks(const Eigen::Ref<const RowMatrixXd>& landmarks);
-  // True when the source (the landmarks and m_source dictionary atoms, whose first basis_size()
-  // rows are the basis; m_all = min(landmarks + m_source, max_basis)) has outgrown the basis,
-  // m_all - m > new_atom_fraction * m_all, and the stream has grown since the live epoch began
-  // (samples() >= rebase_growth x the pairs before it), or there is no basis yet and
-  // m_all > 0. O(1).
+  // True when the source dictionary has m_source atoms, more than the current basis was built
+  // from, the basis is below max_basis, and either there is no basis yet or the new atoms
+  // (n_new) outgrow it, n_new > new_atom_fraction * min(m + n_new, max_basis), with the
+  // stream grown since the live epoch began (samples() >= rebase_growth x the pairs before
+  // it). Without landmarks, the basis is the source's first atoms (EPOCHS). O(1).
   bool ShouldStartEpoch(int source_atoms) const;
   // Flushes the buffered pairs into the current epoch, freezes the live epoch or the prefix
-  // merge (see EPOCHS), copies the first min(rows, max_basis) rows of [landmarks; source atoms]
-  // as the new basis and starts empty sums. A basis whose first basis_size() rows differ from
-  // the current one drops the frozen sums. requires: cols() == dim, atoms finite.
+  // merge (see EPOCHS), takes as the new basis the first max_basis rows of [landmarks; the
+  // source atoms that are not within 0.045 sigma of a landmark (an exact or near copy of a
+  // feature, which leaves the Gram singular)] and starts empty sums. A basis whose first
+  // basis_size() rows differ from the current one drops the frozen sums.
+  // requires: cols() == dim, atoms finite.
   void StartEpoch(const Eigen::Ref<const RowMatrixXd>& source_atoms);
 
   // Adds one pair. x, y: d finite doubles each (the caller validates). No allocation.
@@ -226,6 +228,11 @@ class SpectralMoments {
   RowMatrixXd basis_;      // m x d
   VectorXd basis_sq_;      // m: squared norms of the atoms
   RowMatrixXd landmarks_;  // the basis's fixed leading rows (SetLandmarks), 0 x d when none
+  int considered_ = 0;     // source atoms the live basis was built from (kept or not)
+  // A source atom closer than sqrt(kNearLandmark) sigma to a landmark is left out of the basis
+  // (its feature is within 0.1 % of the landmark's: k > 0.999).
+  static constexpr double kNearLandmark = 0.002;
+  bool NearLandmark(const double* atom) const;
   Epoch live_;
   // Drift blocks (STATIONARITY): rows 0..drift_blocks_-1 in use, the last one open.
   static constexpr int kDriftBlocks = 16;

@@ -417,10 +417,13 @@ void StreamingLearner::FinishWarmup() {
   cme_ = std::make_unique<CompressedCme>(learner_options::Cme(options_, sel.chosen));
   AttachCmeLane();
   CreateSigmaDependent(sel.chosen);
-  // Landmarks of the warm-up lead the spectral basis, so that a short stream, whose
-  // dictionary stays small, still has a basis rich enough for its cycles (docs/algorithms.md §7.2).
-  spectral_->SetLandmarks(ChooseLandmarks(ex, sel.chosen, learner_options::kSpectralLandmarks,
-                                          learner_options::kSpectralLandmarkTolerance));
+  // On a short warm-up, landmarks of its sources lead the spectral basis, so that a short
+  // stream, whose dictionary stays small, still has a basis rich enough for its cycles
+  // (docs/algorithms.md §7.2).
+  if (warmup_n_ < learner_options::kSpectralLandmarksBelowWarmup) {
+    spectral_->SetLandmarks(ChooseLandmarks(ex, sel.chosen, learner_options::kSpectralLandmarks,
+                                            learner_options::kSpectralLandmarkTolerance));
+  }
   // The buffered pairs feed the counts and moments too (the latent model, which needs the
   // pairs' order, starts with the next trajectory batch).
   for (int64_t t = 0; t < warmup_n_; ++t) FeedPair(ex.row(t).data(), ey.row(t).data());

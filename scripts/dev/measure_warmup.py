@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/dev/ -> the root
 CLI = os.path.join(ROOT, "build", "client", "cmestream")
 DAEMON = os.path.join(ROOT, "build", "service", "cmestreamd")
 for p in (os.path.join(ROOT, "client", "python"), os.path.join(ROOT, "build", "python")):

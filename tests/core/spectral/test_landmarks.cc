@@ -7,6 +7,7 @@
 
 #include "core/kernels/gaussian.h"
 #include "core/spectral/landmarks.h"
+#include "core/spectral/spectral_moments.h"
 
 namespace cmestream {
 namespace {
@@ -65,6 +66,35 @@ TEST(Landmarks, GreedyChoiceBeatsTheSameNumberOfEvenlySpacedRows) {
   // at the dense end, leave almost a whole unit.
   EXPECT_LT(Residuals(x, l, 0.8).maxCoeff(), 0.6);
   EXPECT_GT(Residuals(x, even, 0.8).maxCoeff(), 0.9);
+}
+
+// The landmarks lead the basis; a dictionary atom that copies one (the CME's first atom is the
+// stream's first x, often also the first landmark) is left out, since two equal features leave
+// the Gram singular; the new-atom count still sees every dictionary atom.
+TEST(SpectralMomentsLandmarks, LeadTheBasisAndCopiesAreLeftOut) {
+  SpectralMoments::Options o;
+  o.dim = 1;
+  o.sigma = 1.0;
+  o.new_atom_fraction = 0.25;
+  SpectralMoments acc(o);
+  RowMatrixXd landmarks(2, 1);
+  landmarks << 0.0, 5.0;
+  acc.SetLandmarks(landmarks);
+  RowMatrixXd source(6, 1);
+  source << 0.0, 1.0, 5.0 + 0.01, 2.0, 3.0, 4.0;  // a copy of landmark 0, a near copy of landmark 1
+  EXPECT_TRUE(acc.ShouldStartEpoch(1));
+  acc.StartEpoch(source.topRows(4));
+  EXPECT_EQ(acc.landmarks(), 2);
+  ASSERT_EQ(acc.basis_size(), 4);  // 0, 5 | 1, 2
+  const SpectralMomentsSnapshot s = acc.Snapshot();
+  EXPECT_EQ(s.basis(2, 0), 1.0);
+  EXPECT_EQ(s.basis(3, 0), 2.0);
+  // 2 new atoms would give 6: 2 > 0.25 * 6.
+  EXPECT_FALSE(acc.ShouldStartEpoch(4));
+  EXPECT_TRUE(acc.ShouldStartEpoch(6));
+  acc.StartEpoch(source);
+  EXPECT_EQ(acc.basis_size(), 6);
+  EXPECT_TRUE(acc.has_previous());  // nested: the old basis is a prefix
 }
 
 }  // namespace
