@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "core/alarms/recursive_residual.h"
 #include "core/io/binary_io.h"
 #include "core/io/field_io.h"
 
@@ -211,10 +212,7 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
   const int64_t n = ref_n_;
   const bool forgetting = n > options_.baseline_pairs;
   if (n >= 2) {
-    const double var = forgetting ? ref_var_w_ : ref_var_w_ * static_cast<double>(n) / static_cast<double>(n - 1);
-    const double inflate =
-        forgetting ? 1 + 1.0 / (2.0 * options_.baseline_pairs - 1) : 1 + 1.0 / static_cast<double>(n);
-    const double sd = std::sqrt(var * inflate);
+    const double sd = RecursiveResidualSd(ref_var_w_, n, options_.baseline_pairs);
     if (sd > 0) x = std::clamp((w - ref_mean_w_) / sd, -options_.clip, options_.clip);
   }
   // (12.3b): the long-run standard deviation of serially correlated scores.
