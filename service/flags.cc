@@ -35,6 +35,12 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat("flag ", name, " needs a value"));
       return args[++i];
     };
+    const auto text = [&](std::string* target) -> absl::Status {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      *target = *std::move(v);
+      return absl::OkStatus();
+    };
     const auto number = [&](double* target) -> absl::Status {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
@@ -54,17 +60,13 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       return absl::OkStatus();
     };
     if (name == "--tls-cert" || name == "--tls-key" || name == "--tls-client-ca" || name == "--auth-tokens") {
-      absl::StatusOr<std::string> v = next();
-      if (!v.ok()) return v.status();
       SecurityOptions& sec = o.security;
-      (name == "--tls-cert"        ? sec.tls_cert
-       : name == "--tls-key"       ? sec.tls_key
-       : name == "--tls-client-ca" ? sec.tls_client_ca
-                                   : sec.auth_tokens) = *v;
+      s = text(name == "--tls-cert"        ? &sec.tls_cert
+               : name == "--tls-key"       ? &sec.tls_key
+               : name == "--tls-client-ca" ? &sec.tls_client_ca
+                                           : &sec.auth_tokens);
     } else if (name == "--shard-self") {
-      absl::StatusOr<std::string> v = next();
-      if (!v.ok()) return v.status();
-      o.shard.self = *v;
+      s = text(&o.shard.self);
     } else if (name == "--shard-peers") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
@@ -92,9 +94,7 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
     } else if (name == "--accept-data-loss") {
       o.recovery.accept_data_loss = true;
     } else if (name == "--recover-from") {
-      absl::StatusOr<std::string> v = next();
-      if (!v.ok()) return v.status();
-      o.recovery.recover_from = *v;
+      s = text(&o.recovery.recover_from);
     } else if (name == "--max-queued-batches") {
       s = integer(&o.limits.max_queued_batches);
     } else if (name == "--ingest-threads") {
@@ -104,9 +104,7 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
     } else if (name == "--ingest-nice") {
       s = integer(&o.ingest_nice);
     } else if (name == "--listen" || name == "--metrics-listen" || name == "--data-dir") {
-      absl::StatusOr<std::string> v = next();
-      if (!v.ok()) return v.status();
-      (name == "--listen" ? o.listen : name == "--metrics-listen" ? o.metrics_listen : o.data_dir) = *v;
+      s = text(name == "--listen" ? &o.listen : name == "--metrics-listen" ? &o.metrics_listen : &o.data_dir);
     } else if (name == "--wal-sync") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();

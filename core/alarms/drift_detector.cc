@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/alarms/change_detector.h"
+#include "core/alarms/recursive_residual.h"
 #include "core/io/binary_io.h"
 #include "core/io/field_io.h"
 
@@ -102,11 +103,7 @@ const DriftDetector::Alarm* DriftDetector::Observe(const double* x, const double
   for (int i = 0; i < p; ++i) {
     const size_t u = static_cast<size_t>(i);
     if (armed) {
-      // var_ is the population variance of the reference; unbiased while it is a plain mean.
-      const double var = forgetting ? var_[u] : var_[u] * static_cast<double>(n) / static_cast<double>(n - 1);
-      const double inflate =
-          forgetting ? 1 + 1.0 / (2.0 * options_.baseline_pairs - 1) : 1 + 1.0 / static_cast<double>(n);
-      const double sd = std::sqrt(var * inflate);
+      const double sd = RecursiveResidualSd(var_[u], n, options_.baseline_pairs);
       const double z = sd > 0 ? std::clamp((g_[u] - mean_[u]) / sd, -options_.clip, options_.clip) : 0.0;
       const double up = std::max(0.0, up_[u] + z - k);
       if (up > 0 && up_[u] == 0) up_start_[u] = t;

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -195,53 +197,77 @@ void FitAggregation(const ViewOptions& options, const StreamingLearnerSnapshot& 
   view.aggregation.value = std::move(out);
 }
 
-void FitLatent(const ViewOptions& options, const StreamingLearnerSnapshot& snap, LearnerView& view) {
-  if (options.latent_states == 0) {
-    view.latent.error =
-        "the model was created without latent states (latent_states 0); create it with "
-        "latent_states K > 0 (CLI: --latent K) and ingest trajectories";
+// What a view that learns from trajectory batches only (latent, predictive state) says when it
+// has no model.
+struct TrajectoryViewText {
+  const char* off;      // the model was created without the view, and how to enable it
+  const char* no_data;  // enabled, but no trajectory batch was ingested yet
+  const char* unit;     // what `count` of the statistics counts, quoted beside a failed fit
+};
+
+// The shared part of the latent and predictive-state fits: off, no data, or `fit(stats)` into
+// `out`, a failure quoting how much trajectory data there was.
+template <class Model, class Stats, class Fit>
+void FitTrajectoryView(bool enabled, const std::optional<Stats>& stats, int64_t Stats::*count,
+                       const TrajectoryViewText& text, Fit fit, SubView<Model>& out) {
+  if (!enabled) {
+    out.error = text.off;
     return;
   }
-  if (!snap.latent) {
-    view.latent.error = "no trajectory data yet (the latent model learns from trajectory batches only)";
+  if (!stats) {
+    out.error = text.no_data;
     return;
   }
-  LatentModel::FitOptions o;
-  o.k = options.latent_states;
-  o.restarts = options.tensor_restarts;
-  o.iterations = options.tensor_iterations;
-  o.seed = options.seed;
-  absl::StatusOr<LatentModel> m = LatentModel::Fit(*snap.latent, o);
+  absl::StatusOr<Model> m = fit(*stats);
   if (!m.ok()) {
-    view.latent.error =
-        absl::StrCat(StatusText(m.status()), " (", snap.latent->triples, " triples from trajectory batches so far)");
+    out.error =
+        absl::StrCat(StatusText(m.status()), " (", (*stats).*count, " ", text.unit, " from trajectory batches so far)");
     return;
   }
-  view.latent.value = std::make_shared<const LatentModel>(*std::move(m));
+  out.value = std::make_shared<const Model>(*std::move(m));
+}
+
+void FitLatent(const ViewOptions& options, const StreamingLearnerSnapshot& snap, LearnerView& view) {
+  static constexpr TrajectoryViewText kText = {
+      .off =
+          "the model was created without latent states (latent_states 0); create it with "
+          "latent_states K > 0 (CLI: --latent K) and ingest trajectories",
+      .no_data = "no trajectory data yet (the latent model learns from trajectory batches only)",
+      .unit = "triples",
+  };
+  using Stats = MultiViewAccumulator::Statistics;
+  FitTrajectoryView(
+      options.latent_states != 0, snap.latent, &Stats::triples, kText,
+      [&](const Stats& stats) {
+        LatentModel::FitOptions o;
+        o.k = options.latent_states;
+        o.restarts = options.tensor_restarts;
+        o.iterations = options.tensor_iterations;
+        o.seed = options.seed;
+        return LatentModel::Fit(stats, o);
+      },
+      view.latent);
 }
 
 void FitPredictive(const ViewOptions& options, const StreamingLearnerSnapshot& snap, LearnerView& view) {
-  if (options.window == 0) {
-    view.predictive.error =
-        "the model was created without a predictive-state window (window 0); create it "
-        "with window L > 0 (CLI: --window L) and ingest trajectories";
-    return;
-  }
-  if (!snap.predictive) {
-    view.predictive.error = "no trajectory data yet";
-    return;
-  }
-  PredictiveStateModel::FitOptions o;
-  o.lambda1 = options.ridge_stage1;
-  o.lambda2 = options.ridge_stage2;
-  if (options.num_states == 0) o.rank = std::min(options.rank, options.dim * options.window);
-  absl::StatusOr<PredictiveStateModel> m = PredictiveStateModel::Fit(*snap.predictive, o);
-  if (!m.ok()) {
-    view.predictive.error = absl::StrCat(StatusText(m.status()), " (", snap.predictive->windows,
-                                         " windows from trajectory batches so far)");
-    return;
-  }
-  view.predictive.value = std::make_shared<const PredictiveStateModel>(*std::move(m));
+  static constexpr TrajectoryViewText kText = {
+      .off =
+          "the model was created without a predictive-state window (window 0); create it "
+          "with window L > 0 (CLI: --window L) and ingest trajectories",
+      .no_data = "no trajectory data yet",
+      .unit = "windows",
+  };
+  using Stats = PredictiveStateAccumulator::Statistics;
+  FitTrajectoryView(
+      options.window != 0, snap.predictive, &Stats::windows, kText,
+      [&](const Stats& stats) {
+        PredictiveStateModel::FitOptions o;
+        o.lambda1 = options.ridge_stage1;
+        o.lambda2 = options.ridge_stage2;
+        if (options.num_states == 0) o.rank = std::min(options.rank, options.dim * options.window);
+        return PredictiveStateModel::Fit(stats, o);
+      },
+      view.predictive);
 }
 
 }  // namespace

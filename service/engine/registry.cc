@@ -245,19 +245,19 @@ std::shared_ptr<Model> ModelRegistry::StartFork(const Model& parent, int64_t k, 
   const v1::ModelConfig config = ForkConfig(parent.config(), k, index);
   const std::string& name = config.name();
   absl::Status refused;
-  std::string reason;  // Metrics::kForkRefusalReasons
+  ForkRefusal reason = ForkRefusal::kError;
   {
     absl::MutexLock lock(&mu_);
     if (TakenLocked(name)) {
       refused = absl::AlreadyExistsError(absl::StrCat("a model named '", name, "' that is not this fork exists"));
-      reason = "name_taken";
+      reason = ForkRefusal::kNameTaken;
     } else if (HeldLocked() >= static_cast<size_t>(limits_.max_models)) {
       refused = absl::ResourceExhaustedError(absl::StrCat(
           "this daemon holds ", HeldLocked(), " models, its limit (--max-models ", limits_.max_models, ")"));
-      reason = "max_models";
+      reason = ForkRefusal::kMaxModels;
     } else {
       refused = CheckBudgetLocked(config);
-      reason = "memory";
+      reason = ForkRefusal::kMemory;
     }
     if (refused.ok()) reserved_.emplace(name, config);
   }
@@ -278,7 +278,8 @@ std::shared_ptr<Model> ModelRegistry::StartFork(const Model& parent, int64_t k, 
   if (!published.ok()) {
     std::cerr << "cmestreamd: model '" << parent.name() << "' raised its alarm " << k << " at pair " << index
               << "; its fork '" << name << "' was not started: " << published.status().message() << "\n";
-    metrics_.OnForkRefused(published.status().code() == absl::StatusCode::kResourceExhausted ? "memory" : "error");
+    metrics_.OnForkRefused(published.status().code() == absl::StatusCode::kResourceExhausted ? ForkRefusal::kMemory
+                                                                                             : ForkRefusal::kError);
     return nullptr;
   }
   return *published;

@@ -103,10 +103,12 @@ Metrics::Metrics()
                                    "RPCs (Ingest: batches) completed, by method and status code")),
       models_(GaugeFamily(*registry_, "cmestream_models", "Models in the registry").Add({})) {
   rejected_.Add({{"model", ""}, {"reason", "unknown_model"}});  // exists at 0 from the start
-  for (const char* reason : kForkRefusalReasons) forks_refused_.Add({{"reason", reason}});
+  for (const EnumName<ForkRefusal>& reason : kForkRefusalNames) forks_refused_.Add({{"reason", reason.name}});
 }
 
-void Metrics::OnForkRefused(const std::string& reason) { forks_refused_.Add({{"reason", reason}}).Increment(); }
+void Metrics::OnForkRefused(ForkRefusal reason) {
+  forks_refused_.Add({{"reason", NameOf(kForkRefusalNames, reason, "error")}}).Increment();
+}
 
 void Metrics::OnUnknownModelBatch() { rejected_.Add({{"model", ""}, {"reason", "unknown_model"}}).Increment(); }
 

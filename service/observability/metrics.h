@@ -67,11 +67,22 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "service/enum_names.h"
 #include "service/observability/process_metrics.h"
 
 namespace cmestream::service {
 
 class Metrics;
+
+// Why a fork (--on-change fork) was not started at its parent's alarm: the `reason` label of
+// cmestream_forks_refused_total. The registry counts an enum value and the metrics create every
+// series at 0 from the same table, so the two cannot name a reason differently.
+// kError stays the last value (tests/service/engine/test_forks.cc walks them up to it).
+enum class ForkRefusal { kNameTaken, kMaxModels, kMemory, kError };
+inline constexpr EnumName<ForkRefusal> kForkRefusalNames[] = {{ForkRefusal::kNameTaken, "name_taken"},
+                                                              {ForkRefusal::kMaxModels, "max_models"},
+                                                              {ForkRefusal::kMemory, "memory"},
+                                                              {ForkRefusal::kError, "error"}};
 
 // Every `reason` label of cmestream_ingest_batches_rejected_total a model's series can carry:
 // batch validation (service/engine/batch.h: id_length, payload_form, size, empty, non_finite,
@@ -181,10 +192,9 @@ class Metrics {
   void OnUnknownModelBatch();
   void ObserveRpc(const std::string& method, double seconds, int grpc_code) ABSL_LOCKS_EXCLUDED(rpc_mu_);
   void SetModelCount(size_t n) { models_.Set(static_cast<double>(n)); }
-  // A fork (--on-change fork) not started at its parent's alarm; `reason` is one of
-  // kForkRefusalReasons (the daemon's log names the parent, the alarm and the message).
-  void OnForkRefused(const std::string& reason);
-  static constexpr const char* kForkRefusalReasons[] = {"name_taken", "max_models", "memory", "error"};
+  // A fork (--on-change fork) not started at its parent's alarm (the daemon's log names the
+  // parent, the alarm and the message).
+  void OnForkRefused(ForkRefusal reason);
 
  private:
   friend class ModelMetrics;

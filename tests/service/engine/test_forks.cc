@@ -293,7 +293,16 @@ double ForksRefused(const Metrics& metrics, const std::string& reason) {
 // A fork whose name an ordinary model holds is not started: the parent learns on, the other
 // model is untouched, and the refusal is counted by reason (every reason exists at 0 before).
 TEST_F(ForkTest, AForkWhoseNameIsTakenIsRefusedAndCounted) {
-  for (const char* reason : Metrics::kForkRefusalReasons) EXPECT_EQ(ForksRefused(metrics_, reason), 0) << reason;
+  // Every reason the registry can count has a name and a series at 0 (kError is the last value),
+  // and the names are the label values dashboards and alerts already match on.
+  std::vector<std::string> names;
+  for (int r = 0; r <= static_cast<int>(ForkRefusal::kError); ++r) {
+    const char* name = NameOf(kForkRefusalNames, static_cast<ForkRefusal>(r), nullptr);
+    ASSERT_NE(name, nullptr) << "ForkRefusal " << r << " has no name";
+    EXPECT_EQ(ForksRefused(metrics_, name), 0) << name;
+    names.push_back(name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"name_taken", "max_models", "memory", "error"}));
   v1::ModelConfig other;
   other.set_name("ar.1");
   other.set_dim(1);
