@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/counts/transition_counts.h"
 #include "core/io/binary_io.h"
-#include "core/io/field_io.h"
 
 namespace cmestream {
 namespace {
@@ -58,15 +57,6 @@ double UniformOf(int64_t index) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   z ^= z >> 31;
   return (static_cast<double>(z >> 11) + 0.5) * 0x1.0p-53;
-}
-
-// ALRM's options, the same in v2 and v3 (scoring_v3 is the version, not a field).
-template <class Fields, class Options>
-void AlarmMonitorOptionFields(Fields& f, Options& o) {
-  f.I32("alarm monitor dim", o.dim);
-  f.I32("alarm monitor channels", o.channels);
-  f.I32("alarm monitor num_states", o.num_states);
-  f.F64("alarm monitor alarm_rate", o.alarm_rate);
 }
 
 }  // namespace
@@ -239,8 +229,10 @@ void AlarmMonitor::Keep(AlarmRecord rec) {
 void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v3 = RunsDriftTest(options_);
   const size_t h = w.BeginObject(kTag, v3 ? kVersion : 2);
-  io::FieldWriter fields(w);
-  AlarmMonitorOptionFields(fields, options_);
+  w.I32(options_.dim);
+  w.I32(options_.channels);
+  w.I32(options_.num_states);
+  w.F64(options_.alarm_rate);
   w.I64(pairs_);
   w.I64(armed_at_);
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
@@ -266,9 +258,11 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
 absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kTag, kVersion, "alarm monitor", &version)) return r.status();
-  io::FieldReader fields(r);
   Options o;
-  AlarmMonitorOptionFields(fields, o);
+  o.dim = r.I32("alarm monitor dim");
+  o.channels = r.I32("alarm monitor channels");
+  o.num_states = r.I32("alarm monitor num_states");
+  o.alarm_rate = r.F64("alarm monitor alarm_rate");
   if (!r.ok()) return r.status();
   // Monitors written as v1/v2 have no coefficient test and keep running without one.
   o.scoring_v3 = false;

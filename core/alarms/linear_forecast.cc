@@ -17,16 +17,6 @@ constexpr int kMaxDim = 1 << 14;
 constexpr double kRidge = 1e-3;
 constexpr double kFloor = 1e-12;
 
-// LINF v1 has no degree: a linear forecast is still written as v1, byte for byte.
-template <class Fields, class Options>
-void LinearForecastOptionFields(Fields& f, Options& o, uint32_t version) {
-  f.I32("alarm forecast dim", o.dim);
-  f.I32("alarm forecast outputs", o.outputs);
-  f.I64("alarm forecast first_fit", o.first_fit);
-  f.I64("alarm forecast fit_every", o.fit_every);
-  if (version >= 2) f.I32("alarm forecast degree", o.degree);
-}
-
 }  // namespace
 
 absl::Status LinearForecast::Options::Validate() const {
@@ -176,10 +166,13 @@ void LinearForecast::StateFields(Fields& f, Self& m) {
 }
 
 void LinearForecast::Serialize(io::Writer& w) const {
-  const uint32_t version = options_.degree == 1 ? 1 : kVersion;
-  const size_t h = w.BeginObject(kTag, version);
+  const size_t h = w.BeginObject(kTag, options_.degree == 1 ? 1 : kVersion);
+  w.I32(options_.dim);
+  w.I32(options_.outputs);
+  w.I64(options_.first_fit);
+  w.I64(options_.fit_every);
+  if (options_.degree != 1) w.I32(options_.degree);
   io::FieldWriter f(w);
-  LinearForecastOptionFields(f, options_, version);
   StateFields(f, *this);
   w.EndObject(h);
 }
@@ -187,14 +180,18 @@ void LinearForecast::Serialize(io::Writer& w) const {
 absl::StatusOr<LinearForecast> LinearForecast::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kTag, kVersion, "alarm forecast", &version)) return r.status();
-  io::FieldReader fields(r);
   Options o;
-  LinearForecastOptionFields(fields, o, version);
+  o.dim = r.I32("alarm forecast dim");
+  o.outputs = r.I32("alarm forecast outputs");
+  o.first_fit = r.I64("alarm forecast first_fit");
+  o.fit_every = r.I64("alarm forecast fit_every");
+  if (version >= 2) o.degree = r.I32("alarm forecast degree");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("alarm forecast: ", s.message()));
   const uint64_t d = static_cast<uint64_t>(o.regressors()), c = static_cast<uint64_t>(o.outputs);
   if (!r.Expect(8 * (d * d + 2 * d * c), "alarm forecast sums")) return r.status();
   LinearForecast f(o);
+  io::FieldReader fields(r);
   StateFields(fields, f);
   if (!r.EndObject("alarm forecast")) return r.status();
   if (f.n_ < 0 || f.next_fit_ <= f.n_) return r.Fail("alarm forecast: pair counters out of order");
