@@ -104,8 +104,8 @@ ChangeDetector::ChangeDetector(const Options& options) : options_(options) {
   memory_.assign(c, 0.0);
   scale2_.assign(c, 0.0);
   ref_z_.assign(c, 0.0);
-  up_.z.assign(c, 0.0);
-  down_.z.assign(c, 0.0);
+  up_z_.assign(c, 0.0);
+  down_z_.assign(c, 0.0);
   ranked_.assign(c, 0);
   contribution_.assign(c, 0.0);
 }
@@ -119,42 +119,9 @@ void ChangeDetector::Restart() {
   has_prev_x_ = false;
   prev_x_ = ref_xx_ = 0;
   ref_xx_n_ = 0;
-  // Run starts, onset run lengths and run sums are left as they are: each is set afresh when
-  // its statistic next leaves 0.
-  for (Side* s : {&up_, &down_}) {
-    s->main.stat = 0;
-    s->main.len = 0;
-    for (Cusum& o : s->onset) o.stat = 0;
-  }
-}
-
-bool ChangeDetector::Cusum::Step(double x, double k, int64_t t) {
-  const double next = std::max(0.0, stat + x - k);
-  const bool started = next > 0 && stat == 0;
-  if (started) {
-    start = t;
-    len = 0;
-  }
-  if (next > 0) ++len;
-  stat = next;
-  return started;
-}
-
-void ChangeDetector::StepSide(Side& s, int64_t t, double x, double m, double lag, double lag1, double energy,
-                              const double* residual) {
-  const bool started = s.main.Step(x, options_.drift, t);
-  if (s.main.stat > 0) {
-    if (started) {
-      s.m = s.lag = s.lag1 = s.energy = 0;
-      std::fill(s.z.begin(), s.z.end(), 0.0);
-    }
-    s.m += m;
-    s.lag += lag;
-    s.lag1 += lag1;
-    s.energy += energy;
-    for (int c = 0; c < options_.channels; ++c) s.z[c] += std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
-  }
-  for (int j = 0; j < kOnsetCusums; ++j) s.onset[j].Step(x, kOnsetDrift[j], t);
+  up_ = down_ = 0;
+  up_len_ = down_len_ = 0;
+  for (int j = 0; j < kOnsetCusums; ++j) onset_up_[j] = onset_down_[j] = 0;
 }
 
 const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
@@ -225,12 +192,61 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
 
   if (phase >= options_.arm_after) {
     // (12.4): the CUSUMs and their runs (onset = the first pair after the statistic was 0).
-    // D = max(0, D - x - k) is the up recursion of -x (a - x and a + (-x) round alike).
-    StepSide(up_, t, x, m, lag, lag1, energy, residual);
-    StepSide(down_, t, -x, m, lag, lag1, energy, residual);
-    if (up_.main.stat > threshold_ || down_.main.stat > threshold_) {
-      const bool up = up_.main.stat > threshold_;
-      FillAlarm(up ? Direction::kUp : Direction::kDown, up ? up_.main.stat : down_.main.stat);
+    const double k = options_.drift;
+    const double up = std::max(0.0, up_ + x - k);
+    if (up > 0) {
+      if (up_ == 0) {
+        up_onset_ = t;
+        up_len_ = 0;
+        up_m_ = up_lag_ = up_lag1_ = up_energy_ = 0;
+        std::fill(up_z_.begin(), up_z_.end(), 0.0);
+      }
+      ++up_len_;
+      up_m_ += m;
+      up_lag_ += lag;
+      up_lag1_ += lag1;
+      up_energy_ += energy;
+      for (int c = 0; c < nc; ++c) up_z_[c] += std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
+    }
+    up_ = up;
+    const double down = std::max(0.0, down_ - x - k);
+    if (down > 0) {
+      if (down_ == 0) {
+        down_onset_ = t;
+        down_len_ = 0;
+        down_m_ = down_lag_ = down_lag1_ = down_energy_ = 0;
+        std::fill(down_z_.begin(), down_z_.end(), 0.0);
+      }
+      ++down_len_;
+      down_m_ += m;
+      down_lag_ += lag;
+      down_lag1_ += lag1;
+      down_energy_ += energy;
+      for (int c = 0; c < nc; ++c) down_z_[c] += std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
+    }
+    down_ = down;
+    for (int j = 0; j < kOnsetCusums; ++j) {
+      const double u = std::max(0.0, onset_up_[j] + x - kOnsetDrift[j]);
+      if (u > 0) {
+        if (onset_up_[j] == 0) {
+          onset_up_start_[j] = t;
+          onset_up_len_[j] = 0;
+        }
+        ++onset_up_len_[j];
+      }
+      onset_up_[j] = u;
+      const double v = std::max(0.0, onset_down_[j] - x - kOnsetDrift[j]);
+      if (v > 0) {
+        if (onset_down_[j] == 0) {
+          onset_down_start_[j] = t;
+          onset_down_len_[j] = 0;
+        }
+        ++onset_down_len_[j];
+      }
+      onset_down_[j] = v;
+    }
+    if (up_ > threshold_ || down_ > threshold_) {
+      FillAlarm(up_ > threshold_ ? Direction::kUp : Direction::kDown, up_ > threshold_ ? up_ : down_);
       Restart();
       std::copy(residual, residual + nc, prev_r_.begin());
       has_prev_ = true;
@@ -279,16 +295,15 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
 
 void ChangeDetector::FillAlarm(Direction dir, double score) {
   const bool up = dir == Direction::kUp;
-  Side& side = up ? up_ : down_;
   const int nc = options_.channels;
-  const double len = static_cast<double>(side.main.len);
-  const double run_m = side.m / len;
-  const double run_lag = side.lag;
-  const double run_lag1 = side.lag1;
-  const double run_energy = side.energy;
+  const double len = static_cast<double>(up ? up_len_ : down_len_);
+  const double run_m = (up ? up_m_ : down_m_) / len;
+  const double run_lag = up ? up_lag_ : down_lag_;
+  const double run_lag1 = up ? up_lag1_ : down_lag1_;
+  const double run_energy = up ? up_energy_ : down_energy_;
 
   alarm_.index = index_ - 1;
-  alarm_.run_start = side.main.start;
+  alarm_.run_start = up ? up_onset_ : down_onset_;
   // docs/algorithms.md (12.7): the candidate change times are the run starts of the four
   // CUSUMs (the pair after each last 0). For a start tau with n pairs and increment sum
   // S = stat + k n since tau, the maximized Gaussian log-likelihood ratio of "mean delta from
@@ -299,14 +314,14 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
   alarm_.onset = alarm_.run_start;
   double best = best_sum * best_sum / len;
   for (int j = 0; j < kOnsetCusums; ++j) {
-    const double stat = side.onset[j].stat;
-    const double n_j = static_cast<double>(side.onset[j].len);
+    const double stat = up ? onset_up_[j] : onset_down_[j];
+    const double n_j = static_cast<double>(up ? onset_up_len_[j] : onset_down_len_[j]);
     if (!(stat > 0) || n_j < 1) continue;
     const double sum = stat + kOnsetDrift[j] * n_j;
     if (sum * sum / n_j > best) {
       best = sum * sum / n_j;
       alarm_.shift = sum / n_j;
-      alarm_.onset = side.onset[j].start;
+      alarm_.onset = up ? onset_up_start_[j] : onset_down_start_[j];
     }
   }
   const double g_run = run_energy > 0 ? run_lag / run_energy : 0;
@@ -330,7 +345,7 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
                     : Kind::kNoise;
 
   // Channel ratios into the run's own buffer (the run ends here), then ranked.
-  std::vector<double>& ratio = side.z;
+  std::vector<double>& ratio = up ? up_z_ : down_z_;
   for (int c = 0; c < nc; ++c) ratio[c] = (ratio[c] / len) / std::max(ref_z_[c], 1e-300);
   std::iota(ranked_.begin(), ranked_.end(), 0);
   std::sort(ranked_.begin(), ranked_.end(), [&](int i, int j) {
@@ -387,31 +402,30 @@ void ChangeDetector::StateFields(Fields& f, Self& d) {
   f.F64("change detector reference lag-1 product", d.ref_lag1_);
   f.F64("change detector reference square", d.ref_energy_);
   f.Doubles("change detector reference channel scores", nc, d.ref_z_.data());
-  // The two sides' fields interleave in CHGD v1, so they are listed here field by field.
-  f.F64("change detector up statistic", d.up_.main.stat);
-  f.F64("change detector down statistic", d.down_.main.stat);
-  f.I64("change detector up onset", d.up_.main.start);
-  f.I64("change detector down onset", d.down_.main.start);
+  f.F64("change detector up statistic", d.up_);
+  f.F64("change detector down statistic", d.down_);
+  f.I64("change detector up onset", d.up_onset_);
+  f.I64("change detector down onset", d.down_onset_);
   for (int j = 0; j < kOnsetCusums; ++j) {
-    f.F64("change detector onset up statistic", d.up_.onset[j].stat);
-    f.F64("change detector onset down statistic", d.down_.onset[j].stat);
-    f.I64("change detector onset up start", d.up_.onset[j].start);
-    f.I64("change detector onset down start", d.down_.onset[j].start);
-    f.I64("change detector onset up run length", d.up_.onset[j].len);
-    f.I64("change detector onset down run length", d.down_.onset[j].len);
+    f.F64("change detector onset up statistic", d.onset_up_[j]);
+    f.F64("change detector onset down statistic", d.onset_down_[j]);
+    f.I64("change detector onset up start", d.onset_up_start_[j]);
+    f.I64("change detector onset down start", d.onset_down_start_[j]);
+    f.I64("change detector onset up run length", d.onset_up_len_[j]);
+    f.I64("change detector onset down run length", d.onset_down_len_[j]);
   }
-  f.I64("change detector up run length", d.up_.main.len);
-  f.I64("change detector down run length", d.down_.main.len);
-  f.F64("change detector up run energy", d.up_.m);
-  f.F64("change detector down run energy", d.down_.m);
-  f.F64("change detector up run lag product", d.up_.lag);
-  f.F64("change detector up run lag-1 product", d.up_.lag1);
-  f.F64("change detector up run square", d.up_.energy);
-  f.F64("change detector down run lag product", d.down_.lag);
-  f.F64("change detector down run lag-1 product", d.down_.lag1);
-  f.F64("change detector down run square", d.down_.energy);
-  f.Doubles("change detector up run channel scores", nc, d.up_.z.data());
-  f.Doubles("change detector down run channel scores", nc, d.down_.z.data());
+  f.I64("change detector up run length", d.up_len_);
+  f.I64("change detector down run length", d.down_len_);
+  f.F64("change detector up run energy", d.up_m_);
+  f.F64("change detector down run energy", d.down_m_);
+  f.F64("change detector up run lag product", d.up_lag_);
+  f.F64("change detector up run lag-1 product", d.up_lag1_);
+  f.F64("change detector up run square", d.up_energy_);
+  f.F64("change detector down run lag product", d.down_lag_);
+  f.F64("change detector down run lag-1 product", d.down_lag1_);
+  f.F64("change detector down run square", d.down_energy_);
+  f.Doubles("change detector up run channel scores", nc, d.up_z_.data());
+  f.Doubles("change detector down run channel scores", nc, d.down_z_.data());
 }
 
 void ChangeDetector::Serialize(io::Writer& w) const {
@@ -437,21 +451,20 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   ChangeDetector d(o);
   StateFields(f, d);
   bool onset_ok = true;
-  for (const Side* s : {&d.up_, &d.down_}) {
-    for (const Cusum& o : s->onset) onset_ok = onset_ok && o.len >= 0 && o.stat >= 0 && Finite(o.stat);
+  for (int j = 0; j < kOnsetCusums; ++j) {
+    onset_ok = onset_ok && d.onset_up_len_[j] >= 0 && d.onset_down_len_[j] >= 0 && d.onset_up_[j] >= 0 &&
+               d.onset_down_[j] >= 0 && Finite(d.onset_up_[j]) && Finite(d.onset_down_[j]);
   }
   if (!r.EndObject("change detector")) return r.status();
   if (d.index_ < 0 || d.skipped_ < 0 || d.alarms_ < 0 || d.since_restart_ < 0 || d.since_restart_ > d.index_ ||
-      d.ref_n_ < 0 || d.ref_n_ > d.since_restart_ || d.ref_xx_n_ < 0 || d.ref_xx_n_ > d.ref_n_ || d.up_.main.len < 0 ||
-      d.down_.main.len < 0 || d.up_.main.len > d.index_ || d.down_.main.len > d.index_) {
+      d.ref_n_ < 0 || d.ref_n_ > d.since_restart_ || d.ref_xx_n_ < 0 || d.ref_xx_n_ > d.ref_n_ || d.up_len_ < 0 ||
+      d.down_len_ < 0 || d.up_len_ > d.index_ || d.down_len_ > d.index_) {
     return r.Fail(absl::StrCat("change detector counters are inconsistent: scored ", d.index_, ", since restart ",
-                               d.since_restart_, ", reference ", d.ref_n_, ", runs ", d.up_.main.len, " and ",
-                               d.down_.main.len));
+                               d.since_restart_, ", reference ", d.ref_n_, ", runs ", d.up_len_, " and ", d.down_len_));
   }
-  const double up = d.up_.main.stat, down = d.down_.main.stat;
-  if (!(up >= 0) || !(down >= 0) || !Finite(up) || !Finite(down) || !(d.ref_var_w_ >= 0) || !onset_ok) {
-    return r.Fail(absl::StrCat("change detector statistics ", up, ", ", down, " and reference variance ", d.ref_var_w_,
-                               ", expected finite and >= 0"));
+  if (!(d.up_ >= 0) || !(d.down_ >= 0) || !Finite(d.up_) || !Finite(d.down_) || !(d.ref_var_w_ >= 0) || !onset_ok) {
+    return r.Fail(absl::StrCat("change detector statistics ", d.up_, ", ", d.down_, " and reference variance ",
+                               d.ref_var_w_, ", expected finite and >= 0"));
   }
   return d;
 }

@@ -140,8 +140,8 @@ class ChangeDetector {
   int64_t skipped() const { return skipped_; }
   int64_t alarms() const { return alarms_; }
   bool armed() const { return since_restart_ >= options_.arm_after; }
-  double up_statistic() const { return up_.main.stat; }
-  double down_statistic() const { return down_.main.stat; }
+  double up_statistic() const { return up_; }
+  double down_statistic() const { return down_; }
 
   // The threshold h of (12.5) for a CUSUM pair with reference value k whose stationary false
   // alarm rate, counting arm_after dead pairs after each alarm, is R per 10,000 pairs.
@@ -187,31 +187,18 @@ class ChangeDetector {
   double ref_lag_ = 0, ref_lag1_ = 0, ref_energy_ = 0;  // means of sum_c e_t f_{t-1}, e_t e_{t-1}, e_t^2
   std::vector<double> ref_z_;                           // mean z_c
 
-  // One one-sided CUSUM (12.4) and its current run: the pairs since the statistic was last 0.
-  struct Cusum {
-    double stat = 0;
-    int64_t start = 0;  // first pair of the run
-    int64_t len = 0;    // pairs in the run
-    // Adds the increment x - k at pair t: stat = max(0, stat + x - k). Returns whether a new run
-    // starts at t (stat left 0).
-    bool Step(double x, double k, int64_t t);
-  };
-  // Everything one direction keeps. The down side is stepped with the increments negated, so one
-  // code serves both directions.
+  // CUSUMs and their runs.
+  double up_ = 0, down_ = 0;
+  int64_t up_onset_ = 0, down_onset_ = 0;
+  // Onset CUSUMs (12.7): statistic and the first pair of their current run.
   static constexpr int kOnsetCusums = 3;
-  struct Side {
-    Cusum main;
-    // Onset CUSUMs (12.7), reference values kOnsetDrift.
-    Cusum onset[kOnsetCusums];
-    // Sums over the main run: m, the lag products and e^2 of (12.6), z_c.
-    double m = 0, lag = 0, lag1 = 0, energy = 0;
-    std::vector<double> z;
-  };
-  // Steps one side by one scored pair; x is already in the side's direction.
-  void StepSide(Side& s, int64_t t, double x, double m, double lag, double lag1, double energy, const double* residual);
-
-  // The two CUSUM sides and their runs.
-  Side up_, down_;
+  double onset_up_[kOnsetCusums] = {}, onset_down_[kOnsetCusums] = {};
+  int64_t onset_up_start_[kOnsetCusums] = {}, onset_down_start_[kOnsetCusums] = {};
+  int64_t onset_up_len_[kOnsetCusums] = {}, onset_down_len_[kOnsetCusums] = {};  // their runs' lengths
+  int64_t up_len_ = 0, down_len_ = 0;
+  double up_m_ = 0, down_m_ = 0;
+  double up_lag_ = 0, up_lag1_ = 0, up_energy_ = 0, down_lag_ = 0, down_lag1_ = 0, down_energy_ = 0;
+  std::vector<double> up_z_, down_z_;  // sum of z_c over the run
 
   // Alarm report buffers.
   std::vector<int> ranked_;
