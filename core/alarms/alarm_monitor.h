@@ -13,8 +13,9 @@
 //
 // SMALL STATES (d <= kMaxSmallState values, new monitors: docs/algorithms.md §12.9). The forecast
 // has cubic regressors, and a second test (DriftDetector) watches whether the residual's sign
-// leans with the state's: a change of the coefficients, which the residuals' size shows only at
-// second order. The two tests share alarm_rate; an alarm of either restarts both.
+// leans with the state's, and (ALRM v4) with the forecast's predicted step of its channel: a
+// change of the coefficients, which the residuals' size shows only at second order. The two
+// tests share alarm_rate; an alarm of either restarts both.
 //
 // INDEXES. `index` counts the pairs the model was given (the warm-up's included), from 0: the
 // pair whose arrival raised an alarm has index = the count before it. The detector counts the
@@ -70,6 +71,10 @@ class AlarmMonitor {
     // forecast's coefficients (DriftDetector); the two tests share alarm_rate half and half. Off
     // for monitors restored from ALRM v1/v2 objects.
     bool scoring_v3 = true;
+    // With scoring_v3, the scoring of ALRM v4 (docs/algorithms.md §12.9): the coefficients'
+    // test also watches each channel's residual against the forecast's predicted step. Off for
+    // monitors restored from ALRM v1-v3.
+    bool scoring_v4 = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
@@ -104,17 +109,18 @@ class AlarmMonitor {
   double score() const;
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v3: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
-  // p-value, 1: the v1 surprise), (continuous, v3) u8 scoring_v3, the forecast
-  // (continuous), the detector, (v3) the coefficient test, and the kept records. Only a monitor
-  // that runs the coefficient test (a small state, scoring_v3) is written as v3; every other one
-  // as v2 and restores with scoring_v3 false, which changes nothing for it. A continuous
+  // Object "ALRM" v4: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), (continuous, v3) u8 scoring_v3, (v4) u8 scoring_v4, the
+  // forecast (continuous), the detector, (v3) the coefficient test, and the kept records. Only a
+  // monitor that runs the coefficient test (a small state, scoring_v3) is written as v3, or v4
+  // with the steps (scoring_v4); every other one as v2 and restores with scoring_v3 false, which
+  // changes nothing for it. A v3 object restores with scoring_v4 false (no steps). A continuous
   // monitor's v2 body is its v1 body; a discrete v1 object restores with the surprise.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<AlarmMonitor> Deserialize(io::Reader& r);
 
  private:
-  void Score(const double* x, const double* residual, double time);
+  void Score(const double* x, const double* residual, const double* step, double time);
   void Record(const ChangeDetector::Alarm& alarm, double time);
   void Record(const DriftDetector::Alarm& alarm, double time);
   AlarmRecord NewRecord(double score, double threshold, int64_t run_length, double time) const;
@@ -131,6 +137,7 @@ class AlarmMonitor {
   ChangeDetector detector_;
   std::optional<DriftDetector> drift_;  // continuous, scoring_v3 and few enough components
   std::vector<double> residual_;        // scratch: LinearForecast::kBlock rows of the channels
+  std::vector<double> step_;            // scratch: the forecast's predicted step per channel
   std::deque<AlarmRecord> records_;
 };
 

@@ -63,8 +63,14 @@ TEST(AlarmMonitor, ArmsWithinThreeHundredPairsAndFindsARateChange) {
   for (int t = 0; t + 1 < static_cast<int>(x.size()); ++t) m.ObservePair(&x[t], &x[t + 1], 1000.0 + t);
   EXPECT_GE(m.armed_at(), 0);
   EXPECT_LE(m.armed_at(), 300);
-  ASSERT_GE(m.records().size(), 1u);
-  const AlarmRecord& a = m.records().front();
+  // A stationary false alarm before the change is possible (~0.27 per stream at R = 1 over these
+  // ~2,700 armed pairs; this seed has one, of the coefficients' test, at pair 2798): the change
+  // is the first alarm after it.
+  int before = 0;
+  for (const AlarmRecord& r : m.records()) before += r.index <= change;
+  EXPECT_LE(before, 1);
+  ASSERT_GE(m.records().size(), static_cast<size_t>(before) + 1);
+  const AlarmRecord& a = m.records()[static_cast<size_t>(before)];
   EXPECT_GT(a.index, change);
   EXPECT_LT(a.index, change + 500);
   EXPECT_NEAR(static_cast<double>(a.onset), change, 60);
@@ -276,7 +282,7 @@ TEST(AlarmMonitor, AMonitorWithoutTheCoefficientTestStaysV2) {
     io::Writer w;
     m->Serialize(w);
     // The object header: tag, then the version (little-endian u32 at bytes 4..7).
-    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), m == &old ? 2 : 3);
+    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), m == &old ? 2 : 4);
     io::Reader r(w.data(), "test");
     absl::StatusOr<AlarmMonitor> back = AlarmMonitor::Deserialize(r);
     ASSERT_TRUE(back.ok()) << back.status();
@@ -293,6 +299,38 @@ TEST(AlarmMonitor, AMonitorWithoutTheCoefficientTestStaysV2) {
   io::Writer w;
   AlarmMonitor(wide).Serialize(w);
   EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), 2);
+}
+
+// A monitor with the coefficients' test but without its step components (restored from ALRM v3,
+// or built so) writes the v3 body byte for byte and restores without them; a new one is v4 and
+// restores with them. Both continue bit for bit after the round trip.
+TEST(AlarmMonitor, AV3MonitorKeepsItsScoringWithoutTheSteps) {
+  const std::vector<double> x = Ou(4001, 0.9, 0.6, 3000, 6);
+  for (const bool v4 : {false, true}) {
+    AlarmMonitor::Options o;
+    o.dim = 1;
+    o.channels = 1;
+    o.scoring_v4 = v4;
+    AlarmMonitor m(o);
+    for (int t = 0; t < 2000; ++t) m.ObservePair(&x[t], &x[t + 1], t);
+    io::Writer w;
+    m.Serialize(w);
+    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), v4 ? 4 : 3);
+    io::Reader r(w.data(), "test");
+    absl::StatusOr<AlarmMonitor> back = AlarmMonitor::Deserialize(r);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(back->options().scoring_v3);
+    EXPECT_EQ(back->options().scoring_v4, v4);
+    for (int t = 2000; t < 4000; ++t) {
+      m.ObservePair(&x[t], &x[t + 1], t);
+      back->ObservePair(&x[t], &x[t + 1], t);
+    }
+    EXPECT_GE(m.alarms_total(), 1) << v4;
+    io::Writer a, b;
+    m.Serialize(a);
+    back->Serialize(b);
+    EXPECT_EQ(a.data(), b.data()) << v4;
+  }
 }
 
 // The discrete score's p-value (docs/algorithms.md §12.8) is uniform when y is drawn from the
