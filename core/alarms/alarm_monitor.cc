@@ -14,8 +14,9 @@ constexpr uint32_t kTag = io::Fourcc("ALRM");
 // v3: the scoring of a small state (a flag, the cubic forecast, and the coefficients' test's DRFT
 // object after the detector). v4: a second flag, the coefficients' test with the forecast's steps
 // (DRFT v2). Every other monitor is written as v2, byte for byte what the release before wrote,
-// and restores as such; a v3 object restores without the steps.
-constexpr uint32_t kVersion = 4;
+// and restores as such; a v3 object restores without the steps. v5: the holdover of the size test
+// (CHGD v2), any monitor; three flags (coefficient test, steps, holdover) in place of v3/v4's.
+constexpr uint32_t kVersion = 5;
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -103,6 +104,7 @@ ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
   ChangeDetector::Options d;
   d.channels = o.dim > 0 ? o.channels : 1;
   d.alarm_rate = RunsDriftTest(o) ? o.alarm_rate / 2 : o.alarm_rate;
+  d.holdover_pairs = o.holdover ? kHoldoverPairs : 0;
   return d;
 }
 
@@ -240,8 +242,8 @@ void AlarmMonitor::Keep(AlarmRecord rec) {
 }
 
 void AlarmMonitor::Serialize(io::Writer& w) const {
-  const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4;
-  const size_t h = w.BeginObject(kTag, v4 ? 4 : (v3 ? 3 : 2));
+  const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
+  const size_t h = w.BeginObject(kTag, v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)));
   w.I32(options_.dim);
   w.I32(options_.channels);
   w.I32(options_.num_states);
@@ -249,8 +251,14 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
   w.I64(pairs_);
   w.I64(armed_at_);
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
-  if (v3) w.U8(1);
-  if (v4) w.U8(1);
+  if (v5) {
+    w.U8(v3 ? 1 : 0);
+    w.U8(v4 ? 1 : 0);
+    w.U8(1);
+  } else {
+    if (v3) w.U8(1);
+    if (v4) w.U8(1);
+  }
   if (forecast_) forecast_->Serialize(w);
   detector_.Serialize(w);
   if (drift_) drift_->Serialize(w);
@@ -282,6 +290,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   // it without the steps.
   o.scoring_v3 = false;
   o.scoring_v4 = false;
+  o.holdover = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
@@ -297,14 +306,23 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     if (r.ok() && kind > 1) return r.Fail("alarm monitor score kind out of range");
     surprise_score = kind == 1;
   }
-  if (version >= 3) {
+  if (version >= 5) {
+    const uint8_t v3 = r.U8("alarm monitor coefficient test"), v4 = r.U8("alarm monitor coefficient test steps"),
+                  hold = r.U8("alarm monitor holdover");
+    if (r.ok() && (v3 > 1 || v4 > v3 || hold != 1)) return r.Fail("alarm monitor v5 flags out of range");
+    o.scoring_v3 = v3 == 1;
+    o.scoring_v4 = v4 == 1;
+    o.holdover = true;
+    if (r.ok() && o.scoring_v3 && !RunsDriftTest(o))
+      return r.Fail("alarm monitor with a coefficient test on a state it does not run on");
+  } else if (version >= 3) {
     const uint8_t flag = r.U8("alarm monitor coefficient test");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
     o.scoring_v3 = true;
     if (r.ok() && !RunsDriftTest(o))
       return r.Fail("alarm monitor v3 with a state the coefficient test does not run on");
   }
-  if (version >= 4) {
+  if (version == 4) {
     const uint8_t flag = r.U8("alarm monitor coefficient test steps");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test steps flag out of range");
     o.scoring_v4 = true;
@@ -325,7 +343,9 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   }
   absl::StatusOr<ChangeDetector> d = ChangeDetector::Deserialize(r);
   if (!d.ok()) return d.status();
-  if (d->channels() != m.detector_.channels()) return r.Fail("alarm monitor: the detector's channels differ");
+  if (d->channels() != m.detector_.channels() || d->options().holdover_pairs != m.detector_.options().holdover_pairs) {
+    return r.Fail("alarm monitor: the detector's channels or holdover differ from the monitor's");
+  }
   m.detector_ = std::move(*d);
   if (m.drift_) {
     absl::StatusOr<DriftDetector> drift = DriftDetector::Deserialize(r);

@@ -15,13 +15,14 @@
 // (no alarm at all), S1 = +windows (every change found at its first pair, no false alarm).
 //
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS] [--monitor]
-//                                        [--scoring-v3] [--misses]
+//                                        [--scoring-v3] [--scoring-v4] [--misses]
 //
 // --monitor replaces the frozen stand-in forecast below by what the daemon runs (AlarmMonitor,
 // DetectWithMonitor): its own forecast on the model's state (cubic regressors for states of at
 // most 8 values), refitted on schedule, and both of its tests (the residuals' size and the
 // forecast's coefficients, docs/algorithms.md §12.8-12.9). --scoring-v3 runs it as a monitor
-// restored from ALRM v3 scores (the coefficients' test without the forecast's steps, (12.9b));
+// restored from ALRM v3 scores (the coefficients' test without the forecast's steps, (12.9b), and
+// without the holdover), --scoring-v4 as one restored from ALRM v4 (without the holdover of §12.8);
 // --misses prints one line per change not detected within 500 pairs: its segment, direction,
 // the pairs since the last alarm before it and the first alarm after it.
 //
@@ -70,6 +71,7 @@ namespace {
 
 int g_seed = 0;
 bool g_scoring_v3 = false;  // --scoring-v3: the monitor as an ALRM v3 object scores (no step components)
+bool g_scoring_v4 = false;  // --scoring-v4: the monitor as an ALRM v4 object scores (no holdover)
 const char* g_system = "";
 
 constexpr int kWindow = 60;  // NAB window W, in pairs
@@ -326,6 +328,7 @@ std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double 
   AlarmMonitor::Options o;
   o.alarm_rate = rate;
   o.scoring_v4 = !g_scoring_v3;
+  o.holdover = !g_scoring_v3 && !g_scoring_v4;
   const bool discrete = name == "markov";
   const bool window = name == "sensor_noise";
   const int dim = window ? 4 : c;
@@ -532,6 +535,10 @@ int Main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--scoring-v3")) {
       g_scoring_v3 = true;
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--scoring-v4")) {
+      g_scoring_v4 = true;
       continue;
     }
     if (!std::strcmp(argv[i], "--misses")) {
