@@ -12,9 +12,11 @@ namespace {
 
 constexpr uint32_t kTag = io::Fourcc("ALRM");
 // v3: the scoring of a small state (a flag, the cubic forecast, and the coefficients' test's DRFT
-// object after the detector). Every other monitor is written as v2, byte for byte what the release
-// before wrote, and restores as such.
-constexpr uint32_t kVersion = 3;
+// object after the detector). v4: a second flag, the coefficients' test with the forecast's steps
+// (DRFT v2). Every other monitor is written as v2, byte for byte what the release before wrote,
+// and restores as such; a v3 object restores without the steps. v5: the holdover of the size test
+// (CHGD v2), any monitor; three flags (coefficient test, steps, holdover) in place of v3/v4's.
+constexpr uint32_t kVersion = 5;
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -102,6 +104,7 @@ ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
   ChangeDetector::Options d;
   d.channels = o.dim > 0 ? o.channels : 1;
   d.alarm_rate = RunsDriftTest(o) ? o.alarm_rate / 2 : o.alarm_rate;
+  d.holdover_pairs = o.holdover ? kHoldoverPairs : 0;
   return d;
 }
 
@@ -110,6 +113,7 @@ DriftDetector::Options AlarmMonitor::DriftOptions(const Options& o) {
   d.inputs = o.dim;
   d.channels = o.channels;
   d.alarm_rate = o.alarm_rate / 2;
+  d.steps = o.scoring_v4;
   return d;
 }
 
@@ -125,6 +129,7 @@ AlarmMonitor::AlarmMonitor(const Options& options) : options_(options), detector
   }
   if (RunsDriftTest(options)) drift_.emplace(DriftOptions(options));
   residual_.assign(static_cast<size_t>(detector_.channels()) * LinearForecast::kBlock, 0.0);
+  step_.assign(static_cast<size_t>(detector_.channels()), 0.0);
 }
 
 double AlarmMonitor::score() const {
@@ -144,7 +149,17 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
     // A refit can only come after the block's last pair: every pair is scored with one fit.
     const int k = forecast_->ObserveBlock(x, y, n, residual_.data(), &scored);
     for (int b = 0; b < k; ++b) {
-      if (scored) Score(x + static_cast<int64_t>(b) * d, residual_.data() + static_cast<int64_t>(b) * c, time);
+      if (scored) {
+        const double* xb = x + static_cast<int64_t>(b) * d;
+        const double* rb = residual_.data() + static_cast<int64_t>(b) * c;
+        if (drift_ && drift_->options().steps) {
+          // The forecast's step of channel o: its forecast (y_new - r) minus the newest value of
+          // that channel in x.
+          const double* yb = y + static_cast<int64_t>(b) * d + (d - c);
+          for (int o = 0; o < c; ++o) step_[static_cast<size_t>(o)] = (yb[o] - rb[o]) - xb[d - c + o];
+        }
+        Score(xb, rb, step_.data(), time);
+      }
       // A refit makes the residual another function of x: the coefficient test's reference
       // restarts (after the pair the refit followed, as pair at a time).
       if (b == k - 1 && drift_ && forecast_->next_fit() != next_fit) drift_->Restart();
@@ -167,14 +182,14 @@ void AlarmMonitor::ObserveIds(int64_t x, int64_t y, const TransitionCounts& coun
       const double u = DiscretePValue(counts, xi, yi, options_.num_states, UniformOf(pairs_));
       residual_[0] = -NormalQuantile(std::clamp(u / 2, 1e-300, 0.5));
     }
-    Score(nullptr, residual_.data(), time);
+    Score(nullptr, residual_.data(), nullptr, time);
   }
   ++pairs_;
 }
 
-void AlarmMonitor::Score(const double* x, const double* residual, double time) {
+void AlarmMonitor::Score(const double* x, const double* residual, const double* step, double time) {
   const ChangeDetector::Alarm* alarm = detector_.Observe(residual);
-  const DriftDetector::Alarm* drift = drift_ ? drift_->Observe(x, residual) : nullptr;
+  const DriftDetector::Alarm* drift = drift_ ? drift_->Observe(x, residual, step) : nullptr;
   if (armed_at_ < 0 && detector_.armed()) armed_at_ = pairs_;
   // One change, one alarm: the test that did not alarm restarts with the one that did (the
   // residuals' size test first when both cross on the same pair: it labels the kind).
@@ -227,8 +242,8 @@ void AlarmMonitor::Keep(AlarmRecord rec) {
 }
 
 void AlarmMonitor::Serialize(io::Writer& w) const {
-  const bool v3 = RunsDriftTest(options_);
-  const size_t h = w.BeginObject(kTag, v3 ? kVersion : 2);
+  const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
+  const size_t h = w.BeginObject(kTag, v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)));
   w.I32(options_.dim);
   w.I32(options_.channels);
   w.I32(options_.num_states);
@@ -236,7 +251,14 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
   w.I64(pairs_);
   w.I64(armed_at_);
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
-  if (v3) w.U8(1);
+  if (v5) {
+    w.U8(v3 ? 1 : 0);
+    w.U8(v4 ? 1 : 0);
+    w.U8(1);
+  } else {
+    if (v3) w.U8(1);
+    if (v4) w.U8(1);
+  }
   if (forecast_) forecast_->Serialize(w);
   detector_.Serialize(w);
   if (drift_) drift_->Serialize(w);
@@ -264,8 +286,11 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   o.num_states = r.I32("alarm monitor num_states");
   o.alarm_rate = r.F64("alarm monitor alarm_rate");
   if (!r.ok()) return r.status();
-  // Monitors written as v1/v2 have no coefficient test and keep running without one.
+  // Monitors written as v1/v2 have no coefficient test and keep running without one; v3 ones run
+  // it without the steps.
   o.scoring_v3 = false;
+  o.scoring_v4 = false;
+  o.holdover = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
@@ -281,12 +306,26 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     if (r.ok() && kind > 1) return r.Fail("alarm monitor score kind out of range");
     surprise_score = kind == 1;
   }
-  if (version >= 3) {
+  if (version >= 5) {
+    const uint8_t v3 = r.U8("alarm monitor coefficient test"), v4 = r.U8("alarm monitor coefficient test steps"),
+                  hold = r.U8("alarm monitor holdover");
+    if (r.ok() && (v3 > 1 || v4 > v3 || hold != 1)) return r.Fail("alarm monitor v5 flags out of range");
+    o.scoring_v3 = v3 == 1;
+    o.scoring_v4 = v4 == 1;
+    o.holdover = true;
+    if (r.ok() && o.scoring_v3 && !RunsDriftTest(o))
+      return r.Fail("alarm monitor with a coefficient test on a state it does not run on");
+  } else if (version >= 3) {
     const uint8_t flag = r.U8("alarm monitor coefficient test");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
     o.scoring_v3 = true;
     if (r.ok() && !RunsDriftTest(o))
       return r.Fail("alarm monitor v3 with a state the coefficient test does not run on");
+  }
+  if (version == 4) {
+    const uint8_t flag = r.U8("alarm monitor coefficient test steps");
+    if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test steps flag out of range");
+    o.scoring_v4 = true;
   }
   if (!r.ok()) return r.status();
   AlarmMonitor m(o);
@@ -304,12 +343,15 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   }
   absl::StatusOr<ChangeDetector> d = ChangeDetector::Deserialize(r);
   if (!d.ok()) return d.status();
-  if (d->channels() != m.detector_.channels()) return r.Fail("alarm monitor: the detector's channels differ");
+  if (d->channels() != m.detector_.channels() || d->options().holdover_pairs != m.detector_.options().holdover_pairs) {
+    return r.Fail("alarm monitor: the detector's channels or holdover differ from the monitor's");
+  }
   m.detector_ = std::move(*d);
   if (m.drift_) {
     absl::StatusOr<DriftDetector> drift = DriftDetector::Deserialize(r);
     if (!drift.ok()) return drift.status();
-    if (drift->options().inputs != o.dim || drift->options().channels != o.channels) {
+    if (drift->options().inputs != o.dim || drift->options().channels != o.channels ||
+        drift->options().steps != o.scoring_v4) {
       return r.Fail("alarm monitor: the coefficient test's dimensions differ from the monitor's");
     }
     m.drift_ = std::move(*drift);

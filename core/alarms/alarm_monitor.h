@@ -13,8 +13,9 @@
 //
 // SMALL STATES (d <= kMaxSmallState values, new monitors: docs/algorithms.md §12.9). The forecast
 // has cubic regressors, and a second test (DriftDetector) watches whether the residual's sign
-// leans with the state's: a change of the coefficients, which the residuals' size shows only at
-// second order. The two tests share alarm_rate; an alarm of either restarts both.
+// leans with the state's, and (ALRM v4) with the forecast's predicted step of its channel: a
+// change of the coefficients, which the residuals' size shows only at second order. The two
+// tests share alarm_rate; an alarm of either restarts both.
 //
 // INDEXES. `index` counts the pairs the model was given (the warm-up's included), from 0: the
 // pair whose arrival raised an alarm has index = the count before it. The detector counts the
@@ -22,7 +23,9 @@
 // (every pair between them was scored).
 //
 // AFTER AN ALARM the detector restarts (the new regime becomes its reference: it re-arms
-// arm_after pairs later); the forecast keeps learning and refits on its schedule.
+// arm_after pairs later); the forecast keeps learning and refits on its schedule. With the
+// holdover (ALRM v5) the size test's previous reference keeps scoring for kHoldoverPairs pairs,
+// and alarms if the alarm was not a change and a change comes while the new reference builds.
 //
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
 // COST. Continuous: O(p^2 / 2) per pair for p regressors (the forecast's sums; p = d, or 3d for
@@ -70,9 +73,20 @@ class AlarmMonitor {
     // forecast's coefficients (DriftDetector); the two tests share alarm_rate half and half. Off
     // for monitors restored from ALRM v1/v2 objects.
     bool scoring_v3 = true;
+    // With scoring_v3, the scoring of ALRM v4 (docs/algorithms.md §12.9): the coefficients'
+    // test also watches each channel's residual against the forecast's predicted step. Off for
+    // monitors restored from ALRM v1-v3.
+    bool scoring_v4 = true;
+    // The scoring of ALRM v5 (docs/algorithms.md §12.8 "After an alarm"): after each restart the
+    // size test's previous reference keeps scoring for kHoldoverPairs pairs
+    // (ChangeDetector::Options::holdover_pairs). Off for monitors restored from ALRM v1-v4.
+    bool holdover = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
+  // Pairs after a restart during which the size test's previous reference keeps scoring: the
+  // misses it answers followed an alarm by 10-500 pairs (docs/benchmarks.md "What the daemon runs").
+  static constexpr int kHoldoverPairs = 500;
   // Measured (docs/algorithms.md §12.9): on states of 1-2 values (a double well, an oscillator)
   // the cubic forecast and the coefficient test find most changes the residuals' size misses; on
   // an 8-channel stream of noisy, partially observed slow processes both raised false alarms.
@@ -104,17 +118,19 @@ class AlarmMonitor {
   double score() const;
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v3: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
-  // p-value, 1: the v1 surprise), (continuous, v3) u8 scoring_v3, the forecast
-  // (continuous), the detector, (v3) the coefficient test, and the kept records. Only a monitor
-  // that runs the coefficient test (a small state, scoring_v3) is written as v3; every other one
-  // as v2 and restores with scoring_v3 false, which changes nothing for it. A continuous
-  // monitor's v2 body is its v1 body; a discrete v1 object restores with the surprise.
+  // Object "ALRM" v5: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), (v5) three u8 flags: the coefficient test, its steps, the
+  // holdover (always 1), or (v3, v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1, the forecast
+  // (continuous), the detector (CHGD v2 with the holdover), (coefficient test) its DRFT object,
+  // and the kept records. A monitor with the holdover is written as v5; one without (restored
+  // from v1-v4) as before: v3 or v4 if it runs the coefficient test without or with the steps,
+  // else v2, byte for byte, and restores with scoring_v3 false, which changes nothing for it. A
+  // continuous monitor's v2 body is its v1 body; a discrete v1 object restores with the surprise.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<AlarmMonitor> Deserialize(io::Reader& r);
 
  private:
-  void Score(const double* x, const double* residual, double time);
+  void Score(const double* x, const double* residual, const double* step, double time);
   void Record(const ChangeDetector::Alarm& alarm, double time);
   void Record(const DriftDetector::Alarm& alarm, double time);
   AlarmRecord NewRecord(double score, double threshold, int64_t run_length, double time) const;
@@ -131,6 +147,7 @@ class AlarmMonitor {
   ChangeDetector detector_;
   std::optional<DriftDetector> drift_;  // continuous, scoring_v3 and few enough components
   std::vector<double> residual_;        // scratch: LinearForecast::kBlock rows of the channels
+  std::vector<double> step_;            // scratch: the forecast's predicted step per channel
   std::deque<AlarmRecord> records_;
 };
 

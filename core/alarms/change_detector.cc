@@ -13,7 +13,9 @@ namespace cmestream {
 namespace {
 
 constexpr uint32_t kTag = io::Fourcc("CHGD");
-constexpr uint32_t kVersion = 1;
+// v2: the holdover (docs/algorithms.md §12.8): its option after v1's, its state after v1's. A
+// detector without it is written as v1, byte for byte what the release before wrote.
+constexpr uint32_t kVersion = 2;
 constexpr int kMaxChannels = 1 << 20;
 // Siegmund's correction of the CUSUM's overshoot for normal increments: -2 zeta(1/2) / sqrt(2 pi).
 constexpr double kOvershoot = 1.166;
@@ -26,6 +28,14 @@ constexpr double kOnsetDrift[3] = {0.5, 1.0, 2.0};
 // Decay of the filter q of past scores and the largest Gamma of (12.3b).
 constexpr double kScoreMemory = 0.9;
 constexpr double kMaxGamma = 4;
+// Holdover (docs/algorithms.md §12.8): a reference of fewer pairs is not held; the alarm that
+// started a holdover is confirmed (and the holdover ends) when the held CUSUM of its direction
+// passes kHoldConfirmLevel h within kHoldConfirmPairs pairs.
+constexpr int64_t kHoldMinReference = 200;
+constexpr int64_t kHoldConfirmPairs = 50;
+constexpr double kHoldConfirmLevel = 0.5;
+// The largest holdover_pairs.
+constexpr int kMaxHoldover = 1 << 20;
 
 bool Finite(double v) { return std::isfinite(v); }
 
@@ -71,6 +81,10 @@ absl::Status ChangeDetector::Options::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("change detector kind_min ", kind_min, " and kind_z ", kind_z, ", expected finite and >= 0"));
   }
+  if (holdover_pairs < 0 || holdover_pairs > kMaxHoldover) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("change detector holdover_pairs ", holdover_pairs, ", expected 0..", kMaxHoldover));
+  }
   if (!(Threshold(alarm_rate, drift, arm_after) > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("change detector: alarm_rate ", alarm_rate, " with drift ", drift,
                                                    " gives a threshold <= 0; lower either"));
@@ -108,9 +122,162 @@ ChangeDetector::ChangeDetector(const Options& options) : options_(options) {
   down_z_.assign(c, 0.0);
   ranked_.assign(c, 0);
   contribution_.assign(c, 0.0);
+  if (options_.holdover_pairs > 0) {
+    hold_scale2_.assign(c, 0.0);
+    hold_ref_z_.assign(c, 0.0);
+    hold_memory_.assign(c, 0.0);
+    hold_up_z_.assign(c, 0.0);
+    hold_down_z_.assign(c, 0.0);
+  }
 }
 
 void ChangeDetector::Restart() {
+  StartHoldover(-1);
+  ResetReference();
+}
+
+void ChangeDetector::StartHoldover(int direction) {
+  hold_active_ = false;
+  const int64_t n = ref_n_;
+  if (options_.holdover_pairs <= 0 || n < kHoldMinReference) return;
+  const bool forgetting = n > options_.baseline_pairs;
+  const double var = forgetting ? ref_var_w_ : ref_var_w_ * static_cast<double>(n) / static_cast<double>(n - 1);
+  const double inflate = forgetting ? 1 + 1.0 / (2.0 * options_.baseline_pairs - 1) : 1 + 1.0 / static_cast<double>(n);
+  const double sd = std::sqrt(var * inflate);
+  if (!(sd > 0)) return;
+  double factor = 1;
+  if (ref_xx_n_ >= 10) {
+    const double n_eff = static_cast<double>(std::min<int64_t>(ref_xx_n_, options_.baseline_pairs));
+    const double gamma = std::clamp(ref_xx_ - 1 / std::sqrt((1 - kScoreMemory * kScoreMemory) * n_eff), 0.0, kMaxGamma);
+    factor = 1 / std::sqrt(1 + 2 * gamma);
+  }
+  hold_active_ = true;
+  hold_direction_ = direction;
+  hold_pairs_ = 0;
+  hold_mean_w_ = ref_mean_w_;
+  hold_sd_ = sd;
+  hold_factor_ = factor;
+  hold_mean_m_ = ref_mean_m_;
+  hold_lag_ = ref_lag_;
+  hold_lag1_ = ref_lag1_;
+  hold_energy_ = ref_energy_;
+  std::copy(scale2_.begin(), scale2_.end(), hold_scale2_.begin());
+  std::copy(ref_z_.begin(), ref_z_.end(), hold_ref_z_.begin());
+  std::copy(memory_.begin(), memory_.end(), hold_memory_.begin());
+  hold_up_ = hold_down_ = 0;
+  hold_up_len_ = hold_down_len_ = 0;
+}
+
+bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
+  const int nc = options_.channels;
+  ++hold_pairs_;
+  double m = 0, lag = 0, lag1 = 0, energy = 0;
+  for (int c = 0; c < nc; ++c) {
+    const double z = std::min(residual[c] * residual[c] / hold_scale2_[c], kMaxZ);
+    m += z;
+    const double e = residual[c] / std::sqrt(hold_scale2_[c]);
+    if (has_prev_) {
+      lag += e * hold_memory_[c];
+      lag1 += e * prev_r_[c] / std::sqrt(hold_scale2_[c]);
+      energy += e * e;
+      hold_memory_[c] = options_.kind_memory * hold_memory_[c] + e;
+    } else {
+      hold_memory_[c] = e;
+    }
+  }
+  m /= nc;
+  const double w = std::cbrt(m);
+  const double x = std::clamp((w - hold_mean_w_) / hold_sd_, -options_.clip, options_.clip) * hold_factor_;
+  const double k = options_.drift;
+  const double up = std::max(0.0, hold_up_ + x - k);
+  if (up > 0) {
+    if (hold_up_ == 0) {
+      hold_up_start_ = t;
+      hold_up_len_ = 0;
+      hold_up_m_ = hold_up_lag_ = hold_up_lag1_ = hold_up_energy_ = 0;
+      std::fill(hold_up_z_.begin(), hold_up_z_.end(), 0.0);
+    }
+    ++hold_up_len_;
+    hold_up_m_ += m;
+    hold_up_lag_ += lag;
+    hold_up_lag1_ += lag1;
+    hold_up_energy_ += energy;
+    for (int c = 0; c < nc; ++c) hold_up_z_[c] += std::min(residual[c] * residual[c] / hold_scale2_[c], kMaxZ);
+  }
+  hold_up_ = up;
+  const double down = std::max(0.0, hold_down_ - x - k);
+  if (down > 0) {
+    if (hold_down_ == 0) {
+      hold_down_start_ = t;
+      hold_down_len_ = 0;
+      hold_down_m_ = hold_down_lag_ = hold_down_lag1_ = hold_down_energy_ = 0;
+      std::fill(hold_down_z_.begin(), hold_down_z_.end(), 0.0);
+    }
+    ++hold_down_len_;
+    hold_down_m_ += m;
+    hold_down_lag_ += lag;
+    hold_down_lag1_ += lag1;
+    hold_down_energy_ += energy;
+    for (int c = 0; c < nc; ++c) hold_down_z_[c] += std::min(residual[c] * residual[c] / hold_scale2_[c], kMaxZ);
+  }
+  hold_down_ = down;
+  // The alarm that started the holdover was a change: the held reference sees it go on.
+  if (hold_pairs_ <= kHoldConfirmPairs) {
+    const double level = kHoldConfirmLevel * threshold_;
+    if ((hold_direction_ != 1 && hold_up_ > level) || (hold_direction_ != 0 && hold_down_ > level)) {
+      hold_active_ = false;
+      return false;
+    }
+  }
+  if (hold_up_ > threshold_ || hold_down_ > threshold_) {
+    const bool is_up = hold_up_ > threshold_;
+    const double score = is_up ? hold_up_ : hold_down_;
+    const double len = static_cast<double>(is_up ? hold_up_len_ : hold_down_len_);
+    alarm_.index = t;
+    alarm_.run_start = is_up ? hold_up_start_ : hold_down_start_;
+    alarm_.onset = alarm_.run_start;
+    alarm_.shift = (score + k * len) / len;
+    alarm_.score = score;
+    alarm_.threshold = threshold_;
+    alarm_.direction = is_up ? Direction::kUp : Direction::kDown;
+    alarm_.energy_ratio = hold_mean_m_ > 0 ? (is_up ? hold_up_m_ : hold_down_m_) / len / hold_mean_m_ : 1;
+    const double run_energy = is_up ? hold_up_energy_ : hold_down_energy_;
+    const double g_run = run_energy > 0 ? (is_up ? hold_up_lag_ : hold_down_lag_) / run_energy : 0;
+    const double g1_run = run_energy > 0 ? (is_up ? hold_up_lag1_ : hold_down_lag1_) / run_energy : 0;
+    const double g_ref = hold_energy_ > 0 ? std::max(hold_lag_ / hold_energy_, 0.0) : 0;
+    const double g1_ref = hold_energy_ > 0 ? std::max(hold_lag1_ / hold_energy_, 0.0) : 0;
+    const double rho = options_.kind_memory;
+    alarm_.autocorr_change = g_run - g_ref;
+    alarm_.autocorr_bound = options_.kind_min + options_.kind_z / std::sqrt((1 - rho * rho) * len);
+    alarm_.lag1_change = g1_run - g1_ref;
+    alarm_.lag1_bound = options_.kind_min + options_.kind_z / std::sqrt(len);
+    alarm_.kind = alarm_.autocorr_change > alarm_.autocorr_bound || alarm_.lag1_change > alarm_.lag1_bound
+                      ? Kind::kDynamics
+                      : Kind::kNoise;
+    std::vector<double>& ratio = is_up ? hold_up_z_ : hold_down_z_;
+    for (int c = 0; c < nc; ++c) ratio[c] = (ratio[c] / len) / std::max(hold_ref_z_[c], 1e-300);
+    RankChannels(ratio, is_up);
+    ++alarms_;
+    hold_active_ = false;
+    return true;
+  }
+  if (hold_pairs_ >= options_.holdover_pairs) hold_active_ = false;
+  return false;
+}
+
+void ChangeDetector::RankChannels(std::vector<double>& ratio, bool up) {
+  const int nc = options_.channels;
+  std::iota(ranked_.begin(), ranked_.end(), 0);
+  std::sort(ranked_.begin(), ranked_.end(), [&](int i, int j) {
+    if (ratio[i] != ratio[j]) return up ? ratio[i] > ratio[j] : ratio[i] < ratio[j];
+    return i < j;
+  });
+  for (int i = 0; i < nc; ++i) contribution_[i] = ratio[ranked_[i]];
+  alarm_.channels = absl::MakeConstSpan(ranked_);
+  alarm_.contributions = absl::MakeConstSpan(contribution_);
+}
+
+void ChangeDetector::ResetReference() {
   since_restart_ = 0;
   std::fill(scale2_.begin(), scale2_.end(), 0.0);
   std::fill(ref_z_.begin(), ref_z_.end(), 0.0);
@@ -134,6 +301,15 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
     }
   }
   const int64_t t = index_++;
+  if (hold_active_ && ObserveHoldover(residual, t)) {
+    // The held reference saw a change the new one is calibrating on: an alarm, and the new
+    // reference starts again from the next pair.
+    StartHoldover(alarm_.direction == Direction::kUp ? 0 : 1);
+    ResetReference();
+    std::copy(residual, residual + nc, prev_r_.begin());
+    has_prev_ = true;
+    return &alarm_;
+  }
   const int64_t phase = since_restart_++;  // this pair's position since the restart
 
   if (phase < options_.scale_pairs) {
@@ -247,7 +423,8 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
     }
     if (up_ > threshold_ || down_ > threshold_) {
       FillAlarm(up_ > threshold_ ? Direction::kUp : Direction::kDown, up_ > threshold_ ? up_ : down_);
-      Restart();
+      StartHoldover(alarm_.direction == Direction::kUp ? 0 : 1);
+      ResetReference();
       std::copy(residual, residual + nc, prev_r_.begin());
       has_prev_ = true;
       return &alarm_;
@@ -347,14 +524,7 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
   // Channel ratios into the run's own buffer (the run ends here), then ranked.
   std::vector<double>& ratio = up ? up_z_ : down_z_;
   for (int c = 0; c < nc; ++c) ratio[c] = (ratio[c] / len) / std::max(ref_z_[c], 1e-300);
-  std::iota(ranked_.begin(), ranked_.end(), 0);
-  std::sort(ranked_.begin(), ranked_.end(), [&](int i, int j) {
-    if (ratio[i] != ratio[j]) return up ? ratio[i] > ratio[j] : ratio[i] < ratio[j];
-    return i < j;
-  });
-  for (int i = 0; i < nc; ++i) contribution_[i] = ratio[ranked_[i]];
-  alarm_.channels = absl::MakeConstSpan(ranked_);
-  alarm_.contributions = absl::MakeConstSpan(contribution_);
+  RankChannels(ratio, up);
   ++alarms_;
 }
 
@@ -428,11 +598,49 @@ void ChangeDetector::StateFields(Fields& f, Self& d) {
   f.Doubles("change detector down run channel scores", nc, d.down_z_.data());
 }
 
+// v2: the holdover's state, after StateFields.
+template <class Fields, class Self>
+void ChangeDetector::HoldoverFields(Fields& f, Self& d) {
+  const int64_t nc = d.options_.channels;
+  f.Bool("change detector holdover active", d.hold_active_);
+  f.I32("change detector holdover direction", d.hold_direction_);
+  f.I64("change detector holdover pairs", d.hold_pairs_);
+  f.F64("change detector holdover mean", d.hold_mean_w_);
+  f.F64("change detector holdover sd", d.hold_sd_);
+  f.F64("change detector holdover long-run factor", d.hold_factor_);
+  f.F64("change detector holdover energy", d.hold_mean_m_);
+  f.F64("change detector holdover lag product", d.hold_lag_);
+  f.F64("change detector holdover lag-1 product", d.hold_lag1_);
+  f.F64("change detector holdover square", d.hold_energy_);
+  f.Doubles("change detector holdover scales", nc, d.hold_scale2_.data());
+  f.Doubles("change detector holdover channel scores", nc, d.hold_ref_z_.data());
+  f.Doubles("change detector holdover residual memory", nc, d.hold_memory_.data());
+  f.F64("change detector holdover up statistic", d.hold_up_);
+  f.F64("change detector holdover down statistic", d.hold_down_);
+  f.I64("change detector holdover up start", d.hold_up_start_);
+  f.I64("change detector holdover down start", d.hold_down_start_);
+  f.I64("change detector holdover up run length", d.hold_up_len_);
+  f.I64("change detector holdover down run length", d.hold_down_len_);
+  f.F64("change detector holdover up run energy", d.hold_up_m_);
+  f.F64("change detector holdover down run energy", d.hold_down_m_);
+  f.F64("change detector holdover up run lag product", d.hold_up_lag_);
+  f.F64("change detector holdover up run lag-1 product", d.hold_up_lag1_);
+  f.F64("change detector holdover up run square", d.hold_up_energy_);
+  f.F64("change detector holdover down run lag product", d.hold_down_lag_);
+  f.F64("change detector holdover down run lag-1 product", d.hold_down_lag1_);
+  f.F64("change detector holdover down run square", d.hold_down_energy_);
+  f.Doubles("change detector holdover up run channel scores", nc, d.hold_up_z_.data());
+  f.Doubles("change detector holdover down run channel scores", nc, d.hold_down_z_.data());
+}
+
 void ChangeDetector::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kTag, kVersion);
+  const bool v2 = options_.holdover_pairs > 0;
+  const size_t h = w.BeginObject(kTag, v2 ? kVersion : 1);
   io::FieldWriter f(w);
   ChangeDetectorOptionFields(f, options_);
+  if (v2) f.I32("change detector holdover_pairs", options_.holdover_pairs);
   StateFields(f, *this);
+  if (v2) HoldoverFields(f, *this);
   w.EndObject(h);
 }
 
@@ -442,14 +650,21 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   io::FieldReader f(r);
   Options o;
   ChangeDetectorOptionFields(f, o);
+  if (version >= 2) {
+    f.I32("change detector holdover_pairs", o.holdover_pairs);
+    if (r.ok() && o.holdover_pairs <= 0) return r.Fail("change detector v2 without a holdover");
+  }
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   const int64_t nc = o.channels;
   // Six channel vectors with their u64 counts (Serialize: previous residual, memory, scales,
-  // reference, up and down run scores): nothing is allocated for a body that cannot hold them.
-  if (!r.Expect(static_cast<uint64_t>(6 * (8 * nc + 8)), "change detector channel vectors")) return r.status();
+  // reference, up and down run scores), five more with the holdover (v2): nothing is allocated
+  // for a body that cannot hold them.
+  const int64_t vectors = version >= 2 ? 11 : 6;
+  if (!r.Expect(static_cast<uint64_t>(vectors * (8 * nc + 8)), "change detector channel vectors")) return r.status();
   ChangeDetector d(o);
   StateFields(f, d);
+  if (version >= 2) HoldoverFields(f, d);
   bool onset_ok = true;
   for (int j = 0; j < kOnsetCusums; ++j) {
     onset_ok = onset_ok && d.onset_up_len_[j] >= 0 && d.onset_down_len_[j] >= 0 && d.onset_up_[j] >= 0 &&
@@ -461,6 +676,11 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
       d.down_len_ < 0 || d.up_len_ > d.index_ || d.down_len_ > d.index_) {
     return r.Fail(absl::StrCat("change detector counters are inconsistent: scored ", d.index_, ", since restart ",
                                d.since_restart_, ", reference ", d.ref_n_, ", runs ", d.up_len_, " and ", d.down_len_));
+  }
+  if (d.hold_pairs_ < 0 || d.hold_up_len_ < 0 || d.hold_down_len_ < 0 || d.hold_direction_ < -1 ||
+      d.hold_direction_ > 1 || (d.hold_active_ && !(d.hold_sd_ > 0)) || !(d.hold_up_ >= 0) || !(d.hold_down_ >= 0) ||
+      !Finite(d.hold_up_) || !Finite(d.hold_down_)) {
+    return r.Fail("change detector holdover state out of range");
   }
   if (!(d.up_ >= 0) || !(d.down_ >= 0) || !Finite(d.up_) || !Finite(d.down_) || !(d.ref_var_w_ >= 0) || !onset_ok) {
     return r.Fail(absl::StrCat("change detector statistics ", d.up_, ", ", d.down_, " and reference variance ",

@@ -50,9 +50,19 @@
 //      S_tau^2 / n_tau: the generalized likelihood ratio of a mean shift starting at tau
 //      (the last 0 of a CUSUM with k = delta / 2 is the maximum-likelihood change time for a
 //      known shift delta; the candidates cover delta from 0.5 to 4 and more).
+//   8. Holdover (Options::holdover_pairs, docs/algorithms.md §12.8 "After an alarm"): at a
+//      restart whose reference held >= 200 pairs, that reference (scales, score mean and sd,
+//      long-run factor) is frozen and keeps standardizing the next holdover_pairs pairs into a
+//      CUSUM pair of its own, while the new reference calibrates. If the alarm was a change,
+//      the held CUSUM of its direction (either, after Restart()) passes h / 2 within 50 pairs:
+//      the alarm is confirmed and the holdover ends. Otherwise (a false alarm, the old regime
+//      goes on) a crossing of h is an alarm: a change that the new reference, still calibrating
+//      or young, would have absorbed (its scale and score mean are running means since the
+//      restart). Kind and channels as in 6., against the held reference's statistics.
 //
-// COST. O(C) per pair, no heap allocation after construction (an alarm sorts C channel ids in
-// place). State: 6 C + O(1) doubles, whatever the stream's length.
+// COST. O(C) per pair (2 O(C) while a holdover runs), no heap allocation after construction (an
+// alarm sorts C channel ids in place). State: 6 C + O(1) doubles, 11 C + O(1) with the holdover,
+// whatever the stream's length.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +99,11 @@ class ChangeDetector {
     double kind_z = 2.0;
     // Decay of the per-channel filter of past residuals that g correlates with (12.6).
     double kind_memory = 0.8;
+    // Holdover (docs/algorithms.md §12.8 "After an alarm", item 8 above): for this many pairs
+    // after a restart the reference before it (if it held >= 200 pairs), frozen, keeps scoring
+    // the pairs with a CUSUM pair of its own, so that a change inside the new reference's
+    // calibration is not absorbed into it. 0: off (and the object is written as CHGD v1).
+    int holdover_pairs = 0;
 
     absl::Status Validate() const;
   };
@@ -130,7 +145,8 @@ class ChangeDetector {
   // A residual with a non-finite value is skipped: not scored, not counted, and the next pair
   // has no previous residual for the kind test.
   const Alarm* Observe(const double* residual);
-  // Forget the reference as after an alarm (the caller saw a change another way).
+  // Forget the reference as after an alarm (the caller saw a change another way); with
+  // holdover_pairs, the reference before it keeps scoring (direction of the change unknown).
   void Restart();
 
   const Options& options() const { return options_; }
@@ -142,6 +158,8 @@ class ChangeDetector {
   bool armed() const { return since_restart_ >= options_.arm_after; }
   double up_statistic() const { return up_; }
   double down_statistic() const { return down_; }
+  // The reference before the last restart is still scoring (Options::holdover_pairs).
+  bool holding() const { return hold_active_; }
 
   // The threshold h of (12.5) for a CUSUM pair with reference value k whose stationary false
   // alarm rate, counting arm_after dead pairs after each alarm, is R per 10,000 pairs.
@@ -149,7 +167,9 @@ class ChangeDetector {
   // Siegmund's in-control average run length of one one-sided CUSUM with N(0,1) increments.
   static double SiegmundArl(double h, double drift);
 
-  // Object CHGD v1: the options, then the whole state (bit-exact continuation).
+  // Object CHGD v2: the options, then the whole state (bit-exact continuation). A detector
+  // without the holdover is written as v1 (no holdover_pairs, no holdover state), byte for byte
+  // what the release before wrote; a v1 object restores with holdover_pairs 0.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<ChangeDetector> Deserialize(io::Reader& r);
 
@@ -158,7 +178,16 @@ class ChangeDetector {
   // Deserialize (defined beside them).
   template <class Fields, class Self>
   static void StateFields(Fields& f, Self& self);
+  template <class Fields, class Self>
+  static void HoldoverFields(Fields& f, Self& self);
   void FillAlarm(Direction dir, double score);
+  // The reference before a restart keeps scoring (Options::holdover_pairs): started at each
+  // restart whose reference held enough pairs, `direction` that of the alarm (-1: unknown).
+  void StartHoldover(int direction);
+  // One pair against the held reference; true when it alarmed (alarm_ filled).
+  bool ObserveHoldover(const double* residual, int64_t t);
+  void RankChannels(std::vector<double>& ratio, bool up);
+  void ResetReference();  // the reference and CUSUMs restart (Restart() without the holdover)
 
   Options options_;
   double threshold_ = 0;
@@ -199,6 +228,20 @@ class ChangeDetector {
   double up_m_ = 0, down_m_ = 0;
   double up_lag_ = 0, up_lag1_ = 0, up_energy_ = 0, down_lag_ = 0, down_lag1_ = 0, down_energy_ = 0;
   std::vector<double> up_z_, down_z_;  // sum of z_c over the run
+
+  // Holdover: the reference before the last restart, frozen, and CUSUMs against it.
+  bool hold_active_ = false;
+  int32_t hold_direction_ = -1;  // of the alarm that started it: 0 up, 1 down, -1 unknown
+  int64_t hold_pairs_ = 0;       // pairs scored against it so far
+  double hold_mean_w_ = 0, hold_sd_ = 0, hold_factor_ = 1, hold_mean_m_ = 0;
+  double hold_lag_ = 0, hold_lag1_ = 0, hold_energy_ = 0;
+  std::vector<double> hold_scale2_, hold_ref_z_, hold_memory_;
+  double hold_up_ = 0, hold_down_ = 0;
+  int64_t hold_up_start_ = 0, hold_down_start_ = 0, hold_up_len_ = 0, hold_down_len_ = 0;
+  double hold_up_m_ = 0, hold_down_m_ = 0;
+  double hold_up_lag_ = 0, hold_up_lag1_ = 0, hold_up_energy_ = 0;
+  double hold_down_lag_ = 0, hold_down_lag1_ = 0, hold_down_energy_ = 0;
+  std::vector<double> hold_up_z_, hold_down_z_;
 
   // Alarm report buffers.
   std::vector<int> ranked_;

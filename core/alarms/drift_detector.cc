@@ -13,14 +13,14 @@ namespace cmestream {
 namespace {
 
 constexpr uint32_t kTag = io::Fourcc("DRFT");
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 bool Finite(double v) { return std::isfinite(v); }
 
 }  // namespace
 
 absl::Status DriftDetector::Options::Validate() const {
-  if (inputs < 1 || channels < 1 || Components(inputs, channels) > kMaxComponents) {
+  if (inputs < 1 || channels < 1 || Components(inputs, channels, steps) > kMaxComponents) {
     return absl::InvalidArgumentError(absl::StrCat("drift detector: ", channels, " channels x (", inputs,
                                                    " regressors, expected 1..", kMaxComponents, " components"));
   }
@@ -51,7 +51,7 @@ DriftDetector::DriftDetector(const Options& options) : options_(options) {
   const int p = components();
   const double run = p * (1e4 / options_.alarm_rate - options_.arm_after);
   threshold_ = ChangeDetector::Threshold(1e4 / (run + options_.arm_after), options_.drift, options_.arm_after);
-  x_mean_.assign(static_cast<size_t>(options_.inputs), 0.0);
+  x_mean_.assign(static_cast<size_t>(regressors()), 0.0);
   mean_.assign(static_cast<size_t>(p), 0.0);
   var_.assign(static_cast<size_t>(p), 0.0);
   up_.assign(static_cast<size_t>(p), 0.0);
@@ -76,20 +76,23 @@ double DriftDetector::statistic() const {
   return s;
 }
 
-const DriftDetector::Alarm* DriftDetector::Observe(const double* x, const double* residual) {
+const DriftDetector::Alarm* DriftDetector::Observe(const double* x, const double* residual, const double* step) {
   const int d = options_.inputs, nc = options_.channels, p = components();
+  const bool steps = options_.steps;
   for (int j = 0; j < d; ++j)
     if (!Finite(x[j])) return nullptr;
   for (int c = 0; c < nc; ++c)
-    if (!Finite(residual[c])) return nullptr;
+    if (!Finite(residual[c]) || (steps && !Finite(step[c]))) return nullptr;
   const int64_t t = index_++;
   const int64_t n = since_restart_++;  // reference pairs before this one
   // The components: each channel's residual times the side of each regressor's mean the pair is
-  // on (docs/algorithms.md (12.9)).
+  // on (docs/algorithms.md (12.9)), then (steps) times the side of its own predicted step's.
+  auto side = [](double v, double mean) { return v > mean ? 1.0 : (v < mean ? -1.0 : 0.0); };
   for (int c = 0; c < nc; ++c) {
     double* g = &g_[static_cast<size_t>(c * d)];
     const double rs = residual[c] > 0 ? 1.0 : (residual[c] < 0 ? -1.0 : 0.0);
-    for (int j = 0; j < d; ++j) g[j] = x[j] > x_mean_[j] ? rs : (x[j] < x_mean_[j] ? -rs : 0.0);
+    for (int j = 0; j < d; ++j) g[j] = rs * side(x[j], x_mean_[static_cast<size_t>(j)]);
+    if (steps) g_[static_cast<size_t>(nc * d + c)] = rs * side(step[c], x_mean_[static_cast<size_t>(d + c)]);
   }
 
   // Standardized by the reference before the pair (recursive residuals, as (12.3)); the CUSUMs
@@ -124,8 +127,8 @@ const DriftDetector::Alarm* DriftDetector::Observe(const double* x, const double
     alarm_.run_start = fired_up ? up_start_[static_cast<size_t>(fired)] : down_start_[static_cast<size_t>(fired)];
     alarm_.score = fired_score;
     alarm_.threshold = threshold_;
-    alarm_.channel = fired / d;
-    alarm_.regressor = fired % d;
+    alarm_.channel = fired < nc * d ? fired / d : fired - nc * d;
+    alarm_.regressor = fired < nc * d ? fired % d : d;
     alarm_.up = fired_up;
     ++alarms_;
     Restart();
@@ -142,6 +145,10 @@ const DriftDetector::Alarm* DriftDetector::Observe(const double* x, const double
     var_[u] = (1 - w) * (var_[u] + w * delta * delta);
   }
   for (int j = 0; j < d; ++j) x_mean_[static_cast<size_t>(j)] += w * (x[j] - x_mean_[static_cast<size_t>(j)]);
+  if (steps) {
+    for (int c = 0; c < nc; ++c)
+      x_mean_[static_cast<size_t>(d + c)] += w * (step[c] - x_mean_[static_cast<size_t>(d + c)]);
+  }
   return nullptr;
 }
 
@@ -166,7 +173,7 @@ void DriftDetector::StateFields(Fields& f, Self& m) {
   f.I64("drift detector index", m.index_);
   f.I64("drift detector alarms", m.alarms_);
   f.I64("drift detector since_restart", m.since_restart_);
-  f.Doubles("drift detector regressor means", m.options_.inputs, m.x_mean_.data());
+  f.Doubles("drift detector regressor means", m.regressors(), m.x_mean_.data());
   f.Doubles("drift detector means", p, m.mean_.data());
   f.Doubles("drift detector variances", p, m.var_.data());
   f.Doubles("drift detector up", p, m.up_.data());
@@ -176,9 +183,10 @@ void DriftDetector::StateFields(Fields& f, Self& m) {
 }
 
 void DriftDetector::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kTag, kVersion);
+  const size_t h = w.BeginObject(kTag, options_.steps ? kVersion : 1);
   io::FieldWriter f(w);
   DriftDetectorOptionFields(f, options_);
+  if (options_.steps) w.U8(1);  // v2
   StateFields(f, *this);
   w.EndObject(h);
 }
@@ -189,6 +197,11 @@ absl::StatusOr<DriftDetector> DriftDetector::Deserialize(io::Reader& r) {
   io::FieldReader f(r);
   Options o;
   DriftDetectorOptionFields(f, o);
+  if (version >= 2) {
+    const uint8_t steps = r.U8("drift detector steps");
+    if (r.ok() && steps != 1) return r.Fail("drift detector steps flag out of range");
+    o.steps = true;
+  }
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   DriftDetector m(o);

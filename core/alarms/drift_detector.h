@@ -54,12 +54,21 @@ class DriftDetector {
     int baseline_pairs = 5000;
     double drift = 0.25;  // CUSUM reference value k, in standard deviations
     double clip = 4;
+    // With steps, one more component per channel c: sign(r_c) sign(s_c - mean s_c), s_c the
+    // forecast's predicted step of that channel (forecast minus its newest observation), passed
+    // to Observe. A change of the dynamics' speed leaves a misfit along the predicted step,
+    // whatever the regressors' mean: a double well whose state stays in one well has x on one
+    // side of its long-run mean, and sign(x - mean x) no longer says where x is within the well
+    // (docs/algorithms.md §12.9). Written as DRFT v2; a v1 object restores without.
+    bool steps = false;
     absl::Status Validate() const;
   };
   // C d components at most: their 2 C d CUSUMs share one false-alarm budget, so the threshold
   // grows with log(C d); beyond this the test is not run (docs/algorithms.md §12.9).
   static constexpr int kMaxComponents = 256;
-  static int Components(int inputs, int channels) { return channels * inputs; }
+  static int Components(int inputs, int channels, bool steps = false) {
+    return channels * inputs + (steps ? channels : 0);
+  }
 
   struct Alarm {
     int64_t index = 0;      // pairs seen before the alarming pair
@@ -67,16 +76,17 @@ class DriftDetector {
     double score = 0;       // the CUSUM statistic (> threshold)
     double threshold = 0;
     int channel = 0;    // the residual channel of the alarming component
-    int regressor = 0;  // the regressor j of the alarming component
+    int regressor = 0;  // the regressor j of the alarming component (inputs: the channel's step)
     bool up = true;     // the component's mean rose (true) or fell
   };
 
   // requires: options.Validate().ok().
   explicit DriftDetector(const Options& options);
 
-  // One pair: x (inputs values) and the residual (channels values). Returns the alarm it raised
-  // (valid until the next call), or nullptr. A pair with a non-finite value is skipped.
-  const Alarm* Observe(const double* x, const double* residual);
+  // One pair: x (inputs values), the residual (channels values) and, with options().steps, the
+  // forecast's predicted step per channel (channels values; ignored without). Returns the alarm
+  // it raised (valid until the next call), or nullptr. A pair with a non-finite value is skipped.
+  const Alarm* Observe(const double* x, const double* residual, const double* step = nullptr);
   // Forget the reference: the next pairs build a new one (the monitor calls it after an alarm of
   // the other test and after the forecast refits, whose residuals are then another function).
   void Restart();
@@ -88,7 +98,8 @@ class DriftDetector {
   // The largest CUSUM statistic now.
   double statistic() const;
 
-  // Object "DRFT" v1: options and the whole state (bit-exact continuation).
+  // Object "DRFT" v2: options (v2: with steps) and the whole state (bit-exact continuation). A
+  // detector without steps is written as v1, byte for byte what the release before wrote.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<DriftDetector> Deserialize(io::Reader& r);
 
@@ -97,7 +108,8 @@ class DriftDetector {
   // Deserialize (defined beside them).
   template <class Fields, class Self>
   static void StateFields(Fields& f, Self& self);
-  int components() const { return Components(options_.inputs, options_.channels); }
+  int components() const { return Components(options_.inputs, options_.channels, options_.steps); }
+  int regressors() const { return options_.inputs + (options_.steps ? options_.channels : 0); }
 
   Options options_;
   double threshold_ = 0;
@@ -106,7 +118,7 @@ class DriftDetector {
   int64_t since_restart_ = 0;
   // Reference moments (since the restart): the regressors' means, each component's mean and
   // (unnormalized, then EWMA) variance.
-  std::vector<double> x_mean_;      // d
+  std::vector<double> x_mean_;      // d, then C steps
   std::vector<double> mean_, var_;  // p
   // CUSUMs and the first pair of their current runs.
   std::vector<double> up_, down_;               // p

@@ -15,11 +15,16 @@
 // (no alarm at all), S1 = +windows (every change found at its first pair, no false alarm).
 //
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS] [--monitor]
+//                                        [--scoring-v3] [--scoring-v4] [--misses]
 //
 // --monitor replaces the frozen stand-in forecast below by what the daemon runs (AlarmMonitor,
 // DetectWithMonitor): its own forecast on the model's state (cubic regressors for states of at
 // most 8 values), refitted on schedule, and both of its tests (the residuals' size and the
-// forecast's coefficients, docs/algorithms.md §12.8-12.9).
+// forecast's coefficients, docs/algorithms.md §12.8-12.9). --scoring-v3 runs it as a monitor
+// restored from ALRM v3 scores (the coefficients' test without the forecast's steps, (12.9b), and
+// without the holdover), --scoring-v4 as one restored from ALRM v4 (without the holdover of §12.8);
+// --misses prints one line per change not detected within 500 pairs: its segment, direction,
+// the pairs since the last alarm before it and the first alarm after it.
 //
 // THE FORECAST. The detector sees residuals of a model's one-step forecast; here the stand-in
 // for the model is a least-squares regression of y on fixed features of x (listed per system),
@@ -63,6 +68,11 @@
 
 namespace cmestream {
 namespace {
+
+int g_seed = 0;
+bool g_scoring_v3 = false;  // --scoring-v3: the monitor as an ALRM v3 object scores (no step components)
+bool g_scoring_v4 = false;  // --scoring-v4: the monitor as an ALRM v4 object scores (no holdover)
+const char* g_system = "";
 
 constexpr int kWindow = 60;  // NAB window W, in pairs
 
@@ -317,6 +327,8 @@ std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double 
   const int p = s.features, c = s.channels;
   AlarmMonitor::Options o;
   o.alarm_rate = rate;
+  o.scoring_v4 = !g_scoring_v3;
+  o.holdover = !g_scoring_v3 && !g_scoring_v4;
   const bool discrete = name == "markov";
   const bool window = name == "sensor_noise";
   const int dim = window ? 4 : c;
@@ -365,6 +377,7 @@ std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double 
 }
 
 bool g_monitor = false;
+bool g_misses = false;  // --misses: one line per change not detected within 500 pairs
 
 std::vector<Alarm> RunDetector(const Stream& s, const System& sys, double rate, int64_t first) {
   if (g_monitor) return DetectWithMonitor(s, sys, rate);
@@ -433,11 +446,25 @@ void Score(const Stream& s, const std::vector<Alarm>& alarms, Tally& tally) {
   // Detected within 500 pairs: the first alarm from the change point on, before the next one.
   for (size_t i = 0; i < windows.size(); ++i) {
     const int64_t next = i + 1 < windows.size() ? windows[i + 1].s : s.pairs();
+    const Alarm* first = nullptr;
     for (const Alarm& a : alarms) {
       if (a.index >= windows[i].s && a.index < next) {
-        tally.within500 += a.index - windows[i].s < 500;
+        first = &a;
         break;
       }
+    }
+    if (first != nullptr) tally.within500 += first->index - windows[i].s < 500;
+    if (g_misses && (first == nullptr || first->index - windows[i].s >= 500)) {
+      // The last alarm before the change point (the forecast's and the detectors' history).
+      int64_t last = -1;
+      for (const Alarm& a : alarms)
+        if (a.index < windows[i].s) last = a.index;
+      std::printf(
+          "miss %s seed=%d segment=%zu dir=%s change=%lld len=%lld since_alarm=%lld first_alarm_delay=%lld %s %s\n",
+          g_system, g_seed, i + 1, i % 2 == 0 ? "A->B" : "B->A", static_cast<long long>(windows[i].s),
+          static_cast<long long>(next - windows[i].s), last < 0 ? -1LL : static_cast<long long>(windows[i].s - last),
+          first ? static_cast<long long>(first->index - windows[i].s) : -1LL, first ? KindName(first->kind) : "-",
+          first ? DirectionName(first->direction) : "-");
     }
   }
   for (size_t i = 0; i < windows.size(); ++i) {
@@ -506,6 +533,18 @@ int Main(int argc, char** argv) {
       g_monitor = true;
       continue;
     }
+    if (!std::strcmp(argv[i], "--scoring-v3")) {
+      g_scoring_v3 = true;
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--scoring-v4")) {
+      g_scoring_v4 = true;
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--misses")) {
+      g_misses = true;
+      continue;
+    }
     if (i + 1 >= argc) break;
     if (!std::strcmp(argv[i], "--seeds")) seeds = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--rate")) rate = std::atof(argv[i + 1]);
@@ -534,6 +573,8 @@ int Main(int argc, char** argv) {
     Tally tally;
     for (int seed = 0; seed < seeds; ++seed) {
       const Stream s = Simulate(*sys, 1000 + static_cast<uint64_t>(seed), first, segments, false);
+      g_seed = seed;
+      g_system = sys->name();
       Score(s, RunDetector(s, *sys, rate, first), tally);
     }
     std::vector<double> abs_onset;

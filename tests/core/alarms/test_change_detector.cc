@@ -3,7 +3,8 @@
 // shift found with its onset and channel, the false-alarm rate of i.i.d. Gaussian residuals
 // within a factor 2 of the target at R = 1 and R = 10 over 2 x 10^6 pairs, a variance-only change
 // labelled "noise" and a change to autocorrelated residuals labelled "dynamics", a bit-exact
-// continuation after a serialization round trip, and no allocation per pair.
+// continuation after a serialization round trip (with and without the holdover), a change that a
+// restart's new reference absorbs found by the holdover, and no allocation per pair.
 #include "core/alarms/change_detector.h"
 
 #include <cmath>
@@ -115,8 +116,10 @@ TEST(ChangeDetector, MeanShiftFoundWithItsOnsetAndChannel) {
 }
 
 // Stationary false-alarm rate on i.i.d. Gaussian residuals of unequal scales.
-double FalseAlarmsPer10k(double rate, int channels, int64_t pairs, uint64_t seed) {
-  ChangeDetector d(Opts(channels, rate));
+double FalseAlarmsPer10k(double rate, int channels, int64_t pairs, uint64_t seed, int holdover = 0) {
+  Options o = Opts(channels, rate);
+  o.holdover_pairs = holdover;
+  ChangeDetector d(o);
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> n01;
   std::vector<double> r(static_cast<size_t>(channels));
@@ -138,6 +141,54 @@ TEST(ChangeDetector, StationaryFalseAlarmRateMatchesTarget) {
       EXPECT_LT(seen, rate * 2) << "R " << rate << " C " << channels;
     }
   }
+  // With the holdover (docs/algorithms.md §12.8): the held reference scores 500 pairs after each
+  // alarm, a few more false alarms, within the same bounds.
+  for (double rate : {1.0, 10.0}) {
+    const double seen = FalseAlarmsPer10k(rate, 1, 2'000'000, 18, 500);
+    std::printf("R = %g, C = 1, holdover 500: %.3f false alarms per 10^4 pairs\n", rate, seen);
+    EXPECT_GT(seen, rate / 2) << "R " << rate;
+    EXPECT_LT(seen, rate * 2) << "R " << rate;
+  }
+}
+
+// docs/algorithms.md §12.8 "After an alarm": a restart (a false alarm) 100 pairs before the
+// residuals' standard deviation doubles puts the change inside the new reference's calibration,
+// which absorbs it; the held reference finds it. A restart 30 pairs after a real change is
+// confirmed by the held reference, which then raises no second alarm.
+TEST(ChangeDetector, TheHoldoverFindsAChangeTheNewReferenceAbsorbs) {
+  int found[2] = {0, 0}, twice = 0;
+  for (int seed = 0; seed < 20; ++seed) {
+    for (const int holdover : {0, 500}) {
+      for (const bool real : {false, true}) {
+        Options o = Opts(1, 1);
+        o.holdover_pairs = holdover;
+        ChangeDetector d(o);
+        std::mt19937_64 rng(100 + static_cast<uint64_t>(seed));
+        std::normal_distribution<double> n01;
+        const int restart = 3000, change = real ? restart - 30 : restart + 100;
+        int alarms_after = 0;
+        int64_t first = -1;
+        for (int t = 0; t < restart + 1500; ++t) {
+          if (t == restart) d.Restart();
+          const double r = (t >= change ? 2 : 1) * n01(rng);
+          const ChangeDetector::Alarm* a = d.Observe(&r);
+          if (a != nullptr && t > restart) {
+            ++alarms_after;
+            if (first < 0) first = a->index;
+          }
+        }
+        if (!real) found[holdover > 0] += first >= change && first < change + 500;
+        if (real && holdover > 0) twice += alarms_after > 0;
+      }
+    }
+  }
+  std::printf(
+      "change 100 pairs after a restart, found within 500 of 20: %d without, %d with the holdover; "
+      "a second alarm after a real change: %d of 20\n",
+      found[0], found[1], twice);
+  EXPECT_LE(found[0], 4);   // measured 0
+  EXPECT_GE(found[1], 15);  // measured 17
+  EXPECT_LE(twice, 4);      // measured 2
 }
 
 // A stream whose residuals change at `change` by `kind`: 0 = the standard deviation triples
@@ -216,8 +267,9 @@ TEST(ChangeDetector, WideDetectorsRoundTrip) {
   }
 }
 
-TEST(ChangeDetector, SerializationContinuesBitForBit) {
+void CheckSerializationContinuesBitForBit(int holdover) {
   Options o = Opts(3, 10);
+  o.holdover_pairs = holdover;
   ChangeDetector a(o);
   std::mt19937_64 rng(5);
   std::normal_distribution<double> n01;
@@ -232,7 +284,8 @@ TEST(ChangeDetector, SerializationContinuesBitForBit) {
   int cut = -1;
   for (int t = 0; t < 20000; ++t) {
     a.Observe(&stream[3 * t]);
-    if (t > 5000 && a.up_statistic() > 1 && cut < 0) {
+    // With the holdover: while it runs (after an alarm), so its state must survive too.
+    if (t > 5000 && a.up_statistic() > 1 && (holdover == 0 || a.holding()) && cut < 0) {
       cut = t + 1;
       break;
     }
@@ -240,6 +293,9 @@ TEST(ChangeDetector, SerializationContinuesBitForBit) {
   ASSERT_GT(cut, 0);
   io::Writer w;
   a.Serialize(w);
+  // The object header: tag, then the version (little-endian u32 at bytes 4..7): v1 without the
+  // holdover, byte for byte what the release before wrote.
+  EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), holdover > 0 ? 2 : 1);
   io::Reader r(w.data(), "test");
   absl::StatusOr<ChangeDetector> b = ChangeDetector::Deserialize(r);
   ASSERT_TRUE(b.ok()) << b.status();
@@ -280,6 +336,13 @@ TEST(ChangeDetector, SerializationContinuesBitForBit) {
   EXPECT_NE(st.message().find("channels"), std::string::npos) << st;
 }
 
+TEST(ChangeDetector, SerializationContinuesBitForBit) {
+  for (const int holdover : {0, 500}) {
+    SCOPED_TRACE(holdover);
+    CheckSerializationContinuesBitForBit(holdover);
+  }
+}
+
 TEST(ChangeDetector, NonFiniteResidualIsSkipped) {
   ChangeDetector d(Opts(2, 1));
   const double ok[2] = {0.1, -0.2}, bad[2] = {0.1, NAN};
@@ -289,8 +352,8 @@ TEST(ChangeDetector, NonFiniteResidualIsSkipped) {
   EXPECT_EQ(d.skipped(), 1);
 }
 
-TEST(ChangeDetector, NoAllocationPerPair) {
-  ChangeDetector d(Opts(8, 10));
+void CheckNoAllocationPerPair(const Options& o) {
+  ChangeDetector d(o);
   std::mt19937_64 rng(9);
   std::normal_distribution<double> n01;
   std::vector<double> stream(8 * 50000);
@@ -300,6 +363,14 @@ TEST(ChangeDetector, NoAllocationPerPair) {
   for (int t = 0; t < 50000; ++t) alarms += d.Observe(&stream[8 * static_cast<size_t>(t)]) != nullptr;
   EXPECT_EQ(testing::AllocationCount(), before);
   EXPECT_GT(alarms, 0);
+}
+
+TEST(ChangeDetector, NoAllocationPerPair) {
+  for (const int holdover : {0, 500}) {
+    Options o = Opts(8, 10);
+    o.holdover_pairs = holdover;
+    CheckNoAllocationPerPair(o);
+  }
 }
 
 }  // namespace
