@@ -39,7 +39,8 @@ constexpr uint32_t kLatentVersion = 2;
 // SpectralMoments: version 2 stores rebase_growth and min_block_length after the options;
 // version 1 loads with the behaviour it was written with (rebase_growth 1: a re-base at every
 // outgrowth; min_block_length = block_length: fixed blocks). Version 3 appends the landmarks
-// (docs/algorithms.md §7.2); earlier versions load without any.
+// (docs/algorithms.md §7.2) and is written only by an accumulator that has some; earlier
+// versions load without any.
 constexpr uint32_t kSpectralVersion = 3;
 
 uint64_t Doubles(int64_t n) { return static_cast<uint64_t>(n) * 8; }
@@ -577,9 +578,12 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
 // same layout, so version 1 is unchanged and old files load as they are).
 
 void SpectralMoments::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kSpectralTag, kSpectralVersion);
+  // Without landmarks the version-2 layout says everything (the basis is the source's first m
+  // atoms), so such accumulators keep their bytes and state digests.
+  const uint32_t version = landmarks_.rows() > 0 ? kSpectralVersion : 2;
+  const size_t h = w.BeginObject(kSpectralTag, version);
   io::FieldWriter f(w);
-  SpectralOptionFields(f, options_, kSpectralVersion);
+  SpectralOptionFields(f, options_, version);
   w.I64(samples_);
   w.I32(m_);
   w.Matrix(basis_);
@@ -606,9 +610,11 @@ void SpectralMoments::Serialize(io::Writer& w) const {
   for (int b = 0; b < drift_blocks_; ++b) w.I64(drift_count_[b]);
   w.Matrix(drift_sum_.topRows(drift_blocks_));
   w.Matrix(drift_sq_.topRows(drift_blocks_));
-  w.I32(static_cast<int32_t>(landmarks_.rows()));
-  w.Matrix(landmarks_);
-  w.I32(considered_);
+  if (version >= 3) {
+    w.I32(static_cast<int32_t>(landmarks_.rows()));
+    w.Matrix(landmarks_);
+    w.I32(considered_);
+  }
   w.EndObject(h);
 }
 
