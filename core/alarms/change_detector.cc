@@ -111,6 +111,27 @@ double ChangeDetector::Threshold(double alarm_rate, double drift, int arm_after)
   return u / (2 * drift) - kOvershoot;
 }
 
+double ChangeDetector::Run::Step(double stat, double inc, double k, int64_t t, double pair_m, double pair_lag,
+                                 double pair_lag1, double pair_energy, const double* residual,
+                                 const std::vector<double>& scale2) {
+  const double next = std::max(0.0, stat + inc - k);
+  if (next > 0) {
+    if (stat == 0) {
+      start = t;
+      len = 0;
+      m = lag = lag1 = energy = 0;
+      std::fill(z.begin(), z.end(), 0.0);
+    }
+    ++len;
+    m += pair_m;
+    lag += pair_lag;
+    lag1 += pair_lag1;
+    energy += pair_energy;
+    for (size_t c = 0; c < z.size(); ++c) z[c] += std::min(residual[c] * residual[c] / scale2[c], kMaxZ);
+  }
+  return next;
+}
+
 ChangeDetector::ChangeDetector(const Options& options) : options_(options) {
   threshold_ = Threshold(options_.alarm_rate, options_.drift, options_.arm_after);
   const size_t c = static_cast<size_t>(options_.channels);
@@ -118,16 +139,16 @@ ChangeDetector::ChangeDetector(const Options& options) : options_(options) {
   memory_.assign(c, 0.0);
   scale2_.assign(c, 0.0);
   ref_z_.assign(c, 0.0);
-  up_z_.assign(c, 0.0);
-  down_z_.assign(c, 0.0);
+  up_run_.z.assign(c, 0.0);
+  down_run_.z.assign(c, 0.0);
   ranked_.assign(c, 0);
   contribution_.assign(c, 0.0);
   if (options_.holdover_pairs > 0) {
     hold_scale2_.assign(c, 0.0);
     hold_ref_z_.assign(c, 0.0);
     hold_memory_.assign(c, 0.0);
-    hold_up_z_.assign(c, 0.0);
-    hold_down_z_.assign(c, 0.0);
+    hold_up_run_.z.assign(c, 0.0);
+    hold_down_run_.z.assign(c, 0.0);
   }
 }
 
@@ -165,7 +186,7 @@ void ChangeDetector::StartHoldover(int direction) {
   std::copy(ref_z_.begin(), ref_z_.end(), hold_ref_z_.begin());
   std::copy(memory_.begin(), memory_.end(), hold_memory_.begin());
   hold_up_ = hold_down_ = 0;
-  hold_up_len_ = hold_down_len_ = 0;
+  hold_up_run_.len = hold_down_run_.len = 0;
 }
 
 bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
@@ -189,38 +210,8 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
   const double w = std::cbrt(m);
   const double x = std::clamp((w - hold_mean_w_) / hold_sd_, -options_.clip, options_.clip) * hold_factor_;
   const double k = options_.drift;
-  const double up = std::max(0.0, hold_up_ + x - k);
-  if (up > 0) {
-    if (hold_up_ == 0) {
-      hold_up_start_ = t;
-      hold_up_len_ = 0;
-      hold_up_m_ = hold_up_lag_ = hold_up_lag1_ = hold_up_energy_ = 0;
-      std::fill(hold_up_z_.begin(), hold_up_z_.end(), 0.0);
-    }
-    ++hold_up_len_;
-    hold_up_m_ += m;
-    hold_up_lag_ += lag;
-    hold_up_lag1_ += lag1;
-    hold_up_energy_ += energy;
-    for (int c = 0; c < nc; ++c) hold_up_z_[c] += std::min(residual[c] * residual[c] / hold_scale2_[c], kMaxZ);
-  }
-  hold_up_ = up;
-  const double down = std::max(0.0, hold_down_ - x - k);
-  if (down > 0) {
-    if (hold_down_ == 0) {
-      hold_down_start_ = t;
-      hold_down_len_ = 0;
-      hold_down_m_ = hold_down_lag_ = hold_down_lag1_ = hold_down_energy_ = 0;
-      std::fill(hold_down_z_.begin(), hold_down_z_.end(), 0.0);
-    }
-    ++hold_down_len_;
-    hold_down_m_ += m;
-    hold_down_lag_ += lag;
-    hold_down_lag1_ += lag1;
-    hold_down_energy_ += energy;
-    for (int c = 0; c < nc; ++c) hold_down_z_[c] += std::min(residual[c] * residual[c] / hold_scale2_[c], kMaxZ);
-  }
-  hold_down_ = down;
+  hold_up_ = hold_up_run_.Step(hold_up_, x, k, t, m, lag, lag1, energy, residual, hold_scale2_);
+  hold_down_ = hold_down_run_.Step(hold_down_, -x, k, t, m, lag, lag1, energy, residual, hold_scale2_);
   // The alarm that started the holdover was a change: the held reference sees it go on.
   if (hold_pairs_ <= kHoldConfirmPairs) {
     const double level = kHoldConfirmLevel * threshold_;
@@ -232,18 +223,18 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
   if (hold_up_ > threshold_ || hold_down_ > threshold_) {
     const bool is_up = hold_up_ > threshold_;
     const double score = is_up ? hold_up_ : hold_down_;
-    const double len = static_cast<double>(is_up ? hold_up_len_ : hold_down_len_);
+    const double len = static_cast<double>(is_up ? hold_up_run_.len : hold_down_run_.len);
     alarm_.index = t;
-    alarm_.run_start = is_up ? hold_up_start_ : hold_down_start_;
+    alarm_.run_start = is_up ? hold_up_run_.start : hold_down_run_.start;
     alarm_.onset = alarm_.run_start;
     alarm_.shift = (score + k * len) / len;
     alarm_.score = score;
     alarm_.threshold = threshold_;
     alarm_.direction = is_up ? Direction::kUp : Direction::kDown;
-    alarm_.energy_ratio = hold_mean_m_ > 0 ? (is_up ? hold_up_m_ : hold_down_m_) / len / hold_mean_m_ : 1;
-    const double run_energy = is_up ? hold_up_energy_ : hold_down_energy_;
-    const double g_run = run_energy > 0 ? (is_up ? hold_up_lag_ : hold_down_lag_) / run_energy : 0;
-    const double g1_run = run_energy > 0 ? (is_up ? hold_up_lag1_ : hold_down_lag1_) / run_energy : 0;
+    alarm_.energy_ratio = hold_mean_m_ > 0 ? (is_up ? hold_up_run_.m : hold_down_run_.m) / len / hold_mean_m_ : 1;
+    const double run_energy = is_up ? hold_up_run_.energy : hold_down_run_.energy;
+    const double g_run = run_energy > 0 ? (is_up ? hold_up_run_.lag : hold_down_run_.lag) / run_energy : 0;
+    const double g1_run = run_energy > 0 ? (is_up ? hold_up_run_.lag1 : hold_down_run_.lag1) / run_energy : 0;
     const double g_ref = hold_energy_ > 0 ? std::max(hold_lag_ / hold_energy_, 0.0) : 0;
     const double g1_ref = hold_energy_ > 0 ? std::max(hold_lag1_ / hold_energy_, 0.0) : 0;
     const double rho = options_.kind_memory;
@@ -254,7 +245,7 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
     alarm_.kind = alarm_.autocorr_change > alarm_.autocorr_bound || alarm_.lag1_change > alarm_.lag1_bound
                       ? Kind::kDynamics
                       : Kind::kNoise;
-    std::vector<double>& ratio = is_up ? hold_up_z_ : hold_down_z_;
+    std::vector<double>& ratio = is_up ? hold_up_run_.z : hold_down_run_.z;
     for (int c = 0; c < nc; ++c) ratio[c] = (ratio[c] / len) / std::max(hold_ref_z_[c], 1e-300);
     RankChannels(ratio, is_up);
     ++alarms_;
@@ -287,7 +278,7 @@ void ChangeDetector::ResetReference() {
   prev_x_ = ref_xx_ = 0;
   ref_xx_n_ = 0;
   up_ = down_ = 0;
-  up_len_ = down_len_ = 0;
+  up_run_.len = down_run_.len = 0;
   for (int j = 0; j < kOnsetCusums; ++j) onset_up_[j] = onset_down_[j] = 0;
 }
 
@@ -369,38 +360,8 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
   if (phase >= options_.arm_after) {
     // (12.4): the CUSUMs and their runs (onset = the first pair after the statistic was 0).
     const double k = options_.drift;
-    const double up = std::max(0.0, up_ + x - k);
-    if (up > 0) {
-      if (up_ == 0) {
-        up_onset_ = t;
-        up_len_ = 0;
-        up_m_ = up_lag_ = up_lag1_ = up_energy_ = 0;
-        std::fill(up_z_.begin(), up_z_.end(), 0.0);
-      }
-      ++up_len_;
-      up_m_ += m;
-      up_lag_ += lag;
-      up_lag1_ += lag1;
-      up_energy_ += energy;
-      for (int c = 0; c < nc; ++c) up_z_[c] += std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
-    }
-    up_ = up;
-    const double down = std::max(0.0, down_ - x - k);
-    if (down > 0) {
-      if (down_ == 0) {
-        down_onset_ = t;
-        down_len_ = 0;
-        down_m_ = down_lag_ = down_lag1_ = down_energy_ = 0;
-        std::fill(down_z_.begin(), down_z_.end(), 0.0);
-      }
-      ++down_len_;
-      down_m_ += m;
-      down_lag_ += lag;
-      down_lag1_ += lag1;
-      down_energy_ += energy;
-      for (int c = 0; c < nc; ++c) down_z_[c] += std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
-    }
-    down_ = down;
+    up_ = up_run_.Step(up_, x, k, t, m, lag, lag1, energy, residual, scale2_);
+    down_ = down_run_.Step(down_, -x, k, t, m, lag, lag1, energy, residual, scale2_);
     for (int j = 0; j < kOnsetCusums; ++j) {
       const double u = std::max(0.0, onset_up_[j] + x - kOnsetDrift[j]);
       if (u > 0) {
@@ -473,14 +434,14 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
 void ChangeDetector::FillAlarm(Direction dir, double score) {
   const bool up = dir == Direction::kUp;
   const int nc = options_.channels;
-  const double len = static_cast<double>(up ? up_len_ : down_len_);
-  const double run_m = (up ? up_m_ : down_m_) / len;
-  const double run_lag = up ? up_lag_ : down_lag_;
-  const double run_lag1 = up ? up_lag1_ : down_lag1_;
-  const double run_energy = up ? up_energy_ : down_energy_;
+  const double len = static_cast<double>(up ? up_run_.len : down_run_.len);
+  const double run_m = (up ? up_run_.m : down_run_.m) / len;
+  const double run_lag = up ? up_run_.lag : down_run_.lag;
+  const double run_lag1 = up ? up_run_.lag1 : down_run_.lag1;
+  const double run_energy = up ? up_run_.energy : down_run_.energy;
 
   alarm_.index = index_ - 1;
-  alarm_.run_start = up ? up_onset_ : down_onset_;
+  alarm_.run_start = up ? up_run_.start : down_run_.start;
   // docs/algorithms.md (12.7): the candidate change times are the run starts of the four
   // CUSUMs (the pair after each last 0). For a start tau with n pairs and increment sum
   // S = stat + k n since tau, the maximized Gaussian log-likelihood ratio of "mean delta from
@@ -522,7 +483,7 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
                     : Kind::kNoise;
 
   // Channel ratios into the run's own buffer (the run ends here), then ranked.
-  std::vector<double>& ratio = up ? up_z_ : down_z_;
+  std::vector<double>& ratio = up ? up_run_.z : down_run_.z;
   for (int c = 0; c < nc; ++c) ratio[c] = (ratio[c] / len) / std::max(ref_z_[c], 1e-300);
   RankChannels(ratio, up);
   ++alarms_;
@@ -574,8 +535,8 @@ void ChangeDetector::StateFields(Fields& f, Self& d) {
   f.Doubles("change detector reference channel scores", nc, d.ref_z_.data());
   f.F64("change detector up statistic", d.up_);
   f.F64("change detector down statistic", d.down_);
-  f.I64("change detector up onset", d.up_onset_);
-  f.I64("change detector down onset", d.down_onset_);
+  f.I64("change detector up onset", d.up_run_.start);
+  f.I64("change detector down onset", d.down_run_.start);
   for (int j = 0; j < kOnsetCusums; ++j) {
     f.F64("change detector onset up statistic", d.onset_up_[j]);
     f.F64("change detector onset down statistic", d.onset_down_[j]);
@@ -584,18 +545,18 @@ void ChangeDetector::StateFields(Fields& f, Self& d) {
     f.I64("change detector onset up run length", d.onset_up_len_[j]);
     f.I64("change detector onset down run length", d.onset_down_len_[j]);
   }
-  f.I64("change detector up run length", d.up_len_);
-  f.I64("change detector down run length", d.down_len_);
-  f.F64("change detector up run energy", d.up_m_);
-  f.F64("change detector down run energy", d.down_m_);
-  f.F64("change detector up run lag product", d.up_lag_);
-  f.F64("change detector up run lag-1 product", d.up_lag1_);
-  f.F64("change detector up run square", d.up_energy_);
-  f.F64("change detector down run lag product", d.down_lag_);
-  f.F64("change detector down run lag-1 product", d.down_lag1_);
-  f.F64("change detector down run square", d.down_energy_);
-  f.Doubles("change detector up run channel scores", nc, d.up_z_.data());
-  f.Doubles("change detector down run channel scores", nc, d.down_z_.data());
+  f.I64("change detector up run length", d.up_run_.len);
+  f.I64("change detector down run length", d.down_run_.len);
+  f.F64("change detector up run energy", d.up_run_.m);
+  f.F64("change detector down run energy", d.down_run_.m);
+  f.F64("change detector up run lag product", d.up_run_.lag);
+  f.F64("change detector up run lag-1 product", d.up_run_.lag1);
+  f.F64("change detector up run square", d.up_run_.energy);
+  f.F64("change detector down run lag product", d.down_run_.lag);
+  f.F64("change detector down run lag-1 product", d.down_run_.lag1);
+  f.F64("change detector down run square", d.down_run_.energy);
+  f.Doubles("change detector up run channel scores", nc, d.up_run_.z.data());
+  f.Doubles("change detector down run channel scores", nc, d.down_run_.z.data());
 }
 
 // v2: the holdover's state, after StateFields.
@@ -617,20 +578,20 @@ void ChangeDetector::HoldoverFields(Fields& f, Self& d) {
   f.Doubles("change detector holdover residual memory", nc, d.hold_memory_.data());
   f.F64("change detector holdover up statistic", d.hold_up_);
   f.F64("change detector holdover down statistic", d.hold_down_);
-  f.I64("change detector holdover up start", d.hold_up_start_);
-  f.I64("change detector holdover down start", d.hold_down_start_);
-  f.I64("change detector holdover up run length", d.hold_up_len_);
-  f.I64("change detector holdover down run length", d.hold_down_len_);
-  f.F64("change detector holdover up run energy", d.hold_up_m_);
-  f.F64("change detector holdover down run energy", d.hold_down_m_);
-  f.F64("change detector holdover up run lag product", d.hold_up_lag_);
-  f.F64("change detector holdover up run lag-1 product", d.hold_up_lag1_);
-  f.F64("change detector holdover up run square", d.hold_up_energy_);
-  f.F64("change detector holdover down run lag product", d.hold_down_lag_);
-  f.F64("change detector holdover down run lag-1 product", d.hold_down_lag1_);
-  f.F64("change detector holdover down run square", d.hold_down_energy_);
-  f.Doubles("change detector holdover up run channel scores", nc, d.hold_up_z_.data());
-  f.Doubles("change detector holdover down run channel scores", nc, d.hold_down_z_.data());
+  f.I64("change detector holdover up start", d.hold_up_run_.start);
+  f.I64("change detector holdover down start", d.hold_down_run_.start);
+  f.I64("change detector holdover up run length", d.hold_up_run_.len);
+  f.I64("change detector holdover down run length", d.hold_down_run_.len);
+  f.F64("change detector holdover up run energy", d.hold_up_run_.m);
+  f.F64("change detector holdover down run energy", d.hold_down_run_.m);
+  f.F64("change detector holdover up run lag product", d.hold_up_run_.lag);
+  f.F64("change detector holdover up run lag-1 product", d.hold_up_run_.lag1);
+  f.F64("change detector holdover up run square", d.hold_up_run_.energy);
+  f.F64("change detector holdover down run lag product", d.hold_down_run_.lag);
+  f.F64("change detector holdover down run lag-1 product", d.hold_down_run_.lag1);
+  f.F64("change detector holdover down run square", d.hold_down_run_.energy);
+  f.Doubles("change detector holdover up run channel scores", nc, d.hold_up_run_.z.data());
+  f.Doubles("change detector holdover down run channel scores", nc, d.hold_down_run_.z.data());
 }
 
 void ChangeDetector::Serialize(io::Writer& w) const {
@@ -672,12 +633,13 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   }
   if (!r.EndObject("change detector")) return r.status();
   if (d.index_ < 0 || d.skipped_ < 0 || d.alarms_ < 0 || d.since_restart_ < 0 || d.since_restart_ > d.index_ ||
-      d.ref_n_ < 0 || d.ref_n_ > d.since_restart_ || d.ref_xx_n_ < 0 || d.ref_xx_n_ > d.ref_n_ || d.up_len_ < 0 ||
-      d.down_len_ < 0 || d.up_len_ > d.index_ || d.down_len_ > d.index_) {
+      d.ref_n_ < 0 || d.ref_n_ > d.since_restart_ || d.ref_xx_n_ < 0 || d.ref_xx_n_ > d.ref_n_ || d.up_run_.len < 0 ||
+      d.down_run_.len < 0 || d.up_run_.len > d.index_ || d.down_run_.len > d.index_) {
     return r.Fail(absl::StrCat("change detector counters are inconsistent: scored ", d.index_, ", since restart ",
-                               d.since_restart_, ", reference ", d.ref_n_, ", runs ", d.up_len_, " and ", d.down_len_));
+                               d.since_restart_, ", reference ", d.ref_n_, ", runs ", d.up_run_.len, " and ",
+                               d.down_run_.len));
   }
-  if (d.hold_pairs_ < 0 || d.hold_up_len_ < 0 || d.hold_down_len_ < 0 || d.hold_direction_ < -1 ||
+  if (d.hold_pairs_ < 0 || d.hold_up_run_.len < 0 || d.hold_down_run_.len < 0 || d.hold_direction_ < -1 ||
       d.hold_direction_ > 1 || (d.hold_active_ && !(d.hold_sd_ > 0)) || !(d.hold_up_ >= 0) || !(d.hold_down_ >= 0) ||
       !Finite(d.hold_up_) || !Finite(d.hold_down_)) {
     return r.Fail("change detector holdover state out of range");

@@ -216,18 +216,27 @@ class ChangeDetector {
   double ref_lag_ = 0, ref_lag1_ = 0, ref_energy_ = 0;  // means of sum_c e_t f_{t-1}, e_t e_{t-1}, e_t^2
   std::vector<double> ref_z_;                           // mean z_c
 
+  // The sums over one CUSUM's current run (the pairs since its statistic was last 0), which the
+  // alarm report reads: its first pair, length, m, the lag products and e^2 of (12.6), z_c.
+  struct Run {
+    int64_t start = 0, len = 0;
+    double m = 0, lag = 0, lag1 = 0, energy = 0;
+    std::vector<double> z;
+    // One step of a one-sided CUSUM (12.4) with increment `inc` (already in the side's
+    // direction) at pair t: returns max(0, stat + inc - k) and, while it is above 0, adds the
+    // pair to the run (begun afresh when stat was 0). z_c += min(r_c^2 / scale2_c, kMaxZ).
+    double Step(double stat, double inc, double k, int64_t t, double pair_m, double pair_lag, double pair_lag1,
+                double pair_energy, const double* residual, const std::vector<double>& scale2);
+  };
+
   // CUSUMs and their runs.
   double up_ = 0, down_ = 0;
-  int64_t up_onset_ = 0, down_onset_ = 0;
+  Run up_run_, down_run_;
   // Onset CUSUMs (12.7): statistic and the first pair of their current run.
   static constexpr int kOnsetCusums = 3;
   double onset_up_[kOnsetCusums] = {}, onset_down_[kOnsetCusums] = {};
   int64_t onset_up_start_[kOnsetCusums] = {}, onset_down_start_[kOnsetCusums] = {};
   int64_t onset_up_len_[kOnsetCusums] = {}, onset_down_len_[kOnsetCusums] = {};  // their runs' lengths
-  int64_t up_len_ = 0, down_len_ = 0;
-  double up_m_ = 0, down_m_ = 0;
-  double up_lag_ = 0, up_lag1_ = 0, up_energy_ = 0, down_lag_ = 0, down_lag1_ = 0, down_energy_ = 0;
-  std::vector<double> up_z_, down_z_;  // sum of z_c over the run
 
   // Holdover: the reference before the last restart, frozen, and CUSUMs against it.
   bool hold_active_ = false;
@@ -237,11 +246,7 @@ class ChangeDetector {
   double hold_lag_ = 0, hold_lag1_ = 0, hold_energy_ = 0;
   std::vector<double> hold_scale2_, hold_ref_z_, hold_memory_;
   double hold_up_ = 0, hold_down_ = 0;
-  int64_t hold_up_start_ = 0, hold_down_start_ = 0, hold_up_len_ = 0, hold_down_len_ = 0;
-  double hold_up_m_ = 0, hold_down_m_ = 0;
-  double hold_up_lag_ = 0, hold_up_lag1_ = 0, hold_up_energy_ = 0;
-  double hold_down_lag_ = 0, hold_down_lag1_ = 0, hold_down_energy_ = 0;
-  std::vector<double> hold_up_z_, hold_down_z_;
+  Run hold_up_run_, hold_down_run_;
 
   // Alarm report buffers.
   std::vector<int> ranked_;
