@@ -133,7 +133,9 @@ class CompressedCme {
   // Lends ObserveBatch a second thread (docs/algorithms.md §9.3): each run's y side (the
   // kernel columns k_Y(y_t) and T = R_Y K_y, an eighth to a quarter of the run's work at the
   // cap) is pushed to `lane` while the calling thread does the x side, and waited for before
-  // the run's pairs are decided. The same calls on the same data: bit-identical to no lane.
+  // the run's pairs are decided; with m_y >= kSplitMinRows the top rows of the run's two
+  // m_y x m_x products (W~_0 S and the flush) go to the lane too (SplitRow). The same
+  // arithmetic on the same data: bit-identical to no lane.
   // null: no split. The lane belongs to the object's owner, not to its state: copies and
   // assignments neither take nor replace it (a snapshot's copy runs on another thread).
   void SetSideLane(SideLane* lane, SideExecutor* executor);
@@ -161,6 +163,15 @@ class CompressedCme {
   // estimate is a function of the state. Cached in last_drift(). What the periodic check uses.
   double EstimateInverseDrift();
   static constexpr int kDriftProbes = 8;
+
+  // The rows of W~ whose run products go to the side lane: none (0) below kSplitMinRows rows,
+  // else about half, rounded down to a multiple of 24. A function of m_y alone, and a multiple
+  // of every register block of Eigen's matrix-product kernel (12 rows of doubles with AVX2, 6
+  // with SSE, 24 with AVX-512), so each row of a part meets the same kernel, the same
+  // products in the same order, as in the whole product: the split changes no bit (test
+  // CmeOnTwoThreads.*, and any number of helpers gives the same state).
+  static constexpr int kSplitMinRows = 96;
+  static int SplitRow(int rows) { return rows < kSplitMinRows ? 0 : rows / 2 / 24 * 24; }
   // Recomputes both factors from a Cholesky factorization of the jittered Gram (and W~ in the
   // new bases). False if a side's Cholesky failed (jitter = 0 and duplicate atoms only): that
   // side keeps its incrementally grown factor.
@@ -246,6 +257,12 @@ class CompressedCme {
   int ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y, int64_t t0, int len,
                  absl::Span<int> nearest_x, absl::Span<int> nearest_y, absl::Span<int> dict_x, bool* ended_early);
   void FlushRun(int r, double scale, int64_t n0);
+  // Rows [i0, i1) of the flush (W~ and its mean) and of Z = W~_0 S; flush_ holds the run's
+  // figures for FlushRows. The lane's jobs take rows [0, SplitRow(m_y)).
+  void FlushRows(int i0, int i1);
+  void ZRows(int i0, int i1, int len);
+  static void FlushRowsJob(void* cme, void*, int64_t i0, int64_t i1);
+  static void ZRowsJob(void* cme, void* len, int64_t i0, int64_t i1);
   // The y side of a run: columns 0..len-1 of bky_ and bt_ for the pairs t0.. of y.
   void RunYSide(const Eigen::Ref<const RowMatrixXd>& y, int64_t t0, int len);
   static void RunYSideJob(void* cme, void* y, int64_t t0, int64_t len);
@@ -285,6 +302,11 @@ class CompressedCme {
   MatrixXd bq_;                // run x run: Q(j,t) = s_j^T s_t, strictly upper part
   MatrixXd bvr_;               // ld x run: v_t scaled for the Polyak-Ruppert sum
   VectorXd bscale_, bsum_;     // per-pair lazy scale S_t and its suffix sums
+  struct FlushArgs {
+    int r = 0;         // pairs deferred
+    double scale = 1;  // S_r
+    int64_t n0 = 0;    // samples before the run (the mean's weight)
+  } flush_;
   // SetSideLane's lane: the owner's, so a copy or an assignment leaves it where it was.
   struct SideHook {
     SideLane* lane = nullptr;

@@ -15,6 +15,8 @@
 // Observe() (see the comment there: the factors must see the sequential arithmetic).
 // A scheduled drift check also ends a run (runs are cut so that the check falls on a run's last
 // pair), as does S falling below kMinScale (keeps v_j = u_j / S_j far from overflow).
+// With a side lane (docs/algorithms.md §9.3) the y side and, at m_y >= kSplitMinRows, the top
+// rows of W~_0 S and of the flush run on the lane while this thread does the rest.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -98,8 +100,9 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
   const int mx = mx_, my = my_;
   // The dictionary is fixed for the run, so on a trajectory k_X(x_t) is the column k_X(y_{t-1})
   // computed for the pair before (all columns are ld-aligned: the same bits as recomputing).
-  // The y side (bky_, bt_) on the lane when there is one; the x side (bkx_, bkyx_, bs_, bz_,
-  // bq_) here. Neither writes what the other reads.
+  // The y side (bky_, bt_) on the lane when there is one, then the top rows of Z (rows of
+  // bz_ from rows of wf_ and bs_, once bs_ is written); the x side (bkx_, bkyx_, bs_, bq_, the
+  // other rows of bz_) here. Neither writes what the other reads.
   const int64_t y_side = side_.lane != nullptr
                              ? side_.lane->Push(side_.executor, &RunYSideJob, this,
                                                 const_cast<Eigen::Ref<const RowMatrixXd>*>(&y), t0, len)
@@ -121,9 +124,13 @@ int CompressedCme::ObserveRun(const Eigen::Ref<const RowMatrixXd>& x, const Eige
   auto vv = bv_.topLeftCorner(my, len);
   auto q = bq_.topLeftCorner(len, len);
   sx.noalias() = rx_.topLeftCorner(mx, mx).triangularView<Eigen::Lower>() * kx;  // s_t = R_X k_x,t
-  z.noalias() = wf_.topLeftCorner(my, mx) * sx;                                  // W~_0 s_t
-  q.triangularView<Eigen::StrictlyUpper>() = sx.transpose() * sx;                // Q(j,t) = s_j^T s_t, j < t
-  if (side_.lane != nullptr) side_.lane->WaitFor(y_side);
+  // Z = W~_0 S (z_t = W~_0 s_t): the top rows on the lane when it has a split.
+  const int split = side_.lane != nullptr ? SplitRow(my) : 0;
+  int64_t lane_done = y_side;
+  if (split > 0) lane_done = side_.lane->Push(side_.executor, &ZRowsJob, this, &len, 0, split);
+  ZRows(split, my, len);
+  q.triangularView<Eigen::StrictlyUpper>() = sx.transpose() * sx;  // Q(j,t) = s_j^T s_t, j < t
+  if (side_.lane != nullptr) side_.lane->WaitFor(lane_done);
 
   const int64_t n0 = counters_.samples;
   double scale = 1.0;  // S_{t-1}: W~_{t-1} = scale (W~_0 - sum_{j<t} v_j s_j^T)
@@ -210,24 +217,53 @@ void CompressedCme::RunYSideJob(void* cme, void* y, int64_t t0, int64_t len) {
 void CompressedCme::FlushRun(int r, double scale, int64_t n0) {
   // Applies the r deferred compressions of the current run: W~ = S_r (W~_0 - V S^T).
   if (r == 0) return;
-  const int mx = mx_, my = my_;
-  auto w = wf_.topLeftCorner(my, mx);
-  const auto v = bv_.topLeftCorner(my, r);
+  flush_ = {r, scale, n0};
+  if (options_.averaging) {
+    // R_j = sum_{t >= j} S_t, for every row's share of the mean below.
+    double suffix = 0;
+    for (int j = r - 1; j >= 0; --j) bsum_[j] = (suffix += bscale_[j]);
+  }
+  const int split = side_.lane != nullptr ? SplitRow(my_) : 0;
+  if (split == 0) {
+    FlushRows(0, my_);
+    return;
+  }
+  const int64_t top = side_.lane->Push(side_.executor, &FlushRowsJob, this, nullptr, 0, split);
+  FlushRows(split, my_);
+  side_.lane->WaitFor(top);
+}
+
+void CompressedCme::FlushRows(int i0, int i1) {
+  // Row by row the flush is independent: rows [i0, i1) of W~ and of its mean need rows
+  // [i0, i1) of V and all of S.
+  const int r = flush_.r, rows = i1 - i0, mx = mx_;
+  auto w = wf_.block(i0, 0, rows, mx);
+  const auto v = bv_.block(i0, 0, rows, r);
   const auto sx = bs_.topLeftCorner(mx, r);
   if (options_.averaging) {
     // mean_{n0 + r} = (n0 mean_{n0} + sum_{t=1..r} W~_t) / (n0 + r), with
-    // sum_t W~_t = R_1 W~_0 - sum_j R_j v_j s_j^T, R_j = sum_{t >= j} S_t.
-    double suffix = 0;
-    for (int j = r - 1; j >= 0; --j) bsum_[j] = (suffix += bscale_[j]);
-    const double nr = static_cast<double>(n0 + r);
-    auto avg = wf_avg_.topLeftCorner(my, mx);
-    avg = (static_cast<double>(n0) / nr) * avg + (bsum_[0] / nr) * w;
-    auto vr = bvr_.topLeftCorner(my, r);
+    // sum_t W~_t = R_1 W~_0 - sum_j R_j v_j s_j^T.
+    const double nr = static_cast<double>(flush_.n0 + r);
+    auto avg = wf_avg_.block(i0, 0, rows, mx);
+    avg = (static_cast<double>(flush_.n0) / nr) * avg + (bsum_[0] / nr) * w;
+    auto vr = bvr_.block(i0, 0, rows, r);
     vr = v * (bsum_.head(r) / nr).asDiagonal();
     avg.noalias() -= vr * sx.transpose();
   }
   w.noalias() -= v * sx.transpose();
-  w *= scale;
+  w *= flush_.scale;
+}
+
+void CompressedCme::FlushRowsJob(void* cme, void*, int64_t i0, int64_t i1) {
+  static_cast<CompressedCme*>(cme)->FlushRows(static_cast<int>(i0), static_cast<int>(i1));
+}
+
+void CompressedCme::ZRows(int i0, int i1, int len) {
+  bz_.block(i0, 0, i1 - i0, len).noalias() = wf_.block(i0, 0, i1 - i0, mx_) * bs_.topLeftCorner(mx_, len);
+}
+
+void CompressedCme::ZRowsJob(void* cme, void* len, int64_t i0, int64_t i1) {
+  static_cast<CompressedCme*>(cme)->ZRows(static_cast<int>(i0), static_cast<int>(i1), *static_cast<int*>(len));
 }
 
 }  // namespace cmestream

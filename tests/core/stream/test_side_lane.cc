@@ -262,13 +262,17 @@ std::vector<Case> Cases() {
 }
 
 // The CME's own lane (CompressedCme::SetSideLane): each run's y side goes to the lane and the
-// state is that of the CME without it, byte for byte, through admissions and the cap (i.i.d.
-// points in 4 dimensions fill a dictionary of 60 atoms), and the lane really took the jobs.
-TEST(CmeOnTwoThreads, TheYSideOnALaneGivesTheSameState) {
+// state is that of the CME without it, byte for byte, through admissions and the cap, and the
+// lane really took the jobs. i.i.d. points in 4 dimensions fill the dictionary: at 60 atoms the
+// products stay whole; at 300 (>= kSplitMinRows) the top rows of Z = W~_0 S and of the flush go
+// to the lane too, with and without the Polyak-Ruppert mean (which the flush also splits).
+void ExpectSameStateWithTheLane(int max_dict, bool averaging) {
+  SCOPED_TRACE(testing::Message() << "max_dict " << max_dict << (averaging ? ", averaging" : ""));
   CompressedCme::Options o;
   o.dim = 4;
-  o.sigma = 0.5;
-  o.max_dict = 60;
+  o.sigma = max_dict > 100 ? 0.25 : 0.5;
+  o.max_dict = max_dict;
+  o.averaging = averaging;
   CompressedCme alone(o), split(o);
   OneHelper helper;
   auto lane = std::make_shared<SideLane>();
@@ -276,7 +280,8 @@ TEST(CmeOnTwoThreads, TheYSideOnALaneGivesTheSameState) {
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<double> u(-1, 1);
   RowMatrixXd x(97, 4), y(97, 4);
-  for (int batch = 0; batch < 30; ++batch) {
+  const int batches = max_dict > 100 ? 60 : 30;
+  for (int batch = 0; batch < batches; ++batch) {
     for (int i = 0; i < 97; ++i) {
       for (int j = 0; j < 4; ++j) {
         x(i, j) = u(rng);
@@ -286,12 +291,33 @@ TEST(CmeOnTwoThreads, TheYSideOnALaneGivesTheSameState) {
     alone.ObserveBatch(x, y);
     split.ObserveBatch(x, y);
   }
-  EXPECT_EQ(split.dict_x_size(), 60);
-  EXPECT_GT(lane->ran_on_helper() + lane->ran_on_owner(), 30);  // at least a run a batch
+  EXPECT_EQ(split.dict_x_size(), max_dict);
+  // At least a run a batch; with the split three jobs a run (y side, Z's rows, the flush's).
+  EXPECT_GT(lane->ran_on_helper() + lane->ran_on_owner(), max_dict > 100 ? 3 * batches : batches);
   io::Writer a, b;
   alone.Serialize(a);
   split.Serialize(b);
-  EXPECT_EQ(a.data(), b.data());
+  EXPECT_TRUE(a.data() == b.data()) << "the serialized states differ";  // (not EXPECT_EQ: megabytes)
+}
+
+TEST(CmeOnTwoThreads, TheYSideOnALaneGivesTheSameState) { ExpectSameStateWithTheLane(60, false); }
+
+TEST(CmeOnTwoThreads, RowsSplitAcrossTheLaneGiveTheSameState) {
+  ASSERT_GE(300, CompressedCme::kSplitMinRows);
+  ExpectSameStateWithTheLane(300, false);
+  ExpectSameStateWithTheLane(300, true);
+}
+
+// The split point: none below kSplitMinRows, else a multiple of 24 near the middle.
+TEST(CmeOnTwoThreads, TheSplitRowIsAMultipleOf24NearTheMiddle) {
+  EXPECT_EQ(CompressedCme::SplitRow(CompressedCme::kSplitMinRows - 1), 0);
+  for (int rows = CompressedCme::kSplitMinRows; rows <= 2000; ++rows) {
+    const int b = CompressedCme::SplitRow(rows);
+    ASSERT_EQ(b % 24, 0) << rows;
+    ASSERT_GT(b, 0) << rows;
+    ASSERT_LE(b, rows / 2) << rows;
+    ASSERT_GT(b, rows / 2 - 24) << rows;
+  }
 }
 
 TEST(StreamingLearnerOnTwoThreads, StateAndSummariesEqualTheOneThreadLearner) {
