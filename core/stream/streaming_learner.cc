@@ -178,7 +178,10 @@ void StreamingLearner::ChooseScorerLane() {
   // Back to this thread: the side lane may still be scoring the last run's pairs (a job pushed,
   // not yet done). Let it finish first, or both threads would feed the scorers at once (and
   // out of order).
-  if (scorers_on_side_ && !on_side) lanes_.scorers->WaitAll();
+  if (scorers_on_side_ && !on_side) {
+    lanes_.scorers->WaitAll();
+    ++scorer_moves_to_owner_;
+  }
   scorers_on_side_ = on_side;
 }
 
