@@ -110,6 +110,13 @@ void SpectralEpochFields(Fields& f, Epoch& e) {
   f.F64("spectral fold B weight", e.n[1]);
 }
 
+// EmbeddingMoments, after its feature map.
+template <class Fields, class Options>
+void MomentsOptionFields(Fields& f, Options& o) {
+  f.I32In("moments batch_size", o.batch_size, 1, 1 << 20);
+  f.F64("moments forgetting", o.forgetting);
+}
+
 // MultiViewAccumulator (§3), after the feature kind.
 template <class Fields, class Options>
 void LatentOptionFields(Fields& f, Options& o) {
@@ -347,8 +354,8 @@ void EmbeddingMoments::Serialize(io::Writer& w) const {
   // Two generated values, to detect a generator that differs from the writer's.
   w.F64(rff ? features_->omega()(0, 0) : 0.0);
   w.F64(rff ? features_->beta()(features_->num_features() - 1) : 0.0);
-  w.I32(options_.batch_size);
-  w.F64(options_.forgetting);
+  io::FieldWriter f(w);
+  MomentsOptionFields(f, options_);
   w.I64(samples_);
   w.F64(scale_);
   w.F64(n_stored_);
@@ -373,9 +380,9 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
   const uint64_t seed = r.U64("moments seed");
   const double omega00 = r.F64("moments omega check");
   const double beta_last = r.F64("moments beta check");
+  io::FieldReader f(r);
   Options o;
-  o.batch_size = r.I32In("moments batch_size", 1, 1 << 20);
-  o.forgetting = r.F64("moments forgetting");
+  MomentsOptionFields(f, o);
   if (!r.ValidOptions(o, "EmbeddingMoments")) return r.status();
   const int64_t nn = n;
   const int64_t b = rff ? o.batch_size : 0;
