@@ -74,6 +74,14 @@ void CmeCounterFields(Fields& f, Counters& c) {
   f.NonNegativeI64("cme refactorizations", c.refactorizations);
 }
 
+// TransitionCounts (§2).
+template <class Fields, class Options>
+void CountsOptionFields(Fields& f, Options& o) {
+  f.I32("counts max_states", o.max_states);
+  f.F64("counts forgetting", o.forgetting);
+  f.I32("counts row_reserve", o.row_reserve);
+}
+
 // SpectralMoments (§7): version 1 ends before rebase_growth and min_block_length.
 template <class Fields, class Options>
 void SpectralOptionFields(Fields& f, Options& o, uint32_t version) {
@@ -102,6 +110,13 @@ void SpectralEpochFields(Fields& f, Epoch& e) {
   f.F64("spectral fold B weight", e.n[1]);
 }
 
+// EmbeddingMoments, after its feature map.
+template <class Fields, class Options>
+void MomentsOptionFields(Fields& f, Options& o) {
+  f.I32In("moments batch_size", o.batch_size, 1, 1 << 20);
+  f.F64("moments forgetting", o.forgetting);
+}
+
 // MultiViewAccumulator (§3), after the feature kind.
 template <class Fields, class Options>
 void LatentOptionFields(Fields& f, Options& o) {
@@ -123,6 +138,23 @@ void PredictiveOptionFields(Fields& f, Options& o) {
   f.I32("predictive history_length", o.history_length);
   f.I32("predictive future_length", o.future_length);
   f.I32("predictive max_history_states", o.max_history_states);
+}
+
+// PredictiveStateAccumulator::Statistics: the sums of the kind, then the initial-state sum; when
+// reading, sized already.
+template <class Fields, class Statistics>
+void PredictiveStatisticsFields(Fields& f, Statistics& s, bool discrete) {
+  if (discrete) {
+    f.Matrix("predictive diag(A)", s.a_diag);
+    f.Matrix("predictive B_psi", s.B_psi);
+    f.Matrix("predictive B_xi", s.B_xi);
+    f.Matrix("predictive pair counts", s.pair_counts);
+  } else {
+    f.Matrix("predictive A", s.A);
+    f.Matrix("predictive B_e", s.B_e);
+    f.Matrix("predictive E", s.E);
+  }
+  f.Matrix("predictive sum_e", s.sum_e);
 }
 
 }  // namespace
@@ -238,9 +270,8 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
 
 void TransitionCounts::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kCountsTag, kVersion);
-  w.I32(options_.max_states);
-  w.F64(options_.forgetting);
-  w.I32(options_.row_reserve);
+  io::FieldWriter f(w);
+  CountsOptionFields(f, options_);
   w.I32(num_states_);
   w.I64(samples_);
   w.I64(nnz_);
@@ -261,10 +292,9 @@ void TransitionCounts::Serialize(io::Writer& w) const {
 absl::StatusOr<TransitionCounts> TransitionCounts::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kCountsTag, kVersion, "TransitionCounts", &version)) return r.status();
+  io::FieldReader f(r);
   Options o;
-  o.max_states = r.I32("counts max_states");
-  o.forgetting = r.F64("counts forgetting");
-  o.row_reserve = r.I32("counts row_reserve");
+  CountsOptionFields(f, o);
   if (!r.ValidOptions(o, "TransitionCounts")) return r.status();
   // rows_ (one empty vector each) and visits_stored_.
   if (!r.Reserve(static_cast<uint64_t>(o.max_states) * (sizeof(std::vector<Entry>) + 8), "TransitionCounts rows")) {
@@ -324,8 +354,8 @@ void EmbeddingMoments::Serialize(io::Writer& w) const {
   // Two generated values, to detect a generator that differs from the writer's.
   w.F64(rff ? features_->omega()(0, 0) : 0.0);
   w.F64(rff ? features_->beta()(features_->num_features() - 1) : 0.0);
-  w.I32(options_.batch_size);
-  w.F64(options_.forgetting);
+  io::FieldWriter f(w);
+  MomentsOptionFields(f, options_);
   w.I64(samples_);
   w.F64(scale_);
   w.F64(n_stored_);
@@ -350,9 +380,9 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
   const uint64_t seed = r.U64("moments seed");
   const double omega00 = r.F64("moments omega check");
   const double beta_last = r.F64("moments beta check");
+  io::FieldReader f(r);
   Options o;
-  o.batch_size = r.I32In("moments batch_size", 1, 1 << 20);
-  o.forgetting = r.F64("moments forgetting");
+  MomentsOptionFields(f, o);
   if (!r.ValidOptions(o, "EmbeddingMoments")) return r.status();
   const int64_t nn = n;
   const int64_t b = rff ? o.batch_size : 0;
@@ -495,26 +525,15 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
 
 void PredictiveStateAccumulator::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kPredictiveTag, kVersion);
-  const Options& o = options_;
-  w.U8(o.kind == Kind::kDiscrete ? 0 : 1);
+  w.U8(options_.kind == Kind::kDiscrete ? 0 : 1);
   io::FieldWriter f(w);
-  PredictiveOptionFields(f, o);
+  PredictiveOptionFields(f, options_);
   w.I64(windows_);
   w.I64(observations_);
   w.I64(in_episode_);
   w.I32(ring_pos_);
   w.Matrix(ring_);
-  if (o.kind == Kind::kDiscrete) {
-    w.Matrix(stats_.a_diag);
-    w.Matrix(stats_.B_psi);
-    w.Matrix(stats_.B_xi);
-    w.Matrix(stats_.pair_counts);
-  } else {
-    w.Matrix(stats_.A);
-    w.Matrix(stats_.B_e);
-    w.Matrix(stats_.E);
-  }
-  w.Matrix(stats_.sum_e);
+  PredictiveStatisticsFields(f, stats_, options_.kind == Kind::kDiscrete);
   w.EndObject(h);
 }
 
@@ -556,17 +575,7 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
   a.in_episode_ = in_episode;
   a.ring_pos_ = ring_pos;
   r.MatrixInto("predictive ring", a.ring_);
-  if (o.kind == Kind::kDiscrete) {
-    r.MatrixInto("predictive diag(A)", a.stats_.a_diag);
-    r.MatrixInto("predictive B_psi", a.stats_.B_psi);
-    r.MatrixInto("predictive B_xi", a.stats_.B_xi);
-    r.MatrixInto("predictive pair counts", a.stats_.pair_counts);
-  } else {
-    r.MatrixInto("predictive A", a.stats_.A);
-    r.MatrixInto("predictive B_e", a.stats_.B_e);
-    r.MatrixInto("predictive E", a.stats_.E);
-  }
-  r.MatrixInto("predictive sum_e", a.stats_.sum_e);
+  PredictiveStatisticsFields(f, a.stats_, o.kind == Kind::kDiscrete);
   if (!r.EndObject("PredictiveStateAccumulator")) return r.status();
   return a;
 }
