@@ -81,12 +81,20 @@ class AlarmMonitor {
     // size test's previous reference keeps scoring for kHoldoverPairs pairs
     // (ChangeDetector::Options::holdover_pairs). Off for monitors restored from ALRM v1-v4.
     bool holdover = true;
+    // The scoring of ALRM v6 (docs/algorithms.md §12.9 "After a restart"): the coefficients'
+    // test holds its previous reference too (DriftDetector::Options::holdover_pairs =
+    // kDriftHoldoverPairs) after each alarm and refit, with holdover (ignored without it, and without the coefficients'
+    // test). Off for monitors restored from ALRM v1-v5 that run the coefficients' test.
+    bool drift_holdover = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
   // Pairs after a restart during which the size test's previous reference keeps scoring: the
   // misses it answers followed an alarm by 10-500 pairs (docs/benchmarks.md "What the daemon runs").
   static constexpr int kHoldoverPairs = 500;
+  // The same for the coefficients' test (docs/algorithms.md §12.9 "After a restart"; 300 did
+  // better than 200 and 500 there, docs/benchmarks.md "What the daemon runs").
+  static constexpr int kDriftHoldoverPairs = 300;
   // Measured (docs/algorithms.md §12.9): on states of 1-2 values (a double well, an oscillator)
   // the cubic forecast and the coefficient test find most changes the residuals' size misses; on
   // an 8-channel stream of noisy, partially observed slow processes both raised false alarms.
