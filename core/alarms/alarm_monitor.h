@@ -25,7 +25,9 @@
 // AFTER AN ALARM the detector restarts (the new regime becomes its reference: it re-arms
 // arm_after pairs later); the forecast keeps learning and refits on its schedule. With the
 // holdover (ALRM v5) the size test's previous reference keeps scoring for kHoldoverPairs pairs,
-// and alarms if the alarm was not a change and a change comes while the new reference builds.
+// and alarms if the alarm was not a change and a change comes while the new reference builds;
+// with ALRM v6 the coefficients' test does the same for kDriftHoldoverPairs pairs after each
+// alarm and each refit of the forecast (DriftDetector::Options::holdover_pairs).
 //
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
 // COST. Continuous: O(p^2 / 2) per pair for p regressors (the forecast's sums; p = d, or 3d for
@@ -126,13 +128,15 @@ class AlarmMonitor {
   double score() const;
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v5: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
-  // p-value, 1: the v1 surprise), (v5) three u8 flags: the coefficient test, its steps, the
-  // holdover (always 1), or (v3, v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1, the forecast
-  // (continuous), the detector (CHGD v2 with the holdover), (coefficient test) its DRFT object,
-  // and the kept records. A monitor with the holdover is written as v5; one without (restored
-  // from v1-v4) as before: v3 or v4 if it runs the coefficient test without or with the steps,
-  // else v2, byte for byte, and restores with scoring_v3 false, which changes nothing for it. A
+  // Object "ALRM" v6: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), (v5, v6) three u8 flags: the coefficient test, its steps, the
+  // holdover (always 1), and (v6) a fourth, the coefficient test's holdover (always 1), or (v3,
+  // v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1, the forecast (continuous), the detector
+  // (CHGD v2 with the holdover), (coefficient test) its DRFT object (v3 with its holdover), and
+  // the kept records. A monitor with the coefficient test and both holdovers is written as v6,
+  // any other with the holdover as v5 (restored from v5 it keeps scoring without the coefficient
+  // test's holdover); one without (restored from v1-v4) as before: v3 or v4 if it runs the coefficient test without or
+  // with the steps, else v2, byte for byte, and restores with scoring_v3 false, which changes nothing for it. A
   // continuous monitor's v2 body is its v1 body; a discrete v1 object restores with the surprise.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<AlarmMonitor> Deserialize(io::Reader& r);
