@@ -16,7 +16,9 @@ constexpr uint32_t kTag = io::Fourcc("ALRM");
 // (DRFT v2). Every other monitor is written as v2, byte for byte what the release before wrote,
 // and restores as such; a v3 object restores without the steps. v5: the holdover of the size test
 // (CHGD v2), any monitor; three flags (coefficient test, steps, holdover) in place of v3/v4's.
-constexpr uint32_t kVersion = 5;
+// v6: a fourth flag, the coefficients' test's holdover (DRFT v3); written only by a monitor that
+// runs that test, every other new monitor stays v5.
+constexpr uint32_t kVersion = 6;
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -114,6 +116,7 @@ DriftDetector::Options AlarmMonitor::DriftOptions(const Options& o) {
   d.channels = o.channels;
   d.alarm_rate = o.alarm_rate / 2;
   d.steps = o.scoring_v4;
+  d.holdover_pairs = o.holdover && o.drift_holdover ? kDriftHoldoverPairs : 0;
   return d;
 }
 
@@ -161,8 +164,10 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
         Score(xb, rb, step_.data(), time);
       }
       // A refit makes the residual another function of x: the coefficient test's reference
-      // restarts (after the pair the refit followed, as pair at a time).
-      if (b == k - 1 && drift_ && forecast_->next_fit() != next_fit) drift_->Restart();
+      // restarts (after the pair the refit followed, as pair at a time). Its holdover
+      // (docs/algorithms.md §12.9 "After a restart") holds the reference the refit ended, or
+      // keeps a held one running if that reference is too short.
+      if (b == k - 1 && drift_ && forecast_->next_fit() != next_fit) drift_->Restart(/*keep=*/true);
       ++pairs_;
     }
     x += static_cast<int64_t>(k) * d;
@@ -243,7 +248,8 @@ void AlarmMonitor::Keep(AlarmRecord rec) {
 
 void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
-  const size_t h = w.BeginObject(kTag, v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)));
+  const bool v6 = v3 && v5 && options_.drift_holdover;
+  const size_t h = w.BeginObject(kTag, v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2))));
   w.I32(options_.dim);
   w.I32(options_.channels);
   w.I32(options_.num_states);
@@ -255,6 +261,7 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
     w.U8(v3 ? 1 : 0);
     w.U8(v4 ? 1 : 0);
     w.U8(1);
+    if (v6) w.U8(1);
   } else {
     if (v3) w.U8(1);
     if (v4) w.U8(1);
@@ -291,6 +298,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   o.scoring_v3 = false;
   o.scoring_v4 = false;
   o.holdover = false;
+  o.drift_holdover = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
@@ -315,6 +323,13 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     o.holdover = true;
     if (r.ok() && o.scoring_v3 && !RunsDriftTest(o))
       return r.Fail("alarm monitor with a coefficient test on a state it does not run on");
+    // v6: the coefficients' test's holdover (written only by a monitor that runs that test); a
+    // v5 monitor without the test is what a new one is.
+    if (version >= 6) {
+      const uint8_t drift_hold = r.U8("alarm monitor coefficient test holdover");
+      if (r.ok() && (drift_hold != 1 || !o.scoring_v3)) return r.Fail("alarm monitor v6 flags out of range");
+    }
+    o.drift_holdover = version >= 6 || !o.scoring_v3;
   } else if (version >= 3) {
     const uint8_t flag = r.U8("alarm monitor coefficient test");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
@@ -351,7 +366,8 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     absl::StatusOr<DriftDetector> drift = DriftDetector::Deserialize(r);
     if (!drift.ok()) return drift.status();
     if (drift->options().inputs != o.dim || drift->options().channels != o.channels ||
-        drift->options().steps != o.scoring_v4) {
+        drift->options().steps != o.scoring_v4 ||
+        drift->options().holdover_pairs != m.drift_->options().holdover_pairs) {
       return r.Fail("alarm monitor: the coefficient test's dimensions differ from the monitor's");
     }
     m.drift_ = std::move(*drift);

@@ -25,7 +25,9 @@
 // AFTER AN ALARM the detector restarts (the new regime becomes its reference: it re-arms
 // arm_after pairs later); the forecast keeps learning and refits on its schedule. With the
 // holdover (ALRM v5) the size test's previous reference keeps scoring for kHoldoverPairs pairs,
-// and alarms if the alarm was not a change and a change comes while the new reference builds.
+// and alarms if the alarm was not a change and a change comes while the new reference builds;
+// with ALRM v6 the coefficients' test does the same for kDriftHoldoverPairs pairs after each
+// alarm and each refit of the forecast (DriftDetector::Options::holdover_pairs).
 //
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
 // COST. Continuous: O(p^2 / 2) per pair for p regressors (the forecast's sums; p = d, or 3d for
@@ -81,12 +83,20 @@ class AlarmMonitor {
     // size test's previous reference keeps scoring for kHoldoverPairs pairs
     // (ChangeDetector::Options::holdover_pairs). Off for monitors restored from ALRM v1-v4.
     bool holdover = true;
+    // The scoring of ALRM v6 (docs/algorithms.md §12.9 "After a restart"): the coefficients'
+    // test holds its previous reference too (DriftDetector::Options::holdover_pairs =
+    // kDriftHoldoverPairs) after each alarm and refit, with holdover (ignored without it, and without the coefficients'
+    // test). Off for monitors restored from ALRM v1-v5 that run the coefficients' test.
+    bool drift_holdover = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
   // Pairs after a restart during which the size test's previous reference keeps scoring: the
   // misses it answers followed an alarm by 10-500 pairs (docs/benchmarks.md "What the daemon runs").
   static constexpr int kHoldoverPairs = 500;
+  // The same for the coefficients' test (docs/algorithms.md §12.9 "After a restart"; 300 did
+  // better than 200 and 500 there, docs/benchmarks.md "What the daemon runs").
+  static constexpr int kDriftHoldoverPairs = 300;
   // Measured (docs/algorithms.md §12.9): on states of 1-2 values (a double well, an oscillator)
   // the cubic forecast and the coefficient test find most changes the residuals' size misses; on
   // an 8-channel stream of noisy, partially observed slow processes both raised false alarms.
@@ -118,13 +128,15 @@ class AlarmMonitor {
   double score() const;
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v5: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
-  // p-value, 1: the v1 surprise), (v5) three u8 flags: the coefficient test, its steps, the
-  // holdover (always 1), or (v3, v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1, the forecast
-  // (continuous), the detector (CHGD v2 with the holdover), (coefficient test) its DRFT object,
-  // and the kept records. A monitor with the holdover is written as v5; one without (restored
-  // from v1-v4) as before: v3 or v4 if it runs the coefficient test without or with the steps,
-  // else v2, byte for byte, and restores with scoring_v3 false, which changes nothing for it. A
+  // Object "ALRM" v6: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), (v5, v6) three u8 flags: the coefficient test, its steps, the
+  // holdover (always 1), and (v6) a fourth, the coefficient test's holdover (always 1), or (v3,
+  // v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1, the forecast (continuous), the detector
+  // (CHGD v2 with the holdover), (coefficient test) its DRFT object (v3 with its holdover), and
+  // the kept records. A monitor with the coefficient test and both holdovers is written as v6,
+  // any other with the holdover as v5 (restored from v5 it keeps scoring without the coefficient
+  // test's holdover); one without (restored from v1-v4) as before: v3 or v4 if it runs the coefficient test without or
+  // with the steps, else v2, byte for byte, and restores with scoring_v3 false, which changes nothing for it. A
   // continuous monitor's v2 body is its v1 body; a discrete v1 object restores with the surprise.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<AlarmMonitor> Deserialize(io::Reader& r);

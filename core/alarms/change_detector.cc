@@ -161,17 +161,9 @@ void ChangeDetector::StartHoldover(int direction) {
   hold_active_ = false;
   const int64_t n = ref_n_;
   if (options_.holdover_pairs <= 0 || n < kHoldMinReference) return;
-  const bool forgetting = n > options_.baseline_pairs;
-  const double var = forgetting ? ref_var_w_ : ref_var_w_ * static_cast<double>(n) / static_cast<double>(n - 1);
-  const double inflate = forgetting ? 1 + 1.0 / (2.0 * options_.baseline_pairs - 1) : 1 + 1.0 / static_cast<double>(n);
-  const double sd = std::sqrt(var * inflate);
+  const double sd = RecursiveResidualSd(ref_var_w_, n, options_.baseline_pairs);
   if (!(sd > 0)) return;
-  double factor = 1;
-  if (ref_xx_n_ >= 10) {
-    const double n_eff = static_cast<double>(std::min<int64_t>(ref_xx_n_, options_.baseline_pairs));
-    const double gamma = std::clamp(ref_xx_ - 1 / std::sqrt((1 - kScoreMemory * kScoreMemory) * n_eff), 0.0, kMaxGamma);
-    factor = 1 / std::sqrt(1 + 2 * gamma);
-  }
+  const double factor = 1 / std::sqrt(1 + 2 * LongRunGamma());
   hold_active_ = true;
   hold_direction_ = direction;
   hold_pairs_ = 0;
@@ -190,28 +182,12 @@ void ChangeDetector::StartHoldover(int direction) {
 }
 
 bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
-  const int nc = options_.channels;
   ++hold_pairs_;
-  double m = 0, lag = 0, lag1 = 0, energy = 0;
-  for (int c = 0; c < nc; ++c) {
-    const double z = std::min(residual[c] * residual[c] / hold_scale2_[c], kMaxZ);
-    m += z;
-    const double e = residual[c] / std::sqrt(hold_scale2_[c]);
-    if (has_prev_) {
-      lag += e * hold_memory_[c];
-      lag1 += e * prev_r_[c] / std::sqrt(hold_scale2_[c]);
-      energy += e * e;
-      hold_memory_[c] = options_.kind_memory * hold_memory_[c] + e;
-    } else {
-      hold_memory_[c] = e;
-    }
-  }
-  m /= nc;
-  const double w = std::cbrt(m);
-  const double x = std::clamp((w - hold_mean_w_) / hold_sd_, -options_.clip, options_.clip) * hold_factor_;
+  const PairScore ps = ScorePair(residual, hold_scale2_, hold_memory_);
+  const double x = std::clamp((ps.w - hold_mean_w_) / hold_sd_, -options_.clip, options_.clip) * hold_factor_;
   const double k = options_.drift;
-  hold_up_ = hold_up_run_.Step(hold_up_, x, k, t, m, lag, lag1, energy, residual, hold_scale2_);
-  hold_down_ = hold_down_run_.Step(hold_down_, -x, k, t, m, lag, lag1, energy, residual, hold_scale2_);
+  hold_up_ = hold_up_run_.Step(hold_up_, x, k, t, ps.m, ps.lag, ps.lag1, ps.energy, residual, hold_scale2_);
+  hold_down_ = hold_down_run_.Step(hold_down_, -x, k, t, ps.m, ps.lag, ps.lag1, ps.energy, residual, hold_scale2_);
   // The alarm that started the holdover was a change: the held reference sees it go on.
   if (hold_pairs_ <= kHoldConfirmPairs) {
     const double level = kHoldConfirmLevel * threshold_;
@@ -232,22 +208,9 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
     alarm_.threshold = threshold_;
     alarm_.direction = is_up ? Direction::kUp : Direction::kDown;
     alarm_.energy_ratio = hold_mean_m_ > 0 ? (is_up ? hold_up_run_.m : hold_down_run_.m) / len / hold_mean_m_ : 1;
-    const double run_energy = is_up ? hold_up_run_.energy : hold_down_run_.energy;
-    const double g_run = run_energy > 0 ? (is_up ? hold_up_run_.lag : hold_down_run_.lag) / run_energy : 0;
-    const double g1_run = run_energy > 0 ? (is_up ? hold_up_run_.lag1 : hold_down_run_.lag1) / run_energy : 0;
-    const double g_ref = hold_energy_ > 0 ? std::max(hold_lag_ / hold_energy_, 0.0) : 0;
-    const double g1_ref = hold_energy_ > 0 ? std::max(hold_lag1_ / hold_energy_, 0.0) : 0;
-    const double rho = options_.kind_memory;
-    alarm_.autocorr_change = g_run - g_ref;
-    alarm_.autocorr_bound = options_.kind_min + options_.kind_z / std::sqrt((1 - rho * rho) * len);
-    alarm_.lag1_change = g1_run - g1_ref;
-    alarm_.lag1_bound = options_.kind_min + options_.kind_z / std::sqrt(len);
-    alarm_.kind = alarm_.autocorr_change > alarm_.autocorr_bound || alarm_.lag1_change > alarm_.lag1_bound
-                      ? Kind::kDynamics
-                      : Kind::kNoise;
-    std::vector<double>& ratio = is_up ? hold_up_run_.z : hold_down_run_.z;
-    for (int c = 0; c < nc; ++c) ratio[c] = (ratio[c] / len) / std::max(hold_ref_z_[c], 1e-300);
-    RankChannels(ratio, is_up);
+    const Run& run = is_up ? hold_up_run_ : hold_down_run_;
+    Classify(run, len, hold_lag_, hold_lag1_, hold_energy_);
+    RankChannels(is_up ? hold_up_run_.z : hold_down_run_.z, len, hold_ref_z_, is_up);
     ++alarms_;
     hold_active_ = false;
     return true;
@@ -256,8 +219,10 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
   return false;
 }
 
-void ChangeDetector::RankChannels(std::vector<double>& ratio, bool up) {
+void ChangeDetector::RankChannels(std::vector<double>& ratio, double len, const std::vector<double>& ref_z, bool up) {
   const int nc = options_.channels;
+  // Channel ratios into the run's own buffer (the run ends here), then ranked.
+  for (int c = 0; c < nc; ++c) ratio[c] = (ratio[c] / len) / std::max(ref_z[c], 1e-300);
   std::iota(ranked_.begin(), ranked_.end(), 0);
   std::sort(ranked_.begin(), ranked_.end(), [&](int i, int j) {
     if (ratio[i] != ratio[j]) return up ? ratio[i] > ratio[j] : ratio[i] < ratio[j];
@@ -323,23 +288,8 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
   }
 
   // docs/algorithms.md (12.2): the pair's score.
-  double m = 0, lag = 0, lag1 = 0, energy = 0;
-  for (int c = 0; c < nc; ++c) {
-    const double z = std::min(residual[c] * residual[c] / scale2_[c], kMaxZ);
-    m += z;
-    // (12.6): e_t times the filter of the past residuals, then the filter takes e_t.
-    const double e = residual[c] / std::sqrt(scale2_[c]);
-    if (has_prev_) {
-      lag += e * memory_[c];
-      lag1 += e * prev_r_[c] / std::sqrt(scale2_[c]);
-      energy += e * e;
-      memory_[c] = options_.kind_memory * memory_[c] + e;
-    } else {
-      memory_[c] = e;
-    }
-  }
-  m /= nc;
-  const double w = std::cbrt(m);
+  const PairScore ps = ScorePair(residual, scale2_, memory_);
+  const double m = ps.m, lag = ps.lag, lag1 = ps.lag1, energy = ps.energy, w = ps.w;
 
   // (12.3): standardized by the reference of the previous pairs, as a recursive residual.
   double x = 0;
@@ -351,11 +301,8 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
   }
   // (12.3b): the long-run standard deviation of serially correlated scores.
   const double x_raw = x;
-  if (ref_xx_n_ >= 10) {
-    const double n_eff = static_cast<double>(std::min<int64_t>(ref_xx_n_, options_.baseline_pairs));
-    const double gamma = std::clamp(ref_xx_ - 1 / std::sqrt((1 - kScoreMemory * kScoreMemory) * n_eff), 0.0, kMaxGamma);
-    if (gamma > 0) x /= std::sqrt(1 + 2 * gamma);
-  }
+  const double gamma = LongRunGamma();
+  if (gamma > 0) x /= std::sqrt(1 + 2 * gamma);
 
   if (phase >= options_.arm_after) {
     // (12.4): the CUSUMs and their runs (onset = the first pair after the statistic was 0).
@@ -433,12 +380,8 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
 
 void ChangeDetector::FillAlarm(Direction dir, double score) {
   const bool up = dir == Direction::kUp;
-  const int nc = options_.channels;
   const double len = static_cast<double>(up ? up_run_.len : down_run_.len);
   const double run_m = (up ? up_run_.m : down_run_.m) / len;
-  const double run_lag = up ? up_run_.lag : down_run_.lag;
-  const double run_lag1 = up ? up_run_.lag1 : down_run_.lag1;
-  const double run_energy = up ? up_run_.energy : down_run_.energy;
 
   alarm_.index = index_ - 1;
   alarm_.run_start = up ? up_run_.start : down_run_.start;
@@ -462,17 +405,30 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
       alarm_.onset = up ? onset_up_start_[j] : onset_down_start_[j];
     }
   }
-  const double g_run = run_energy > 0 ? run_lag / run_energy : 0;
-  // A negative reference (a forecast that passes part of the noise on, as a whitening filter
-  // does) counts as 0: residuals becoming whiter again are no evidence of a misfit.
-  const double g_ref = ref_energy_ > 0 ? std::max(ref_lag_ / ref_energy_, 0.0) : 0;
-  const double g1_run = run_energy > 0 ? run_lag1 / run_energy : 0;
-  const double g1_ref = ref_energy_ > 0 ? std::max(ref_lag1_ / ref_energy_, 0.0) : 0;
   alarm_.score = score;
   alarm_.threshold = threshold_;
   alarm_.direction = dir;
   alarm_.energy_ratio = ref_mean_m_ > 0 ? run_m / ref_mean_m_ : 1;
-  // docs/algorithms.md (12.6).
+  Classify(up ? up_run_ : down_run_, len, ref_lag_, ref_lag1_, ref_energy_);
+  RankChannels(up ? up_run_.z : down_run_.z, len, ref_z_, up);
+  ++alarms_;
+}
+
+// docs/algorithms.md (12.3b): Gamma of the reference's standardized scores (0 before 10 pairs).
+double ChangeDetector::LongRunGamma() const {
+  if (ref_xx_n_ < 10) return 0;
+  const double n_eff = static_cast<double>(std::min<int64_t>(ref_xx_n_, options_.baseline_pairs));
+  return std::clamp(ref_xx_ - 1 / std::sqrt((1 - kScoreMemory * kScoreMemory) * n_eff), 0.0, kMaxGamma);
+}
+
+// docs/algorithms.md (12.6): the run's autocorrelation statistics against the reference's.
+void ChangeDetector::Classify(const Run& run, double len, double ref_lag, double ref_lag1, double ref_energy) {
+  const double g_run = run.energy > 0 ? run.lag / run.energy : 0;
+  // A negative reference (a forecast that passes part of the noise on, as a whitening filter
+  // does) counts as 0: residuals becoming whiter again are no evidence of a misfit.
+  const double g_ref = ref_energy > 0 ? std::max(ref_lag / ref_energy, 0.0) : 0;
+  const double g1_run = run.energy > 0 ? run.lag1 / run.energy : 0;
+  const double g1_ref = ref_energy > 0 ? std::max(ref_lag1 / ref_energy, 0.0) : 0;
   alarm_.autocorr_change = g_run - g_ref;
   const double rho = options_.kind_memory;
   alarm_.autocorr_bound = options_.kind_min + options_.kind_z / std::sqrt((1 - rho * rho) * len);
@@ -481,12 +437,29 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
   alarm_.kind = alarm_.autocorr_change > alarm_.autocorr_bound || alarm_.lag1_change > alarm_.lag1_bound
                     ? Kind::kDynamics
                     : Kind::kNoise;
+}
 
-  // Channel ratios into the run's own buffer (the run ends here), then ranked.
-  std::vector<double>& ratio = up ? up_run_.z : down_run_.z;
-  for (int c = 0; c < nc; ++c) ratio[c] = (ratio[c] / len) / std::max(ref_z_[c], 1e-300);
-  RankChannels(ratio, up);
-  ++alarms_;
+ChangeDetector::PairScore ChangeDetector::ScorePair(const double* residual, const std::vector<double>& scale2,
+                                                    std::vector<double>& memory) const {
+  const int nc = options_.channels;
+  PairScore ps;
+  for (int c = 0; c < nc; ++c) {
+    const double z = std::min(residual[c] * residual[c] / scale2[c], kMaxZ);
+    ps.m += z;
+    // (12.6): e_t times the filter of the past residuals, then the filter takes e_t.
+    const double e = residual[c] / std::sqrt(scale2[c]);
+    if (has_prev_) {
+      ps.lag += e * memory[c];
+      ps.lag1 += e * prev_r_[c] / std::sqrt(scale2[c]);
+      ps.energy += e * e;
+      memory[c] = options_.kind_memory * memory[c] + e;
+    } else {
+      memory[c] = e;
+    }
+  }
+  ps.m /= nc;
+  ps.w = std::cbrt(ps.m);
+  return ps;
 }
 
 namespace {

@@ -186,7 +186,9 @@ class ChangeDetector {
   void StartHoldover(int direction);
   // One pair against the held reference; true when it alarmed (alarm_ filled).
   bool ObserveHoldover(const double* residual, int64_t t);
-  void RankChannels(std::vector<double>& ratio, bool up);
+  // The run's summed channel scores `ratio` (len pairs) become ratios to the reference's `ref_z`,
+  // ranked into the alarm.
+  void RankChannels(std::vector<double>& ratio, double len, const std::vector<double>& ref_z, bool up);
   void ResetReference();  // the reference and CUSUMs restart (Restart() without the holdover)
 
   Options options_;
@@ -228,6 +230,17 @@ class ChangeDetector {
     double Step(double stat, double inc, double k, int64_t t, double pair_m, double pair_lag, double pair_lag1,
                 double pair_energy, const double* residual, const std::vector<double>& scale2);
   };
+
+  // A pair's score (12.2) against scales `scale2`, with its lag products (12.6) against the
+  // filter `memory`, which takes the pair: the live reference's and the held one's.
+  struct PairScore {
+    double m = 0, lag = 0, lag1 = 0, energy = 0, w = 0;
+  };
+  PairScore ScorePair(const double* residual, const std::vector<double>& scale2, std::vector<double>& memory) const;
+  // The kind of (12.6) of an alarming run of `len` pairs against a reference's lag products.
+  void Classify(const Run& run, double len, double ref_lag, double ref_lag1, double ref_energy);
+  // Gamma of (12.3b) from the reference's score lag product (0 before 10 pairs).
+  double LongRunGamma() const;
 
   // CUSUMs and their runs.
   double up_ = 0, down_ = 0;

@@ -30,9 +30,18 @@
 //      of the p CUSUM pairs to cross alarms, a union (Bonferroni) bound on the false alarms.
 // The alarm reports the component, its channel, the direction and the run start (the first pair
 // after the alarming CUSUM's last 0, the onset estimate).
+//   5. Holdover (Options::holdover_pairs, docs/algorithms.md §12.9 "After a restart"): at a
+//      restart whose reference held >= arm_after pairs, that reference (the regressors' means,
+//      each component's mean and standard deviation) is frozen and keeps scoring the next
+//      holdover_pairs pairs with CUSUM pairs of its own, while the new reference builds. The
+//      restart is confirmed (and the holdover ends) when any held CUSUM passes h / 2 within 50
+//      pairs: the alarm was a change; otherwise a crossing of h is an alarm: a change that the
+//      new reference would have absorbed. The size test's holdover (ChangeDetector) is the
+//      model.
 //
-// COST. O(C d) per pair, no heap allocation after construction; C d is capped at kMaxComponents
-// (the monitor leaves wider forecasts to ChangeDetector alone).
+// COST. O(C d) per pair (twice that while a holdover runs), no heap allocation after
+// construction; C d is capped at kMaxComponents (the monitor leaves wider forecasts to
+// ChangeDetector alone).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +70,10 @@ class DriftDetector {
     // side of its long-run mean, and sign(x - mean x) no longer says where x is within the well
     // (docs/algorithms.md §12.9). Written as DRFT v2; a v1 object restores without.
     bool steps = false;
+    // Holdover (item 5 above): for this many pairs after a restart the reference before it (if it
+    // held >= arm_after pairs), frozen, keeps scoring. 0: off, and the object is written as DRFT
+    // v1/v2 as before; with it, DRFT v3. A v1/v2 object restores with 0.
+    int holdover_pairs = 0;
     absl::Status Validate() const;
   };
   // C d components at most: their 2 C d CUSUMs share one false-alarm budget, so the threshold
@@ -89,17 +102,24 @@ class DriftDetector {
   const Alarm* Observe(const double* x, const double* residual, const double* step = nullptr);
   // Forget the reference: the next pairs build a new one (the monitor calls it after an alarm of
   // the other test and after the forecast refits, whose residuals are then another function).
-  void Restart();
+  // With holdover_pairs, the reference before the restart is held if it is long enough (replacing
+  // any held one), else no holdover runs after it; with `keep`, a running holdover goes on when
+  // that reference is too short (a refit). Returns true when it started a holdover.
+  bool Restart(bool keep = false);
 
   const Options& options() const { return options_; }
   double threshold() const { return threshold_; }
   int64_t seen() const { return index_; }
   int64_t alarms() const { return alarms_; }
-  // The largest CUSUM statistic now.
+  // The largest CUSUM statistic now (of the live reference).
   double statistic() const;
+  // The reference before the last restart is still scoring (Options::holdover_pairs).
+  bool holding() const { return hold_active_; }
 
-  // Object "DRFT" v2: options (v2: with steps) and the whole state (bit-exact continuation). A
-  // detector without steps is written as v1, byte for byte what the release before wrote.
+  // Object "DRFT" v3: options (v2: with steps; v3: a steps flag and holdover_pairs) and the whole
+  // state (bit-exact continuation; v3: the held reference and its CUSUMs after it). A detector
+  // without the holdover is written as v2 with steps and v1 without, byte for byte what the
+  // releases before wrote.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<DriftDetector> Deserialize(io::Reader& r);
 
@@ -108,8 +128,23 @@ class DriftDetector {
   // Deserialize (defined beside them).
   template <class Fields, class Self>
   static void StateFields(Fields& f, Self& self);
+  template <class Fields, class Self>
+  static void HoldoverFields(Fields& f, Self& self);
   int components() const { return Components(options_.inputs, options_.channels, options_.steps); }
   int regressors() const { return options_.inputs + (options_.steps ? options_.channels : 0); }
+  // This pair's components against the regressors' means `means` (regressors() values) into g.
+  void Signs(const double* x, const double* residual, const double* step, const double* means, double* g) const;
+  // One CUSUM pair's step for component u with standardized value z at pair t; returns
+  // max(up, down) after it.
+  static double StepCusums(double z, double k, int64_t t, double& up, double& down, int64_t& up_start,
+                           int64_t& down_start);
+  // The live reference is held (Options::holdover_pairs) if it is long enough, else none is.
+  void StartHoldover();
+  // One pair against the held reference (components in hold_g_): true when it alarmed (alarm_
+  // filled).
+  bool ObserveHoldover(int64_t t);
+  void ResetReference();
+  void FillAlarm(int64_t t, int component, bool up, double score, int64_t run_start);
 
   Options options_;
   double threshold_ = 0;
@@ -124,6 +159,15 @@ class DriftDetector {
   std::vector<double> up_, down_;               // p
   std::vector<int64_t> up_start_, down_start_;  // p
   std::vector<double> g_;                       // scratch: this pair's components
+
+  // Holdover: the reference before the last restart, frozen, and CUSUMs against it.
+  bool hold_active_ = false;
+  int64_t hold_pairs_ = 0;                                // pairs scored against it so far
+  std::vector<double> hold_x_mean_;                       // regressors()
+  std::vector<double> hold_mean_, hold_sd_;               // p
+  std::vector<double> hold_up_, hold_down_;               // p
+  std::vector<int64_t> hold_up_start_, hold_down_start_;  // p
+  std::vector<double> hold_g_;                            // scratch: the pair's components against it
   Alarm alarm_;
 };
 

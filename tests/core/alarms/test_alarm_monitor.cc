@@ -284,7 +284,7 @@ TEST(AlarmMonitor, AMonitorWithoutTheCoefficientTestStaysV2) {
     io::Writer w;
     m->Serialize(w);
     // The object header: tag, then the version (little-endian u32 at bytes 4..7).
-    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), m == &old ? 2 : 5);
+    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), m == &old ? 2 : 6);
     io::Reader r(w.data(), "test");
     absl::StatusOr<AlarmMonitor> back = AlarmMonitor::Deserialize(r);
     ASSERT_TRUE(back.ok()) << back.status();
@@ -348,35 +348,38 @@ TEST(AlarmMonitor, AV3MonitorKeepsItsScoringWithoutTheSteps) {
 }
 
 // A monitor without the holdover (restored from ALRM v4, or v2/v3) keeps its bytes and its
-// scoring; a new one is v5, restores with the holdover and continues bit for bit, a holdover
-// running at the cut included (docs/algorithms.md §12.8 "After an alarm").
-TEST(AlarmMonitor, AV4MonitorKeepsItsBytesAndAV5OneItsHoldover) {
+// scoring, and so does one without the coefficients' test's holdover (restored from ALRM v5); a
+// new one is v6, restores with both holdovers and continues bit for bit, a holdover running at
+// the cut included (docs/algorithms.md §12.8 "After an alarm", §12.9 "After a restart").
+TEST(AlarmMonitor, OlderMonitorsKeepTheirBytesAndAV6OneItsHoldovers) {
   const std::vector<double> x = Ou(8001, 0.9, 0.6, 3000, 7);
-  for (const bool holdover : {false, true}) {
+  for (const int version : {4, 5, 6}) {
     AlarmMonitor::Options o;
     o.dim = 1;
     o.channels = 1;
-    o.holdover = holdover;
+    o.holdover = version >= 5;
+    o.drift_holdover = version >= 6;
     AlarmMonitor m(o);
     int cut = 0;
-    // Cut 50 pairs after the first alarm, while the held reference scores.
+    // Cut 50 pairs after the first alarm, while the held references score.
     for (; cut < 6000; ++cut) {
       m.ObservePair(&x[cut], &x[cut + 1], cut);
       if (m.alarms_total() > 0 && m.pairs() == m.records().front().index + 50) break;
     }
-    ASSERT_LT(cut, 6000) << holdover;
+    ASSERT_LT(cut, 6000) << version;
     ++cut;
     io::Writer w;
     m.Serialize(w);
-    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), holdover ? 5 : 4);
+    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), version);
     io::Reader r(w.data(), "test");
     absl::StatusOr<AlarmMonitor> back = AlarmMonitor::Deserialize(r);
     ASSERT_TRUE(back.ok()) << back.status();
-    EXPECT_EQ(back->options().holdover, holdover);
+    EXPECT_EQ(back->options().holdover, version >= 5);
+    EXPECT_EQ(back->options().drift_holdover, version >= 6);
     EXPECT_TRUE(back->options().scoring_v4);
     io::Writer w2;
     back->Serialize(w2);
-    EXPECT_EQ(w.data(), w2.data()) << holdover;
+    EXPECT_EQ(w.data(), w2.data()) << version;
     for (int t = cut; t < 8000; ++t) {
       m.ObservePair(&x[t], &x[t + 1], t);
       back->ObservePair(&x[t], &x[t + 1], t);
@@ -384,7 +387,7 @@ TEST(AlarmMonitor, AV4MonitorKeepsItsBytesAndAV5OneItsHoldover) {
     io::Writer a, b;
     m.Serialize(a);
     back->Serialize(b);
-    EXPECT_EQ(a.data(), b.data()) << holdover;
+    EXPECT_EQ(a.data(), b.data()) << version;
     EXPECT_EQ(m.alarms_total(), back->alarms_total());
   }
   // A discrete monitor with the holdover is v5 too, and round-trips.
