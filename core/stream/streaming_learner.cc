@@ -157,12 +157,6 @@ void StreamingLearner::ChooseScorerLane() {
   if (scorer_split_atoms_ > 0 && 10 * std::abs(atoms - scorer_split_atoms_) < scorer_split_atoms_) return;
   scorer_split_atoms_ = atoms;
   double owner = 0, side = 0, scorers = 0;
-  // The CME's own lane takes its run's y side (m^2/2 + m d) and, from kSplitMinRows atoms on, the
-  // top SplitRow(m) rows of its two m x m products (docs/algorithms.md §9.3); the same helper
-  // runs it, so that share weighs on the side.
-  const double m = atoms, e = options_.estimator_dim();
-  side += m * m / 2 + m * e + 2.0 * CompressedCme::SplitRow(atoms) * m;
-  owner -= m * m / 2 + m * e + 2.0 * CompressedCme::SplitRow(atoms) * m;
   for (const EstimatorCost& c : PerPairCost(options_, atoms, spectral_basis_)) {
     if (c.name == "embedding" || c.name == "forecast") {
       scorers += c.multiply_adds;
