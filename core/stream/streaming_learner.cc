@@ -172,10 +172,7 @@ void StreamingLearner::ChooseScorerLane() {
   // Back to this thread: the side lane may still be scoring the last run's pairs (a job pushed,
   // not yet done). Let it finish first, or both threads would feed the scorers at once (and
   // out of order).
-  if (scorers_on_side_ && !on_side) {
-    lanes_.scorers->WaitAll();
-    ++scorer_moves_to_owner_;
-  }
+  if (scorers_on_side_ && !on_side) lanes_.scorers->WaitAll();
   scorers_on_side_ = on_side;
 }
 

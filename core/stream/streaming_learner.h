@@ -328,9 +328,6 @@ class StreamingLearner {
   // samples() plus the pairs learned before each reset at an alarm (options.reset_on_alarm),
   // since construction or Deserialize: never decreases (an owner's "is there new data").
   int64_t learned_total() const { return retired_ + samples(); }
-  // Times the scorers moved from the side lane back to this thread (ChooseScorerLane), the move
-  // that must first wait for the lane (diagnostics and tests; not state).
-  int64_t scorer_moves_to_owner() const { return scorer_moves_to_owner_; }
   int64_t pending_warmup() const { return warmup_n_; }
   // Ends the sigma warm-up early on the pairs buffered so far (>= kMinEarlyWarmup of them):
   // the scaler and sigma are chosen from them and the learner built, as when the warm-up fills
@@ -482,9 +479,8 @@ class StreamingLearner {
   bool scorers_on_side_ = false;       // the open run's pairs reach the scorers on the lane
   int pending_scorers_ = 0;            // the open run's last pairs not yet handed to them
   int scorer_split_atoms_ = 0;         // the dictionary size scorers_on_side_ was chosen at
-  int64_t scorer_moves_to_owner_ = 0;
-  bool side_alarms_ = false;  // this batch's alarms run on the scorers' lane
-  int64_t alarms_next_ = 0;   // the batch's first pair not yet handed to them
+  bool side_alarms_ = false;           // this batch's alarms run on the scorers' lane
+  int64_t alarms_next_ = 0;            // the batch's first pair not yet handed to them
   // The last applied run's epochs and re-bases, counted when the next run is applied (one
   // thread; with an executor they wait in spare_run_).
   CmeRunEffects held_effects_;
