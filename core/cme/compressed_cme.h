@@ -170,7 +170,9 @@ class CompressedCme {
   // with SSE, 24 with AVX-512), so each row of a part meets the same kernel, the same
   // products in the same order, as in the whole product: the split changes no bit (test
   // CmeOnTwoThreads.*, and any number of helpers gives the same state).
-  static constexpr int kSplitMinRows = 96;
+  // Below 256 rows the two hand-offs cost about what the split saves (a 2-dim Duffing stream at
+  // m = 192 ingested no faster with it: docs/benchmarks.md "Rows of the CME's run products").
+  static constexpr int kSplitMinRows = 256;
   static int SplitRow(int rows) { return rows < kSplitMinRows ? 0 : rows / 2 / 24 * 24; }
   // Recomputes both factors from a Cholesky factorization of the jittered Gram (and W~ in the
   // new bases). False if a side's Cholesky failed (jitter = 0 and duplicate atoms only): that
