@@ -23,8 +23,10 @@
 // BLOCKS. ObserveBlock takes up to kBlock pairs in one pass over the d x d and d x C matrices
 // (each column is updated by every pair of the block while it sits in L1): with 512 channels
 // those matrices are 6 MB, and a pass per pair made the forecast memory-bound (70 % of the
-// helper thread's time on a 512-channel stream, docs/benchmarks.md). Every sum still gets the same
-// additions in the same order as pair-at-a-time, so a block of any size gives the same bits.
+// helper thread's time on a 512-channel stream, docs/benchmarks.md). Each column's elements are
+// kept in registers while the block's pairs meet them, and the block's scratch columns are padded
+// so that they do not share cache sets. Every sum still gets the same additions, each one fused
+// multiply-add, in the same order as pair-at-a-time, so a block of any size gives the same bits.
 #pragma once
 
 #include <cstdint>

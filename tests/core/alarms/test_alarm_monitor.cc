@@ -174,7 +174,9 @@ TEST(AlarmMonitor, AWideMonitorRoundTrips) {
 // 64-channel stream (degree-1 forecast) and a 2-value one (cubic forecast and the coefficients'
 // test), each with a change that raises alarms and refits inside the runs.
 TEST(AlarmMonitor, PairsInRunsEqualPairsOneAtATime) {
-  for (const int dim : {64, 2}) {
+  // 64: the forecast's sums in register tiles of 16 only; 37: tiles of 16 and 4 and single
+  // elements; 2: single elements (linear_forecast.cc AddBlockProducts).
+  for (const int dim : {64, 37, 2}) {
     AlarmMonitor::Options o;
     o.dim = dim;
     o.channels = dim;
