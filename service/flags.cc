@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <type_traits>
 
 #include "absl/strings/numbers.h"
@@ -13,6 +14,32 @@ namespace cmestream::service {
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
   ParsedFlags out;
   DaemonOptions& o = out.options;
+  // The flags that only store their value, by the value's kind; the others are parsed in the
+  // loop below.
+  const std::map<std::string, std::string*> text_flags = {
+      {"--listen", &o.listen},
+      {"--metrics-listen", &o.metrics_listen},
+      {"--data-dir", &o.data_dir},
+      {"--tls-cert", &o.security.tls_cert},
+      {"--tls-key", &o.security.tls_key},
+      {"--tls-client-ca", &o.security.tls_client_ca},
+      {"--auth-tokens", &o.security.auth_tokens},
+      {"--recover-from", &o.recovery.recover_from},
+      {"--shard-self", &o.shard.self},
+  };
+  const std::map<std::string, double*> number_flags = {
+      {"--refresh-interval", &o.refresh_interval_seconds}, {"--shutdown-grace", &o.shutdown_grace_seconds},
+      {"--max-abs-value", &o.limits.max_abs_value},        {"--max-query-mb", &o.limits.max_query_mb},
+      {"--wal-sync-interval-ms", &o.wal_sync_interval_ms}, {"--snapshot-interval", &o.snapshot_interval_seconds},
+  };
+  const std::map<std::string, int*> int_flags = {
+      {"--max-models", &o.limits.max_models},
+      {"--max-dim", &o.limits.max_dim},
+      {"--max-queued-batches", &o.limits.max_queued_batches},
+      {"--ingest-threads", &o.ingest_threads},
+      {"--helper-threads", &o.helper_threads},
+      {"--ingest-nice", &o.ingest_nice},
+  };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i];
     std::string value;
@@ -59,28 +86,20 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       *target = static_cast<std::remove_pointer_t<decltype(target)>>(v);
       return absl::OkStatus();
     };
-    if (name == "--tls-cert" || name == "--tls-key" || name == "--tls-client-ca" || name == "--auth-tokens") {
-      SecurityOptions& sec = o.security;
-      s = text(name == "--tls-cert"        ? &sec.tls_cert
-               : name == "--tls-key"       ? &sec.tls_key
-               : name == "--tls-client-ca" ? &sec.tls_client_ca
-                                           : &sec.auth_tokens);
-    } else if (name == "--shard-self") {
-      s = text(&o.shard.self);
+    if (const auto t = text_flags.find(name); t != text_flags.end()) {
+      s = text(t->second);
+    } else if (const auto n = number_flags.find(name); n != number_flags.end()) {
+      s = number(n->second);
+    } else if (const auto k = int_flags.find(name); k != int_flags.end()) {
+      s = integer(k->second);
+    } else if (name == "--max-batch-pairs") {
+      s = integer(&o.limits.max_batch_pairs);  // the one 64-bit integer
     } else if (name == "--shard-peers") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
       absl::StatusOr<std::vector<std::pair<std::string, std::string>>> peers = ParsePeers(*v);
       if (!peers.ok()) return peers.status();
       o.shard.peers = *std::move(peers);
-    } else if (name == "--max-batch-pairs") {
-      s = integer(&o.limits.max_batch_pairs);
-    } else if (name == "--max-models") {
-      s = integer(&o.limits.max_models);
-    } else if (name == "--max-dim") {
-      s = integer(&o.limits.max_dim);
-    } else if (name == "--max-abs-value") {
-      s = number(&o.limits.max_abs_value);
     } else if (name == "--max-memory") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
@@ -89,36 +108,14 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
         return absl::InvalidArgumentError(absl::StrCat("flag --max-memory is '", *v, "': ", bytes.status().message()));
       }
       o.limits.max_memory_bytes = *bytes;
-    } else if (name == "--max-query-mb") {
-      s = number(&o.limits.max_query_mb);
     } else if (name == "--accept-data-loss") {
       o.recovery.accept_data_loss = true;
-    } else if (name == "--recover-from") {
-      s = text(&o.recovery.recover_from);
-    } else if (name == "--max-queued-batches") {
-      s = integer(&o.limits.max_queued_batches);
-    } else if (name == "--ingest-threads") {
-      s = integer(&o.ingest_threads);
-    } else if (name == "--helper-threads") {
-      s = integer(&o.helper_threads);
-    } else if (name == "--ingest-nice") {
-      s = integer(&o.ingest_nice);
-    } else if (name == "--listen" || name == "--metrics-listen" || name == "--data-dir") {
-      s = text(name == "--listen" ? &o.listen : name == "--metrics-listen" ? &o.metrics_listen : &o.data_dir);
     } else if (name == "--wal-sync") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
       absl::StatusOr<WalSync> sync = ParseWalSync(*v);
       if (!sync.ok()) return sync.status();
       o.wal_sync = *sync;
-    } else if (name == "--wal-sync-interval-ms") {
-      s = number(&o.wal_sync_interval_ms);
-    } else if (name == "--snapshot-interval") {
-      s = number(&o.snapshot_interval_seconds);
-    } else if (name == "--refresh-interval") {
-      s = number(&o.refresh_interval_seconds);
-    } else if (name == "--shutdown-grace") {
-      s = number(&o.shutdown_grace_seconds);
     } else if (name == "--max-message-mb") {
       double mb = 0;
       s = number(&mb);

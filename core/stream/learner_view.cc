@@ -393,50 +393,47 @@ void FitKoopman(const ViewOptions& options, const StreamingLearnerSnapshot& snap
 // embedding singular value 1 - 1e-12 on Duffing reads as 1.7e11 time units.
 bool Resolved(double t, double span) { return std::isfinite(t) && t > 0 && t <= span; }
 
+// The first resolved one of the timescales timescale(l), l in [begin, end) (slowest first);
+// NaN when none is. A mode that does not count returns NaN.
+template <class Timescale>
+double SlowestResolved(Eigen::Index begin, Eigen::Index end, double span, Timescale timescale) {
+  for (Eigen::Index l = begin; l < end; ++l) {
+    const double t = timescale(l);
+    if (Resolved(t, span)) return t;
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 // Slowest resolved non-stationary timescale of each view and their relative disagreement.
 // Skipped: the stationary mode (the CME estimator does not identify it: its leading mode plays
 // that role), modes flagged with an excess |mu| > 1, and unresolved timescales.
 void CompareTimescales(const ViewOptions& options, const LearnerView& view, double span, CmeView& cme) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   TimescaleComparison& c = cme.spectrum.comparison;
-  double koopman = nan;
   const KoopmanDecomposition& kd = cme.koopman;
-  for (Eigen::Index l = 0; l < kd.timescales.size(); ++l) {
+  c.koopman = SlowestResolved(0, kd.timescales.size(), span, [&](Eigen::Index l) {
     const bool stationary = kd.stationary_index >= 0 ? l == kd.stationary_index : l == 0;
     const bool flagged = l < cme.excess.size() && cme.excess[l] > 0;
-    if (!stationary && !flagged && Resolved(kd.timescales[l], span)) {
-      koopman = kd.timescales[l];
-      break;
-    }
-  }
+    return stationary || flagged ? nan : kd.timescales[l];
+  });
   // The count chain: (3.11) of the fine chain over every visited state (atom or id), dense, so
   // for at most kMaxDenseStates of them; computed when the clusters view is (as it always was).
-  double counts = nan;
+  c.count_chain = nan;
   const CountsSnapshot* fine = view.counts.value ? &view.counts.value->counts : nullptr;
   if (view.clusters.value && fine != nullptr && fine->num_states() <= kMaxDenseStates) {
     absl::StatusOr<ImpliedTimescales> ts = ImpliedTimescales::Fit(*fine, options.dt, std::max(options.clusters, 1));
-    for (Eigen::Index l = 0; ts.ok() && l < ts->timescales.size(); ++l) {
-      if (Resolved(ts->timescales[l], span)) {
-        counts = ts->timescales[l];
-        break;
-      }
+    if (ts.ok()) {
+      c.count_chain =
+          SlowestResolved(0, ts->timescales.size(), span, [&](Eigen::Index l) { return ts->timescales[l]; });
     }
   }
-  double embedding = nan;
+  c.embedding = nan;
   if (view.embedding.value) {
     const VectorXd& sv = view.embedding.value->singular_values();
-    for (Eigen::Index l = 1; l < sv.size(); ++l) {  // sv[0] is the constant's
-      const double t =
-          sv[l] >= 1 ? std::numeric_limits<double>::infinity() : (sv[l] > 0 ? -kd.dt / std::log(sv[l]) : 0.0);
-      if (Resolved(t, span)) {
-        embedding = t;
-        break;
-      }
-    }
+    c.embedding = SlowestResolved(1, sv.size(), span, [&](Eigen::Index l) {  // sv[0] is the constant's
+      return sv[l] >= 1 ? std::numeric_limits<double>::infinity() : (sv[l] > 0 ? -kd.dt / std::log(sv[l]) : 0.0);
+    });
   }
-  c.koopman = koopman;
-  c.count_chain = counts;
-  c.embedding = embedding;
   c.threshold = kTimescaleDisagreementThreshold;
   // The lag view's figure with its jackknife error bar: the scale of the data's own sampling
   // error, against which the estimates above are read (not part of the disagreement).
@@ -454,7 +451,7 @@ void CompareTimescales(const ViewOptions& options, const LearnerView& view, doub
   }
   double lo = std::numeric_limits<double>::infinity(), hi = 0;
   int available = 0;
-  for (double t : {koopman, counts, embedding}) {
+  for (double t : {c.koopman, c.count_chain, c.embedding}) {
     if (std::isnan(t)) continue;
     lo = std::min(lo, t);
     hi = std::max(hi, t);
@@ -471,8 +468,8 @@ void CompareTimescales(const ViewOptions& options, const LearnerView& view, doub
   const bool beyond = above && std::isfinite(rel) && (hi - lo) > 3 * rel * std::hypot(hi, lo);
   const bool nonstationary = cme.stationarity.nonstationary;
   c.warning = beyond && !nonstationary;
-  const std::string views =
-      absl::StrFormat("koopman %.6g, count chain %.6g, embedding %.6g (units of time)", koopman, counts, embedding);
+  const std::string views = absl::StrFormat("koopman %.6g, count chain %.6g, embedding %.6g (units of time)", c.koopman,
+                                            c.count_chain, c.embedding);
   if (available < 2) {
     c.diagnostic = "fewer than two views have a resolved slowest timescale: nothing to compare";
   } else if (nonstationary) {
@@ -502,7 +499,7 @@ void CompareTimescales(const ViewOptions& options, const LearnerView& view, doub
   }
   // The headline: the estimate trusted most, with its error bar (spectral_summary.h).
   HeadlineInputs in;
-  in.koopman = koopman;
+  in.koopman = c.koopman;
   in.consistent = cme.spectrum.estimator == "spectral-moments" && cme.spectrum.ready;
   in.lag_scan = c.lag_scan;
   in.lag_scan_stderr = c.lag_scan_stderr;
