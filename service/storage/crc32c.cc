@@ -1,6 +1,11 @@
 #include "service/storage/crc32c.h"
 
 #include <array>
+#include <cstring>
+
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 namespace cmestream::service::crc32c {
 namespace {
@@ -21,7 +26,18 @@ constexpr std::array<uint32_t, 256> kTable = MakeTable();
 uint32_t Extend(uint32_t crc, const void* data, size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
   uint32_t c = ~crc;
-  for (size_t i = 0; i < n; ++i) c = kTable[(c ^ p[i]) & 0xFFu] ^ (c >> 8);
+  size_t i = 0;
+#if defined(__SSE4_2__)
+  // The CRC32 instruction computes this very polynomial (reflected 0x82F63B78), 8 bytes a step.
+  uint64_t c64 = c;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, p + i, 8);
+    c64 = _mm_crc32_u64(c64, word);
+  }
+  c = static_cast<uint32_t>(c64);
+#endif
+  for (; i < n; ++i) c = kTable[(c ^ p[i]) & 0xFFu] ^ (c >> 8);
   return ~c;
 }
 

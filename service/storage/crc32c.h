@@ -1,6 +1,8 @@
 // CRC32C (Castagnoli, polynomial 0x1EDC6F41, reflected 0x82F63B78), the checksum of the
-// write-ahead log records. Software, table-driven (slicing-by-1: ~0.5 GB/s, far above the
-// fsync-bound append rate). Test vectors: RFC 3720 appendix B.4 (iSCSI).
+// write-ahead log records and snapshots. With SSE4.2 (x86-64-v2 and later builds) the CPU's CRC32
+// instruction, 8 bytes a step (~5 GB/s); otherwise table-driven, a byte a step (~0.5 GB/s: 8 ms
+// of the ingest worker's time for a 4 MB batch of 512-channel rows). Test vectors: RFC 3720
+// appendix B.4 (iSCSI).
 //
 // Masking (as in LevelDB/RocksDB): a CRC stored next to the data it covers is rotated and
 // offset, so that the CRC of a string that itself contains CRCs does not degenerate.
