@@ -65,13 +65,17 @@ MatrixXd LeadingGramEigenvectors(const MatrixXd& w, int k) {
   return eigs.eigenvectors();  // already in descending order of the eigenvalues
 }
 
-bool LeadingEigenpairs(const MatrixXd& a, int k, VectorXcd* values, MatrixXcd* vectors) {
+namespace {
+
+// Arnoldi for the k eigenvalues of largest modulus (and their vectors when `vectors` is given);
+// the dense solver for small n, too few Arnoldi vectors, or no convergence within the budget.
+bool LeadingEigen(const MatrixXd& a, int k, VectorXcd* values, MatrixXcd* vectors) {
   const int n = static_cast<int>(a.rows());
   const auto dense = [&] {
-    Eigen::EigenSolver<MatrixXd> es(a, /*computeEigenvectors=*/true);
+    Eigen::EigenSolver<MatrixXd> es(a, /*computeEigenvectors=*/vectors != nullptr);
     if (es.info() != Eigen::Success) return false;
     *values = es.eigenvalues();
-    *vectors = es.eigenvectors();
+    if (vectors != nullptr) *vectors = es.eigenvectors();
     return true;
   };
   // Arnoldi needs nev < ncv - 1 <= n - 1 (Spectra's GenEigsSolver).
@@ -85,8 +89,16 @@ bool LeadingEigenpairs(const MatrixXd& a, int k, VectorXcd* values, MatrixXcd* v
   eigs.compute(Spectra::SortRule::LargestMagn, maxit, /*tol=*/1e-10, Spectra::SortRule::LargestMagn);
   if (eigs.info() != Spectra::CompInfo::Successful) return dense();
   *values = eigs.eigenvalues();
-  *vectors = eigs.eigenvectors();
+  if (vectors != nullptr) *vectors = eigs.eigenvectors();
   return true;
 }
+
+}  // namespace
+
+bool LeadingEigenpairs(const MatrixXd& a, int k, VectorXcd* values, MatrixXcd* vectors) {
+  return LeadingEigen(a, k, values, vectors);
+}
+
+bool LeadingEigenvalues(const MatrixXd& a, int k, VectorXcd* values) { return LeadingEigen(a, k, values, nullptr); }
 
 }  // namespace cmestream

@@ -37,4 +37,10 @@ MatrixXd LeadingGramEigenvectors(const MatrixXd& w, int k);
 // back to the dense solver if Arnoldi does not converge. False if neither converged.
 bool LeadingEigenpairs(const MatrixXd& a, int k, VectorXcd* values, MatrixXcd* vectors);
 
+// The same without eigenvectors: at least the k eigenvalues of largest modulus (all n, unsorted,
+// from the dense solver when n <= kDenseMaxSize or Arnoldi does not converge). The count chain's
+// implied timescales need a few of a chain of up to a dictionary's 1,000 states, where the dense
+// eigenvalues took ~2 s of each refresh (docs/benchmarks.md "Refresh at the dictionary cap").
+bool LeadingEigenvalues(const MatrixXd& a, int k, VectorXcd* values);
+
 }  // namespace cmestream

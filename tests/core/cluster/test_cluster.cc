@@ -151,6 +151,98 @@ TEST(ImpliedTimescales, OfAMatrixMatchClosedForms) {
   EXPECT_EQ(TimescalesOfMatrix(bad, 1, 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A chain of 400 states (above kDenseMaxSize: the leading eigenvalues by Arnoldi): four
+// metastable blocks of 100 states, random rows within a block, a planted exit rate between
+// blocks. Its leading moduli and timescales match the dense solver's (what every size used
+// before) to 1e-9 relative, and the block-level closed form (the lumped 4-state chain with
+// leaving probability e has eigenvalues 1 - 4e/3, three times) to the within-block mixing.
+TEST(ImpliedTimescales, OfALargeChainMatchTheDenseSolver) {
+  const int blocks = 4, per = 100, n = blocks * per;
+  const double e = 0.003;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(0.1, 1.0);
+  MatrixXd t = MatrixXd::Zero(n, n);
+  for (int i = 0; i < n; ++i) {
+    const int b = i / per;
+    double row = 0;
+    for (int j = b * per; j < (b + 1) * per; ++j) row += (t(i, j) = u(rng));
+    t.row(i).segment(b * per, per) *= (1 - e) / row;
+    for (int c = 0; c < blocks; ++c) {
+      if (c != b) t.row(i).segment(c * per, per).setConstant(e / (blocks - 1) / per);
+    }
+  }
+  const ImpliedTimescales fast = *TimescalesOfMatrix(t, 0.1, 5);
+  Eigen::EigenSolver<MatrixXd> dense(t, false);
+  std::vector<double> mod(n);
+  for (int i = 0; i < n; ++i) mod[static_cast<size_t>(i)] = std::abs(dense.eigenvalues()[i]);
+  std::sort(mod.rbegin(), mod.rend());
+  ASSERT_EQ(fast.timescales.size(), 5);
+  for (int l = 0; l < 5; ++l) {
+    EXPECT_NEAR(fast.eigenvalue_moduli[l], mod[static_cast<size_t>(l + 1)], 1e-9 * mod[static_cast<size_t>(l + 1)]);
+    const double dense_t = -0.1 / std::log(mod[static_cast<size_t>(l + 1)]);
+    EXPECT_NEAR(fast.timescales[l], dense_t, 1e-9 * dense_t) << l;
+  }
+  // Three slow modes at the lumped chain's 1 - 4e/3 = 0.996 (timescale 25 time units), then the
+  // within-block ones (moduli ~0.1: random rows mix at once).
+  for (int l = 0; l < 3; ++l) EXPECT_NEAR(fast.eigenvalue_moduli[l], 1 - 4 * e / 3, 1e-6) << l;
+  EXPECT_LT(fast.eigenvalue_moduli[3], 0.3);
+
+  // Two closed classes (the blocks stop exchanging), a state never left (a zero row) and a
+  // transient state feeding both: eigenvalue 1 twice, as the dense solver says, so the slowest
+  // timescale is infinite (a chain that does not mix), not the next eigenvalue's.
+  MatrixXd split = t.topLeftCorner(2 * per + 2, 2 * per + 2);
+  split.bottomRows(2).setZero();
+  for (int i = 0; i < 2 * per; ++i) {
+    const int b = i / per;
+    split.row(i).setZero();
+    split.row(i).segment(b * per, per) = t.row(i).segment(b * per, per) / t.row(i).segment(b * per, per).sum();
+  }
+  split(2 * per + 1, 0) = split(2 * per + 1, per) = 0.5;
+  const ImpliedTimescales two = *TimescalesOfMatrix(split, 0.1, 3);
+  ASSERT_EQ(two.timescales.size(), 3);
+  EXPECT_NEAR(two.eigenvalue_moduli[0], 1.0, 1e-12);
+  EXPECT_TRUE(std::isinf(two.timescales[0]) || two.timescales[0] > 1e10);
+  Eigen::EigenSolver<MatrixXd> split_dense(split, false);
+  std::vector<double> split_mod(static_cast<size_t>(split.rows()));
+  for (Eigen::Index i = 0; i < split.rows(); ++i)
+    split_mod[static_cast<size_t>(i)] = std::abs(split_dense.eigenvalues()[i]);
+  std::sort(split_mod.rbegin(), split_mod.rend());
+  for (int l = 0; l < 3; ++l) EXPECT_NEAR(two.eigenvalue_moduli[l], split_mod[static_cast<size_t>(l + 1)], 1e-9) << l;
+
+  // What a short stream's count chain looks like (a 512-channel stream's 1,000 atoms after
+  // 8,000 pairs: 783 in one class, 217 on their own, 12 of them absorbing): atoms seen once whose
+  // only transition leads back to themselves are closed classes of their own, each entered from
+  // the big class with a small probability. Eigenvalue 1 as many times plus once; Arnoldi on the
+  // whole chain found it once (its Krylov space holds one eigenvector per distinct eigenvalue)
+  // and reported the big class's next eigenvalue, a timescale of 20 for a chain that does not mix.
+  const int states = 340, absorbing = 12;
+  MatrixXd chain = MatrixXd::Zero(states, states);
+  std::vector<bool> is_absorbing(states, false);
+  for (int a = 0; a < absorbing; ++a) is_absorbing[static_cast<size_t>(11 + a * 27)] = true;
+  for (int i = 0; i < states; ++i) {
+    if (is_absorbing[static_cast<size_t>(i)]) {
+      chain(i, i) = 1;
+      continue;
+    }
+    // A slow walk on a ring (the atoms of a diffusion), to its neighbours within 3 places.
+    for (int step = -3; step <= 3; ++step) {
+      const int j = (i + step + states) % states;
+      if (!is_absorbing[static_cast<size_t>(j)]) chain(i, j) = u(rng);
+    }
+    chain.row(i) /= chain.row(i).sum();
+  }
+  for (int a = 0; a < absorbing; ++a) {  // atom 3 + 27 a enters absorbing state 11 + 27 a
+    chain.row(3 + 27 * a) *= 0.98;
+    chain(3 + 27 * a, 11 + 27 * a) = 0.02;
+  }
+  const ImpliedTimescales seen_once = *TimescalesOfMatrix(chain, 0.1, 4);
+  ASSERT_EQ(seen_once.timescales.size(), 4);
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_NEAR(seen_once.eigenvalue_moduli[l], 1.0, 1e-9) << l;
+    EXPECT_TRUE(std::isinf(seen_once.timescales[l]) || seen_once.timescales[l] > 1e7) << seen_once.timescales[l];
+  }
+}
+
 TEST(MetastableClusters, FourWellClustersMatchTheWells) {
   const systems::FourWellOptions fw;
   const systems::Transitions data = systems::SimulateFourWell(60000, 17, fw);
