@@ -17,8 +17,9 @@ constexpr uint32_t kTag = io::Fourcc("ALRM");
 // and restores as such; a v3 object restores without the steps. v5: the holdover of the size test
 // (CHGD v2), any monitor; three flags (coefficient test, steps, holdover) in place of v3/v4's.
 // v6: a fourth flag, the coefficients' test's holdover (DRFT v3); written only by a monitor that
-// runs that test, every other new monitor stays v5.
-constexpr uint32_t kVersion = 6;
+// runs that test, every other new monitor stays v5. v7: a fifth flag, the step test (§12.10),
+// and its CHGD object after the DRFT one; written only by a monitor that runs it.
+constexpr uint32_t kVersion = 7;
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -96,17 +97,30 @@ absl::Status AlarmMonitor::Options::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("alarms: channels is ", channels, ", expected a divisor of dim (", dim, ")"));
   }
-  return DetectorOptions(*this).Validate();
+  if (absl::Status s = DetectorOptions(*this).Validate(); !s.ok()) return s;
+  return RunsStepTest(*this) ? StepTestOptions(*this).Validate() : absl::OkStatus();
 }
 
 bool AlarmMonitor::RunsDriftTest(const Options& o) { return o.dim > 0 && o.dim <= kMaxSmallState && o.scoring_v3; }
 
-// With both tests each gets half the false-alarm budget (docs/algorithms.md §12.9).
+bool AlarmMonitor::RunsStepTest(const Options& o) {
+  return RunsDriftTest(o) && o.holdover && o.drift_holdover && o.step_test;
+}
+
+// With both tests each gets half the false-alarm budget (docs/algorithms.md §12.9); with the step
+// test (§12.10) it takes kStepTestShare first.
 ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
   ChangeDetector::Options d;
   d.channels = o.dim > 0 ? o.channels : 1;
   d.alarm_rate = RunsDriftTest(o) ? o.alarm_rate / 2 : o.alarm_rate;
+  if (RunsStepTest(o)) d.alarm_rate = o.alarm_rate * (1 - kStepTestShare) / 2;
   d.holdover_pairs = o.holdover ? kHoldoverPairs : 0;
+  return d;
+}
+
+ChangeDetector::Options AlarmMonitor::StepTestOptions(const Options& o) {
+  ChangeDetector::Options d = DetectorOptions(o);
+  d.alarm_rate = o.alarm_rate * kStepTestShare;
   return d;
 }
 
@@ -114,7 +128,7 @@ DriftDetector::Options AlarmMonitor::DriftOptions(const Options& o) {
   DriftDetector::Options d;
   d.inputs = o.dim;
   d.channels = o.channels;
-  d.alarm_rate = o.alarm_rate / 2;
+  d.alarm_rate = RunsStepTest(o) ? o.alarm_rate * (1 - kStepTestShare) / 2 : o.alarm_rate / 2;
   d.steps = o.scoring_v4;
   d.holdover_pairs = o.holdover && o.drift_holdover ? kDriftHoldoverPairs : 0;
   return d;
@@ -131,14 +145,19 @@ AlarmMonitor::AlarmMonitor(const Options& options) : options_(options), detector
     forecast_.emplace(f);
   }
   if (RunsDriftTest(options)) drift_.emplace(DriftOptions(options));
+  if (RunsStepTest(options)) step_test_.emplace(StepTestOptions(options));
   residual_.assign(static_cast<size_t>(detector_.channels()) * LinearForecast::kBlock, 0.0);
   step_.assign(static_cast<size_t>(detector_.channels()), 0.0);
+  state_step_.assign(static_cast<size_t>(detector_.channels()), 0.0);
 }
 
 double AlarmMonitor::score() const {
   const double h = detector_.threshold();
   double s = h > 0 ? std::max(detector_.up_statistic(), detector_.down_statistic()) / h : 0;
   if (drift_) s = std::max(s, drift_->statistic() / drift_->threshold());
+  if (step_test_) {
+    s = std::max(s, std::max(step_test_->up_statistic(), step_test_->down_statistic()) / step_test_->threshold());
+  }
   return s;
 }
 
@@ -160,6 +179,11 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
           // that channel in x.
           const double* yb = y + static_cast<int64_t>(b) * d + (d - c);
           for (int o = 0; o < c; ++o) step_[static_cast<size_t>(o)] = (yb[o] - rb[o]) - xb[d - c + o];
+        }
+        if (step_test_) {
+          // The step test's residual (docs/algorithms.md §12.10): the state's step per channel.
+          const double* yb = y + static_cast<int64_t>(b) * d + (d - c);
+          for (int o = 0; o < c; ++o) state_step_[static_cast<size_t>(o)] = yb[o] - xb[d - c + o];
         }
         Score(xb, rb, step_.data(), time);
       }
@@ -195,15 +219,28 @@ void AlarmMonitor::ObserveIds(int64_t x, int64_t y, const TransitionCounts& coun
 void AlarmMonitor::Score(const double* x, const double* residual, const double* step, double time) {
   const ChangeDetector::Alarm* alarm = detector_.Observe(residual);
   const DriftDetector::Alarm* drift = drift_ ? drift_->Observe(x, residual, step) : nullptr;
+  // The step test (docs/algorithms.md §12.10) scores the pair only when neither test above
+  // alarmed on it: otherwise it restarts with them, and every alarm it counts is recorded.
+  const ChangeDetector::Alarm* stepped =
+      step_test_ && alarm == nullptr && drift == nullptr ? step_test_->Observe(state_step_.data()) : nullptr;
   if (armed_at_ < 0 && detector_.armed()) armed_at_ = pairs_;
-  // One change, one alarm: the test that did not alarm restarts with the one that did (the
+  // One change, one alarm: the tests that did not alarm restart with the one that did (the
   // residuals' size test first when both cross on the same pair: it labels the kind).
   if (alarm != nullptr) {
     Record(*alarm, time);
     if (drift_ && drift == nullptr) drift_->Restart();
+    if (step_test_) step_test_->Restart();
   } else if (drift != nullptr) {
     Record(*drift, time);
     detector_.Restart();
+    if (step_test_) step_test_->Restart();
+  } else if (stepped != nullptr) {
+    // The state's own steps changed in size before the forecast's residuals showed it: a change of
+    // how the state moves, "dynamics" (§12.10).
+    Record(*stepped, time);
+    records_.back().kind = ChangeDetector::Kind::kDynamics;
+    detector_.Restart();
+    if (drift_) drift_->Restart();
   }
 }
 
@@ -248,8 +285,8 @@ void AlarmMonitor::Keep(AlarmRecord rec) {
 
 void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
-  const bool v6 = v3 && v5 && options_.drift_holdover;
-  const size_t h = w.BeginObject(kTag, v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2))));
+  const bool v6 = v3 && v5 && options_.drift_holdover, v7 = RunsStepTest(options_);
+  const size_t h = w.BeginObject(kTag, v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)))));
   w.I32(options_.dim);
   w.I32(options_.channels);
   w.I32(options_.num_states);
@@ -262,6 +299,7 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
     w.U8(v4 ? 1 : 0);
     w.U8(1);
     if (v6) w.U8(1);
+    if (v7) w.U8(1);
   } else {
     if (v3) w.U8(1);
     if (v4) w.U8(1);
@@ -269,6 +307,7 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
   if (forecast_) forecast_->Serialize(w);
   detector_.Serialize(w);
   if (drift_) drift_->Serialize(w);
+  if (step_test_) step_test_->Serialize(w);
   w.U64(records_.size());
   for (const AlarmRecord& a : records_) {
     w.I64(a.index);
@@ -299,6 +338,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   o.scoring_v4 = false;
   o.holdover = false;
   o.drift_holdover = false;
+  o.step_test = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
@@ -330,6 +370,14 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
       if (r.ok() && (drift_hold != 1 || !o.scoring_v3)) return r.Fail("alarm monitor v6 flags out of range");
     }
     o.drift_holdover = version >= 6 || !o.scoring_v3;
+    // v7: the step test (§12.10), written only by a monitor that runs it; a v5 monitor without
+    // the coefficients' test is what a new one is, a v6 one keeps scoring without the step test.
+    if (version >= 7) {
+      const uint8_t step_test = r.U8("alarm monitor step test");
+      if (r.ok() && step_test != 1) return r.Fail("alarm monitor v7 flags out of range");
+    }
+    o.step_test = version >= 7 || !o.scoring_v3;
+    if (r.ok() && version >= 7 && !RunsStepTest(o)) return r.Fail("alarm monitor v7 without the step test's state");
   } else if (version >= 3) {
     const uint8_t flag = r.U8("alarm monitor coefficient test");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
@@ -371,6 +419,16 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
       return r.Fail("alarm monitor: the coefficient test's dimensions differ from the monitor's");
     }
     m.drift_ = std::move(*drift);
+  }
+  if (m.step_test_) {
+    absl::StatusOr<ChangeDetector> s = ChangeDetector::Deserialize(r);
+    if (!s.ok()) return s.status();
+    if (s->channels() != m.step_test_->channels() ||
+        s->options().holdover_pairs != m.step_test_->options().holdover_pairs ||
+        s->options().alarm_rate != m.step_test_->options().alarm_rate) {
+      return r.Fail("alarm monitor: the step test's channels, rate or holdover differ from the monitor's");
+    }
+    m.step_test_ = std::move(*s);
   }
   const int64_t n = r.Count("alarm monitor records", 0, kMaxRecords);
   for (int64_t i = 0; i < n && r.ok(); ++i) {

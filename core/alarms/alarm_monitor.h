@@ -15,7 +15,8 @@
 // has cubic regressors, and a second test (DriftDetector) watches whether the residual's sign
 // leans with the state's, and (ALRM v4) with the forecast's predicted step of its channel: a
 // change of the coefficients, which the residuals' size shows only at second order. The two
-// tests share alarm_rate; an alarm of either restarts both.
+// tests share alarm_rate (with the step test below, after its share); an alarm of either restarts
+// both.
 //
 // INDEXES. `index` counts the pairs the model was given (the warm-up's included), from 0: the
 // pair whose arrival raised an alarm has index = the count before it. The detector counts the
@@ -29,10 +30,17 @@
 // with ALRM v6 the coefficients' test does the same for kDriftHoldoverPairs pairs after each
 // alarm and each refit of the forecast (DriftDetector::Options::holdover_pairs).
 //
+// THE STEP TEST (ALRM v7, docs/algorithms.md §12.10): a small state's monitor with both
+// holdovers runs a third test, a ChangeDetector on the state's step y - x per channel (the
+// residual of a persistence forecast), at kStepTestShare of alarm_rate (the two others at half of
+// the rest each). The learned forecast absorbs a change of the state's amplitude once it refits
+// on it (an oscillator whose damping returns: its amplitude falls ~20x, its residuals' size
+// barely moves); the state's own steps cannot absorb it. Any test's alarm restarts the others.
+//
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
 // COST. Continuous: O(p^2 / 2) per pair for p regressors (the forecast's sums; p = d, or 3d for
 // a small state) and O(C d) the coefficients' test; discrete: O(deg x) (the row of x for the
-// p-value); O(C) the detector; no allocation per pair
+// p-value); O(C) the detector (and the step test's); no allocation per pair
 // except when an alarm is recorded or the forecast refits.
 #pragma once
 
@@ -88,6 +96,10 @@ class AlarmMonitor {
     // kDriftHoldoverPairs) after each alarm and refit, with holdover (ignored without it, and without the coefficients'
     // test). Off for monitors restored from ALRM v1-v5 that run the coefficients' test.
     bool drift_holdover = true;
+    // The scoring of ALRM v7 (docs/algorithms.md §12.10): with the coefficients' test and both
+    // holdovers, a third test of the state's step y - x (see THE STEP TEST above). Off for
+    // monitors restored from ALRM v1-v6 that run the coefficients' test.
+    bool step_test = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
@@ -97,6 +109,9 @@ class AlarmMonitor {
   // The same for the coefficients' test (docs/algorithms.md §12.9 "After a restart"; 300 did
   // better than 200 and 500 there, docs/benchmarks.md "What the daemon runs").
   static constexpr int kDriftHoldoverPairs = 300;
+  // The step test's share of alarm_rate (docs/benchmarks.md "What the daemon runs": 0.1 did
+  // better than 0.05 and 0.2 over 100 seeds).
+  static constexpr double kStepTestShare = 0.1;
   // Measured (docs/algorithms.md §12.9): on states of 1-2 values (a double well, an oscillator)
   // the cubic forecast and the coefficient test find most changes the residuals' size misses; on
   // an 8-channel stream of noisy, partially observed slow processes both raised false alarms.
@@ -121,19 +136,23 @@ class AlarmMonitor {
   int64_t pairs() const { return pairs_; }
   int64_t scored() const { return detector_.scored(); }
   int64_t armed_at() const { return armed_at_; }  // -1 before the detector first armed
-  int64_t alarms_total() const { return detector_.alarms() + (drift_ ? drift_->alarms() : 0); }
+  int64_t alarms_total() const {
+    return detector_.alarms() + (drift_ ? drift_->alarms() : 0) + (step_test_ ? step_test_->alarms() : 0);
+  }
   int64_t dropped() const { return alarms_total() - static_cast<int64_t>(records_.size()); }
   const std::deque<AlarmRecord>& records() const { return records_; }
   // The larger CUSUM statistic as a fraction of the threshold (an alarm at 1).
   double score() const;
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v6: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
-  // p-value, 1: the v1 surprise), (v5, v6) three u8 flags: the coefficient test, its steps, the
-  // holdover (always 1), and (v6) a fourth, the coefficient test's holdover (always 1), or (v3,
-  // v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1, the forecast (continuous), the detector
-  // (CHGD v2 with the holdover), (coefficient test) its DRFT object (v3 with its holdover), and
-  // the kept records. A monitor with the coefficient test and both holdovers is written as v6,
+  // Object "ALRM" v7: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), (v5-v7) three u8 flags: the coefficient test, its steps, the
+  // holdover (always 1), (v6, v7) a fourth, the coefficient test's holdover (always 1), and (v7)
+  // a fifth, the step test (always 1), or (v3, v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1,
+  // the forecast (continuous), the detector (CHGD v2 with the holdover), (coefficient test) its
+  // DRFT object (v3 with its holdover), (v7) the step test's CHGD object, and the kept records.
+  // A monitor with the step test is written as v7 (restored from v6 it keeps scoring without it),
+  // one with the coefficient test and both holdovers but without the step test as v6,
   // any other with the holdover as v5 (restored from v5 it keeps scoring without the coefficient
   // test's holdover); one without (restored from v1-v4) as before: v3 or v4 if it runs the coefficient test without or
   // with the steps, else v2, byte for byte, and restores with scoring_v3 false, which changes nothing for it. A
@@ -150,6 +169,8 @@ class AlarmMonitor {
   static bool RunsDriftTest(const Options& o);
   static ChangeDetector::Options DetectorOptions(const Options& o);
   static DriftDetector::Options DriftOptions(const Options& o);
+  static bool RunsStepTest(const Options& o);
+  static ChangeDetector::Options StepTestOptions(const Options& o);
 
   Options options_;
   bool surprise_score_ = false;  // discrete, restored from ALRM v1: r = sqrt(-log p)
@@ -157,9 +178,11 @@ class AlarmMonitor {
   int64_t armed_at_ = -1;
   std::optional<LinearForecast> forecast_;  // continuous
   ChangeDetector detector_;
-  std::optional<DriftDetector> drift_;  // continuous, scoring_v3 and few enough components
-  std::vector<double> residual_;        // scratch: LinearForecast::kBlock rows of the channels
-  std::vector<double> step_;            // scratch: the forecast's predicted step per channel
+  std::optional<DriftDetector> drift_;       // continuous, scoring_v3 and few enough components
+  std::optional<ChangeDetector> step_test_;  // RunsStepTest: the size test of y - x
+  std::vector<double> residual_;             // scratch: LinearForecast::kBlock rows of the channels
+  std::vector<double> step_;                 // scratch: the forecast's predicted step per channel
+  std::vector<double> state_step_;           // scratch: y - x per channel (the step test's residual)
   std::deque<AlarmRecord> records_;
 };
 

@@ -15,15 +15,18 @@
 // (no alarm at all), S1 = +windows (every change found at its first pair, no false alarm).
 //
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS] [--monitor]
-//                                        [--scoring-v3] [--scoring-v4] [--scoring-v5] [--misses]
+//                                        [--scoring-v3] [--scoring-v4] [--scoring-v5] [--scoring-v6]
+//                                        [--misses]
 //
 // --monitor replaces the frozen stand-in forecast below by what the daemon runs (AlarmMonitor,
 // DetectWithMonitor): its own forecast on the model's state (cubic regressors for states of at
-// most 8 values), refitted on schedule, and both of its tests (the residuals' size and the
-// forecast's coefficients, docs/algorithms.md §12.8-12.9). --scoring-v3 runs it as a monitor
-// restored from ALRM v3 scores (the coefficients' test without the forecast's steps, (12.9b), and
-// without the holdover), --scoring-v4 as one restored from ALRM v4 (without the holdover of §12.8),
-// --scoring-v5 as one restored from ALRM v5 (without the coefficients' test's holdover, §12.9);
+// most 8 values), refitted on schedule, and its tests (the residuals' size and the
+// forecast's coefficients, docs/algorithms.md §12.8-12.9; for a state of one or two values the
+// state's steps too, §12.10). --scoring-v3 runs it as a monitor restored from ALRM v3 scores (the
+// coefficients' test without the forecast's steps, (12.9b), and without the holdover),
+// --scoring-v4 as one restored from ALRM v4 (without the holdover of §12.8),
+// --scoring-v5 as one restored from ALRM v5 (without the coefficients' test's holdover, §12.9),
+// --scoring-v6 as one restored from ALRM v6 (without the step test, §12.10);
 // --misses prints one line per change not detected within 500 pairs: its segment, direction,
 // the pairs since the last alarm before it and the first alarm after it.
 //
@@ -74,6 +77,7 @@ int g_seed = 0;
 bool g_scoring_v3 = false;  // --scoring-v3: the monitor as an ALRM v3 object scores (no step components)
 bool g_scoring_v4 = false;  // --scoring-v4: the monitor as an ALRM v4 object scores (no holdover)
 bool g_scoring_v5 = false;  // --scoring-v5: as an ALRM v5 object scores (no coefficients' test holdover)
+bool g_scoring_v6 = false;  // --scoring-v6: as an ALRM v6 object scores (no step test)
 const char* g_system = "";
 
 constexpr int kWindow = 60;  // NAB window W, in pairs
@@ -332,6 +336,7 @@ std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double 
   o.scoring_v4 = !g_scoring_v3;
   o.holdover = !g_scoring_v3 && !g_scoring_v4;
   o.drift_holdover = !g_scoring_v5;
+  o.step_test = !g_scoring_v6;
   const bool discrete = name == "markov";
   const bool window = name == "sensor_noise";
   const int dim = window ? 4 : c;
@@ -546,6 +551,10 @@ int Main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--scoring-v5")) {
       g_scoring_v5 = true;
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--scoring-v6")) {
+      g_scoring_v6 = true;
       continue;
     }
     if (!std::strcmp(argv[i], "--misses")) {
