@@ -39,6 +39,20 @@ constexpr int kMaxHoldover = 1 << 20;
 
 bool Finite(double v) { return std::isfinite(v); }
 
+// One onset CUSUM of (12.7) at pair t with score x (-x for a down one): its statistic, and the
+// pair its current run started at and the run's length (the statistic's pairs above 0).
+void StepOnsetCusum(double x, double drift, int64_t t, double& stat, int64_t& start, int64_t& length) {
+  const double next = std::max(0.0, stat + x - drift);
+  if (next > 0) {
+    if (stat == 0) {
+      start = t;
+      length = 0;
+    }
+    ++length;
+  }
+  stat = next;
+}
+
 }  // namespace
 
 const char* DirectionName(ChangeDetector::Direction d) { return d == ChangeDetector::Direction::kUp ? "up" : "down"; }
@@ -310,24 +324,8 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
     up_ = up_run_.Step(up_, x, k, t, m, lag, lag1, energy, residual, scale2_);
     down_ = down_run_.Step(down_, -x, k, t, m, lag, lag1, energy, residual, scale2_);
     for (int j = 0; j < kOnsetCusums; ++j) {
-      const double u = std::max(0.0, onset_up_[j] + x - kOnsetDrift[j]);
-      if (u > 0) {
-        if (onset_up_[j] == 0) {
-          onset_up_start_[j] = t;
-          onset_up_len_[j] = 0;
-        }
-        ++onset_up_len_[j];
-      }
-      onset_up_[j] = u;
-      const double v = std::max(0.0, onset_down_[j] - x - kOnsetDrift[j]);
-      if (v > 0) {
-        if (onset_down_[j] == 0) {
-          onset_down_start_[j] = t;
-          onset_down_len_[j] = 0;
-        }
-        ++onset_down_len_[j];
-      }
-      onset_down_[j] = v;
+      StepOnsetCusum(x, kOnsetDrift[j], t, onset_up_[j], onset_up_start_[j], onset_up_len_[j]);
+      StepOnsetCusum(-x, kOnsetDrift[j], t, onset_down_[j], onset_down_start_[j], onset_down_len_[j]);
     }
     if (up_ > threshold_ || down_ > threshold_) {
       FillAlarm(up_ > threshold_ ? Direction::kUp : Direction::kDown, up_ > threshold_ ? up_ : down_);
