@@ -63,6 +63,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/alarms/alarm_monitor.h"
@@ -536,29 +537,18 @@ int Main(int argc, char** argv) {
   int seeds = 25;
   double rate = 1;
   int64_t stationary = 1'000'000;
+  // The flags without a value.
+  const std::pair<const char*, bool*> switches[] = {
+      {"--monitor", &g_monitor},       {"--scoring-v3", &g_scoring_v3}, {"--scoring-v4", &g_scoring_v4},
+      {"--scoring-v5", &g_scoring_v5}, {"--scoring-v6", &g_scoring_v6}, {"--misses", &g_misses},
+  };
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--monitor")) {
-      g_monitor = true;
-      continue;
+    bool* on = nullptr;
+    for (const auto& [name, flag] : switches) {
+      if (!std::strcmp(argv[i], name)) on = flag;
     }
-    if (!std::strcmp(argv[i], "--scoring-v3")) {
-      g_scoring_v3 = true;
-      continue;
-    }
-    if (!std::strcmp(argv[i], "--scoring-v4")) {
-      g_scoring_v4 = true;
-      continue;
-    }
-    if (!std::strcmp(argv[i], "--scoring-v5")) {
-      g_scoring_v5 = true;
-      continue;
-    }
-    if (!std::strcmp(argv[i], "--scoring-v6")) {
-      g_scoring_v6 = true;
-      continue;
-    }
-    if (!std::strcmp(argv[i], "--misses")) {
-      g_misses = true;
+    if (on != nullptr) {
+      *on = true;
       continue;
     }
     if (i + 1 >= argc) break;
