@@ -9,7 +9,9 @@
 // The streams cover trajectories (y_t = x_{t+1}), the same pairs sent as unordered pairs, and
 // shuffled pairs (no point repeats), at d = 2, 8, 64 and 512, pair by pair (micro_batch 1) and
 // in runs, with and without lag statistics, the latent model, input scaling and a prequential
-// score installed part way.
+// score installed part way. Then the change alarms on their own (core/alarms), every version of
+// their scoring (ALRM v2 to v7) on a stream whose regime switches, at a high alarm rate so that
+// restarts, holdovers and records are in the state, and a discrete monitor.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -21,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "core/alarms/alarm_monitor.h"
+#include "core/counts/transition_counts.h"
 #include "core/io/binary_io.h"
 #include "core/spectral/prequential_score.h"
 #include "core/stream/streaming_learner.h"
@@ -152,6 +156,116 @@ std::string Run(const Config& c) {
   return line;
 }
 
+// `scoring`: the newest ALRM version the monitor may write (7: every test on; lower: the
+// options of that release off).
+std::string RunAlarms(int dim, int scoring) {
+  AlarmMonitor::Options o;
+  o.dim = dim;
+  o.channels = dim;
+  o.alarm_rate = AlarmMonitor::kMaxAlarmRate;
+  o.scoring_v3 = scoring >= 3;
+  o.scoring_v4 = scoring >= 4;
+  o.holdover = scoring >= 5;
+  o.drift_holdover = scoring >= 6;
+  o.step_test = scoring >= 7;
+  if (!o.Validate().ok()) return "invalid options";
+  AlarmMonitor m(o);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> n01;
+  std::vector<double> x(static_cast<size_t>(dim)), y(static_cast<size_t>(dim));
+  for (double& v : x) v = n01(rng);
+  // An AR(1) whose coefficient and noise switch every 700 pairs; runs of 1 and of 53 pairs.
+  std::vector<double> run_x, run_y;
+  for (int t = 0; t < 4000; ++t) {
+    const bool b = (t / 700) % 2 == 1;
+    for (int j = 0; j < dim; ++j) y[j] = (b ? -0.5 : 0.8) * x[j] + (b ? 0.6 : 0.3) * n01(rng);
+    run_x.insert(run_x.end(), x.begin(), x.end());
+    run_y.insert(run_y.end(), y.begin(), y.end());
+    const int64_t n = static_cast<int64_t>(run_x.size()) / dim;
+    if (t < 2000 || n == 53) {
+      m.ObservePairs(run_x.data(), run_y.data(), n, 1000.0 + t);
+      run_x.clear();
+      run_y.clear();
+    }
+    x.swap(y);
+  }
+  io::Writer w;
+  m.Serialize(w);
+  const std::string bytes = w.Release();
+  char line[160];
+  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes) alarms %" PRId64, Fnv(bytes.data(), bytes.size()),
+                bytes.size(), m.alarms_total());
+  return line;
+}
+
+std::string RunDiscreteAlarms() {
+  TransitionCounts::Options co;
+  co.max_states = 4;
+  TransitionCounts counts(co);
+  AlarmMonitor::Options o;
+  o.num_states = 4;
+  o.alarm_rate = AlarmMonitor::kMaxAlarmRate;
+  AlarmMonitor m(o);
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u;
+  int64_t s = 0;
+  for (int t = 0; t < 4000; ++t) {
+    int64_t next = s;
+    const double v = u(rng);
+    if ((t / 700) % 2 == 0) {
+      if (v > 0.9) next = static_cast<int64_t>(u(rng) * 4) % 4;
+    } else if (v < 0.6) {
+      next = (s + 1) % 4;
+    }
+    m.ObserveIds(s, next, counts, 1000.0 + t);
+    if (!counts.AddBatch(&s, &next, 1).ok()) return "counts failed";
+    s = next;
+  }
+  io::Writer w;
+  m.Serialize(w);
+  const std::string bytes = w.Release();
+  char line[160];
+  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes) alarms %" PRId64, Fnv(bytes.data(), bytes.size()),
+                bytes.size(), m.alarms_total());
+  return line;
+}
+
+// A discrete model (counts, discrete predictive sums, lags, alarms) on a 6-state chain.
+std::string RunDiscreteLearner() {
+  StreamingLearner::Options o;
+  o.num_states = 6;
+  o.window = 2;
+  o.lags = {1, 3};
+  o.alarms = true;
+  o.seed = 11;
+  if (!o.Validate().ok()) return "invalid options";
+  StreamingLearner l(o);
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u;
+  std::vector<int64_t> ids(3001);
+  ids[0] = 0;
+  for (size_t t = 1; t < ids.size(); ++t) {
+    const double v = u(rng);
+    ids[t] = v < 0.8 ? ids[t - 1] : (v < 0.95 ? (ids[t - 1] + 1) % 6 : static_cast<int64_t>(u(rng) * 6) % 6);
+  }
+  for (int64_t first = 0; first < 3000; first += 37) {
+    StreamBatch b;
+    b.n = std::min<int64_t>(37, 3000 - first);
+    b.x_ids = ids.data() + first;
+    b.y_ids = ids.data() + first + 1;
+    b.trajectory = true;
+    b.producer = "p";
+    absl::StatusOr<ObserveSummary> r = l.Observe(b);
+    if (!r.ok()) return std::string(r.status().message());
+  }
+  io::Writer w;
+  l.Serialize(w);
+  const std::string bytes = w.Release();
+  char line[160];
+  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes)", Fnv(bytes.data(), bytes.size()), bytes.size());
+  return line;
+}
+
 }  // namespace
 }  // namespace cmestream
 
@@ -177,5 +291,12 @@ int main() {
                 c.prequential, cmestream::Run(c).c_str());
     std::fflush(stdout);
   }
+  for (int d : {1, 2, 8}) {
+    for (int scoring = 2; scoring <= 7; ++scoring) {
+      std::printf("alarms d=%d scoring=v%d: %s\n", d, scoring, cmestream::RunAlarms(d, scoring).c_str());
+    }
+  }
+  std::printf("alarms discrete: %s\n", cmestream::RunDiscreteAlarms().c_str());
+  std::printf("discrete learner: %s\n", cmestream::RunDiscreteLearner().c_str());
   return 0;
 }
