@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/counts/transition_counts.h"
 #include "core/io/binary_io.h"
+#include "core/io/field_io.h"
 
 namespace cmestream {
 namespace {
@@ -283,16 +284,24 @@ void AlarmMonitor::Keep(AlarmRecord rec) {
   // early, noisy refits raise alarms of their own).
 }
 
+namespace {
+
+// The options written (the scoring's flags follow the counters).
+template <class Fields, class Options>
+void MonitorOptionFields(Fields& f, Options& o) {
+  f.Scalars("alarm monitor", io::Field("dim", o.dim), io::Field("channels", o.channels),
+            io::Field("num_states", o.num_states), io::Field("alarm_rate", o.alarm_rate));
+}
+
+}  // namespace
+
 void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
   const bool v6 = v3 && v5 && options_.drift_holdover, v7 = RunsStepTest(options_);
   const size_t h = w.BeginObject(kTag, v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)))));
-  w.I32(options_.dim);
-  w.I32(options_.channels);
-  w.I32(options_.num_states);
-  w.F64(options_.alarm_rate);
-  w.I64(pairs_);
-  w.I64(armed_at_);
+  io::FieldWriter f(w);
+  MonitorOptionFields(f, options_);
+  f.Scalars("alarm monitor", io::Field("pairs", pairs_), io::Field("armed_at", armed_at_));
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
   if (v5) {
     w.U8(v3 ? 1 : 0);
@@ -326,11 +335,9 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
 absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kTag, kVersion, "alarm monitor", &version)) return r.status();
+  io::FieldReader f(r);
   Options o;
-  o.dim = r.I32("alarm monitor dim");
-  o.channels = r.I32("alarm monitor channels");
-  o.num_states = r.I32("alarm monitor num_states");
-  o.alarm_rate = r.F64("alarm monitor alarm_rate");
+  MonitorOptionFields(f, o);
   if (!r.ok()) return r.status();
   // Monitors written as v1/v2 have no coefficient test and keep running without one; v3 ones run
   // it without the steps.
@@ -345,8 +352,8 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
       !r.Expect(8 * static_cast<uint64_t>(o.dim) * static_cast<uint64_t>(o.dim), "alarm monitor forecast")) {
     return r.status();
   }
-  const int64_t pairs = r.I64("alarm monitor pairs");
-  const int64_t armed_at = r.I64("alarm monitor armed_at");
+  int64_t pairs = 0, armed_at = 0;
+  f.Scalars("alarm monitor", io::Field("pairs", pairs), io::Field("armed_at", armed_at));
   bool surprise_score = false;
   if (o.num_states > 0) {
     // v1 discrete monitors scored the surprise and keep it (their detector is calibrated on it).

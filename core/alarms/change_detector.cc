@@ -464,16 +464,23 @@ namespace {
 
 template <class Fields, class Options>
 void ChangeDetectorOptionFields(Fields& f, Options& o) {
-  f.I32("change detector channels", o.channels);
-  f.F64("change detector alarm_rate", o.alarm_rate);
-  f.I32("change detector arm_after", o.arm_after);
-  f.I32("change detector scale_pairs", o.scale_pairs);
-  f.I32("change detector baseline_pairs", o.baseline_pairs);
-  f.F64("change detector drift", o.drift);
-  f.F64("change detector clip", o.clip);
-  f.F64("change detector kind_min", o.kind_min);
-  f.F64("change detector kind_z", o.kind_z);
-  f.F64("change detector kind_memory", o.kind_memory);
+  f.Scalars("change detector", io::Field("channels", o.channels), io::Field("alarm_rate", o.alarm_rate),
+            io::Field("arm_after", o.arm_after), io::Field("scale_pairs", o.scale_pairs),
+            io::Field("baseline_pairs", o.baseline_pairs), io::Field("drift", o.drift), io::Field("clip", o.clip),
+            io::Field("kind_min", o.kind_min), io::Field("kind_z", o.kind_z), io::Field("kind_memory", o.kind_memory));
+}
+
+// The up and the down CUSUM's runs after their starts, of the live reference (prefix "change
+// detector") or the held one ("change detector holdover"): StateFields and HoldoverFields.
+template <class Fields, class Run>
+void RunFields(Fields& f, const char* prefix, int64_t nc, Run& up, Run& down) {
+  f.Scalars(prefix, io::Field("up run length", up.len), io::Field("down run length", down.len),
+            io::Field("up run energy", up.m), io::Field("down run energy", down.m),
+            io::Field("up run lag product", up.lag), io::Field("up run lag-1 product", up.lag1),
+            io::Field("up run square", up.energy), io::Field("down run lag product", down.lag),
+            io::Field("down run lag-1 product", down.lag1), io::Field("down run square", down.energy));
+  f.Doubles(absl::StrCat(prefix, " up run channel scores").c_str(), nc, up.z.data());
+  f.Doubles(absl::StrCat(prefix, " down run channel scores").c_str(), nc, down.z.data());
 }
 
 }  // namespace
@@ -483,86 +490,47 @@ void ChangeDetectorOptionFields(Fields& f, Options& o) {
 template <class Fields, class Self>
 void ChangeDetector::StateFields(Fields& f, Self& d) {
   const int64_t nc = d.options_.channels;
-  f.I64("change detector scored pairs", d.index_);
-  f.I64("change detector skipped pairs", d.skipped_);
-  f.I64("change detector alarms", d.alarms_);
-  f.Bool("change detector has previous residual", d.has_prev_);
+  const char* const kPrefix = "change detector";
+  f.Scalars(kPrefix, io::Field("scored pairs", d.index_), io::Field("skipped pairs", d.skipped_),
+            io::Field("alarms", d.alarms_), io::Field("has previous residual", d.has_prev_));
   f.Doubles("change detector previous residual", nc, d.prev_r_.data());
   f.Doubles("change detector residual memory", nc, d.memory_.data());
   f.I64("change detector pairs since restart", d.since_restart_);
   f.Doubles("change detector scales", nc, d.scale2_.data());
-  f.F64("change detector scale floor", d.scale_floor_);
-  f.I64("change detector reference pairs", d.ref_n_);
-  f.F64("change detector reference mean", d.ref_mean_w_);
-  f.F64("change detector reference variance", d.ref_var_w_);
-  f.F64("change detector reference energy", d.ref_mean_m_);
-  f.Bool("change detector has previous score", d.has_prev_x_);
-  f.F64("change detector previous score", d.prev_x_);
-  f.I64("change detector score lag pairs", d.ref_xx_n_);
-  f.F64("change detector score lag product", d.ref_xx_);
-  f.F64("change detector reference lag product", d.ref_lag_);
-  f.F64("change detector reference lag-1 product", d.ref_lag1_);
-  f.F64("change detector reference square", d.ref_energy_);
+  f.Scalars(kPrefix, io::Field("scale floor", d.scale_floor_), io::Field("reference pairs", d.ref_n_),
+            io::Field("reference mean", d.ref_mean_w_), io::Field("reference variance", d.ref_var_w_),
+            io::Field("reference energy", d.ref_mean_m_), io::Field("has previous score", d.has_prev_x_),
+            io::Field("previous score", d.prev_x_), io::Field("score lag pairs", d.ref_xx_n_),
+            io::Field("score lag product", d.ref_xx_), io::Field("reference lag product", d.ref_lag_),
+            io::Field("reference lag-1 product", d.ref_lag1_), io::Field("reference square", d.ref_energy_));
   f.Doubles("change detector reference channel scores", nc, d.ref_z_.data());
-  f.F64("change detector up statistic", d.up_);
-  f.F64("change detector down statistic", d.down_);
-  f.I64("change detector up onset", d.up_run_.start);
-  f.I64("change detector down onset", d.down_run_.start);
+  f.Scalars(kPrefix, io::Field("up statistic", d.up_), io::Field("down statistic", d.down_),
+            io::Field("up onset", d.up_run_.start), io::Field("down onset", d.down_run_.start));
   for (int j = 0; j < kOnsetCusums; ++j) {
-    f.F64("change detector onset up statistic", d.onset_up_[j]);
-    f.F64("change detector onset down statistic", d.onset_down_[j]);
-    f.I64("change detector onset up start", d.onset_up_start_[j]);
-    f.I64("change detector onset down start", d.onset_down_start_[j]);
-    f.I64("change detector onset up run length", d.onset_up_len_[j]);
-    f.I64("change detector onset down run length", d.onset_down_len_[j]);
+    f.Scalars(
+        kPrefix, io::Field("onset up statistic", d.onset_up_[j]), io::Field("onset down statistic", d.onset_down_[j]),
+        io::Field("onset up start", d.onset_up_start_[j]), io::Field("onset down start", d.onset_down_start_[j]),
+        io::Field("onset up run length", d.onset_up_len_[j]), io::Field("onset down run length", d.onset_down_len_[j]));
   }
-  f.I64("change detector up run length", d.up_run_.len);
-  f.I64("change detector down run length", d.down_run_.len);
-  f.F64("change detector up run energy", d.up_run_.m);
-  f.F64("change detector down run energy", d.down_run_.m);
-  f.F64("change detector up run lag product", d.up_run_.lag);
-  f.F64("change detector up run lag-1 product", d.up_run_.lag1);
-  f.F64("change detector up run square", d.up_run_.energy);
-  f.F64("change detector down run lag product", d.down_run_.lag);
-  f.F64("change detector down run lag-1 product", d.down_run_.lag1);
-  f.F64("change detector down run square", d.down_run_.energy);
-  f.Doubles("change detector up run channel scores", nc, d.up_run_.z.data());
-  f.Doubles("change detector down run channel scores", nc, d.down_run_.z.data());
+  RunFields(f, kPrefix, nc, d.up_run_, d.down_run_);
 }
 
 // v2: the holdover's state, after StateFields.
 template <class Fields, class Self>
 void ChangeDetector::HoldoverFields(Fields& f, Self& d) {
   const int64_t nc = d.options_.channels;
-  f.Bool("change detector holdover active", d.hold_active_);
-  f.I32("change detector holdover direction", d.hold_direction_);
-  f.I64("change detector holdover pairs", d.hold_pairs_);
-  f.F64("change detector holdover mean", d.hold_mean_w_);
-  f.F64("change detector holdover sd", d.hold_sd_);
-  f.F64("change detector holdover long-run factor", d.hold_factor_);
-  f.F64("change detector holdover energy", d.hold_mean_m_);
-  f.F64("change detector holdover lag product", d.hold_lag_);
-  f.F64("change detector holdover lag-1 product", d.hold_lag1_);
-  f.F64("change detector holdover square", d.hold_energy_);
+  const char* const kPrefix = "change detector holdover";
+  f.Scalars(kPrefix, io::Field("active", d.hold_active_), io::Field("direction", d.hold_direction_),
+            io::Field("pairs", d.hold_pairs_), io::Field("mean", d.hold_mean_w_), io::Field("sd", d.hold_sd_),
+            io::Field("long-run factor", d.hold_factor_), io::Field("energy", d.hold_mean_m_),
+            io::Field("lag product", d.hold_lag_), io::Field("lag-1 product", d.hold_lag1_),
+            io::Field("square", d.hold_energy_));
   f.Doubles("change detector holdover scales", nc, d.hold_scale2_.data());
   f.Doubles("change detector holdover channel scores", nc, d.hold_ref_z_.data());
   f.Doubles("change detector holdover residual memory", nc, d.hold_memory_.data());
-  f.F64("change detector holdover up statistic", d.hold_up_);
-  f.F64("change detector holdover down statistic", d.hold_down_);
-  f.I64("change detector holdover up start", d.hold_up_run_.start);
-  f.I64("change detector holdover down start", d.hold_down_run_.start);
-  f.I64("change detector holdover up run length", d.hold_up_run_.len);
-  f.I64("change detector holdover down run length", d.hold_down_run_.len);
-  f.F64("change detector holdover up run energy", d.hold_up_run_.m);
-  f.F64("change detector holdover down run energy", d.hold_down_run_.m);
-  f.F64("change detector holdover up run lag product", d.hold_up_run_.lag);
-  f.F64("change detector holdover up run lag-1 product", d.hold_up_run_.lag1);
-  f.F64("change detector holdover up run square", d.hold_up_run_.energy);
-  f.F64("change detector holdover down run lag product", d.hold_down_run_.lag);
-  f.F64("change detector holdover down run lag-1 product", d.hold_down_run_.lag1);
-  f.F64("change detector holdover down run square", d.hold_down_run_.energy);
-  f.Doubles("change detector holdover up run channel scores", nc, d.hold_up_run_.z.data());
-  f.Doubles("change detector holdover down run channel scores", nc, d.hold_down_run_.z.data());
+  f.Scalars(kPrefix, io::Field("up statistic", d.hold_up_), io::Field("down statistic", d.hold_down_),
+            io::Field("up start", d.hold_up_run_.start), io::Field("down start", d.hold_down_run_.start));
+  RunFields(f, kPrefix, nc, d.hold_up_run_, d.hold_down_run_);
 }
 
 void ChangeDetector::Serialize(io::Writer& w) const {

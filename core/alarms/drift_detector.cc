@@ -264,13 +264,9 @@ namespace {
 
 template <class Fields, class Options>
 void DriftDetectorOptionFields(Fields& f, Options& o) {
-  f.I32("drift detector inputs", o.inputs);
-  f.I32("drift detector channels", o.channels);
-  f.F64("drift detector alarm_rate", o.alarm_rate);
-  f.I32("drift detector arm_after", o.arm_after);
-  f.I32("drift detector baseline_pairs", o.baseline_pairs);
-  f.F64("drift detector drift", o.drift);
-  f.F64("drift detector clip", o.clip);
+  f.Scalars("drift detector", io::Field("inputs", o.inputs), io::Field("channels", o.channels),
+            io::Field("alarm_rate", o.alarm_rate), io::Field("arm_after", o.arm_after),
+            io::Field("baseline_pairs", o.baseline_pairs), io::Field("drift", o.drift), io::Field("clip", o.clip));
 }
 
 }  // namespace
@@ -311,9 +307,8 @@ constexpr const char* kHeldNames[7] = {"drift detector holdover regressor means"
 
 template <class Fields, class Self>
 void DriftDetector::StateFields(Fields& f, Self& m) {
-  f.I64("drift detector index", m.index_);
-  f.I64("drift detector alarms", m.alarms_);
-  f.I64("drift detector since_restart", m.since_restart_);
+  f.Scalars("drift detector", io::Field("index", m.index_), io::Field("alarms", m.alarms_),
+            io::Field("since_restart", m.since_restart_));
   ReferenceFields(f, kLiveNames, m.regressors(), m.x_mean_, m.mean_, m.var_, m.up_, m.down_, m.up_start_,
                   m.down_start_);
 }
@@ -321,8 +316,7 @@ void DriftDetector::StateFields(Fields& f, Self& m) {
 // v3: the holdover's state, after StateFields.
 template <class Fields, class Self>
 void DriftDetector::HoldoverFields(Fields& f, Self& m) {
-  f.Bool("drift detector holdover active", m.hold_active_);
-  f.I64("drift detector holdover pairs", m.hold_pairs_);
+  f.Scalars("drift detector holdover", io::Field("active", m.hold_active_), io::Field("pairs", m.hold_pairs_));
   ReferenceFields(f, kHeldNames, m.regressors(), m.hold_x_mean_, m.hold_mean_, m.hold_sd_, m.hold_up_, m.hold_down_,
                   m.hold_up_start_, m.hold_down_start_);
 }

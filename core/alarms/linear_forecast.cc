@@ -209,27 +209,29 @@ void LinearForecast::Refit() {
 
 template <class Fields, class Self>
 void LinearForecast::StateFields(Fields& f, Self& m) {
-  f.I64("alarm forecast pairs", m.n_);
-  f.I64("alarm forecast next fit", m.next_fit_);
-  f.Matrix("alarm forecast x0", m.x0_);
-  f.Matrix("alarm forecast y0", m.y0_);
-  f.Matrix("alarm forecast suu", m.suu_);
-  f.Matrix("alarm forecast su", m.su_);
-  f.Matrix("alarm forecast suv", m.suv_);
-  f.Matrix("alarm forecast sv", m.sv_);
+  f.Scalars("alarm forecast", io::Field("pairs", m.n_), io::Field("next fit", m.next_fit_));
+  f.Matrices("alarm forecast", io::Matrix("x0", m.x0_), io::Matrix("y0", m.y0_), io::Matrix("suu", m.suu_),
+             io::Matrix("su", m.su_), io::Matrix("suv", m.suv_), io::Matrix("sv", m.sv_));
   f.Bool("alarm forecast fitted", m.fitted_);
-  f.Matrix("alarm forecast intercept", m.intercept_);
-  f.Matrix("alarm forecast coef", m.coef_);
+  f.Matrices("alarm forecast", io::Matrix("intercept", m.intercept_), io::Matrix("coef", m.coef_));
 }
+
+namespace {
+
+// The options, in file order; version 1 (degree 1) ends before the degree.
+template <class Fields, class Options>
+void OptionFields(Fields& f, Options& o, bool with_degree) {
+  f.Scalars("alarm forecast", io::Field("dim", o.dim), io::Field("outputs", o.outputs),
+            io::Field("first_fit", o.first_fit), io::Field("fit_every", o.fit_every));
+  if (with_degree) f.I32("alarm forecast degree", o.degree);
+}
+
+}  // namespace
 
 void LinearForecast::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, options_.degree == 1 ? 1 : kVersion);
-  w.I32(options_.dim);
-  w.I32(options_.outputs);
-  w.I64(options_.first_fit);
-  w.I64(options_.fit_every);
-  if (options_.degree != 1) w.I32(options_.degree);
   io::FieldWriter f(w);
+  OptionFields(f, options_, options_.degree != 1);
   StateFields(f, *this);
   w.EndObject(h);
 }
@@ -237,18 +239,14 @@ void LinearForecast::Serialize(io::Writer& w) const {
 absl::StatusOr<LinearForecast> LinearForecast::Deserialize(io::Reader& r) {
   uint32_t version = 0;
   if (!r.BeginObject(kTag, kVersion, "alarm forecast", &version)) return r.status();
+  io::FieldReader fields(r);
   Options o;
-  o.dim = r.I32("alarm forecast dim");
-  o.outputs = r.I32("alarm forecast outputs");
-  o.first_fit = r.I64("alarm forecast first_fit");
-  o.fit_every = r.I64("alarm forecast fit_every");
-  if (version >= 2) o.degree = r.I32("alarm forecast degree");
+  OptionFields(fields, o, version >= 2);
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("alarm forecast: ", s.message()));
   const uint64_t d = static_cast<uint64_t>(o.regressors()), c = static_cast<uint64_t>(o.outputs);
   if (!r.Expect(8 * (d * d + 2 * d * c), "alarm forecast sums")) return r.status();
   LinearForecast f(o);
-  io::FieldReader fields(r);
   StateFields(fields, f);
   if (!r.EndObject("alarm forecast")) return r.status();
   if (f.n_ < 0 || f.next_fit_ <= f.n_) return r.Fail("alarm forecast: pair counters out of order");

@@ -25,8 +25,7 @@ void OptionFields(Fields& f, Options& o) {
   f.I32In("forecast block_length", o.block_length, 1, 1 << 30);
   f.I32In("forecast folds", o.folds, 2, 16);
   f.I32In("forecast batch_size", o.batch_size, 1, 1 << 16);
-  f.I64("forecast first_fit", o.first_fit);
-  f.I64("forecast fit_every", o.fit_every);
+  f.Scalars("forecast", io::Field("first_fit", o.first_fit), io::Field("fit_every", o.fit_every));
 }
 
 // One fold's sums; when reading, s is sized (q, d) already.
@@ -42,17 +41,14 @@ void SumsFields(Fields& f, Sums& s) {
 
 template <class Fields, class Skill>
 void SkillFields(Fields& f, Skill& s) {
-  f.I64("forecast skill pairs", s.pairs);
-  f.F64("forecast skill sse", s.sse);
-  f.F64("forecast skill persistence sse", s.sse_persistence);
+  f.Scalars("forecast skill", io::Field("pairs", s.pairs), io::Field("sse", s.sse),
+            io::Field("persistence sse", s.sse_persistence));
 }
 
 template <class Fields, class Choice>
 void ChoiceFields(Fields& f, Choice& c) {
-  f.Bool("forecast choice increment", c.increment);
-  f.F64("forecast choice lambda_linear", c.lambda_linear);
-  f.F64("forecast choice lambda_kernel", c.lambda_kernel);
-  f.F64("forecast choice held-out rmse", c.heldout_rmse);
+  f.Scalars("forecast choice", io::Field("increment", c.increment), io::Field("lambda_linear", c.lambda_linear),
+            io::Field("lambda_kernel", c.lambda_kernel), io::Field("held-out rmse", c.heldout_rmse));
 }
 
 }  // namespace

@@ -11,17 +11,85 @@
 //   Deserialize: io::FieldReader f(r);  Options o;  OptionFields(f, o);
 //
 // so the order in which fields are written and the order in which they are read back cannot
-// drift apart. FieldWriter writes exactly what the matching Writer call writes (the name is
+// drift apart. A run of scalar fields is one Scalars call, each field named beside its value
+// and stored as its type says (bool: Bool, int32_t: I32, int64_t: I64, uint64_t: U64, double:
+// F64), the names after a common prefix:
+//
+//     f.Scalars("cme", io::Field("eta", o.eta), io::Field("lambda", o.lambda), io::Field("max_dict", o.max_dict));
+//
+// writes exactly what F64, F64, I32 would, and reads them back naming "cme eta" and so on.
+// Counters is the same for int64_t counters read as NonNegativeI64 (io::Counter), Matrices for
+// matrices (io::Matrix).
+// FieldWriter writes exactly what the matching Writer call writes (the name is
 // not stored); FieldReader makes exactly the matching Reader call, with the name as `what` for
 // its error messages. The checked reads (I32In, NonNegativeI64, Count) are plain I32/I64/U64 on
 // disk; their bounds apply when reading. Matrices are read into buffers already sized as written.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <type_traits>
+#include <variant>
 
 #include "core/io/binary_io.h"
 
 namespace cmestream::io {
+
+// One named scalar of a Scalars() run: a pointer to a bool, int32_t, int64_t, uint64_t or double
+// (const when writing). Only these exact types bind: an int64_t counter cannot be stored as an
+// i32 by accident, because a value of any other type does not convert.
+template <bool kConst>
+struct ScalarField {
+  template <class T>
+  using Ptr = std::conditional_t<kConst, const T*, T*>;
+  template <class T>
+  using Ref = std::conditional_t<kConst, const T&, T&>;
+
+  ScalarField(const char* n, Ref<bool> v) : name(n), value(&v) {}
+  ScalarField(const char* n, Ref<int32_t> v) : name(n), value(&v) {}
+  ScalarField(const char* n, Ref<int64_t> v) : name(n), value(&v) {}
+  ScalarField(const char* n, Ref<uint64_t> v) : name(n), value(&v) {}
+  ScalarField(const char* n, Ref<double> v) : name(n), value(&v) {}
+  template <class T>
+  ScalarField(const char*, const T&) = delete;  // any other type
+
+  const char* name;
+  std::variant<Ptr<bool>, Ptr<int32_t>, Ptr<int64_t>, Ptr<uint64_t>, Ptr<double>> value;
+};
+
+// A scalar field of a Scalars() run: const when the list is being written.
+template <class T>
+ScalarField<std::is_const_v<T>> Field(const char* name, T& v) {
+  return ScalarField<std::is_const_v<T>>(name, v);
+}
+
+// One named counter of a Counters() run: an int64_t that cannot be negative (stored as I64).
+template <bool kConst>
+struct CounterField {
+  CounterField(const char* n, std::conditional_t<kConst, const int64_t&, int64_t&> v) : name(n), value(&v) {}
+  template <class T>
+  CounterField(const char*, const T&) = delete;  // any other type
+
+  const char* name;
+  std::conditional_t<kConst, const int64_t*, int64_t*> value;
+};
+
+template <class T>
+CounterField<std::is_const_v<T>> Counter(const char* name, T& v) {
+  return CounterField<std::is_const_v<T>>(name, v);
+}
+
+// One named matrix of a Matrices() run (an Eigen matrix; when reading, sized as written).
+template <class M>
+struct MatrixField {
+  const char* name;
+  M& value;
+};
+
+template <class M>
+MatrixField<M> Matrix(const char* name, M& m) {
+  return MatrixField<M>{name, m};
+}
 
 class FieldWriter {
  public:
@@ -40,10 +108,28 @@ class FieldWriter {
   void Matrix(const char*, const Eigen::DenseBase<Derived>& m) {
     w_.Matrix(m);
   }
+  template <class... Fs>
+  void Scalars(const char* /*prefix*/, const Fs&... fields) {
+    (std::visit([this](auto* v) { Put(*v); }, fields.value), ...);
+  }
+  template <class... Cs>
+  void Counters(const char* /*prefix*/, const Cs&... counters) {
+    (w_.I64(*counters.value), ...);
+  }
+  template <class... Ms>
+  void Matrices(const char* /*prefix*/, const Ms&... matrices) {
+    (w_.Matrix(matrices.value), ...);
+  }
 
   Writer& writer() { return w_; }
 
  private:
+  void Put(bool v) { w_.Bool(v); }
+  void Put(int32_t v) { w_.I32(v); }
+  void Put(int64_t v) { w_.I64(v); }
+  void Put(uint64_t v) { w_.U64(v); }
+  void Put(double v) { w_.F64(v); }
+
   Writer& w_;
 };
 
@@ -73,10 +159,35 @@ class FieldReader {
   void Matrix(const char* what, Eigen::DenseBase<Derived>&& m) {
     r_.MatrixInto(what, m);
   }
+  // Each field named "<prefix> <name>" in the reader's messages.
+  template <class... Fs>
+  void Scalars(const char* prefix, const Fs&... fields) {
+    (Get(prefix, fields), ...);
+  }
+  // NonNegativeI64 of each, named as in Scalars.
+  template <class... Cs>
+  void Counters(const char* prefix, const Cs&... counters) {
+    ((*counters.value = r_.NonNegativeI64(Name(prefix, counters.name).c_str())), ...);
+  }
+  template <class... Ms>
+  void Matrices(const char* prefix, const Ms&... matrices) {
+    (r_.MatrixInto(Name(prefix, matrices.name).c_str(), matrices.value), ...);
+  }
 
   Reader& reader() { return r_; }
 
  private:
+  static std::string Name(const char* prefix, const char* name) { return std::string(prefix) + " " + name; }
+  void Get(const char* prefix, const ScalarField<false>& f) {
+    const std::string what = Name(prefix, f.name);
+    std::visit([&](auto* v) { Get(what.c_str(), *v); }, f.value);
+  }
+  void Get(const char* what, bool& v) { v = r_.Bool(what); }
+  void Get(const char* what, int32_t& v) { v = r_.I32(what); }
+  void Get(const char* what, int64_t& v) { v = r_.I64(what); }
+  void Get(const char* what, uint64_t& v) { v = r_.U64(what); }
+  void Get(const char* what, double& v) { v = r_.F64(what); }
+
   Reader& r_;
 };
 

@@ -48,28 +48,20 @@ uint64_t Doubles(int64_t n) { return static_cast<uint64_t>(n) * 8; }
 // CompressedCme: what the constructor needs, then the learner's counters (docs/algorithms.md §1).
 template <class Fields, class Options>
 void CmeOptionFields(Fields& f, Options& o) {
-  f.I32("cme dim", o.dim);
-  f.F64("cme sigma", o.sigma);
-  f.F64("cme eta", o.eta);
-  f.F64("cme lambda", o.lambda);
-  f.F64("cme epsilon", o.epsilon);
-  f.I32("cme max_dict", o.max_dict);
-  f.Bool("cme one_sided", o.one_sided);
-  f.F64("cme jitter", o.jitter);
-  f.F64("cme drift_tolerance", o.drift_tolerance);
+  f.Scalars("cme", io::Field("dim", o.dim), io::Field("sigma", o.sigma), io::Field("eta", o.eta),
+            io::Field("lambda", o.lambda), io::Field("epsilon", o.epsilon), io::Field("max_dict", o.max_dict),
+            io::Field("one_sided", o.one_sided), io::Field("jitter", o.jitter),
+            io::Field("drift_tolerance", o.drift_tolerance));
   f.NonNegativeI64("cme drift_check_interval", o.drift_check_interval);
-  f.F64("cme step_decay_samples", o.step_decay_samples);
-  f.F64("cme step_decay_power", o.step_decay_power);
-  f.Bool("cme averaging", o.averaging);
+  f.Scalars("cme", io::Field("step_decay_samples", o.step_decay_samples),
+            io::Field("step_decay_power", o.step_decay_power), io::Field("averaging", o.averaging));
 }
 
 template <class Fields, class Counters>
 void CmeCounterFields(Fields& f, Counters& c) {
-  f.NonNegativeI64("cme samples", c.samples);
-  f.NonNegativeI64("cme compressed", c.compressed);
-  f.NonNegativeI64("cme admitted_x", c.admitted_x);
-  f.NonNegativeI64("cme admitted_y", c.admitted_y);
-  f.NonNegativeI64("cme forced", c.forced);
+  f.Counters("cme", io::Counter("samples", c.samples), io::Counter("compressed", c.compressed),
+             io::Counter("admitted_x", c.admitted_x), io::Counter("admitted_y", c.admitted_y),
+             io::Counter("forced", c.forced));
   f.F64("cme forced_error_sum", c.forced_error_sum);
   f.NonNegativeI64("cme refactorizations", c.refactorizations);
 }
@@ -77,9 +69,8 @@ void CmeCounterFields(Fields& f, Counters& c) {
 // TransitionCounts (§2).
 template <class Fields, class Options>
 void CountsOptionFields(Fields& f, Options& o) {
-  f.I32("counts max_states", o.max_states);
-  f.F64("counts forgetting", o.forgetting);
-  f.I32("counts row_reserve", o.row_reserve);
+  f.Scalars("counts", io::Field("max_states", o.max_states), io::Field("forgetting", o.forgetting),
+            io::Field("row_reserve", o.row_reserve));
 }
 
 // SpectralMoments (§7): version 1 ends before rebase_growth and min_block_length.
@@ -89,25 +80,19 @@ void SpectralOptionFields(Fields& f, Options& o, uint32_t version) {
   f.F64("spectral sigma", o.sigma);
   f.I32In("spectral max_basis", o.max_basis, 1, 1 << 16);
   f.I32In("spectral batch_size", o.batch_size, 1, 1 << 20);
-  f.I64("spectral block_length", o.block_length);
-  f.F64("spectral forgetting", o.forgetting);
-  f.F64("spectral new_atom_fraction", o.new_atom_fraction);
-  f.I64("spectral min_epoch_samples", o.min_epoch_samples);
+  f.Scalars("spectral", io::Field("block_length", o.block_length), io::Field("forgetting", o.forgetting),
+            io::Field("new_atom_fraction", o.new_atom_fraction), io::Field("min_epoch_samples", o.min_epoch_samples));
   if (version < 2) return;
-  f.F64("spectral rebase_growth", o.rebase_growth);
-  f.I64("spectral min_block_length", o.min_block_length);
+  f.Scalars("spectral", io::Field("rebase_growth", o.rebase_growth), io::Field("min_block_length", o.min_block_length));
 }
 
 // One epoch's counters and weights; its sums follow as matrices.
 template <class Fields, class Epoch>
 void SpectralEpochFields(Fields& f, Epoch& e) {
-  f.NonNegativeI64("spectral epoch", e.epoch);
-  f.NonNegativeI64("spectral epoch samples", e.samples);
-  f.NonNegativeI64("spectral fold A samples", e.fold_samples[0]);
-  f.NonNegativeI64("spectral fold B samples", e.fold_samples[1]);
-  f.F64("spectral scale", e.scale);
-  f.F64("spectral fold A weight", e.n[0]);
-  f.F64("spectral fold B weight", e.n[1]);
+  f.Counters("spectral", io::Counter("epoch", e.epoch), io::Counter("epoch samples", e.samples),
+             io::Counter("fold A samples", e.fold_samples[0]), io::Counter("fold B samples", e.fold_samples[1]));
+  f.Scalars("spectral", io::Field("scale", e.scale), io::Field("fold A weight", e.n[0]),
+            io::Field("fold B weight", e.n[1]));
 }
 
 // EmbeddingMoments, after its feature map.
@@ -120,24 +105,18 @@ void MomentsOptionFields(Fields& f, Options& o) {
 // MultiViewAccumulator (§3), after the feature kind.
 template <class Fields, class Options>
 void LatentOptionFields(Fields& f, Options& o) {
-  f.I32("latent dim", o.features.dim);
-  f.I32("latent num_features", o.features.num_features);
-  f.F64("latent sigma", o.features.sigma);
-  f.I32("latent num_symbols", o.features.num_symbols);
-  f.U64("latent seed", o.features.seed);
-  f.I32("latent reservoir_size", o.reservoir_size);
-  f.U64("latent reservoir_seed", o.reservoir_seed);
-  f.I32("latent batch", o.batch);
+  f.Scalars("latent", io::Field("dim", o.features.dim), io::Field("num_features", o.features.num_features),
+            io::Field("sigma", o.features.sigma), io::Field("num_symbols", o.features.num_symbols),
+            io::Field("seed", o.features.seed), io::Field("reservoir_size", o.reservoir_size),
+            io::Field("reservoir_seed", o.reservoir_seed), io::Field("batch", o.batch));
 }
 
 // PredictiveStateAccumulator (§4), after the kind.
 template <class Fields, class Options>
 void PredictiveOptionFields(Fields& f, Options& o) {
-  f.I32("predictive num_symbols", o.num_symbols);
-  f.I32("predictive dim", o.dim);
-  f.I32("predictive history_length", o.history_length);
-  f.I32("predictive future_length", o.future_length);
-  f.I32("predictive max_history_states", o.max_history_states);
+  f.Scalars("predictive", io::Field("num_symbols", o.num_symbols), io::Field("dim", o.dim),
+            io::Field("history_length", o.history_length), io::Field("future_length", o.future_length),
+            io::Field("max_history_states", o.max_history_states));
 }
 
 // PredictiveStateAccumulator::Statistics: the sums of the kind, then the initial-state sum; when

@@ -152,12 +152,9 @@ namespace {
 // After the lags (a count and the lags).
 template <class Fields, class Options>
 void LagStatisticsOptionFields(Fields& f, Options& o) {
-  f.I32("lag statistics dim", o.dim);
-  f.I32("lag statistics num_states", o.num_states);
-  f.F64("lag statistics sigma", o.sigma);
-  f.I32("lag statistics max_basis", o.max_basis);
-  f.I32("lag statistics max_blocks", o.max_blocks);
-  f.I64("lag statistics initial_block_length", o.initial_block_length);
+  f.Scalars("lag statistics", io::Field("dim", o.dim), io::Field("num_states", o.num_states),
+            io::Field("sigma", o.sigma), io::Field("max_basis", o.max_basis), io::Field("max_blocks", o.max_blocks),
+            io::Field("initial_block_length", o.initial_block_length));
 }
 
 }  // namespace

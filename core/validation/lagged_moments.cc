@@ -219,9 +219,8 @@ void LaggedOptionFields(Fields& f, Options& o) {
 // The counters; the blocks and the ring follow.
 template <class Fields, class Self>
 void LaggedMoments::StateFields(Fields& f, Self& m) {
-  f.I64("lagged samples", m.samples_);
-  f.I64("lagged trajectory_states", m.trajectory_states_);
-  f.I64("lagged unordered_pairs", m.unordered_pairs_);
+  f.Scalars("lagged", io::Field("samples", m.samples_), io::Field("trajectory_states", m.trajectory_states_),
+            io::Field("unordered_pairs", m.unordered_pairs_));
   f.Count("lagged num_blocks", m.num_blocks_, 1, m.options_.max_blocks);
   f.I64("lagged block_length", m.block_length_);
 }
