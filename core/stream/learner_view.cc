@@ -197,28 +197,33 @@ void FitAggregation(const ViewOptions& options, const StreamingLearnerSnapshot& 
   view.aggregation.value = std::move(out);
 }
 
-// What a view that learns from trajectory batches only (latent, predictive state) says when it
-// has no model.
+// A view that learns from trajectory batches only (latent, predictive state): what it says when
+// it has no model.
 struct TrajectoryViewText {
-  const char* off;      // the model was created without the view, and how to enable it
+  const char* what;     // "the model was created without <what> (<option> 0)"
+  const char* option;   // the ModelConfig field that enables it ...
+  const char* example;  // ... set to this (e.g. "K > 0")
+  const char* flag;     // and the CLI's flag for it
   const char* no_data;  // enabled, but no trajectory batch was ingested yet
   const char* unit;     // what `count` of the statistics counts, quoted beside a failed fit
 };
 
-// The shared part of the latent and predictive-state fits: off, no data, or `fit(stats)` into
-// `out`, a failure quoting how much trajectory data there was.
-template <class Model, class Stats, class Fit>
+// The shared part of the latent and predictive-state fits: off, no data, or Model::Fit(stats,
+// fit_options) into `out`, a failure quoting how much trajectory data there was.
+template <class Model, class Stats>
 void FitTrajectoryView(bool enabled, const std::optional<Stats>& stats, int64_t Stats::*count,
-                       const TrajectoryViewText& text, Fit fit, SubView<Model>& out) {
+                       const TrajectoryViewText& text, const typename Model::FitOptions& fit_options,
+                       SubView<Model>& out) {
   if (!enabled) {
-    out.error = text.off;
+    out.error = absl::StrCat("the model was created without ", text.what, " (", text.option, " 0); create it with ",
+                             text.option, " ", text.example, " (CLI: ", text.flag, ") and ingest trajectories");
     return;
   }
   if (!stats) {
     out.error = text.no_data;
     return;
   }
-  absl::StatusOr<Model> m = fit(*stats);
+  absl::StatusOr<Model> m = Model::Fit(*stats, fit_options);
   if (!m.ok()) {
     out.error =
         absl::StrCat(StatusText(m.status()), " (", (*stats).*count, " ", text.unit, " from trajectory batches so far)");
@@ -229,45 +234,30 @@ void FitTrajectoryView(bool enabled, const std::optional<Stats>& stats, int64_t 
 
 void FitLatent(const ViewOptions& options, const StreamingLearnerSnapshot& snap, LearnerView& view) {
   static constexpr TrajectoryViewText kText = {
-      .off =
-          "the model was created without latent states (latent_states 0); create it with "
-          "latent_states K > 0 (CLI: --latent K) and ingest trajectories",
-      .no_data = "no trajectory data yet (the latent model learns from trajectory batches only)",
-      .unit = "triples",
-  };
-  using Stats = MultiViewAccumulator::Statistics;
-  FitTrajectoryView(
-      options.latent_states != 0, snap.latent, &Stats::triples, kText,
-      [&](const Stats& stats) {
-        LatentModel::FitOptions o;
-        o.k = options.latent_states;
-        o.restarts = options.tensor_restarts;
-        o.iterations = options.tensor_iterations;
-        o.seed = options.seed;
-        return LatentModel::Fit(stats, o);
-      },
-      view.latent);
+      "latent states",
+      "latent_states",
+      "K > 0",
+      "--latent K",
+      "no trajectory data yet (the latent model learns from trajectory batches only)",
+      "triples"};
+  LatentModel::FitOptions o;
+  o.k = options.latent_states;
+  o.restarts = options.tensor_restarts;
+  o.iterations = options.tensor_iterations;
+  o.seed = options.seed;
+  FitTrajectoryView<LatentModel>(options.latent_states != 0, snap.latent, &MultiViewAccumulator::Statistics::triples,
+                                 kText, o, view.latent);
 }
 
 void FitPredictive(const ViewOptions& options, const StreamingLearnerSnapshot& snap, LearnerView& view) {
-  static constexpr TrajectoryViewText kText = {
-      .off =
-          "the model was created without a predictive-state window (window 0); create it "
-          "with window L > 0 (CLI: --window L) and ingest trajectories",
-      .no_data = "no trajectory data yet",
-      .unit = "windows",
-  };
-  using Stats = PredictiveStateAccumulator::Statistics;
-  FitTrajectoryView(
-      options.window != 0, snap.predictive, &Stats::windows, kText,
-      [&](const Stats& stats) {
-        PredictiveStateModel::FitOptions o;
-        o.lambda1 = options.ridge_stage1;
-        o.lambda2 = options.ridge_stage2;
-        if (options.num_states == 0) o.rank = std::min(options.rank, options.dim * options.window);
-        return PredictiveStateModel::Fit(stats, o);
-      },
-      view.predictive);
+  static constexpr TrajectoryViewText kText = {"a predictive-state window", "window", "L > 0", "--window L",
+                                               "no trajectory data yet",    "windows"};
+  PredictiveStateModel::FitOptions o;
+  o.lambda1 = options.ridge_stage1;
+  o.lambda2 = options.ridge_stage2;
+  if (options.num_states == 0) o.rank = std::min(options.rank, options.dim * options.window);
+  FitTrajectoryView<PredictiveStateModel>(options.window != 0, snap.predictive,
+                                          &PredictiveStateAccumulator::Statistics::windows, kText, o, view.predictive);
 }
 
 }  // namespace
