@@ -18,64 +18,60 @@ namespace {
 constexpr uint32_t kTag = io::Fourcc("FCRG");
 constexpr uint32_t kVersion = 1;
 
-template <class Fields, class Options>
-void OptionFields(Fields& f, Options& o) {
+constexpr auto kOptionFields = [](auto& f, auto& o) {
   f.I32In("forecast dim", o.dim, 1, 1 << 16);
   f.I32In("forecast scored_dims", o.scored_dims, 0, 1 << 16);
   f.I32In("forecast block_length", o.block_length, 1, 1 << 30);
   f.I32In("forecast folds", o.folds, 2, 16);
   f.I32In("forecast batch_size", o.batch_size, 1, 1 << 16);
   f.Scalars("forecast", io::Field("first_fit", o.first_fit), io::Field("fit_every", o.fit_every));
-}
+};
 
 // One fold's sums; when reading, s is sized (q, d) already.
-template <class Fields, class Sums>
-void SumsFields(Fields& f, Sums& s) {
+constexpr auto kSumsFields = [](auto& f, auto& s) {
   f.F64("forecast sums pairs", s.n);
   f.Matrix("forecast sums sz", s.sz);
   f.Matrix("forecast sums sy", s.sy);
   f.Matrix("forecast sums syy", s.syy);
   f.Matrix("forecast sums szz", s.szz);
   f.Matrix("forecast sums szy", s.szy);
-}
+};
 
-template <class Fields, class Skill>
-void SkillFields(Fields& f, Skill& s) {
+constexpr auto kSkillFields = [](auto& f, auto& s) {
   f.Scalars("forecast skill", io::Field("pairs", s.pairs), io::Field("sse", s.sse),
             io::Field("persistence sse", s.sse_persistence));
-}
+};
 
-template <class Fields, class Choice>
-void ChoiceFields(Fields& f, Choice& c) {
+constexpr auto kChoiceFields = [](auto& f, auto& c) {
   f.Scalars("forecast choice", io::Field("increment", c.increment), io::Field("lambda_linear", c.lambda_linear),
             io::Field("lambda_kernel", c.lambda_kernel), io::Field("held-out rmse", c.heldout_rmse));
-}
+};
 
 }  // namespace
 
 void ForecastRegression::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, kVersion);
   io::FieldWriter fields(w);
-  OptionFields(fields, options_);
+  kOptionFields(fields, options_);
   w.I32(features_->num_features());
   w.I64(samples_);
   w.I64(next_fit_);
   w.Doubles(z0_.data(), z0_.size());
-  for (const ForecastFoldSums& s : folds_) SumsFields(fields, s);
+  for (const ForecastFoldSums& s : folds_) kSumsFields(fields, s);
   for (const std::optional<ForecastFoldSums>* o : {&prefix_, &last_}) {
     w.Bool(o->has_value());
-    if (*o) SumsFields(fields, **o);
+    if (*o) kSumsFields(fields, **o);
   }
   w.I32(buffered_);
   w.I32(buffer_fold_);
   w.Matrix(ubuf_.topRows(buffered_));
   w.Matrix(vbuf_.topRows(buffered_));
-  SkillFields(fields, skill_);
+  kSkillFields(fields, skill_);
   w.Bool(fit_.has_value());
   if (fit_) {
     w.Matrix(fit_->intercept_);
     w.Matrix(fit_->coef_);
-    for (const ForecastChoice& c : fit_->choices_) ChoiceFields(fields, c);
+    for (const ForecastChoice& c : fit_->choices_) kChoiceFields(fields, c);
     w.F64(fit_->pairs_);
   }
   w.EndObject(h);
@@ -83,11 +79,7 @@ void ForecastRegression::Serialize(io::Writer& w) const {
 
 absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r,
                                                                    std::shared_ptr<const FeatureMap> features) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kTag, kVersion, "ForecastRegression", &version)) return r.status();
-  io::FieldReader fields(r);
-  Options o;
-  OptionFields(fields, o);
+  const auto [version, o] = io::ReadObjectStart<Options>(r, kTag, kVersion, "ForecastRegression", kOptionFields);
   const int n = r.I32In("forecast features", 1, kMaxFeatures);
   if (!r.ValidOptions(o, "ForecastRegression")) return r.status();
   if (!features || features->input_dim() != o.dim || features->num_features() != n) {
@@ -111,11 +103,12 @@ absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r
   } else {
     r.Doubles("forecast shift", 0, nullptr);
   }
-  for (ForecastFoldSums& s : f.folds_) SumsFields(fields, s);
+  io::FieldReader fields(r);
+  for (ForecastFoldSums& s : f.folds_) kSumsFields(fields, s);
   for (std::optional<ForecastFoldSums>* o : {&f.prefix_, &f.last_}) {
     if (r.Bool("forecast has refit sums") && r.ok()) {
       *o = f.folds_[0];  // shapes
-      SumsFields(fields, **o);
+      kSumsFields(fields, **o);
     }
   }
   f.buffered_ = r.I32In("forecast buffered pairs", 0, o.batch_size - 1);
@@ -123,7 +116,7 @@ absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r
   if (!r.ok()) return r.status();
   r.MatrixInto("forecast buffer u", f.ubuf_.topRows(f.buffered_));
   r.MatrixInto("forecast buffer v", f.vbuf_.topRows(f.buffered_));
-  SkillFields(fields, f.skill_);
+  kSkillFields(fields, f.skill_);
   if (r.Bool("forecast has fit") && r.ok()) {
     ForecastModel m;
     m.features_ = f.features_;
@@ -132,7 +125,7 @@ absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r
     r.MatrixInto("forecast intercept", m.intercept_);
     r.MatrixInto("forecast coefficients", m.coef_);
     m.choices_.resize(o.dim);
-    for (ForecastChoice& c : m.choices_) ChoiceFields(fields, c);
+    for (ForecastChoice& c : m.choices_) kChoiceFields(fields, c);
     m.pairs_ = r.F64("forecast fit pairs");
     f.fit_ = std::move(m);
   }

@@ -120,6 +120,11 @@ class FieldWriter {
   void Matrices(const char* /*prefix*/, const Ms&... matrices) {
     (w_.Matrix(matrices.value), ...);
   }
+  // One of two values (an enum) as a u8: 0 for `first`, 1 for `second`.
+  template <class E>
+  void Choice(const char*, E v, E first, E /*second*/, const char* /*expected*/) {
+    w_.U8(v == first ? 0 : 1);
+  }
 
   Writer& writer() { return w_; }
 
@@ -173,6 +178,13 @@ class FieldReader {
   void Matrices(const char* prefix, const Ms&... matrices) {
     (r_.MatrixInto(Name(prefix, matrices.name).c_str(), matrices.value), ...);
   }
+  // Else "<what> is K, expected <expected>".
+  template <class E>
+  void Choice(const char* what, E& v, E first, E second, const char* expected) {
+    const uint8_t u = r_.U8(what);
+    if (r_.ok() && u > 1) (void)r_.Fail(std::string(what) + " is " + std::to_string(u) + ", expected " + expected);
+    v = u == 0 ? first : second;
+  }
 
   Reader& reader() { return r_; }
 
@@ -190,5 +202,35 @@ class FieldReader {
 
   Reader& r_;
 };
+
+// What ReadObjectStart read: the object's version (0 when its header could not be read) and its
+// options.
+template <class Options>
+struct ObjectStart {
+  uint32_t version = 0;
+  Options options;
+};
+
+// The start of a Deserialize: the object's header (its tag, the newest version this build reads,
+// the name its errors give; Reader::BeginObject), then its options as `option_fields(f, o)`
+// lists them, or `option_fields(f, o, version)` for a list that changed with the version. After
+// a bad header the options are the defaults and r holds the error: the caller checks r (e.g.
+// Reader::ValidOptions) before it uses them.
+template <class Options, class OptionFields>
+ObjectStart<Options> ReadObjectStart(Reader& r, uint32_t tag, uint32_t newest, const char* name,
+                                     const OptionFields& option_fields) {
+  ObjectStart<Options> start;
+  if (!r.BeginObject(tag, newest, name, &start.version)) {
+    start.version = 0;
+    return start;
+  }
+  FieldReader f(r);
+  if constexpr (std::is_invocable_v<const OptionFields&, FieldReader&, Options&, uint32_t>) {
+    option_fields(f, start.options, start.version);
+  } else {
+    option_fields(f, start.options);
+  }
+  return start;
+}
 
 }  // namespace cmestream::io

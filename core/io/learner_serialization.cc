@@ -46,8 +46,7 @@ constexpr uint32_t kSpectralVersion = 3;
 uint64_t Doubles(int64_t n) { return static_cast<uint64_t>(n) * 8; }
 
 // CompressedCme: what the constructor needs, then the learner's counters (docs/algorithms.md §1).
-template <class Fields, class Options>
-void CmeOptionFields(Fields& f, Options& o) {
+constexpr auto kCmeOptionFields = [](auto& f, auto& o) {
   f.Scalars("cme", io::Field("dim", o.dim), io::Field("sigma", o.sigma), io::Field("eta", o.eta),
             io::Field("lambda", o.lambda), io::Field("epsilon", o.epsilon), io::Field("max_dict", o.max_dict),
             io::Field("one_sided", o.one_sided), io::Field("jitter", o.jitter),
@@ -55,27 +54,24 @@ void CmeOptionFields(Fields& f, Options& o) {
   f.NonNegativeI64("cme drift_check_interval", o.drift_check_interval);
   f.Scalars("cme", io::Field("step_decay_samples", o.step_decay_samples),
             io::Field("step_decay_power", o.step_decay_power), io::Field("averaging", o.averaging));
-}
+};
 
-template <class Fields, class Counters>
-void CmeCounterFields(Fields& f, Counters& c) {
+constexpr auto kCmeCounterFields = [](auto& f, auto& c) {
   f.Counters("cme", io::Counter("samples", c.samples), io::Counter("compressed", c.compressed),
              io::Counter("admitted_x", c.admitted_x), io::Counter("admitted_y", c.admitted_y),
              io::Counter("forced", c.forced));
   f.F64("cme forced_error_sum", c.forced_error_sum);
   f.NonNegativeI64("cme refactorizations", c.refactorizations);
-}
+};
 
 // TransitionCounts (§2).
-template <class Fields, class Options>
-void CountsOptionFields(Fields& f, Options& o) {
+constexpr auto kCountsOptionFields = [](auto& f, auto& o) {
   f.Scalars("counts", io::Field("max_states", o.max_states), io::Field("forgetting", o.forgetting),
             io::Field("row_reserve", o.row_reserve));
-}
+};
 
 // SpectralMoments (§7): version 1 ends before rebase_growth and min_block_length.
-template <class Fields, class Options>
-void SpectralOptionFields(Fields& f, Options& o, uint32_t version) {
+constexpr auto kSpectralOptionFields = [](auto& f, auto& o, uint32_t version) {
   f.I32In("spectral dim", o.dim, 1, CompressedCme::kMaxDim);
   f.F64("spectral sigma", o.sigma);
   f.I32In("spectral max_basis", o.max_basis, 1, 1 << 16);
@@ -84,45 +80,44 @@ void SpectralOptionFields(Fields& f, Options& o, uint32_t version) {
             io::Field("new_atom_fraction", o.new_atom_fraction), io::Field("min_epoch_samples", o.min_epoch_samples));
   if (version < 2) return;
   f.Scalars("spectral", io::Field("rebase_growth", o.rebase_growth), io::Field("min_block_length", o.min_block_length));
-}
+};
 
 // One epoch's counters and weights; its sums follow as matrices.
-template <class Fields, class Epoch>
-void SpectralEpochFields(Fields& f, Epoch& e) {
+constexpr auto kSpectralEpochFields = [](auto& f, auto& e) {
   f.Counters("spectral", io::Counter("epoch", e.epoch), io::Counter("epoch samples", e.samples),
              io::Counter("fold A samples", e.fold_samples[0]), io::Counter("fold B samples", e.fold_samples[1]));
   f.Scalars("spectral", io::Field("scale", e.scale), io::Field("fold A weight", e.n[0]),
             io::Field("fold B weight", e.n[1]));
-}
+};
 
 // EmbeddingMoments, after its feature map.
-template <class Fields, class Options>
-void MomentsOptionFields(Fields& f, Options& o) {
+constexpr auto kMomentsOptionFields = [](auto& f, auto& o) {
   f.I32In("moments batch_size", o.batch_size, 1, 1 << 20);
   f.F64("moments forgetting", o.forgetting);
-}
+};
 
 // MultiViewAccumulator (§3), after the feature kind.
-template <class Fields, class Options>
-void LatentOptionFields(Fields& f, Options& o) {
+constexpr auto kLatentOptionFields = [](auto& f, auto& o) {
+  using Kind = LatentFeatureOptions::Kind;
+  f.Choice("latent feature kind", o.features.kind, Kind::kRff, Kind::kOneHot, "0 (RFF) or 1 (one-hot)");
   f.Scalars("latent", io::Field("dim", o.features.dim), io::Field("num_features", o.features.num_features),
             io::Field("sigma", o.features.sigma), io::Field("num_symbols", o.features.num_symbols),
             io::Field("seed", o.features.seed), io::Field("reservoir_size", o.reservoir_size),
             io::Field("reservoir_seed", o.reservoir_seed), io::Field("batch", o.batch));
-}
+};
 
 // PredictiveStateAccumulator (§4), after the kind.
-template <class Fields, class Options>
-void PredictiveOptionFields(Fields& f, Options& o) {
+constexpr auto kPredictiveOptionFields = [](auto& f, auto& o) {
+  using Kind = PredictiveStateAccumulator::Kind;
+  f.Choice("predictive kind", o.kind, Kind::kDiscrete, Kind::kLinearGaussian, "0 (discrete) or 1");
   f.Scalars("predictive", io::Field("num_symbols", o.num_symbols), io::Field("dim", o.dim),
             io::Field("history_length", o.history_length), io::Field("future_length", o.future_length),
             io::Field("max_history_states", o.max_history_states));
-}
+};
 
 // PredictiveStateAccumulator::Statistics: the sums of the kind, then the initial-state sum; when
 // reading, sized already.
-template <class Fields, class Statistics>
-void PredictiveStatisticsFields(Fields& f, Statistics& s, bool discrete) {
+constexpr auto kPredictiveStatisticsFields = [](auto& f, auto& s, bool discrete) {
   if (discrete) {
     f.Matrix("predictive diag(A)", s.a_diag);
     f.Matrix("predictive B_psi", s.B_psi);
@@ -134,7 +129,7 @@ void PredictiveStatisticsFields(Fields& f, Statistics& s, bool discrete) {
     f.Matrix("predictive E", s.E);
   }
   f.Matrix("predictive sum_e", s.sum_e);
-}
+};
 
 }  // namespace
 
@@ -144,8 +139,8 @@ void PredictiveStatisticsFields(Fields& f, Statistics& s, bool discrete) {
 void CompressedCme::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kCmeTag, kCmeVersion);
   io::FieldWriter f(w);
-  CmeOptionFields(f, options_);
-  CmeCounterFields(f, counters_);
+  kCmeOptionFields(f, options_);
+  kCmeCounterFields(f, counters_);
   w.I32(mx_);
   w.I32(my_);
   w.F64(last_drift_);
@@ -167,15 +162,12 @@ void CompressedCme::Serialize(io::Writer& w) const {
 }
 
 absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kCmeTag, kCmeVersion, "CompressedCme", &version)) return r.status();
-  io::FieldReader f(r);
-  Options o;
-  CmeOptionFields(f, o);
+  const auto [version, o] = io::ReadObjectStart<Options>(r, kCmeTag, kCmeVersion, "CompressedCme", kCmeOptionFields);
   if (!r.ValidOptions(o, "CompressedCme")) return r.status();
   const int64_t cap = o.max_dict;
+  io::FieldReader f(r);
   Counters c;
-  CmeCounterFields(f, c);
+  kCmeCounterFields(f, c);
   const int mx = r.I32In("cme dictionary size m_x", 0, cap);
   const int my = r.I32In("cme dictionary size m_y", 0, cap);
   const double last_drift = r.F64("cme last_drift");
@@ -250,7 +242,7 @@ absl::StatusOr<CompressedCme> CompressedCme::Deserialize(io::Reader& r) {
 void TransitionCounts::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kCountsTag, kVersion);
   io::FieldWriter f(w);
-  CountsOptionFields(f, options_);
+  kCountsOptionFields(f, options_);
   w.I32(num_states_);
   w.I64(samples_);
   w.I64(nnz_);
@@ -269,11 +261,8 @@ void TransitionCounts::Serialize(io::Writer& w) const {
 }
 
 absl::StatusOr<TransitionCounts> TransitionCounts::Deserialize(io::Reader& r) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kCountsTag, kVersion, "TransitionCounts", &version)) return r.status();
-  io::FieldReader f(r);
-  Options o;
-  CountsOptionFields(f, o);
+  const auto [version, o] =
+      io::ReadObjectStart<Options>(r, kCountsTag, kVersion, "TransitionCounts", kCountsOptionFields);
   if (!r.ValidOptions(o, "TransitionCounts")) return r.status();
   // rows_ (one empty vector each) and visits_stored_.
   if (!r.Reserve(static_cast<uint64_t>(o.max_states) * (sizeof(std::vector<Entry>) + 8), "TransitionCounts rows")) {
@@ -334,7 +323,7 @@ void EmbeddingMoments::Serialize(io::Writer& w) const {
   w.F64(rff ? features_->omega()(0, 0) : 0.0);
   w.F64(rff ? features_->beta()(features_->num_features() - 1) : 0.0);
   io::FieldWriter f(w);
-  MomentsOptionFields(f, options_);
+  kMomentsOptionFields(f, options_);
   w.I64(samples_);
   w.F64(scale_);
   w.F64(n_stored_);
@@ -361,7 +350,7 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
   const double beta_last = r.F64("moments beta check");
   io::FieldReader f(r);
   Options o;
-  MomentsOptionFields(f, o);
+  kMomentsOptionFields(f, o);
   if (!r.ValidOptions(o, "EmbeddingMoments")) return r.status();
   const int64_t nn = n;
   const int64_t b = rff ? o.batch_size : 0;
@@ -403,9 +392,8 @@ absl::StatusOr<EmbeddingMoments> EmbeddingMoments::Deserialize(io::Reader& r) {
 void MultiViewAccumulator::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kLatentTag, kLatentVersion);
   const bool rff = options_.features.kind == LatentFeatureOptions::Kind::kRff;
-  w.U8(rff ? 0 : 1);
   io::FieldWriter f(w);
-  LatentOptionFields(f, options_);
+  kLatentOptionFields(f, options_);
   // The map itself, not only its seed: an accumulator restored from version 1 keeps the
   // features its moments were accumulated with (LatentRffVersion1), and writing them makes every
   // later version independent of how they were drawn (d D + D doubles, next to 3 D^2 moments).
@@ -434,17 +422,10 @@ void MultiViewAccumulator::Serialize(io::Writer& w) const {
 }
 
 absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reader& r) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kLatentTag, kLatentVersion, "MultiViewAccumulator", &version)) return r.status();
-  Options o;
-  const uint8_t kind = r.U8("latent feature kind");
-  if (r.ok() && kind > 1)
-    (void)r.Fail(absl::StrCat("latent feature kind is ", int{kind}, ", expected 0 (RFF) or 1 (one-hot)"));
-  const bool rff = kind == 0;
-  o.features.kind = rff ? LatentFeatureOptions::Kind::kRff : LatentFeatureOptions::Kind::kOneHot;
-  io::FieldReader f(r);
-  LatentOptionFields(f, o);
+  const auto [version, o] =
+      io::ReadObjectStart<Options>(r, kLatentTag, kLatentVersion, "MultiViewAccumulator", kLatentOptionFields);
   if (!r.ValidOptions(o, "MultiViewAccumulator")) return r.status();
+  const bool rff = o.features.kind == LatentFeatureOptions::Kind::kRff;
   const int64_t D = o.features.size(), d = o.features.dim;
   if (!r.Reserve(Doubles(3 * D + 3 * d + 3 * D * o.batch + 3 * D * D + int64_t{o.reservoir_size} * 3 * d +
                          (rff ? d * D + D : 0)),
@@ -504,27 +485,19 @@ absl::StatusOr<MultiViewAccumulator> MultiViewAccumulator::Deserialize(io::Reade
 
 void PredictiveStateAccumulator::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kPredictiveTag, kVersion);
-  w.U8(options_.kind == Kind::kDiscrete ? 0 : 1);
   io::FieldWriter f(w);
-  PredictiveOptionFields(f, options_);
-  w.I64(windows_);
-  w.I64(observations_);
-  w.I64(in_episode_);
+  kPredictiveOptionFields(f, options_);
+  f.Counters("predictive", io::Counter("windows", windows_), io::Counter("observations", observations_),
+             io::Counter("in_episode", in_episode_));
   w.I32(ring_pos_);
   w.Matrix(ring_);
-  PredictiveStatisticsFields(f, stats_, options_.kind == Kind::kDiscrete);
+  kPredictiveStatisticsFields(f, stats_, options_.kind == Kind::kDiscrete);
   w.EndObject(h);
 }
 
 absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deserialize(io::Reader& r) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kPredictiveTag, kVersion, "PredictiveStateAccumulator", &version)) return r.status();
-  Options o;
-  const uint8_t kind = r.U8("predictive kind");
-  if (r.ok() && kind > 1) (void)r.Fail(absl::StrCat("predictive kind is ", int{kind}, ", expected 0 (discrete) or 1"));
-  o.kind = kind == 0 ? Kind::kDiscrete : Kind::kLinearGaussian;
-  io::FieldReader f(r);
-  PredictiveOptionFields(f, o);
+  const auto [version, o] =
+      io::ReadObjectStart<Options>(r, kPredictiveTag, kVersion, "PredictiveStateAccumulator", kPredictiveOptionFields);
   if (!r.ValidOptions(o, "PredictiveStateAccumulator")) return r.status();
   // `stored`: the statistics the body holds in full; `values`: those plus the scratch vectors.
   int64_t stored = 0, values = 0, window_len = 0;
@@ -543,9 +516,10 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
   // A body too short for the statistics it must hold is refused before allocating for them.
   if (!r.Expect(Doubles(stored + window_len * o.dim), "PredictiveStateAccumulator statistics")) return r.status();
   if (!r.Reserve(Doubles(values + window_len * o.dim), "PredictiveStateAccumulator statistics")) return r.status();
-  const int64_t windows = r.NonNegativeI64("predictive windows");
-  const int64_t observations = r.NonNegativeI64("predictive observations");
-  const int64_t in_episode = r.NonNegativeI64("predictive in_episode");
+  io::FieldReader f(r);
+  int64_t windows = 0, observations = 0, in_episode = 0;
+  f.Counters("predictive", io::Counter("windows", windows), io::Counter("observations", observations),
+             io::Counter("in_episode", in_episode));
   const int ring_pos = r.I32In("predictive ring position", 0, window_len - 1);
   if (!r.ok()) return r.status();
   PredictiveStateAccumulator a(o);
@@ -554,7 +528,7 @@ absl::StatusOr<PredictiveStateAccumulator> PredictiveStateAccumulator::Deseriali
   a.in_episode_ = in_episode;
   a.ring_pos_ = ring_pos;
   r.MatrixInto("predictive ring", a.ring_);
-  PredictiveStatisticsFields(f, a.stats_, o.kind == Kind::kDiscrete);
+  kPredictiveStatisticsFields(f, a.stats_, o.kind == Kind::kDiscrete);
   if (!r.EndObject("PredictiveStateAccumulator")) return r.status();
   return a;
 }
@@ -571,12 +545,12 @@ void SpectralMoments::Serialize(io::Writer& w) const {
   const uint32_t version = landmarks_.rows() > 0 ? kSpectralVersion : 2;
   const size_t h = w.BeginObject(kSpectralTag, version);
   io::FieldWriter f(w);
-  SpectralOptionFields(f, options_, version);
+  kSpectralOptionFields(f, options_, version);
   w.I64(samples_);
   w.I32(m_);
   w.Matrix(basis_);
   const auto write_epoch = [&](const Epoch& e) {
-    SpectralEpochFields(f, e);
+    kSpectralEpochFields(f, e);
     for (int fold = 0; fold < 2; ++fold) {
       w.Matrix(e.c00[fold]);
       w.Matrix(e.c01[fold]);
@@ -607,11 +581,8 @@ void SpectralMoments::Serialize(io::Writer& w) const {
 }
 
 absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kSpectralTag, kSpectralVersion, "SpectralMoments", &version)) return r.status();
-  io::FieldReader f(r);
-  Options o;
-  SpectralOptionFields(f, o, version);
+  auto [version, o] =
+      io::ReadObjectStart<Options>(r, kSpectralTag, kSpectralVersion, "SpectralMoments", kSpectralOptionFields);
   if (version < 2) {
     o.rebase_growth = 1;
     o.min_block_length = o.block_length;
@@ -635,8 +606,9 @@ absl::StatusOr<SpectralMoments> SpectralMoments::Deserialize(io::Reader& r) {
   r.MatrixInto("spectral basis", acc.basis_);
   if (!r.ok()) return r.status();
   acc.ComputeBasisSquaredNorms();
+  io::FieldReader f(r);
   const auto read_epoch = [&](Epoch& e, int64_t size) {
-    SpectralEpochFields(f, e);
+    kSpectralEpochFields(f, e);
     if (!r.ok()) return;
     const int64_t q = e.epoch > 0 ? size : 0;
     for (int fold = 0; fold < 2; ++fold) {

@@ -150,12 +150,11 @@ MatrixXd LagStatisticsSnapshot::Features(const Eigen::Ref<const RowMatrixXd>& po
 namespace {
 
 // After the lags (a count and the lags).
-template <class Fields, class Options>
-void LagStatisticsOptionFields(Fields& f, Options& o) {
+constexpr auto kLagStatisticsOptionFields = [](auto& f, auto& o) {
   f.Scalars("lag statistics", io::Field("dim", o.dim), io::Field("num_states", o.num_states),
             io::Field("sigma", o.sigma), io::Field("max_basis", o.max_basis), io::Field("max_blocks", o.max_blocks),
             io::Field("initial_block_length", o.initial_block_length));
-}
+};
 
 }  // namespace
 
@@ -163,7 +162,7 @@ void LagStatistics::Serialize(io::Writer& w) const {
   const size_t h = w.BeginObject(kTag, kVersion);
   w.Ints(options_.lags);
   io::FieldWriter f(w);
-  LagStatisticsOptionFields(f, options_);
+  kLagStatisticsOptionFields(f, options_);
   w.I64(epoch_);
   w.Bool(counts_.has_value());
   if (counts_ && !discrete()) {
@@ -184,7 +183,7 @@ absl::StatusOr<LagStatistics> LagStatistics::Deserialize(io::Reader& r) {
   o.lags = r.Ints("lag statistics lags", "lag statistics lag", 1, LaggedMoments::kMaxLags);
   if (!r.ok()) return r.status();
   io::FieldReader f(r);
-  LagStatisticsOptionFields(f, o);
+  kLagStatisticsOptionFields(f, o);
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("LagStatistics options: ", s.message()));
   if (o.max_basis > (1 << 12) || o.dim > (1 << 16)) return r.Fail("LagStatistics options out of range");

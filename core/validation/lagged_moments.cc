@@ -206,13 +206,12 @@ LaggedMomentsSnapshot LaggedMoments::Snapshot() const {
 namespace {
 
 // After the lags (a count and the lags).
-template <class Fields, class Options>
-void LaggedOptionFields(Fields& f, Options& o) {
+constexpr auto kLaggedOptionFields = [](auto& f, auto& o) {
   f.Count("lagged dim", o.dim, 1, 1 << 16);
   f.Bool("lagged one_hot", o.one_hot);
   f.Count("lagged max_blocks", o.max_blocks, 4, 1 << 10);
   f.I64("lagged initial_block_length", o.initial_block_length);
-}
+};
 
 }  // namespace
 
@@ -230,7 +229,7 @@ void LaggedMoments::Serialize(io::Writer& w) const {
   const Options& o = options_;
   w.Ints(o.lags);
   io::FieldWriter f(w);
-  LaggedOptionFields(f, o);
+  kLaggedOptionFields(f, o);
   StateFields(f, *this);
   for (int b = 0; b < num_blocks_; ++b) {
     w.I64(block_samples_[b]);
@@ -258,7 +257,7 @@ absl::StatusOr<LaggedMoments> LaggedMoments::Deserialize(io::Reader& r) {
   o.lags = r.Ints("lagged number of lags", "lagged lag", 1, kMaxLags);
   if (!r.ok()) return r.status();
   io::FieldReader f(r);
-  LaggedOptionFields(f, o);
+  kLaggedOptionFields(f, o);
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("LaggedMoments options: ", s.message()));
   const int64_t L = static_cast<int64_t>(o.lags.size()), d = o.dim;
