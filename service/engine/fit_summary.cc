@@ -5,7 +5,23 @@
 namespace cmestream::service {
 namespace {
 
-void Set(v1::FitSummary& out, const char* name, double value) { (*out.mutable_figures())[name] = value; }
+// Figures by name: Set(out, "rank", 3, "kept_x", 120, ...).
+template <class... Rest>
+void Set(v1::FitSummary& out, const char* name, double value, const Rest&... rest) {
+  (*out.mutable_figures())[name] = value;
+  if constexpr (sizeof...(rest) > 0) Set(out, rest...);
+}
+
+// A summary with its termination, message and brief report (an empty string is proto3's
+// default: as if not set).
+v1::FitSummary NewSummary(const std::string& termination, const std::string& message = "",
+                          const std::string& brief_report = "") {
+  v1::FitSummary out;
+  out.set_termination(termination);
+  out.set_message(message);
+  out.set_brief_report(brief_report);
+  return out;
+}
 
 template <class T>
 v1::SubViewStatus* AddStatus(const char* name, const SubView<T>& sub,
@@ -20,50 +36,33 @@ v1::SubViewStatus* AddStatus(const char* name, const SubView<T>& sub,
 }  // namespace
 
 v1::FitSummary ToFitSummary(const StateEmbedding::Summary& s) {
-  v1::FitSummary out;
-  out.set_termination(s.termination == StateEmbedding::Termination::kSuccess ? "success" : "rank_clipped");
-  out.set_message(s.message);
-  out.set_brief_report(s.BriefReport());
-  Set(out, "num_features", s.num_features);
-  Set(out, "kept_x", s.kept_x);
-  Set(out, "kept_y", s.kept_y);
-  Set(out, "rank", s.rank);
-  Set(out, "suggested_rank", s.suggested_rank);
-  Set(out, "samples_weight", s.samples_weight);
-  Set(out, "eigen_seconds", s.seconds_eigen);
-  Set(out, "svd_seconds", s.seconds_svd);
+  v1::FitSummary out = NewSummary(s.termination == StateEmbedding::Termination::kSuccess ? "success" : "rank_clipped",
+                                  s.message, s.BriefReport());
+  Set(out, "num_features", s.num_features, "kept_x", s.kept_x, "kept_y", s.kept_y, "rank", s.rank, "suggested_rank",
+      s.suggested_rank, "samples_weight", s.samples_weight, "eigen_seconds", s.seconds_eigen, "svd_seconds",
+      s.seconds_svd);
   return out;
 }
 
 v1::FitSummary ToFitSummary(const WeightedKMeansResult& kmeans) {
-  v1::FitSummary out;
-  out.set_termination("success");  // k-means always returns its best restart
-  out.set_brief_report(kmeans.BriefReport());
-  Set(out, "inertia", kmeans.inertia);
-  Set(out, "iterations", kmeans.iterations);
-  Set(out, "best_restart", kmeans.best_restart);
-  Set(out, "restarts", static_cast<double>(kmeans.restart_inertia.size()));
+  // k-means always returns its best restart.
+  v1::FitSummary out = NewSummary("success", "", kmeans.BriefReport());
+  Set(out, "inertia", kmeans.inertia, "iterations", kmeans.iterations, "best_restart", kmeans.best_restart, "restarts",
+      static_cast<double>(kmeans.restart_inertia.size()));
   return out;
 }
 
 v1::FitSummary ToFitSummary(const AggregationResult& result) {
   using T = SoftAggregation::Termination;
   const SoftAggregation::Summary& s = result.summary;
-  v1::FitSummary out;
-  out.set_termination(s.termination == T::kSuccess            ? "success"
-                      : s.termination == T::kNumericalTrouble ? "numerical_trouble"
-                                                              : "not_run");
-  out.set_message(s.message);
-  out.set_brief_report(s.BriefReport());
-  Set(out, "kept_states", static_cast<double>(s.kept_states));
-  Set(out, "excluded_states", static_cast<double>(s.excluded_states));
-  Set(out, "truncated_svd", s.svd_kind == SoftAggregation::SvdKind::kTruncated ? 1 : 0);
-  Set(out, "svd_iterations", s.svd_iterations);
-  Set(out, "svd_residual", s.svd_residual);
-  Set(out, "vertex_rcond", s.vertex_rcond);
-  Set(out, "mean_clipped_mass", s.mean_clipped_mass);
-  Set(out, "zero_h1_rows", s.zero_h1_rows);
-  Set(out, "total_seconds", s.total_seconds);
+  v1::FitSummary out = NewSummary(s.termination == T::kSuccess            ? "success"
+                                  : s.termination == T::kNumericalTrouble ? "numerical_trouble"
+                                                                          : "not_run",
+                                  s.message, s.BriefReport());
+  Set(out, "kept_states", static_cast<double>(s.kept_states), "excluded_states", static_cast<double>(s.excluded_states),
+      "truncated_svd", s.svd_kind == SoftAggregation::SvdKind::kTruncated ? 1 : 0, "svd_iterations", s.svd_iterations,
+      "svd_residual", s.svd_residual, "vertex_rcond", s.vertex_rcond, "mean_clipped_mass", s.mean_clipped_mass,
+      "zero_h1_rows", s.zero_h1_rows, "total_seconds", s.total_seconds);
   // The gap sigma_r / sigma_{r+1} is what tells a user whether r meta-states are supported.
   const Eigen::Index r = result.V.cols();
   if (r >= 1 && s.singular_values.size() > r && s.singular_values[r] > 0) {
@@ -73,9 +72,8 @@ v1::FitSummary ToFitSummary(const AggregationResult& result) {
 }
 
 v1::FitSummary ToFitSummary(const LatentModel::Summary& s) {
-  v1::FitSummary out;
-  out.set_termination("success");  // a failed fit has no view (the reply is FAILED_PRECONDITION)
-  out.set_brief_report(s.BriefReport());
+  // A failed fit has no view (the reply is FAILED_PRECONDITION).
+  v1::FitSummary out = NewSummary("success", "", s.BriefReport());
   Set(out, "triples", static_cast<double>(s.triples));
   Set(out, "reservoir", static_cast<double>(s.reservoir));
   for (Eigen::Index i = 0; i < s.tensor_eigenvalues.size(); ++i) {
@@ -85,18 +83,14 @@ v1::FitSummary ToFitSummary(const LatentModel::Summary& s) {
 }
 
 v1::FitSummary ToFitSummary(const CountsSnapshot& c) {
-  v1::FitSummary out;
-  out.set_termination("success");  // counts are exact: nothing to converge
-  Set(out, "states", c.num_states());
-  Set(out, "samples", static_cast<double>(c.samples()));
-  Set(out, "total_weight", c.total_weight());
-  Set(out, "nonzeros", static_cast<double>(c.nonzeros()));
+  v1::FitSummary out = NewSummary("success");  // counts are exact: nothing to converge
+  Set(out, "states", c.num_states(), "samples", static_cast<double>(c.samples()), "total_weight", c.total_weight(),
+      "nonzeros", static_cast<double>(c.nonzeros()));
   return out;
 }
 
 v1::FitSummary ToFitSummary(const PredictiveStateModel& m) {
-  v1::FitSummary out;
-  out.set_termination("success");  // a failed fit has no view
+  v1::FitSummary out = NewSummary("success");  // a failed fit has no view
   Set(out, "state_dim", m.state_dim());
   Set(out, "obs_dim", m.obs_dim());
   if (m.kind() == PredictiveStateAccumulator::Kind::kDiscrete) Set(out, "num_symbols", m.num_symbols());
@@ -132,11 +126,9 @@ v1::FitSummary ToFitSummary(const LagsView& lags) {
 }
 
 v1::FitSummary ToFitSummary(const ForecastView& f) {
-  v1::FitSummary out;
-  out.set_termination("success");
-  Set(out, "pairs", static_cast<double>(f.samples));
-  Set(out, "kernel_features", f.model.num_features());
-  Set(out, "skill_pairs", static_cast<double>(f.skill.pairs));
+  v1::FitSummary out = NewSummary("success");
+  Set(out, "pairs", static_cast<double>(f.samples), "kernel_features", f.model.num_features(), "skill_pairs",
+      static_cast<double>(f.skill.pairs));
   Set(out, "skill_ratio", f.skill.ratio());  // live one-step RMSE / persistence's (< 1: beats it)
   int increments = 0;
   for (const ForecastChoice& c : f.model.choices()) increments += c.increment ? 1 : 0;
