@@ -287,11 +287,10 @@ void AlarmMonitor::Keep(AlarmRecord rec) {
 namespace {
 
 // The options written (the scoring's flags follow the counters).
-template <class Fields, class Options>
-void MonitorOptionFields(Fields& f, Options& o) {
+constexpr auto kMonitorOptionFields = [](auto& f, auto& o) {
   f.Scalars("alarm monitor", io::Field("dim", o.dim), io::Field("channels", o.channels),
             io::Field("num_states", o.num_states), io::Field("alarm_rate", o.alarm_rate));
-}
+};
 
 }  // namespace
 
@@ -300,7 +299,7 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v6 = v3 && v5 && options_.drift_holdover, v7 = RunsStepTest(options_);
   const size_t h = w.BeginObject(kTag, v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)))));
   io::FieldWriter f(w);
-  MonitorOptionFields(f, options_);
+  kMonitorOptionFields(f, options_);
   f.Scalars("alarm monitor", io::Field("pairs", pairs_), io::Field("armed_at", armed_at_));
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
   if (v5) {
@@ -333,11 +332,7 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
 }
 
 absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kTag, kVersion, "alarm monitor", &version)) return r.status();
-  io::FieldReader f(r);
-  Options o;
-  MonitorOptionFields(f, o);
+  auto [version, o] = io::ReadObjectStart<Options>(r, kTag, kVersion, "alarm monitor", kMonitorOptionFields);
   if (!r.ok()) return r.status();
   // Monitors written as v1/v2 have no coefficient test and keep running without one; v3 ones run
   // it without the steps.
@@ -353,6 +348,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     return r.status();
   }
   int64_t pairs = 0, armed_at = 0;
+  io::FieldReader f(r);
   f.Scalars("alarm monitor", io::Field("pairs", pairs), io::Field("armed_at", armed_at));
   bool surprise_score = false;
   if (o.num_states > 0) {

@@ -462,18 +462,18 @@ ChangeDetector::PairScore ChangeDetector::ScorePair(const double* residual, cons
 
 namespace {
 
-template <class Fields, class Options>
-void ChangeDetectorOptionFields(Fields& f, Options& o) {
+// v2 adds holdover_pairs.
+constexpr auto kChangeDetectorOptionFields = [](auto& f, auto& o, uint32_t version) {
   f.Scalars("change detector", io::Field("channels", o.channels), io::Field("alarm_rate", o.alarm_rate),
             io::Field("arm_after", o.arm_after), io::Field("scale_pairs", o.scale_pairs),
             io::Field("baseline_pairs", o.baseline_pairs), io::Field("drift", o.drift), io::Field("clip", o.clip),
             io::Field("kind_min", o.kind_min), io::Field("kind_z", o.kind_z), io::Field("kind_memory", o.kind_memory));
-}
+  if (version >= 2) f.I32("change detector holdover_pairs", o.holdover_pairs);
+};
 
 // The up and the down CUSUM's runs after their starts, of the live reference (prefix "change
 // detector") or the held one ("change detector holdover"): StateFields and HoldoverFields.
-template <class Fields, class Run>
-void RunFields(Fields& f, const char* prefix, int64_t nc, Run& up, Run& down) {
+constexpr auto kRunFields = [](auto& f, const char* prefix, int64_t nc, auto& up, auto& down) {
   f.Scalars(prefix, io::Field("up run length", up.len), io::Field("down run length", down.len),
             io::Field("up run energy", up.m), io::Field("down run energy", down.m),
             io::Field("up run lag product", up.lag), io::Field("up run lag-1 product", up.lag1),
@@ -481,7 +481,7 @@ void RunFields(Fields& f, const char* prefix, int64_t nc, Run& up, Run& down) {
             io::Field("down run lag-1 product", down.lag1), io::Field("down run square", down.energy));
   f.Doubles(absl::StrCat(prefix, " up run channel scores").c_str(), nc, up.z.data());
   f.Doubles(absl::StrCat(prefix, " down run channel scores").c_str(), nc, down.z.data());
-}
+};
 
 }  // namespace
 
@@ -512,7 +512,7 @@ void ChangeDetector::StateFields(Fields& f, Self& d) {
         io::Field("onset up start", d.onset_up_start_[j]), io::Field("onset down start", d.onset_down_start_[j]),
         io::Field("onset up run length", d.onset_up_len_[j]), io::Field("onset down run length", d.onset_down_len_[j]));
   }
-  RunFields(f, kPrefix, nc, d.up_run_, d.down_run_);
+  kRunFields(f, kPrefix, nc, d.up_run_, d.down_run_);
 }
 
 // v2: the holdover's state, after StateFields.
@@ -530,30 +530,23 @@ void ChangeDetector::HoldoverFields(Fields& f, Self& d) {
   f.Doubles("change detector holdover residual memory", nc, d.hold_memory_.data());
   f.Scalars(kPrefix, io::Field("up statistic", d.hold_up_), io::Field("down statistic", d.hold_down_),
             io::Field("up start", d.hold_up_run_.start), io::Field("down start", d.hold_down_run_.start));
-  RunFields(f, kPrefix, nc, d.hold_up_run_, d.hold_down_run_);
+  kRunFields(f, kPrefix, nc, d.hold_up_run_, d.hold_down_run_);
 }
 
 void ChangeDetector::Serialize(io::Writer& w) const {
   const bool v2 = options_.holdover_pairs > 0;
   const size_t h = w.BeginObject(kTag, v2 ? kVersion : 1);
   io::FieldWriter f(w);
-  ChangeDetectorOptionFields(f, options_);
-  if (v2) f.I32("change detector holdover_pairs", options_.holdover_pairs);
+  kChangeDetectorOptionFields(f, options_, v2 ? 2 : 1);
   StateFields(f, *this);
   if (v2) HoldoverFields(f, *this);
   w.EndObject(h);
 }
 
 absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kTag, kVersion, "change detector", &version)) return r.status();
-  io::FieldReader f(r);
-  Options o;
-  ChangeDetectorOptionFields(f, o);
-  if (version >= 2) {
-    f.I32("change detector holdover_pairs", o.holdover_pairs);
-    if (r.ok() && o.holdover_pairs <= 0) return r.Fail("change detector v2 without a holdover");
-  }
+  const auto [version, o] =
+      io::ReadObjectStart<Options>(r, kTag, kVersion, "change detector", kChangeDetectorOptionFields);
+  if (r.ok() && version >= 2 && o.holdover_pairs <= 0) return r.Fail("change detector v2 without a holdover");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   const int64_t nc = o.channels;
@@ -563,6 +556,7 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   const int64_t vectors = version >= 2 ? 11 : 6;
   if (!r.Expect(static_cast<uint64_t>(vectors * (8 * nc + 8)), "change detector channel vectors")) return r.status();
   ChangeDetector d(o);
+  io::FieldReader f(r);
   StateFields(f, d);
   if (version >= 2) HoldoverFields(f, d);
   bool onset_ok = true;

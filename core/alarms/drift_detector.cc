@@ -262,12 +262,14 @@ const DriftDetector::Alarm* DriftDetector::Observe(const double* x, const double
 
 namespace {
 
-template <class Fields, class Options>
-void DriftDetectorOptionFields(Fields& f, Options& o) {
+// v2 adds the steps flag (1), v3 the flag (0 or 1) and holdover_pairs.
+constexpr auto kDriftDetectorOptionFields = [](auto& f, auto& o, uint32_t version) {
   f.Scalars("drift detector", io::Field("inputs", o.inputs), io::Field("channels", o.channels),
             io::Field("alarm_rate", o.alarm_rate), io::Field("arm_after", o.arm_after),
             io::Field("baseline_pairs", o.baseline_pairs), io::Field("drift", o.drift), io::Field("clip", o.clip));
-}
+  if (version >= 2) f.Bool("drift detector steps", o.steps);
+  if (version >= 3) f.I32("drift detector holdover_pairs", o.holdover_pairs);
+};
 
 }  // namespace
 
@@ -323,39 +325,25 @@ void DriftDetector::HoldoverFields(Fields& f, Self& m) {
 
 void DriftDetector::Serialize(io::Writer& w) const {
   const bool v3 = options_.holdover_pairs > 0;
-  const size_t h = w.BeginObject(kTag, v3 ? kVersion : (options_.steps ? 2 : 1));
+  const uint32_t version = v3 ? kVersion : (options_.steps ? 2 : 1);
+  const size_t h = w.BeginObject(kTag, version);
   io::FieldWriter f(w);
-  DriftDetectorOptionFields(f, options_);
-  if (v3) {
-    w.U8(options_.steps ? 1 : 0);
-    f.I32("drift detector holdover_pairs", options_.holdover_pairs);
-  } else if (options_.steps) {
-    w.U8(1);  // v2
-  }
+  kDriftDetectorOptionFields(f, options_, version);
   StateFields(f, *this);
   if (v3) HoldoverFields(f, *this);
   w.EndObject(h);
 }
 
 absl::StatusOr<DriftDetector> DriftDetector::Deserialize(io::Reader& r) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kTag, kVersion, "drift detector", &version)) return r.status();
-  io::FieldReader f(r);
-  Options o;
-  DriftDetectorOptionFields(f, o);
-  if (version >= 2) {
-    const uint8_t steps = r.U8("drift detector steps");
-    if (r.ok() && (steps > 1 || (version == 2 && steps != 1))) return r.Fail("drift detector steps flag out of range");
-    o.steps = steps == 1;
-  }
-  if (version >= 3) {
-    f.I32("drift detector holdover_pairs", o.holdover_pairs);
-    if (r.ok() && o.holdover_pairs <= 0) return r.Fail("drift detector v3 without a holdover");
-  }
+  const auto [version, o] =
+      io::ReadObjectStart<Options>(r, kTag, kVersion, "drift detector", kDriftDetectorOptionFields);
+  if (r.ok() && version == 2 && !o.steps) return r.Fail("drift detector steps flag out of range");
+  if (r.ok() && version >= 3 && o.holdover_pairs <= 0) return r.Fail("drift detector v3 without a holdover");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   DriftDetector m(o);
   const int64_t p = m.components();
+  io::FieldReader f(r);
   StateFields(f, m);
   if (version >= 3) HoldoverFields(f, m);
   if (!r.EndObject("drift detector")) return r.status();

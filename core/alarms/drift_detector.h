@@ -124,8 +124,7 @@ class DriftDetector {
   static absl::StatusOr<DriftDetector> Deserialize(io::Reader& r);
 
  private:
-  // The state after the options, in file order: one list for Serialize (Self const) and
-  // Deserialize (defined beside them).
+  // The state's field list (CONTRIBUTING.md "Binary formats"), beside Serialize.
   template <class Fields, class Self>
   static void StateFields(Fields& f, Self& self);
   template <class Fields, class Self>

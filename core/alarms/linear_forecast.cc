@@ -219,34 +219,31 @@ void LinearForecast::StateFields(Fields& f, Self& m) {
 namespace {
 
 // The options, in file order; version 1 (degree 1) ends before the degree.
-template <class Fields, class Options>
-void OptionFields(Fields& f, Options& o, bool with_degree) {
+constexpr auto kOptionFields = [](auto& f, auto& o, uint32_t version) {
   f.Scalars("alarm forecast", io::Field("dim", o.dim), io::Field("outputs", o.outputs),
             io::Field("first_fit", o.first_fit), io::Field("fit_every", o.fit_every));
-  if (with_degree) f.I32("alarm forecast degree", o.degree);
-}
+  if (version >= 2) f.I32("alarm forecast degree", o.degree);
+};
 
 }  // namespace
 
 void LinearForecast::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kTag, options_.degree == 1 ? 1 : kVersion);
+  const uint32_t version = options_.degree == 1 ? 1 : kVersion;
+  const size_t h = w.BeginObject(kTag, version);
   io::FieldWriter f(w);
-  OptionFields(f, options_, options_.degree != 1);
+  kOptionFields(f, options_, version);
   StateFields(f, *this);
   w.EndObject(h);
 }
 
 absl::StatusOr<LinearForecast> LinearForecast::Deserialize(io::Reader& r) {
-  uint32_t version = 0;
-  if (!r.BeginObject(kTag, kVersion, "alarm forecast", &version)) return r.status();
-  io::FieldReader fields(r);
-  Options o;
-  OptionFields(fields, o, version >= 2);
+  const auto [version, o] = io::ReadObjectStart<Options>(r, kTag, kVersion, "alarm forecast", kOptionFields);
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("alarm forecast: ", s.message()));
   const uint64_t d = static_cast<uint64_t>(o.regressors()), c = static_cast<uint64_t>(o.outputs);
   if (!r.Expect(8 * (d * d + 2 * d * c), "alarm forecast sums")) return r.status();
   LinearForecast f(o);
+  io::FieldReader fields(r);
   StateFields(fields, f);
   if (!r.EndObject("alarm forecast")) return r.status();
   if (f.n_ < 0 || f.next_fit_ <= f.n_) return r.Fail("alarm forecast: pair counters out of order");

@@ -82,8 +82,7 @@ class LinearForecast {
   static absl::StatusOr<LinearForecast> Deserialize(io::Reader& r);
 
  private:
-  // The state after the options, in file order: one list for Serialize (Self const) and
-  // Deserialize (defined beside them).
+  // The state's field list (CONTRIBUTING.md "Binary formats"), beside Serialize.
   template <class Fields, class Self>
   static void StateFields(Fields& f, Self& self);
   void Refit();

@@ -110,8 +110,7 @@ class LaggedMoments {
   static absl::StatusOr<LaggedMoments> Deserialize(io::Reader& r);
 
  private:
-  // The state after the options, in file order: one list for Serialize (Self const) and
-  // Deserialize (defined beside them).
+  // The state's field list (CONTRIBUTING.md "Binary formats"), beside Serialize.
   template <class Fields, class Self>
   static void StateFields(Fields& f, Self& self);
   LagSums& Open(int lag_index) { return blocks_[num_blocks_ - 1][lag_index]; }
