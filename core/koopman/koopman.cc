@@ -20,15 +20,10 @@ absl::Status KoopmanOptions::Validate() const {
   return absl::OkStatus();
 }
 
-KoopmanDecomposition KoopmanDecomposition::Fit(const CmeSnapshot& snapshot, const KoopmanOptions& options) {
+absl::StatusOr<KoopmanDecomposition> KoopmanDecomposition::Fit(const CmeSnapshot& snapshot,
+                                                               const KoopmanOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
   KoopmanDecomposition out;
-  if (absl::Status s = options.Validate(); !s.ok()) {
-    out.x_atoms = snapshot.x_atoms;
-    out.sigma = snapshot.sigma;
-    out.dt = options.dt;
-    out.solver_error = std::string(s.message());
-    return out;
-  }
   out.x_atoms = snapshot.x_atoms;
   out.sigma = snapshot.sigma;
   out.dt = options.dt;
@@ -49,12 +44,7 @@ KoopmanDecomposition KoopmanDecomposition::Fit(const CmeSnapshot& snapshot, cons
   if (es.info() != Eigen::Success) {
     // Eigen's QR iteration gives up after its iteration cap (non-finite entries or a pathological
     // matrix): report it rather than read eigenvalues that were never computed.
-    out.solver_error = "the eigensolver of W^T K_YX did not converge";
-    out.eigenvalues.resize(0);
-    out.rates.resize(0);
-    out.timescales.resize(0);
-    out.eigenvectors.resize(0, 0);
-    return out;
+    return absl::FailedPreconditionError("the eigensolver of W^T K_YX did not converge");
   }
   const VectorXcd& mu = es.eigenvalues();
   const MatrixXcd vec = es.eigenvectors();

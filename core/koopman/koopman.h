@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/cme/compressed_cme.h"
 
 namespace cmestream {
@@ -35,14 +36,12 @@ struct KoopmanDecomposition {
   // Index of the stationary mode (the constant function, eigenvalue exactly 1), or -1 when the
   // estimator does not identify it (the CME's W^T K_YX: the constant is not in the RKHS).
   int stationary_index = -1;
-  // Empty when the eigensolver converged; otherwise why it did not (the decomposition is then
-  // empty: a user must see "no spectrum", never a partial one).
-  std::string solver_error;
 
   // The CME's own decomposition: eigenpairs of M = W^T K_YX (docs/algorithms.md (1.21)).
-  // Invalid options (options.Validate()) and a non-converged eigensolver both leave the result
-  // empty with solver_error saying why: a view reports it as a warning, never a partial spectrum.
-  static KoopmanDecomposition Fit(const CmeSnapshot& snapshot, const KoopmanOptions& options);
+  // InvalidArgument for invalid options (options.Validate()), FailedPrecondition when the
+  // eigensolver does not converge: a view reports the message as a warning, never a partial
+  // spectrum. An empty dictionary gives an empty decomposition.
+  static absl::StatusOr<KoopmanDecomposition> Fit(const CmeSnapshot& snapshot, const KoopmanOptions& options);
 
   // g_l(x) = c_l + sum_j v_l[j] k(x_j, x) (c_l = constants[l], 0 if empty). points: n x d.
   // Returns n x k.

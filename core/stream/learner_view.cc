@@ -371,8 +371,17 @@ void FitKoopman(const ViewOptions& options, const StreamingLearnerSnapshot& snap
   KoopmanOptions koopman;
   koopman.top = std::max(1, std::min<int>(top, static_cast<int>(cme.snapshot.x_atoms.rows())));
   koopman.dt = options.dt;
-  if (cme.snapshot.x_atoms.rows() > 0) cme.koopman = KoopmanDecomposition::Fit(cme.snapshot, koopman);
-  if (!cme.koopman.solver_error.empty()) info.warnings.push_back(cme.koopman.solver_error);
+  if (cme.snapshot.x_atoms.rows() > 0) {
+    absl::StatusOr<KoopmanDecomposition> fit = KoopmanDecomposition::Fit(cme.snapshot, koopman);
+    if (fit.ok()) {
+      cme.koopman = *std::move(fit);
+    } else {  // no spectrum, never a partial one; the atoms stay for the reply's coordinates
+      info.warnings.push_back(std::string(fit.status().message()));
+      cme.koopman.x_atoms = cme.snapshot.x_atoms;
+      cme.koopman.sigma = cme.snapshot.sigma;
+      cme.koopman.dt = koopman.dt;
+    }
+  }
   cme.excess = VectorXd::Zero(cme.koopman.eigenvalues.size());
   if (snap.spectral) CheckKoopmanStationarity(*snap.spectral, cme, unit_circle_warnings);
 }

@@ -109,7 +109,7 @@ double BasinAccuracy(const CompressedCme& cme, double dt) {
   KoopmanOptions ko;
   ko.top = 2;
   ko.dt = dt;
-  const KoopmanDecomposition kd = KoopmanDecomposition::Fit(CmeSnapshot::From(cme), ko);
+  const KoopmanDecomposition kd = KoopmanDecomposition::Fit(CmeSnapshot::From(cme), ko).value();
   RowMatrixXd att(2, 2);
   att << 1, 0, -1, 0;
   const MatrixXcd ga = kd.Evaluate(att), gp = kd.Evaluate(g);

@@ -62,7 +62,7 @@ DuffingRun RunDuffing(double sigma, int n, bool one_sided = true) {
   ko.top = 6;
   ko.dt = dopt.dt;
   DuffingRun run;
-  run.kd = KoopmanDecomposition::Fit(CmeSnapshot::From(cme), ko);
+  run.kd = KoopmanDecomposition::Fit(CmeSnapshot::From(cme), ko).value();
   const RowMatrixXd grid = Grid(40, 2.0);
   const Eigen::VectorXi truth = systems::DuffingBasin(grid, dopt);
   const Eigen::VectorXi pred = ClassifyBasins(run.kd, grid);
@@ -115,14 +115,13 @@ TEST(KoopmanContract, EigensolverFailureIsReported) {
   s.W = MatrixXd::Identity(4, 4);
   KoopmanOptions o;
   o.top = 3;
-  const KoopmanDecomposition good = KoopmanDecomposition::Fit(s, o);
-  EXPECT_TRUE(good.solver_error.empty());
-  EXPECT_EQ(good.eigenvalues.size(), 3);
+  const absl::StatusOr<KoopmanDecomposition> good = KoopmanDecomposition::Fit(s, o);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->eigenvalues.size(), 3);
   s.W(1, 2) = std::numeric_limits<double>::quiet_NaN();
-  const KoopmanDecomposition bad = KoopmanDecomposition::Fit(s, o);
-  EXPECT_FALSE(bad.solver_error.empty());
-  EXPECT_EQ(bad.eigenvalues.size(), 0);
-  EXPECT_EQ(bad.eigenvectors.size(), 0);
+  const absl::StatusOr<KoopmanDecomposition> bad = KoopmanDecomposition::Fit(s, o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(bad.status().message().find("did not converge"), std::string::npos) << bad.status();
 }
 
 // Invalid options are named, and the decomposition is empty (not a spectrum at a wrong dt).
@@ -137,12 +136,12 @@ TEST(KoopmanContract, InvalidOptionsAreReportedNotUsed) {
   EXPECT_TRUE(o.Validate().ok());
   o.dt = 0;
   EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
-  const KoopmanDecomposition bad_dt = KoopmanDecomposition::Fit(s, o);
-  EXPECT_NE(bad_dt.solver_error.find("dt is 0"), std::string::npos) << bad_dt.solver_error;
-  EXPECT_EQ(bad_dt.eigenvalues.size(), 0);
+  const absl::StatusOr<KoopmanDecomposition> bad_dt = KoopmanDecomposition::Fit(s, o);
+  EXPECT_EQ(bad_dt.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_dt.status().message().find("dt is 0"), std::string::npos) << bad_dt.status();
   o.dt = 1;
   o.top = 0;
-  EXPECT_NE(KoopmanDecomposition::Fit(s, o).solver_error.find("top is 0"), std::string::npos);
+  EXPECT_NE(KoopmanDecomposition::Fit(s, o).status().message().find("top is 0"), std::string::npos);
 }
 
 }  // namespace
