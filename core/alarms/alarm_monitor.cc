@@ -11,7 +11,6 @@
 namespace cmestream {
 namespace {
 
-constexpr uint32_t kTag = io::Fourcc("ALRM");
 // v3: the scoring of a small state (a flag, the cubic forecast, and the coefficients' test's DRFT
 // object after the detector). v4: a second flag, the coefficients' test with the forecast's steps
 // (DRFT v2). Every other monitor is written as v2, byte for byte what the release before wrote,
@@ -20,7 +19,7 @@ constexpr uint32_t kTag = io::Fourcc("ALRM");
 // v6: a fourth flag, the coefficients' test's holdover (DRFT v3); written only by a monitor that
 // runs that test, every other new monitor stays v5. v7: a fifth flag, the step test (§12.10),
 // and its CHGD object after the DRFT one; written only by a monitor that runs it.
-constexpr uint32_t kVersion = 7;
+constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 7, "alarm monitor"};
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -297,8 +296,7 @@ constexpr auto kMonitorOptionFields = [](auto& f, auto& o) {
 void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
   const bool v6 = v3 && v5 && options_.drift_holdover, v7 = RunsStepTest(options_);
-  const size_t h = w.BeginObject(kTag, v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)))));
-  io::FieldWriter f(w);
+  io::FieldWriter f(w, kFormat, v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)))));
   kMonitorOptionFields(f, options_);
   f.Scalars("alarm monitor", io::Field("pairs", pairs_), io::Field("armed_at", armed_at_));
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
@@ -328,11 +326,10 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
     w.U8(static_cast<uint8_t>(a.direction));
     w.I64(a.onset);
   }
-  w.EndObject(h);
 }
 
 absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
-  auto [version, o] = io::ReadObjectStart<Options>(r, kTag, kVersion, "alarm monitor", kMonitorOptionFields);
+  auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kMonitorOptionFields);
   if (!r.ok()) return r.status();
   // Monitors written as v1/v2 have no coefficient test and keep running without one; v3 ones run
   // it without the steps.
@@ -455,7 +452,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     a.onset = r.I64("alarm onset");
     m.records_.push_back(std::move(a));
   }
-  if (!r.EndObject("alarm monitor")) return r.status();
+  if (!r.EndObject(kFormat.name)) return r.status();
   if (m.pairs_ < 0 || m.armed_at_ < -1 || m.armed_at_ > m.pairs_) return r.Fail("alarm monitor: counters out of range");
   return m;
 }

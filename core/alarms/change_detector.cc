@@ -12,10 +12,9 @@
 namespace cmestream {
 namespace {
 
-constexpr uint32_t kTag = io::Fourcc("CHGD");
 // v2: the holdover (docs/algorithms.md §12.8): its option after v1's, its state after v1's. A
 // detector without it is written as v1, byte for byte what the release before wrote.
-constexpr uint32_t kVersion = 2;
+constexpr io::ObjectFormat kFormat = {io::Fourcc("CHGD"), 2, "change detector"};
 constexpr int kMaxChannels = 1 << 20;
 // Siegmund's correction of the CUSUM's overshoot for normal increments: -2 zeta(1/2) / sqrt(2 pi).
 constexpr double kOvershoot = 1.166;
@@ -535,17 +534,14 @@ void ChangeDetector::HoldoverFields(Fields& f, Self& d) {
 
 void ChangeDetector::Serialize(io::Writer& w) const {
   const bool v2 = options_.holdover_pairs > 0;
-  const size_t h = w.BeginObject(kTag, v2 ? kVersion : 1);
-  io::FieldWriter f(w);
+  io::FieldWriter f(w, kFormat, v2 ? kFormat.version : 1);
   kChangeDetectorOptionFields(f, options_, v2 ? 2 : 1);
   StateFields(f, *this);
   if (v2) HoldoverFields(f, *this);
-  w.EndObject(h);
 }
 
 absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
-  const auto [version, o] =
-      io::ReadObjectStart<Options>(r, kTag, kVersion, "change detector", kChangeDetectorOptionFields);
+  const auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kChangeDetectorOptionFields);
   if (r.ok() && version >= 2 && o.holdover_pairs <= 0) return r.Fail("change detector v2 without a holdover");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
@@ -564,7 +560,7 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
     onset_ok = onset_ok && d.onset_up_len_[j] >= 0 && d.onset_down_len_[j] >= 0 && d.onset_up_[j] >= 0 &&
                d.onset_down_[j] >= 0 && Finite(d.onset_up_[j]) && Finite(d.onset_down_[j]);
   }
-  if (!r.EndObject("change detector")) return r.status();
+  if (!r.EndObject(kFormat.name)) return r.status();
   if (d.index_ < 0 || d.skipped_ < 0 || d.alarms_ < 0 || d.since_restart_ < 0 || d.since_restart_ > d.index_ ||
       d.ref_n_ < 0 || d.ref_n_ > d.since_restart_ || d.ref_xx_n_ < 0 || d.ref_xx_n_ > d.ref_n_ || d.up_run_.len < 0 ||
       d.down_run_.len < 0 || d.up_run_.len > d.index_ || d.down_run_.len > d.index_) {

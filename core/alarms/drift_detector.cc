@@ -12,11 +12,10 @@
 namespace cmestream {
 namespace {
 
-constexpr uint32_t kTag = io::Fourcc("DRFT");
 // v2: the steps (a flag after the options). v3: the holdover (a steps flag, 0 or 1, and
 // holdover_pairs after the options; the held reference after the state). A detector without the
 // holdover is written as v2 (steps) or v1, byte for byte what the releases before wrote.
-constexpr uint32_t kVersion = 3;
+constexpr io::ObjectFormat kFormat = {io::Fourcc("DRFT"), 3, "drift detector"};
 // Holdover (docs/algorithms.md §12.9): the restart that started a holdover is confirmed (and the
 // holdover ends) when any held CUSUM passes kHoldConfirmLevel h within kHoldConfirmPairs pairs.
 constexpr int64_t kHoldConfirmPairs = 50;
@@ -325,18 +324,15 @@ void DriftDetector::HoldoverFields(Fields& f, Self& m) {
 
 void DriftDetector::Serialize(io::Writer& w) const {
   const bool v3 = options_.holdover_pairs > 0;
-  const uint32_t version = v3 ? kVersion : (options_.steps ? 2 : 1);
-  const size_t h = w.BeginObject(kTag, version);
-  io::FieldWriter f(w);
+  const uint32_t version = v3 ? kFormat.version : (options_.steps ? 2 : 1);
+  io::FieldWriter f(w, kFormat, version);
   kDriftDetectorOptionFields(f, options_, version);
   StateFields(f, *this);
   if (v3) HoldoverFields(f, *this);
-  w.EndObject(h);
 }
 
 absl::StatusOr<DriftDetector> DriftDetector::Deserialize(io::Reader& r) {
-  const auto [version, o] =
-      io::ReadObjectStart<Options>(r, kTag, kVersion, "drift detector", kDriftDetectorOptionFields);
+  const auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kDriftDetectorOptionFields);
   if (r.ok() && version == 2 && !o.steps) return r.Fail("drift detector steps flag out of range");
   if (r.ok() && version >= 3 && o.holdover_pairs <= 0) return r.Fail("drift detector v3 without a holdover");
   if (!r.ok()) return r.status();
@@ -346,7 +342,7 @@ absl::StatusOr<DriftDetector> DriftDetector::Deserialize(io::Reader& r) {
   io::FieldReader f(r);
   StateFields(f, m);
   if (version >= 3) HoldoverFields(f, m);
-  if (!r.EndObject("drift detector")) return r.status();
+  if (!r.EndObject(kFormat.name)) return r.status();
   if (m.index_ < 0 || m.alarms_ < 0 || m.alarms_ > m.index_ || m.since_restart_ < 0 || m.since_restart_ > m.index_) {
     return r.Fail("drift detector: counters out of range");
   }

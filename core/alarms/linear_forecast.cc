@@ -15,8 +15,7 @@
 namespace cmestream {
 namespace {
 
-constexpr uint32_t kTag = io::Fourcc("LINF");
-constexpr uint32_t kVersion = 2;
+constexpr io::ObjectFormat kFormat = {io::Fourcc("LINF"), 2, "alarm forecast"};
 constexpr int kMaxDim = 1 << 14;
 constexpr double kRidge = 1e-3;
 constexpr double kFloor = 1e-12;
@@ -228,16 +227,14 @@ constexpr auto kOptionFields = [](auto& f, auto& o, uint32_t version) {
 }  // namespace
 
 void LinearForecast::Serialize(io::Writer& w) const {
-  const uint32_t version = options_.degree == 1 ? 1 : kVersion;
-  const size_t h = w.BeginObject(kTag, version);
-  io::FieldWriter f(w);
+  const uint32_t version = options_.degree == 1 ? 1 : kFormat.version;
+  io::FieldWriter f(w, kFormat, version);
   kOptionFields(f, options_, version);
   StateFields(f, *this);
-  w.EndObject(h);
 }
 
 absl::StatusOr<LinearForecast> LinearForecast::Deserialize(io::Reader& r) {
-  const auto [version, o] = io::ReadObjectStart<Options>(r, kTag, kVersion, "alarm forecast", kOptionFields);
+  const auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kOptionFields);
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(absl::StrCat("alarm forecast: ", s.message()));
   const uint64_t d = static_cast<uint64_t>(o.regressors()), c = static_cast<uint64_t>(o.outputs);
@@ -245,7 +242,7 @@ absl::StatusOr<LinearForecast> LinearForecast::Deserialize(io::Reader& r) {
   LinearForecast f(o);
   io::FieldReader fields(r);
   StateFields(fields, f);
-  if (!r.EndObject("alarm forecast")) return r.status();
+  if (!r.EndObject(kFormat.name)) return r.status();
   if (f.n_ < 0 || f.next_fit_ <= f.n_) return r.Fail("alarm forecast: pair counters out of order");
   return f;
 }

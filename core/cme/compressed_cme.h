@@ -223,7 +223,7 @@ class CompressedCme {
   // bitwise that y: trajectories). Diagnostics and tests; not serialized.
   int64_t reused_kernel_columns() const { return reused_columns_; }
 
-  // Snapshot support (core/io/learner_serialization.cc; object tag "CCME", version 2; version 1,
+  // Snapshot support (core/cme/compressed_cme_io.cc; object tag "CCME", version 2; version 1,
   // which stored W and the Gram inverses, loads by re-factorizing). Writes
   // the full per-sample state (no flush, no re-factorization), so that Deserialize() followed
   // by the same calls gives results bit-identical to never having stopped. Deserialize bounds

@@ -142,7 +142,7 @@ class TransitionCounts {
 
   CountsSnapshot Snapshot() const;
 
-  // Snapshot support (core/io/learner_serialization.cc; object tag "CNTS", version 1). Writes
+  // Snapshot support (core/counts/transition_counts_io.cc; object tag "CNTS", version 1). Writes
   // the full per-sample state (no flush, no re-factorization), so that Deserialize() followed
   // by the same calls gives results bit-identical to never having stopped. Deserialize bounds
   // every dimension by the stored options before allocating; errors are DataLoss naming the

@@ -82,7 +82,7 @@ class EmbeddingMoments {
   // Diagnostics and tests; not serialized.
   int64_t reused_features() const { return reused_; }
 
-  // Snapshot support (core/io/learner_serialization.cc; object tag "EMOM", version 1). Writes
+  // Snapshot support (core/embedding/embedding_moments_io.cc; object tag "EMOM", version 1). Writes
   // the full per-sample state (no flush, no re-factorization), so that Deserialize() followed
   // by the same calls gives results bit-identical to never having stopped. Deserialize bounds
   // every dimension by the stored options before allocating; errors are DataLoss naming the

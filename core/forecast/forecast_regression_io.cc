@@ -15,8 +15,7 @@
 namespace cmestream {
 namespace {
 
-constexpr uint32_t kTag = io::Fourcc("FCRG");
-constexpr uint32_t kVersion = 1;
+constexpr io::ObjectFormat kFormat = {io::Fourcc("FCRG"), 1, "ForecastRegression"};
 
 constexpr auto kOptionFields = [](auto& f, auto& o) {
   f.I32In("forecast dim", o.dim, 1, 1 << 16);
@@ -50,8 +49,7 @@ constexpr auto kChoiceFields = [](auto& f, auto& c) {
 }  // namespace
 
 void ForecastRegression::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kTag, kVersion);
-  io::FieldWriter fields(w);
+  io::FieldWriter fields(w, kFormat, kFormat.version);
   kOptionFields(fields, options_);
   w.I32(features_->num_features());
   w.I64(samples_);
@@ -74,14 +72,13 @@ void ForecastRegression::Serialize(io::Writer& w) const {
     for (const ForecastChoice& c : fit_->choices_) kChoiceFields(fields, c);
     w.F64(fit_->pairs_);
   }
-  w.EndObject(h);
 }
 
 absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r,
                                                                    std::shared_ptr<const FeatureMap> features) {
-  const auto [version, o] = io::ReadObjectStart<Options>(r, kTag, kVersion, "ForecastRegression", kOptionFields);
+  const auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kOptionFields);
   const int n = r.I32In("forecast features", 1, kMaxFeatures);
-  if (!r.ValidOptions(o, "ForecastRegression")) return r.status();
+  if (!r.ValidOptions(o, kFormat.name)) return r.status();
   if (!features || features->input_dim() != o.dim || features->num_features() != n) {
     return r.Fail(absl::StrCat("forecast regression holds ", n, " features of dim ", o.dim,
                                ", which do not match the model's feature map"));
@@ -129,7 +126,7 @@ absl::StatusOr<ForecastRegression> ForecastRegression::Deserialize(io::Reader& r
     m.pairs_ = r.F64("forecast fit pairs");
     f.fit_ = std::move(m);
   }
-  if (!r.EndObject("ForecastRegression")) return r.status();
+  if (!r.EndObject(kFormat.name)) return r.status();
   return f;
 }
 

@@ -36,8 +36,19 @@ constexpr uint32_t Fourcc(const char (&s)[5]) {
   return uint32_t(uint8_t(s[0])) | uint32_t(uint8_t(s[1])) << 8 | uint32_t(uint8_t(s[2])) << 16 |
          uint32_t(uint8_t(s[3])) << 24;
 }
+// An object's identity in a stream: its tag, the newest version this build writes and reads, and
+// the name a reader's errors give it.
+struct ObjectFormat {
+  uint32_t tag;
+  uint32_t version;
+  const char* name;
+};
+
 // Printable form of a tag for messages ("CCME", or hex when not printable).
 std::string FourccName(uint32_t tag);
+
+// The bytes of n doubles (a deserializer's Reserve and Expect budgets).
+constexpr uint64_t DoubleBytes(int64_t n) { return static_cast<uint64_t>(n) * 8; }
 
 // Little-endian fixed-width integers at a position of a caller's buffer (the WAL's record
 // headers); Writer and Reader below use the same byte order.

@@ -94,6 +94,15 @@ MatrixField<M> Matrix(const char* name, M& m) {
 class FieldWriter {
  public:
   explicit FieldWriter(Writer& w) : w_(w) {}
+  // Begins object `format` at `version` (Writer::BeginObject); the destructor ends it, so a
+  // Serialize that opens its object this way writes the whole body inside the writer's scope.
+  FieldWriter(Writer& w, const ObjectFormat& format, uint32_t version)
+      : w_(w), object_(w.BeginObject(format.tag, version)) {}
+  ~FieldWriter() {
+    if (object_ != kNoObject) w_.EndObject(object_);
+  }
+  FieldWriter(const FieldWriter&) = delete;
+  FieldWriter& operator=(const FieldWriter&) = delete;
 
   void Bool(const char*, bool v) { w_.Bool(v); }
   void I32(const char*, int32_t v) { w_.I32(v); }
@@ -135,7 +144,9 @@ class FieldWriter {
   void Put(uint64_t v) { w_.U64(v); }
   void Put(double v) { w_.F64(v); }
 
+  static constexpr size_t kNoObject = ~size_t{0};
   Writer& w_;
+  size_t object_ = kNoObject;
 };
 
 class FieldReader {
@@ -211,16 +222,15 @@ struct ObjectStart {
   Options options;
 };
 
-// The start of a Deserialize: the object's header (its tag, the newest version this build reads,
-// the name its errors give; Reader::BeginObject), then its options as `option_fields(f, o)`
+// The start of a Deserialize: the object's header (Reader::BeginObject with `format`), then its
+// options as `option_fields(f, o)`
 // lists them, or `option_fields(f, o, version)` for a list that changed with the version. After
 // a bad header the options are the defaults and r holds the error: the caller checks r (e.g.
 // Reader::ValidOptions) before it uses them.
 template <class Options, class OptionFields>
-ObjectStart<Options> ReadObjectStart(Reader& r, uint32_t tag, uint32_t newest, const char* name,
-                                     const OptionFields& option_fields) {
+ObjectStart<Options> ReadObjectStart(Reader& r, const ObjectFormat& format, const OptionFields& option_fields) {
   ObjectStart<Options> start;
-  if (!r.BeginObject(tag, newest, name, &start.version)) {
+  if (!r.BeginObject(format.tag, format.version, format.name, &start.version)) {
     start.version = 0;
     return start;
   }

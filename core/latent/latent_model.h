@@ -106,7 +106,7 @@ class MultiViewAccumulator {
   // O(D^2 + r d); includes the triples not yet flushed.
   Statistics Snapshot() const;
 
-  // Snapshot support (core/io/learner_serialization.cc; object tag "MVAC", version 2). Writes
+  // Snapshot support (core/latent/multi_view_accumulator_io.cc; object tag "MVAC", version 2). Writes
   // the full per-sample state (the feature map's Omega and beta, pending triples, reservoir, the
   // reservoir RNG's std::mt19937_64 state) (no flush), so that Deserialize() followed by the
   // same calls gives results bit-identical to never having stopped. Deserialize also reads

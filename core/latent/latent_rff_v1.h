@@ -6,7 +6,7 @@
 // version 2, of the latent model (docs/algorithms.md §5.1). A version-1 object stored only the
 // seed, and its moments and reservoir were accumulated with those features: to load it exactly
 // the decoder redraws them here. Version 2 stores Omega and beta, so this draw is needed for
-// version-1 objects only (core/io/learner_serialization.cc) and must not be used for anything else.
+// version-1 objects only (core/latent/multi_view_accumulator_io.cc) and must not be used for anything else.
 //
 // The draw goes through the standard library's distributions, whose algorithms are not fixed
 // by the standard: it reproduces the features of a version-1 object written by a build with the

@@ -98,7 +98,7 @@ class PredictiveStateAccumulator {
   };
   Statistics Snapshot() const;
 
-  // Snapshot support (core/io/learner_serialization.cc; object tag "PSAC", version 1). Writes
+  // Snapshot support (core/predictive/predictive_state_io.cc; object tag "PSAC", version 1). Writes
   // the full per-sample state (ring buffer
   // and episode position included) (no flush), so that Deserialize() followed by the same
   // calls gives results bit-identical to never having stopped. Deserialize bounds every

@@ -187,7 +187,7 @@ class SpectralMoments {
   bool has_previous() const { return previous_.has_value(); }
   int previous_basis_size() const { return previous_ ? static_cast<int>(previous_->basis.rows()) : 0; }
 
-  // Snapshot support (core/io/learner_serialization.cc; object tag "SPMO", version 1). Writes
+  // Snapshot support (core/spectral/spectral_moments_io.cc; object tag "SPMO", version 1). Writes
   // the full state (no flush), so Deserialize followed by the same calls is bit-identical to
   // never having stopped. Deserialize bounds every dimension by the stored options first.
   void Serialize(io::Writer& w) const;

@@ -360,7 +360,7 @@ class StreamingLearner {
   //   i64 warm-up pairs w, then (w > 0) the w x d buffered x and y matrices;
   //   bool episode open, string episode producer, string episode id, doubles last state;
   //   bool + CCME, CNTS, bool + EMOM, bool + MVAC, bool + PSAC, bool + SPMO, bool + LAGS
-  //   (core/io/learner_serialization.cc, core/validation/lag_statistics.cc);
+  //   (each beside its estimator: core/cme/compressed_cme_io.cc and the like, core/validation/lag_statistics.cc);
   //   with a CME, the open CME run (CmeRun::Serialize);
   //   version >= 5, with a CME and options.scale_inputs: the frozen InputScaler (nothing for an
   //   unscaled model);

@@ -13,8 +13,7 @@
 namespace cmestream {
 namespace {
 
-constexpr uint32_t kTag = io::Fourcc("LAGS");
-constexpr uint32_t kVersion = 1;
+constexpr io::ObjectFormat kFormat = {io::Fourcc("LAGS"), 1, "LagStatistics"};
 
 }  // namespace
 
@@ -159,9 +158,8 @@ constexpr auto kLagStatisticsOptionFields = [](auto& f, auto& o) {
 }  // namespace
 
 void LagStatistics::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kTag, kVersion);
+  io::FieldWriter f(w, kFormat, kFormat.version);
   w.Ints(options_.lags);
-  io::FieldWriter f(w);
   kLagStatisticsOptionFields(f, options_);
   w.I64(epoch_);
   w.Bool(counts_.has_value());
@@ -173,12 +171,11 @@ void LagStatistics::Serialize(io::Writer& w) const {
     koopman_->Serialize(w);
   }
   if (counts_) counts_->Serialize(w);
-  w.EndObject(h);
 }
 
 absl::StatusOr<LagStatistics> LagStatistics::Deserialize(io::Reader& r) {
   uint32_t version = 0;
-  if (!r.BeginObject(kTag, kVersion, "LagStatistics", &version)) return r.status();
+  if (!r.BeginObject(kFormat.tag, kFormat.version, kFormat.name, &version)) return r.status();
   Options o;
   o.lags = r.Ints("lag statistics lags", "lag statistics lag", 1, LaggedMoments::kMaxLags);
   if (!r.ok()) return r.status();
@@ -217,7 +214,7 @@ absl::StatusOr<LagStatistics> LagStatistics::Deserialize(io::Reader& r) {
     }
     acc.counts_.emplace(*std::move(c));
   }
-  if (!r.EndObject("LagStatistics")) return r.status();
+  if (!r.EndObject(kFormat.name)) return r.status();
   return acc;
 }
 

@@ -9,8 +9,7 @@
 namespace cmestream {
 namespace {
 
-constexpr uint32_t kTag = io::Fourcc("LAGM");
-constexpr uint32_t kVersion = 1;
+constexpr io::ObjectFormat kFormat = {io::Fourcc("LAGM"), 1, "LaggedMoments"};
 
 }  // namespace
 
@@ -225,10 +224,9 @@ void LaggedMoments::StateFields(Fields& f, Self& m) {
 }
 
 void LaggedMoments::Serialize(io::Writer& w) const {
-  const size_t h = w.BeginObject(kTag, kVersion);
+  io::FieldWriter f(w, kFormat, kFormat.version);
   const Options& o = options_;
   w.Ints(o.lags);
-  io::FieldWriter f(w);
   kLaggedOptionFields(f, o);
   StateFields(f, *this);
   for (int b = 0; b < num_blocks_; ++b) {
@@ -247,12 +245,11 @@ void LaggedMoments::Serialize(io::Writer& w) const {
   } else {
     w.Matrix(ring_);
   }
-  w.EndObject(h);
 }
 
 absl::StatusOr<LaggedMoments> LaggedMoments::Deserialize(io::Reader& r) {
   uint32_t version = 0;
-  if (!r.BeginObject(kTag, kVersion, "LaggedMoments", &version)) return r.status();
+  if (!r.BeginObject(kFormat.tag, kFormat.version, kFormat.name, &version)) return r.status();
   Options o;
   o.lags = r.Ints("lagged number of lags", "lagged lag", 1, kMaxLags);
   if (!r.ok()) return r.status();
@@ -294,7 +291,7 @@ absl::StatusOr<LaggedMoments> LaggedMoments::Deserialize(io::Reader& r) {
   } else {
     r.MatrixInto("lagged ring", acc.ring_);
   }
-  if (!r.EndObject("LaggedMoments")) return r.status();
+  if (!r.EndObject(kFormat.name)) return r.status();
   return acc;
 }
 

@@ -1,5 +1,5 @@
-// Round trips and corruption of the learners' binary serialization (core/io/binary_io.h,
-// core/io/learner_serialization.cc).
+// Round trips and corruption of the learners' binary serialization (core/io/binary_io.h, and
+// each estimator's *_io.cc beside it: core/cme/compressed_cme_io.cc and the like).
 //
 // The round-trip contract is bit-exact continuation: feed n1 samples, serialize, deserialize,
 // feed n2 more samples into both the original and the copy; then the two serialize to the
