@@ -16,7 +16,7 @@
 //
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS] [--monitor]
 //                                        [--scoring-v3] [--scoring-v4] [--scoring-v5] [--scoring-v6]
-//                                        [--misses] [--oracle]
+//                                        [--scoring-v7] [--misses] [--oracle]
 //
 // --monitor replaces the frozen stand-in forecast below by what the daemon runs (AlarmMonitor,
 // DetectWithMonitor): its own forecast on the model's state (cubic regressors for states of at
@@ -26,7 +26,8 @@
 // coefficients' test without the forecast's steps, (12.9b), and without the holdover),
 // --scoring-v4 as one restored from ALRM v4 (without the holdover of §12.8),
 // --scoring-v5 as one restored from ALRM v5 (without the coefficients' test's holdover, §12.9),
-// --scoring-v6 as one restored from ALRM v6 (without the step test, §12.10);
+// --scoring-v6 as one restored from ALRM v6 (without the step test, §12.10),
+// --scoring-v7 as one restored from ALRM v7 (without the step test's return test, §12.11);
 // --misses prints one line per change not detected within 500 pairs: its segment, direction,
 // the pairs since the last alarm before it and the first alarm after it.
 //
@@ -91,6 +92,7 @@ bool g_scoring_v3 = false;  // --scoring-v3: the monitor as an ALRM v3 object sc
 bool g_scoring_v4 = false;  // --scoring-v4: the monitor as an ALRM v4 object scores (no holdover)
 bool g_scoring_v5 = false;  // --scoring-v5: as an ALRM v5 object scores (no coefficients' test holdover)
 bool g_scoring_v6 = false;  // --scoring-v6: as an ALRM v6 object scores (no step test)
+bool g_scoring_v7 = false;  // --scoring-v7: as an ALRM v7 object scores (no return test)
 const char* g_system = "";
 
 constexpr int kWindow = 60;  // NAB window W, in pairs
@@ -350,6 +352,7 @@ std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double 
   o.holdover = !g_scoring_v3 && !g_scoring_v4;
   o.drift_holdover = !g_scoring_v5;
   o.step_test = !g_scoring_v6;
+  o.return_test = !g_scoring_v7;
   const bool discrete = name == "markov";
   const bool window = name == "sensor_noise";
   const int dim = window ? 4 : c;
@@ -784,8 +787,8 @@ int Main(int argc, char** argv) {
   // The flags without a value.
   const std::pair<const char*, bool*> switches[] = {
       {"--monitor", &g_monitor},       {"--scoring-v3", &g_scoring_v3}, {"--scoring-v4", &g_scoring_v4},
-      {"--scoring-v5", &g_scoring_v5}, {"--scoring-v6", &g_scoring_v6}, {"--misses", &g_misses},
-      {"--oracle", &oracle},
+      {"--scoring-v5", &g_scoring_v5}, {"--scoring-v6", &g_scoring_v6}, {"--scoring-v7", &g_scoring_v7},
+      {"--misses", &g_misses},         {"--oracle", &oracle},
   };
   for (int i = 1; i < argc; ++i) {
     bool* on = nullptr;
