@@ -18,8 +18,9 @@ namespace {
 // (CHGD v2), any monitor; three flags (coefficient test, steps, holdover) in place of v3/v4's.
 // v6: a fourth flag, the coefficients' test's holdover (DRFT v3); written only by a monitor that
 // runs that test, every other new monitor stays v5. v7: a fifth flag, the step test (§12.10),
-// and its CHGD object after the DRFT one; written only by a monitor that runs it.
-constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 7, "alarm monitor"};
+// and its CHGD object after the DRFT one; written only by a monitor that runs it. v8: a sixth
+// flag, the return test (§12.11, the step test's CHGD v3); written only by a monitor that runs it.
+constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 8, "alarm monitor"};
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -107,6 +108,8 @@ bool AlarmMonitor::RunsStepTest(const Options& o) {
   return RunsDriftTest(o) && o.holdover && o.drift_holdover && o.step_test;
 }
 
+bool AlarmMonitor::RunsReturnTest(const Options& o) { return RunsStepTest(o) && o.return_test; }
+
 // With both tests each gets half the false-alarm budget (docs/algorithms.md §12.9); with the step
 // test (§12.10) it takes kStepTestShare first.
 ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
@@ -121,6 +124,7 @@ ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
 ChangeDetector::Options AlarmMonitor::StepTestOptions(const Options& o) {
   ChangeDetector::Options d = DetectorOptions(o);
   d.alarm_rate = o.alarm_rate * kStepTestShare;
+  d.return_pairs = RunsReturnTest(o) ? kReturnPairs : 0;
   return d;
 }
 
@@ -295,8 +299,8 @@ constexpr auto kMonitorOptionFields = [](auto& f, auto& o) {
 
 void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
-  const bool v6 = v3 && v5 && options_.drift_holdover, v7 = RunsStepTest(options_);
-  io::FieldWriter f(w, kFormat, v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)))));
+  const bool v6 = v3 && v5 && options_.drift_holdover, v7 = RunsStepTest(options_), v8 = RunsReturnTest(options_);
+  io::FieldWriter f(w, kFormat, v8 ? 8 : (v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2))))));
   kMonitorOptionFields(f, options_);
   f.Scalars("alarm monitor", io::Field("pairs", pairs_), io::Field("armed_at", armed_at_));
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
@@ -306,6 +310,7 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
     w.U8(1);
     if (v6) w.U8(1);
     if (v7) w.U8(1);
+    if (v8) w.U8(1);
   } else {
     if (v3) w.U8(1);
     if (v4) w.U8(1);
@@ -338,6 +343,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   o.holdover = false;
   o.drift_holdover = false;
   o.step_test = false;
+  o.return_test = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
@@ -378,6 +384,14 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     }
     o.step_test = version >= 7 || !o.scoring_v3;
     if (r.ok() && version >= 7 && !RunsStepTest(o)) return r.Fail("alarm monitor v7 without the step test's state");
+    // v8: the return test (§12.11), written only by a monitor that runs it; a v7 monitor keeps
+    // scoring without it.
+    if (version >= 8) {
+      const uint8_t return_test = r.U8("alarm monitor return test");
+      if (r.ok() && return_test != 1) return r.Fail("alarm monitor v8 flags out of range");
+    }
+    o.return_test = version >= 8 || !o.scoring_v3;
+    if (r.ok() && version >= 8 && !RunsReturnTest(o)) return r.Fail("alarm monitor v8 without the return test's state");
   } else if (version >= 3) {
     const uint8_t flag = r.U8("alarm monitor coefficient test");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
@@ -425,8 +439,9 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     if (!s.ok()) return s.status();
     if (s->channels() != m.step_test_->channels() ||
         s->options().holdover_pairs != m.step_test_->options().holdover_pairs ||
-        s->options().alarm_rate != m.step_test_->options().alarm_rate) {
-      return r.Fail("alarm monitor: the step test's channels, rate or holdover differ from the monitor's");
+        s->options().alarm_rate != m.step_test_->options().alarm_rate ||
+        s->options().return_pairs != m.step_test_->options().return_pairs) {
+      return r.Fail("alarm monitor: the step test's channels, rate, holdover or return test differ from the monitor's");
     }
     m.step_test_ = std::move(*s);
   }

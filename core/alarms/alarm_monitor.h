@@ -37,6 +37,11 @@
 // on it (an oscillator whose damping returns: its amplitude falls ~20x, its residuals' size
 // barely moves); the state's own steps cannot absorb it. Any test's alarm restarts the others.
 //
+// THE RETURN TEST (ALRM v8, docs/algorithms.md §12.11): the step test keeps the reference before
+// each change it confirmed and watches for that regime's return for kReturnPairs pairs, across
+// the restarts that the alarms inside the new regime cause (a return to damping after a second
+// alarm in the undamped regime: the live reference, young, would absorb it).
+//
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
 // COST. Continuous: O(p^2 / 2) per pair for p regressors (the forecast's sums; p = d, or 3d for
 // a small state) and O(C d) the coefficients' test; discrete: O(deg x) (the row of x for the
@@ -100,6 +105,11 @@ class AlarmMonitor {
     // holdovers, a third test of the state's step y - x (see THE STEP TEST above). Off for
     // monitors restored from ALRM v1-v6 that run the coefficients' test.
     bool step_test = true;
+    // The scoring of ALRM v8 (docs/algorithms.md §12.11): with the step test, that test's
+    // reference before each change it confirmed watches for the old regime's return
+    // (ChangeDetector::Options::return_pairs = kReturnPairs). Off for monitors restored from
+    // ALRM v1-v7 that run the coefficients' test.
+    bool return_test = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
@@ -112,6 +122,9 @@ class AlarmMonitor {
   // The step test's share of alarm_rate (docs/benchmarks.md "What the daemon runs": 0.1 did
   // better than 0.05 and 0.2 over 100 seeds).
   static constexpr double kStepTestShare = 0.1;
+  // Pairs after a confirmed change during which the step test watches for the old regime's
+  // return (docs/algorithms.md §12.11; the benchmark's segments last 600-1500 pairs).
+  static constexpr int kReturnPairs = 3000;
   // Measured (docs/algorithms.md §12.9): on states of 1-2 values (a double well, an oscillator)
   // the cubic forecast and the coefficient test find most changes the residuals' size misses; on
   // an 8-channel stream of noisy, partially observed slow processes both raised false alarms.
@@ -145,13 +158,15 @@ class AlarmMonitor {
   double score() const;
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v7: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
-  // p-value, 1: the v1 surprise), (v5-v7) three u8 flags: the coefficient test, its steps, the
-  // holdover (always 1), (v6, v7) a fourth, the coefficient test's holdover (always 1), and (v7)
-  // a fifth, the step test (always 1), or (v3, v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1,
-  // the forecast (continuous), the detector (CHGD v2 with the holdover), (coefficient test) its
-  // DRFT object (v3 with its holdover), (v7) the step test's CHGD object, and the kept records.
-  // A monitor with the step test is written as v7 (restored from v6 it keeps scoring without it),
+  // Object "ALRM" v8: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), (v5-v8) three u8 flags: the coefficient test, its steps, the
+  // holdover (always 1), (v6-v8) a fourth, the coefficient test's holdover (always 1), (v7, v8)
+  // a fifth, the step test (always 1), and (v8) a sixth, the return test (always 1), or (v3, v4)
+  // u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1, the forecast (continuous), the detector (CHGD
+  // v2 with the holdover), (coefficient test) its DRFT object (v3 with its holdover), (v7, v8)
+  // the step test's CHGD object (v3 with the return test), and the kept records.
+  // A monitor with the return test is written as v8 (restored from v7 it keeps scoring without
+  // it), one with the step test but without it as v7 (restored from v6 it keeps scoring without it),
   // one with the coefficient test and both holdovers but without the step test as v6,
   // any other with the holdover as v5 (restored from v5 it keeps scoring without the coefficient
   // test's holdover); one without (restored from v1-v4) as before: v3 or v4 if it runs the coefficient test without or
@@ -170,6 +185,7 @@ class AlarmMonitor {
   static ChangeDetector::Options DetectorOptions(const Options& o);
   static DriftDetector::Options DriftOptions(const Options& o);
   static bool RunsStepTest(const Options& o);
+  static bool RunsReturnTest(const Options& o);
   static ChangeDetector::Options StepTestOptions(const Options& o);
 
   Options options_;

@@ -14,7 +14,7 @@ namespace {
 
 // v2: the holdover (docs/algorithms.md §12.8): its option after v1's, its state after v1's. A
 // detector without it is written as v1, byte for byte what the release before wrote.
-constexpr io::ObjectFormat kFormat = {io::Fourcc("CHGD"), 2, "change detector"};
+constexpr io::ObjectFormat kFormat = {io::Fourcc("CHGD"), 3, "change detector"};
 constexpr int kMaxChannels = 1 << 20;
 // Siegmund's correction of the CUSUM's overshoot for normal increments: -2 zeta(1/2) / sqrt(2 pi).
 constexpr double kOvershoot = 1.166;
@@ -33,7 +33,12 @@ constexpr double kMaxGamma = 4;
 constexpr int64_t kHoldMinReference = 200;
 constexpr int64_t kHoldConfirmPairs = 50;
 constexpr double kHoldConfirmLevel = 0.5;
-// The largest holdover_pairs.
+// Return test (docs/algorithms.md §12.11): pairs over which delta is learned, the smallest
+// |delta| that runs it, and its threshold as a multiple of h.
+constexpr int64_t kReturnLearnPairs = 100;
+constexpr double kReturnMinShift = 1.0;
+constexpr double kReturnLevel = 4.0;
+// The largest holdover_pairs (and return_pairs).
 constexpr int kMaxHoldover = 1 << 20;
 
 bool Finite(double v) { return std::isfinite(v); }
@@ -98,6 +103,10 @@ absl::Status ChangeDetector::Options::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("change detector holdover_pairs ", holdover_pairs, ", expected 0..", kMaxHoldover));
   }
+  if (return_pairs < 0 || return_pairs > kMaxHoldover || (return_pairs > 0 && holdover_pairs <= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("change detector return_pairs ", return_pairs, ", expected 0..",
+                                                   kMaxHoldover, " (and > 0 only with holdover_pairs > 0)"));
+  }
   if (!(Threshold(alarm_rate, drift, arm_after) > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("change detector: alarm_rate ", alarm_rate, " with drift ", drift,
                                                    " gives a threshold <= 0; lower either"));
@@ -156,6 +165,7 @@ ChangeDetector::ChangeDetector(const Options& options) : options_(options) {
   down_run_.z.assign(c, 0.0);
   ranked_.assign(c, 0);
   contribution_.assign(c, 0.0);
+  if (options_.return_pairs > 0) ret_scale2_.assign(c, 0.0);
   if (options_.holdover_pairs > 0) {
     hold_scale2_.assign(c, 0.0);
     hold_ref_z_.assign(c, 0.0);
@@ -206,6 +216,18 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
     const double level = kHoldConfirmLevel * threshold_;
     if ((hold_direction_ != 1 && hold_up_ > level) || (hold_direction_ != 0 && hold_down_ > level)) {
       hold_active_ = false;
+      if (options_.return_pairs > 0) {
+        // docs/algorithms.md §12.11: the change is confirmed; the reference before it watches for
+        // its regime's return (replacing the one an earlier change left).
+        ret_active_ = true;
+        ret_pairs_ = 0;
+        ret_start_ = t;
+        ret_mean_w_ = hold_mean_w_;
+        ret_sd_ = hold_sd_;
+        ret_shift_sum_ = 0;
+        ret_stat_ = 0;
+        std::copy(hold_scale2_.begin(), hold_scale2_.end(), ret_scale2_.begin());
+      }
       return false;
     }
   }
@@ -230,6 +252,51 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
   }
   if (hold_pairs_ >= options_.holdover_pairs) hold_active_ = false;
   return false;
+}
+
+// docs/algorithms.md §12.11.
+bool ChangeDetector::ObserveReturn(const double* residual, int64_t t) {
+  const int nc = options_.channels;
+  double m = 0;
+  for (int c = 0; c < nc; ++c) m += std::min(residual[c] * residual[c] / ret_scale2_[c], kMaxZ);
+  const double z = std::clamp((std::cbrt(m / nc) - ret_mean_w_) / ret_sd_, -options_.clip, options_.clip);
+  ++ret_pairs_;
+  if (ret_pairs_ <= kReturnLearnPairs) {
+    ret_shift_sum_ += z;
+    // Regimes whose scores differ by less than one standard deviation of the old one: no test.
+    if (ret_pairs_ == kReturnLearnPairs && std::abs(ret_shift_sum_) < kReturnMinShift * kReturnLearnPairs) {
+      ret_active_ = false;
+    }
+    return false;
+  }
+  if (ret_pairs_ > options_.return_pairs) {
+    ret_active_ = false;
+    return false;
+  }
+  const double delta = ret_shift_sum_ / static_cast<double>(kReturnLearnPairs);
+  const double inc = std::abs(delta) / 2 - (delta > 0 ? z : -z);
+  if (ret_stat_ == 0 && inc > 0) ret_start_ = t;
+  ret_stat_ = std::max(0.0, ret_stat_ + inc);
+  const double level = kReturnLevel * threshold_;
+  if (!(ret_stat_ > level)) return false;
+  alarm_.index = t;
+  alarm_.run_start = ret_start_;
+  alarm_.onset = ret_start_;
+  alarm_.shift = -delta;
+  alarm_.score = ret_stat_;
+  alarm_.threshold = level;
+  // The scores went back toward the old regime's: down when they had risen.
+  alarm_.direction = delta > 0 ? Direction::kDown : Direction::kUp;
+  alarm_.kind = Kind::kNoise;
+  alarm_.energy_ratio = 1;
+  alarm_.autocorr_change = alarm_.autocorr_bound = alarm_.lag1_change = alarm_.lag1_bound = 0;
+  std::iota(ranked_.begin(), ranked_.end(), 0);
+  std::fill(contribution_.begin(), contribution_.end(), 1.0);
+  alarm_.channels = absl::MakeConstSpan(ranked_);
+  alarm_.contributions = absl::MakeConstSpan(contribution_);
+  ++alarms_;
+  ret_active_ = false;
+  return true;
 }
 
 void ChangeDetector::RankChannels(std::vector<double>& ratio, double len, const std::vector<double>& ref_z, bool up) {
@@ -273,6 +340,15 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
   if (hold_active_ && ObserveHoldover(residual, t)) {
     // The held reference saw a change the new one is calibrating on: an alarm, and the new
     // reference starts again from the next pair.
+    StartHoldover(alarm_.direction == Direction::kUp ? 0 : 1);
+    ResetReference();
+    std::copy(residual, residual + nc, prev_r_.begin());
+    has_prev_ = true;
+    return &alarm_;
+  }
+  if (ret_active_ && ObserveReturn(residual, t)) {
+    // The old regime came back: an alarm, and the live reference starts again (its own
+    // reference, if long enough, is held as after any alarm).
     StartHoldover(alarm_.direction == Direction::kUp ? 0 : 1);
     ResetReference();
     std::copy(residual, residual + nc, prev_r_.begin());
@@ -461,13 +537,14 @@ ChangeDetector::PairScore ChangeDetector::ScorePair(const double* residual, cons
 
 namespace {
 
-// v2 adds holdover_pairs.
+// v2 adds holdover_pairs, v3 return_pairs.
 constexpr auto kChangeDetectorOptionFields = [](auto& f, auto& o, uint32_t version) {
   f.Scalars("change detector", io::Field("channels", o.channels), io::Field("alarm_rate", o.alarm_rate),
             io::Field("arm_after", o.arm_after), io::Field("scale_pairs", o.scale_pairs),
             io::Field("baseline_pairs", o.baseline_pairs), io::Field("drift", o.drift), io::Field("clip", o.clip),
             io::Field("kind_min", o.kind_min), io::Field("kind_z", o.kind_z), io::Field("kind_memory", o.kind_memory));
   if (version >= 2) f.I32("change detector holdover_pairs", o.holdover_pairs);
+  if (version >= 3) f.I32("change detector return_pairs", o.return_pairs);
 };
 
 // The up and the down CUSUM's runs after their starts, of the live reference (prefix "change
@@ -532,29 +609,43 @@ void ChangeDetector::HoldoverFields(Fields& f, Self& d) {
   kRunFields(f, kPrefix, nc, d.hold_up_run_, d.hold_down_run_);
 }
 
+// v3: the return test's state, after HoldoverFields.
+template <class Fields, class Self>
+void ChangeDetector::ReturnFields(Fields& f, Self& d) {
+  f.Scalars("change detector return", io::Field("active", d.ret_active_), io::Field("pairs", d.ret_pairs_),
+            io::Field("start", d.ret_start_), io::Field("mean", d.ret_mean_w_), io::Field("sd", d.ret_sd_),
+            io::Field("shift sum", d.ret_shift_sum_), io::Field("statistic", d.ret_stat_));
+  f.Doubles("change detector return scales", d.options_.channels, d.ret_scale2_.data());
+}
+
 void ChangeDetector::Serialize(io::Writer& w) const {
-  const bool v2 = options_.holdover_pairs > 0;
-  io::FieldWriter f(w, kFormat, v2 ? kFormat.version : 1);
-  kChangeDetectorOptionFields(f, options_, v2 ? 2 : 1);
+  const bool v2 = options_.holdover_pairs > 0, v3 = options_.return_pairs > 0;
+  const uint32_t version = v3 ? 3 : (v2 ? 2 : 1);
+  io::FieldWriter f(w, kFormat, version);
+  kChangeDetectorOptionFields(f, options_, version);
   StateFields(f, *this);
   if (v2) HoldoverFields(f, *this);
+  if (v3) ReturnFields(f, *this);
 }
 
 absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   const auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kChangeDetectorOptionFields);
   if (r.ok() && version >= 2 && o.holdover_pairs <= 0) return r.Fail("change detector v2 without a holdover");
+  if (r.ok() && version >= 3 && o.return_pairs <= 0) return r.Fail("change detector v3 without a return test");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   const int64_t nc = o.channels;
   // Six channel vectors with their u64 counts (Serialize: previous residual, memory, scales,
-  // reference, up and down run scores), five more with the holdover (v2): nothing is allocated
+  // reference, up and down run scores), five more with the holdover (v2), one more with the
+  // return test (v3): nothing is allocated
   // for a body that cannot hold them.
-  const int64_t vectors = version >= 2 ? 11 : 6;
+  const int64_t vectors = version >= 3 ? 12 : (version >= 2 ? 11 : 6);
   if (!r.Expect(static_cast<uint64_t>(vectors * (8 * nc + 8)), "change detector channel vectors")) return r.status();
   ChangeDetector d(o);
   io::FieldReader f(r);
   StateFields(f, d);
   if (version >= 2) HoldoverFields(f, d);
+  if (version >= 3) ReturnFields(f, d);
   bool onset_ok = true;
   for (int j = 0; j < kOnsetCusums; ++j) {
     onset_ok = onset_ok && d.onset_up_len_[j] >= 0 && d.onset_down_len_[j] >= 0 && d.onset_up_[j] >= 0 &&
@@ -572,6 +663,12 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
       d.hold_direction_ > 1 || (d.hold_active_ && !(d.hold_sd_ > 0)) || !(d.hold_up_ >= 0) || !(d.hold_down_ >= 0) ||
       !Finite(d.hold_up_) || !Finite(d.hold_down_)) {
     return r.Fail("change detector holdover state out of range");
+  }
+  if (d.ret_pairs_ < 0 || (d.ret_active_ && !(d.ret_sd_ > 0)) || !(d.ret_stat_ >= 0) || !Finite(d.ret_stat_) ||
+      !Finite(d.ret_shift_sum_) || !Finite(d.ret_mean_w_) ||
+      (d.ret_active_ &&
+       std::any_of(d.ret_scale2_.begin(), d.ret_scale2_.end(), [](double v) { return !(v > 0) || !Finite(v); }))) {
+    return r.Fail("change detector return test state out of range");
   }
   if (!(d.up_ >= 0) || !(d.down_ >= 0) || !Finite(d.up_) || !Finite(d.down_) || !(d.ref_var_w_ >= 0) || !onset_ok) {
     return r.Fail(absl::StrCat("change detector statistics ", d.up_, ", ", d.down_, " and reference variance ",

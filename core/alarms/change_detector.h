@@ -59,10 +59,19 @@
 //      goes on) a crossing of h is an alarm: a change that the new reference, still calibrating
 //      or young, would have absorbed (its scale and score mean are running means since the
 //      restart). Kind and channels as in 6., against the held reference's statistics.
+//   9. Return test (Options::return_pairs, docs/algorithms.md §12.11): when a holdover confirms
+//      a change, that held reference (the regime before the change: scales, score mean and sd)
+//      is kept for return_pairs more pairs. Over its first kReturnLearnPairs pairs it learns the
+//      new regime's mean standardized score against it, delta; if |delta| >= 1 it then runs one
+//      CUSUM of the log-likelihood ratio of "mean 0" (the old regime) against "mean delta",
+//      divided by |delta|: V = max(0, V + |delta| / 2 - sign(delta) z), alarm at V > 4 h. It
+//      survives the live reference's restarts, so a return to the old regime is found even when a
+//      restart inside the new regime left the live reference young (it would absorb it).
 //
-// COST. O(C) per pair (2 O(C) while a holdover runs), no heap allocation after construction (an
-// alarm sorts C channel ids in place). State: 6 C + O(1) doubles, 11 C + O(1) with the holdover,
-// whatever the stream's length.
+// COST. O(C) per pair (2 O(C) while a holdover runs, one more O(C) while a return test runs), no
+// heap allocation after construction (an alarm sorts C channel ids in place). State: 6 C + O(1)
+// doubles, 11 C + O(1) with the holdover, 12 C + O(1) with the return test, whatever the
+// stream's length.
 #pragma once
 
 #include <cstdint>
@@ -104,6 +113,10 @@ class ChangeDetector {
     // the pairs with a CUSUM pair of its own, so that a change inside the new reference's
     // calibration is not absorbed into it. 0: off (and the object is written as CHGD v1).
     int holdover_pairs = 0;
+    // Return test (docs/algorithms.md §12.11, item 9 above): for this many pairs after a holdover
+    // confirmed a change, the reference before the change watches for its regime's return.
+    // Needs holdover_pairs > 0. 0: off (and the object is written as CHGD v2 or v1).
+    int return_pairs = 0;
 
     absl::Status Validate() const;
   };
@@ -160,6 +173,8 @@ class ChangeDetector {
   double down_statistic() const { return down_; }
   // The reference before the last restart is still scoring (Options::holdover_pairs).
   bool holding() const { return hold_active_; }
+  // The reference before the last confirmed change watches for its return (Options::return_pairs).
+  bool watching_return() const { return ret_active_; }
 
   // The threshold h of (12.5) for a CUSUM pair with reference value k whose stationary false
   // alarm rate, counting arm_after dead pairs after each alarm, is R per 10,000 pairs.
@@ -167,9 +182,10 @@ class ChangeDetector {
   // Siegmund's in-control average run length of one one-sided CUSUM with N(0,1) increments.
   static double SiegmundArl(double h, double drift);
 
-  // Object CHGD v2: the options, then the whole state (bit-exact continuation). A detector
-  // without the holdover is written as v1 (no holdover_pairs, no holdover state), byte for byte
-  // what the release before wrote; a v1 object restores with holdover_pairs 0.
+  // Object CHGD v3: the options, then the whole state (bit-exact continuation). A detector
+  // without the return test is written as v2 (no return_pairs, no return state), one without the
+  // holdover either as v1 (no holdover_pairs, no holdover state), byte for byte what the releases
+  // before wrote; a v1 object restores with holdover_pairs 0, a v1 or v2 one with return_pairs 0.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<ChangeDetector> Deserialize(io::Reader& r);
 
@@ -179,6 +195,8 @@ class ChangeDetector {
   static void StateFields(Fields& f, Self& self);
   template <class Fields, class Self>
   static void HoldoverFields(Fields& f, Self& self);
+  template <class Fields, class Self>
+  static void ReturnFields(Fields& f, Self& self);
   void FillAlarm(Direction dir, double score);
   // The reference before a restart keeps scoring (Options::holdover_pairs): started at each
   // restart whose reference held enough pairs, `direction` that of the alarm (-1: unknown).
@@ -259,6 +277,15 @@ class ChangeDetector {
   std::vector<double> hold_scale2_, hold_ref_z_, hold_memory_;
   double hold_up_ = 0, hold_down_ = 0;
   Run hold_up_run_, hold_down_run_;
+
+  // Return test (Options::return_pairs): the reference before the last confirmed change, frozen,
+  // its pairs since, the sum of z over the first kReturnLearnPairs (delta's), the CUSUM V and its
+  // run's first pair. One pair against it; true when it alarmed (alarm_ filled).
+  bool ObserveReturn(const double* residual, int64_t t);
+  bool ret_active_ = false;
+  int64_t ret_pairs_ = 0, ret_start_ = 0;
+  double ret_mean_w_ = 0, ret_sd_ = 0, ret_shift_sum_ = 0, ret_stat_ = 0;
+  std::vector<double> ret_scale2_;
 
   // Alarm report buffers.
   std::vector<int> ranked_;

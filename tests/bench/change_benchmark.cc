@@ -16,7 +16,7 @@
 //
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS] [--monitor]
 //                                        [--scoring-v3] [--scoring-v4] [--scoring-v5] [--scoring-v6]
-//                                        [--misses]
+//                                        [--scoring-v7] [--misses] [--oracle]
 //
 // --monitor replaces the frozen stand-in forecast below by what the daemon runs (AlarmMonitor,
 // DetectWithMonitor): its own forecast on the model's state (cubic regressors for states of at
@@ -26,9 +26,22 @@
 // coefficients' test without the forecast's steps, (12.9b), and without the holdover),
 // --scoring-v4 as one restored from ALRM v4 (without the holdover of §12.8),
 // --scoring-v5 as one restored from ALRM v5 (without the coefficients' test's holdover, §12.9),
-// --scoring-v6 as one restored from ALRM v6 (without the step test, §12.10);
+// --scoring-v6 as one restored from ALRM v6 (without the step test, §12.10),
+// --scoring-v7 as one restored from ALRM v7 (without the step test's return test, §12.11);
 // --misses prints one line per change not detected within 500 pairs: its segment, direction,
 // the pairs since the last alarm before it and the first alarm after it.
+//
+// --oracle (double well and oscillator only) asks whether a change is detectable at all within
+// 500 pairs at the stated false-alarm rate, and prints that instead of the table
+// (docs/algorithms.md §12.11 "Detectable?"): (1) a CUSUM of the log-likelihood ratio of the two
+// regimes' transition laws from the change on, the laws known (oscillator: linear Gaussian,
+// least squares per regime; double well: Gaussian, local-linear in 100 bins of x, both fitted on
+// 2 10^6 pairs of each regime, mirrored), its threshold set for R false alarms per 10^4 on 2 10^6
+// pairs of the old regime; (2) without the laws: the 500 pairs after the change against the 500
+// before, |log| of the ratio of the residual mean square of a least-squares fit on the 500 before
+// (the system's features) and of the step's (y - x) mean square, each calibrated at alpha/2 on
+// 2,000 such window pairs of the old regime, alpha = 0.05 and 0.001. Then, of the changes the
+// monitor (what --monitor runs) did not find within 500 pairs, how many each oracle finds.
 //
 // THE FORECAST. The detector sees residuals of a model's one-step forecast; here the stand-in
 // for the model is a least-squares regression of y on fixed features of x (listed per system),
@@ -79,6 +92,7 @@ bool g_scoring_v3 = false;  // --scoring-v3: the monitor as an ALRM v3 object sc
 bool g_scoring_v4 = false;  // --scoring-v4: the monitor as an ALRM v4 object scores (no holdover)
 bool g_scoring_v5 = false;  // --scoring-v5: as an ALRM v5 object scores (no coefficients' test holdover)
 bool g_scoring_v6 = false;  // --scoring-v6: as an ALRM v6 object scores (no step test)
+bool g_scoring_v7 = false;  // --scoring-v7: as an ALRM v7 object scores (no return test)
 const char* g_system = "";
 
 constexpr int kWindow = 60;  // NAB window W, in pairs
@@ -338,6 +352,7 @@ std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double 
   o.holdover = !g_scoring_v3 && !g_scoring_v4;
   o.drift_holdover = !g_scoring_v5;
   o.step_test = !g_scoring_v6;
+  o.return_test = !g_scoring_v7;
   const bool discrete = name == "markov";
   const bool window = name == "sensor_noise";
   const int dim = window ? 4 : c;
@@ -383,6 +398,136 @@ std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double 
                          Alarm{-1, -1, ChangeDetector::Kind::kNoise, ChangeDetector::Direction::kUp, 0, 0, 0, 0});
   for (const AlarmRecord& a : m.records()) out.push_back({a.index, a.onset, a.kind, a.direction, 0, 0, 0, 0});
   return out;
+}
+
+// --oracle (see the header): a known transition law per regime, as a Gaussian log density of y
+// given the pair's features.
+class TransitionLaw {
+ public:
+  // Double well: per bin of x, y = a + b x + N(0, v) by least squares over the bin (pooled with
+  // its neighbours up to 200 pairs); the pairs enter mirrored too (the potential is symmetric,
+  // and a deep well's stream stays on one side). Oscillator: y = B^T phi + N(0, Q).
+  TransitionLaw(const Stream& s, bool double_well) : double_well_(double_well) {
+    if (double_well) {
+      std::vector<double> n(kBins), sx(kBins), sxx(kBins), sy(kBins), sxy(kBins), syy(kBins);
+      for (int64_t t = 0; t < s.pairs(); ++t) {
+        for (const double sign : {1.0, -1.0}) {
+          const double x = sign * s.phi[static_cast<size_t>(t * 4 + 1)], y = sign * s.y[static_cast<size_t>(t)];
+          const size_t i = static_cast<size_t>(Bin(x));
+          n[i] += 1;
+          sx[i] += x;
+          sxx[i] += x * x;
+          sy[i] += y;
+          sxy[i] += x * y;
+          syy[i] += y * y;
+        }
+      }
+      for (int i = 0; i < kBins; ++i) {
+        double N = 0, X = 0, XX = 0, Y = 0, XY = 0, YY = 0;
+        auto add = [&](int j) {
+          if (j < 0 || j >= kBins) return;
+          const size_t k = static_cast<size_t>(j);
+          N += n[k];
+          X += sx[k];
+          XX += sxx[k];
+          Y += sy[k];
+          XY += sxy[k];
+          YY += syy[k];
+        };
+        add(i);
+        for (int r = 1; r < kBins && N < 200; ++r) {
+          add(i - r);
+          add(i + r);
+        }
+        const double mx = X / N, my = Y / N, cxx = XX / N - mx * mx, cxy = XY / N - mx * my, cyy = YY / N - my * my;
+        const double b = cxx > 1e-12 ? cxy / cxx : 0;
+        a_[i] = my - b * mx;
+        b_[i] = b;
+        v_[i] = std::max(cyy - b * cxy, 1e-8);
+      }
+      return;
+    }
+    beta_ = Fit(s, s.pairs());
+    MatrixXd q = MatrixXd::Zero(s.channels, s.channels);
+    for (int64_t t = 0; t < s.pairs(); ++t) {
+      const VectorXd e = Residual(s, t);
+      q.noalias() += e * e.transpose();
+    }
+    q /= static_cast<double>(s.pairs());
+    q_inv_ = q.inverse();
+    log_det_ = std::log(q.determinant());
+  }
+  double LogDensity(const Stream& s, int64_t t) const {
+    if (double_well_) {
+      const double x = s.phi[static_cast<size_t>(t * 4 + 1)], y = s.y[static_cast<size_t>(t)];
+      const int i = Bin(x);
+      const double e = y - a_[i] - b_[i] * x;
+      return -0.5 * e * e / v_[i] - 0.5 * std::log(v_[i]);
+    }
+    const VectorXd e = Residual(s, t);
+    return -0.5 * e.dot(q_inv_ * e) - 0.5 * log_det_;
+  }
+
+ private:
+  static constexpr int kBins = 100;
+  static int Bin(double x) { return std::clamp(static_cast<int>(std::floor((x + 2.5) / 5.0 * kBins)), 0, kBins - 1); }
+  VectorXd Residual(const Stream& s, int64_t t) const {
+    Eigen::Map<const VectorXd> f(&s.phi[static_cast<size_t>(t * s.features)], s.features);
+    Eigen::Map<const VectorXd> y(&s.y[static_cast<size_t>(t * s.channels)], s.channels);
+    return y - beta_.transpose() * f;
+  }
+  bool double_well_;
+  double a_[kBins] = {}, b_[kBins] = {}, v_[kBins] = {};
+  MatrixXd beta_, q_inv_;
+  double log_det_ = 0;
+};
+
+// A stream of one regime only (after a burn-in of 2,000 pairs), `n` pairs.
+Stream SimulateRegime(System& sys, uint64_t seed, int regime, int64_t n) {
+  std::mt19937_64 rng(seed);
+  Stream s;
+  s.features = sys.features();
+  s.channels = sys.channels();
+  sys.Reset(rng);
+  std::vector<double> phi(static_cast<size_t>(s.features)), y(static_cast<size_t>(s.channels));
+  for (int i = 0; i < 2000; ++i) sys.Step(regime, rng, y.data());
+  for (int64_t t = 0; t < n; ++t) {
+    sys.Features(phi.data());
+    sys.Step(regime, rng, y.data());
+    s.phi.insert(s.phi.end(), phi.begin(), phi.end());
+    s.y.insert(s.y.end(), y.begin(), y.end());
+  }
+  return s;
+}
+
+// (2) of --oracle: |log| of the after/before ratios of the residual mean square (a least-squares
+// fit on [c - n, c)) and of the step's mean square, over [c, c + n) against [c - n, c).
+std::pair<double, double> BeforeAfter(const Stream& s, int64_t c, int64_t n) {
+  const int p = s.features, nc = s.channels;
+  MatrixXd a = MatrixXd::Zero(p, p), b = MatrixXd::Zero(p, nc);
+  for (int64_t t = c - n; t < c; ++t) {
+    Eigen::Map<const VectorXd> f(&s.phi[static_cast<size_t>(t * p)], p);
+    Eigen::Map<const VectorXd> y(&s.y[static_cast<size_t>(t * nc)], nc);
+    a.noalias() += f * f.transpose();
+    b.noalias() += f * y.transpose();
+  }
+  a.diagonal().array() += 1e-9 * (1 + a.diagonal().array());
+  const MatrixXd beta = a.ldlt().solve(b);
+  double res[2] = {0, 0}, step[2] = {0, 0};
+  for (int64_t t = c - n; t < c + n; ++t) {
+    Eigen::Map<const VectorXd> f(&s.phi[static_cast<size_t>(t * p)], p);
+    Eigen::Map<const VectorXd> y(&s.y[static_cast<size_t>(t * nc)], nc);
+    double st = 0;
+    for (int j = 0; j < nc; ++j) st += (y[j] - f[1 + j]) * (y[j] - f[1 + j]);
+    res[t >= c] += (y - beta.transpose() * f).squaredNorm();
+    step[t >= c] += st;
+  }
+  return {std::abs(std::log(res[1] / res[0])), std::abs(std::log(step[1] / step[0]))};
+}
+
+double Upper(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
 }
 
 bool g_monitor = false;
@@ -532,15 +677,118 @@ void CheckScoring() {
   }
 }
 
+// --oracle: is each change detectable within 500 pairs at R false alarms per 10^4 (header)?
+void Oracle(int seeds, double rate) {
+  const int64_t kSpan = 500, kFit = 2'000'000;
+  DoubleWell dw;
+  Oscillator osc;
+  System* systems[] = {&dw, &osc};
+  std::printf(
+      "Detectability within %lld pairs at R = %g, %d seeds x 8 changes (the oracles of the header)\n\n"
+      "| system | direction | changes | known laws: CUSUM found | delay median | delay max | before/after, alpha 0.05 "
+      "| alpha 0.001 | monitor's misses | of which the CUSUM finds | before/after 0.05 | 0.001 |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      static_cast<long long>(kSpan), rate, seeds);
+  for (System* sys : systems) {
+    const bool double_well = std::string(sys->name()) == "double_well";
+    std::vector<TransitionLaw> law;
+    for (int r = 0; r < 2; ++r) law.emplace_back(SimulateRegime(*sys, 5000 + r, r, kFit), double_well);
+    // Thresholds on each regime's own stationary stream.
+    double h[2], before_after[2][2][2];  // [regime][alpha 0.05, 0.001][residual, step]
+    for (int r = 0; r < 2; ++r) {
+      const Stream s = SimulateRegime(*sys, 7000 + r, r, kFit);
+      std::vector<double> llr(static_cast<size_t>(s.pairs()));
+      for (int64_t t = 0; t < s.pairs(); ++t)
+        llr[static_cast<size_t>(t)] = law[1 - r].LogDensity(s, t) - law[r].LogDensity(s, t);
+      auto alarms = [&](double level) {
+        double v = 0;
+        int64_t n = 0;
+        for (double l : llr) {
+          v = std::max(0.0, v + l);
+          if (v > level) {
+            ++n;
+            v = 0;
+          }
+        }
+        return n;
+      };
+      double lo = 0, hi = 1000;
+      for (int it = 0; it < 50; ++it) {
+        const double mid = 0.5 * (lo + hi);
+        (alarms(mid) > static_cast<int64_t>(rate * 1e-4 * static_cast<double>(s.pairs())) ? lo : hi) = mid;
+      }
+      h[r] = hi;
+      std::vector<double> res, step;
+      for (int64_t c = kSpan; c + kSpan <= s.pairs(); c += 2 * kSpan) {
+        const auto [a, b] = BeforeAfter(s, c, kSpan);
+        res.push_back(a);
+        step.push_back(b);
+      }
+      for (int k = 0; k < 2; ++k) {
+        const double alpha = k == 0 ? 0.05 : 0.001;
+        before_after[r][k][0] = Upper(res, 1 - alpha / 2);
+        before_after[r][k][1] = Upper(step, 1 - alpha / 2);
+      }
+    }
+    struct Row {
+      int changes = 0, found = 0, ba[2] = {0, 0}, misses = 0, miss_found = 0, miss_ba[2] = {0, 0};
+      std::vector<double> delays;
+    } rows[2];
+    for (int seed = 0; seed < seeds; ++seed) {
+      const Stream s = Simulate(*sys, 1000 + static_cast<uint64_t>(seed), 3000, 8, false);
+      const std::vector<Alarm> alarms = DetectWithMonitor(s, *sys, rate);
+      for (size_t i = 0; i < s.changes.size(); ++i) {
+        const int64_t c = s.changes[i];
+        const int from = i % 2 == 0 ? 0 : 1;
+        Row& row = rows[from];
+        ++row.changes;
+        double v = 0;
+        int64_t delay = -1;
+        for (int64_t t = c; t < c + kSpan && delay < 0; ++t) {
+          v = std::max(0.0, v + law[1 - from].LogDensity(s, t) - law[from].LogDensity(s, t));
+          if (v > h[from]) delay = t - c;
+        }
+        const auto [res, step] = BeforeAfter(s, c, kSpan);
+        bool ba[2];
+        for (int k = 0; k < 2; ++k) ba[k] = res > before_after[from][k][0] || step > before_after[from][k][1];
+        row.found += delay >= 0;
+        if (delay >= 0) row.delays.push_back(static_cast<double>(delay));
+        for (int k = 0; k < 2; ++k) row.ba[k] += ba[k];
+        // The monitor's first alarm from the change point on, before the next one.
+        const int64_t next = i + 1 < s.changes.size() ? s.changes[i + 1] : s.pairs();
+        bool hit = false;
+        for (const Alarm& a : alarms) {
+          if (a.index >= c && a.index < next) {
+            hit = a.index - c < kSpan;
+            break;
+          }
+        }
+        if (hit) continue;
+        ++row.misses;
+        row.miss_found += delay >= 0;
+        for (int k = 0; k < 2; ++k) row.miss_ba[k] += ba[k];
+      }
+    }
+    for (int from = 0; from < 2; ++from) {
+      const Row& r = rows[from];
+      std::printf("| %s | %s | %d | %d | %.0f | %.0f | %d | %d | %d | %d | %d | %d |\n", sys->name(),
+                  from == 0 ? "A->B" : "B->A", r.changes, r.found, Quantile(r.delays, 0.5), Quantile(r.delays, 1.0),
+                  r.ba[0], r.ba[1], r.misses, r.miss_found, r.miss_ba[0], r.miss_ba[1]);
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   CheckScoring();
   int seeds = 25;
   double rate = 1;
   int64_t stationary = 1'000'000;
+  bool oracle = false;
   // The flags without a value.
   const std::pair<const char*, bool*> switches[] = {
       {"--monitor", &g_monitor},       {"--scoring-v3", &g_scoring_v3}, {"--scoring-v4", &g_scoring_v4},
-      {"--scoring-v5", &g_scoring_v5}, {"--scoring-v6", &g_scoring_v6}, {"--misses", &g_misses},
+      {"--scoring-v5", &g_scoring_v5}, {"--scoring-v6", &g_scoring_v6}, {"--scoring-v7", &g_scoring_v7},
+      {"--misses", &g_misses},         {"--oracle", &oracle},
   };
   for (int i = 1; i < argc; ++i) {
     bool* on = nullptr;
@@ -558,6 +806,10 @@ int Main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--kind-z")) g_kind_z = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--kind-min")) g_kind_min = std::atof(argv[i + 1]);
     ++i;  // the flag's value
+  }
+  if (oracle) {
+    Oracle(seeds, rate);
+    return 0;
   }
   DoubleWell dw;
   Oscillator osc;

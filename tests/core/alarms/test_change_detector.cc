@@ -4,7 +4,8 @@
 // within a factor 2 of the target at R = 1 and R = 10 over 2 x 10^6 pairs, a variance-only change
 // labelled "noise" and a change to autocorrelated residuals labelled "dynamics", a bit-exact
 // continuation after a serialization round trip (with and without the holdover), a change that a
-// restart's new reference absorbs found by the holdover, and no allocation per pair.
+// restart's new reference absorbs found by the holdover, the old regime's return after a restart
+// found by the return test (§12.11), and no allocation per pair.
 #include "core/alarms/change_detector.h"
 
 #include <cmath>
@@ -191,6 +192,46 @@ TEST(ChangeDetector, TheHoldoverFindsAChangeTheNewReferenceAbsorbs) {
   EXPECT_LE(twice, 4);      // measured 2
 }
 
+// docs/algorithms.md §12.11: the residuals' standard deviation quadruples at 2000 (found, and
+// confirmed by the held reference), a restart at 2250 (another test's false alarm inside the new
+// regime) leaves a live reference whose scale phase ends at 2350, and the old regime returns at
+// 2400: the young reference absorbs it, the return test (the reference before 2000) finds it.
+// When the new regime stays (to 6000), the return test raises few alarms of its own.
+TEST(ChangeDetector, TheReturnTestFindsAReturnTheYoungReferenceAbsorbs) {
+  int found[2] = {0, 0}, stays[2] = {0, 0};
+  for (int seed = 0; seed < 20; ++seed) {
+    for (const int ret : {0, 1}) {
+      for (const bool returns : {true, false}) {
+        Options o = Opts(1, 1);
+        o.holdover_pairs = 500;
+        o.return_pairs = ret ? 3000 : 0;
+        ChangeDetector d(o);
+        std::mt19937_64 rng(300 + static_cast<uint64_t>(seed));
+        std::normal_distribution<double> n01;
+        const int change = 2000, restart = 2250, back = returns ? 2400 : 6000;
+        int64_t first = -1;
+        int after = 0;
+        for (int t = 0; t < 6000; ++t) {
+          if (t == restart) d.Restart();
+          const double r = (t >= change && t < back ? 4 : 1) * n01(rng);
+          const ChangeDetector::Alarm* a = d.Observe(&r);
+          if (a != nullptr && t >= back && first < 0) first = a->index;
+          if (a != nullptr && t >= restart) ++after;
+        }
+        if (returns) found[ret] += first >= back && first < back + 500;
+        if (!returns) stays[ret] += after;
+      }
+    }
+  }
+  std::printf(
+      "a return 150 pairs after a restart, found within 500 of 20: %d without, %d with the return test; "
+      "alarms in 3750 pairs of a regime that stays: %d without, %d with\n",
+      found[0], found[1], stays[0], stays[1]);
+  EXPECT_LE(found[0], 4);
+  EXPECT_GE(found[1], 18);
+  EXPECT_LE(stays[1], stays[0] + 4);
+}
+
 // A stream whose residuals change at `change` by `kind`: 0 = the standard deviation triples
 // (white), 1 = an AR(1) misfit of coefficient 0.95 appears (what a frozen forecast of changed
 // dynamics leaves). Returns the first alarm at or after the change.
@@ -267,9 +308,10 @@ TEST(ChangeDetector, WideDetectorsRoundTrip) {
   }
 }
 
-void CheckSerializationContinuesBitForBit(int holdover) {
+void CheckSerializationContinuesBitForBit(int holdover, int return_pairs = 0) {
   Options o = Opts(3, 10);
   o.holdover_pairs = holdover;
+  o.return_pairs = return_pairs;
   ChangeDetector a(o);
   std::mt19937_64 rng(5);
   std::normal_distribution<double> n01;
@@ -281,9 +323,18 @@ void CheckSerializationContinuesBitForBit(int holdover) {
     stream.push_back(std::pow(n01(rng), 3));
   }
   // Cut while a run is open, so the run's sums are part of what must survive.
-  int cut = -1;
+  int cut = -1, watching = -1;
   for (int t = 0; t < 20000; ++t) {
     a.Observe(&stream[3 * t]);
+    if (watching < 0 && a.watching_return()) watching = t;
+    // With the return test: while it runs, past the pairs that learn its shift.
+    if (return_pairs > 0) {
+      if (watching >= 0 && t > watching + 150 && a.watching_return()) {
+        cut = t + 1;
+        break;
+      }
+      continue;
+    }
     // With the holdover: while it runs (after an alarm), so its state must survive too.
     if (t > 5000 && a.up_statistic() > 1 && (holdover == 0 || a.holding()) && cut < 0) {
       cut = t + 1;
@@ -294,8 +345,8 @@ void CheckSerializationContinuesBitForBit(int holdover) {
   io::Writer w;
   a.Serialize(w);
   // The object header: tag, then the version (little-endian u32 at bytes 4..7): v1 without the
-  // holdover, byte for byte what the release before wrote.
-  EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), holdover > 0 ? 2 : 1);
+  // holdover, byte for byte what the release before wrote; v2 without the return test.
+  EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), return_pairs > 0 ? 3 : (holdover > 0 ? 2 : 1));
   io::Reader r(w.data(), "test");
   absl::StatusOr<ChangeDetector> b = ChangeDetector::Deserialize(r);
   ASSERT_TRUE(b.ok()) << b.status();
@@ -341,6 +392,8 @@ TEST(ChangeDetector, SerializationContinuesBitForBit) {
     SCOPED_TRACE(holdover);
     CheckSerializationContinuesBitForBit(holdover);
   }
+  SCOPED_TRACE("return test");
+  CheckSerializationContinuesBitForBit(500, 3000);
 }
 
 TEST(ChangeDetector, NonFiniteResidualIsSkipped) {
@@ -357,7 +410,8 @@ void CheckNoAllocationPerPair(const Options& o) {
   std::mt19937_64 rng(9);
   std::normal_distribution<double> n01;
   std::vector<double> stream(8 * 50000);
-  for (size_t i = 0; i < stream.size(); ++i) stream[i] = (i / 8 > 25000 ? 3 : 1) * n01(rng);
+  // The size triples at 25,000 and (the return test's case) falls back at 30,000.
+  for (size_t i = 0; i < stream.size(); ++i) stream[i] = (i / 8 > 25000 && i / 8 <= 30000 ? 3 : 1) * n01(rng);
   const long before = testing::AllocationCount();
   int alarms = 0;
   for (int t = 0; t < 50000; ++t) alarms += d.Observe(&stream[8 * static_cast<size_t>(t)]) != nullptr;
@@ -371,6 +425,10 @@ TEST(ChangeDetector, NoAllocationPerPair) {
     o.holdover_pairs = holdover;
     CheckNoAllocationPerPair(o);
   }
+  Options o = Opts(8, 10);
+  o.holdover_pairs = 500;
+  o.return_pairs = 3000;
+  CheckNoAllocationPerPair(o);
 }
 
 }  // namespace

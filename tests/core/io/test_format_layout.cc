@@ -71,7 +71,7 @@ std::string DiscreteLearnerAfterAChain() {
   return Bytes(l);
 }
 
-// An alarm monitor as each scoring version writes it (v7: every test; lower: that release's).
+// An alarm monitor as each scoring version writes it (v8: every test; lower: that release's).
 std::string FreshMonitor(int dim, int scoring) {
   AlarmMonitor::Options o;
   o.dim = dim;
@@ -81,6 +81,7 @@ std::string FreshMonitor(int dim, int scoring) {
   o.holdover = scoring >= 5;
   o.drift_holdover = scoring >= 6;
   o.step_test = scoring >= 7;
+  o.return_test = scoring >= 8;
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
   return Bytes(AlarmMonitor(o));
 }
@@ -103,6 +104,7 @@ TEST(FormatLayout, EveryObjectWritesTheRecordedBytes) {
       {"alarm monitor d=1 v6", [] { return FreshMonitor(1, 6); }, 1646, 0x313bbc9fcef3c376ULL},
       {"alarm monitor d=2 v7", [] { return FreshMonitor(2, 7); }, 3474, 0xfe08f3b4efb0c506ULL},
       {"alarm monitor d=16 v7", [] { return FreshMonitor(16, 7); }, 9171, 0xedf4d0cfa0c1a2c5ULL},
+      {"alarm monitor d=2 v8", [] { return FreshMonitor(2, 8); }, 3552, 0x53c8b2d330554563ULL},
   };
   for (const Layout& l : layouts) {
     const std::string bytes = l.bytes();
