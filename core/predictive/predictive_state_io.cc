@@ -32,14 +32,10 @@ constexpr auto kPredictiveOptionFields = [](auto& f, auto& o) {
 // reading, sized already.
 constexpr auto kPredictiveStatisticsFields = [](auto& f, auto& s, bool discrete) {
   if (discrete) {
-    f.Matrix("predictive diag(A)", s.a_diag);
-    f.Matrix("predictive B_psi", s.B_psi);
-    f.Matrix("predictive B_xi", s.B_xi);
-    f.Matrix("predictive pair counts", s.pair_counts);
+    f.Matrices("predictive", io::Matrix("diag(A)", s.a_diag), io::Matrix("B_psi", s.B_psi), io::Matrix("B_xi", s.B_xi),
+               io::Matrix("pair counts", s.pair_counts));
   } else {
-    f.Matrix("predictive A", s.A);
-    f.Matrix("predictive B_e", s.B_e);
-    f.Matrix("predictive E", s.E);
+    f.Matrices("predictive", io::Matrix("A", s.A), io::Matrix("B_e", s.B_e), io::Matrix("E", s.E));
   }
   f.Matrix("predictive sum_e", s.sum_e);
 };
