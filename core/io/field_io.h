@@ -1,23 +1,21 @@
 // One list of fields for both directions of a binary format (CONTRIBUTING.md "Binary formats").
 //
-// An object's serializer lists its fields once, in a function template over the direction:
+// An object's serializer lists its fields once, in a generic lambda (or a function template) over
+// the direction:
 //
-//   template <class Fields, class Options>  // Options: const for writing, mutable for reading
-//   void OptionFields(Fields& f, Options& o) {
-//     f.I32("cme dim", o.dim);
-//     f.F64("cme sigma", o.sigma);
-//   }
-//   Serialize:   io::FieldWriter f(w);  OptionFields(f, options_);
-//   Deserialize: io::FieldReader f(r);  Options o;  OptionFields(f, o);
+//   constexpr io::ObjectFormat kFormat = {io::Fourcc("CCME"), 2, "CompressedCme"};
+//   constexpr auto kOptionFields = [](auto& f, auto& o) {  // o: const when writing
+//     f.Scalars("cme", io::Field("dim", o.dim), io::Field("sigma", o.sigma));
+//   };
+//   Serialize:   io::FieldWriter f(w, kFormat, kFormat.version);  kOptionFields(f, options_);  ...
+//   Deserialize: auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kOptionFields);  ...
 //
 // so the order in which fields are written and the order in which they are read back cannot
 // drift apart. A run of scalar fields is one Scalars call, each field named beside its value
 // and stored as its type says (bool: Bool, int32_t: I32, int64_t: I64, uint64_t: U64, double:
-// F64), the names after a common prefix:
-//
-//     f.Scalars("cme", io::Field("eta", o.eta), io::Field("lambda", o.lambda), io::Field("max_dict", o.max_dict));
-//
-// writes exactly what F64, F64, I32 would, and reads them back naming "cme eta" and so on.
+// F64), the names after a common prefix: the call above writes what I32 and F64 would, and
+// reads them back naming "cme dim" and "cme sigma". tests/core/io/test_format_layout.cc pins
+// every object's bytes, so a member whose type changes cannot change the format unnoticed.
 // Counters is the same for int64_t counters read as NonNegativeI64 (io::Counter), Matrices for
 // matrices (io::Matrix).
 // FieldWriter writes exactly what the matching Writer call writes (the name is
