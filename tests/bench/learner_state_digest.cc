@@ -156,6 +156,17 @@ std::string Run(const Config& c) {
   return line;
 }
 
+// A monitor's state hash, size and alarm count.
+std::string MonitorLine(const AlarmMonitor& m) {
+  io::Writer w;
+  m.Serialize(w);
+  const std::string bytes = w.Release();
+  char line[160];
+  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes) alarms %" PRId64, Fnv(bytes.data(), bytes.size()),
+                bytes.size(), m.alarms_total());
+  return line;
+}
+
 // `scoring`: the newest ALRM version the monitor may write (8: every test on; lower: the
 // options of that release off).
 std::string RunAlarms(int dim, int scoring) {
@@ -190,13 +201,7 @@ std::string RunAlarms(int dim, int scoring) {
     }
     x.swap(y);
   }
-  io::Writer w;
-  m.Serialize(w);
-  const std::string bytes = w.Release();
-  char line[160];
-  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes) alarms %" PRId64, Fnv(bytes.data(), bytes.size()),
-                bytes.size(), m.alarms_total());
-  return line;
+  return MonitorLine(m);
 }
 
 std::string RunDiscreteAlarms() {
@@ -222,13 +227,7 @@ std::string RunDiscreteAlarms() {
     if (!counts.AddBatch(&s, &next, 1).ok()) return "counts failed";
     s = next;
   }
-  io::Writer w;
-  m.Serialize(w);
-  const std::string bytes = w.Release();
-  char line[160];
-  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes) alarms %" PRId64, Fnv(bytes.data(), bytes.size()),
-                bytes.size(), m.alarms_total());
-  return line;
+  return MonitorLine(m);
 }
 
 // A discrete model (counts, discrete predictive sums, lags, alarms) on a 6-state chain.
