@@ -337,18 +337,11 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
     }
   }
   const int64_t t = index_++;
-  if (hold_active_ && ObserveHoldover(residual, t)) {
-    // The held reference saw a change the new one is calibrating on: an alarm, and the new
-    // reference starts again from the next pair.
-    StartHoldover(alarm_.direction == Direction::kUp ? 0 : 1);
-    ResetReference();
-    std::copy(residual, residual + nc, prev_r_.begin());
-    has_prev_ = true;
-    return &alarm_;
-  }
-  if (ret_active_ && ObserveReturn(residual, t)) {
-    // The old regime came back: an alarm, and the live reference starts again (its own
-    // reference, if long enough, is held as after any alarm).
+  // The held reference saw a change the new one is calibrating on, or the regime before the last
+  // confirmed change came back (the return test, checked only when the holdover did not alarm):
+  // an alarm, and the live reference starts again from the next pair (its own reference, if
+  // long enough, is held as after any alarm).
+  if ((hold_active_ && ObserveHoldover(residual, t)) || (ret_active_ && ObserveReturn(residual, t))) {
     StartHoldover(alarm_.direction == Direction::kUp ? 0 : 1);
     ResetReference();
     std::copy(residual, residual + nc, prev_r_.begin());

@@ -29,6 +29,7 @@
 #include "core/spectral/prequential_score.h"
 #include "core/stream/streaming_learner.h"
 #include "tests/bench/delay_states.h"
+#include "tests/core/alarms/scoring_version.h"
 
 namespace cmestream {
 namespace {
@@ -174,12 +175,7 @@ std::string RunAlarms(int dim, int scoring) {
   o.dim = dim;
   o.channels = dim;
   o.alarm_rate = AlarmMonitor::kMaxAlarmRate;
-  o.scoring_v3 = scoring >= 3;
-  o.scoring_v4 = scoring >= 4;
-  o.holdover = scoring >= 5;
-  o.drift_holdover = scoring >= 6;
-  o.step_test = scoring >= 7;
-  o.return_test = scoring >= 8;
+  test_support::ScoreAsVersion(o, scoring);
   if (!o.Validate().ok()) return "invalid options";
   AlarmMonitor m(o);
   std::mt19937_64 rng(7);

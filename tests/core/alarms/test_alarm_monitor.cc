@@ -21,6 +21,7 @@
 #include "core/io/binary_io.h"
 #include "core/stream/streaming_learner.h"
 #include "gtest/gtest.h"
+#include "tests/core/alarms/scoring_version.h"
 
 namespace cmestream {
 namespace {
@@ -400,10 +401,7 @@ TEST(AlarmMonitor, OlderMonitorsKeepTheirBytesAndAV7OneItsHoldoversAndStepTest) 
     AlarmMonitor::Options o;
     o.dim = 1;
     o.channels = 1;
-    o.holdover = version >= 5;
-    o.drift_holdover = version >= 6;
-    o.step_test = version >= 7;
-    o.return_test = version >= 8;
+    test_support::ScoreAsVersion(o, version);
     AlarmMonitor m(o);
     int cut = 0;
     // Cut 50 pairs after the first alarm, while the held references score.

@@ -14,6 +14,7 @@
 #include "core/io/binary_io.h"
 #include "core/stream/streaming_learner.h"
 #include "gtest/gtest.h"
+#include "tests/core/alarms/scoring_version.h"
 
 namespace cmestream {
 namespace {
@@ -76,12 +77,7 @@ std::string FreshMonitor(int dim, int scoring) {
   AlarmMonitor::Options o;
   o.dim = dim;
   o.channels = dim;
-  o.scoring_v3 = scoring >= 3;
-  o.scoring_v4 = scoring >= 4;
-  o.holdover = scoring >= 5;
-  o.drift_holdover = scoring >= 6;
-  o.step_test = scoring >= 7;
-  o.return_test = scoring >= 8;
+  test_support::ScoreAsVersion(o, scoring);
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
   return Bytes(AlarmMonitor(o));
 }
