@@ -20,7 +20,9 @@ namespace {
 // runs that test, every other new monitor stays v5. v7: a fifth flag, the step test (§12.10),
 // and its CHGD object after the DRFT one; written only by a monitor that runs it. v8: a sixth
 // flag, the return test (§12.11, the step test's CHGD v3); written only by a monitor that runs it.
-constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 8, "alarm monitor"};
+// v9: a seventh flag, the slow CUSUMs and the re-armed return test (§12.12: the size test's and
+// the step test's CHGD v4); written only by a monitor that runs them.
+constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 9, "alarm monitor"};
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -110,6 +112,8 @@ bool AlarmMonitor::RunsStepTest(const Options& o) {
 
 bool AlarmMonitor::RunsReturnTest(const Options& o) { return RunsStepTest(o) && o.return_test; }
 
+bool AlarmMonitor::RunsSlowCusums(const Options& o) { return RunsReturnTest(o) && o.slow_cusums; }
+
 // With both tests each gets half the false-alarm budget (docs/algorithms.md §12.9); with the step
 // test (§12.10) it takes kStepTestShare first.
 ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
@@ -118,6 +122,10 @@ ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
   d.alarm_rate = RunsDriftTest(o) ? o.alarm_rate / 2 : o.alarm_rate;
   if (RunsStepTest(o)) d.alarm_rate = o.alarm_rate * (1 - kStepTestShare) / 2;
   d.holdover_pairs = o.holdover ? kHoldoverPairs : 0;
+  if (RunsSlowCusums(o)) {
+    d.slow_drift = kSlowDrift;
+    d.slow_share = kSlowShare;
+  }
   return d;
 }
 
@@ -125,6 +133,7 @@ ChangeDetector::Options AlarmMonitor::StepTestOptions(const Options& o) {
   ChangeDetector::Options d = DetectorOptions(o);
   d.alarm_rate = o.alarm_rate * kStepTestShare;
   d.return_pairs = RunsReturnTest(o) ? kReturnPairs : 0;
+  d.return_rearm = RunsSlowCusums(o);
   return d;
 }
 
@@ -156,12 +165,9 @@ AlarmMonitor::AlarmMonitor(const Options& options) : options_(options), detector
 }
 
 double AlarmMonitor::score() const {
-  const double h = detector_.threshold();
-  double s = h > 0 ? std::max(detector_.up_statistic(), detector_.down_statistic()) / h : 0;
+  double s = detector_.level();
   if (drift_) s = std::max(s, drift_->statistic() / drift_->threshold());
-  if (step_test_) {
-    s = std::max(s, std::max(step_test_->up_statistic(), step_test_->down_statistic()) / step_test_->threshold());
-  }
+  if (step_test_) s = std::max(s, step_test_->level());
   return s;
 }
 
@@ -194,8 +200,13 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
       // A refit makes the residual another function of x: the coefficient test's reference
       // restarts (after the pair the refit followed, as pair at a time). Its holdover
       // (docs/algorithms.md §12.9 "After a restart") holds the reference the refit ended, or
-      // keeps a held one running if that reference is too short.
-      if (b == k - 1 && drift_ && forecast_->next_fit() != next_fit) drift_->Restart(/*keep=*/true);
+      // keeps a held one running if that reference is too short. The size test's slow CUSUMs
+      // (§12.12) start again from 0: a better fit shrinks the residuals a little, a shift of the
+      // size they are there to see.
+      if (b == k - 1 && drift_ && forecast_->next_fit() != next_fit) {
+        drift_->Restart(/*keep=*/true);
+        detector_.ClearSlowCusums();
+      }
       ++pairs_;
     }
     x += static_cast<int64_t>(k) * d;
@@ -300,7 +311,8 @@ constexpr auto kMonitorOptionFields = [](auto& f, auto& o) {
 void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
   const bool v6 = v3 && v5 && options_.drift_holdover, v7 = RunsStepTest(options_), v8 = RunsReturnTest(options_);
-  io::FieldWriter f(w, kFormat, v8 ? 8 : (v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2))))));
+  const bool v9 = RunsSlowCusums(options_);
+  io::FieldWriter f(w, kFormat, v9 ? 9 : (v8 ? 8 : (v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)))))));
   kMonitorOptionFields(f, options_);
   f.Scalars("alarm monitor", io::Field("pairs", pairs_), io::Field("armed_at", armed_at_));
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
@@ -311,6 +323,7 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
     if (v6) w.U8(1);
     if (v7) w.U8(1);
     if (v8) w.U8(1);
+    if (v9) w.U8(1);
   } else {
     if (v3) w.U8(1);
     if (v4) w.U8(1);
@@ -338,7 +351,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   if (!r.ok()) return r.status();
   // Monitors written as v1/v2 have no coefficient test and keep running without one; v3 ones run
   // it without the steps.
-  o.scoring_v3 = o.scoring_v4 = o.holdover = o.drift_holdover = o.step_test = o.return_test = false;
+  o.scoring_v3 = o.scoring_v4 = o.holdover = o.drift_holdover = o.step_test = o.return_test = o.slow_cusums = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
@@ -387,6 +400,14 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     }
     o.return_test = version >= 8 || !o.scoring_v3;
     if (r.ok() && version >= 8 && !RunsReturnTest(o)) return r.Fail("alarm monitor v8 without the return test's state");
+    // v9: the slow CUSUMs and the re-armed return test (§12.12), written only by a monitor that
+    // runs them; a v8 monitor keeps scoring without them.
+    if (version >= 9) {
+      const uint8_t slow = r.U8("alarm monitor slow cusums");
+      if (r.ok() && slow != 1) return r.Fail("alarm monitor v9 flags out of range");
+    }
+    o.slow_cusums = version >= 9 || !o.scoring_v3;
+    if (r.ok() && version >= 9 && !RunsSlowCusums(o)) return r.Fail("alarm monitor v9 without the slow CUSUMs' state");
   } else if (version >= 3) {
     const uint8_t flag = r.U8("alarm monitor coefficient test");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
@@ -415,8 +436,9 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   }
   absl::StatusOr<ChangeDetector> d = ChangeDetector::Deserialize(r);
   if (!d.ok()) return d.status();
-  if (d->channels() != m.detector_.channels() || d->options().holdover_pairs != m.detector_.options().holdover_pairs) {
-    return r.Fail("alarm monitor: the detector's channels or holdover differ from the monitor's");
+  if (d->channels() != m.detector_.channels() || d->options().holdover_pairs != m.detector_.options().holdover_pairs ||
+      d->options().slow_drift != m.detector_.options().slow_drift) {
+    return r.Fail("alarm monitor: the detector's channels, holdover or slow CUSUMs differ from the monitor's");
   }
   m.detector_ = std::move(*d);
   if (m.drift_) {
@@ -435,8 +457,12 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     if (s->channels() != m.step_test_->channels() ||
         s->options().holdover_pairs != m.step_test_->options().holdover_pairs ||
         s->options().alarm_rate != m.step_test_->options().alarm_rate ||
-        s->options().return_pairs != m.step_test_->options().return_pairs) {
-      return r.Fail("alarm monitor: the step test's channels, rate, holdover or return test differ from the monitor's");
+        s->options().return_pairs != m.step_test_->options().return_pairs ||
+        s->options().return_rearm != m.step_test_->options().return_rearm ||
+        s->options().slow_drift != m.step_test_->options().slow_drift) {
+      return r.Fail(
+          "alarm monitor: the step test's channels, rate, holdover, return test or slow CUSUMs differ from the "
+          "monitor's");
     }
     m.step_test_ = std::move(*s);
   }

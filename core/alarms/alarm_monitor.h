@@ -42,6 +42,13 @@
 // the restarts that the alarms inside the new regime cause (a return to damping after a second
 // alarm in the undamped regime: the live reference, young, would absorb it).
 //
+// SLOW CUSUMS AND THE RE-ARMED RETURN TEST (ALRM v9, docs/algorithms.md §12.12): the size test and
+// the step test each run a second CUSUM pair with reference value kSlowDrift, for small shifts
+// that last (a double well that deepens moves the residuals' score by ~0.2 standard deviations),
+// at half of each test's rate; and the return test is kept across later confirmed changes and
+// learns its shift again after its own alarm (a dip of the undamped oscillator's amplitude, or a
+// second alarm inside the undamped regime, no longer ends the watch for the damped one).
+//
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
 // COST. Continuous: O(p^2 / 2) per pair for p regressors (the forecast's sums; p = d, or 3d for
 // a small state) and O(C d) the coefficients' test; discrete: O(deg x) (the row of x for the
@@ -110,6 +117,12 @@ class AlarmMonitor {
     // (ChangeDetector::Options::return_pairs = kReturnPairs). Off for monitors restored from
     // ALRM v1-v7 that run the coefficients' test.
     bool return_test = true;
+    // The scoring of ALRM v9 (docs/algorithms.md §12.12), with the return test: the size test and
+    // the step test run a slow CUSUM pair beside their main one (ChangeDetector::Options::
+    // slow_drift = kSlowDrift, half of each test's rate), and the return test re-arms
+    // (ChangeDetector::Options::return_rearm). Off for monitors restored from ALRM v1-v8 that run
+    // the coefficients' test.
+    bool slow_cusums = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
@@ -125,6 +138,11 @@ class AlarmMonitor {
   // Pairs after a confirmed change during which the step test watches for the old regime's
   // return (docs/algorithms.md §12.11; the benchmark's segments last 600-1500 pairs).
   static constexpr int kReturnPairs = 3000;
+  // ALRM v9 (docs/algorithms.md §12.12): the slow CUSUMs' reference value and their share of each
+  // test's rate (docs/benchmarks.md "What the daemon runs": 0.1 and a half did best over 100 seeds
+  // of 0.075-0.1 and 0.3-0.5).
+  static constexpr double kSlowDrift = 0.1;
+  static constexpr double kSlowShare = 0.5;
   // Measured (docs/algorithms.md §12.9): on states of 1-2 values (a double well, an oscillator)
   // the cubic forecast and the coefficient test find most changes the residuals' size misses; on
   // an 8-channel stream of noisy, partially observed slow processes both raised false alarms.
@@ -155,16 +173,19 @@ class AlarmMonitor {
   int64_t dropped() const { return alarms_total() - static_cast<int64_t>(records_.size()); }
   const std::deque<AlarmRecord>& records() const { return records_; }
   // The larger CUSUM statistic as a fraction of the threshold (an alarm at 1).
-  double score() const;
+  double score() const;  // (ALRM v9: the slow CUSUMs' statistics too)
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v8: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
-  // p-value, 1: the v1 surprise), (v5-v8) three u8 flags: the coefficient test, its steps, the
-  // holdover (always 1), (v6-v8) a fourth, the coefficient test's holdover (always 1), (v7, v8)
-  // a fifth, the step test (always 1), and (v8) a sixth, the return test (always 1), or (v3, v4)
-  // u8 scoring_v3 = 1 and (v4) u8 scoring_v4 = 1, the forecast (continuous), the detector (CHGD
-  // v2 with the holdover), (coefficient test) its DRFT object (v3 with its holdover), (v7, v8)
-  // the step test's CHGD object (v3 with the return test), and the kept records.
+  // Object "ALRM" v9: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), (v5-v9) three u8 flags: the coefficient test, its steps, the
+  // holdover (always 1), (v6-v9) a fourth, the coefficient test's holdover (always 1), (v7-v9)
+  // a fifth, the step test (always 1), (v8, v9) a sixth, the return test (always 1), and (v9) a
+  // seventh, the slow CUSUMs (always 1), or (v3, v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 =
+  // 1, the forecast (continuous), the detector (CHGD v2 with the holdover, v4 with the slow
+  // CUSUMs), (coefficient test) its DRFT object (v3 with its holdover), (v7-v9) the step test's
+  // CHGD object (v3 with the return test, v4 with the slow CUSUMs), and the kept records.
+  // A monitor with the slow CUSUMs is written as v9 (restored from v8 it keeps scoring without
+  // them).
   // A monitor with the return test is written as v8 (restored from v7 it keeps scoring without
   // it), one with the step test but without it as v7 (restored from v6 it keeps scoring without it),
   // one with the coefficient test and both holdovers but without the step test as v6,
@@ -186,6 +207,7 @@ class AlarmMonitor {
   static DriftDetector::Options DriftOptions(const Options& o);
   static bool RunsStepTest(const Options& o);
   static bool RunsReturnTest(const Options& o);
+  static bool RunsSlowCusums(const Options& o);
   static ChangeDetector::Options StepTestOptions(const Options& o);
 
   Options options_;

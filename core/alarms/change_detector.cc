@@ -13,8 +13,9 @@ namespace cmestream {
 namespace {
 
 // v2: the holdover (docs/algorithms.md §12.8): its option after v1's, its state after v1's. A
-// detector without it is written as v1, byte for byte what the release before wrote.
-constexpr io::ObjectFormat kFormat = {io::Fourcc("CHGD"), 3, "change detector"};
+// detector without it is written as v1, byte for byte what the release before wrote. v3: the
+// return test (§12.11). v4: the re-armed return test and the slow CUSUMs (§12.12).
+constexpr io::ObjectFormat kFormat = {io::Fourcc("CHGD"), 4, "change detector"};
 constexpr int kMaxChannels = 1 << 20;
 // Siegmund's correction of the CUSUM's overshoot for normal increments: -2 zeta(1/2) / sqrt(2 pi).
 constexpr double kOvershoot = 1.166;
@@ -107,9 +108,22 @@ absl::Status ChangeDetector::Options::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("change detector return_pairs ", return_pairs, ", expected 0..",
                                                    kMaxHoldover, " (and > 0 only with holdover_pairs > 0)"));
   }
-  if (!(Threshold(alarm_rate, drift, arm_after) > 0)) {
+  if (return_rearm && return_pairs <= 0) {
+    return absl::InvalidArgumentError("change detector return_rearm needs the return test (return_pairs > 0)");
+  }
+  if (!Finite(slow_drift) || slow_drift < 0 || (slow_drift > 0 && !(slow_drift < drift))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("change detector slow_drift ", slow_drift, ", expected 0 (off) or in (0, drift = ", drift, ")"));
+  }
+  if (slow_drift > 0 && !(slow_share > 0 && slow_share < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("change detector slow_share ", slow_share, ", expected in (0, 1)"));
+  }
+  const double main_rate = slow_drift > 0 ? alarm_rate * (1 - slow_share) : alarm_rate;
+  if (!(Threshold(main_rate, drift, arm_after) > 0) ||
+      (slow_drift > 0 && !(Threshold(alarm_rate * slow_share, slow_drift, arm_after) > 0))) {
     return absl::InvalidArgumentError(absl::StrCat("change detector: alarm_rate ", alarm_rate, " with drift ", drift,
-                                                   " gives a threshold <= 0; lower either"));
+                                                   " (slow_drift ", slow_drift,
+                                                   ") gives a threshold <= 0; lower either"));
   }
   return absl::OkStatus();
 }
@@ -155,8 +169,16 @@ double ChangeDetector::Run::Step(double stat, double inc, double k, int64_t t, d
 }
 
 ChangeDetector::ChangeDetector(const Options& options) : options_(options) {
-  threshold_ = Threshold(options_.alarm_rate, options_.drift, options_.arm_after);
   const size_t c = static_cast<size_t>(options_.channels);
+  if (options_.slow_drift > 0) {
+    // docs/algorithms.md §12.12: two CUSUM pairs share the rate (a union bound).
+    threshold_ = Threshold(options_.alarm_rate * (1 - options_.slow_share), options_.drift, options_.arm_after);
+    slow_threshold_ = Threshold(options_.alarm_rate * options_.slow_share, options_.slow_drift, options_.arm_after);
+    slow_up_run_.z.assign(c, 0.0);
+    slow_down_run_.z.assign(c, 0.0);
+  } else {
+    threshold_ = Threshold(options_.alarm_rate, options_.drift, options_.arm_after);
+  }
   prev_r_.assign(c, 0.0);
   memory_.assign(c, 0.0);
   scale2_.assign(c, 0.0);
@@ -178,6 +200,11 @@ ChangeDetector::ChangeDetector(const Options& options) : options_(options) {
 void ChangeDetector::Restart() {
   StartHoldover(-1);
   ResetReference();
+}
+
+void ChangeDetector::ClearSlowCusums() {
+  slow_up_ = slow_down_ = 0;
+  slow_up_run_.len = slow_down_run_.len = 0;
 }
 
 void ChangeDetector::StartHoldover(int direction) {
@@ -216,7 +243,10 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
     const double level = kHoldConfirmLevel * threshold_;
     if ((hold_direction_ != 1 && hold_up_ > level) || (hold_direction_ != 0 && hold_down_ > level)) {
       hold_active_ = false;
-      if (options_.return_pairs > 0) {
+      // docs/algorithms.md §12.12: a re-armed return test that runs stays (the regime it watches
+      // for may still come back after this change).
+      const bool keep_return = options_.return_rearm && ret_active_;
+      if (options_.return_pairs > 0 && !keep_return) {
         // docs/algorithms.md §12.11: the change is confirmed; the reference before it watches for
         // its regime's return (replacing the one an earlier change left).
         ret_active_ = true;
@@ -295,7 +325,15 @@ bool ChangeDetector::ObserveReturn(const double* residual, int64_t t) {
   alarm_.channels = absl::MakeConstSpan(ranked_);
   alarm_.contributions = absl::MakeConstSpan(contribution_);
   ++alarms_;
-  ret_active_ = false;
+  if (options_.return_rearm) {
+    // docs/algorithms.md §12.12: the same reference learns delta again. A real return gives
+    // |delta| < 1 and ends the test; a dip of the new regime toward the old one leaves it watching.
+    ret_pairs_ = 0;
+    ret_shift_sum_ = 0;
+    ret_stat_ = 0;
+  } else {
+    ret_active_ = false;
+  }
   return true;
 }
 
@@ -324,6 +362,8 @@ void ChangeDetector::ResetReference() {
   ref_xx_n_ = 0;
   up_ = down_ = 0;
   up_run_.len = down_run_.len = 0;
+  slow_up_ = slow_down_ = 0;
+  slow_up_run_.len = slow_down_run_.len = 0;
   for (int j = 0; j < kOnsetCusums; ++j) onset_up_[j] = onset_down_[j] = 0;
 }
 
@@ -395,8 +435,23 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
       StepOnsetCusum(x, kOnsetDrift[j], t, onset_up_[j], onset_up_start_[j], onset_up_len_[j]);
       StepOnsetCusum(-x, kOnsetDrift[j], t, onset_down_[j], onset_down_start_[j], onset_down_len_[j]);
     }
-    if (up_ > threshold_ || down_ > threshold_) {
-      FillAlarm(up_ > threshold_ ? Direction::kUp : Direction::kDown, up_ > threshold_ ? up_ : down_);
+    const double ks = options_.slow_drift;
+    if (ks > 0) {
+      // docs/algorithms.md §12.12: the slow pair, on the same increments.
+      slow_up_ = slow_up_run_.Step(slow_up_, x, ks, t, m, lag, lag1, energy, residual, scale2_);
+      slow_down_ = slow_down_run_.Step(slow_down_, -x, ks, t, m, lag, lag1, energy, residual, scale2_);
+    }
+    const bool main_alarm = up_ > threshold_ || down_ > threshold_;
+    if (main_alarm || (ks > 0 && (slow_up_ > slow_threshold_ || slow_down_ > slow_threshold_))) {
+      if (main_alarm) {
+        const bool up = up_ > threshold_;
+        FillAlarm(up ? Direction::kUp : Direction::kDown, up ? up_ : down_, up ? up_run_ : down_run_, k);
+      } else {
+        const bool up = slow_up_ > slow_threshold_;
+        FillAlarm(up ? Direction::kUp : Direction::kDown, up ? slow_up_ : slow_down_,
+                  up ? slow_up_run_ : slow_down_run_, ks);
+        alarm_.threshold = slow_threshold_;
+      }
       StartHoldover(alarm_.direction == Direction::kUp ? 0 : 1);
       ResetReference();
       std::copy(residual, residual + nc, prev_r_.begin());
@@ -444,19 +499,19 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
   return nullptr;
 }
 
-void ChangeDetector::FillAlarm(Direction dir, double score) {
+void ChangeDetector::FillAlarm(Direction dir, double score, Run& run, double k) {
   const bool up = dir == Direction::kUp;
-  const double len = static_cast<double>(up ? up_run_.len : down_run_.len);
-  const double run_m = (up ? up_run_.m : down_run_.m) / len;
+  const double len = static_cast<double>(run.len);
+  const double run_m = run.m / len;
 
   alarm_.index = index_ - 1;
-  alarm_.run_start = up ? up_run_.start : down_run_.start;
+  alarm_.run_start = run.start;
   // docs/algorithms.md (12.7): the candidate change times are the run starts of the four
   // CUSUMs (the pair after each last 0). For a start tau with n pairs and increment sum
   // S = stat + k n since tau, the maximized Gaussian log-likelihood ratio of "mean delta from
   // tau on" against "mean 0" is S^2 / (2 n), at delta = S / n; the onset is the candidate of
   // largest S^2 / n (a generalized likelihood ratio estimate over these candidates).
-  double best_sum = score + options_.drift * len;
+  double best_sum = score + k * len;
   alarm_.shift = best_sum / len;
   alarm_.onset = alarm_.run_start;
   double best = best_sum * best_sum / len;
@@ -475,9 +530,15 @@ void ChangeDetector::FillAlarm(Direction dir, double score) {
   alarm_.threshold = threshold_;
   alarm_.direction = dir;
   alarm_.energy_ratio = ref_mean_m_ > 0 ? run_m / ref_mean_m_ : 1;
-  Classify(up ? up_run_ : down_run_, len, ref_lag_, ref_lag1_, ref_energy_);
-  RankChannels(up ? up_run_.z : down_run_.z, len, ref_z_, up);
+  Classify(run, len, ref_lag_, ref_lag1_, ref_energy_);
+  RankChannels(run.z, len, ref_z_, up);
   ++alarms_;
+}
+
+double ChangeDetector::level() const {
+  double v = threshold_ > 0 ? std::max(up_, down_) / threshold_ : 0;
+  if (slow_threshold_ > 0) v = std::max(v, std::max(slow_up_, slow_down_) / slow_threshold_);
+  return v;
 }
 
 // docs/algorithms.md (12.3b): Gamma of the reference's standardized scores (0 before 10 pairs).
@@ -538,6 +599,10 @@ constexpr auto kChangeDetectorOptionFields = [](auto& f, auto& o, uint32_t versi
             io::Field("kind_min", o.kind_min), io::Field("kind_z", o.kind_z), io::Field("kind_memory", o.kind_memory));
   if (version >= 2) f.I32("change detector holdover_pairs", o.holdover_pairs);
   if (version >= 3) f.I32("change detector return_pairs", o.return_pairs);
+  if (version >= 4) {
+    f.Bool("change detector return_rearm", o.return_rearm);
+    f.Scalars("change detector", io::Field("slow_drift", o.slow_drift), io::Field("slow_share", o.slow_share));
+  }
 };
 
 // The up and the down CUSUM's runs after their starts, of the live reference (prefix "change
@@ -611,34 +676,58 @@ void ChangeDetector::ReturnFields(Fields& f, Self& d) {
   f.Doubles("change detector return scales", d.options_.channels, d.ret_scale2_.data());
 }
 
+// v4: the slow CUSUMs' state, after the return test's (when they run).
+template <class Fields, class Self>
+void ChangeDetector::SlowFields(Fields& f, Self& d) {
+  const char* const kPrefix = "change detector slow";
+  f.Scalars(kPrefix, io::Field("up statistic", d.slow_up_), io::Field("down statistic", d.slow_down_),
+            io::Field("up start", d.slow_up_run_.start), io::Field("down start", d.slow_down_run_.start));
+  kRunFields(f, kPrefix, d.options_.channels, d.slow_up_run_, d.slow_down_run_);
+}
+
+namespace {
+
+// The object's version: the oldest that holds the options (byte for byte what the release that
+// introduced it wrote).
+uint32_t FormatVersion(const ChangeDetector::Options& o) {
+  if (o.return_rearm || o.slow_drift > 0) return 4;
+  if (o.return_pairs > 0) return 3;
+  return o.holdover_pairs > 0 ? 2 : 1;
+}
+
+}  // namespace
+
 void ChangeDetector::Serialize(io::Writer& w) const {
-  const bool v2 = options_.holdover_pairs > 0, v3 = options_.return_pairs > 0;
-  const uint32_t version = v3 ? 3 : (v2 ? 2 : 1);
+  const uint32_t version = FormatVersion(options_);
   io::FieldWriter f(w, kFormat, version);
   kChangeDetectorOptionFields(f, options_, version);
   StateFields(f, *this);
-  if (v2) HoldoverFields(f, *this);
-  if (v3) ReturnFields(f, *this);
+  if (options_.holdover_pairs > 0) HoldoverFields(f, *this);
+  if (options_.return_pairs > 0) ReturnFields(f, *this);
+  if (options_.slow_drift > 0) SlowFields(f, *this);
 }
 
 absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
   const auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kChangeDetectorOptionFields);
-  if (r.ok() && version >= 2 && o.holdover_pairs <= 0) return r.Fail("change detector v2 without a holdover");
-  if (r.ok() && version >= 3 && o.return_pairs <= 0) return r.Fail("change detector v3 without a return test");
   if (!r.ok()) return r.status();
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
+  // Each version is written only by a detector that needs it (FormatVersion).
+  if (FormatVersion(o) != version) {
+    return r.Fail(absl::StrCat("change detector v", version, " with the options of a v", FormatVersion(o), " one"));
+  }
   const int64_t nc = o.channels;
   // Six channel vectors with their u64 counts (Serialize: previous residual, memory, scales,
-  // reference, up and down run scores), five more with the holdover (v2), one more with the
-  // return test (v3): nothing is allocated
-  // for a body that cannot hold them.
-  const int64_t vectors = version >= 3 ? 12 : (version >= 2 ? 11 : 6);
+  // reference, up and down run scores), five more with the holdover, one more with the return
+  // test, two more with the slow CUSUMs: nothing is allocated for a body that cannot hold them.
+  const int64_t vectors =
+      6 + (o.holdover_pairs > 0 ? 5 : 0) + (o.return_pairs > 0 ? 1 : 0) + (o.slow_drift > 0 ? 2 : 0);
   if (!r.Expect(static_cast<uint64_t>(vectors * (8 * nc + 8)), "change detector channel vectors")) return r.status();
   ChangeDetector d(o);
   io::FieldReader f(r);
   StateFields(f, d);
-  if (version >= 2) HoldoverFields(f, d);
-  if (version >= 3) ReturnFields(f, d);
+  if (o.holdover_pairs > 0) HoldoverFields(f, d);
+  if (o.return_pairs > 0) ReturnFields(f, d);
+  if (o.slow_drift > 0) SlowFields(f, d);
   bool onset_ok = true;
   for (int j = 0; j < kOnsetCusums; ++j) {
     onset_ok = onset_ok && d.onset_up_len_[j] >= 0 && d.onset_down_len_[j] >= 0 && d.onset_up_[j] >= 0 &&
@@ -662,6 +751,11 @@ absl::StatusOr<ChangeDetector> ChangeDetector::Deserialize(io::Reader& r) {
       (d.ret_active_ &&
        std::any_of(d.ret_scale2_.begin(), d.ret_scale2_.end(), [](double v) { return !(v > 0) || !Finite(v); }))) {
     return r.Fail("change detector return test state out of range");
+  }
+  if (!(d.slow_up_ >= 0) || !(d.slow_down_ >= 0) || !Finite(d.slow_up_) || !Finite(d.slow_down_) ||
+      d.slow_up_run_.len < 0 || d.slow_down_run_.len < 0 || d.slow_up_run_.len > d.index_ ||
+      d.slow_down_run_.len > d.index_) {
+    return r.Fail("change detector slow CUSUM state out of range");
   }
   if (!(d.up_ >= 0) || !(d.down_ >= 0) || !Finite(d.up_) || !Finite(d.down_) || !(d.ref_var_w_ >= 0) || !onset_ok) {
     return r.Fail(absl::StrCat("change detector statistics ", d.up_, ", ", d.down_, " and reference variance ",

@@ -67,11 +67,19 @@
 //      divided by |delta|: V = max(0, V + |delta| / 2 - sign(delta) z), alarm at V > 4 h. It
 //      survives the live reference's restarts, so a return to the old regime is found even when a
 //      restart inside the new regime left the live reference young (it would absorb it).
+//      With return_rearm (docs/algorithms.md §12.12) a running test is kept when a later change
+//      is confirmed (unless V >= h: the old regime is coming back, and that change is its
+//      return), and its alarm starts it again on the same reference: it learns delta anew, and a
+//      real return (|delta| < 1 then) ends it, where a dip of the new regime toward the old one
+//      leaves it watching.
+//  10. Slow CUSUMs (Options::slow_drift, docs/algorithms.md §12.12): a second CUSUM pair on the
+//      same standardized scores with a smaller reference value (0.1), for small shifts that
+//      last; it gets slow_share of alarm_rate and the main pair the rest (a union bound).
 //
 // COST. O(C) per pair (2 O(C) while a holdover runs, one more O(C) while a return test runs), no
 // heap allocation after construction (an alarm sorts C channel ids in place). State: 6 C + O(1)
-// doubles, 11 C + O(1) with the holdover, 12 C + O(1) with the return test, whatever the
-// stream's length.
+// doubles, 11 C + O(1) with the holdover, 12 C + O(1) with the return test, 2 C more with the
+// slow CUSUMs, whatever the stream's length.
 #pragma once
 
 #include <cstdint>
@@ -117,6 +125,15 @@ class ChangeDetector {
     // confirmed a change, the reference before the change watches for its regime's return.
     // Needs holdover_pairs > 0. 0: off (and the object is written as CHGD v2 or v1).
     int return_pairs = 0;
+    // The return test re-arms (item 9 above, docs/algorithms.md §12.12): kept across later
+    // confirmed changes, and started again on its reference after its alarm. Needs
+    // return_pairs > 0.
+    bool return_rearm = false;
+    // Slow CUSUMs (item 10 above): reference value of a second CUSUM pair, in (0, drift); 0: off.
+    // It gets slow_share of alarm_rate, the main pair 1 - slow_share.
+    double slow_drift = 0;
+    double slow_share = 0.5;
+    // (return_rearm or slow_drift > 0 write the object as CHGD v4.)
 
     absl::Status Validate() const;
   };
@@ -161,6 +178,9 @@ class ChangeDetector {
   // Forget the reference as after an alarm (the caller saw a change another way); with
   // holdover_pairs, the reference before it keeps scoring (direction of the change unknown).
   void Restart();
+  // The slow CUSUMs start again from 0 (Options::slow_drift), the reference and the rest kept:
+  // the caller's forecast refitted, which moves its residuals' size a little by design.
+  void ClearSlowCusums();
 
   const Options& options() const { return options_; }
   int channels() const { return options_.channels; }
@@ -168,6 +188,8 @@ class ChangeDetector {
   int64_t scored() const { return index_; }
   int64_t skipped() const { return skipped_; }
   int64_t alarms() const { return alarms_; }
+  // The largest CUSUM statistic as a fraction of its threshold (the slow pair's too): 1 alarms.
+  double level() const;
   bool armed() const { return since_restart_ >= options_.arm_after; }
   double up_statistic() const { return up_; }
   double down_statistic() const { return down_; }
@@ -176,16 +198,21 @@ class ChangeDetector {
   // The reference before the last confirmed change watches for its return (Options::return_pairs).
   bool watching_return() const { return ret_active_; }
 
+  // The threshold of the slow CUSUMs (0 without them).
+  double slow_threshold() const { return slow_threshold_; }
   // The threshold h of (12.5) for a CUSUM pair with reference value k whose stationary false
   // alarm rate, counting arm_after dead pairs after each alarm, is R per 10,000 pairs.
   static double Threshold(double alarm_rate, double drift, int arm_after);
   // Siegmund's in-control average run length of one one-sided CUSUM with N(0,1) increments.
   static double SiegmundArl(double h, double drift);
 
-  // Object CHGD v3: the options, then the whole state (bit-exact continuation). A detector
-  // without the return test is written as v2 (no return_pairs, no return state), one without the
-  // holdover either as v1 (no holdover_pairs, no holdover state), byte for byte what the releases
-  // before wrote; a v1 object restores with holdover_pairs 0, a v1 or v2 one with return_pairs 0.
+  // Object CHGD v4: the options, then the whole state (bit-exact continuation). A detector with
+  // neither return_rearm nor the slow CUSUMs is written as v3 if it runs the return test, as v2
+  // (no return_pairs, no return state) if it runs the holdover, else as v1 (no holdover_pairs, no
+  // holdover state), byte for byte what the releases before wrote; a v1 object restores with
+  // holdover_pairs 0, a v1 or v2 one with return_pairs 0, a v1-v3 one without v4's options. v4
+  // adds return_rearm, slow_drift and slow_share to the options, and writes the holdover's and the
+  // return test's state only when they run, then the slow CUSUMs' (when they run).
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<ChangeDetector> Deserialize(io::Reader& r);
 
@@ -197,7 +224,11 @@ class ChangeDetector {
   static void HoldoverFields(Fields& f, Self& self);
   template <class Fields, class Self>
   static void ReturnFields(Fields& f, Self& self);
-  void FillAlarm(Direction dir, double score);
+  template <class Fields, class Self>
+  static void SlowFields(Fields& f, Self& self);
+  struct Run;
+  // The alarm of a live CUSUM (the main pair's or the slow pair's `run`, reference value k).
+  void FillAlarm(Direction dir, double score, Run& run, double k);
   // The reference before a restart keeps scoring (Options::holdover_pairs): started at each
   // restart whose reference held enough pairs, `direction` that of the alarm (-1: unknown).
   void StartHoldover(int direction);
@@ -262,6 +293,10 @@ class ChangeDetector {
   // CUSUMs and their runs.
   double up_ = 0, down_ = 0;
   Run up_run_, down_run_;
+  // Slow CUSUMs (Options::slow_drift): threshold, statistics and runs.
+  double slow_threshold_ = 0;
+  double slow_up_ = 0, slow_down_ = 0;
+  Run slow_up_run_, slow_down_run_;
   // Onset CUSUMs (12.7): statistic and the first pair of their current run.
   static constexpr int kOnsetCusums = 3;
   double onset_up_[kOnsetCusums] = {}, onset_down_[kOnsetCusums] = {};

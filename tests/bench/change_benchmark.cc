@@ -15,8 +15,7 @@
 // (no alarm at all), S1 = +windows (every change found at its first pair, no false alarm).
 //
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS] [--monitor]
-//                                        [--scoring-v3] [--scoring-v4] [--scoring-v5] [--scoring-v6]
-//                                        [--scoring-v7] [--misses] [--oracle]
+//                                        [--scoring-vN] [--misses] [--oracle]
 //
 // --monitor replaces the frozen stand-in forecast below by what the daemon runs (AlarmMonitor,
 // DetectWithMonitor): its own forecast on the model's state (cubic regressors for states of at
@@ -27,7 +26,9 @@
 // --scoring-v4 as one restored from ALRM v4 (without the holdover of §12.8),
 // --scoring-v5 as one restored from ALRM v5 (without the coefficients' test's holdover, §12.9),
 // --scoring-v6 as one restored from ALRM v6 (without the step test, §12.10),
-// --scoring-v7 as one restored from ALRM v7 (without the step test's return test, §12.11);
+// --scoring-v7 as one restored from ALRM v7 (without the step test's return test, §12.11),
+// --scoring-v8 as one restored from ALRM v8 (without the slow CUSUMs and the re-armed return
+// test, §12.12); --scoring-v2 as one restored from v2 (the size test alone);
 // --misses prints one line per change not detected within 500 pairs: its segment, direction,
 // the pairs since the last alarm before it and the first alarm after it.
 //
@@ -83,16 +84,15 @@
 #include "core/alarms/change_detector.h"
 #include "core/common/types.h"
 #include "core/counts/transition_counts.h"
+#include "tests/core/alarms/scoring_version.h"
 
 namespace cmestream {
 namespace {
 
 int g_seed = 0;
-bool g_scoring_v3 = false;  // --scoring-v3: the monitor as an ALRM v3 object scores (no step components)
-bool g_scoring_v4 = false;  // --scoring-v4: the monitor as an ALRM v4 object scores (no holdover)
-bool g_scoring_v5 = false;  // --scoring-v5: as an ALRM v5 object scores (no coefficients' test holdover)
-bool g_scoring_v6 = false;  // --scoring-v6: as an ALRM v6 object scores (no step test)
-bool g_scoring_v7 = false;  // --scoring-v7: as an ALRM v7 object scores (no return test)
+// --scoring-vN: the monitor as an ALRM vN object scores (test_support::ScoreAsVersion); the newest
+// by default.
+int g_scoring_version = 9;
 const char* g_system = "";
 
 constexpr int kWindow = 60;  // NAB window W, in pairs
@@ -348,11 +348,7 @@ std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double 
   const int p = s.features, c = s.channels;
   AlarmMonitor::Options o;
   o.alarm_rate = rate;
-  o.scoring_v4 = !g_scoring_v3;
-  o.holdover = !g_scoring_v3 && !g_scoring_v4;
-  o.drift_holdover = !g_scoring_v5;
-  o.step_test = !g_scoring_v6;
-  o.return_test = !g_scoring_v7;
+  test_support::ScoreAsVersion(o, g_scoring_version);
   const bool discrete = name == "markov";
   const bool window = name == "sensor_noise";
   const int dim = window ? 4 : c;
@@ -786,11 +782,20 @@ int Main(int argc, char** argv) {
   bool oracle = false;
   // The flags without a value.
   const std::pair<const char*, bool*> switches[] = {
-      {"--monitor", &g_monitor},       {"--scoring-v3", &g_scoring_v3}, {"--scoring-v4", &g_scoring_v4},
-      {"--scoring-v5", &g_scoring_v5}, {"--scoring-v6", &g_scoring_v6}, {"--scoring-v7", &g_scoring_v7},
-      {"--misses", &g_misses},         {"--oracle", &oracle},
+      {"--monitor", &g_monitor},
+      {"--misses", &g_misses},
+      {"--oracle", &oracle},
   };
   for (int i = 1; i < argc; ++i) {
+    if (int v = 0; std::sscanf(argv[i], "--scoring-v%d", &v) == 1) {
+      if (v < 2 || v > g_scoring_version) {
+        std::fprintf(stderr, "change_benchmark: %s: expected --scoring-v2 .. --scoring-v%d\n", argv[i],
+                     g_scoring_version);
+        return 2;
+      }
+      g_scoring_version = v;
+      continue;
+    }
     bool* on = nullptr;
     for (const auto& [name, flag] : switches) {
       if (!std::strcmp(argv[i], name)) on = flag;

