@@ -200,13 +200,8 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
       // A refit makes the residual another function of x: the coefficient test's reference
       // restarts (after the pair the refit followed, as pair at a time). Its holdover
       // (docs/algorithms.md §12.9 "After a restart") holds the reference the refit ended, or
-      // keeps a held one running if that reference is too short. The size test's slow CUSUMs
-      // (§12.12) start again from 0: a better fit shrinks the residuals a little, a shift of the
-      // size they are there to see.
-      if (b == k - 1 && drift_ && forecast_->next_fit() != next_fit) {
-        drift_->Restart(/*keep=*/true);
-        detector_.ClearSlowCusums();
-      }
+      // keeps a held one running if that reference is too short.
+      if (b == k - 1 && drift_ && forecast_->next_fit() != next_fit) drift_->Restart(/*keep=*/true);
       ++pairs_;
     }
     x += static_cast<int64_t>(k) * d;

@@ -202,11 +202,6 @@ void ChangeDetector::Restart() {
   ResetReference();
 }
 
-void ChangeDetector::ClearSlowCusums() {
-  slow_up_ = slow_down_ = 0;
-  slow_up_run_.len = slow_down_run_.len = 0;
-}
-
 void ChangeDetector::StartHoldover(int direction) {
   hold_active_ = false;
   const int64_t n = ref_n_;
@@ -243,21 +238,9 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
     const double level = kHoldConfirmLevel * threshold_;
     if ((hold_direction_ != 1 && hold_up_ > level) || (hold_direction_ != 0 && hold_down_ > level)) {
       hold_active_ = false;
-      // docs/algorithms.md §12.12: a re-armed return test that runs stays (the regime it watches
-      // for may still come back after this change).
-      const bool keep_return = options_.return_rearm && ret_active_;
-      if (options_.return_pairs > 0 && !keep_return) {
-        // docs/algorithms.md §12.11: the change is confirmed; the reference before it watches for
-        // its regime's return (replacing the one an earlier change left).
-        ret_active_ = true;
-        ret_pairs_ = 0;
-        ret_start_ = t;
-        ret_mean_w_ = hold_mean_w_;
-        ret_sd_ = hold_sd_;
-        ret_shift_sum_ = 0;
-        ret_stat_ = 0;
-        std::copy(hold_scale2_.begin(), hold_scale2_.end(), ret_scale2_.begin());
-      }
+      // docs/algorithms.md §12.11: the change is confirmed; the reference before it watches for
+      // its regime's return.
+      StartReturnTest(t);
       return false;
     }
   }
@@ -282,6 +265,20 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
   }
   if (hold_pairs_ >= options_.holdover_pairs) hold_active_ = false;
   return false;
+}
+
+void ChangeDetector::StartReturnTest(int64_t t) {
+  // docs/algorithms.md §12.12: a re-armed return test that runs stays (the regime it watches for
+  // may still come back after this change); without the re-arming the newest change replaces it.
+  if (options_.return_pairs <= 0 || (options_.return_rearm && ret_active_)) return;
+  ret_active_ = true;
+  ret_pairs_ = 0;
+  ret_start_ = t;
+  ret_mean_w_ = hold_mean_w_;
+  ret_sd_ = hold_sd_;
+  ret_shift_sum_ = 0;
+  ret_stat_ = 0;
+  std::copy(hold_scale2_.begin(), hold_scale2_.end(), ret_scale2_.begin());
 }
 
 // docs/algorithms.md §12.11.

@@ -178,9 +178,6 @@ class ChangeDetector {
   // Forget the reference as after an alarm (the caller saw a change another way); with
   // holdover_pairs, the reference before it keeps scoring (direction of the change unknown).
   void Restart();
-  // The slow CUSUMs start again from 0 (Options::slow_drift), the reference and the rest kept:
-  // the caller's forecast refitted, which moves its residuals' size a little by design.
-  void ClearSlowCusums();
 
   const Options& options() const { return options_; }
   int channels() const { return options_.channels; }
@@ -317,6 +314,8 @@ class ChangeDetector {
   // its pairs since, the sum of z over the first kReturnLearnPairs (delta's), the CUSUM V and its
   // run's first pair. One pair against it; true when it alarmed (alarm_ filled).
   bool ObserveReturn(const double* residual, int64_t t);
+  // The held reference (the regime before a change) becomes the return test's, at pair t.
+  void StartReturnTest(int64_t t);
   bool ret_active_ = false;
   int64_t ret_pairs_ = 0, ret_start_ = 0;
   double ret_mean_w_ = 0, ret_sd_ = 0, ret_shift_sum_ = 0, ret_stat_ = 0;
