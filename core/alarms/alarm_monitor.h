@@ -139,8 +139,8 @@ class AlarmMonitor {
   // return (docs/algorithms.md §12.11; the benchmark's segments last 600-1500 pairs).
   static constexpr int kReturnPairs = 3000;
   // ALRM v9 (docs/algorithms.md §12.12): the slow CUSUMs' reference value and their share of each
-  // test's rate (docs/benchmarks.md "What the daemon runs": 0.1 and a half did best over 100 seeds
-  // of 0.075-0.1 and 0.3-0.5).
+  // test's rate (over 100 seeds of 0.075-0.1 and 0.3-0.5, 0.1 and a half found the most
+  // double-well changes within 500 pairs; the others were within noise of it).
   static constexpr double kSlowDrift = 0.1;
   static constexpr double kSlowShare = 0.5;
   // Measured (docs/algorithms.md §12.9): on states of 1-2 values (a double well, an oscillator)
@@ -172,8 +172,9 @@ class AlarmMonitor {
   }
   int64_t dropped() const { return alarms_total() - static_cast<int64_t>(records_.size()); }
   const std::deque<AlarmRecord>& records() const { return records_; }
-  // The larger CUSUM statistic as a fraction of the threshold (an alarm at 1).
-  double score() const;  // (ALRM v9: the slow CUSUMs' statistics too)
+  // The largest CUSUM statistic of the tests as a fraction of its threshold (an alarm at 1; the
+  // slow CUSUMs' too, ALRM v9).
+  double score() const;
   double threshold() const { return detector_.threshold(); }
 
   // Object "ALRM" v9: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized

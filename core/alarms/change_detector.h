@@ -68,10 +68,9 @@
 //      survives the live reference's restarts, so a return to the old regime is found even when a
 //      restart inside the new regime left the live reference young (it would absorb it).
 //      With return_rearm (docs/algorithms.md §12.12) a running test is kept when a later change
-//      is confirmed (unless V >= h: the old regime is coming back, and that change is its
-//      return), and its alarm starts it again on the same reference: it learns delta anew, and a
-//      real return (|delta| < 1 then) ends it, where a dip of the new regime toward the old one
-//      leaves it watching.
+//      is confirmed (the regime it watches for may still come back), and its alarm starts it
+//      again on the same reference: it learns delta anew, and a real return (|delta| < 1 then)
+//      ends it, where a dip of the new regime toward the old one leaves it watching.
 //  10. Slow CUSUMs (Options::slow_drift, docs/algorithms.md §12.12): a second CUSUM pair on the
 //      same standardized scores with a smaller reference value (0.1), for small shifts that
 //      last; it gets slow_share of alarm_rate and the main pair the rest (a union bound).
