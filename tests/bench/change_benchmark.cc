@@ -15,7 +15,7 @@
 // (no alarm at all), S1 = +windows (every change found at its first pair, no false alarm).
 //
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS] [--monitor]
-//                                        [--scoring-vN] [--misses] [--oracle]
+//                                        [--scoring-vN] [--misses] [--oracle] [--series FILE ...]
 //
 // --monitor replaces the frozen stand-in forecast below by what the daemon runs (AlarmMonitor,
 // DetectWithMonitor): its own forecast on the model's state (cubic regressors for states of at
@@ -31,6 +31,11 @@
 // test, §12.12); --scoring-v2 as one restored from v2 (the size test alone);
 // --misses prints one line per change not detected within 500 pairs: its segment, direction,
 // the pairs since the last alarm before it and the first alarm after it.
+//
+// --series FILE (repeatable) runs the monitor with the defaults (R = 1, or --rate; --scoring-vN)
+// on a recorded scalar series instead, one number per line, as a model of it would see it: the
+// value alone (d = 1) and a delay pair (d = 2, one channel); it prints the alarms raised, for the
+// false alarms of real series without labels (docs/algorithms.md §12.12).
 //
 // --oracle (double well and oscillator only) asks whether a change is detectable at all within
 // 500 pairs at the stated false-alarm rate, and prints that instead of the table
@@ -75,6 +80,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <utility>
@@ -260,7 +266,11 @@ struct Stream {
   int64_t pairs() const { return static_cast<int64_t>(y.size()) / channels; }
 };
 
-Stream Simulate(System& sys, uint64_t seed, int64_t first, int segments, bool stationary) {
+// A first segment of `first` pairs in regime `start`, then `segments` segments of 600..1500 pairs
+// alternating regimes (labelled changes), or none of them with `stationary`; after a burn-in of
+// `burn_in` steps in regime `start`.
+Stream Simulate(System& sys, uint64_t seed, int64_t first, int segments, bool stationary, int start = 0,
+                int burn_in = 500) {
   std::mt19937_64 rng(seed);
   Stream s;
   s.features = sys.features();
@@ -268,14 +278,14 @@ Stream Simulate(System& sys, uint64_t seed, int64_t first, int segments, bool st
   sys.Reset(rng);
   // Burn-in so the first segment starts near the stationary law.
   std::vector<double> phi(static_cast<size_t>(s.features)), y(static_cast<size_t>(s.channels));
-  for (int i = 0; i < 500; ++i) sys.Step(0, rng, y.data());
+  for (int i = 0; i < burn_in; ++i) sys.Step(start, rng, y.data());
   std::uniform_int_distribution<int> len(600, 1500);
   std::vector<int64_t> bounds{first};
   for (int k = 0; k < segments; ++k) bounds.push_back(bounds.back() + len(rng));
   const int64_t total = bounds.back();
   s.phi.reserve(static_cast<size_t>(total * s.features));
   s.y.reserve(static_cast<size_t>(total * s.channels));
-  int regime = 0;
+  int regime = start;
   size_t next = 0;
   for (int64_t t = 0; t < total; ++t) {
     if (next < bounds.size() && t == bounds[next]) {
@@ -480,20 +490,7 @@ class TransitionLaw {
 
 // A stream of one regime only (after a burn-in of 2,000 pairs), `n` pairs.
 Stream SimulateRegime(System& sys, uint64_t seed, int regime, int64_t n) {
-  std::mt19937_64 rng(seed);
-  Stream s;
-  s.features = sys.features();
-  s.channels = sys.channels();
-  sys.Reset(rng);
-  std::vector<double> phi(static_cast<size_t>(s.features)), y(static_cast<size_t>(s.channels));
-  for (int i = 0; i < 2000; ++i) sys.Step(regime, rng, y.data());
-  for (int64_t t = 0; t < n; ++t) {
-    sys.Features(phi.data());
-    sys.Step(regime, rng, y.data());
-    s.phi.insert(s.phi.end(), phi.begin(), phi.end());
-    s.y.insert(s.y.end(), y.begin(), y.end());
-  }
-  return s;
+  return Simulate(sys, seed, n, 0, /*stationary=*/true, regime, /*burn_in=*/2000);
 }
 
 // (2) of --oracle: |log| of the after/before ratios of the residual mean square (a least-squares
@@ -774,12 +771,40 @@ void Oracle(int seeds, double rate) {
   }
 }
 
+// --series: the alarms of the monitor on one recorded scalar series, as a model of `d` values of it.
+void AlarmsOnSeries(const char* path, double rate) {
+  std::ifstream in(path);
+  std::vector<double> x;
+  for (double v; in >> v;) x.push_back(v);
+  if (x.size() < 3) {
+    std::fprintf(stderr, "change_benchmark: %s: expected a scalar series, one number per line\n", path);
+    std::exit(2);
+  }
+  for (int d : {1, 2}) {
+    AlarmMonitor::Options o;
+    o.dim = d;
+    o.channels = 1;
+    o.alarm_rate = rate;
+    test_support::ScoreAsVersion(o, g_scoring_version);
+    AlarmMonitor m(o);
+    // Pair t is the window of rows t..t+d-1 and the window one row on (a delay state's pairs).
+    const int64_t pairs = static_cast<int64_t>(x.size()) - d;
+    for (int64_t t = 0; t < pairs; ++t) m.ObservePair(&x[static_cast<size_t>(t)], &x[static_cast<size_t>(t + 1)], 0);
+    std::printf("%s: %lld pairs, d = %d, ALRM v%d: %lld alarms (%.1f per 10^4 pairs) at pairs", path,
+                static_cast<long long>(pairs), d, g_scoring_version, static_cast<long long>(m.alarms_total()),
+                1e4 * static_cast<double>(m.alarms_total()) / static_cast<double>(pairs));
+    for (const AlarmRecord& a : m.records()) std::printf(" %lld", static_cast<long long>(a.index));
+    std::printf("\n");
+  }
+}
+
 int Main(int argc, char** argv) {
   CheckScoring();
   int seeds = 25;
   double rate = 1;
   int64_t stationary = 1'000'000;
   bool oracle = false;
+  std::vector<const char*> series;  // --series FILE, repeatable
   // The flags without a value.
   const std::pair<const char*, bool*> switches[] = {
       {"--monitor", &g_monitor},
@@ -810,7 +835,12 @@ int Main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--stationary")) stationary = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--kind-z")) g_kind_z = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--kind-min")) g_kind_min = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--series")) series.push_back(argv[i + 1]);
     ++i;  // the flag's value
+  }
+  if (!series.empty()) {
+    for (const char* path : series) AlarmsOnSeries(path, rate);
+    return 0;
   }
   if (oracle) {
     Oracle(seeds, rate);

@@ -30,19 +30,16 @@
 #include "core/stream/streaming_learner.h"
 #include "tests/bench/delay_states.h"
 #include "tests/core/alarms/scoring_version.h"
+#include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
 namespace {
 
 using bench::DelayStates;
 
-uint64_t Fnv(const void* data, size_t n, uint64_t h = 1469598103934665603ULL) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
-}
+using test_support::Fnv1a;
 
-uint64_t FnvDouble(double v, uint64_t h) { return Fnv(&v, sizeof v, h); }
+uint64_t FnvDouble(double v, uint64_t h) { return Fnv1a(&v, sizeof v, h); }
 
 enum class Form { kTrajectory, kPairs, kShuffled };
 
@@ -110,7 +107,7 @@ std::string Run(const Config& c) {
     x.swap(xs);
     y.swap(ys);
   }
-  uint64_t replies = 1469598103934665603ULL;
+  uint64_t replies = test_support::kFnvBasis;
   bool installed = false;
   // Batches of 37 pairs: boundaries fall off the run grid.
   for (int64_t first = 0; first < c.pairs; first += 37) {
@@ -129,7 +126,7 @@ std::string Run(const Config& c) {
     }
     absl::StatusOr<ObserveSummary> r = l.Observe(b);
     if (!r.ok()) return std::string(r.status().message());
-    replies = Fnv(&r->admitted_x, sizeof r->admitted_x, replies);
+    replies = Fnv1a(&r->admitted_x, sizeof r->admitted_x, replies);
     replies = FnvDouble(r->forced_error, replies);
     if (c.prequential && !installed && first >= c.pairs / 3) {
       std::unique_ptr<PrequentialVampE> p = MakePrequential(l, 3);
@@ -146,14 +143,14 @@ std::string Run(const Config& c) {
       replies = FnvDouble(snap->forecast->skill.sse_persistence, replies);
     }
     if (snap->prequential) replies = FnvDouble(snap->prequential->score, replies);
-    if (snap->cme) replies = Fnv(snap->cme->W.data(), sizeof(double) * snap->cme->W.size(), replies);
+    if (snap->cme) replies = Fnv1a(snap->cme->W.data(), sizeof(double) * snap->cme->W.size(), replies);
   }
   io::Writer w;
   l.Serialize(w);
   const std::string bytes = w.Release();
   char line[160];
   std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes) replies %016" PRIx64,
-                Fnv(bytes.data(), bytes.size()), bytes.size(), replies);
+                Fnv1a(bytes.data(), bytes.size()), bytes.size(), replies);
   return line;
 }
 
@@ -163,8 +160,8 @@ std::string MonitorLine(const AlarmMonitor& m) {
   m.Serialize(w);
   const std::string bytes = w.Release();
   char line[160];
-  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes) alarms %" PRId64, Fnv(bytes.data(), bytes.size()),
-                bytes.size(), m.alarms_total());
+  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes) alarms %" PRId64,
+                Fnv1a(bytes.data(), bytes.size()), bytes.size(), m.alarms_total());
   return line;
 }
 
@@ -258,7 +255,7 @@ std::string RunDiscreteLearner() {
   l.Serialize(w);
   const std::string bytes = w.Release();
   char line[160];
-  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes)", Fnv(bytes.data(), bytes.size()), bytes.size());
+  std::snprintf(line, sizeof line, "state %016" PRIx64 " (%zu bytes)", Fnv1a(bytes.data(), bytes.size()), bytes.size());
   return line;
 }
 

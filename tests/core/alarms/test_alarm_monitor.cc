@@ -22,6 +22,7 @@
 #include "core/stream/streaming_learner.h"
 #include "gtest/gtest.h"
 #include "tests/core/alarms/scoring_version.h"
+#include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
 namespace {
@@ -668,11 +669,7 @@ void Feed(StreamingLearner& l, const std::vector<double>& x, int from, int to, d
   ASSERT_TRUE(l.Observe(b).ok());
 }
 
-std::string Bytes(const StreamingLearner& l) {
-  io::Writer w;
-  l.Serialize(w);
-  return w.Release();
-}
+using test_support::Bytes;
 
 TEST(AlarmMonitor, LivesInTheLearnerStateAndContinuesBitExactly) {
   ASSERT_TRUE(LearnerOptions(true).Validate().ok()) << LearnerOptions(true).Validate().message();

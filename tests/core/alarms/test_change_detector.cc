@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/io/binary_io.h"
@@ -251,44 +252,60 @@ TEST(ChangeDetector, TheHoldoverFindsAChangeTheNewReferenceAbsorbs) {
   EXPECT_LE(twice, 4);      // measured 2
 }
 
+// The return tests' scenario (docs/algorithms.md §12.11-12.12): for 20 seeds and each of two
+// detector variants, 6,000 one-channel Gaussian residuals of standard deviation sd(t, back) (the
+// old regime back at pair `back`, or, in a second run, never: back = 6000), with a Restart() at
+// pair `restart` (-1: none). found[v]: the runs whose first alarm from `back` on comes within 500
+// pairs; stays[v]: the alarms from pair `count_from` on in the runs where the regime stays.
+struct ReturnCounts {
+  int found[2] = {0, 0}, stays[2] = {0, 0};
+};
+
+template <class Sd>
+ReturnCounts CountReturns(const Options (&variants)[2], uint64_t seed0, int back, int restart, int count_from, Sd sd) {
+  ReturnCounts out;
+  for (int seed = 0; seed < 20; ++seed) {
+    for (const int v : {0, 1}) {
+      for (const bool returns : {true, false}) {
+        ChangeDetector d(variants[v]);
+        std::mt19937_64 rng(seed0 + static_cast<uint64_t>(seed));
+        std::normal_distribution<double> n01;
+        const int b = returns ? back : 6000;
+        int64_t first = -1;
+        int after = 0;
+        for (int t = 0; t < 6000; ++t) {
+          if (t == restart) d.Restart();
+          const double r = sd(t, b) * n01(rng);
+          const ChangeDetector::Alarm* a = d.Observe(&r);
+          if (a != nullptr && t >= b && first < 0) first = a->index;
+          if (a != nullptr && t >= count_from) ++after;
+        }
+        if (returns) out.found[v] += first >= b && first < b + 500;
+        if (!returns) out.stays[v] += after;
+      }
+    }
+  }
+  return out;
+}
+
 // docs/algorithms.md §12.11: the residuals' standard deviation quadruples at 2000 (found, and
 // confirmed by the held reference), a restart at 2250 (another test's false alarm inside the new
 // regime) leaves a live reference whose scale phase ends at 2350, and the old regime returns at
 // 2400: the young reference absorbs it, the return test (the reference before 2000) finds it.
 // When the new regime stays (to 6000), the return test raises few alarms of its own.
 TEST(ChangeDetector, TheReturnTestFindsAReturnTheYoungReferenceAbsorbs) {
-  int found[2] = {0, 0}, stays[2] = {0, 0};
-  for (int seed = 0; seed < 20; ++seed) {
-    for (const int ret : {0, 1}) {
-      for (const bool returns : {true, false}) {
-        Options o = Opts(1, 1);
-        o.holdover_pairs = 500;
-        o.return_pairs = ret ? 3000 : 0;
-        ChangeDetector d(o);
-        std::mt19937_64 rng(300 + static_cast<uint64_t>(seed));
-        std::normal_distribution<double> n01;
-        const int change = 2000, restart = 2250, back = returns ? 2400 : 6000;
-        int64_t first = -1;
-        int after = 0;
-        for (int t = 0; t < 6000; ++t) {
-          if (t == restart) d.Restart();
-          const double r = (t >= change && t < back ? 4 : 1) * n01(rng);
-          const ChangeDetector::Alarm* a = d.Observe(&r);
-          if (a != nullptr && t >= back && first < 0) first = a->index;
-          if (a != nullptr && t >= restart) ++after;
-        }
-        if (returns) found[ret] += first >= back && first < back + 500;
-        if (!returns) stays[ret] += after;
-      }
-    }
-  }
+  Options variants[2] = {Opts(1, 1), Opts(1, 1)};
+  variants[0].holdover_pairs = variants[1].holdover_pairs = 500;
+  variants[1].return_pairs = 3000;
+  const ReturnCounts c = CountReturns(variants, 300, /*back=*/2400, /*restart=*/2250, /*count_from=*/2250,
+                                      [](int t, int back) { return t >= 2000 && t < back ? 4.0 : 1.0; });
   std::printf(
       "a return 150 pairs after a restart, found within 500 of 20: %d without, %d with the return test; "
       "alarms in 3750 pairs of a regime that stays: %d without, %d with\n",
-      found[0], found[1], stays[0], stays[1]);
-  EXPECT_LE(found[0], 4);
-  EXPECT_GE(found[1], 18);
-  EXPECT_LE(stays[1], stays[0] + 4);
+      c.found[0], c.found[1], c.stays[0], c.stays[1]);
+  EXPECT_LE(c.found[0], 4);
+  EXPECT_GE(c.found[1], 18);
+  EXPECT_LE(c.stays[1], c.stays[0] + 4);
 }
 
 // docs/algorithms.md §12.12: as above, the standard deviation quadruples at 2000, but at 2600 it
@@ -298,39 +315,22 @@ TEST(ChangeDetector, TheReturnTestFindsAReturnTheYoungReferenceAbsorbs) {
 // ended at its alarm and the confirmed dip started one that watches the quadrupled regime; with it
 // the old regime's reference learns its shift again and finds the real return.
 TEST(ChangeDetector, TheRearmedReturnTestOutlastsADip) {
-  int found[2] = {0, 0}, stays[2] = {0, 0};
-  for (int seed = 0; seed < 20; ++seed) {
-    for (const int rearm : {0, 1}) {
-      for (const bool returns : {true, false}) {
-        Options o = Opts(1, 1);
-        o.holdover_pairs = 500;
-        o.return_pairs = 3000;
-        o.return_rearm = rearm == 1;
-        ChangeDetector d(o);
-        std::mt19937_64 rng(700 + static_cast<uint64_t>(seed));
-        std::normal_distribution<double> n01;
-        const int change = 2000, dip = 2600, back = returns ? 2800 : 6000;
-        int64_t first = -1;
-        int after = 0;
-        for (int t = 0; t < 6000; ++t) {
-          const double sd = t < change || t >= back ? 1 : (t >= dip && t < dip + 100 ? 1.3 : 4);
-          const double r = sd * n01(rng);
-          const ChangeDetector::Alarm* a = d.Observe(&r);
-          if (a != nullptr && t >= back && first < 0) first = a->index;
-          if (a != nullptr && t >= dip + 100) ++after;
-        }
-        if (returns) found[rearm] += first >= back && first < back + 500;
-        if (!returns) stays[rearm] += after;
-      }
-    }
+  Options variants[2] = {Opts(1, 1), Opts(1, 1)};
+  for (Options& o : variants) {
+    o.holdover_pairs = 500;
+    o.return_pairs = 3000;
   }
+  variants[1].return_rearm = true;
+  const ReturnCounts c =
+      CountReturns(variants, 700, /*back=*/2800, /*restart=*/-1, /*count_from=*/2700,
+                   [](int t, int back) { return t < 2000 || t >= back ? 1.0 : (t >= 2600 && t < 2700 ? 1.3 : 4.0); });
   std::printf(
       "a return 200 pairs after a dip, found within 500 of 20: %d without, %d with the re-armed return test; "
       "alarms after the dip in 3300 pairs of a regime that stays: %d without, %d with\n",
-      found[0], found[1], stays[0], stays[1]);
-  EXPECT_LE(found[0], 4);             // measured 0
-  EXPECT_GE(found[1], 17);            // measured 20
-  EXPECT_LE(stays[1], stays[0] + 4);  // measured 12 and 13
+      c.found[0], c.found[1], c.stays[0], c.stays[1]);
+  EXPECT_LE(c.found[0], 4);               // measured 0
+  EXPECT_GE(c.found[1], 17);              // measured 20
+  EXPECT_LE(c.stays[1], c.stays[0] + 4);  // measured 12 and 13
 }
 
 // A stream whose residuals change at `change` by `kind`: 0 = the standard deviation triples
@@ -502,6 +502,35 @@ TEST(ChangeDetector, SerializationContinuesBitForBit) {
   CheckSerializationContinuesBitForBit(500, 3000);
   SCOPED_TRACE("re-armed return test and slow CUSUMs");
   CheckSerializationContinuesBitForBit(500, 3000, /*v4=*/true);
+}
+
+// An object whose version does not match what its options need (CHGD v4 read as v3, v3 as v4: a
+// corrupt or hand-edited header) is a DataLoss naming the detector, not a detector that scores
+// differently from the one written.
+TEST(ChangeDetector, AVersionThatDoesNotFitTheObjectIsDataLoss) {
+  Options v3 = Opts(2, 1), v4 = Opts(2, 1);
+  v3.holdover_pairs = v4.holdover_pairs = 500;
+  v3.return_pairs = v4.return_pairs = 3000;
+  v4.return_rearm = true;
+  v4.slow_drift = 0.1;
+  for (const auto& [o, wrong] : {std::pair{v3, 4}, std::pair{v4, 3}}) {
+    ChangeDetector d(o);
+    std::mt19937_64 rng(3);
+    std::normal_distribution<double> n01;
+    for (int t = 0; t < 400; ++t) {
+      const double r[2] = {n01(rng), 2 * n01(rng)};
+      d.Observe(r);
+    }
+    io::Writer w;
+    d.Serialize(w);
+    std::string bytes = w.data();
+    ASSERT_EQ(static_cast<int>(bytes[4]), wrong == 4 ? 3 : 4);
+    bytes[4] = static_cast<char>(wrong);  // the version, a little-endian u32 at bytes 4..7
+    io::Reader r(bytes, "edited");
+    const absl::Status st = ChangeDetector::Deserialize(r).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << wrong << ": " << st;
+    EXPECT_NE(st.message().find("change detector"), std::string::npos) << st;
+  }
 }
 
 TEST(ChangeDetector, NonFiniteResidualIsSkipped) {

@@ -15,22 +15,13 @@
 #include "core/stream/streaming_learner.h"
 #include "gtest/gtest.h"
 #include "tests/core/alarms/scoring_version.h"
+#include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
 namespace {
 
-uint64_t Fnv(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
-template <class T>
-std::string Bytes(const T& object) {
-  io::Writer w;
-  object.Serialize(w);
-  return w.Release();
-}
+using test_support::Bytes;
+using test_support::Fnv1a;
 
 // A continuous learner with every estimator of the default daemon model on, fixed sigma (so that
 // every estimator exists before the first pair), the lag statistics and the alarms. Besides the
@@ -106,7 +97,7 @@ TEST(FormatLayout, EveryObjectWritesTheRecordedBytes) {
   for (const Layout& l : layouts) {
     const std::string bytes = l.bytes();
     EXPECT_EQ(bytes.size(), l.size) << l.name;
-    EXPECT_EQ(Fnv(bytes), l.hash) << l.name << ": " << bytes.size() << " bytes, hash 0x" << std::hex << Fnv(bytes);
+    EXPECT_EQ(Fnv1a(bytes), l.hash) << l.name << ": " << bytes.size() << " bytes, hash 0x" << std::hex << Fnv1a(bytes);
   }
 }
 

@@ -22,6 +22,7 @@
 #include "core/predictive/predictive_state.h"
 #include "core/spectral/spectral_moments.h"
 #include "gtest/gtest.h"
+#include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
 namespace {
@@ -42,12 +43,7 @@ RowMatrixXd Trajectory(int n, int d, uint64_t seed) {
   return x;
 }
 
-template <typename T>
-std::string Bytes(const T& object) {
-  io::Writer w;
-  object.Serialize(w);
-  return w.Release();
-}
+using test_support::Bytes;
 
 template <typename T>
 T RoundTrip(const T& object) {

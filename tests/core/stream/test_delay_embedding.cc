@@ -11,6 +11,7 @@
 #include "core/stream/delay_embedding.h"
 #include "core/stream/streaming_learner.h"
 #include "gtest/gtest.h"
+#include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
 namespace {
@@ -156,11 +157,7 @@ StreamBatch Trajectory(const double* rows, int64_t n_rows, int dim, bool gap = f
   return b;
 }
 
-std::string Bytes(const StreamingLearner& l) {
-  io::Writer w;
-  l.Serialize(w);
-  return w.Release();
-}
+using test_support::Bytes;
 
 TEST(StreamingLearnerDelays, LearnsWhatAPlainLearnerLearnsFromTheWindows) {
   const RowMatrixXd x = Series(300);

@@ -11,6 +11,7 @@
 #include "core/stream/input_stage.h"
 #include "core/stream/streaming_learner.h"
 #include "gtest/gtest.h"
+#include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
 namespace {
@@ -170,11 +171,7 @@ StreamingLearner::Options Options(int dim, int reduce, bool scale) {
   return o;
 }
 
-std::string Bytes(const StreamingLearner& l) {
-  io::Writer w;
-  l.Serialize(w);
-  return w.Release();
-}
+using test_support::Bytes;
 
 template <class T>
 std::string BytesOf(const T& part) {

@@ -12,6 +12,7 @@
 #include "core/stream/input_scaler.h"
 #include "core/stream/streaming_learner.h"
 #include "gtest/gtest.h"
+#include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
 namespace {
@@ -176,11 +177,7 @@ StreamingLearner::Options Options(bool scale, int warmup = kWarmup) {
   return o;
 }
 
-std::string Bytes(const StreamingLearner& l) {
-  io::Writer w;
-  l.Serialize(w);
-  return w.Release();
-}
+using test_support::Bytes;
 
 void FeedTrajectory(StreamingLearner& l, const RowMatrixXd& s, int64_t first, int64_t last, int64_t size) {
   for (int64_t f = first; f < last; f += size) {

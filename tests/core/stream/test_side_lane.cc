@@ -23,6 +23,7 @@
 #include "core/io/binary_io.h"
 #include "core/stream/streaming_learner.h"
 #include "gtest/gtest.h"
+#include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
 namespace {
@@ -169,11 +170,7 @@ StreamingLearner::Options Base() {
   return o;
 }
 
-std::string Bytes(const StreamingLearner& l) {
-  io::Writer w;
-  l.Serialize(w);
-  return w.Release();
-}
+using test_support::Bytes;
 
 std::string SummaryText(const ObserveSummary& s) {
   return std::to_string(s.pairs) + " " + std::to_string(s.states) + " " + std::to_string(s.admitted_x) + " " +

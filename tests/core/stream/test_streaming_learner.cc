@@ -21,6 +21,7 @@
 #include "core/stream/streaming_learner.h"
 #include "core/stream/streaming_learner_options.h"
 #include "gtest/gtest.h"
+#include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
 namespace {
@@ -99,11 +100,7 @@ StreamBatch DiscreteTrajectory(const std::vector<int64_t>& ids, int64_t first, i
   return b;
 }
 
-std::string Bytes(const StreamingLearner& l) {
-  io::Writer w;
-  l.Serialize(w);
-  return w.Release();
-}
+using test_support::Bytes;
 
 ObserveSummary Feed(StreamingLearner& l, const StreamBatch& b) {
   absl::StatusOr<ObserveSummary> s = l.Observe(b);
