@@ -22,7 +22,7 @@ namespace {
 // flag, the return test (§12.11, the step test's CHGD v3); written only by a monitor that runs it.
 // v9: a seventh flag, the slow CUSUMs and the re-armed return test (§12.12: the size test's and
 // the step test's CHGD v4); written only by a monitor that runs them.
-constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 9, "alarm monitor"};
+constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 10, "alarm monitor"};
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -114,6 +114,8 @@ bool AlarmMonitor::RunsReturnTest(const Options& o) { return RunsStepTest(o) && 
 
 bool AlarmMonitor::RunsSlowCusums(const Options& o) { return RunsReturnTest(o) && o.slow_cusums; }
 
+bool AlarmMonitor::RunsLateConfirm(const Options& o) { return RunsSlowCusums(o) && o.late_confirm; }
+
 // With both tests each gets half the false-alarm budget (docs/algorithms.md §12.9); with the step
 // test (§12.10) it takes kStepTestShare first.
 ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
@@ -134,6 +136,7 @@ ChangeDetector::Options AlarmMonitor::StepTestOptions(const Options& o) {
   d.alarm_rate = o.alarm_rate * kStepTestShare;
   d.return_pairs = RunsReturnTest(o) ? kReturnPairs : 0;
   d.return_rearm = RunsSlowCusums(o);
+  d.late_confirm = RunsLateConfirm(o);
   return d;
 }
 
@@ -306,8 +309,9 @@ constexpr auto kMonitorOptionFields = [](auto& f, auto& o) {
 void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
   const bool v6 = v3 && v5 && options_.drift_holdover, v7 = RunsStepTest(options_), v8 = RunsReturnTest(options_);
-  const bool v9 = RunsSlowCusums(options_);
-  io::FieldWriter f(w, kFormat, v9 ? 9 : (v8 ? 8 : (v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)))))));
+  const bool v9 = RunsSlowCusums(options_), v10 = RunsLateConfirm(options_);
+  io::FieldWriter f(w, kFormat,
+                    v10 ? 10 : (v9 ? 9 : (v8 ? 8 : (v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2))))))));
   kMonitorOptionFields(f, options_);
   f.Scalars("alarm monitor", io::Field("pairs", pairs_), io::Field("armed_at", armed_at_));
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
@@ -319,6 +323,7 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
     if (v7) w.U8(1);
     if (v8) w.U8(1);
     if (v9) w.U8(1);
+    if (v10) w.U8(1);
   } else {
     if (v3) w.U8(1);
     if (v4) w.U8(1);
@@ -346,7 +351,8 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   if (!r.ok()) return r.status();
   // Monitors written as v1/v2 have no coefficient test and keep running without one; v3 ones run
   // it without the steps.
-  o.scoring_v3 = o.scoring_v4 = o.holdover = o.drift_holdover = o.step_test = o.return_test = o.slow_cusums = false;
+  o.scoring_v3 = o.scoring_v4 = o.holdover = o.drift_holdover = o.step_test = o.return_test = o.slow_cusums =
+      o.late_confirm = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
@@ -403,6 +409,15 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     }
     o.slow_cusums = version >= 9 || !o.scoring_v3;
     if (r.ok() && version >= 9 && !RunsSlowCusums(o)) return r.Fail("alarm monitor v9 without the slow CUSUMs' state");
+    // v10: the late confirmation (§12.13), written only by a monitor that runs it; a v9 monitor
+    // keeps scoring without it.
+    if (version >= 10) {
+      const uint8_t late = r.U8("alarm monitor late confirmation");
+      if (r.ok() && late != 1) return r.Fail("alarm monitor v10 flags out of range");
+    }
+    o.late_confirm = version >= 10 || !o.scoring_v3;
+    if (r.ok() && version >= 10 && !RunsLateConfirm(o))
+      return r.Fail("alarm monitor v10 without the late confirmation's state");
   } else if (version >= 3) {
     const uint8_t flag = r.U8("alarm monitor coefficient test");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
@@ -454,10 +469,11 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
         s->options().alarm_rate != m.step_test_->options().alarm_rate ||
         s->options().return_pairs != m.step_test_->options().return_pairs ||
         s->options().return_rearm != m.step_test_->options().return_rearm ||
+        s->options().late_confirm != m.step_test_->options().late_confirm ||
         s->options().slow_drift != m.step_test_->options().slow_drift) {
       return r.Fail(
-          "alarm monitor: the step test's channels, rate, holdover, return test or slow CUSUMs differ from the "
-          "monitor's");
+          "alarm monitor: the step test's channels, rate, holdover, return test, slow CUSUMs or late confirmation "
+          "differ from the monitor's");
     }
     m.step_test_ = std::move(*s);
   }

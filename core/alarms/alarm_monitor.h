@@ -123,6 +123,11 @@ class AlarmMonitor {
     // (ChangeDetector::Options::return_rearm). Off for monitors restored from ALRM v1-v8 that run
     // the coefficients' test.
     bool slow_cusums = true;
+    // The scoring of ALRM v10 (docs/algorithms.md §12.13), with the slow CUSUMs: the step test's
+    // holdover alarm in the direction of the alarm that started it confirms that change late and
+    // starts the return test (ChangeDetector::Options::late_confirm). Off for monitors restored
+    // from ALRM v1-v9 that run the coefficients' test.
+    bool late_confirm = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
@@ -177,16 +182,19 @@ class AlarmMonitor {
   double score() const;
   double threshold() const { return detector_.threshold(); }
 
-  // Object "ALRM" v9: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
-  // p-value, 1: the v1 surprise), (v5-v9) three u8 flags: the coefficient test, its steps, the
-  // holdover (always 1), (v6-v9) a fourth, the coefficient test's holdover (always 1), (v7-v9)
-  // a fifth, the step test (always 1), (v8, v9) a sixth, the return test (always 1), and (v9) a
-  // seventh, the slow CUSUMs (always 1), or (v3, v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 =
+  // Object "ALRM" v10: options, pair counter, armed_at, (discrete) u8 score kind (0: randomized
+  // p-value, 1: the v1 surprise), (v5-v10) three u8 flags: the coefficient test, its steps, the
+  // holdover (always 1), (v6-v10) a fourth, the coefficient test's holdover (always 1), (v7-v10)
+  // a fifth, the step test (always 1), (v8-v10) a sixth, the return test (always 1), (v9, v10) a
+  // seventh, the slow CUSUMs (always 1), and (v10) an eighth, the late confirmation (always 1),
+  // or (v3, v4) u8 scoring_v3 = 1 and (v4) u8 scoring_v4 =
   // 1, the forecast (continuous), the detector (CHGD v2 with the holdover, v4 with the slow
-  // CUSUMs), (coefficient test) its DRFT object (v3 with its holdover), (v7-v9) the step test's
-  // CHGD object (v3 with the return test, v4 with the slow CUSUMs), and the kept records.
-  // A monitor with the slow CUSUMs is written as v9 (restored from v8 it keeps scoring without
-  // them).
+  // CUSUMs), (coefficient test) its DRFT object (v3 with its holdover), (v7-v10) the step test's
+  // CHGD object (v3 with the return test, v4 with the slow CUSUMs, v5 with the late
+  // confirmation), and the kept records.
+  // A monitor with the late confirmation is written as v10 (restored from v9 it keeps scoring
+  // without it), one with the slow CUSUMs but without it as v9 (restored from v8 it keeps
+  // scoring without them).
   // A monitor with the return test is written as v8 (restored from v7 it keeps scoring without
   // it), one with the step test but without it as v7 (restored from v6 it keeps scoring without it),
   // one with the coefficient test and both holdovers but without the step test as v6,
@@ -209,6 +217,7 @@ class AlarmMonitor {
   static bool RunsStepTest(const Options& o);
   static bool RunsReturnTest(const Options& o);
   static bool RunsSlowCusums(const Options& o);
+  static bool RunsLateConfirm(const Options& o);
   static ChangeDetector::Options StepTestOptions(const Options& o);
 
   Options options_;

@@ -15,7 +15,7 @@ namespace {
 // v2: the holdover (docs/algorithms.md §12.8): its option after v1's, its state after v1's. A
 // detector without it is written as v1, byte for byte what the release before wrote. v3: the
 // return test (§12.11). v4: the re-armed return test and the slow CUSUMs (§12.12).
-constexpr io::ObjectFormat kFormat = {io::Fourcc("CHGD"), 4, "change detector"};
+constexpr io::ObjectFormat kFormat = {io::Fourcc("CHGD"), 5, "change detector"};
 constexpr int kMaxChannels = 1 << 20;
 // Siegmund's correction of the CUSUM's overshoot for normal increments: -2 zeta(1/2) / sqrt(2 pi).
 constexpr double kOvershoot = 1.166;
@@ -110,6 +110,9 @@ absl::Status ChangeDetector::Options::Validate() const {
   }
   if (return_rearm && return_pairs <= 0) {
     return absl::InvalidArgumentError("change detector return_rearm needs the return test (return_pairs > 0)");
+  }
+  if (late_confirm && return_pairs <= 0) {
+    return absl::InvalidArgumentError("change detector late_confirm needs the return test (return_pairs > 0)");
   }
   if (!Finite(slow_drift) || slow_drift < 0 || (slow_drift > 0 && !(slow_drift < drift))) {
     return absl::InvalidArgumentError(
@@ -240,7 +243,7 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
       hold_active_ = false;
       // docs/algorithms.md §12.11: the change is confirmed; the reference before it watches for
       // its regime's return.
-      StartReturnTest(t);
+      StartReturnTest(t, /*late=*/false);
       return false;
     }
   }
@@ -261,17 +264,22 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
     RankChannels(is_up ? hold_up_run_.z : hold_down_run_.z, len, hold_ref_z_, is_up);
     ++alarms_;
     hold_active_ = false;
+    // docs/algorithms.md §12.13: the change that started the holdover went on in its direction
+    // and was confirmed late.
+    if (options_.late_confirm && hold_direction_ == (is_up ? 0 : 1)) StartReturnTest(t, /*late=*/true);
     return true;
   }
   if (hold_pairs_ >= options_.holdover_pairs) hold_active_ = false;
   return false;
 }
 
-void ChangeDetector::StartReturnTest(int64_t t) {
+void ChangeDetector::StartReturnTest(int64_t t, bool late) {
   // docs/algorithms.md §12.12: a re-armed return test that runs stays (the regime it watches for
   // may still come back after this change); without the re-arming the newest change replaces it.
-  if (options_.return_pairs <= 0 || (options_.return_rearm && ret_active_)) return;
+  // §12.13: one started by a late confirmation gives way to the next confirmation.
+  if (options_.return_pairs <= 0 || (options_.return_rearm && ret_active_ && !ret_late_)) return;
   ret_active_ = true;
+  ret_late_ = late;
   ret_pairs_ = 0;
   ret_start_ = t;
   ret_mean_w_ = hold_mean_w_;
@@ -588,7 +596,7 @@ ChangeDetector::PairScore ChangeDetector::ScorePair(const double* residual, cons
 
 namespace {
 
-// v2 adds holdover_pairs, v3 return_pairs.
+// v2 adds holdover_pairs, v3 return_pairs, v4 return_rearm and the slow CUSUMs', v5 late_confirm.
 constexpr auto kChangeDetectorOptionFields = [](auto& f, auto& o, uint32_t version) {
   f.Scalars("change detector", io::Field("channels", o.channels), io::Field("alarm_rate", o.alarm_rate),
             io::Field("arm_after", o.arm_after), io::Field("scale_pairs", o.scale_pairs),
@@ -600,6 +608,7 @@ constexpr auto kChangeDetectorOptionFields = [](auto& f, auto& o, uint32_t versi
     f.Bool("change detector return_rearm", o.return_rearm);
     f.Scalars("change detector", io::Field("slow_drift", o.slow_drift), io::Field("slow_share", o.slow_share));
   }
+  if (version >= 5) f.Bool("change detector late_confirm", o.late_confirm);
 };
 
 // The up and the down CUSUM's runs after their starts, of the live reference (prefix "change
@@ -671,6 +680,8 @@ void ChangeDetector::ReturnFields(Fields& f, Self& d) {
             io::Field("start", d.ret_start_), io::Field("mean", d.ret_mean_w_), io::Field("sd", d.ret_sd_),
             io::Field("shift sum", d.ret_shift_sum_), io::Field("statistic", d.ret_stat_));
   f.Doubles("change detector return scales", d.options_.channels, d.ret_scale2_.data());
+  // v5: whether the running test was started by a late confirmation (§12.13).
+  if (d.options_.late_confirm) f.Bool("change detector return late", d.ret_late_);
 }
 
 // v4: the slow CUSUMs' state, after the return test's (when they run).
@@ -687,6 +698,7 @@ namespace {
 // The object's version: the oldest that holds the options (byte for byte what the release that
 // introduced it wrote).
 uint32_t FormatVersion(const ChangeDetector::Options& o) {
+  if (o.late_confirm) return 5;
   if (o.return_rearm || o.slow_drift > 0) return 4;
   if (o.return_pairs > 0) return 3;
   return o.holdover_pairs > 0 ? 2 : 1;

@@ -74,6 +74,13 @@
 //  10. Slow CUSUMs (Options::slow_drift, docs/algorithms.md §12.12): a second CUSUM pair on the
 //      same standardized scores with a smaller reference value (0.1), for small shifts that
 //      last; it gets slow_share of alarm_rate and the main pair the rest (a union bound).
+//  11. Late confirmation (Options::late_confirm, docs/algorithms.md §12.13): a change that builds
+//      up over more than 50 pairs (an oscillation whose amplitude grows) is not confirmed by the
+//      holdover in time, and its held CUSUM crosses h later, in the same direction: that alarm
+//      confirms the change late, and the reference before it starts the return test as in 9.
+//      With return_rearm a running test is kept across later changes; one started late is not:
+//      the next timely confirmation replaces it (a late alarm is the weaker evidence that the
+//      held reference was a regime of its own).
 //
 // COST. O(C) per pair (2 O(C) while a holdover runs, one more O(C) while a return test runs), no
 // heap allocation after construction (an alarm sorts C channel ids in place). State: 6 C + O(1)
@@ -133,6 +140,11 @@ class ChangeDetector {
     double slow_drift = 0;
     double slow_share = 0.5;
     // (return_rearm or slow_drift > 0 write the object as CHGD v4.)
+    // Late confirmation (item 11 above, docs/algorithms.md §12.13): a holdover alarm in the
+    // direction of the alarm that started the holdover confirms that change late, and starts the
+    // return test as a timely confirmation does; a later timely confirmation replaces that test.
+    // Needs return_pairs > 0. Writes the object as CHGD v5.
+    bool late_confirm = false;
 
     absl::Status Validate() const;
   };
@@ -208,7 +220,9 @@ class ChangeDetector {
   // holdover state), byte for byte what the releases before wrote; a v1 object restores with
   // holdover_pairs 0, a v1 or v2 one with return_pairs 0, a v1-v3 one without v4's options. v4
   // adds return_rearm, slow_drift and slow_share to the options, and writes the holdover's and the
-  // return test's state only when they run, then the slow CUSUMs' (when they run).
+  // return test's state only when they run, then the slow CUSUMs' (when they run). v5 (written
+  // only with late_confirm) adds late_confirm to the options and, after the return test's
+  // state, whether the running test was started late.
   void Serialize(io::Writer& w) const;
   static absl::StatusOr<ChangeDetector> Deserialize(io::Reader& r);
 
@@ -313,9 +327,11 @@ class ChangeDetector {
   // its pairs since, the sum of z over the first kReturnLearnPairs (delta's), the CUSUM V and its
   // run's first pair. One pair against it; true when it alarmed (alarm_ filled).
   bool ObserveReturn(const double* residual, int64_t t);
-  // The held reference (the regime before a change) becomes the return test's, at pair t.
-  void StartReturnTest(int64_t t);
+  // The held reference (the regime before a change) becomes the return test's, at pair t; `late`:
+  // the change was confirmed by a holdover alarm (Options::late_confirm).
+  void StartReturnTest(int64_t t, bool late);
   bool ret_active_ = false;
+  bool ret_late_ = false;  // the running test was started by a late confirmation
   int64_t ret_pairs_ = 0, ret_start_ = 0;
   double ret_mean_w_ = 0, ret_sd_ = 0, ret_shift_sum_ = 0, ret_stat_ = 0;
   std::vector<double> ret_scale2_;

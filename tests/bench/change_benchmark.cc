@@ -28,7 +28,8 @@
 // --scoring-v6 as one restored from ALRM v6 (without the step test, §12.10),
 // --scoring-v7 as one restored from ALRM v7 (without the step test's return test, §12.11),
 // --scoring-v8 as one restored from ALRM v8 (without the slow CUSUMs and the re-armed return
-// test, §12.12); --scoring-v2 as one restored from v2 (the size test alone);
+// test, §12.12), --scoring-v9 as one restored from ALRM v9 (without the late confirmation,
+// §12.13); --scoring-v2 as one restored from v2 (the size test alone);
 // --misses prints one line per change not detected within 500 pairs: its segment, direction,
 // the pairs since the last alarm before it and the first alarm after it.
 //
@@ -98,7 +99,7 @@ namespace {
 int g_seed = 0;
 // --scoring-vN: the monitor as an ALRM vN object scores (test_support::ScoreAsVersion); the newest
 // by default.
-int g_scoring_version = 9;
+int g_scoring_version = 10;
 const char* g_system = "";
 
 constexpr int kWindow = 60;  // NAB window W, in pairs

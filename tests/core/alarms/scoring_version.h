@@ -1,7 +1,7 @@
-// An alarm monitor's options as the release that wrote ALRM `version` (2..9) scored: the tests
+// An alarm monitor's options as the release that wrote ALRM `version` (2..10) scored: the tests
 // each later version added turned off (scoring_v3 from v3, scoring_v4 v4, holdover v5,
-// drift_holdover v6, step_test v7, return_test v8, slow_cusums v9). Shared by the tests and benchmarks that
-// replay every version (core/alarms/alarm_monitor.h says what each version scores).
+// drift_holdover v6, step_test v7, return_test v8, slow_cusums v9, late_confirm v10). Shared by the tests and
+// benchmarks that replay every version (core/alarms/alarm_monitor.h says what each version scores).
 #pragma once
 
 #include "core/alarms/alarm_monitor.h"
@@ -16,6 +16,7 @@ inline void ScoreAsVersion(AlarmMonitor::Options& o, int version) {
   o.step_test = version >= 7;
   o.return_test = version >= 8;
   o.slow_cusums = version >= 9;
+  o.late_confirm = version >= 10;
 }
 
 }  // namespace cmestream::test_support

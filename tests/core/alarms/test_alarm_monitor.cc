@@ -229,7 +229,7 @@ TEST(AlarmMonitor, PairsInRunsEqualPairsOneAtATime) {
 // §12.9 most seeds do, and as "dynamics". `version`: the monitor as ALRM `version` scored
 // (test_support::ScoreAsVersion). `damped_until` > 0: damped (1) before it too, the undamped regime
 // from it to `change`.
-constexpr int kNewestScoring = 9;
+constexpr int kNewestScoring = 10;
 int OscillatorChangesFound(int version, int* as_dynamics, int change = 3000, int damped_until = 0, int seeds = 12) {
   int found = 0;
   *as_dynamics = 0;
@@ -392,7 +392,7 @@ TEST(AlarmMonitor, AMonitorWithoutTheCoefficientTestStaysV2) {
     io::Writer w;
     m->Serialize(w);
     // The object header: tag, then the version (little-endian u32 at bytes 4..7).
-    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), m == &old ? 2 : 9);
+    EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), m == &old ? 2 : 10);
     io::Reader r(w.data(), "test");
     absl::StatusOr<AlarmMonitor> back = AlarmMonitor::Deserialize(r);
     ASSERT_TRUE(back.ok()) << back.status();
@@ -462,7 +462,7 @@ TEST(AlarmMonitor, AV3MonitorKeepsItsScoringWithoutTheSteps) {
 // (docs/algorithms.md §12.8 "After an alarm", §12.9 "After a restart", §12.10).
 TEST(AlarmMonitor, OlderMonitorsKeepTheirBytesAndAV7OneItsHoldoversAndStepTest) {
   const std::vector<double> x = Ou(8001, 0.9, 0.6, 3000, 7);
-  for (const int version : {4, 5, 6, 7, 8, 9}) {
+  for (const int version : {4, 5, 6, 7, 8, 9, 10}) {
     AlarmMonitor::Options o;
     o.dim = 1;
     o.channels = 1;
@@ -487,6 +487,7 @@ TEST(AlarmMonitor, OlderMonitorsKeepTheirBytesAndAV7OneItsHoldoversAndStepTest) 
     EXPECT_EQ(back->options().step_test, version >= 7);
     EXPECT_EQ(back->options().return_test, version >= 8);
     EXPECT_EQ(back->options().slow_cusums, version >= 9);
+    EXPECT_EQ(back->options().late_confirm, version >= 10);
     EXPECT_EQ(back->threshold(), m.threshold()) << version;
     EXPECT_TRUE(back->options().scoring_v4);
     io::Writer w2;

@@ -6,7 +6,8 @@
 // continuation after a serialization round trip (with and without the holdover), a change that a
 // restart's new reference absorbs found by the holdover, the old regime's return after a restart
 // found by the return test (§12.11), a small lasting shift found by the slow CUSUMs and a return
-// after a dip found by the re-armed return test (§12.12), and no allocation per pair.
+// after a dip found by the re-armed return test (§12.12), a late confirmation that starts the
+// return test (§12.13), and no allocation per pair.
 #include "core/alarms/change_detector.h"
 
 #include <cmath>
@@ -54,6 +55,12 @@ TEST(ChangeDetector, ValidateRejectsWhatCannotBeCalibrated) {
   o.holdover_pairs = 500;
   o.return_pairs = 3000;
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  // §12.13: so does the late confirmation.
+  o.late_confirm = true;
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.return_pairs = 0;
+  o.return_rearm = false;
+  EXPECT_FALSE(o.Validate().ok());
   o = Opts(1, 1);
   o.slow_drift = 0.1;
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
@@ -333,6 +340,65 @@ TEST(ChangeDetector, TheRearmedReturnTestOutlastsADip) {
   EXPECT_LE(c.stays[1], c.stays[0] + 4);  // measured 12 and 13
 }
 
+// docs/algorithms.md §12.13, the build-up of an oscillation whose damping fell, in three steps
+// that each test follows (the stream reacts to the detector): the residuals' standard deviation
+// rises from 1 to 1.3 at 2000 until the first alarm, falls to 1.1 for the 60 pairs after it (so
+// the holdover does not confirm it within 50 pairs) and then rises to 4, where the held CUSUM
+// crosses h: a late alarm in the first one's direction, while the live reference, 60 pairs old,
+// is too young to be held. A restart 250 pairs later (another test's alarm) leaves a young
+// reference again, and the old regime returns 150 pairs after it: found by the return test, which
+// only the late confirmation started.
+TEST(ChangeDetector, ALateConfirmationStartsTheReturnTest) {
+  Options variants[2] = {Opts(1, 1), Opts(1, 1)};
+  for (Options& o : variants) {
+    o.holdover_pairs = 500;
+    o.return_pairs = 3000;
+    o.return_rearm = true;
+  }
+  variants[1].late_confirm = true;
+  int found[2] = {0, 0}, late[2] = {0, 0}, watching[2] = {0, 0};
+  for (int seed = 0; seed < 20; ++seed) {
+    for (const int v : {0, 1}) {
+      ChangeDetector d(variants[v]);
+      std::mt19937_64 rng(1300 + static_cast<uint64_t>(seed));
+      std::normal_distribution<double> n01;
+      int64_t first = -1, second = -1, found_at = -1;
+      for (int t = 0; t < 8000; ++t) {
+        double sd = 1;
+        if (t >= 2000 && first < 0) sd = 1.3;
+        if (first >= 0) sd = t < first + 60 ? 1.1 : 4;
+        if (second >= 0 && t >= second + 400) sd = 1;  // the return
+        if (second >= 0 && t == second + 250) d.Restart();
+        const double r = sd * n01(rng);
+        const ChangeDetector::Alarm* a = d.Observe(&r);
+        if (a == nullptr) continue;
+        if (first < 0 && t >= 2000) {
+          first = t;
+        } else if (first >= 0 && second < 0 && t >= first + 60) {
+          second = t;
+          late[v] += a->direction == ChangeDetector::Direction::kUp && !d.holding();
+          watching[v] += d.watching_return();
+        } else if (second >= 0 && t >= second + 400 && found_at < 0) {
+          found_at = t;
+        }
+      }
+      found[v] += found_at >= 0 && found_at < second + 400 + 500;
+    }
+  }
+  std::printf(
+      "late alarms (up, nothing held after): %d and %d of 20; the return test watching after them: %d without, %d "
+      "with the late confirmation; the return found within 500 pairs: %d without, %d with\n",
+      late[0], late[1], watching[0], watching[1], found[0], found[1]);
+  // In the other seeds the holdover confirmed the first alarm within its 50 pairs (5 of 20:
+  // the return test starts in both variants), or no alarm followed the rise (2).
+  EXPECT_GE(late[0], 10);  // measured 13 of 20, the same streams for both variants
+  EXPECT_EQ(late[1], late[0]);
+  EXPECT_EQ(watching[0], 0);
+  EXPECT_EQ(watching[1], late[1]);
+  EXPECT_LE(found[0], 2);            // measured 0
+  EXPECT_GE(found[1], late[1] - 2);  // measured 13
+}
+
 // A stream whose residuals change at `change` by `kind`: 0 = the standard deviation triples
 // (white), 1 = an AR(1) misfit of coefficient 0.95 appears (what a frozen forecast of changed
 // dynamics leaves). Returns the first alarm at or after the change.
@@ -409,13 +475,15 @@ TEST(ChangeDetector, WideDetectorsRoundTrip) {
   }
 }
 
-// v4: with the re-armed return test and the slow CUSUMs (§12.12).
-void CheckSerializationContinuesBitForBit(int holdover, int return_pairs = 0, bool v4 = false) {
+// v4: with the re-armed return test and the slow CUSUMs (§12.12); v5: and the late confirmation
+// (§12.13).
+void CheckSerializationContinuesBitForBit(int holdover, int return_pairs = 0, bool v4 = false, bool v5 = false) {
   Options o = Opts(3, 10);
   o.holdover_pairs = holdover;
   o.return_pairs = return_pairs;
   o.return_rearm = v4;
   o.slow_drift = v4 ? 0.1 : 0;
+  o.late_confirm = v5;
   ChangeDetector a(o);
   std::mt19937_64 rng(5);
   std::normal_distribution<double> n01;
@@ -450,8 +518,8 @@ void CheckSerializationContinuesBitForBit(int holdover, int return_pairs = 0, bo
   a.Serialize(w);
   // The object header: tag, then the version (little-endian u32 at bytes 4..7): v1 without the
   // holdover, byte for byte what the release before wrote; v2 without the return test; v3
-  // without the re-arming and the slow CUSUMs.
-  EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), v4 ? 4 : (return_pairs > 0 ? 3 : (holdover > 0 ? 2 : 1)));
+  // without the re-arming and the slow CUSUMs, v4 without the late confirmation.
+  EXPECT_EQ(static_cast<uint8_t>(w.data()[4]), v5 ? 5 : (v4 ? 4 : (return_pairs > 0 ? 3 : (holdover > 0 ? 2 : 1))));
   io::Reader r(w.data(), "test");
   absl::StatusOr<ChangeDetector> b = ChangeDetector::Deserialize(r);
   ASSERT_TRUE(b.ok()) << b.status();
@@ -502,18 +570,22 @@ TEST(ChangeDetector, SerializationContinuesBitForBit) {
   CheckSerializationContinuesBitForBit(500, 3000);
   SCOPED_TRACE("re-armed return test and slow CUSUMs");
   CheckSerializationContinuesBitForBit(500, 3000, /*v4=*/true);
+  SCOPED_TRACE("late confirmation");
+  CheckSerializationContinuesBitForBit(500, 3000, /*v4=*/true, /*v5=*/true);
 }
 
-// An object whose version does not match what its options need (CHGD v4 read as v3, v3 as v4: a
-// corrupt or hand-edited header) is a DataLoss naming the detector, not a detector that scores
-// differently from the one written.
+// An object whose version does not match what its options need (CHGD v4 read as v3 or v5, v3 as
+// v4, v5 as v4: a corrupt or hand-edited header) is a DataLoss naming the detector, not a detector
+// that scores differently from the one written.
 TEST(ChangeDetector, AVersionThatDoesNotFitTheObjectIsDataLoss) {
   Options v3 = Opts(2, 1), v4 = Opts(2, 1);
   v3.holdover_pairs = v4.holdover_pairs = 500;
   v3.return_pairs = v4.return_pairs = 3000;
   v4.return_rearm = true;
   v4.slow_drift = 0.1;
-  for (const auto& [o, wrong] : {std::pair{v3, 4}, std::pair{v4, 3}}) {
+  Options v5 = v4;
+  v5.late_confirm = true;
+  for (const auto& [o, wrong] : {std::pair{v3, 4}, std::pair{v4, 3}, std::pair{v4, 5}, std::pair{v5, 4}}) {
     ChangeDetector d(o);
     std::mt19937_64 rng(3);
     std::normal_distribution<double> n01;
@@ -524,7 +596,7 @@ TEST(ChangeDetector, AVersionThatDoesNotFitTheObjectIsDataLoss) {
     io::Writer w;
     d.Serialize(w);
     std::string bytes = w.data();
-    ASSERT_EQ(static_cast<int>(bytes[4]), wrong == 4 ? 3 : 4);
+    ASSERT_EQ(static_cast<int>(bytes[4]), o.late_confirm ? 5 : (o.return_rearm ? 4 : 3));
     bytes[4] = static_cast<char>(wrong);  // the version, a little-endian u32 at bytes 4..7
     io::Reader r(bytes, "edited");
     const absl::Status st = ChangeDetector::Deserialize(r).status();
@@ -568,6 +640,8 @@ TEST(ChangeDetector, NoAllocationPerPair) {
   CheckNoAllocationPerPair(o);
   o.return_rearm = true;
   o.slow_drift = 0.1;
+  CheckNoAllocationPerPair(o);
+  o.late_confirm = true;
   CheckNoAllocationPerPair(o);
 }
 
