@@ -21,7 +21,8 @@ namespace {
 // and its CHGD object after the DRFT one; written only by a monitor that runs it. v8: a sixth
 // flag, the return test (§12.11, the step test's CHGD v3); written only by a monitor that runs it.
 // v9: a seventh flag, the slow CUSUMs and the re-armed return test (§12.12: the size test's and
-// the step test's CHGD v4); written only by a monitor that runs them.
+// the step test's CHGD v4); written only by a monitor that runs them. v10: an eighth flag, the
+// late confirmation (§12.13, the step test's CHGD v5); written only by a monitor that runs it.
 constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 10, "alarm monitor"};
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;

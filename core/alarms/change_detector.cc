@@ -14,7 +14,8 @@ namespace {
 
 // v2: the holdover (docs/algorithms.md §12.8): its option after v1's, its state after v1's. A
 // detector without it is written as v1, byte for byte what the release before wrote. v3: the
-// return test (§12.11). v4: the re-armed return test and the slow CUSUMs (§12.12).
+// return test (§12.11). v4: the re-armed return test and the slow CUSUMs (§12.12). v5: the late
+// confirmation (§12.13).
 constexpr io::ObjectFormat kFormat = {io::Fourcc("CHGD"), 5, "change detector"};
 constexpr int kMaxChannels = 1 << 20;
 // Siegmund's correction of the CUSUM's overshoot for normal increments: -2 zeta(1/2) / sqrt(2 pi).
@@ -276,7 +277,7 @@ bool ChangeDetector::ObserveHoldover(const double* residual, int64_t t) {
 void ChangeDetector::StartReturnTest(int64_t t, bool late) {
   // docs/algorithms.md §12.12: a re-armed return test that runs stays (the regime it watches for
   // may still come back after this change); without the re-arming the newest change replaces it.
-  // §12.13: one started by a late confirmation gives way to the next confirmation.
+  // §12.13: one started by a late confirmation gives way to the next confirmation, timely or late.
   if (options_.return_pairs <= 0 || (options_.return_rearm && ret_active_ && !ret_late_)) return;
   ret_active_ = true;
   ret_late_ = late;

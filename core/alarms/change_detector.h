@@ -79,8 +79,8 @@
 //      holdover in time, and its held CUSUM crosses h later, in the same direction: that alarm
 //      confirms the change late, and the reference before it starts the return test as in 9.
 //      With return_rearm a running test is kept across later changes; one started late is not:
-//      the next timely confirmation replaces it (a late alarm is the weaker evidence that the
-//      held reference was a regime of its own).
+//      the next confirmation, timely or late, replaces it (a late alarm is the weaker evidence
+//      that the held reference was a regime of its own).
 //
 // COST. O(C) per pair (2 O(C) while a holdover runs, one more O(C) while a return test runs), no
 // heap allocation after construction (an alarm sorts C channel ids in place). State: 6 C + O(1)
@@ -142,7 +142,7 @@ class ChangeDetector {
     // (return_rearm or slow_drift > 0 write the object as CHGD v4.)
     // Late confirmation (item 11 above, docs/algorithms.md §12.13): a holdover alarm in the
     // direction of the alarm that started the holdover confirms that change late, and starts the
-    // return test as a timely confirmation does; a later timely confirmation replaces that test.
+    // return test as a timely confirmation does; the next confirmation replaces that test.
     // Needs return_pairs > 0. Writes the object as CHGD v5.
     bool late_confirm = false;
 
