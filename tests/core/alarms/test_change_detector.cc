@@ -376,8 +376,9 @@ TEST(ChangeDetector, ALateConfirmationStartsTheReturnTest) {
           first = t;
         } else if (first >= 0 && second < 0 && t >= first + 60) {
           second = t;
-          late[v] += a->direction == ChangeDetector::Direction::kUp && !d.holding();
-          watching[v] += d.watching_return();
+          const bool is_late = a->direction == ChangeDetector::Direction::kUp && !d.holding();
+          late[v] += is_late;
+          watching[v] += is_late && d.watching_return();
         } else if (second >= 0 && t >= second + 400 && found_at < 0) {
           found_at = t;
         }
