@@ -307,12 +307,24 @@ constexpr auto kMonitorOptionFields = [](auto& f, auto& o) {
 
 }  // namespace
 
+// In file order (kFormat above says what each version added); a monitor restored from the version
+// before one keeps scoring without its test.
+const AlarmMonitor::LaterTest AlarmMonitor::kLaterTests[4] = {
+    {7, "alarm monitor step test", &Options::step_test, &AlarmMonitor::RunsStepTest, "the step test's state"},
+    {8, "alarm monitor return test", &Options::return_test, &AlarmMonitor::RunsReturnTest, "the return test's state"},
+    {9, "alarm monitor slow cusums", &Options::slow_cusums, &AlarmMonitor::RunsSlowCusums, "the slow CUSUMs' state"},
+    {10, "alarm monitor late confirmation", &Options::late_confirm, &AlarmMonitor::RunsLateConfirm,
+     "the late confirmation's state"},
+};
+
 void AlarmMonitor::Serialize(io::Writer& w) const {
   const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
-  const bool v6 = v3 && v5 && options_.drift_holdover, v7 = RunsStepTest(options_), v8 = RunsReturnTest(options_);
-  const bool v9 = RunsSlowCusums(options_), v10 = RunsLateConfirm(options_);
-  io::FieldWriter f(w, kFormat,
-                    v10 ? 10 : (v9 ? 9 : (v8 ? 8 : (v7 ? 7 : (v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2))))))));
+  const bool v6 = v3 && v5 && options_.drift_holdover;
+  uint32_t version = v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)));
+  for (const LaterTest& l : kLaterTests) {
+    if (l.runs(options_)) version = l.version;
+  }
+  io::FieldWriter f(w, kFormat, version);
   kMonitorOptionFields(f, options_);
   f.Scalars("alarm monitor", io::Field("pairs", pairs_), io::Field("armed_at", armed_at_));
   if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
@@ -321,10 +333,9 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
     w.U8(v4 ? 1 : 0);
     w.U8(1);
     if (v6) w.U8(1);
-    if (v7) w.U8(1);
-    if (v8) w.U8(1);
-    if (v9) w.U8(1);
-    if (v10) w.U8(1);
+    for (const LaterTest& l : kLaterTests) {
+      if (l.runs(options_)) w.U8(1);
+    }
   } else {
     if (v3) w.U8(1);
     if (v4) w.U8(1);
@@ -386,39 +397,17 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
       if (r.ok() && (drift_hold != 1 || !o.scoring_v3)) return r.Fail("alarm monitor v6 flags out of range");
     }
     o.drift_holdover = version >= 6 || !o.scoring_v3;
-    // v7: the step test (§12.10), written only by a monitor that runs it; a v5 monitor without
-    // the coefficients' test is what a new one is, a v6 one keeps scoring without the step test.
-    if (version >= 7) {
-      const uint8_t step_test = r.U8("alarm monitor step test");
-      if (r.ok() && step_test != 1) return r.Fail("alarm monitor v7 flags out of range");
+    // v7-v10 (kLaterTests): a monitor without the coefficients' test is what a new one is.
+    for (const LaterTest& l : kLaterTests) {
+      const bool written = version >= l.version;
+      if (written) {
+        const uint8_t flag = r.U8(l.flag);
+        if (r.ok() && flag != 1) return r.Fail(absl::StrCat("alarm monitor v", l.version, " flags out of range"));
+      }
+      o.*l.option = written || !o.scoring_v3;
+      if (r.ok() && written && !l.runs(o))
+        return r.Fail(absl::StrCat("alarm monitor v", l.version, " without ", l.state));
     }
-    o.step_test = version >= 7 || !o.scoring_v3;
-    if (r.ok() && version >= 7 && !RunsStepTest(o)) return r.Fail("alarm monitor v7 without the step test's state");
-    // v8: the return test (§12.11), written only by a monitor that runs it; a v7 monitor keeps
-    // scoring without it.
-    if (version >= 8) {
-      const uint8_t return_test = r.U8("alarm monitor return test");
-      if (r.ok() && return_test != 1) return r.Fail("alarm monitor v8 flags out of range");
-    }
-    o.return_test = version >= 8 || !o.scoring_v3;
-    if (r.ok() && version >= 8 && !RunsReturnTest(o)) return r.Fail("alarm monitor v8 without the return test's state");
-    // v9: the slow CUSUMs and the re-armed return test (§12.12), written only by a monitor that
-    // runs them; a v8 monitor keeps scoring without them.
-    if (version >= 9) {
-      const uint8_t slow = r.U8("alarm monitor slow cusums");
-      if (r.ok() && slow != 1) return r.Fail("alarm monitor v9 flags out of range");
-    }
-    o.slow_cusums = version >= 9 || !o.scoring_v3;
-    if (r.ok() && version >= 9 && !RunsSlowCusums(o)) return r.Fail("alarm monitor v9 without the slow CUSUMs' state");
-    // v10: the late confirmation (§12.13), written only by a monitor that runs it; a v9 monitor
-    // keeps scoring without it.
-    if (version >= 10) {
-      const uint8_t late = r.U8("alarm monitor late confirmation");
-      if (r.ok() && late != 1) return r.Fail("alarm monitor v10 flags out of range");
-    }
-    o.late_confirm = version >= 10 || !o.scoring_v3;
-    if (r.ok() && version >= 10 && !RunsLateConfirm(o))
-      return r.Fail("alarm monitor v10 without the late confirmation's state");
   } else if (version >= 3) {
     const uint8_t flag = r.U8("alarm monitor coefficient test");
     if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");

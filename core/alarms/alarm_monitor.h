@@ -219,6 +219,17 @@ class AlarmMonitor {
   static bool RunsSlowCusums(const Options& o);
   static bool RunsLateConfirm(const Options& o);
   static ChangeDetector::Options StepTestOptions(const Options& o);
+  // The tests the releases from ALRM v7 on added, each with one u8 flag (always 1) after v6's,
+  // written only by a monitor that runs it, in file order; each runs only with the ones before
+  // it. Serialize and Deserialize share the list.
+  struct LaterTest {
+    uint32_t version;              // the ALRM version that added it
+    const char* flag;              // its flag's name in corrupt-file messages
+    bool Options::*option;         // off for a monitor restored from an older version
+    bool (*runs)(const Options&);  // whether a monitor with these options runs it
+    const char* state;             // what a flag without the test would lack, in messages
+  };
+  static const LaterTest kLaterTests[4];
 
   Options options_;
   bool surprise_score_ = false;  // discrete, restored from ALRM v1: r = sqrt(-log p)

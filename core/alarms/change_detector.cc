@@ -451,12 +451,11 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
     if (main_alarm || (ks > 0 && (slow_up_ > slow_threshold_ || slow_down_ > slow_threshold_))) {
       if (main_alarm) {
         const bool up = up_ > threshold_;
-        FillAlarm(up ? Direction::kUp : Direction::kDown, up ? up_ : down_, up ? up_run_ : down_run_, k);
+        FillAlarm(up ? Direction::kUp : Direction::kDown, up ? up_ : down_, up ? up_run_ : down_run_, k, threshold_);
       } else {
         const bool up = slow_up_ > slow_threshold_;
         FillAlarm(up ? Direction::kUp : Direction::kDown, up ? slow_up_ : slow_down_,
-                  up ? slow_up_run_ : slow_down_run_, ks);
-        alarm_.threshold = slow_threshold_;
+                  up ? slow_up_run_ : slow_down_run_, ks, slow_threshold_);
       }
       StartHoldover(alarm_.direction == Direction::kUp ? 0 : 1);
       ResetReference();
@@ -505,7 +504,7 @@ const ChangeDetector::Alarm* ChangeDetector::Observe(const double* residual) {
   return nullptr;
 }
 
-void ChangeDetector::FillAlarm(Direction dir, double score, Run& run, double k) {
+void ChangeDetector::FillAlarm(Direction dir, double score, Run& run, double k, double h) {
   const bool up = dir == Direction::kUp;
   const double len = static_cast<double>(run.len);
   const double run_m = run.m / len;
@@ -533,7 +532,7 @@ void ChangeDetector::FillAlarm(Direction dir, double score, Run& run, double k) 
     }
   }
   alarm_.score = score;
-  alarm_.threshold = threshold_;
+  alarm_.threshold = h;
   alarm_.direction = dir;
   alarm_.energy_ratio = ref_mean_m_ > 0 ? run_m / ref_mean_m_ : 1;
   Classify(run, len, ref_lag_, ref_lag1_, ref_energy_);

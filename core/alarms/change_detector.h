@@ -237,8 +237,9 @@ class ChangeDetector {
   template <class Fields, class Self>
   static void SlowFields(Fields& f, Self& self);
   struct Run;
-  // The alarm of a live CUSUM (the main pair's or the slow pair's `run`, reference value k).
-  void FillAlarm(Direction dir, double score, Run& run, double k);
+  // The alarm of a live CUSUM (the main pair's or the slow pair's `run`, reference value k,
+  // threshold h).
+  void FillAlarm(Direction dir, double score, Run& run, double k, double h);
   // The reference before a restart keeps scoring (Options::holdover_pairs): started at each
   // restart whose reference held enough pairs, `direction` that of the alarm (-1: unknown).
   void StartHoldover(int direction);

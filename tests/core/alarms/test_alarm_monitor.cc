@@ -222,6 +222,14 @@ TEST(AlarmMonitor, PairsInRunsEqualPairsOneAtATime) {
   }
 }
 
+// The monitor's first kept alarm at or after pair `index`, or nullptr.
+const AlarmRecord* FirstAlarmFrom(const AlarmMonitor& m, int64_t index) {
+  for (const AlarmRecord& a : m.records()) {
+    if (a.index >= index) return &a;
+  }
+  return nullptr;
+}
+
 // An oscillator (state (q, p), sampled every 0.5) whose damping rises from 0.05 to 1 at pair 3000,
 // the forecast having learned the nearly undamped regime: the new regime's amplitude is small, so
 // the misfit adds little to the residual variance. The size test alone (a monitor as ALRM v2
@@ -253,12 +261,9 @@ int OscillatorChangesFound(int version, int* as_dynamics, int change = 3000, int
       s[0] = next[0];
       s[1] = next[1];
     }
-    for (const AlarmRecord& a : m.records()) {
-      if (a.index >= change) {
-        ++found;
-        *as_dynamics += a.kind == ChangeDetector::Kind::kDynamics;
-        break;
-      }
+    if (const AlarmRecord* a = FirstAlarmFrom(m, change)) {
+      ++found;
+      *as_dynamics += a->kind == ChangeDetector::Kind::kDynamics;
     }
   }
   return found;
@@ -346,12 +351,7 @@ int DoubleWellDeepeningsFound(int version, int seeds, int change) {
       m.ObservePair(&x, &next, 0);
       x = next;
     }
-    for (const AlarmRecord& a : m.records()) {
-      if (a.index >= change) {
-        ++found;
-        break;
-      }
-    }
+    found += FirstAlarmFrom(m, change) != nullptr;
   }
   return found;
 }
