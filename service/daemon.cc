@@ -397,6 +397,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     }
     recovering->GetHealthCheckService()->SetServingStatus(false);
     serve_address = absl::StrCat(impl->grpc_host, ":", port);
+    // Before recovery: replay fails a model at the same record as the first run did.
+    Model::SetFailOnValueForTesting(std::isnan(options.testing_fail_on_value)
+                                        ? std::nullopt
+                                        : std::optional<double>(options.testing_fail_on_value));
     absl::Status recovered = Recover(*impl, defaults);
     // A short grace: calls in flight get their answer (UNAVAILABLE, or the health status)
     // instead of CANCELLED; none of them does any work.

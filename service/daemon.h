@@ -3,6 +3,7 @@
 // signal; tests start a Daemon in-process on port 0.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,9 @@ struct DaemonOptions {
                                                   // offset below the RPC threads (IngestPool)
   ShardOptions shard;                             // --shard-self, --shard-peers (ownership.h);
                                                   // off: this daemon owns every model
+  // --testing-fail-on-value V (tests only): a batch holding exactly V fails its model as an
+  // estimator failure would (Model::SetFailOnValueForTesting). NaN: off.
+  double testing_fail_on_value = std::numeric_limits<double>::quiet_NaN();
 
   // OK or InvalidArgument naming the flag and the expected value.
   absl::Status Validate() const;

@@ -181,11 +181,13 @@ int ModelList(Context& ctx, const Args& args) {
     w.EndArray().EndObject();
     PrintJson(w);
   } else {
-    std::printf("%-24s %5s %10s %10s %8s\n", "NAME", "DIM", "SAMPLES", "DICT", "VIEW");
+    std::printf("%-24s %5s %10s %10s %8s  %s\n", "NAME", "DIM", "SAMPLES", "DICT", "VIEW", "STATE");
     for (const auto& m : *models) {
-      std::printf("%-24s %5u %10llu %10u %8llu\n", m.config().name().c_str(), m.config().dim(),
+      // A failed model says so on its line: it refuses data and queries until deleted.
+      std::printf("%-24s %5u %10llu %10u %8llu  %s\n", m.config().name().c_str(), m.config().dim(),
                   static_cast<unsigned long long>(m.samples()), m.dictionary_size(),
-                  static_cast<unsigned long long>(m.view().version()));
+                  static_cast<unsigned long long>(m.view().version()),
+                  m.has_failure() ? absl::StrCat("FAILED: ", m.failure().reason()).c_str() : "ok");
     }
   }
   return 0;

@@ -192,7 +192,13 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   else w.Key("sigma").Null();
   w.Key("sigma_selection").BeginObject();
   WriteFieldsJson(w, s, {"automatic", "chosen", "median_distance", "candidates", "scores", "warmup_pairs"});
+  if (!s.note().empty()) w.Key("note").String(s.note());  // what was degenerate in the warm-up
   w.EndObject();
+  if (m.has_failure()) {
+    w.Key("failure").BeginObject();
+    WriteFieldsJson(w, m.failure(), {"sequence", "reason"});
+    w.EndObject();
+  }
   if (m.has_input_scaling()) {
     const v1::InputScaling& in = m.input_scaling();
     w.Key("input_scaling").BeginObject();
@@ -284,6 +290,11 @@ void PrintModel(const v1::ModelInfo& m) {
     }
     std::cout << "\n";
   }
+  if (m.has_failure()) {
+    std::cout << "  FAILED            ";
+    if (m.failure().sequence() > 0) std::cout << "at WAL record " << m.failure().sequence() << ": ";
+    std::cout << m.failure().reason() << " (it refuses data and queries; delete and re-create it)\n";
+  }
   if (c.has_fork_of()) {
     std::cout << "  fork of           " << c.fork_of() << ", from its alarm at pair " << c.fork_index()
               << " (fed through it)\n";
@@ -315,6 +326,7 @@ void PrintModel(const v1::ModelInfo& m) {
       std::cout << "auto (not chosen yet)";
     }
     std::cout << "\n";
+    if (!s.note().empty()) std::cout << "  sigma note        " << s.note() << "\n";
     if (m.has_input_scaling()) {
       const v1::InputScaling& in = m.input_scaling();
       std::cout << "  scale             " << in.mode();

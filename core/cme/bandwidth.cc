@@ -5,6 +5,9 @@
 #include <cmath>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
+
+#include "core/cme/compressed_cme.h"
 #include "core/kernels/gaussian.h"
 #include "core/linalg/symmetric.h"
 
@@ -19,15 +22,29 @@ RowMatrixXd Rows(const Eigen::Ref<const RowMatrixXd>& a, const std::vector<Eigen
 
 }  // namespace
 
-double MedianPairwiseDistance(const Eigen::Ref<const RowMatrixXd>& x, int max_points) {
+MedianDistance MedianNonzeroDistance(const Eigen::Ref<const RowMatrixXd>& x, int max_points) {
   const Eigen::Index n = std::min<Eigen::Index>(x.rows(), max_points);
   std::vector<double> d;
   d.reserve(n * (n - 1) / 2);
-  for (Eigen::Index i = 0; i < n; ++i)
-    for (Eigen::Index j = i + 1; j < n; ++j) d.push_back((x.row(i) - x.row(j)).norm());
-  if (d.empty()) return 1.0;
+  int64_t pairs = 0;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    for (Eigen::Index j = i + 1; j < n; ++j) {
+      ++pairs;
+      // Rows within the daemon's value bound (|v| <= 1e150) do not overflow; an infinite median
+      // (larger values, in core use) is degenerate like a zero one (SelectBandwidth).
+      const double dist = (x.row(i) - x.row(j)).norm();
+      if (dist > 0) d.push_back(dist);
+    }
+  }
+  if (pairs == 0) return {1.0, 0.0};
+  const double equal = static_cast<double>(pairs - static_cast<int64_t>(d.size())) / static_cast<double>(pairs);
+  if (d.empty()) return {0.0, 1.0};
   std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
-  return d[d.size() / 2];
+  return {d[d.size() / 2], equal};
+}
+
+double MedianPairwiseDistance(const Eigen::Ref<const RowMatrixXd>& x, int max_points) {
+  return MedianNonzeroDistance(x, max_points).median;
 }
 
 double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::Ref<const RowMatrixXd>& y_train,
@@ -46,6 +63,9 @@ double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::R
   const MatrixXd c01 = fx.transpose() * fy / n;
   // Ridge relative to the mean eigenvalue: Gaussian Nystrom features are nearly collinear.
   const double r0 = ridge * c00.trace() / p, r1 = ridge * c11.trace() / p;
+  // Features constant over the training half (every point in one place at this bandwidth): the
+  // constant function is the only singular function, and its score is 1 (§1.11.1).
+  if (!(r0 > 0) || !(r1 > 0)) return 1.0;
   c00.diagonal().array() += r0;
   c11.diagonal().array() += r1;
   const MatrixXd i0 = InverseSqrtPsd(c00, r0), i1 = InverseSqrtPsd(c11, r1);
@@ -81,7 +101,22 @@ BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x, const
   std::vector<Eigen::Index> strided;
   const Eigen::Index mp = std::min<Eigen::Index>(n, options.median_points);
   for (Eigen::Index i = 0; i < mp; ++i) strided.push_back(i * n / mp);
-  out.median_distance = MedianPairwiseDistance(Rows(x, strided), options.median_points);
+  const MedianDistance median = MedianNonzeroDistance(Rows(x, strided), options.median_points);
+  out.median_distance = median.median;
+  if (!(median.median > 0) || !std::isfinite(median.median)) {
+    // One distinct point (a flat line, a stuck sensor): no length scale to learn. 1 is one unit
+    // of the scaled channels (a constant channel is scaled by 1, §1.13): a later move by about
+    // that much is a new state.
+    out.chosen = 1.0;
+    out.note = median.median > 0 ? "the warm-up's distances overflow: sigma 1 on the scaled channels, no candidate scored"
+                                 : "the warm-up is constant (one distinct state): sigma 1 on the scaled channels, "
+                                   "no candidate scored";
+    return out;
+  }
+  if (median.equal_fraction > 0) {
+    out.note = absl::StrCat("bandwidth from the nonzero distances (", std::lround(100 * median.equal_fraction),
+                            " % of the warm-up's pairwise distances are 0)");
+  }
   const RowMatrixXd x_train = Rows(x, train), y_train = Rows(y, train);
   const RowMatrixXd x_test = Rows(x, test), y_test = Rows(y, test);
   const Eigen::Index nt = static_cast<Eigen::Index>(train.size());
@@ -95,10 +130,21 @@ BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x, const
     const double score = HeldOutVamp2(x_train, y_train, x_test, y_test, landmarks, sigma, options.rank, options.ridge);
     out.candidates.push_back(sigma);
     out.scores.push_back(score);
-    if (score > best) {
+    // A score that is not finite (degenerate covariances) never wins.
+    if (std::isfinite(score) && score > best) {
       best = score;
       out.chosen = sigma;
     }
+  }
+  if (!(out.chosen > 0) || !std::isfinite(out.chosen)) {
+    out.chosen = out.median_distance;
+    out.note = absl::StrCat(out.note, out.note.empty() ? "" : "; ", "no candidate bandwidth scored: sigma = the median distance");
+  }
+  if (out.chosen < CompressedCme::kMinSigma || out.chosen > CompressedCme::kMaxSigma) {
+    // Distances beyond what a kernel can represent (about 1e-150 or 1e150 on the scaled
+    // channels): the nearest bandwidth that can.
+    out.chosen = std::clamp(out.chosen, CompressedCme::kMinSigma, CompressedCme::kMaxSigma);
+    out.note = absl::StrCat(out.note, out.note.empty() ? "" : "; ", "sigma clamped to ", out.chosen);
   }
   return out;
 }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/common/types.h"
@@ -37,13 +38,26 @@ struct BandwidthSelectionOptions {
 };
 
 struct BandwidthSelection {
-  double chosen = 0;
-  double median_distance = 0;
+  double chosen = 0;  // > 0 and finite, whatever the data (docs/algorithms.md §1.11.1)
+  double median_distance = 0;  // of the distinct points (0: the warm-up is one point)
   std::vector<double> candidates;
   std::vector<double> scores;  // held-out VAMP-2 per candidate
+  // What was degenerate in the warm-up and the value chosen for it (empty when nothing was):
+  // e.g. "bandwidth from the nonzero distances (71 % of the pairs are equal)".
+  std::string note;
 };
 
-// Median of the pairwise distances among the first max_points rows of x.
+// Median of the nonzero pairwise distances among the first max_points rows of x, and the
+// fraction of the pairs that are equal (distance 0). Equal rows (a quantized, two-level, stuck
+// or mostly-zero signal) carry no length scale: the bandwidth is a scale at which DISTINCT
+// states are told apart (docs/algorithms.md §1.11.1). Returns {0, 1} when all rows are equal,
+// {1, 0} for fewer than two rows.
+struct MedianDistance {
+  double median = 0;
+  double equal_fraction = 0;
+};
+MedianDistance MedianNonzeroDistance(const Eigen::Ref<const RowMatrixXd>& x, int max_points);
+// The median of MedianNonzeroDistance (kept for its callers and tests).
 double MedianPairwiseDistance(const Eigen::Ref<const RowMatrixXd>& x, int max_points);
 
 // 1 + sum of the squared held-out singular values of the rank leading singular functions fitted
@@ -52,7 +66,10 @@ double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::R
                     const Eigen::Ref<const RowMatrixXd>& x_test, const Eigen::Ref<const RowMatrixXd>& y_test,
                     const Eigen::Ref<const RowMatrixXd>& landmarks, double sigma, int rank, double ridge);
 
-// x, y: warm-up pairs (n x d each, n >= 20), in stream order. Deterministic.
+// x, y: warm-up pairs (n x d each, n >= 20), in stream order, finite. Deterministic.
+// ensures: chosen > 0 and finite. Degenerate warm-ups (docs/algorithms.md §1.11.1): all rows
+// equal -> 1 (one unit of the scaled channels; no candidate is scored); a candidate whose score
+// is not finite (features constant over a half) is not chosen; no finite score -> the median.
 BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y,
                                    const BandwidthSelectionOptions& options);
 

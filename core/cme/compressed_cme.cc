@@ -27,7 +27,9 @@ constexpr double kNegativeDeltaTolerance = 1e-6;
 absl::Status CompressedCme::Options::Validate() const {
   if (dim < 1) return Violated(absl::StrCat("dim >= 1, got ", dim));
   if (dim > kMaxDim) return Violated(absl::StrCat("dim <= ", kMaxDim, ", got ", dim));
-  if (!(sigma > 0) || !std::isfinite(sigma)) return Violated(absl::StrCat("sigma > 0 and finite, got ", sigma));
+  if (!(sigma >= kMinSigma) || !(sigma <= kMaxSigma)) {
+    return Violated(absl::StrCat("sigma in [", kMinSigma, ", ", kMaxSigma, "] (> 0 and finite), got ", sigma));
+  }
   if (!(eta > 0) || !std::isfinite(eta)) return Violated(absl::StrCat("eta > 0 and finite, got ", eta));
   if (!(lambda >= 0) || !std::isfinite(lambda)) return Violated(absl::StrCat("lambda >= 0, got ", lambda));
   if (!(eta * lambda < 1)) return Violated(absl::StrCat("eta * lambda < 1, got ", eta * lambda));

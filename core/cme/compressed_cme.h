@@ -71,10 +71,15 @@ class CompressedCme {
  public:
   // Largest state dimension accepted (the daemon's --max-dim default is lower).
   static constexpr int kMaxDim = 65536;
+  // The bandwidths whose 1 / (2 sigma^2) is a finite, nonzero double: outside them the kernel
+  // would read 0/0 or inf/inf (docs/algorithms.md §1.11.1). Data-derived bandwidths are clamped
+  // into this range (SelectBandwidth); a user's is refused outside it.
+  static constexpr double kMinSigma = 1e-150;
+  static constexpr double kMaxSigma = 1e150;
 
   struct Options {
     int dim = 0;            // state dimension d, 1 <= d <= kMaxDim
-    double sigma = 0.4;     // Gaussian kernel bandwidth, > 0
+    double sigma = 0.4;     // Gaussian kernel bandwidth, in [kMinSigma, kMaxSigma]
     double eta = 0.1;       // SGD step, 0 < eta, eta*lambda < 1
     double lambda = 1e-3;   // HS regularizer, >= 0
     double epsilon = 1e-3;  // compression budget on ||C~ - Pi C~||_HS, >= 0

@@ -349,16 +349,17 @@ const double* StreamingLearner::Scaled(const double* v, std::vector<double>& scr
   return scratch.data();
 }
 
-void StreamingLearner::FeedLearner(const double* x, const double* y) {
+absl::Status StreamingLearner::FeedLearner(const double* x, const double* y) {
   if (cme_) {
     FeedPair(Scaled(x, scaled_x_), Scaled(y, scaled_y_));
-    return;
+    return absl::OkStatus();
   }
   for (int j = 0; j < options_.dim; ++j) {
     warmup_x_(warmup_n_, j) = x[j];
     warmup_y_(warmup_n_, j) = y[j];
   }
-  if (++warmup_n_ == warmup_x_.rows()) FinishWarmup();
+  if (++warmup_n_ == warmup_x_.rows()) return FinishWarmup();
+  return absl::OkStatus();
 }
 
 absl::Status StreamingLearner::EndWarmup() {
@@ -371,12 +372,12 @@ absl::Status StreamingLearner::EndWarmup() {
                                                       options_.reduce > 0 ? " (10 per reduced dimension)" : ""));
   }
   batch_ = ObserveSummary{};
-  FinishWarmup();
+  absl::Status finished = FinishWarmup();
   FlushSide();
-  return absl::OkStatus();
+  return finished;
 }
 
-void StreamingLearner::FinishWarmup() {
+absl::Status StreamingLearner::FinishWarmup() {
   // The buffer's first warmup_n_ rows: all of it when the warm-up filled, fewer when EndWarmup
   // ended it early.
   auto x = warmup_x_.topRows(warmup_n_);
@@ -414,6 +415,13 @@ void StreamingLearner::FinishWarmup() {
   sigma_selection_.candidates = sel.candidates;
   sigma_selection_.scores = sel.scores;
   sigma_selection_.warmup_pairs = static_cast<uint32_t>(warmup_n_);
+  sigma_selection_.note = sel.note;
+  // The bandwidth is derived from data: the same checks as a user's (SelectBandwidth keeps it
+  // in range, so this is a guard, not a path any stream is known to take).
+  if (absl::Status s = options_.ValidateSigma(sel.chosen); !s.ok()) {
+    return absl::InternalError(absl::StrCat("the bandwidth chosen from the warm-up (", sel.chosen,
+                                            ") is invalid: ", s.message()));
+  }
   cme_ = std::make_unique<CompressedCme>(learner_options::Cme(options_, sel.chosen));
   AttachCmeLane();
   CreateSigmaDependent(sel.chosen);
@@ -431,6 +439,7 @@ void StreamingLearner::FinishWarmup() {
   warmup_y_.resize(0, 0);
   warmup_n_ = 0;
   batch_.warmup_finished = true;
+  return absl::OkStatus();
 }
 
 void StreamingLearner::ObserveSequence(const double* raw) {
@@ -574,7 +583,12 @@ absl::StatusOr<ObserveSummary> StreamingLearner::ObserveStates(const StreamBatch
     if (batch.discrete()) {
       counts_->Add(static_cast<int>(batch.x_ids[i]), static_cast<int>(batch.y_ids[i]));
     } else {
-      FeedLearner(batch.x_at(i), batch.y_at(i));
+      if (absl::Status s = FeedLearner(batch.x_at(i), batch.y_at(i)); !s.ok()) {
+        // Internal: the learner is unusable from here (its owner marks the model failed).
+        FlushSide();
+        side_alarms_ = false;
+        return absl::InternalError(absl::StrCat("pair ", i, " of the batch: ", s.message()));
+      }
     }
     if (states) {
       ObserveSequence(TrajectoryState(batch, i + 1));

@@ -107,6 +107,9 @@ struct SigmaSelection {
   std::vector<double> candidates;
   std::vector<double> scores;  // one per candidate, higher is better
   uint32_t warmup_pairs = 0;   // pairs the choice was made from
+  // What was degenerate in the warm-up and the value chosen for it (BandwidthSelection::note;
+  // empty when nothing was), e.g. "bandwidth from the nonzero distances (71 % ... are 0)".
+  std::string note;
 };
 
 // One batch as the learner reads it (a view: it aliases the caller's buffers). n pairs;
@@ -268,6 +271,9 @@ class StreamingLearner {
     // invalid) and what was expected. Each estimator's options are derived from these and
     // checked by that estimator's Validate().
     absl::Status Validate() const;
+    // The checks of Validate() that depend on the bandwidth, with `sigma` itself: for a
+    // bandwidth derived from data (sigma auto), which goes through the same checks as a user's.
+    absl::Status ValidateSigma(double sigma) const;
   };
 
   // requires: options.Validate().ok() (checked; aborts otherwise, like the estimators).
@@ -392,7 +398,8 @@ class StreamingLearner {
   absl::Status Check(const StreamBatch& batch) const;
   // Observe after the delay embedding (the batch's states are the estimators' states).
   absl::StatusOr<ObserveSummary> ObserveStates(const StreamBatch& batch);
-  void FeedLearner(const double* x, const double* y);  // warm-up buffer, or FeedPair
+  // Warm-up buffer, or FeedPair. Not OK only when the warm-up ends here and FinishWarmup fails.
+  absl::Status FeedLearner(const double* x, const double* y);
   void FeedPair(const double* x, const double* y);     // scorers (now or on the lane); the rest via the run
   void FeedScorers(const double* x, const double* y);  // prequential, moments, forecast
   void ApplyRun();                                     // applies (or hands on) and empties the open CME run
@@ -405,11 +412,16 @@ class StreamingLearner {
   void FlushSide();         // the end of a call: hands on what is left, waits for the scorers' lane
   void ChooseScorerLane();  // where the open run's scorers go (by operation counts)
   void ReportRunEffects(const CmeRunEffects& e);  // into batch_
-  void FinishWarmup();
+  // Chooses the scaler, reduction and sigma from the warm-up and builds the estimators. Every
+  // data-derived option goes through the validation a user's option does (Options::
+  // ValidateSigma); Internal, naming it, if one fails (the learner is then unusable: the
+  // daemon marks its model failed). Degenerate warm-ups have defined values (§1.11.1, §1.13).
+  absl::Status FinishWarmup();
   // The pair or state as the kernel estimators see it: scaled (and reduced) into a scratch
   // buffer of estimator_dim() values with a scaler or a reduction, else `v` itself.
   const double* Scaled(const double* v, std::vector<double>& scratch);
-  void CreateSigmaDependent(double sigma);  // moments, spectral, lags, latent
+  // Moments, spectral, lags, latent. requires: options_.ValidateSigma(sigma) is OK.
+  void CreateSigmaDependent(double sigma);
   // Every estimator fresh, as before the first pair (constructor, reset at an alarm).
   void CreateEstimators();
   // Adds to batch_ what the CME and the regression did since `before` / `refits_before`.

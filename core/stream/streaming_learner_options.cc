@@ -149,6 +149,22 @@ int StreamingLearner::Options::run_pairs() const {
   return std::max(1, std::min(micro_batch, kRunDoubles / std::max(1, estimator_dim())));
 }
 
+absl::Status StreamingLearner::Options::ValidateSigma(double sigma) const {
+  namespace lo = learner_options;
+  if (discrete()) return absl::OkStatus();
+  // The CME's range of sigma is the narrowest (CompressedCme::kMinSigma..kMaxSigma): the random
+  // features' (> 0, finite) follows from it.
+  if (absl::Status s = lo::Cme(*this, sigma).Validate(); !s.ok()) return Bad("cme", s);
+  if (absl::Status s = lo::Spectral(*this, sigma).Validate(); !s.ok()) return Bad("spectral moments", s);
+  if (latent) {
+    if (absl::Status s = lo::Latent(*this, sigma).Validate(); !s.ok()) return Bad("latent accumulator", s);
+  }
+  if (!lags.empty()) {
+    if (absl::Status s = lo::Lags(*this, sigma).Validate(); !s.ok()) return Bad("lag statistics", s);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StreamingLearner::Options::Validate() const {
   namespace lo = learner_options;
   if ((dim >= 1) == (num_states >= 1) || dim < 0 || num_states < 0) {

@@ -1,5 +1,7 @@
 #include "service/engine/fit_summary.h"
 
+#include <cmath>
+
 #include <string>
 
 namespace cmestream::service {
@@ -129,7 +131,9 @@ v1::FitSummary ToFitSummary(const ForecastView& f) {
   v1::FitSummary out = NewSummary("success");
   Set(out, "pairs", static_cast<double>(f.samples), "kernel_features", f.model.num_features(), "skill_pairs",
       static_cast<double>(f.skill.pairs));
-  Set(out, "skill_ratio", f.skill.ratio());  // live one-step RMSE / persistence's (< 1: beats it)
+  // Live one-step RMSE / persistence's (< 1: beats it). Absent while undefined (no pair scored,
+  // or a stream persistence predicts exactly, e.g. a flat line): figures absent = not applicable.
+  if (std::isfinite(f.skill.ratio())) Set(out, "skill_ratio", f.skill.ratio());
   int increments = 0;
   for (const ForecastChoice& c : f.model.choices()) increments += c.increment ? 1 : 0;
   Set(out, "increment_components", increments);

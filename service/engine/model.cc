@@ -14,7 +14,59 @@ namespace {
 
 double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
+// Model::SetFailOnValueForTesting: set once at startup, before any model exists.
+std::atomic<bool> g_fail_on_value_set{false};
+std::atomic<double> g_fail_on_value{0};
+
+// Whether the testing hook fails this batch (a value of it equals the hook's exactly).
+bool FailsForTesting(const StreamBatch& b) {
+  if (!g_fail_on_value_set.load(std::memory_order_relaxed) || b.discrete() || b.n == 0) return false;
+  const double v = g_fail_on_value.load(std::memory_order_relaxed);
+  const int64_t values = (b.trajectory ? b.n + 1 : b.n) * b.dim;
+  for (int64_t i = 0; i < values; ++i) {
+    if (b.x[i] == v) return true;
+  }
+  if (!b.trajectory) {
+    for (int64_t i = 0; i < values; ++i) {
+      if (b.y[i] == v) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+void Model::SetFailOnValueForTesting(std::optional<double> value) {
+  g_fail_on_value.store(value.value_or(0));
+  g_fail_on_value_set.store(value.has_value());
+}
+
+std::optional<Model::Failure> Model::failure() const {
+  absl::MutexLock lock(&stats_mu_);
+  return failure_;
+}
+
+absl::Status Model::Failed() const {
+  const std::optional<Failure> f = failure();
+  if (!f) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("model '", name(), "' failed", f->sequence ? absl::StrCat(" at WAL record ", f->sequence) : "",
+                   ": ", f->reason, "; it keeps no learner state and refuses data and queries: delete it (",
+                   "`cmestream model delete ", name(), "`) and create it again; the daemon and other models are unaffected"));
+}
+
+void Model::MarkFailedLocked(uint64_t sequence, absl::string_view reason) {
+  {
+    absl::MutexLock lock(&stats_mu_);
+    failure_ = Failure{sequence, std::string(reason)};
+  }
+  failed_.store(true);
+  Publish(nullptr);  // a view of the state before the failure would answer for a model that has none
+  metrics_->SetFailed(true);
+  std::cerr << "cmestreamd: model '" << name() << "' failed" << (sequence ? " at WAL record " : "")
+            << (sequence ? std::to_string(sequence) : "") << ": " << reason
+            << " (it refuses data and queries until deleted; other models go on)\n";
+}
 
 absl::Status Model::RefusedForkIngest() const {
   return absl::FailedPreconditionError(absl::StrCat(
@@ -93,6 +145,7 @@ absl::StatusOr<Model::Admission> Model::AdmitAndLog(const PairBatch& batch, cons
   absl::MutexLock log_lock(&log_mu_);
   if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
   if (IsFork(config_)) return RefusedForkIngest();
+  if (failed()) return Failed();  // before anything is logged
   const uint64_t received = static_cast<uint64_t>(batch.n);
   Admission a;
 
@@ -183,11 +236,17 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     const int64_t alarms_before = monitor ? monitor->alarms_total() : 0;
     const int64_t pairs_before = monitor ? monitor->pairs() : 0;
     const int64_t index_before = monitor && !monitor->records().empty() ? monitor->records().back().index : 0;
-    absl::StatusOr<ObserveSummary> learned = learner_.Observe(applied);
+    absl::StatusOr<ObserveSummary> learned =
+        FailsForTesting(applied) ? absl::InternalError("the testing hook --testing-fail-on-value matched a value")
+                                 : learner_.Observe(applied);
     if (!learned.ok()) {
-      // Unreachable for a batch that passed ValidateBatch (the same checks); nothing was applied.
       if (admitted->written) SetPending(0);
-      return learned.status();
+      // Internal: an estimator could not go on (the learner is unusable); the model fails,
+      // the daemon goes on. Anything else is unreachable for a batch that passed ValidateBatch
+      // (the same checks), and nothing was applied.
+      if (!absl::IsInternal(learned.status())) return learned.status();
+      MarkFailedLocked(sequence, learned.status().message());
+      return Failed();
     }
     // The wire's pairs (a model with delays learns fewer: an episode's first windows fill up).
     r.applied = static_cast<uint64_t>(applied.n);
@@ -250,7 +309,12 @@ void Model::ApplyFork(const StreamBatch& part, uint64_t sequence) {
   {
     absl::MutexLock learner_lock(&learner_mu_);
     if (sequence != 0 && sequence <= applied_sequence_.load()) return;
+    if (failed()) return;
     absl::StatusOr<ObserveSummary> observed = learner_.Observe(part);
+    if (!observed.ok() && absl::IsInternal(observed.status())) {
+      MarkFailedLocked(sequence, observed.status().message());
+      return;
+    }
     if (!observed.ok()) {
       // Unreachable: the parent's learner took the same rows with the same options.
       std::cerr << "cmestreamd: fork '" << name() << "' refused its parent's pairs: " << observed.status() << "\n";
@@ -292,10 +356,11 @@ absl::Status Model::EndWarmup(std::optional<uint64_t> replay_sequence) {
   bool written = false;
   {
     absl::MutexLock log_lock(&log_mu_);
-    if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
+      if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
     // A fork's records are its parent's: a record of its own could overtake a parent's batch
     // in flight, which the fork would then skip as already held (ApplyFork).
     if (IsFork(config_)) return RefusedForkIngest();
+    if (failed()) return Failed();
     {
       // The sequencer keeps every batch out, so the check holds until the record is applied.
       absl::MutexLock learner_lock(&learner_mu_);
@@ -332,9 +397,13 @@ absl::Status Model::EndWarmup(std::optional<uint64_t> replay_sequence) {
   }
   absl::MutexLock learner_lock(&learner_mu_);
   if (sequence != 0) applied_sequence_.store(sequence);
-  const absl::Status ended = learner_.EndWarmup();  // checked above: cannot fail
+  const absl::Status ended = learner_.EndWarmup();  // checked above: fails only as an estimator (Internal)
   if (ended.ok()) PublishLocked(/*warmup_finished=*/true, 0, nullptr, 0);
   if (written) SetPending(0);
+  if (absl::IsInternal(ended)) {
+    MarkFailedLocked(sequence, ended.message());
+    return Failed();
+  }
   return ended;
 }
 
@@ -398,6 +467,10 @@ v1::ModelInfo Model::Describe() const {
     AddSubViewStatuses(*v, info.mutable_sub_views());
   }
   info.set_created_unix_seconds(created_unix_seconds_);
+  if (const std::optional<Failure> f = failure()) {
+    info.mutable_failure()->set_sequence(f->sequence);
+    info.mutable_failure()->set_reason(f->reason);
+  }
   return info;
 }
 
@@ -407,6 +480,7 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   {
     // Only the copy under the learner lock; the open CME run is folded in after it.
     absl::MutexLock learner_lock(&learner_mu_);
+    if (failed()) return std::nullopt;  // no state to build views from
     copy = learner_.CopyForSnapshot();
     applied_sequence = applied_sequence_.load();
     progress = static_cast<uint64_t>(learner_.learned_total());
@@ -462,6 +536,7 @@ void Model::InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t
 
 void Model::Publish(std::shared_ptr<const ModelView> view) {
   absl::MutexLock lock(&view_mu_);
+  if (failed() && view) return;  // a refresh that copied the learner before it failed
   view_ = std::move(view);
 }
 

@@ -173,6 +173,27 @@ class Model {
   // Producers whose offsets are kept (<= kMaxProducersPerModel).
   size_t producer_count() const ABSL_LOCKS_EXCLUDED(stats_mu_);
 
+  // FAILURE. A learner that cannot go on with a record of its stream (StreamingLearner::Observe
+  // or EndWarmup answer Internal: an estimator's data-derived option failed its validation)
+  // leaves the model failed: from then on it refuses Ingest, EndWarmup and the view queries
+  // with FailedPrecondition naming the record and the reason (Failed()), the refresh skips it,
+  // its learner state is not kept (a snapshot keeps its config, producers and the failure, with
+  // a fresh learner), and only deletion changes it. The daemon and every other model go on;
+  // replay of its records marks it failed the same way and goes on (recovery.cc). No stream
+  // is known to reach it (tests/integration/test_stream_fuzz.py); the testing hook
+  // SetFailOnValueForTesting forces it.
+  struct Failure {
+    uint64_t sequence = 0;  // the WAL record it could not learn (0 without a WAL)
+    std::string reason;
+  };
+  std::optional<Failure> failure() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  bool failed() const { return failed_.load(); }
+  // FailedPrecondition naming the model, the record and the reason (requires: failed()).
+  absl::Status Failed() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  // Testing only (cmestreamd --testing-fail-on-value): a batch holding exactly `value` fails
+  // its model as an estimator failure would, on ingest and on replay. Process-wide.
+  static void SetFailOnValueForTesting(std::optional<double> value);
+
   // Counters as of the last completed batch or refresh.
   struct Stats {
     bool learner_ready = false;  // false while sigma "auto" warm-up is buffering
@@ -243,6 +264,9 @@ class Model {
   Stats PublishLocked(bool warmup_finished, uint64_t batches_added, const std::string* producer_id,
                       uint64_t offset_after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_) ABSL_LOCKS_EXCLUDED(stats_mu_);
   void SetPending(uint64_t sequence) ABSL_LOCKS_EXCLUDED(pending_mu_);  // 0: none in flight
+  // Marks the model failed at `sequence` (see failure()); drops its view.
+  void MarkFailedLocked(uint64_t sequence, absl::string_view reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_)
+      ABSL_LOCKS_EXCLUDED(stats_mu_, view_mu_);
 
   // Step (a) of Ingest: under log_mu_, de-duplicates the batch against the producer's offset
   // and (unless replaying) writes its record. Not durable yet on return.
@@ -286,6 +310,8 @@ class Model {
   std::map<std::string, uint64_t> producer_offsets_ ABSL_GUARDED_BY(stats_mu_);
   v1::SigmaSelection published_sigma_ ABSL_GUARDED_BY(stats_mu_);
   v1::InputScaling published_scaling_ ABSL_GUARDED_BY(stats_mu_);
+  std::optional<Failure> failure_ ABSL_GUARDED_BY(stats_mu_);
+  std::atomic<bool> failed_{false};  // failure_ is set (read without a lock on the ingest path)
 
   mutable absl::Mutex view_mu_;  // a leaf
   std::shared_ptr<const ModelView> view_ ABSL_GUARDED_BY(view_mu_);

@@ -449,6 +449,7 @@ v1::SigmaSelection SigmaSelectionProto(const SigmaSelection& s) {
   for (double c : s.candidates) p.add_candidates(c);
   for (double v : s.scores) p.add_scores(v);
   p.set_warmup_pairs(s.warmup_pairs);
+  p.set_note(s.note);
   return p;
 }
 
@@ -460,6 +461,7 @@ SigmaSelection SigmaSelectionFromProto(const v1::SigmaSelection& p) {
   s.candidates.assign(p.candidates().begin(), p.candidates().end());
   s.scores.assign(p.scores().begin(), p.scores().end());
   s.warmup_pairs = p.warmup_pairs();
+  s.note = p.note();
   return s;
 }
 

@@ -36,6 +36,9 @@ Metrics::Metrics()
       dict_(GaugeFamily(*registry_, "cmestream_dictionary_size", "Dictionary atoms per side (x, y)")),
       dict_budget_(GaugeFamily(*registry_, "cmestream_dictionary_budget",
                                "Dictionary cap max_dict per side (0 for discrete models)")),
+      model_failed_(GaugeFamily(*registry_, "cmestream_model_failed",
+                                "1 once the model failed (it refuses data and queries until deleted; "
+                                "ModelInfo.failure gives the record and the reason), else 0")),
       forced_(CounterFamily(*registry_, "cmestream_forced_compressions_total",
                             "Admissions refused by the dictionary cap max_dict (forced projections)")),
       forced_error_(
@@ -133,6 +136,7 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model)
       dict_x_(&m.dict_.Add({{"model", model_}, {"side", "x"}})),
       dict_y_(&m.dict_.Add({{"model", model_}, {"side", "y"}})),
       dict_budget_(&m.dict_budget_.Add({{"model", model_}})),
+      failed_(&m.model_failed_.Add({{"model", model_}})),
       forced_(&m.forced_.Add({{"model", model_}})),
       forced_error_(&m.forced_error_.Add({{"model", model_}})),
       drift_(&m.drift_.Add({{"model", model_}})),
@@ -285,6 +289,12 @@ void ModelMetrics::SetDictionaryBudget(double max_dict) {
   dict_budget_->Set(max_dict);
 }
 
+void ModelMetrics::SetFailed(bool failed) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  failed_->Set(failed ? 1 : 0);
+}
+
 void ModelMetrics::SetNoView() {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
@@ -300,6 +310,7 @@ void ModelMetrics::Remove() {
   m_.dict_.Remove(dict_x_);
   m_.dict_.Remove(dict_y_);
   m_.dict_budget_.Remove(dict_budget_);
+  m_.model_failed_.Remove(failed_);
   m_.forced_.Remove(forced_);
   m_.forced_error_.Remove(forced_error_);
   m_.drift_.Remove(drift_);

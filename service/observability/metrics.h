@@ -6,6 +6,8 @@
 //   pending_warmup{model}                    gauge    pairs buffered while sigma "auto" is chosen
 //   dictionary_size{model,side="x"|"y"}      gauge    atoms per side
 //   dictionary_budget{model}                 gauge    max_dict, the cap per side (0: discrete)
+//   model_failed{model}                      gauge    1 once the model failed (ModelInfo.failure
+//                                            says why; it refuses data and queries), else 0
 //   forced_compressions_total{model}         counter  admissions refused by max_dict
 //   forced_error_sum_total{model}            counter  summed HS error of forced projections
 //   inverse_drift{model}                     gauge    max ||G G^-1 - I||_F at the last refresh
@@ -108,6 +110,7 @@ class ModelMetrics {
                       const LearnerGauges& gauges) ABSL_LOCKS_EXCLUDED(mu_);
   void OnRejected(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
   void SetDictionaryBudget(double max_dict) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetFailed(bool failed) ABSL_LOCKS_EXCLUDED(mu_);  // model_failed{model}
   void OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples) ABSL_LOCKS_EXCLUDED(mu_);
   void SetViewAge(double seconds) ABSL_LOCKS_EXCLUDED(mu_);
   // No view yet: the age is the time since these series were created (see the header comment).
@@ -151,6 +154,7 @@ class ModelMetrics {
   prometheus::Gauge* dict_x_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* dict_y_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* dict_budget_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Gauge* failed_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Counter* forced_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Counter* forced_error_ ABSL_PT_GUARDED_BY(mu_);
   prometheus::Gauge* drift_ ABSL_PT_GUARDED_BY(mu_);
@@ -204,6 +208,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& pending_;
   prometheus::Family<prometheus::Gauge>& dict_;
   prometheus::Family<prometheus::Gauge>& dict_budget_;
+  prometheus::Family<prometheus::Gauge>& model_failed_;
   prometheus::Family<prometheus::Counter>& forced_;
   prometheus::Family<prometheus::Counter>& forced_error_;
   prometheus::Family<prometheus::Gauge>& drift_;

@@ -61,6 +61,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ExportModel(grpc::CallbackServerCont
   absl::StatusOr<std::shared_ptr<Model>> model =
       call.FindModel(auth_, ownership_, registry_, req->name(), /*allow_override=*/true);
   if (!model.ok()) return call.Finish(model.status());
+  if ((*model)->failed()) return call.Finish((*model)->Failed());  // no learner state to move
   resp->set_data(service::ExportModel(**model));
   return call.Finish(absl::OkStatus());
 }

@@ -19,6 +19,7 @@ constexpr uint32_t kDefaultTop = 6;
 constexpr uint32_t kMaxHorizon = 1000;
 
 absl::Status NoViewYet(const Model& model) {
+  if (model.failed()) return model.Failed();  // a failed model drops its view
   const Model::Stats s = model.stats();
   std::string state = s.learner_ready ? absl::StrCat("it has ", s.samples, " samples")
                                       : absl::StrCat("it is still choosing sigma (", s.pending_warmup, " of ",
@@ -51,6 +52,7 @@ double ModelWidth(const Model& model) {
 
 // The latest view with its CME part, or FailedPrecondition.
 absl::StatusOr<std::shared_ptr<const ModelView>> RequireView(const Model& model) {
+  if (model.failed()) return model.Failed();
   if (model.discrete()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "model '", model.name(), "' is discrete (num_states ", model.config().num_states(),
@@ -237,6 +239,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
   absl::StatusOr<std::shared_ptr<Model>> found = call->FindModel(auth_, ownership_, registry_, req->model());
   if (!found.ok()) return call->Finish(found.status());
   std::shared_ptr<Model> model = *std::move(found);
+  if (model->failed()) return call->Finish(model->Failed());
   double timeout = req->timeout_seconds() == 0 ? kDefaultRefreshTimeoutSeconds : req->timeout_seconds();
   if (!std::isfinite(timeout) || timeout < 0 || timeout > kMaxRefreshTimeoutSeconds) {
     return call->Finish(absl::InvalidArgumentError(absl::StrCat("field timeout_seconds is ", req->timeout_seconds(),

@@ -192,9 +192,19 @@ absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, R
         ++stats->skipped;
         return absl::OkStatus();
       }
+      if ((*model)->failed()) {
+        // A model that failed (in a snapshot, or at an earlier record of this replay) learns
+        // nothing more; its records are not needed, and nothing else depends on them.
+        ++stats->skipped;
+        return absl::OkStatus();
+      }
       if (batch.end_warmup()) {
         // An explicit refresh ended the warm-up here (Model::EndWarmup): end it at the same pair.
         if (absl::Status s = (*model)->EndWarmup(record.sequence); !s.ok()) {
+          if ((*model)->failed()) {  // an estimator failed at this record: the model, not the daemon
+            ++stats->models_failed;
+            return absl::OkStatus();
+          }
           return absl::DataLossError(
               absl::StrCat("end-of-warm-up record of model '", batch.model(), "' does not replay: ", s.message()));
         }
@@ -209,6 +219,12 @@ absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, R
       if (!check.status.ok()) return check.status;
       absl::StatusOr<Model::IngestResult> r =
           (*model)->Ingest(check.batch, batch.producer_id(), batch.offset(), 0, batch.episode_id(), record.sequence);
+      if (!r.ok() && (*model)->failed()) {
+        // An estimator could not go on with this record, as when it was first applied: the
+        // model is failed (Model::failure names the record), the daemon and the others go on.
+        ++stats->models_failed;
+        return absl::OkStatus();
+      }
       if (!r.ok()) return r.status();
       if (r->applied != static_cast<uint64_t>(check.batch.n)) {
         return absl::DataLossError(absl::StrCat("batch replay applied ", r->applied, " of ", check.batch.n,
@@ -262,9 +278,10 @@ absl::StatusOr<std::unique_ptr<Wal>> OpenAndReplayWal(const WalOptions& options,
   }
   std::cerr << absl::StrFormat(
       "cmestreamd: recovered %d records (%d models created, %d imported, %d deleted, %d batches, %d pairs, "
-      "%d skipped, %d lost) from %d WAL segments (%d bytes) in %.3f s; next sequence %d\n",
+      "%d skipped, %d lost, %d at which a model failed) from %d WAL segments (%d bytes) in %.3f s; next sequence "
+      "%d\n",
       st.records, st.models_created, st.imports, st.models_deleted, st.batches, st.pairs, st.skipped, st.lost,
-      rep.segments, rep.bytes, rep.seconds, (*wal)->last_sequence() + 1);
+      st.models_failed, rep.segments, rep.bytes, rep.seconds, (*wal)->last_sequence() + 1);
   return wal;
 }
 

@@ -35,6 +35,8 @@ struct ReplayStats {
   uint64_t skipped = 0;  // records a model's state already covered, or of a deleted model
   uint64_t imports = 0;
   uint64_t lost = 0;  // records of models whose creation was lost (--accept-data-loss only)
+  // Records at which a model failed (Model::failure): the model stays, failed; replay goes on.
+  uint64_t models_failed = 0;
 };
 
 // What an accepted data loss (--accept-data-loss) dropped, per model, from the records

@@ -50,8 +50,16 @@ constexpr uint32_t kFormatVersion = 1;
 // Version 9 adds the frozen input reduction of a reduced model (ModelConfig.reduce, docs/
 // algorithms.md §1.15) after the alarms; a model without has the body of version 8 (same state
 // digest), and version 1-8 objects cannot hold a reduction (their configs lack `reduce`).
-constexpr uint32_t kModelVersion = StreamingLearner::kStateVersion;
-static_assert(kModelVersion == 9, "a new learner state version is a new MODL version: document it here");
+// Version 10 adds the model's failure (Model::failure: U64 WAL sequence and a string reason,
+// 0 and "" for a healthy model) after the sigma selection; the learner's bytes are those of
+// learner state version 9 (a failed model's are a fresh learner's: its state is not kept).
+// Version 1-9 objects load as healthy models.
+constexpr uint32_t kModelVersion = 10;
+constexpr uint32_t kFirstVersionWithFailure = 10;
+// The learner state version inside a MODL object of version v.
+constexpr uint32_t LearnerVersionOf(uint32_t v) { return v >= kFirstVersionWithFailure ? 9 : v; }
+static_assert(StreamingLearner::kStateVersion == 9,
+              "a new learner state version is a new MODL version: document it here and in LearnerVersionOf");
 constexpr size_t kHeaderBytes = 44;
 constexpr size_t kFooterBytes = 4;
 constexpr int64_t kMaxModels = 1000000;
@@ -215,6 +223,16 @@ void ModelSnapshotCodec::WriteBody(io::Writer& w, const Model& m, bool for_diges
     }
   }
   w.String(SigmaSelectionProto(m.learner_.sigma_selection()).SerializeAsString());
+  const std::optional<Model::Failure> failure = m.failure();
+  if (!for_digest) {
+    w.U64(failure ? failure->sequence : 0);
+    w.String(failure ? failure->reason : "");
+  }
+  if (failure) {
+    // The learner that failed is unusable and may not even read back: a fresh one stands in.
+    StreamingLearner(LearnerOptionsFor(m.config_)).Serialize(w);
+    return;
+  }
   m.learner_.Serialize(w);
 }
 
@@ -282,8 +300,15 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
     return r.Fail("model sigma selection is not a valid SigmaSelection message");
   }
   if (!r.ok()) return r.status();
-  absl::StatusOr<StreamingLearner> learner =
-      StreamingLearner::Deserialize(r, LearnerOptionsFor(*config), version, SigmaSelectionFromProto(sigma));
+  std::optional<Model::Failure> failure;
+  if (version >= kFirstVersionWithFailure) {
+    const uint64_t failed_at = r.U64("model failure sequence");
+    std::string reason = r.String("model failure reason", kMaxConfigBytes);
+    if (!r.ok()) return r.status();
+    if (!reason.empty()) failure = Model::Failure{failed_at, std::move(reason)};
+  }
+  absl::StatusOr<StreamingLearner> learner = StreamingLearner::Deserialize(
+      r, LearnerOptionsFor(*config), LearnerVersionOf(version), SigmaSelectionFromProto(sigma));
   if (!learner.ok()) return learner.status();
   if (!r.EndObject("model")) return r.status();
 
@@ -305,6 +330,10 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
   }
   m.metrics().OnBatchApplied(s.samples + s.pending_warmup, s.forced, s.forced_error_sum,
                              {s.pending_warmup, s.dict_x, s.dict_y});
+  if (failure) {
+    absl::MutexLock learner_lock(&m.learner_mu_);
+    m.MarkFailedLocked(failure->sequence, failure->reason);
+  }
   return model;
 }
 

@@ -21,7 +21,8 @@ Install: `pip install --no-deps --no-build-isolation ./client/python` (needs Deb
 grpc_python_plugin, python3-grpcio, python3-protobuf, python3-numpy; see client/python/README.md).
 """
 from .client import Client, CmestreamError, InvalidArgumentError
-from .info import (FitSummary, InputScaling, KoopmanHeadline, ModelConfig, ModelInfo, SigmaSelection, SpectrumInfo,
+from .info import (FitSummary, InputScaling, KoopmanHeadline, ModelConfig, ModelFailure, ModelInfo, SigmaSelection,
+                   SpectrumInfo,
                    SubViewStatus, TimescaleComparison, ViewInfo)
 from .model import Model
 from .results import (AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
@@ -35,6 +36,6 @@ __version__ = "0.1.0"  # = project(cmestream VERSION) in CMakeLists.txt (a test 
 __all__ = ["AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
            "CmestreamError", "CountsResult", "EmbeddingResult", "FitSummary", "ForecastResult", "ForecastSkill",
            "IngestResult", "InputScaling", "InvalidArgumentError", "KoopmanHeadline", "KoopmanResult", "LagScan", "LatentResult",
-           "Model", "ModelConfig", "ModelInfo", "SeriesForecast", "ShardedClient", "SigmaSelection", "SpectrumInfo",
+           "Model", "ModelConfig", "ModelFailure", "ModelInfo", "SeriesForecast", "ShardedClient", "SigmaSelection", "SpectrumInfo",
            "SubViewStatus", "TimescaleComparison", "TimescalesResult", "ViewInfo", "placement",
            "__version__"]

@@ -64,6 +64,7 @@ class SigmaSelection:
         candidates: (c,) bandwidths scored.
         scores: (c,) held-out VAMP-2 score per candidate (higher is better).
         warmup_pairs: pairs the choice rests on.
+        note: what was degenerate in the warm-up and the value chosen for it ("" if nothing).
     """
     automatic: bool
     chosen: float
@@ -71,6 +72,7 @@ class SigmaSelection:
     candidates: np.ndarray
     scores: np.ndarray
     warmup_pairs: int
+    note: str = ""
 
 
 @dataclasses.dataclass
@@ -304,6 +306,8 @@ class ModelInfo:
         alarms: AlarmStatus of a model with change alarms; None without.
         estimators: the estimators the model runs, in the order a pair meets them, as
             EstimatorCost (name, per-pair multiply-adds at the current sizes, formula).
+        failure: None, or ModelFailure once the model failed (it refuses data and queries
+            until deleted; the daemon and the other models go on).
     """
     config: ModelConfig
     samples: int
@@ -324,6 +328,19 @@ class ModelInfo:
     state_dim: int = 0
     alarms: Optional[AlarmStatus] = None
     estimators: List["EstimatorCost"] = dataclasses.field(default_factory=list)
+    failure: Optional["ModelFailure"] = None
+
+
+@dataclasses.dataclass
+class ModelFailure:
+    """Why a model failed: its learner could not go on with a record of its stream.
+
+    Attributes:
+        sequence: the write-ahead-log record it could not learn (0 without a log).
+        reason: what failed.
+    """
+    sequence: int
+    reason: str
 
 
 @dataclasses.dataclass
@@ -409,4 +426,5 @@ def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
                        if m.HasField("input_scaling") else None),
         state_dim=m.state_dim,
         alarms=from_proto(AlarmStatus, m.alarms) if m.alarms.enabled else None,
-        estimators=[from_proto(EstimatorCost, e) for e in m.estimators])
+        estimators=[from_proto(EstimatorCost, e) for e in m.estimators],
+        failure=from_proto(ModelFailure, m.failure) if m.HasField("failure") else None)

@@ -1,9 +1,11 @@
 // Bandwidth selection by held-out VAMP-2 (bandwidth.h) against known answers.
+#include <cmath>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "core/cme/bandwidth.h"
+#include "core/cme/compressed_cme.h"
 #include "core/systems/duffing.h"
 
 namespace cmestream {
@@ -22,6 +24,62 @@ TEST(Bandwidth, MedianPairwiseDistanceClosedForm) {
   RowMatrixXd p(4, 1);
   p << 0, 1, 3, 7;  // distances 1,3,7,2,6,4 -> sorted 1,2,3,4,6,7, upper median 4
   EXPECT_DOUBLE_EQ(MedianPairwiseDistance(p, 100), 4.0);
+}
+
+TEST(Bandwidth, MedianIgnoresEqualPairsAndReportsTheirShare) {
+  RowMatrixXd p(4, 1);
+  p << 0, 0, 0, 5;  // distances 0,0,5,0,5,5: three zeros; the nonzero ones are all 5
+  const MedianDistance m = MedianNonzeroDistance(p, 100);
+  EXPECT_DOUBLE_EQ(m.median, 5.0);
+  EXPECT_DOUBLE_EQ(m.equal_fraction, 0.5);
+  RowMatrixXd flat = RowMatrixXd::Constant(10, 2, 3.0);
+  EXPECT_DOUBLE_EQ(MedianNonzeroDistance(flat, 100).median, 0.0);
+  EXPECT_DOUBLE_EQ(MedianNonzeroDistance(flat, 100).equal_fraction, 1.0);
+}
+
+// Degenerate warm-ups (docs/algorithms.md §1.11.1): the choice is always a finite sigma in the
+// kernel's range, and the note says what was degenerate.
+TEST(Bandwidth, ConstantWarmupChoosesOneAndSaysSo) {
+  const RowMatrixXd x = RowMatrixXd::Constant(200, 1, 7.0);
+  const BandwidthSelection sel = SelectBandwidth(x, x, BandwidthSelectionOptions{});
+  EXPECT_EQ(sel.chosen, 1.0);
+  EXPECT_EQ(sel.median_distance, 0.0);
+  EXPECT_TRUE(sel.candidates.empty());
+  EXPECT_NE(sel.note.find("constant"), std::string::npos) << sel.note;
+}
+
+TEST(Bandwidth, TwoLevelWarmupUsesTheGapBetweenTheLevels) {
+  // A square wave of period 100 between 20 and 80: half the distances are 0, the others 60.
+  RowMatrixXd x(1000, 1), y(1000, 1);
+  for (int t = 0; t < 1000; ++t) {
+    x(t, 0) = (t / 50) % 2 ? 20.0 : 80.0;
+    y(t, 0) = ((t + 1) / 50) % 2 ? 20.0 : 80.0;
+  }
+  const BandwidthSelection sel = SelectBandwidth(x, y, BandwidthSelectionOptions{});
+  EXPECT_DOUBLE_EQ(sel.median_distance, 60.0);
+  EXPECT_GT(sel.chosen, 0.0);
+  EXPECT_LE(sel.chosen, 60.0);
+  for (double s : sel.scores) EXPECT_TRUE(std::isfinite(s));
+  EXPECT_NE(sel.note.find("nonzero distances (50 %"), std::string::npos) << sel.note;
+}
+
+TEST(Bandwidth, SparseCountsAndHugeSpreadsGiveAFiniteSigmaInRange) {
+  std::mt19937_64 rng(3);
+  std::poisson_distribution<int> poisson(0.3);
+  RowMatrixXd counts(1001, 1);
+  for (int t = 0; t < 1001; ++t) counts(t, 0) = poisson(rng);
+  const BandwidthSelection c = SelectBandwidth(counts.topRows(1000), counts.bottomRows(1000), BandwidthSelectionOptions{});
+  EXPECT_DOUBLE_EQ(c.median_distance, 1.0);  // most distinct pairs differ by one count
+  EXPECT_GT(c.chosen, 0.0);
+  // Distances of 1e200 overflow no check: sigma is clamped into the kernel's range.
+  RowMatrixXd huge = 1e200 * Gaussian(300, 1, 4);
+  const BandwidthSelection h = SelectBandwidth(huge.topRows(299), huge.bottomRows(299), BandwidthSelectionOptions{});
+  EXPECT_LE(h.chosen, CompressedCme::kMaxSigma);
+  EXPECT_GE(h.chosen, CompressedCme::kMinSigma);
+  CompressedCme::Options o;
+  o.dim = 1;
+  o.sigma = h.chosen;
+  EXPECT_TRUE(o.Validate().ok());
 }
 
 TEST(Bandwidth, Vamp2IsOneForIndependentPairsAndOnePlusRankForTheIdentity) {

@@ -316,6 +316,49 @@ TEST(StreamingLearner, WarmupBuffersThenChoosesSigmaAndRoutesEveryPair) {
   EXPECT_FALSE(snap->prequential.has_value());
 }
 
+// Degenerate streams (docs/algorithms.md §1.11.1): a flat line, a two-level square wave and a
+// channel that is constant over the warm-up and moves later end the warm-up with a finite sigma
+// and a note, keep learning, and give a view snapshot (every estimator on, scaled inputs).
+TEST(StreamingLearner, DegenerateStreamsEndTheWarmupAndKeepLearning) {
+  const int64_t n = 600;
+  RowMatrixXd flat = RowMatrixXd::Constant(n + 1, kDim, 4.0);
+  RowMatrixXd square(n + 1, kDim), later(n + 1, kDim);
+  const RowMatrixXd moving = Chain(n, 5);
+  for (int64_t t = 0; t <= n; ++t) {
+    square(t, 0) = (t / 25) % 2 ? 20.0 : 80.0;
+    square(t, 1) = (t / 40) % 2 ? 0.0 : 1.0;
+    later(t, 0) = t < 2 * kWarmup ? 0.0 : 1e3 * moving(t, 0);  // constant over the warm-up
+    later(t, 1) = moving(t, 1);
+  }
+  for (const auto& [name, s] : {std::pair<const char*, const RowMatrixXd*>{"flat", &flat},
+                                {"square", &square},
+                                {"constant in the warm-up", &later}}) {
+    StreamingLearner::Options o = Continuous(0);
+    o.scale_inputs = true;
+    StreamingLearner l(o);
+    for (int64_t f = 0; f < n; f += 50) {
+      const absl::StatusOr<ObserveSummary> r = l.Observe(Trajectory(*s, f, 50));
+      ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    }
+    ASSERT_TRUE(l.ready()) << name;
+    const double sigma = l.sigma_selection().chosen;
+    EXPECT_TRUE(std::isfinite(sigma) && sigma > 0) << name << ": sigma " << sigma;
+    EXPECT_EQ(l.samples(), n) << name;
+    EXPECT_TRUE(l.Snapshot().has_value()) << name;
+    if (s == &flat) {
+      EXPECT_EQ(sigma, 1.0);
+      EXPECT_NE(l.sigma_selection().note.find("constant"), std::string::npos) << l.sigma_selection().note;
+      EXPECT_EQ(l.cme()->dict_x_size(), 1);  // one distinct state: one atom
+    }
+    if (s == &square) {
+      EXPECT_NE(l.sigma_selection().note.find("nonzero distances"), std::string::npos) << l.sigma_selection().note;
+    }
+    if (s == &later) {
+      EXPECT_EQ(l.scaler()->spread()[0], InputScaler::Spread::kUnit);
+    }
+  }
+}
+
 TEST(StreamingLearner, StateDoesNotDependOnBatchBoundaries) {
   const RowMatrixXd s = Chain(500, 12);
   std::string reference;
