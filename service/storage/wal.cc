@@ -195,6 +195,18 @@ bool CollectDropped(const std::string& data, size_t from, uint64_t* expected,
   return intact;
 }
 
+// The first sequence of damaged bytes at `pos` that end before the valid record `next`: the one
+// after the last valid record read, or, if none was read yet (older segments pruned), the
+// damaged record's own sequence field when it is plausible (best effort, for the message).
+uint64_t FirstDamaged(const std::string& data, size_t pos, uint64_t prev, uint64_t next) {
+  if (prev != 0) return prev + 1;
+  if (data.size() - pos >= kWalHeaderBytes) {
+    const uint64_t written = LoadLe64(data.data() + pos + 9);
+    if (written > 0 && written < next) return written;
+  }
+  return 1;
+}
+
 // The warning for records that are damaged or missing but not needed: every one of them is
 // <= the covered sequence of the snapshot being replayed from.
 std::string CoveredWarning(const std::string& what, uint64_t covered) {
@@ -522,7 +534,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
           const std::string what = CoveredWarning(
               absl::StrCat(seg.path, " offset ", pos, ": ", next_offset - pos, " damaged bytes (", s.message(),
                            "); the next valid record has sequence ", next_sequence, ", so records ",
-                           prev_sequence + 1, "..", next_sequence - 1, " are damaged"),
+                           FirstDamaged(data, pos, prev_sequence, next_sequence), "..", next_sequence - 1,
+                           " are damaged"),
               after_sequence);
           std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
           rep.skipped_damage.push_back(what);
@@ -597,8 +610,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       // Damage at the end of a segment whose lost records the snapshot in use covers.
       const std::string what = CoveredWarning(
           absl::StrCat(seg.path, " offset ", pos, ": ", data.size() - pos, " damaged bytes (", problem,
-                       "); the next valid record has sequence ", next_sequence, ", so records ", prev_sequence + 1,
-                       "..", next_sequence - 1, " are damaged"),
+                       "); the next valid record has sequence ", next_sequence, ", so records ",
+                       FirstDamaged(data, pos, prev_sequence, next_sequence), "..", next_sequence - 1, " are damaged"),
           after_sequence);
       std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
       rep.skipped_damage.push_back(what);
