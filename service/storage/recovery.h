@@ -126,7 +126,8 @@ absl::Status ReplayWalRecord(ModelRegistry& registry, const WalRecord& record, R
 
 // Opens the WAL under `options`, replays every record with sequence > after_sequence into
 // `registry`, prints the recovery summary line to stderr ("cmestreamd: recovered N records
-// (M models, B batches, P pairs) from the write-ahead log in S s") and any cut or corruption,
+// (M models created, ..., L records (P pairs) lost) from ..."; with `loss`, L and P are the
+// report's totals, "unknown, at least" when not exact) and any cut or corruption,
 // and returns the open log, ready for appends. `*report` and `*stats` (may be null) receive
 // the details; `loss` (may be null) what an accepted loss dropped, per model.
 absl::StatusOr<std::unique_ptr<Wal>> OpenAndReplayWal(const WalOptions& options, uint64_t after_sequence,
