@@ -298,7 +298,8 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   // numbers a client sees missing (acknowledged pairs minus the model's samples).
   for (const std::string& line : dropped.JsonLines(*impl.registry)) std::cerr << line << "\n";
   if (!dropped.empty()) {
-    for (const std::string& line : dropped.TextLines(*impl.registry)) std::cerr << "cmestreamd: data loss: " << line << "\n";
+    for (const std::string& line : dropped.TextLines(*impl.registry))
+      std::cerr << "cmestreamd: data loss: " << line << "\n";
   }
   if (dropped.empty() && (!loss.empty() || !ro.recover_from.empty())) {
     std::cerr << "cmestreamd: no WAL record was dropped: every record after the snapshot's covered sequence "

@@ -44,7 +44,7 @@ absl::Status CheckTlsKeyPair(const std::string& cert_path, const std::string& ce
   ClearOpenSslErrors clear;
   auto cert_bio = MemBio(cert_pem);
   std::unique_ptr<X509, X509Free> cert(cert_bio ? PEM_read_bio_X509(cert_bio.get(), nullptr, NoPassphrase, nullptr)
-                                                 : nullptr);
+                                                : nullptr);
   if (!cert) {
     return absl::InvalidArgumentError(absl::StrCat("TLS client certificate: '", cert_path,
                                                    "' holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
@@ -53,10 +53,11 @@ absl::Status CheckTlsKeyPair(const std::string& cert_path, const std::string& ce
   std::unique_ptr<EVP_PKEY, KeyFree> key(
       key_bio ? PEM_read_bio_PrivateKey(key_bio.get(), nullptr, NoPassphrase, nullptr) : nullptr);
   if (!key) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TLS client key: '", key_path, "' holds no private key that can be read",
-        absl::StrContains(key_pem, "ENCRYPTED") ? ": it is encrypted with a passphrase; an unencrypted key is expected"
-                                                : " (-----BEGIN PRIVATE KEY----- or -----BEGIN RSA/EC PRIVATE KEY-----)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS client key: '", key_path, "' holds no private key that can be read",
+                     absl::StrContains(key_pem, "ENCRYPTED")
+                         ? ": it is encrypted with a passphrase; an unencrypted key is expected"
+                         : " (-----BEGIN PRIVATE KEY----- or -----BEGIN RSA/EC PRIVATE KEY-----)"));
   }
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     char subject[256];

@@ -110,11 +110,12 @@ double DefaultMemoryBudget() {
 
 absl::Status CheckMemoryBudgetFitsHost(double budget, double host) {
   if (host <= 0 || budget <= host) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "flag --max-memory is ", FormatBytes(budget), ", but this host (or its cgroup memory limit) has ",
-      FormatBytes(host), ": a budget the machine cannot hold would admit models that cannot all reach their "
-      "configured size; expected at most ", FormatBytes(host), " (without the flag the budget is 0.8 x that, ",
-      FormatBytes(0.8 * host), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("flag --max-memory is ", FormatBytes(budget), ", but this host (or its cgroup memory limit) has ",
+                   FormatBytes(host),
+                   ": a budget the machine cannot hold would admit models that cannot all reach their "
+                   "configured size; expected at most ",
+                   FormatBytes(host), " (without the flag the budget is 0.8 x that, ", FormatBytes(0.8 * host), ")"));
 }
 
 absl::StatusOr<double> ParseByteSize(const std::string& text) {

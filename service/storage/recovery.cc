@@ -130,8 +130,8 @@ void LossReport::AddUnreadable(uint64_t first, uint64_t last) {
 }
 
 std::vector<LossReport::ModelLoss> LossReport::Models(const ModelRegistry& registry) const {
-  bool open_end = false;      // an unreadable range of unknown end: the log's end is unknown
-  uint64_t last_closed = 0;   // the end of the last unreadable range of known end
+  bool open_end = false;     // an unreadable range of unknown end: the log's end is unknown
+  uint64_t last_closed = 0;  // the end of the last unreadable range of known end
   for (const auto& [first, last] : unreadable_) {
     if (last == 0) open_end = true;
     else last_closed = std::max(last_closed, last);
@@ -211,9 +211,7 @@ LossReport::Totals LossReport::Total(const ModelRegistry& registry) const {
 
 namespace {
 
-std::string Amount(uint64_t n, bool exact) {
-  return exact ? absl::StrCat(n) : absl::StrCat("unknown, at least ", n);
-}
+std::string Amount(uint64_t n, bool exact) { return exact ? absl::StrCat(n) : absl::StrCat("unknown, at least ", n); }
 
 }  // namespace
 
@@ -223,8 +221,8 @@ std::vector<std::string> LossReport::JsonLines(const ModelRegistry& registry) co
     std::string producers = "[";
     for (size_t i = 0; i < m.producers.size(); ++i) {
       const ProducerLoss& p = m.producers[i];
-      absl::StrAppend(&producers, i ? ", " : "", "{\"producer\": ", JsonString(p.producer), ", \"offsets\": [",
-                      p.first, ", ", p.end_known ? absl::StrCat(p.end) : std::string("null"), "]}");
+      absl::StrAppend(&producers, i ? ", " : "", "{\"producer\": ", JsonString(p.producer), ", \"offsets\": [", p.first,
+                      ", ", p.end_known ? absl::StrCat(p.end) : std::string("null"), "]}");
     }
     producers += "]";
     out.push_back(absl::StrCat("{\"model\": ", JsonString(m.model),

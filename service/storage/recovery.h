@@ -67,9 +67,9 @@ class LossReport {
     std::string model;
     uint64_t pairs = 0;  // lost, exactly if `exact`, else at least
     bool exact = true;
-    std::vector<ProducerLoss> producers;                    // by producer id
+    std::vector<ProducerLoss> producers;                   // by producer id
     std::vector<std::pair<uint64_t, uint64_t>> sequences;  // dropped records read, ascending ranges
-    bool model_dropped = false;                             // the model does not exist after recovery
+    bool model_dropped = false;                            // the model does not exist after recovery
   };
   struct Totals {
     uint64_t records = 0;  // WAL records lost: read and dropped, plus unreadable ones
@@ -107,7 +107,7 @@ class LossReport {
     uint64_t pairs = 0;
     bool pairs_known = true;
     std::vector<std::pair<uint64_t, uint64_t>> sequences;  // ranges, ascending
-    std::vector<Batch> batches;                             // in sequence order
+    std::vector<Batch> batches;                            // in sequence order
   };
   void Add(const std::string& model, uint64_t sequence, std::optional<uint64_t> pairs,
            const v1::IngestBatch* batch = nullptr);

@@ -356,9 +356,9 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
 
   // Segments the manifest lists must all be there: a missing one is acknowledged data gone.
   bool missing_prefix = false;
-  bool missing_tail = false;   // newer segments than any present are gone (accepted)
+  bool missing_tail = false;    // newer segments than any present are gone (accepted)
   bool missing_middle = false;  // segments gone with a present one after them
-  std::string missing_listed;  // what is missing, for the messages below
+  std::string missing_listed;   // what is missing, for the messages below
   if (options.expected_last_segment > 0) {
     std::vector<uint64_t> missing;
     for (uint64_t n = options.expected_first_segment; n <= options.expected_last_segment; ++n) {
@@ -477,7 +477,7 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     }
     seg.header_bytes = pos;
     std::string problem;
-    uint64_t next_sequence = 0;  // of the first valid record after a bad one (0: none)
+    uint64_t next_sequence = 0;        // of the first valid record after a bad one (0: none)
     bool gap_at_valid_record = false;  // the problem is records missing, not damaged bytes
     while (pos < data.size()) {
       size_t n = 0;
@@ -531,12 +531,12 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
           continue;
         }
         if (next_sequence != 0 && next_sequence - 1 <= after_sequence) {
-          const std::string what = CoveredWarning(
-              absl::StrCat(seg.path, " offset ", pos, ": ", next_offset - pos, " damaged bytes (", s.message(),
-                           "); the next valid record has sequence ", next_sequence, ", so records ",
-                           FirstDamaged(data, pos, prev_sequence, next_sequence), "..", next_sequence - 1,
-                           " are damaged"),
-              after_sequence);
+          const std::string what =
+              CoveredWarning(absl::StrCat(seg.path, " offset ", pos, ": ", next_offset - pos, " damaged bytes (",
+                                          s.message(), "); the next valid record has sequence ", next_sequence,
+                                          ", so records ", FirstDamaged(data, pos, prev_sequence, next_sequence), "..",
+                                          next_sequence - 1, " are damaged"),
+                             after_sequence);
           std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
           rep.skipped_damage.push_back(what);
           prev_sequence = next_sequence - 1;  // the gap is accounted for: no second warning
@@ -646,14 +646,14 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       // A gap at a valid record is records missing (a deleted segment, typically), not damage:
       // the bytes here are intact and are named so (never *.corrupt).
       const std::string missing_what =
-          missing_listed.empty() ? absl::StrCat(seg.path, " offset ", pos, ": records ", prev_sequence + 1, "..",
-                                                next_sequence - 1, " are missing (", problem, ")")
-                                 : absl::StrCat(missing_listed, ": records ", prev_sequence + 1, "..",
-                                                next_sequence - 1, " are missing (", seg.path, " continues at sequence ",
-                                                next_sequence, ")");
+          missing_listed.empty()
+              ? absl::StrCat(seg.path, " offset ", pos, ": records ", prev_sequence + 1, "..", next_sequence - 1,
+                             " are missing (", problem, ")")
+              : absl::StrCat(missing_listed, ": records ", prev_sequence + 1, "..", next_sequence - 1, " are missing (",
+                             seg.path, " continues at sequence ", next_sequence, ")");
       const std::string what =
-          gap_at_valid_record ? absl::StrCat(missing_what, ", so records ", prev_sequence + 1, "..",
-                                             next_sequence - 1, " are lost")
+          gap_at_valid_record
+              ? absl::StrCat(missing_what, ", so records ", prev_sequence + 1, "..", next_sequence - 1, " are lost")
           : next_sequence == 0
               ? absl::StrCat(seg.path, " offset ", pos, ": the last record (sequence ", prev_sequence + 1,
                              ") is complete but damaged (", problem,
@@ -716,7 +716,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
           "; DATA LOSS accepted (--accept-data-loss): recovery stopped there (point in "
           "time: sequence ",
           prev_sequence, "), ", rep.bytes_dropped, " bytes not applied, kept in ", saved,
-          renamed_dropped > 0 ? absl::StrCat("; ", renamed_dropped, " later intact segment(s) renamed *.dropped.*") : "",
+          renamed_dropped > 0 ? absl::StrCat("; ", renamed_dropped, " later intact segment(s) renamed *.dropped.*")
+                              : "",
           renamed_corrupt > 0 ? absl::StrCat("; ", renamed_corrupt, " later damaged segment(s) renamed *.corrupt.*")
                               : "");
       std::cerr << "cmestreamd: WAL recovery ERROR: " << rep.problem << "\n";

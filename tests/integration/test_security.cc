@@ -15,12 +15,12 @@
 #include <sstream>
 #include <string>
 
+#include "client/cpp/client.h"
 #include "cmestream/v1/cmestream.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "client/cpp/client.h"
 #include "service/daemon.h"
 #include "service/flags.h"
 #include "service/rpc/auth.h"
@@ -251,9 +251,9 @@ TEST_F(SecurityTest, ClientKeyThatIsNotItsCertificatesIsRefusedBeforeConnectingN
   absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(o);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
-  EXPECT_EQ(std::string(c.status().message()),
-            "TLS client certificate and key do not match: the private key in '" + pki.path("other.key") +
-                "' is not the key of the certificate in '" + pki.path("client.pem") + "' (subject /CN=producer)");
+  EXPECT_EQ(std::string(c.status().message()), "TLS client certificate and key do not match: the private key in '" +
+                                                   pki.path("other.key") + "' is not the key of the certificate in '" +
+                                                   pki.path("client.pem") + "' (subject /CN=producer)");
   o.tls_key_file = pki.path("client.pem");  // a certificate where the key belongs
   c = client::Client::Connect(o);
   ASSERT_FALSE(c.ok());

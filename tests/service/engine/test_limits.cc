@@ -95,8 +95,8 @@ TEST(MemoryBudgetFlag, ABudgetAboveTheHostsMemoryIsRefused) {
   ASSERT_GT(host, 0) << "neither a cgroup limit nor physical memory could be read";
   const absl::Status over = service::CheckMemoryBudgetFitsHost(2 * host, host);
   EXPECT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(over.message()), ::testing::HasSubstr("but this host (or its cgroup memory limit) has " +
-                                                                service::FormatBytes(host)));
+  EXPECT_THAT(std::string(over.message()),
+              ::testing::HasSubstr("but this host (or its cgroup memory limit) has " + service::FormatBytes(host)));
   EXPECT_TRUE(service::CheckMemoryBudgetFitsHost(host, host).ok());
   EXPECT_TRUE(service::CheckMemoryBudgetFitsHost(1e18, 0).ok());  // host unknown: nothing to compare with
   auto flags = service::ParseFlags({"--max-memory", "100T"});     // no test machine has 100 TiB

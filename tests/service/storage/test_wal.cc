@@ -461,9 +461,9 @@ TEST(Wal, AMissingMiddleSegmentLosesItsRecordsAndKeepsTheIntactNextOneAsDropped)
   WalRecoveryReport rep;
   auto wal = Wal::Open(o, 0, c.visitor(), &rep);
   ASSERT_TRUE(wal.ok()) << wal.status();
-  EXPECT_EQ(c.records.size(), 2u);                        // 1 and 2: point in time
-  EXPECT_EQ(dropped, (std::vector<uint64_t>{5, 6}));      // read for the report
-  ASSERT_EQ(rep.lost_unreadable.size(), 1u);              // 3..4: the missing segment
+  EXPECT_EQ(c.records.size(), 2u);                    // 1 and 2: point in time
+  EXPECT_EQ(dropped, (std::vector<uint64_t>{5, 6}));  // read for the report
+  ASSERT_EQ(rep.lost_unreadable.size(), 1u);          // 3..4: the missing segment
   EXPECT_EQ(rep.lost_unreadable[0], std::make_pair(uint64_t{3}, uint64_t{4}));
   ASSERT_EQ(rep.data_loss.size(), 1u);
   EXPECT_NE(rep.data_loss[0].find("records 3..4 are missing"), std::string::npos) << rep.data_loss[0];
