@@ -191,6 +191,7 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   };
   std::vector<std::string> loss;
   std::optional<ManifestState> manifest;
+  bool log_end_unknown = false;  // no manifest says which segments must exist (accepted loss)
   absl::StatusOr<ManifestState> loaded_manifest = impl.manifest->Load();
   if (loaded_manifest.ok()) {
     manifest = *loaded_manifest;
@@ -199,6 +200,7 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   } else if (loaded_manifest.status().code() != absl::StatusCode::kNotFound) {
     if (!ro.accept_data_loss) return refuse(loaded_manifest.status());
     loss.push_back(std::string(loaded_manifest.status().message()));
+    log_end_unknown = true;
   } else if (const std::string versioned = FindVersionedSegment(dir + "/wal"); !versioned.empty()) {
     // No manifest, but a segment written by a version that always writes one before its first
     // segment: the manifest was deleted, and with it the list that detects a deleted segment or
@@ -209,6 +211,7 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
         "deleted one could not be detected");
     if (!ro.accept_data_loss) return refuse(absl::FailedPreconditionError(what));
     loss.push_back(absl::StrCat(what, "; started from the files present, and the manifest is rebuilt from them"));
+    log_end_unknown = true;
   }
 
   SnapshotOptions snapshot_options;
@@ -233,6 +236,7 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   wal_options.sync = impl.options.wal_sync;
   wal_options.sync_interval_ms = impl.options.wal_sync_interval_ms;
   wal_options.accept_data_loss = ro.accept_data_loss;
+  wal_options.log_end_unknown = log_end_unknown;
   wal_options.progress = &impl.progress;
   // --recover-from replaces the base snapshot, not the log: the segments the manifest lists
   // must still all be there (a missing one refuses by name; accepted, its loss is reported).
@@ -293,6 +297,10 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   // What was dropped, per model, as JSON lines (service/README.md "Recovery"): the same
   // numbers a client sees missing (acknowledged pairs minus the model's samples).
   for (const std::string& line : dropped.JsonLines(*impl.registry)) std::cerr << line << "\n";
+  if (!dropped.empty()) {
+    for (const std::string& line : dropped.TextLines(*impl.registry))
+      std::cerr << "cmestreamd: data loss: " << line << "\n";
+  }
   if (dropped.empty() && (!loss.empty() || !ro.recover_from.empty())) {
     std::cerr << "cmestreamd: no WAL record was dropped: every record after the snapshot's covered sequence "
               << loaded->covered_sequence << " that is on disk was replayed\n";

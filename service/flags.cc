@@ -108,6 +108,7 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       if (!bytes.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("flag --max-memory is '", *v, "': ", bytes.status().message()));
       }
+      if (absl::Status fits = CheckMemoryBudgetFitsHost(*bytes, HostMemoryLimit()); !fits.ok()) return fits;
       o.limits.max_memory_bytes = *bytes;
     } else if (name == "--accept-data-loss") {
       o.recovery.accept_data_loss = true;

@@ -1,4 +1,5 @@
 #include "client/cpp/client.h"
+#include "client/cpp/tls_key_pair.h"
 
 #include <algorithm>
 #include <chrono>
@@ -386,6 +387,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
       if (!cert.ok()) return cert.status();
       absl::StatusOr<std::string> key = ReadPem("TLS client key", options.tls_key_file);
       if (!key.ok()) return key.status();
+      // Checked here, where the files can be named; gRPC would only fail the connection.
+      if (absl::Status s = CheckTlsKeyPair(options.tls_cert_file, *cert, options.tls_key_file, *key); !s.ok()) {
+        return s;
+      }
       ssl.pem_cert_chain = *cert;
       ssl.pem_private_key = *key;
     }

@@ -93,14 +93,29 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
   return bytes;
 }
 
-double DefaultMemoryBudget() {
+double HostMemoryLimit() {
   double limit = ReadLimitFile("/sys/fs/cgroup/memory.max");
   if (limit <= 0) limit = ReadLimitFile("/sys/fs/cgroup/memory/memory.limit_in_bytes");
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   const double physical = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
   if (limit <= 0 || (physical > 0 && limit > physical)) limit = physical;
+  return limit > 0 ? limit : 0;
+}
+
+double DefaultMemoryBudget() {
+  double limit = HostMemoryLimit();
   if (limit <= 0) limit = 4.0 * (1ull << 30);  // unknown: assume a small machine
   return 0.8 * limit;
+}
+
+absl::Status CheckMemoryBudgetFitsHost(double budget, double host) {
+  if (host <= 0 || budget <= host) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("flag --max-memory is ", FormatBytes(budget), ", but this host (or its cgroup memory limit) has ",
+                   FormatBytes(host),
+                   ": a budget the machine cannot hold would admit models that cannot all reach their "
+                   "configured size; expected at most ",
+                   FormatBytes(host), " (without the flag the budget is 0.8 x that, ", FormatBytes(0.8 * host), ")"));
 }
 
 absl::StatusOr<double> ParseByteSize(const std::string& text) {

@@ -26,6 +26,13 @@ double EstimateModelBytes(const v1::ModelConfig& config);
 // The default budget: 0.8 x the cgroup memory limit (v2 memory.max, v1
 // memory.limit_in_bytes) when one is set, else 0.8 x physical memory.
 double DefaultMemoryBudget();
+// The memory the daemon can have: the cgroup limit if set and below physical memory, else
+// physical memory; 0 if unknown.
+double HostMemoryLimit();
+// OK unless `budget` (--max-memory, bytes) exceeds `host` (HostMemoryLimit(); 0: unknown, no
+// check): then InvalidArgument with both sizes, since such a budget never refuses a model that
+// the machine cannot hold.
+absl::Status CheckMemoryBudgetFitsHost(double budget, double host);
 
 // "1073741824", "512M", "8G", "1.5GiB", "2T" (K/M/G/T powers of 1024; optional "B"/"iB").
 absl::StatusOr<double> ParseByteSize(const std::string& text);

@@ -70,8 +70,9 @@ std::string JsonRanges(const std::vector<std::pair<uint64_t, uint64_t>>& ranges)
 
 }  // namespace
 
-void LossReport::Add(const std::string& model, uint64_t sequence, std::optional<uint64_t> pairs) {
-  ModelLoss& m = models_[model];
+void LossReport::Add(const std::string& model, uint64_t sequence, std::optional<uint64_t> pairs,
+                     const v1::IngestBatch* batch) {
+  Dropped& m = models_[model];
   if (pairs) m.pairs += *pairs;
   else m.pairs_known = false;
   if (!m.sequences.empty() && m.sequences.back().second + 1 == sequence) {
@@ -79,6 +80,7 @@ void LossReport::Add(const std::string& model, uint64_t sequence, std::optional<
   } else {
     m.sequences.emplace_back(sequence, sequence);
   }
+  if (batch) m.batches.push_back(Batch{sequence, batch->producer_id(), batch->offset(), pairs});
 }
 
 void LossReport::AddDropped(const WalRecord& record, const ModelRegistry& registry) {
@@ -107,7 +109,7 @@ void LossReport::AddDropped(const WalRecord& record, const ModelRegistry& regist
       } else if (auto model = registry.Get(batch.model()); model.ok()) {
         dim = static_cast<uint32_t>((*model)->dim());
       }
-      return Add(batch.model(), record.sequence, PairsOf(batch, dim));
+      return Add(batch.model(), record.sequence, PairsOf(batch, dim), &batch);
     }
   }
   AddUnreadable(record.sequence, record.sequence);
@@ -116,7 +118,7 @@ void LossReport::AddDropped(const WalRecord& record, const ModelRegistry& regist
 void LossReport::AddOrphanBatch(const v1::IngestBatch& batch, uint64_t sequence) {
   std::optional<uint32_t> dim;
   if (auto it = dims_.find(batch.model()); it != dims_.end()) dim = it->second;
-  Add(batch.model(), sequence, PairsOf(batch, dim));
+  Add(batch.model(), sequence, PairsOf(batch, dim), &batch);
 }
 
 void LossReport::AddUnreadable(uint64_t first, uint64_t last) {
@@ -127,18 +129,132 @@ void LossReport::AddUnreadable(uint64_t first, uint64_t last) {
   }
 }
 
+std::vector<LossReport::ModelLoss> LossReport::Models(const ModelRegistry& registry) const {
+  bool open_end = false;     // an unreadable range of unknown end: the log's end is unknown
+  uint64_t last_closed = 0;  // the end of the last unreadable range of known end
+  for (const auto& [first, last] : unreadable_) {
+    if (last == 0) open_end = true;
+    else last_closed = std::max(last_closed, last);
+  }
+  const bool unreadable = !unreadable_.empty();
+  // Every model that may have lost something: those with dropped records, and, when records
+  // could not be read, every model of the recovered state.
+  std::map<std::string, const Dropped*> names;
+  for (const auto& [name, d] : models_) names[name] = &d;
+  if (unreadable) {
+    for (const std::shared_ptr<Model>& m : registry.List()) names.emplace(m->name(), nullptr);
+  }
+  static const Dropped kNone;
+  std::vector<ModelLoss> out;
+  for (const auto& [name, dropped] : names) {
+    const Dropped& d = dropped ? *dropped : kNone;
+    absl::StatusOr<std::shared_ptr<Model>> model = registry.Get(name);
+    ModelLoss loss;
+    loss.model = name;
+    loss.model_dropped = !model.ok();
+    loss.pairs = d.pairs;
+    loss.exact = d.pairs_known;
+    loss.sequences = d.sequences;
+    // Per producer, in sequence order: the gap between where the recovered model stands (its
+    // applied offset; 0 if the model is gone, whose producers then started at 0) and the
+    // producer's next dropped batch is pairs that were in unreadable records.
+    std::map<std::string, std::vector<const Batch*>> by_producer;
+    bool anonymous = false;  // a batch without producer_id: at-least-once, no offsets to bound it
+    for (const Batch& b : d.batches) {
+      if (b.producer.empty()) anonymous = true;
+      else by_producer[b.producer].push_back(&b);
+    }
+    size_t bounded = 0;  // producers the model knows with a dropped batch after every unreadable range
+    for (const auto& [producer, batches] : by_producer) {
+      ProducerLoss p;
+      p.producer = producer;
+      p.first = model.ok() ? (*model)->ProducerOffset(producer) : 0;
+      uint64_t expected = p.first;
+      for (const Batch* b : batches) {
+        if (b->offset > expected) loss.pairs += b->offset - expected;  // in unreadable records
+        if (b->pairs) expected = std::max(expected, b->offset + *b->pairs);
+      }
+      p.end = expected;
+      p.end_known = !open_end;
+      if (batches.back()->sequence > last_closed && (!model.ok() || (*model)->producer_offsets_known(producer))) {
+        ++bounded;
+      }
+      loss.producers.push_back(std::move(p));
+    }
+    if (open_end) loss.exact = false;
+    if (unreadable && !open_end) {
+      // Pairs in unreadable records are known only through producers that appear after them.
+      const size_t producers = model.ok() ? (*model)->producer_count() : by_producer.size();
+      if (anonymous || producers == 0 || bounded < producers) loss.exact = false;
+    }
+    out.push_back(std::move(loss));
+  }
+  return out;
+}
+
+LossReport::Totals LossReport::Total(const ModelRegistry& registry) const {
+  Totals t;
+  for (const ModelLoss& m : Models(registry)) {
+    ++t.models;
+    t.pairs += m.pairs;
+    if (!m.exact) t.pairs_exact = false;
+  }
+  for (const auto& [name, d] : models_) {
+    for (const auto& [first, last] : d.sequences) t.records += last - first + 1;
+  }
+  for (const auto& [first, last] : unreadable_) {
+    if (last == 0) t.records_exact = false;
+    else t.records += last - first + 1;
+  }
+  return t;
+}
+
+namespace {
+
+std::string Amount(uint64_t n, bool exact) { return exact ? absl::StrCat(n) : absl::StrCat("unknown, at least ", n); }
+
+}  // namespace
+
 std::vector<std::string> LossReport::JsonLines(const ModelRegistry& registry) const {
   std::vector<std::string> out;
-  for (const auto& [name, m] : models_) {
-    out.push_back(absl::StrCat("{\"model\": ", JsonString(name),
-                               ", \"pairs_dropped\": ", m.pairs_known ? absl::StrCat(m.pairs) : std::string("null"),
+  for (const ModelLoss& m : Models(registry)) {
+    std::string producers = "[";
+    for (size_t i = 0; i < m.producers.size(); ++i) {
+      const ProducerLoss& p = m.producers[i];
+      absl::StrAppend(&producers, i ? ", " : "", "{\"producer\": ", JsonString(p.producer), ", \"offsets\": [", p.first,
+                      ", ", p.end_known ? absl::StrCat(p.end) : std::string("null"), "]}");
+    }
+    producers += "]";
+    out.push_back(absl::StrCat("{\"model\": ", JsonString(m.model),
+                               ", \"pairs_dropped\": ", m.exact ? absl::StrCat(m.pairs) : std::string("null"),
+                               ", \"pairs_dropped_at_least\": ", m.pairs, ", \"extent\": \"",
+                               m.exact ? "exact" : "unknown", "\", \"producers\": ", producers,
                                ", \"wal_sequences\": ", JsonRanges(m.sequences),
-                               ", \"model_dropped\": ", registry.Get(name).ok() ? "false" : "true", "}"));
+                               ", \"model_dropped\": ", m.model_dropped ? "true" : "false", "}"));
   }
   for (const auto& range : unreadable_) {
     out.push_back(absl::StrCat("{\"model\": null, \"pairs_dropped\": null, \"wal_sequences\": ", JsonRanges({range}),
                                ", \"model_dropped\": null}"));
   }
+  return out;
+}
+
+std::vector<std::string> LossReport::TextLines(const ModelRegistry& registry) const {
+  std::vector<std::string> out;
+  for (const ModelLoss& m : Models(registry)) {
+    std::string line = absl::StrCat("model ", JsonString(m.model), m.model_dropped ? " (gone)" : "", ": ",
+                                    Amount(m.pairs, m.exact), " acknowledged pairs lost");
+    for (size_t i = 0; i < m.producers.size(); ++i) {
+      const ProducerLoss& p = m.producers[i];
+      absl::StrAppend(&line, "; producer ", JsonString(p.producer), " offsets ", p.first, "..",
+                      p.end_known ? (p.end > p.first ? absl::StrCat(p.end - 1) : absl::StrCat(p.first, " (none)"))
+                                  : "(unknown end)");
+    }
+    out.push_back(std::move(line));
+  }
+  const Totals t = Total(registry);
+  out.push_back(absl::StrCat("in total ", Amount(t.pairs, t.pairs_exact), " pairs in ", t.models, " model(s), ",
+                             Amount(t.records, t.records_exact), " WAL records lost"));
   return out;
 }
 
@@ -273,14 +389,21 @@ absl::StatusOr<std::unique_ptr<Wal>> OpenAndReplayWal(const WalOptions& options,
       [&](const WalRecord& r) { return ReplayWalRecord(registry, r, &st, options.accept_data_loss, loss); }, &rep,
       metrics);
   if (!wal.ok()) return wal.status();
+  // "lost" counts every record lost (read and dropped, orphaned, unreadable), with the pairs, so
+  // the line agrees with the per-model report (LossReport::TextLines); without a report, the
+  // orphaned batches only.
+  std::string lost = absl::StrCat(st.lost);
   if (loss) {
     for (const auto& [first, last] : rep.lost_unreadable) loss->AddUnreadable(first, last);
+    const LossReport::Totals t = loss->Total(registry);
+    lost = absl::StrCat(t.records_exact ? "" : "unknown, at least ", t.records, " records (",
+                        t.pairs_exact ? "" : "unknown, at least ", t.pairs, " pairs)");
   }
   std::cerr << absl::StrFormat(
       "cmestreamd: recovered %d records (%d models created, %d imported, %d deleted, %d batches, %d pairs, "
-      "%d skipped, %d lost, %d at which a model failed) from %d WAL segments (%d bytes) in %.3f s; next sequence "
-      "%d\n",
-      st.records, st.models_created, st.imports, st.models_deleted, st.batches, st.pairs, st.skipped, st.lost,
+      "%d skipped, %s lost, %d at which a model failed) from %d WAL segments (%d bytes) in %.3f s; next "
+      "sequence %d\n",
+      st.records, st.models_created, st.imports, st.models_deleted, st.batches, st.pairs, st.skipped, lost,
       st.models_failed, rep.segments, rep.bytes, rep.seconds, (*wal)->last_sequence() + 1);
   return wal;
 }

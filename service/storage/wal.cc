@@ -150,11 +150,14 @@ uint64_t CountRecordsAfter(const std::string& path, uint64_t after) {
 // sequence and a known type, as written (damaged = true: best effort, for the loss report).
 // Sequences that cannot be read at all are appended to `unreadable`. *expected: the next
 // sequence, advanced past what was passed on.
-void CollectDropped(const std::string& data, size_t from, uint64_t* expected,
+// Returns whether data[from, end) was nothing but valid records (gaps between them allowed: a
+// missing segment leaves the next one intact).
+bool CollectDropped(const std::string& data, size_t from, uint64_t* expected,
                     const std::function<void(const WalRecord&, bool)>& on_dropped,
                     std::vector<std::pair<uint64_t, uint64_t>>* unreadable) {
   WalRecord record;
   size_t pos = from;
+  bool intact = true;
   while (pos < data.size()) {
     size_t n = 0;
     if (ParseWalRecord(data.data() + pos, data.size() - pos, &record, &n).ok()) {
@@ -176,17 +179,40 @@ void CollectDropped(const std::string& data, size_t from, uint64_t* expected,
         if (on_dropped) on_dropped(record, true);
         ++*expected;
         pos += kWalHeaderBytes + length;
+        intact = false;
         continue;
       }
     }
+    intact = false;
     uint64_t next = 0;
     size_t offset = 0;
     if (!FindNextValidRecord(data, pos + 1, *expected - 1, &next, &offset)) {
       if (!AllZero(data, pos)) unreadable->emplace_back(*expected, 0);  // how many records: unknown
-      return;
+      return intact;
     }
     pos = offset;
   }
+  return intact;
+}
+
+// The first sequence of damaged bytes at `pos` that end before the valid record `next`: the one
+// after the last valid record read, or, if none was read yet (older segments pruned), the
+// damaged record's own sequence field when it is plausible (best effort, for the message).
+uint64_t FirstDamaged(const std::string& data, size_t pos, uint64_t prev, uint64_t next) {
+  if (prev != 0) return prev + 1;
+  if (data.size() - pos >= kWalHeaderBytes) {
+    const uint64_t written = LoadLe64(data.data() + pos + 9);
+    if (written > 0 && written < next) return written;
+  }
+  return 1;
+}
+
+// The warning for records that are damaged or missing but not needed: every one of them is
+// <= the covered sequence of the snapshot being replayed from.
+std::string CoveredWarning(const std::string& what, uint64_t covered) {
+  return absl::StrCat(what, "; the snapshot in use covers every record through sequence ", covered,
+                      ", so they are not needed and nothing is lost (an older snapshot can no longer be a "
+                      "lossless fallback until the next snapshot prunes this segment)");
 }
 
 }  // namespace
@@ -316,8 +342,10 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     const std::string name = e->d_name;
     uint64_t n = 0;
     if (ParseSegmentName(name, &n)) numbers.push_back(n);
-    // *.log.corrupt* keep their number reserved so a new segment never collides with them.
-    const size_t dot = name.find(".log.corrupt");
+    // *.log.corrupt* and *.log.dropped* keep their number reserved so a new segment never
+    // collides with them.
+    size_t dot = name.find(".log.corrupt");
+    if (dot == std::string::npos) dot = name.find(".log.dropped");
     if (dot != std::string::npos && ParseSegmentName(name.substr(0, dot + 4), &n)) max_number = std::max(max_number, n);
   }
   ::closedir(d);
@@ -328,8 +356,9 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
 
   // Segments the manifest lists must all be there: a missing one is acknowledged data gone.
   bool missing_prefix = false;
-  bool missing_tail = false;   // newer segments than any present are gone (accepted)
-  std::string missing_listed;  // what is missing, for the messages below
+  bool missing_tail = false;    // newer segments than any present are gone (accepted)
+  bool missing_middle = false;  // segments gone with a present one after them
+  std::string missing_listed;   // what is missing, for the messages below
   if (options.expected_last_segment > 0) {
     std::vector<uint64_t> missing;
     for (uint64_t n = options.expected_first_segment; n <= options.expected_last_segment; ++n) {
@@ -340,7 +369,14 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     // only if the state still needs it, which the log's first sequence tells after reading
     // (require_from_sequence below). Any other missing segment held records the state needs.
     missing_prefix = !missing.empty() && !numbers.empty() && missing.back() < numbers.front();
-    if (!missing.empty() && !missing_prefix) {
+    // Missing segments with a present one after them: the sequence gap they leave is found while
+    // reading, and is a loss only if the snapshot in use does not cover it (decided there).
+    missing_middle = !missing.empty() && !missing_prefix && !numbers.empty() && missing.back() < numbers.back();
+    if (missing_middle) {
+      missing_listed = absl::StrCat(missing.size(), " WAL segment(s) listed in the manifest are missing from ",
+                                    options.dir, " (", SegmentName(missing.front()),
+                                    missing.size() > 1 ? absl::StrCat(" .. ", SegmentName(missing.back())) : "", ")");
+    } else if (!missing.empty() && !missing_prefix) {
       const std::string what = absl::StrCat(missing.size(), " WAL segment(s) listed in the manifest are missing from ",
                                             options.dir, " (", SegmentName(missing.front()),
                                             missing.size() > 1 ? absl::StrCat(" .. ", SegmentName(missing.back())) : "",
@@ -441,7 +477,8 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     }
     seg.header_bytes = pos;
     std::string problem;
-    uint64_t next_sequence = 0;  // of the first valid record after a bad one (0: none)
+    uint64_t next_sequence = 0;        // of the first valid record after a bad one (0: none)
+    bool gap_at_valid_record = false;  // the problem is records missing, not damaged bytes
     while (pos < data.size()) {
       size_t n = 0;
       absl::Status s = ParseWalRecord(data.data() + pos, data.size() - pos, &record, &n);
@@ -456,9 +493,25 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
         s = absl::DataLossError(absl::StrCat("sequence ", record.sequence, ", expected ", prev_sequence + 1));
         sequence_gap = record.sequence > prev_sequence + 1;
       }
+      if (sequence_gap && record.sequence - 1 <= after_sequence) {
+        // Records missing, but all of them older than the snapshot being replayed from: the
+        // state does not need them (RocksDB and PostgreSQL start at the checkpoint too).
+        const std::string what = CoveredWarning(
+            missing_listed.empty() ? absl::StrCat(seg.path, " offset ", pos, ": records ", prev_sequence + 1, "..",
+                                                  record.sequence - 1, " are missing")
+                                   : absl::StrCat(missing_listed, ": records ", prev_sequence + 1, "..",
+                                                  record.sequence - 1, " are missing"),
+            after_sequence);
+        std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
+        rep.skipped_damage.push_back(what);
+        s = absl::OkStatus();
+        sequence_gap = false;
+        missing_listed.clear();
+      }
       if (sequence_gap) {  // a valid record, but records before it are missing
         next_sequence = record.sequence;
         problem = std::string(s.message());
+        gap_at_valid_record = true;
         break;
       }
       if (!s.ok()) {
@@ -474,6 +527,19 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                                                 ") follows without a gap, so no record is lost");
           std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
           rep.skipped_damage.push_back(what);
+          pos = next_offset;
+          continue;
+        }
+        if (next_sequence != 0 && next_sequence - 1 <= after_sequence) {
+          const std::string what =
+              CoveredWarning(absl::StrCat(seg.path, " offset ", pos, ": ", next_offset - pos, " damaged bytes (",
+                                          s.message(), "); the next valid record has sequence ", next_sequence,
+                                          ", so records ", FirstDamaged(data, pos, prev_sequence, next_sequence), "..",
+                                          next_sequence - 1, " are damaged"),
+                             after_sequence);
+          std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
+          rep.skipped_damage.push_back(what);
+          prev_sequence = next_sequence - 1;  // the gap is accounted for: no second warning
           pos = next_offset;
           continue;
         }
@@ -540,6 +606,19 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       recovered.push_back(seg);
       continue;
     }
+    if (!gap_at_valid_record && next_sequence != 0 && next_sequence - 1 <= after_sequence) {
+      // Damage at the end of a segment whose lost records the snapshot in use covers.
+      const std::string what = CoveredWarning(
+          absl::StrCat(seg.path, " offset ", pos, ": ", data.size() - pos, " damaged bytes (", problem,
+                       "); the next valid record has sequence ", next_sequence, ", so records ",
+                       FirstDamaged(data, pos, prev_sequence, next_sequence), "..", next_sequence - 1, " are damaged"),
+          after_sequence);
+      std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
+      rep.skipped_damage.push_back(what);
+      prev_sequence = next_sequence - 1;  // the next segment continues without a second warning
+      recovered.push_back(seg);
+      continue;
+    }
     const bool complete = RecordIsComplete(data, pos);
     // An all-zero header was never written by us (type 0 does not exist): its sector did not
     // reach the disk, whatever came after it.
@@ -564,8 +643,18 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
                                  " bytes dropped");
       std::cerr << "cmestreamd: WAL recovery: " << rep.problem << "\n";
     } else {
+      // A gap at a valid record is records missing (a deleted segment, typically), not damage:
+      // the bytes here are intact and are named so (never *.corrupt).
+      const std::string missing_what =
+          missing_listed.empty()
+              ? absl::StrCat(seg.path, " offset ", pos, ": records ", prev_sequence + 1, "..", next_sequence - 1,
+                             " are missing (", problem, ")")
+              : absl::StrCat(missing_listed, ": records ", prev_sequence + 1, "..", next_sequence - 1, " are missing (",
+                             seg.path, " continues at sequence ", next_sequence, ")");
       const std::string what =
-          next_sequence == 0
+          gap_at_valid_record
+              ? absl::StrCat(missing_what, ", so records ", prev_sequence + 1, "..", next_sequence - 1, " are lost")
+          : next_sequence == 0
               ? absl::StrCat(seg.path, " offset ", pos, ": the last record (sequence ", prev_sequence + 1,
                              ") is complete but damaged (", problem,
                              "); it was written whole, so it may have been acknowledged")
@@ -580,38 +669,59 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
       // Point in time: everything from here on is dropped, not only the damaged record. Read
       // what can be read of it for the per-model report (before the files are renamed).
       uint64_t expected = prev_sequence + 1;
-      CollectDropped(data, pos, &expected, options.on_dropped_record, &rep.lost_unreadable);
+      const bool here_intact =
+          CollectDropped(data, pos, &expected, options.on_dropped_record, &rep.lost_unreadable) && gap_at_valid_record;
+      std::vector<bool> later_intact;
       for (size_t sj = si + 1; sj < numbers.size(); ++sj) {
         std::string later;
-        if (!files::ReadFile(absl::StrCat(options.dir, "/", SegmentName(numbers[sj])), &later).ok()) continue;
+        if (!files::ReadFile(absl::StrCat(options.dir, "/", SegmentName(numbers[sj])), &later).ok()) {
+          later_intact.push_back(false);
+          continue;
+        }
         const size_t from = later.size() >= kWalSegmentHeaderBytes && std::memcmp(later.data(), kSegmentMagic, 8) == 0
                                 ? kWalSegmentHeaderBytes
                                 : 0;
-        CollectDropped(later, from, &expected, options.on_dropped_record, &rep.lost_unreadable);
+        later_intact.push_back(CollectDropped(later, from, &expected, options.on_dropped_record, &rep.lost_unreadable));
       }
       // Said once, as what happens: the records named above and every valid one after them.
       const std::string dropped =
-          absl::StrCat(seg.path, " offset ", pos, ": damaged record (", problem,
-                       "); recovery stops before it (point in time), so records ", prev_sequence + 1, "..",
-                       std::max(expected - 1, prev_sequence + 1), " are dropped");
+          gap_at_valid_record
+              ? absl::StrCat(missing_what, "; recovery stops there (point in time), so records ", prev_sequence + 1,
+                             "..", std::max(expected - 1, prev_sequence + 1), " are dropped")
+              : absl::StrCat(seg.path, " offset ", pos, ": damaged record (", problem,
+                             "); recovery stops before it (point in time), so records ", prev_sequence + 1, "..",
+                             std::max(expected - 1, prev_sequence + 1), " are dropped");
       rep.data_loss.push_back(dropped);
-      const std::string saved = absl::StrCat(seg.path, ".corrupt.", static_cast<long long>(std::time(nullptr)));
+      // Damaged files are kept as *.corrupt.TIME; intact ones that recovery does not replay (they
+      // follow the point in time) as *.dropped.TIME, so nobody takes them for damage.
+      const auto kept_name = [](const std::string& path, bool intact) {
+        return absl::StrCat(path, intact ? ".dropped." : ".corrupt.", static_cast<long long>(std::time(nullptr)));
+      };
+      const std::string saved = kept_name(seg.path, here_intact);
       if (absl::Status s = files::CopyFileSynced(seg.path, saved); !s.ok()) return s;
+      int renamed_corrupt = 0, renamed_dropped = 0;
       for (size_t sj = si + 1; sj < numbers.size(); ++sj) {
         const std::string p = absl::StrCat(options.dir, "/", SegmentName(numbers[sj]));
         struct stat st;
         if (::stat(p.c_str(), &st) == 0) rep.bytes_dropped += static_cast<uint64_t>(st.st_size);
-        const std::string q = absl::StrCat(p, ".corrupt.", static_cast<long long>(std::time(nullptr)));
+        const bool intact = later_intact[sj - si - 1];
+        const std::string q = kept_name(p, intact);
         if (::rename(p.c_str(), q.c_str()) != 0) {
           return absl::InternalError(absl::StrCat("cannot rename ", p, " to ", q, ": ", Errno(errno)));
         }
+        ++(intact ? renamed_dropped : renamed_corrupt);
       }
-      rep.problem = absl::StrCat(dropped,
-                                 "; DATA LOSS accepted (--accept-data-loss): recovery stopped there (point in "
-                                 "time: sequence ",
-                                 prev_sequence, "), ", rep.bytes_dropped, " bytes not applied, kept in ", saved,
-                                 si + 1 < numbers.size() ? " and the later segments renamed *.corrupt.*" : "");
+      rep.problem = absl::StrCat(
+          dropped,
+          "; DATA LOSS accepted (--accept-data-loss): recovery stopped there (point in "
+          "time: sequence ",
+          prev_sequence, "), ", rep.bytes_dropped, " bytes not applied, kept in ", saved,
+          renamed_dropped > 0 ? absl::StrCat("; ", renamed_dropped, " later intact segment(s) renamed *.dropped.*")
+                              : "",
+          renamed_corrupt > 0 ? absl::StrCat("; ", renamed_corrupt, " later damaged segment(s) renamed *.corrupt.*")
+                              : "");
       std::cerr << "cmestreamd: WAL recovery ERROR: " << rep.problem << "\n";
+      missing_listed.clear();
     }
     if (absl::Status s = files::TruncateAndSync(seg.path, pos); !s.ok()) return s;
     recovered.push_back(seg);
@@ -631,6 +741,17 @@ absl::StatusOr<std::unique_ptr<Wal>> Wal::Open(const WalOptions& options, uint64
     rep.lost_unreadable.emplace_back(prev_sequence + 1, options.require_through_sequence);
   }
   if (missing_tail && !stop) rep.lost_unreadable.emplace_back(prev_sequence + 1, 0);  // their count: unknown
+  if (options.log_end_unknown && !missing_tail && !stop) {
+    // Nothing lists the segments that must exist (the manifest is gone or damaged), so later
+    // segments may have been deleted with it: how many records followed is unknown, not zero.
+    rep.lost_unreadable.emplace_back(prev_sequence + 1, 0);
+  }
+  if (missing_middle && !missing_listed.empty() && !stop) {
+    // The missing segments left no gap in the sequence: they held no record the log lacks.
+    const std::string what = absl::StrCat(missing_listed, ": no sequence is missing from the log, so nothing is lost");
+    std::cerr << "cmestreamd: WAL recovery: warning: " << what << "\n";
+    rep.skipped_damage.push_back(what);
+  }
   if (missing_prefix) {
     // Older segments are gone. Lost only if the state needs records older than the log's
     // first (then the check at the first record above has already refused or reported it).

@@ -77,12 +77,19 @@
 //
 // RECOVERY (Open): the segments the manifest lists must all exist, except older ones whose
 // records the state no longer needs (all missing segments below the first present one, and the
-// log's first record <= require_from_sequence: a warning, nothing lost); a segment whose header
+// log's first record <= require_from_sequence: a warning, nothing lost) and ones between two
+// present segments whose records are all <= after_sequence (found as a sequence gap while
+// reading: a warning); a segment whose header
 // checksum fails refuses, unless accept_data_loss (its records are then read as version 1, each
 // checked by its own checksum); then segments are read in
 // numeric order and every record checked (length within the file, CRC, sequence = previous +
 // 1). A record whose CRC matches but whose type is unknown was written by a newer version:
 // the start is refused (never cut). At the first bad record:
+//   * damaged bytes or missing records that are all <= after_sequence (the snapshot being
+//     replayed from covers them; found by the next valid record's sequence): not needed, so
+//     a warning naming the file and offset (skipped_damage), and reading goes on — never a
+//     refusal and never a reason to drop later records (RocksDB and PostgreSQL start at the
+//     checkpoint too);
 //   * damaged bytes followed, in the same segment or at the start of the next, by the very
 //     next sequence: nothing appended is lost (bytes that are not a record); they are skipped
 //     with a warning (WalRecoveryReport::skipped_damage) and reading goes on;
@@ -99,7 +106,9 @@
 //     sequence), or a last record that was written whole and then damaged. Open fails with
 //     FailedPrecondition naming the file, the offset and the sequences lost, unless
 //     accept_data_loss: then recovery stops there (point in time), the damaged segment is
-//     copied to *.log.corrupt.TIME, later segments are renamed likewise, and the loss is listed
+//     copied to *.log.corrupt.TIME, later segments are renamed likewise — except that a segment
+//     whose bytes are all valid records (the one after a missing segment, later intact ones) is
+//     named *.log.dropped.TIME: it is not replayed, but it is not damaged — and the loss is listed
 //     in WalRecoveryReport::data_loss; every dropped record that can still be read is passed to
 //     WalOptions::on_dropped_record (the per-model loss report), the unreadable sequences go to
 //     WalRecoveryReport::lost_unreadable.

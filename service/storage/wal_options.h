@@ -30,6 +30,10 @@ struct WalOptions {
   uint64_t expected_last_segment = 0;     // exist (0 0: no expectation)
   uint64_t require_from_sequence = 0;     // the first record needed (snapshot covered + 1); 0: none
   uint64_t require_through_sequence = 0;  // the log must reach at least this sequence; 0: none
+  // With accept_data_loss: nothing says which segments must exist (the manifest is missing or
+  // damaged), so the log may have ended later than what is on disk: the records after the last
+  // one read are reported lost, their number unknown (WalRecoveryReport::lost_unreadable).
+  bool log_end_unknown = false;
   // Called (under the WAL's lock) whenever the set of segment files changes, with the first
   // and last segment numbers that now exist (the manifest records them). An error fails the
   // append that created the segment.

@@ -536,8 +536,11 @@ class LifecycleTest(unittest.TestCase):
         got = self.digests(d)
         self.assertEqual(got["m"][1], before["m"][1] - 1000)
         lines = self.loss_lines(d.log_path)
-        self.assertEqual([(l["model"], l["pairs_dropped"], l["model_dropped"]) for l in lines], [(None, None, None)])
-        self.assertIsNone(lines[0]["wal_sequences"][0][1])  # how many records the segment held: unknown
+        # The last segment is gone: what m lost there is unknown (never reported as 0).
+        self.assertEqual([(l["model"], l["pairs_dropped"], l["model_dropped"]) for l in lines],
+                         [("m", None, False), (None, None, None)])
+        self.assertEqual(lines[0]["extent"], "unknown")
+        self.assertIsNone(lines[1]["wal_sequences"][0][1])  # how many records the segment held: unknown
 
     def test_a_missing_manifest_and_segment_refuse_by_name(self):
         data, snaps, segs, before = self.two_snapshots_and_a_tail("manifest-missing")
@@ -547,8 +550,21 @@ class LifecycleTest(unittest.TestCase):
         self.assertIn("MANIFEST is missing", log)
         self.assertIn("--accept-data-loss", log)
         d = self.start(data, "--accept-data-loss")
-        self.assertIn("DATA LOSS accepted", read_text(d.log_path))
+        log = read_text(d.log_path)
+        self.assertIn("DATA LOSS accepted", log)
         self.assertEqual(self.digests(d)["m"][1], before["m"][1] - 1000)
+        # Issue 49 case 3: without the manifest nothing says where the log ended, so the loss is
+        # reported as unknown (at least what is known), never as "no WAL record was dropped".
+        self.assertNotIn("no WAL record was dropped", log)
+        lines = self.loss_lines(d.log_path)
+        self.assertEqual([(l["model"], l["pairs_dropped"], l["extent"]) for l in lines if l["model"]],
+                         [("m", None, "unknown")])
+        tail = [l for l in lines if l["model"] is None]
+        self.assertEqual(len(tail), 1)
+        self.assertIsNone(tail[0]["wal_sequences"][0][1])
+        self.assertIn('data loss: model "m": unknown, at least 0 acknowledged pairs lost', log)
+        self.assertIn("in total unknown, at least 0 pairs in 1 model(s)", log)
+        self.assertNotRegex(log, r" 0 lost[,)]")  # the summary line agrees: not "0 lost"
 
     def test_accept_data_loss_reports_per_model_what_it_drops(self):
         data = os.path.join(self.dir, "report")
@@ -612,6 +628,65 @@ class LifecycleTest(unittest.TestCase):
         self.assertIn("refusing to start", log)
         self.assertEqual(sorted(glob.glob(os.path.join(data, "snapshots", "*.snap"))), snaps)  # kept in place
         self.assertEqual(glob.glob(os.path.join(data, "snapshots", "unusable", "*")), [])
+
+    def test_a_flipped_byte_in_a_record_the_snapshot_covers_warns_and_loses_nothing(self):
+        # Issue 49 case 1: the newest snapshot covers the damaged record, so it is not needed:
+        # the start needs no flag, serves every pair, and warns with the file and the offset.
+        data, snaps, segs, before = self.two_snapshots_and_a_tail("covered-flip")
+        off, length, typ, seq = [r for r in records(segs[0]) if r[2] == 3][-1]  # a batch before B's cut
+        self.flip(segs[0], off + RECORD_HEADER + length // 2)
+        d = self.start(data)
+        self.assertEqual(self.digests(d), before)  # every acknowledged pair, the same state
+        log = read_text(d.log_path)
+        self.assertIn(f"{segs[0]} offset {off}", log)
+        self.assertIn(f"records {seq}..{seq} are damaged", log)
+        self.assertIn("so they are not needed and nothing is lost", log)
+        self.assertNotIn("DATA LOSS", log)
+        self.assertEqual(self.loss_lines(d.log_path), [])
+        self.assertEqual(glob.glob(os.path.join(data, "wal", "*.corrupt.*")), [])
+
+    def test_a_missing_middle_segment_reports_per_model_and_producer_what_each_lacks(self):
+        # Issue 49 case 2: models a and b fed alternately by producers pa and pb over three
+        # segments (one per run: each start opens a new one), the middle one deleted.
+        data = os.path.join(self.dir, "middle")
+        acked = {"a": 0, "b": 0}
+        rng = np.random.default_rng(49)
+        for run in range(3):
+            d = self.start(data)
+            if run == 0:
+                self.create(d, "a", dim=2, sigma=0.5, max_dict=60)
+                self.create(d, "b", dim=2, sigma=0.5, max_dict=60)
+            for k in range(4):
+                for name, producer, n in (("a", "pa", 400 + 100 * k), ("b", "pb", 50 + 25 * k)):
+                    x = rng.uniform(-1, 1, size=(n, 2))
+                    self.ingest(d, name, x, 0.9 * x, producer=producer, offset=acked[name])
+                    acked[name] += n
+            self.kill9(d)
+        segs = sorted(glob.glob(os.path.join(data, "wal", "*.log")))
+        self.assertEqual(len(segs), 3)
+        os.remove(segs[1])
+        log = self.start(data, expect_fail=True)
+        self.assertIn(os.path.basename(segs[1]), log)
+        d = self.start(data, "--accept-data-loss")
+        have = {name: samples for name, (_, samples) in self.digests(d).items()}
+        lines = {l["model"]: l for l in self.loss_lines(d.log_path) if l["model"]}
+        self.assertEqual(set(lines), {"a", "b"})
+        for name, producer in (("a", "pa"), ("b", "pb")):
+            lacks = acked[name] - have[name]
+            self.assertGreater(lacks, 0)
+            self.assertEqual(lines[name]["pairs_dropped"], lacks, name)  # what the model lacks, exactly
+            self.assertEqual(lines[name]["extent"], "exact", name)
+            self.assertEqual(lines[name]["producers"], [{"producer": producer, "offsets": [have[name], acked[name]]}])
+        text = read_text(d.log_path)
+        total = sum(acked[n] - have[n] for n in acked)
+        self.assertIn(f'data loss: model "a": {acked["a"] - have["a"]} acknowledged pairs lost; '
+                      f'producer "pa" offsets {have["a"]}..{acked["a"] - 1}', text)
+        self.assertIn(f"data loss: in total {total} pairs in 2 model(s)", text)
+        self.assertRegex(text, rf"recovered .* \d+ records \({total} pairs\) lost\)")
+        # The segment after the gap is intact: kept as *.dropped.*, never called damaged.
+        self.assertEqual(glob.glob(os.path.join(data, "wal", "*.corrupt.*")), [])
+        self.assertEqual(len(glob.glob(segs[2] + ".dropped.*")), 1)
+        self.assertNotIn("damaged record", text)
 
     def test_a_deleted_older_segment_the_snapshot_covers_loses_nothing(self):
         data, snaps, segs, before = self.two_snapshots_and_a_tail("covered")

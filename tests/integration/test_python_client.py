@@ -428,6 +428,26 @@ class PythonClientTest(unittest.TestCase):
             m.ingest(x, x, episode_id="e")
         self.assertNothingApplied("kwargs")
 
+    def test_a_client_key_that_is_not_its_certificates_is_refused_naming_both_files(self):
+        # gRPC would only fail the connection ("empty address list"); the client names the files.
+        with tempfile.TemporaryDirectory(prefix="cmestream-tls-") as d:
+            for name in ("one", "two"):
+                subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                                "-subj", f"/CN={name}", "-keyout", f"{d}/{name}.key", "-out", f"{d}/{name}.pem"],
+                               check=True, capture_output=True)
+            with self.assertRaises(ValueError) as e:
+                Client(self.daemon.grpc_target, tls_ca=f"{d}/one.pem", tls_cert=f"{d}/one.pem",
+                       tls_key=f"{d}/two.key")
+            self.assertEqual(str(e.exception),
+                             f"tls_cert and tls_key do not match: the private key in '{d}/two.key' is not the key "
+                             f"of the certificate in '{d}/one.pem'")
+            with self.assertRaises(ValueError) as e:
+                Client(self.daemon.grpc_target, tls_ca=f"{d}/one.pem", tls_cert=f"{d}/one.pem",
+                       tls_key=f"{d}/missing.key")
+            self.assertIn(f"cannot read '{d}/missing.key'", str(e.exception))
+            Client(self.daemon.grpc_target, tls_ca=f"{d}/one.pem", tls_cert=f"{d}/one.pem",
+                   tls_key=f"{d}/one.key").close()
+
     def test_out_of_range_arguments_raise_value_error_naming_them(self):
         c = self.client
         m = c.create("ranges", dim=2, sigma=0.5)

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "client/cpp/client.h"
 #include "cmestream/v1/cmestream.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -238,6 +239,29 @@ TEST_F(SecurityTest, KeyThatIsNotTheCertificatesFailsTheStartNamingBothFlags) {
 // The scope table against the proto: every RPC of every cmestream.v1 service has exactly one
 // row (a new RPC fails here until it is classified), no row names an RPC that does not exist,
 // and the read-only ones (every QueryService query, GetModel, ListModels) need only read.
+// A client key that is not its certificate's: gRPC would only fail the connection ("empty
+// address list: (UNAVAILABLE)"); Client::Connect refuses first and names both files.
+TEST_F(SecurityTest, ClientKeyThatIsNotItsCertificatesIsRefusedBeforeConnectingNamingBothFiles) {
+  Pki pki(dir_);
+  ASSERT_TRUE(HavePki(pki)) << "openssl failed: " << pki.error();
+  client::ClientOptions o;
+  o.tls_ca_file = pki.path("ca.pem");
+  o.tls_cert_file = pki.path("client.pem");
+  o.tls_key_file = pki.path("other.key");  // a valid key, of another certificate
+  absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+  EXPECT_EQ(std::string(c.status().message()), "TLS client certificate and key do not match: the private key in '" +
+                                                   pki.path("other.key") + "' is not the key of the certificate in '" +
+                                                   pki.path("client.pem") + "' (subject /CN=producer)");
+  o.tls_key_file = pki.path("client.pem");  // a certificate where the key belongs
+  c = client::Client::Connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("holds no private key that can be read"));
+  o.tls_key_file = pki.path("client.key");
+  EXPECT_TRUE(client::Client::Connect(o).ok());
+}
+
 TEST(ScopeTableTest, EveryRpcOfTheProtoIsClassifiedAndQueriesNeedOnlyRead) {
   std::set<std::string> in_proto;
   for (const google::protobuf::MethodDescriptor* m : testing_util::AllMethods()) {

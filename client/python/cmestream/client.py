@@ -108,6 +108,28 @@ def _retry_after(error, attempt: int) -> Optional[float]:
     return min(5.0, hint / 1000.0 * (2 ** attempt))
 
 
+def check_tls_key_pair(cert: str, key: str) -> None:
+    """Raises ValueError naming both files if the private key in `key` is not the key of the
+    certificate in `cert` (or either does not load). gRPC would only fail the connection, as
+    "empty address list" or a failed handshake, without saying which file is wrong."""
+    import ssl
+    for name, path in (("tls_cert", cert), ("tls_key", key)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as e:
+            raise ValueError(f"{name}: cannot read '{path}' ({e.strerror})") from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_cert_chain(certfile=cert, keyfile=key)
+    except ssl.SSLError as e:
+        if "KEY_VALUES_MISMATCH" in str(e) or "key values mismatch" in str(e):
+            raise ValueError(f"tls_cert and tls_key do not match: the private key in '{key}' is not the key of "
+                             f"the certificate in '{cert}'") from None
+        raise ValueError(f"tls_cert '{cert}' and tls_key '{key}': expected a PEM certificate and its "
+                         f"unencrypted PEM private key ({e.reason or e})") from None
+
+
 class Client:
     """One channel to one cmestreamd. `timeout` is the deadline of each unary call in seconds."""
 
@@ -142,6 +164,8 @@ class Client:
             raise ValueError("tls_cert and tls_key go together")
         if tls_cert is not None and tls_ca is None:
             raise ValueError("a client certificate needs TLS: pass tls_ca too")
+        if tls_cert is not None:
+            check_tls_key_pair(tls_cert, tls_key)
         if tls_ca is not None:
             def read(path):
                 with open(path, "rb") as f:

@@ -88,6 +88,25 @@ class LimitsTest : public ::testing::Test {
   std::unique_ptr<v1::IngestService::Stub> ingest_;
 };
 
+// --max-memory above what the host (or its cgroup) has could never refuse a model the machine
+// cannot hold: the flag is refused, naming both sizes.
+TEST(MemoryBudgetFlag, ABudgetAboveTheHostsMemoryIsRefused) {
+  const double host = service::HostMemoryLimit();
+  ASSERT_GT(host, 0) << "neither a cgroup limit nor physical memory could be read";
+  const absl::Status over = service::CheckMemoryBudgetFitsHost(2 * host, host);
+  EXPECT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(over.message()),
+              ::testing::HasSubstr("but this host (or its cgroup memory limit) has " + service::FormatBytes(host)));
+  EXPECT_TRUE(service::CheckMemoryBudgetFitsHost(host, host).ok());
+  EXPECT_TRUE(service::CheckMemoryBudgetFitsHost(1e18, 0).ok());  // host unknown: nothing to compare with
+  auto flags = service::ParseFlags({"--max-memory", "100T"});     // no test machine has 100 TiB
+  ASSERT_FALSE(flags.ok());
+  EXPECT_THAT(std::string(flags.status().message()), ::testing::HasSubstr("flag --max-memory is 100"));
+  auto fine = service::ParseFlags({"--max-memory", "64M"});
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(fine->options.limits.max_memory_bytes, 64.0 * (1 << 20));
+}
+
 TEST_F(LimitsTest, OversizedBatchIsRefusedAndNothingApplied) {
   service::LimitOptions limits;
   limits.max_batch_pairs = 10;

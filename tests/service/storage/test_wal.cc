@@ -370,6 +370,130 @@ TEST(Wal, SequenceGapRefusesUnlessLossIsAccepted) {
   EXPECT_NE(rep.problem.find("sequence 9, expected 3"), std::string::npos) << rep.problem;
 }
 
+TEST(Wal, DamageInARecordTheSnapshotCoversIsAWarningAndLosesNothing) {
+  const std::string dir = TempDir("covered");
+  const std::string seg = WriteRecords(dir, 6);
+  std::string data = ReadAll(seg);
+  const size_t rec = EncodeWalRecord(WalRecordType::kModelDeleted, 1, "m0").size();
+  const size_t h = kWalSegmentHeaderBytes;
+  data[h + 2 * rec + kWalHeaderBytes] ^= 0x40;  // payload of record 3
+  WriteAllTo(seg, data);
+  // Replayed from a snapshot covering 4: record 3 is not needed, no flag is needed either.
+  Collected c;
+  WalRecoveryReport rep;
+  auto wal = Wal::Open(Options(dir), 4, c.visitor(), &rep);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  ASSERT_EQ(c.records.size(), 2u);  // 5 and 6: every record after the snapshot
+  EXPECT_EQ(c.records[0].sequence, 5u);
+  EXPECT_EQ(c.records[1].sequence, 6u);
+  EXPECT_TRUE(rep.data_loss.empty());
+  EXPECT_FALSE(rep.corrupt);
+  EXPECT_TRUE(rep.lost_unreadable.empty());
+  ASSERT_EQ(rep.skipped_damage.size(), 1u);
+  const std::string& warning = rep.skipped_damage[0];
+  EXPECT_NE(warning.find(seg + " offset " + std::to_string(h + 2 * rec)), std::string::npos) << warning;
+  EXPECT_NE(warning.find("records 3..3 are damaged"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("through sequence 4, so they are not needed and nothing is lost"), std::string::npos)
+      << warning;
+  EXPECT_EQ(ReadAll(seg).substr(0, data.size()), data);  // nothing cut
+  EXPECT_EQ((*wal)->last_sequence(), 6u);
+  wal->reset();
+  // From a snapshot covering only 2, record 3 is needed: refused as before.
+  auto no = Wal::Open(Options(dir), 2, nullptr, nullptr);
+  ASSERT_FALSE(no.ok());
+  EXPECT_NE(no.status().message().find("records 3..3 are lost"), std::string::npos) << no.status();
+}
+
+// Segments 1 (records 1-2), 2 (3-4) and 3 (5-6); returns their paths.
+std::vector<std::string> ThreeSegments(const std::string& dir) {
+  auto wal = Wal::Open(Options(dir), 0, nullptr, nullptr);
+  EXPECT_TRUE(wal.ok()) << wal.status();
+  for (int i = 0; i < 6; ++i) {
+    if (i == 2 || i == 4) {
+      EXPECT_TRUE((*wal)->Rotate().ok());
+    }
+    EXPECT_TRUE((*wal)->AppendModelDeleted("m" + std::to_string(i)).ok());
+  }
+  return (*wal)->SegmentPaths();
+}
+
+TEST(Wal, AMissingMiddleSegmentTheSnapshotCoversLosesNothing) {
+  const std::string dir = TempDir("middle_covered");
+  const std::vector<std::string> segs = ThreeSegments(dir);
+  ASSERT_EQ(segs.size(), 3u);
+  fs::remove(segs[1]);
+  WalOptions o = Options(dir);
+  o.expected_first_segment = 1;
+  o.expected_last_segment = 3;
+  Collected c;
+  WalRecoveryReport rep;
+  auto wal = Wal::Open(o, 4, c.visitor(), &rep);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  ASSERT_EQ(c.records.size(), 2u);
+  EXPECT_EQ(c.records[0].sequence, 5u);
+  EXPECT_TRUE(rep.data_loss.empty());
+  ASSERT_EQ(rep.skipped_damage.size(), 1u);
+  EXPECT_NE(rep.skipped_damage[0].find("00000002.log"), std::string::npos) << rep.skipped_damage[0];
+  EXPECT_NE(rep.skipped_damage[0].find("records 3..4 are missing"), std::string::npos) << rep.skipped_damage[0];
+}
+
+TEST(Wal, AMissingMiddleSegmentLosesItsRecordsAndKeepsTheIntactNextOneAsDropped) {
+  const std::string dir = TempDir("middle_lost");
+  const std::vector<std::string> segs = ThreeSegments(dir);
+  ASSERT_EQ(segs.size(), 3u);
+  const std::string third = ReadAll(segs[2]);
+  fs::remove(segs[1]);
+  WalOptions o = Options(dir);
+  o.expected_first_segment = 1;
+  o.expected_last_segment = 3;
+  auto no = Wal::Open(o, 2, nullptr, nullptr);
+  ASSERT_FALSE(no.ok());
+  EXPECT_NE(no.status().message().find("00000002.log"), std::string::npos) << no.status();
+  EXPECT_NE(no.status().message().find("records 3..4 are lost"), std::string::npos) << no.status();
+
+  o.accept_data_loss = true;
+  std::vector<uint64_t> dropped;
+  o.on_dropped_record = [&](const WalRecord& r, bool damaged) {
+    EXPECT_FALSE(damaged);
+    dropped.push_back(r.sequence);
+  };
+  Collected c;
+  WalRecoveryReport rep;
+  auto wal = Wal::Open(o, 0, c.visitor(), &rep);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  EXPECT_EQ(c.records.size(), 2u);                    // 1 and 2: point in time
+  EXPECT_EQ(dropped, (std::vector<uint64_t>{5, 6}));  // read for the report
+  ASSERT_EQ(rep.lost_unreadable.size(), 1u);          // 3..4: the missing segment
+  EXPECT_EQ(rep.lost_unreadable[0], std::make_pair(uint64_t{3}, uint64_t{4}));
+  ASSERT_EQ(rep.data_loss.size(), 1u);
+  EXPECT_NE(rep.data_loss[0].find("records 3..4 are missing"), std::string::npos) << rep.data_loss[0];
+  EXPECT_EQ(rep.data_loss[0].find("damaged"), std::string::npos) << rep.data_loss[0];
+  // The intact segment after the gap is kept whole as *.dropped.*, never named *.corrupt.*.
+  int kept_dropped = 0, kept_corrupt = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().string();
+    if (name.find(".dropped.") != std::string::npos) {
+      ++kept_dropped;
+      EXPECT_EQ(ReadAll(name), third);
+    }
+    if (name.find(".corrupt.") != std::string::npos) ++kept_corrupt;
+  }
+  EXPECT_EQ(kept_dropped, 1);
+  EXPECT_EQ(kept_corrupt, 0);
+}
+
+TEST(Wal, AnUnknownLogEndIsReportedAsAnOpenLoss) {
+  const std::string dir = TempDir("end_unknown");
+  WriteRecords(dir, 3);
+  WalOptions o = Options(dir);
+  o.accept_data_loss = true;
+  o.log_end_unknown = true;
+  WalRecoveryReport rep;
+  ASSERT_TRUE(Wal::Open(o, 0, nullptr, &rep).ok());
+  ASSERT_EQ(rep.lost_unreadable.size(), 1u);
+  EXPECT_EQ(rep.lost_unreadable[0], std::make_pair(uint64_t{4}, uint64_t{0}));  // 4.. unknown end
+}
+
 TEST(Wal, SegmentsListedInTheManifestMustExist) {
   const std::string dir = TempDir("listed");
   WriteRecords(dir, 2);  // segment 1
@@ -1071,12 +1195,72 @@ TEST(LossReport, OneJsonLinePerModelWithWhatWasDropped) {
   loss.AddOrphanBatch(Batch("orphan", "", 0, 5, 4), 12);  // its creation is gone: dim unknown
   loss.AddUnreadable(20, 0);
   EXPECT_FALSE(loss.empty());
+  // The log's end is unknown (20 on): every model may have lost more, so no count is exact.
   const std::vector<std::string> expected = {
-      R"({"model": "kept", "pairs_dropped": 60, "wal_sequences": [[7, 8], [10, 10]], "model_dropped": false})",
-      R"({"model": "new\"\u0001", "pairs_dropped": 10, "wal_sequences": [[9, 9], [11, 11]], "model_dropped": true})",
-      R"({"model": "orphan", "pairs_dropped": null, "wal_sequences": [[12, 12]], "model_dropped": true})",
+      R"({"model": "kept", "pairs_dropped": null, "pairs_dropped_at_least": 60, "extent": "unknown", )"
+      R"("producers": [{"producer": "p", "offsets": [0, null]}], "wal_sequences": [[7, 8], [10, 10]], )"
+      R"("model_dropped": false})",
+      R"({"model": "new\"\u0001", "pairs_dropped": null, "pairs_dropped_at_least": 10, "extent": "unknown", )"
+      R"("producers": [], "wal_sequences": [[9, 9], [11, 11]], "model_dropped": true})",
+      R"({"model": "orphan", "pairs_dropped": null, "pairs_dropped_at_least": 0, "extent": "unknown", )"
+      R"("producers": [], "wal_sequences": [[12, 12]], "model_dropped": true})",
       R"({"model": null, "pairs_dropped": null, "wal_sequences": [[20, null]], "model_dropped": null})"};
   EXPECT_EQ(loss.JsonLines(reg), expected);
+}
+
+TEST(LossReport, ProducerOffsetsGiveWhatAMissingRangeHeldPerModelAndProducer) {
+  Metrics metrics;
+  DeferredBatchLog log;
+  ModelRegistry reg({}, metrics, log);
+  auto wal = OpenAndReplayWal(Options(TempDir("loss_producers")), 0, reg, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(wal.ok()) << wal.status();
+  log.Install(wal->get());
+  const auto record = [](WalRecordType type, uint64_t sequence, const google::protobuf::Message& m) {
+    WalRecord r;
+    r.type = type;
+    r.sequence = sequence;
+    r.payload = m.SerializeAsString();
+    return r;
+  };
+  // The recovered state (records 1..6): a has taken pa's offsets 0..99, b pb's 0..39, c pc's 0..9.
+  ASSERT_TRUE(reg.Create(DuffingConfig("a")).ok());  // logged as records 1..3
+  ASSERT_TRUE(reg.Create(DuffingConfig("b")).ok());
+  ASSERT_TRUE(reg.Create(DuffingConfig("c")).ok());
+  ReplayStats stats;
+  ASSERT_TRUE(ReplayWalRecord(reg, record(WalRecordType::kBatch, 4, Batch("a", "pa", 0, 100, 1)), &stats).ok());
+  ASSERT_TRUE(ReplayWalRecord(reg, record(WalRecordType::kBatch, 5, Batch("b", "pb", 0, 40, 2)), &stats).ok());
+  ASSERT_TRUE(ReplayWalRecord(reg, record(WalRecordType::kBatch, 6, Batch("c", "pc", 0, 10, 3)), &stats).ok());
+  // Records 7..9 are unreadable (a missing segment); 10 and 11 were read and dropped (point in time).
+  LossReport loss;
+  loss.AddUnreadable(7, 9);
+  loss.AddDropped(record(WalRecordType::kBatch, 10, Batch("a", "pa", 250, 50, 4)), reg);
+  loss.AddDropped(record(WalRecordType::kBatch, 11, Batch("b", "pb", 70, 10, 5)), reg);
+  const std::vector<LossReport::ModelLoss> models = loss.Models(reg);
+  ASSERT_EQ(models.size(), 3u);
+  // a: offsets 100..249 were in the unreadable records, 250..299 in the dropped one.
+  EXPECT_EQ(models[0].model, "a");
+  EXPECT_EQ(models[0].pairs, 200u);
+  EXPECT_TRUE(models[0].exact);
+  ASSERT_EQ(models[0].producers.size(), 1u);
+  EXPECT_EQ(models[0].producers[0].first, 100u);
+  EXPECT_EQ(models[0].producers[0].end, 300u);
+  EXPECT_EQ(models[1].model, "b");
+  EXPECT_EQ(models[1].pairs, 40u);  // 40..69 unreadable, 70..79 dropped
+  EXPECT_TRUE(models[1].exact);
+  // c's producer never shows up after the unreadable records: what it lost there is unknown.
+  EXPECT_EQ(models[2].model, "c");
+  EXPECT_EQ(models[2].pairs, 0u);
+  EXPECT_FALSE(models[2].exact);
+  const LossReport::Totals t = loss.Total(reg);
+  EXPECT_EQ(t.records, 5u);  // 7..11
+  EXPECT_TRUE(t.records_exact);
+  EXPECT_EQ(t.pairs, 240u);
+  EXPECT_FALSE(t.pairs_exact);
+  const std::vector<std::string> text = loss.TextLines(reg);
+  ASSERT_EQ(text.size(), 4u);
+  EXPECT_EQ(text[0], R"(model "a": 200 acknowledged pairs lost; producer "pa" offsets 100..299)");
+  EXPECT_EQ(text[2], R"(model "c": unknown, at least 0 acknowledged pairs lost)");
+  EXPECT_EQ(text[3], "in total unknown, at least 240 pairs in 3 model(s), 5 WAL records lost");
 }
 
 }  // namespace
