@@ -4,11 +4,16 @@
 
 #include <csignal>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "Eigen/Core"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "cmestream_version.h"
 #include "service/daemon.h"
 #include "service/flags.h"
@@ -31,6 +36,42 @@ __attribute__((constructor(101), target("arch=x86-64"))) void RequireAvx2() {
 }  // namespace
 #endif
 
+namespace {
+// Testing knob, not a flag (service/README.md "Eigen's cache sizes"): CMESTREAM_EIGEN_CACHE_SIZES
+// = "L1,L2,L3" in bytes (a K or M suffix multiplies by 1024 or 1024^2) replaces the cache sizes
+// Eigen reads from cpuid. Eigen sizes a matrix product's blocks from them, so the order of its
+// sums, and the last bits of the numbers, follow the processor; this lets one machine show what
+// another processor's cache sizes do (tests/integration/test_view_replies_golden.py). Returns
+// false, with a message, on a malformed value. Called before any thread or product runs.
+bool ApplyEigenCacheSizesFromEnvironment() {
+  const char* text = std::getenv("CMESTREAM_EIGEN_CACHE_SIZES");
+  if (text == nullptr || *text == '\0') return true;
+  const std::vector<std::string> parts = absl::StrSplit(text, ',');
+  std::ptrdiff_t sizes[3] = {0, 0, 0};
+  bool ok = parts.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i) {
+    std::string part = parts[i];
+    int64_t unit = 1;
+    if (!part.empty() && (part.back() == 'K' || part.back() == 'k')) unit = 1024;
+    if (!part.empty() && (part.back() == 'M' || part.back() == 'm')) unit = 1024 * 1024;
+    if (unit != 1) part.pop_back();
+    int64_t value = 0;
+    ok = absl::SimpleAtoi(part, &value) && value > 0 && value <= (int64_t{1} << 40) / unit;
+    sizes[i] = static_cast<std::ptrdiff_t>(value * unit);
+  }
+  if (!ok) {
+    std::cerr << "cmestreamd: CMESTREAM_EIGEN_CACHE_SIZES must be L1,L2,L3 (bytes, K or M suffix), got '" << text
+              << "'\n";
+    return false;
+  }
+  std::cerr << "cmestreamd: CMESTREAM_EIGEN_CACHE_SIZES (testing only): Eigen's cache sizes l1=" << sizes[0]
+            << " l2=" << sizes[1] << " l3=" << sizes[2] << " bytes instead of the processor's l1="
+            << Eigen::l1CacheSize() << " l2=" << Eigen::l2CacheSize() << " l3=" << Eigen::l3CacheSize() << "\n";
+  Eigen::setCpuCacheSizes(sizes[0], sizes[1], sizes[2]);
+  return true;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using cmestream::service::Daemon;
   absl::StatusOr<cmestream::service::ParsedFlags> flags =
@@ -47,6 +88,7 @@ int main(int argc, char** argv) {
     std::cout << cmestream::service::kUsage;
     return 0;
   }
+  if (!ApplyEigenCacheSizesFromEnvironment()) return 2;
   // Block the signals in every thread (gRPC's and the exposer's threads inherit this mask);
   // this thread then takes them synchronously with sigwait: no async-signal-safety concerns.
   sigset_t signals;
