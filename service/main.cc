@@ -65,8 +65,9 @@ bool ApplyEigenCacheSizesFromEnvironment() {
     return false;
   }
   std::cerr << "cmestreamd: CMESTREAM_EIGEN_CACHE_SIZES (testing only): Eigen's cache sizes l1=" << sizes[0]
-            << " l2=" << sizes[1] << " l3=" << sizes[2] << " bytes instead of the processor's l1="
-            << Eigen::l1CacheSize() << " l2=" << Eigen::l2CacheSize() << " l3=" << Eigen::l3CacheSize() << "\n";
+            << " l2=" << sizes[1] << " l3=" << sizes[2]
+            << " bytes instead of the processor's l1=" << Eigen::l1CacheSize() << " l2=" << Eigen::l2CacheSize()
+            << " l3=" << Eigen::l3CacheSize() << "\n";
   Eigen::setCpuCacheSizes(sizes[0], sizes[1], sizes[2]);
   return true;
 }

@@ -88,7 +88,7 @@ int FailUsage(const std::string& command, absl::string_view message);
 struct Context {
   std::string server;
   // --server ID=HOST:PORT,ID=HOST:PORT,... (or HOST:PORT,HOST:PORT: each target is its own id):
-  // several daemons, each model on the owner by rendezvous hashing (client/cpp/placement.h).
+  // several daemons, each model on the owner by rendezvous hashing (core/common/placement.h).
   // Filled by ParseServerList; one pod for a single server.
   std::vector<client::Pod> pods;
   std::string model;  // the model the command is about (RouteToOwner); empty: none

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/cpp/placement.h"
+#include "core/common/placement.h"
 
 namespace cmestream::client {
 
@@ -46,9 +46,11 @@ absl::StatusOr<std::unique_ptr<ShardedClient>> ShardedClient::Connect(const Clie
   return c;
 }
 
-const Pod& ShardedClient::Owner(const std::string& model) const { return pods_[PlacementOwner(model, ids_)]; }
+const Pod& ShardedClient::Owner(const std::string& model) const {
+  return pods_[placement::PlacementOwner(model, ids_)];
+}
 
-Client& ShardedClient::For(const std::string& model) { return *clients_[PlacementOwner(model, ids_)]; }
+Client& ShardedClient::For(const std::string& model) { return *clients_[placement::PlacementOwner(model, ids_)]; }
 
 absl::StatusOr<std::vector<v1::ModelInfo>> ShardedClient::List() {
   std::vector<v1::ModelInfo> all;

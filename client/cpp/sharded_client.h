@@ -1,6 +1,6 @@
 // ShardedClient: one client over several cmestreamd pods, each model's calls on its owner.
 //
-// Placement is rendezvous hashing of the model name over the pods' identities (placement.h,
+// Placement is rendezvous hashing of the model name over the pods' identities (core/common/placement.h,
 // the same function as the Python ShardedClient and the daemons' --shard-peers check). Each
 // pod's Client follows one owner redirect (ClientOptions::follow_owner): when the daemons know
 // a different placement than this client (e.g. the pod set changed), a call still reaches the

@@ -108,9 +108,10 @@ BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x, const
     // of the scaled channels (a constant channel is scaled by 1, §1.13): a later move by about
     // that much is a new state.
     out.chosen = 1.0;
-    out.note = median.median > 0 ? "the warm-up's distances overflow: sigma 1 on the scaled channels, no candidate scored"
-                                 : "the warm-up is constant (one distinct state): sigma 1 on the scaled channels, "
-                                   "no candidate scored";
+    out.note = median.median > 0
+                   ? "the warm-up's distances overflow: sigma 1 on the scaled channels, no candidate scored"
+                   : "the warm-up is constant (one distinct state): sigma 1 on the scaled channels, "
+                     "no candidate scored";
     return out;
   }
   if (median.equal_fraction > 0) {
@@ -138,7 +139,8 @@ BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x, const
   }
   if (!(out.chosen > 0) || !std::isfinite(out.chosen)) {
     out.chosen = out.median_distance;
-    out.note = absl::StrCat(out.note, out.note.empty() ? "" : "; ", "no candidate bandwidth scored: sigma = the median distance");
+    out.note = absl::StrCat(out.note, out.note.empty() ? "" : "; ",
+                            "no candidate bandwidth scored: sigma = the median distance");
   }
   if (out.chosen < CompressedCme::kMinSigma || out.chosen > CompressedCme::kMaxSigma) {
     // Distances beyond what a kernel can represent (about 1e-150 or 1e150 on the scaled

@@ -38,7 +38,7 @@ struct BandwidthSelectionOptions {
 };
 
 struct BandwidthSelection {
-  double chosen = 0;  // > 0 and finite, whatever the data (docs/algorithms.md §1.11.1)
+  double chosen = 0;           // > 0 and finite, whatever the data (docs/algorithms.md §1.11.1)
   double median_distance = 0;  // of the distinct points (0: the warm-up is one point)
   std::vector<double> candidates;
   std::vector<double> scores;  // held-out VAMP-2 per candidate

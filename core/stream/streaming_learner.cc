@@ -419,8 +419,8 @@ absl::Status StreamingLearner::FinishWarmup() {
   // The bandwidth is derived from data: the same checks as a user's (SelectBandwidth keeps it
   // in range, so this is a guard, not a path any stream is known to take).
   if (absl::Status s = options_.ValidateSigma(sel.chosen); !s.ok()) {
-    return absl::InternalError(absl::StrCat("the bandwidth chosen from the warm-up (", sel.chosen,
-                                            ") is invalid: ", s.message()));
+    return absl::InternalError(
+        absl::StrCat("the bandwidth chosen from the warm-up (", sel.chosen, ") is invalid: ", s.message()));
   }
   cme_ = std::make_unique<CompressedCme>(learner_options::Cme(options_, sel.chosen));
   AttachCmeLane();

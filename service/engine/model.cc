@@ -49,10 +49,10 @@ std::optional<Model::Failure> Model::failure() const {
 absl::Status Model::Failed() const {
   const std::optional<Failure> f = failure();
   if (!f) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("model '", name(), "' failed", f->sequence ? absl::StrCat(" at WAL record ", f->sequence) : "",
-                   ": ", f->reason, "; it keeps no learner state and refuses data and queries: delete it (",
-                   "`cmestream model delete ", name(), "`) and create it again; the daemon and other models are unaffected"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "model '", name(), "' failed", f->sequence ? absl::StrCat(" at WAL record ", f->sequence) : "", ": ", f->reason,
+      "; it keeps no learner state and refuses data and queries: delete it (", "`cmestream model delete ", name(),
+      "`) and create it again; the daemon and other models are unaffected"));
 }
 
 void Model::MarkFailedLocked(uint64_t sequence, absl::string_view reason) {
@@ -356,7 +356,7 @@ absl::Status Model::EndWarmup(std::optional<uint64_t> replay_sequence) {
   bool written = false;
   {
     absl::MutexLock log_lock(&log_mu_);
-      if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
+    if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
     // A fork's records are its parent's: a record of its own could overtake a parent's batch
     // in flight, which the fork would then skip as already held (ApplyFork).
     if (IsFork(config_)) return RefusedForkIngest();

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/cpp/placement.h"
+#include "core/common/placement.h"
 
 namespace cmestream::service {
 
@@ -50,7 +50,7 @@ Ownership::Ownership(ShardOptions options) : options_(std::move(options)) {
 
 int Ownership::OwnerOf(std::string_view model) const {
   if (!options_.enabled()) return -1;
-  return client::PlacementOwner(model, ids_);
+  return placement::PlacementOwner(model, ids_);
 }
 
 absl::Status Ownership::Check(std::string_view model, grpc::ServerContextBase& ctx, bool allow_override) const {

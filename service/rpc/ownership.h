@@ -2,7 +2,7 @@
 //
 // With --shard-self ID --shard-peers ID=HOST:PORT,... the daemon knows the whole placement:
 // a model belongs to the peer whose identity wins the rendezvous hash of the model's name
-// (client/cpp/placement.h, the one C++ implementation, shared with the clients). A call naming
+// (core/common/placement.h, the one C++ implementation, shared with the clients). A call naming
 // a model this daemon does not own is refused with FAILED_PRECONDITION; the message names the
 // owner and the trailing metadata `cmestream-owner: ID=HOST:PORT` carries it for clients, which
 // follow it once. Nothing is registered, logged or learned for a refused call.

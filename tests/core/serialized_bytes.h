@@ -1,6 +1,6 @@
 // What tests and benchmarks compare objects by: the bytes an object serializes to (its Serialize,
 // what a snapshot holds of it), and their 64-bit FNV-1a hash, the hash the snapshot files and the
-// CLI's digests use (service/storage/snapshot.cc, client::Fnv1a64).
+// CLI's digests use (service/storage/snapshot.cc, placement::Fnv1a64).
 #pragma once
 
 #include <cstddef>

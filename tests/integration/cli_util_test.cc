@@ -13,7 +13,7 @@
 #include "client/cli/json.h"
 #include "client/cli/timescale_text.h"
 #include "client/cpp/client.h"
-#include "client/cpp/placement.h"
+#include "core/common/placement.h"
 
 namespace cmestream::cli {
 namespace {
@@ -156,14 +156,14 @@ TEST(TimescaleCell, InfiniteHasNoErrorBarAndNothingPrintsNan) {
 }
 
 TEST(Placement, MatchesTheReferenceValues) {
-  EXPECT_EQ(client::Fnv1a64(""), 0xcbf29ce484222325ULL);
-  EXPECT_EQ(client::Fnv1a64("a"), 0xaf63dc4c8601ec8cULL);
-  EXPECT_EQ(client::Fnv1a64("foobar"), 0x85944171f73967e8ULL);
-  EXPECT_EQ(client::Mix64(0x9e3779b97f4a7c15ULL), 0xe220a8397b1dcdafULL);
-  EXPECT_EQ(client::PlacementScore("cmestreamd-0", "duffing"), 186938994056951563ULL);
-  EXPECT_EQ(client::PlacementOwner("duffing", {"cmestreamd-0", "cmestreamd-1", "cmestreamd-2"}), 2);
-  EXPECT_EQ(client::PlacementOwner("duffing", {"cmestreamd-2", "cmestreamd-1", "cmestreamd-0"}), 0);
-  EXPECT_EQ(client::PlacementOwner("x", {}), -1);
+  EXPECT_EQ(placement::Fnv1a64(""), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(placement::Fnv1a64("a"), 0xaf63dc4c8601ec8cULL);
+  EXPECT_EQ(placement::Fnv1a64("foobar"), 0x85944171f73967e8ULL);
+  EXPECT_EQ(placement::Mix64(0x9e3779b97f4a7c15ULL), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(placement::PlacementScore("cmestreamd-0", "duffing"), 186938994056951563ULL);
+  EXPECT_EQ(placement::PlacementOwner("duffing", {"cmestreamd-0", "cmestreamd-1", "cmestreamd-2"}), 2);
+  EXPECT_EQ(placement::PlacementOwner("duffing", {"cmestreamd-2", "cmestreamd-1", "cmestreamd-0"}), 0);
+  EXPECT_EQ(placement::PlacementOwner("x", {}), -1);
 }
 
 TEST(WithDefaultPort, AddsThePortOnlyWhereThereIsNone) {

@@ -682,7 +682,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertIn(f'data loss: model "a": {acked["a"] - have["a"]} acknowledged pairs lost; '
                       f'producer "pa" offsets {have["a"]}..{acked["a"] - 1}', text)
         self.assertIn(f"data loss: in total {total} pairs in 2 model(s)", text)
-        self.assertRegex(text, rf"recovered .* \d+ records \({total} pairs\) lost\)")
+        self.assertRegex(text, rf"recovered .* \d+ records \({total} pairs\) lost[,)]")
         # The segment after the gap is intact: kept as *.dropped.*, never called damaged.
         self.assertEqual(glob.glob(os.path.join(data, "wal", "*.corrupt.*")), [])
         self.assertEqual(len(glob.glob(segs[2] + ".dropped.*")), 1)

@@ -68,7 +68,8 @@ TEST(Bandwidth, SparseCountsAndHugeSpreadsGiveAFiniteSigmaInRange) {
   std::poisson_distribution<int> poisson(0.3);
   RowMatrixXd counts(1001, 1);
   for (int t = 0; t < 1001; ++t) counts(t, 0) = poisson(rng);
-  const BandwidthSelection c = SelectBandwidth(counts.topRows(1000), counts.bottomRows(1000), BandwidthSelectionOptions{});
+  const BandwidthSelection c =
+      SelectBandwidth(counts.topRows(1000), counts.bottomRows(1000), BandwidthSelectionOptions{});
   EXPECT_DOUBLE_EQ(c.median_distance, 1.0);  // most distinct pairs differ by one count
   EXPECT_GT(c.chosen, 0.0);
   // Distances of 1e200 overflow no check: sigma is clamped into the kernel's range.

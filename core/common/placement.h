@@ -1,17 +1,20 @@
 // Model placement over several cmestreamd pods by rendezvous hashing (header-only; the same
-// function as client/python/cmestream/placement.py, byte for byte):
+// function as client/python/cmestream/placement.py, byte for byte). The daemon (which refuses
+// other pods' models, service/rpc/ownership.cc) and the clients (which route to the owner,
+// client/cpp/sharded_client.cc) must agree on it, so it lives here, below both: a pure
+// function of two strings, no I/O.
 //   score(identity, model) = mix64(fnv1a64(identity + '\0' + model))
 //   owner(model, identities) = the identity with the highest score (ties: smaller identity)
 // Identities are stable pod names (cmestreamd-0, ...), or the targets themselves.
-#ifndef CMESTREAM_CLIENT_CPP_PLACEMENT_H_
-#define CMESTREAM_CLIENT_CPP_PLACEMENT_H_
+#ifndef CMESTREAM_CORE_COMMON_PLACEMENT_H_
+#define CMESTREAM_CORE_COMMON_PLACEMENT_H_
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace cmestream::client {
+namespace cmestream::placement {
 
 inline uint64_t Fnv1a64(std::string_view data) {
   uint64_t h = 0xcbf29ce484222325ULL;
@@ -47,6 +50,6 @@ inline int PlacementOwner(std::string_view model, const std::vector<std::string>
   return best;
 }
 
-}  // namespace cmestream::client
+}  // namespace cmestream::placement
 
-#endif  // CMESTREAM_CLIENT_CPP_PLACEMENT_H_
+#endif  // CMESTREAM_CORE_COMMON_PLACEMENT_H_
