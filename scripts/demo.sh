@@ -28,8 +28,9 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   # shellcheck disable=SC2086
   steps=$(ninja -C "$BUILD_DIR" -t commands $DEMO_TARGETS 2>/dev/null | wc -l || true)
   echo "== building $DEMO_TARGETS (Release, 2 jobs; $steps steps, fewer if some are up to date):"
-  echo "   about 5 minutes on 2 idle cores from an empty compiler cache, under a minute with a warm"
-  echo "   ccache, seconds when nothing changed. Progress: [done/total, seconds elapsed]."
+  echo "   about 6 minutes on 2 idle cores from an empty compiler cache (11 minutes of CPU; longer"
+  echo "   on a busy machine), under a minute with a warm ccache, seconds when nothing changed."
+  echo "   Progress: [done/total, seconds elapsed]."
   t_build=$(date +%s)
   TARGETS="$DEMO_TARGETS" scripts/build.sh
   echo "== built in $(( $(date +%s) - t_build )) s"
