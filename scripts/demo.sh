@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The demo (README's first command): installs dependencies, builds, starts cmestreamd with its
-# default configuration (loopback, port 0, data under ./demo-out), streams a simulated Duffing
-# oscillator into it, and shows what it learned: dictionary size vs samples seen, the bandwidth
-# sigma chosen automatically, the leading Koopman eigenvalues with implied timescales, and
-# demo-out/duffing_koopman.png (leading eigenfunctions, dictionary atoms, the basins of
-# attraction they reveal next to the true basins). The daemon is stopped (SIGTERM) at the end,
-# also on failure.
+# The demo (README's first command): installs dependencies, builds what it runs (cmestreamd, the
+# CLI, the Python stubs; Release into build/, which scripts/test.sh then completes), starts
+# cmestreamd with its default configuration (loopback, port 0, data under ./demo-out), streams a
+# simulated Duffing oscillator into it, and shows what it learned: dictionary size vs samples
+# seen, the bandwidth sigma chosen automatically, the leading Koopman eigenvalues with implied
+# timescales, and demo-out/duffing_koopman.png (leading eigenfunctions, dictionary atoms, the
+# basins of attraction they reveal next to the true basins). It ends with the answer (timescales,
+# basin accuracy). The daemon is stopped (SIGTERM) at the end, also on failure.
 #   SKIP_BUILD=1 scripts/demo.sh   reuses an existing build in ${BUILD_DIR:-build}
 #   SEED=3 scripts/demo.sh         another simulated trajectory (default seed 1)
 set -euo pipefail
