@@ -1,6 +1,7 @@
 // Limits and backpressure of cmestreamd: --max-batch-pairs, --max-models,
 // --max-dim, --max-queued-batches, each with its status code and a message naming the limit
 // and its flag, and nothing applied on refusal. The daemon runs in-process on loopback port 0.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -30,9 +31,12 @@ using ::testing::HasSubstr;
 class LimitsTest : public ::testing::Test {
  protected:
   void Start(const service::LimitOptions& limits) {
-    data_dir_ =
-        std::filesystem::temp_directory_path() / ("cmestreamd-limits-" + std::to_string(::getpid()) + "-" +
-                                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // One flat directory per test: a parameterized test's name ("Name/0") has a '/', which made
+    // a nested directory whose parent TearDown left behind.
+    std::string test_name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(test_name.begin(), test_name.end(), '/', '_');
+    data_dir_ = std::filesystem::temp_directory_path() /
+                ("cmestreamd-limits-" + std::to_string(::getpid()) + "-" + test_name);
     service::DaemonOptions options;
     options.listen = "127.0.0.1:0";
     options.metrics_listen = "127.0.0.1:0";
@@ -48,8 +52,10 @@ class LimitsTest : public ::testing::Test {
     ingest_ = v1::IngestService::NewStub(channel_);
   }
   void TearDown() override {
+    // Stop the daemon (its shutdown snapshot is the last write to the data dir), then remove it.
     if (daemon_) daemon_->Shutdown();
-    std::filesystem::remove_all(data_dir_);
+    daemon_.reset();
+    if (!data_dir_.empty()) std::filesystem::remove_all(data_dir_);
   }
   grpc::Status Create(const std::string& name, uint32_t dim, uint32_t max_dict = 1000) {
     grpc::ClientContext ctx;

@@ -37,10 +37,35 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Every directory TempDir made is removed when the test program exits (ctest runs one test per
+// process, so after each test); a test that crashes leaves its directory for a look.
+class TempDirs {
+ public:
+  ~TempDirs() {
+    for (const fs::path& p : paths_) {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  }
+  void Add(const fs::path& p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    paths_.push_back(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<fs::path> paths_;
+};
+TempDirs& CreatedTempDirs() {
+  static TempDirs dirs;  // destroyed, and so the directories removed, when the program exits
+  return dirs;
+}
+
 std::string TempDir(const std::string& tag) {
   const fs::path p = fs::temp_directory_path() / ("cmestream_wal_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
+  CreatedTempDirs().Add(p);
   return p.string();
 }
 
