@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
+#include <limits>
+#include <numbers>
 #include <numeric>
 #include <utility>
 
@@ -43,25 +45,61 @@ ModeAmplitudes ComputeModeAmplitudes(const KoopmanDecomposition& kd, const Eigen
   if (!(variance > 0)) return out;
 
   const MatrixXcd g = kd.Evaluate(nodes);  // m x k (columns beyond k: constants only)
-  for (Eigen::Index l = 0; l < k; ++l) {
-    if (l == kd.stationary_index) continue;
+  // The centered real span of mode l: [Re g~, Im g~] for an oscillation, [g~] for a real mode.
+  auto span = [&](Eigen::Index l) {
     const std::complex<double> mu = kd.eigenvalues[l];
     const bool oscillating = std::abs(mu.imag()) > 1e-12 * std::max(1.0, std::abs(mu));
-    MatrixXd basis(m, oscillating ? 2 : 1);
-    basis.col(0) = g.col(l).real();
-    if (oscillating) basis.col(1) = g.col(l).imag();
-    const Eigen::RowVectorXd bmean = w.transpose() * basis;
-    basis.rowwise() -= bmean;
-    // Weighted least squares on the span of the columns (a column that does not vary is dropped
-    // by the rank-revealing solve).
-    const MatrixXd wb = w.asDiagonal() * basis;
-    const MatrixXd normal = basis.transpose() * wb;  // 1x1 or 2x2
+    MatrixXd b(m, oscillating ? 2 : 1);
+    b.col(0) = g.col(l).real();
+    if (oscillating) b.col(1) = g.col(l).imag();
+    const Eigen::RowVectorXd bmean = w.transpose() * b;
+    b.rowwise() -= bmean;
+    return b;
+  };
+  // Weighted least-squares fit of y on the columns of b (rank-revealing: a column that does not
+  // vary is dropped); returns the fitted values.
+  auto fit = [&](const MatrixXd& b, const MatrixXd& y) -> MatrixXd {
+    if (b.cols() == 0) return MatrixXd::Zero(y.rows(), y.cols());
+    const MatrixXd wb = w.asDiagonal() * b;
+    const MatrixXd normal = b.transpose() * wb;
     const double scale = normal.diagonal().maxCoeff();
-    if (!(scale > 0) || !std::isfinite(scale)) continue;
+    if (!(scale > 0) || !std::isfinite(scale)) return MatrixXd::Zero(y.rows(), y.cols());
     Eigen::CompleteOrthogonalDecomposition<MatrixXd> cod(normal / scale);
     cod.setThreshold(1e-10);
-    const MatrixXd beta = cod.solve(wb.transpose() * f / scale);  // cols x c
-    const MatrixXd fitted = basis * beta;                          // m x c
+    return b * cod.solve(wb.transpose() * y / scale);
+  };
+  // The background (BACKGROUND in the header): slow modes the data cannot show as cycles.
+  std::vector<Eigen::Index> background;
+  if (options.max_period > 0) {
+    for (Eigen::Index l = 0; l < k; ++l) {
+      if (l == kd.stationary_index) continue;
+      const std::complex<double> mu = kd.eigenvalues[l];
+      const bool oscillating = std::abs(mu.imag()) > 1e-12 * std::max(1.0, std::abs(mu));
+      const double t = l < kd.timescales.size() ? kd.timescales[l] : 0.0;
+      const double period = oscillating ? 2 * std::numbers::pi * kd.dt / std::abs(std::arg(mu)) : 0.0;
+      if ((oscillating && period > options.max_period) || (!oscillating && !(t <= options.max_period))) {
+        background.push_back(l);
+      }
+    }
+  }
+  out.background.assign(k, false);
+  MatrixXd bg(m, 0);
+  for (Eigen::Index l : background) {
+    out.background[l] = true;
+    const MatrixXd b = span(l);
+    bg.conservativeResize(m, bg.cols() + b.cols());
+    bg.rightCols(b.cols()) = b;
+  }
+  const MatrixXd f_rest = f - fit(bg, f);  // the observable with the background partialled out
+  for (Eigen::Index l = 0; l < k; ++l) {
+    if (l == kd.stationary_index) continue;
+    MatrixXd b = span(l);
+    MatrixXd target = f;
+    if (!out.background[l] && bg.cols() > 0) {
+      b -= fit(bg, b);  // the part of the mode the background does not explain
+      target = f_rest;
+    }
+    const MatrixXd fitted = fit(b, target);  // m x c
     const double explained = (fitted.cwiseProduct(w.asDiagonal() * fitted)).sum();
     if (!std::isfinite(explained)) continue;
     out.share[l] = std::clamp(explained / variance, 0.0, 1.0);
@@ -96,11 +134,13 @@ std::vector<Cycle> RankCycles(const KoopmanDecomposition& kd, const VectorXd& pe
     cy.timescale = kd.timescales[l];
     cy.share = a.share[l];
     cy.amplitude = a.amplitude[l];
+    const double t = std::isfinite(cy.timescale) ? cy.timescale : std::numeric_limits<double>::infinity();
+    cy.peak = cy.share * (options.span > 0 ? std::min(t, options.span) : t);
     osc.push_back(cy);
   }
-  // Strongest first; ties: the longer period, then the lower index (deterministic).
+  // Highest peak first; ties: the longer period, then the lower index (deterministic).
   std::stable_sort(osc.begin(), osc.end(), [](const Cycle& x, const Cycle& y) {
-    if (x.share != y.share) return x.share > y.share;
+    if (x.peak != y.peak) return x.peak > y.peak;
     return x.period > y.period;
   });
   // k with |short * k / long - 1| <= tolerance, 2 <= k <= max_harmonic; 0: not a harmonic.
@@ -149,12 +189,16 @@ std::vector<Cycle> RankCycles(const KoopmanDecomposition& kd, const VectorXd& pe
   }
   for (Cycle& g : groups) {
     std::stable_sort(g.harmonics.begin(), g.harmonics.end(),
-                     [](const Cycle& x, const Cycle& y) { return x.share > y.share; });
+                     [](const Cycle& x, const Cycle& y) { return x.peak > y.peak; });
     g.group_share = g.share;
-    for (const Cycle& h : g.harmonics) g.group_share += h.share;
+    g.group_peak = g.peak;
+    for (const Cycle& h : g.harmonics) {
+      g.group_share += h.share;
+      g.group_peak += h.peak;
+    }
   }
   std::stable_sort(groups.begin(), groups.end(), [](const Cycle& x, const Cycle& y) {
-    if (x.group_share != y.group_share) return x.group_share > y.group_share;
+    if (x.group_peak != y.group_peak) return x.group_peak > y.group_peak;
     return x.period > y.period;
   });
   return groups;

@@ -24,17 +24,33 @@
 //       amplitude_l = sqrt(sum_c E_w[(G_l beta_c)^2])                 (RMS, scaled units).
 //   Orthogonal modes (distinct frequencies on a long record) give shares that add up to the
 //   variance they explain; non-orthogonal ones may add up to more than 1: a share is what the
-//   mode alone explains. A sinusoid A sin(omega t) has RMS A / sqrt(2).
+//   mode explains on its own. A sinusoid A sin(omega t) has RMS A / sqrt(2).
 //   The stationary mode (constant function) and modes whose values do not vary over the nodes
 //   get share 0.
 //
+// BACKGROUND (with max_period > 0)
+//   A trend or a drift the data cannot show as a cycle (an oscillation longer than max_period,
+//   a real mode whose decay time exceeds it or is infinite: co2's rise, 96 % of its variance)
+//   correlates with every smooth function of the state, so fitted alone any mode would get a
+//   share of it. Those modes are the background: each is fitted alone as above; every other
+//   mode is fitted to the observable with the background partialled out (both f~ and G_l
+//   residualized on the background's span by weighted least squares), so its share is what it
+//   adds to the background (of the total variance).
+//
 // CYCLES
 //   Oscillations (Im mu != 0) whose period is at most max_period (the daemon: half the time the
-//   data covers: two cycles seen), one per conjugate pair, in descending share. Each joins the
-//   group of an earlier (stronger) one when it is a harmonic of the group's fundamental
+//   data covers: two cycles seen), one per conjugate pair, ranked by their spectral peak
+//       peak = share x min(timescale, span):
+//   a damped oscillation's component has the autocovariance share V e^{-|s|/tau} cos(theta s),
+//   whose power spectrum is a peak at its frequency of area ~ share and height ~ share x tau; a
+//   record of length `span` resolves no narrower peak, so tau is capped there. A mode that dies
+//   within a fraction of its period (lynx: a 12.3-year "cycle" with a 2.2-year decay time
+//   explains 73 % of the variance alone) is a smooth function of the state, not a cycle. Each
+//   joins the group of an earlier (stronger) one when it is a harmonic of the group's fundamental
 //   (|p k / P - 1| <= harmonic_tolerance for k = round(P / p) in 2..max_harmonic) or becomes the
 //   group's new fundamental when that one is its harmonic; otherwise it starts a group. Groups
-//   are ranked by their total share (fundamental + harmonics), ties by the longer period.
+//   are ranked by their total peak (group_peak: fundamental + harmonics), ties by the longer
+//   period; group_share is their total share.
 //
 // COST
 //   Evaluating the k stored eigenfunctions at the m nodes, O(m^2 d + m^2 k) (one m x m Gram),
@@ -51,24 +67,31 @@
 namespace cmestream {
 
 struct ModeAmplitudeOptions {
-  int channels = 0;                 // observed channels: the last `channels` coordinates; 0 = all
+  int channels = 0;                  // observed channels: the last `channels` coordinates; 0 = all
   double harmonic_tolerance = 0.02;  // relative tolerance of p = P / k
-  int max_harmonic = 25;            // k at most (1 / (2 tolerance): harmonics stay unambiguous)
-  double max_period = 0;            // cycles: periods above this are left out; <= 0: none
+  int max_harmonic = 25;             // k at most (1 / (2 tolerance): harmonics stay unambiguous)
+  // Periods above this are left out of the cycles and, with real modes whose decay time exceeds
+  // it, form the background (BACKGROUND above); <= 0: none (no background).
+  double max_period = 0;
+  double span = 0;  // the time the data cover: caps the decay time in a cycle's peak; <= 0: no cap
 };
 
 struct ModeAmplitudes {
   VectorXd amplitude;  // per eigenpair of the decomposition (a pair: both entries the same)
   VectorXd share;
-  double variance = 0;  // sum_c E_w[f~_c^2] (scaled units)
+  std::vector<bool> background;  // per eigenpair: in the background (share fitted alone)
+  double variance = 0;           // sum_c E_w[f~_c^2] (scaled units)
 };
 
 // One oscillation, and (for a group's fundamental) its harmonics.
 struct Cycle {
   int mode = -1;  // eigenpair index in the decomposition (the member with Im mu > 0)
   double period = 0, timescale = 0, share = 0, amplitude = 0;
-  int harmonic = 1;            // k: period ~ fundamental / k (1: the fundamental)
-  double group_share = 0;      // fundamental: share + its harmonics' shares
+  int harmonic = 1;  // k: period ~ fundamental / k (1: the fundamental)
+  // share x min(timescale, span): the height of its spectral peak (what ranks the cycles)
+  double peak = 0;
+  double group_share = 0;        // fundamental: share + its harmonics' shares
+  double group_peak = 0;         // fundamental: peak + its harmonics' peaks (what ranks the groups)
   std::vector<Cycle> harmonics;  // fundamental only, descending share
 };
 

@@ -364,6 +364,7 @@ ViewOptions ViewOptionsFor(const v1::ModelConfig& c) {
   o.ridge_stage1 = c.ridge_stage1();
   o.ridge_stage2 = c.ridge_stage2();
   o.lag_statistics = HasLagStatistics(c);
+  o.observed_channels = static_cast<int>(c.dim());
   return o;
 }
 
