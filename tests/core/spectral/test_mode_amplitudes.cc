@@ -1,5 +1,6 @@
 // Mode amplitudes and cycles against known signals (core/spectral/mode_amplitudes.h,
 // docs/algorithms.md §7.3).
+#include <chrono>
 #include <cmath>
 #include <complex>
 #include <cstdio>
@@ -72,7 +73,12 @@ Result Analyze(const std::vector<double>& series, int delays, double sigma) {
   ao.channels = 1;
   ao.span = static_cast<double>(n);
   ao.max_period = 0.5 * ao.span;
+  const auto t0 = std::chrono::steady_clock::now();
   r.amplitudes = ModeAmplitudesOfFit(r.fit, snap, ao);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("amplitudes of %ld eigenpairs over %ld atoms (d = %d): %.2f ms\n",
+              static_cast<long>(r.fit.koopman.eigenvalues.size()), static_cast<long>(r.fit.koopman.x_atoms.rows()),
+              delays, ms);
   r.periods = KoopmanPeriods(r.fit.koopman.eigenvalues, 1.0);
   r.cycles = RankCycles(r.fit.koopman, r.periods, r.amplitudes, ao);
   return r;
