@@ -14,7 +14,9 @@ of the D newest rows, docs/algorithms.md §1.14; the baselines use the same vect
      channel dominates by its units.
   6. `cmestream koopman NAME --json`: the spectral estimate (consistent or the fallback) and the
      slowest oscillatory period (the entry of `periods` with the longest timescale), against the
-     series' known cycle where it has one.
+     series' known cycle where it has one; and the headline's first cycle (the oscillation that
+     carries the largest share of the observed variance, harmonics grouped: docs/algorithms.md
+     §7.3) with its share.
 Baselines, fitted on the same training pairs: persistence (next row = last row), least-squares
 AR with an intercept on the same delay vectors, and batch kernel ridge (Gaussian kernel with the
 model's bandwidth on the delay vectors scaled by the model's input scaler, centered targets, ridge
@@ -153,6 +155,16 @@ def slowest_period(koopman, rows):
     return best
 
 
+def first_cycle(koopman):
+    """The headline's first cycle: (period, share of the observed variance with its harmonics);
+    (NaN, NaN) when the reply has none."""
+    cycles = koopman.get("headline", {}).get("cycles", [])
+    if not cycles:
+        return float("nan"), float("nan")
+    c = cycles[0]
+    return float(c["period"]), float(c.get("group_share", c.get("share", float("nan"))))
+
+
 def ar_period(coef, delays, c):
     """The least-squares AR's slowest oscillation (scalar series: the companion matrix's complex
     eigenvalue of largest modulus); NaN for multichannel series or none."""
@@ -231,6 +243,10 @@ def run_series(name, values, delays, cli_path, server, tmp, model):
         "estimator": koopman["spectrum"]["estimator"],
         "ready": bool(koopman["spectrum"].get("ready", False)),
         "period": slowest_period(koopman, n_train),
+        "first_cycle": first_cycle(koopman)[0],
+        "first_cycle_share": first_cycle(koopman)[1],
+        "cycles": koopman.get("headline", {}).get("cycles", []),
+        "shares": koopman.get("shares", []),
         "periods": koopman.get("periods", []),
         "timescales": koopman.get("timescales", []),
         "nonstationary": bool(koopman.get("headline", {}).get("nonstationary", False)),
@@ -274,15 +290,16 @@ def run_all(cli_path, server, series, tmp):
 
 def table(results):
     lines = ["| series | rows x channels | delays | train pairs | cmestream | persistence | AR (LS) | "
-             "kernel ridge | vs persistence | vs AR | live skill ratio | spectrum | slowest period (known) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "kernel ridge | vs persistence | vs AR | live skill ratio | spectrum | slowest period (known) | "
+             "first cycle (share) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append("| %s | %d x %d | %d | %d | %.4g | %.4g | %.4g | %.4g | %.3f | %.3f | %s | %s%s | %.3g (%s) |" % (
+        lines.append("| %s | %d x %d | %d | %d | %.4g | %.4g | %.4g | %.4g | %.3f | %.3f | %s | %s%s | %.3g (%s) | %.4g (%.2f) |" % (
             r["series"], r["rows"], r["channels"], r["delays"], r["train_pairs"], r["rmse"], r["persistence"],
             r["ar"], r["krr"], r["ratio_persistence"], r["ratio_ar"],
             "%.3f" % r["skill"]["ratio"] if r["skill"]["ratio"] is not None else "-",
             r["estimator"], ", ready" if r["ready"] else "", r["period"],
-            "%g" % r["cycle"] if r["cycle"] else "-"))
+            "%g" % r["cycle"] if r["cycle"] else "-", r["first_cycle"], r["first_cycle_share"]))
     g = math.exp(np.mean([math.log(r["ratio_ar"]) for r in results]))
     lines.append("")
     lines.append("Geometric mean of the RMSE ratios vs AR: %.3f; largest %.3f; largest vs persistence %.3f." % (

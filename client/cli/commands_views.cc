@@ -74,6 +74,38 @@ absl::StatusOr<std::vector<double>> ReadPoints(Context& ctx, const std::string& 
 
 }  // namespace
 
+namespace {
+// One cycle of the headline and its harmonics (recursive: a harmonic has none).
+void WriteCycleJson(JsonWriter& w, const v1::Cycle& c) {
+  w.BeginObject();
+  WriteFieldsJson(
+      w, c, {"period", "timescale", "share", "amplitude", "harmonic", "group_share", "mode", "peak", "group_peak"});
+  w.Key("harmonics").BeginArray();
+  for (const auto& h : c.harmonics()) WriteCycleJson(w, h);
+  w.EndArray();
+  w.EndObject();
+}
+
+// The headline's cycles: strongest first, harmonics on the same line.
+void PrintCycles(const v1::KoopmanHeadline& h) {
+  if (h.cycles_size() == 0) return;
+  std::cout << "cycles (by spectral peak: share of the observed variance x decay time):\n";
+  for (int i = 0; i < h.cycles_size(); ++i) {
+    const auto& c = h.cycles(i);
+    const std::string ts = std::isfinite(c.timescale()) ? absl::StrFormat("%.4g", c.timescale()) : "inf";
+    std::cout << absl::StrFormat("  %d. period %.6g, decay time %s, share %.3f (with harmonics %.3f), amplitude %.4g",
+                                 i + 1, c.period(), ts, c.share(), c.group_share(), c.amplitude());
+    if (c.harmonics_size() > 0) {
+      std::cout << "; harmonics";
+      for (const auto& hm : c.harmonics()) {
+        std::cout << absl::StrFormat(" P/%d = %.4g (share %.3f)", hm.harmonic(), hm.period(), hm.share());
+      }
+    }
+    std::cout << "\n";
+  }
+}
+}  // namespace
+
 int Koopman(Context& ctx, const Args& args) {
   const std::string cmd = "koopman";
   if (int rc = NeedName(args, cmd, kKoopmanUsage)) return rc;
@@ -106,9 +138,12 @@ int Koopman(Context& ctx, const Args& args) {
     for (const auto& c : r->rates()) w.Complex(c.re(), c.im());
     w.EndArray();
     // periods: null where mu is real.
-    WriteFieldsJson(w, *r, {"timescales", "stationary", "excess", "periods"});
+    WriteFieldsJson(w, *r, {"timescales", "stationary", "excess", "periods", "amplitudes", "shares"});
     w.Key("headline").BeginObject();
     WriteFieldsJson(w, r->headline(), {"timescale", "stderr", "view", "nonstationary", "nonstationary_reason", "note"});
+    w.Key("cycles").BeginArray();
+    for (const auto& c : r->headline().cycles()) WriteCycleJson(w, c);
+    w.EndArray();
     w.EndObject();
     w.Key("spectrum");
     WriteSpectrumJson(w, r->spectrum());
@@ -134,8 +169,9 @@ int Koopman(Context& ctx, const Args& args) {
     std::cout << " [" << h.view() << "]" << (h.note().empty() ? "" : ": ") << h.note() << "\n";
   }
   if (h.nonstationary()) std::cout << "nonstationary: " << h.nonstationary_reason() << "\n";
-  std::printf("%3s %12s %12s %10s %12s %12s %12s %12s\n", "#", "mu.re", "mu.im", "|mu|", "rate.re", "rate.im",
-              "timescale", "period");
+  PrintCycles(h);
+  std::printf("%3s %12s %12s %10s %12s %12s %12s %12s %8s\n", "#", "mu.re", "mu.im", "|mu|", "rate.re", "rate.im",
+              "timescale", "period", "share");
   for (int l = 0; l < k; ++l) {
     const auto& mu = r->eigenvalues(l);
     const double re = l < r->rates_size() ? r->rates(l).re() : NAN;
@@ -147,9 +183,10 @@ int Koopman(Context& ctx, const Args& args) {
     // "-" where there is no finite figure (a real mu has no period; |mu| >= 1 no decay time).
     const std::string ts_text = std::isfinite(ts) ? absl::StrFormat("%.6g", ts) : "-";
     const std::string period_text = std::isfinite(period) ? absl::StrFormat("%.6g", period) : "-";
+    const std::string share_text = l < r->shares_size() ? absl::StrFormat("%.3f", r->shares(l)) : "-";
     std::printf(
-        "%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12s %12s%s\n", l, mu.re(), mu.im(), std::hypot(mu.re(), mu.im()), re,
-        im, ts_text.c_str(), period_text.c_str(),
+        "%3d %12.6f %12.6f %10.6f %12.6g %12.6g %12s %12s %8s%s\n", l, mu.re(), mu.im(), std::hypot(mu.re(), mu.im()),
+        re, im, ts_text.c_str(), period_text.c_str(), share_text.c_str(),
         stationary
             ? "  stationary"
             : (excess > 0 ? (h.nonstationary() ? "  |mu| > 1 (nonstationary)" : "  |mu| > 1 (see warnings)") : ""));

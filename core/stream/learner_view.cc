@@ -307,6 +307,16 @@ void CheckKoopmanStationarity(const SpectralMomentsSnapshot& s, CmeView& cme,
   }
 }
 
+// Mode amplitudes of the newest observation; cycles the data can show: periods up to half the
+// time the data cover (two cycles seen), decay times capped at that time.
+ModeAmplitudeOptions AmplitudeOptions(const ViewOptions& options, const StreamingLearnerSnapshot& snap) {
+  ModeAmplitudeOptions ao;
+  ao.channels = options.observed_channels;
+  ao.span = static_cast<double>(snap.samples) * options.dt;
+  ao.max_period = ao.span / 2;
+  return ao;
+}
+
 // The Koopman view: the spectral-moments fit when it has data (consistent eigenvalues, exact
 // stationary mode), else the CME's W^T K_YX with a warning that says why and how it is biased.
 // `scorer` receives the fit's rank-k VAMP model, which will score the pairs after this view.
@@ -354,6 +364,7 @@ void FitKoopman(const ViewOptions& options, const StreamingLearnerSnapshot& snap
         }
       }
       CheckKoopmanStationarity(*snap.spectral, cme, unit_circle_warnings);
+      cme.amplitudes = ModeAmplitudesOfFit(*fit, *snap.spectral, AmplitudeOptions(options, snap));
       auto model = std::make_shared<PrequentialModel>();
       model->basis = fit->koopman.x_atoms;
       model->sigma = fit->koopman.sigma;
@@ -383,6 +394,7 @@ void FitKoopman(const ViewOptions& options, const StreamingLearnerSnapshot& snap
     }
   }
   cme.excess = VectorXd::Zero(cme.koopman.eigenvalues.size());
+  cme.amplitudes = ComputeModeAmplitudes(cme.koopman, cme.koopman.x_atoms, VectorXd(), AmplitudeOptions(options, snap));
   if (snap.spectral) CheckKoopmanStationarity(*snap.spectral, cme, unit_circle_warnings);
 }
 
@@ -507,6 +519,12 @@ void CompareTimescales(const ViewOptions& options, const LearnerView& view, doub
   cme.headline.stderr_ = h.stderr_;
   cme.headline.view = h.view;
   cme.headline.note = h.note;
+  // The cycles: oscillations ranked by the share they carry, periods the data can show.
+  ModeAmplitudeOptions ao;
+  ao.channels = options.observed_channels;
+  ao.max_period = span / 2;
+  ao.span = span;
+  cme.headline.cycles = RankCycles(kd, KoopmanPeriods(kd.eigenvalues, kd.dt), cme.amplitudes, ao);
 }
 
 // The coordinates of counts, clusters and aggregation in the user's units; the estimators keep
@@ -540,8 +558,8 @@ absl::Status ViewOptions::Validate() const {
   }
   if (rank < 1) return absl::InvalidArgumentError(absl::StrCat("rank is ", rank, ", expected >= 1"));
   if (clusters < 1) return absl::InvalidArgumentError(absl::StrCat("clusters is ", clusters, ", expected >= 1"));
-  if (meta_states < 0 || latent_states < 0 || window < 0) {
-    return absl::InvalidArgumentError("meta_states, latent_states and window must be >= 0");
+  if (meta_states < 0 || latent_states < 0 || window < 0 || observed_channels < 0) {
+    return absl::InvalidArgumentError("meta_states, latent_states, window and observed_channels must be >= 0");
   }
   return absl::OkStatus();
 }

@@ -28,6 +28,7 @@
 #include "core/koopman/koopman.h"
 #include "core/latent/latent_model.h"
 #include "core/predictive/predictive_state.h"
+#include "core/spectral/mode_amplitudes.h"
 #include "core/spectral/prequential_score.h"
 #include "core/spectral/spectral_summary.h"
 #include "core/stream/input_stage.h"
@@ -73,6 +74,9 @@ struct ViewOptions {
   double ridge_stage1 = 1e-3;
   double ridge_stage2 = 1e-3;
   bool lag_statistics = true;  // the learner keeps lag statistics (else: why there are none)
+  // Channels of one observation: with delays, the state's last `observed_channels` coordinates
+  // are the newest observation (the observable of the Koopman mode amplitudes); 0: all of them.
+  int observed_channels = 0;
 
   // InvalidArgument naming the field.
   absl::Status Validate() const;
@@ -123,6 +127,10 @@ struct KoopmanHeadline {
   std::string view, note;
   bool nonstationary = false;
   std::string nonstationary_reason;
+  // The oscillations ranked by the share of the observed channels' variance they carry, with
+  // their harmonics grouped (core/spectral/mode_amplitudes.h CYCLES); periods the data can show
+  // (at most half the time it covers).
+  std::vector<Cycle> cycles;
 };
 
 // What the compressed CME contributes: its snapshot (predictions, the dictionary) and the
@@ -132,6 +140,9 @@ struct CmeView {
   CmeSnapshot snapshot;
   KoopmanDecomposition koopman;
   VectorXd excess;  // per eigenpair: max(0, |mu| - 1) of non-stationary modes
+  // Per eigenpair: the share of the observed channels' variance the mode carries and its RMS
+  // (core/spectral/mode_amplitudes.h, docs/algorithms.md §7.3).
+  ModeAmplitudes amplitudes;
   SpectrumReport spectrum;
   KoopmanHeadline headline;
   StationarityCheck stationarity;  // trend / transient (named in headline.nonstationary)

@@ -1,5 +1,6 @@
 #include "service/engine/fit_summary.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <string>
@@ -179,6 +180,21 @@ v1::SpectrumInfo ToSpectrumInfo(const SpectrumReport& r, const HeldoutScore& hel
   return out;
 }
 
+namespace {
+void ToCycle(const Cycle& c, v1::Cycle* out) {
+  out->set_period(c.period);
+  out->set_timescale(c.timescale);
+  out->set_share(c.share);
+  out->set_amplitude(c.amplitude);
+  out->set_harmonic(static_cast<uint32_t>(c.harmonic));
+  out->set_group_share(c.group_share);
+  out->set_mode(static_cast<uint32_t>(std::max(c.mode, 0)));
+  out->set_peak(c.peak);
+  out->set_group_peak(c.group_peak);
+  for (const Cycle& h : c.harmonics) ToCycle(h, out->add_harmonics());
+}
+}  // namespace
+
 v1::KoopmanHeadline ToHeadline(const KoopmanHeadline& h) {
   v1::KoopmanHeadline out;
   out.set_timescale(h.timescale);
@@ -187,6 +203,7 @@ v1::KoopmanHeadline ToHeadline(const KoopmanHeadline& h) {
   out.set_nonstationary(h.nonstationary);
   out.set_nonstationary_reason(h.nonstationary_reason);
   out.set_note(h.note);
+  for (const Cycle& c : h.cycles) ToCycle(c, out.add_cycles());
   return out;
 }
 

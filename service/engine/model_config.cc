@@ -364,6 +364,9 @@ ViewOptions ViewOptionsFor(const v1::ModelConfig& c) {
   o.ridge_stage1 = c.ridge_stage1();
   o.ridge_stage2 = c.ridge_stage2();
   o.lag_statistics = HasLagStatistics(c);
+  // The newest observation: the last `dim` coordinates of a delay window; without delays the
+  // whole state (with input reduction: its principal coordinates).
+  o.observed_channels = c.delays() > 1 ? static_cast<int>(c.dim()) : 0;
   return o;
 }
 

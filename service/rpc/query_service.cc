@@ -314,6 +314,11 @@ grpc::ServerUnaryReactor* QueryServiceImpl::GetKoopman(grpc::CallbackServerConte
   }
   const VectorXd periods = KoopmanPeriods(k.eigenvalues.head(count), k.dt);
   for (int l = 0; l < count; ++l) resp->add_periods(periods[l]);
+  for (int l = 0; l < count; ++l) {
+    const bool have = l < cme.amplitudes.share.size();
+    resp->add_amplitudes(have ? cme.amplitudes.amplitude[l] : 0.0);
+    resp->add_shares(have ? cme.amplitudes.share[l] : 0.0);
+  }
   *resp->mutable_spectrum() = ToSpectrumInfo(cme.spectrum, (*view)->heldout);
   *resp->mutable_headline() = ToHeadline(cme.headline);
   absl::StatusOr<RowMatrixXd> states = StateRows(**model, req->points(), *n, "points");

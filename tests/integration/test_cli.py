@@ -92,6 +92,12 @@ class CliTest(unittest.TestCase):
         self.assertEqual(len(k["timescales"]), 4)
         self.assertEqual(len(k["rates"]), 4)
         self.assertEqual(len(k["eigenfunctions"]), 4)
+        # Mode amplitudes and shares per eigenpair; the headline's cycles (docs/algorithms.md §7.3).
+        self.assertEqual(len(k["amplitudes"]), 4)
+        self.assertEqual(len(k["shares"]), 4)
+        self.assertTrue(all(0 <= s <= 1 for s in k["shares"]), k["shares"])
+        for cy in k["headline"]["cycles"]:
+            self.assertTrue({"period", "timescale", "share", "amplitude", "peak", "harmonics"} <= set(cy), cy)
         for ef in k["eigenfunctions"]:
             self.assertEqual(len(ef), len(grid))
             for v in ef:

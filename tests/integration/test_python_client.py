@@ -88,6 +88,16 @@ class PythonClientTest(unittest.TestCase):
         k = c.koopman("duffing", points=grid[:, :2], top=4)
         self.assertEqual(k.eigenvalues.shape, (4,))
         self.assertEqual(k.eigenfunctions.shape, (900, 4))  # samples first: one row per point
+        # Mode amplitudes (docs/algorithms.md §7.3): one per eigenpair, shares in [0, 1], the
+        # stationary mode's 0; the headline's cycles are dataclasses with their harmonics.
+        self.assertEqual(k.amplitudes.shape, (4,))
+        self.assertEqual(k.shares.shape, (4,))
+        self.assertTrue(np.all((k.shares >= 0) & (k.shares <= 1)), k.shares)
+        self.assertEqual(k.shares[0], 0.0)
+        for cy in k.headline.cycles:
+            self.assertIsInstance(cy, cmestream.Cycle)
+            self.assertTrue(all(isinstance(h, cmestream.Cycle) for h in cy.harmonics))
+            self.assertGreaterEqual(cy.group_peak, cy.peak)
         self.assertAlmostEqual(abs(k.eigenvalues[0]), 1.0, delta=0.05)
         self.assertEqual(k.samples, 10000)
         # Basins: the basin indicator's level set through the saddle at the origin (default), and

@@ -9,6 +9,7 @@ exit 77, when neither is installed):
   - geometric mean of the RMSE ratios vs the AR <= 1.05, none above 1.5;
   - the reply's form: start 0, one entry per row, H lists of d numbers, horizon > 1 iterates
     the one-step map; `--window` carries horizon, dim, method and the live skill;
+  - the headline's first cycle is the known one within 5 % on every periodic series;
   - bad input (series and window together, a series of the wrong width) is refused;
   - a restart gives the same forecasts and skill, bit for bit (the regression's sums, fit and
     skill are model state).
@@ -127,6 +128,21 @@ class RealSeriesTest(unittest.TestCase):
         self.assertGreaterEqual(len(checked), 4, checked)
         if any(r["series"] == "AirPassengers" for r in self.results):
             self.assertIn("AirPassengers", checked)
+
+    def test_headline_first_cycle_is_the_known_one(self):
+        # Issue "Which cycle": the headline's first cycle (the oscillation carrying the largest
+        # share of the observed variance, harmonics grouped under their fundamental:
+        # docs/algorithms.md §7.3) is the series' known cycle within 5 %, on every periodic
+        # series (annual for the monthly and quarterly ones, ~11 years for sunspots, ~10 for lynx).
+        checked = []
+        for r in self.results:
+            if not r["cycle"]:
+                continue
+            checked.append(r["series"])
+            with self.subTest(series=r["series"]):
+                self.assertLessEqual(abs(r["first_cycle"] / r["cycle"] - 1), 0.05, r)
+                self.assertGreater(r["first_cycle_share"], 0.0, r)
+        self.assertGreaterEqual(len(checked), 4, checked)
 
     def test_server_side_delays_reply_form(self):
         # --delays D: raw rows in, one forecast per row from row D-1 on, of the next raw rows.

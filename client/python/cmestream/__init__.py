@@ -22,7 +22,7 @@ grpc_python_plugin, python3-grpcio, python3-protobuf, python3-numpy; see client/
 """
 from .client import Client, CmestreamError, InvalidArgumentError
 from .info import (FitSummary, InputScaling, KoopmanHeadline, ModelConfig, ModelFailure, ModelInfo, SigmaSelection,
-                   SpectrumInfo,
+                   SpectrumInfo, Cycle,
                    SubViewStatus, TimescaleComparison, ViewInfo)
 from .model import Model
 from .results import (AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
@@ -34,7 +34,7 @@ from . import placement
 __version__ = "0.1.0"  # = project(cmestream VERSION) in CMakeLists.txt (a test checks)
 
 __all__ = ["AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
-           "CmestreamError", "CountsResult", "EmbeddingResult", "FitSummary", "ForecastResult", "ForecastSkill",
+           "CmestreamError", "CountsResult", "Cycle", "EmbeddingResult", "FitSummary", "ForecastResult", "ForecastSkill",
            "IngestResult", "InputScaling", "InvalidArgumentError", "KoopmanHeadline", "KoopmanResult", "LagScan", "LatentResult",
            "Model", "ModelConfig", "ModelFailure", "ModelInfo", "SeriesForecast", "ShardedClient", "SigmaSelection", "SpectrumInfo",
            "SubViewStatus", "TimescaleComparison", "TimescalesResult", "ViewInfo", "placement",

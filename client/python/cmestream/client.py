@@ -30,8 +30,8 @@ from cmestream.v1 import cmestream_pb2 as pb
 from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
 
 from . import inputs
-from .info import (FitSummary, KoopmanHeadline, ModelConfig, ModelInfo, SigmaSelection, SpectrumInfo,
-                   SubViewStatus, TimescaleComparison, ViewInfo, from_proto, model_info_from_proto,
+from .info import (FitSummary, ModelConfig, ModelInfo, SigmaSelection, SpectrumInfo,
+                   SubViewStatus, TimescaleComparison, ViewInfo, from_proto, headline_from_proto, model_info_from_proto,
                    spectrum_from_proto, view_from_proto)
 from .model import Model
 from .results import (Alarm, AlarmList, AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
@@ -532,8 +532,10 @@ class Client:
                              spectrum=(spectrum_from_proto(r.spectrum)
                                        if r.HasField("spectrum") else None),
                              periods=np.array(r.periods, dtype=np.float64),
-                             headline=(from_proto(KoopmanHeadline, r.headline)
-                                       if r.HasField("headline") else None))
+                             headline=(headline_from_proto(r.headline)
+                                       if r.HasField("headline") else None),
+                             amplitudes=np.array(r.amplitudes, dtype=np.float64),
+                             shares=np.array(r.shares, dtype=np.float64))
 
     def predict(self, model: str, points: npt.ArrayLike) -> np.ndarray:
         """E[Y | X = point] per point of the (n, dim) array `points`: an (n, dim) array."""

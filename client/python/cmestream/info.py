@@ -151,6 +151,39 @@ class SpectrumInfo:
 
 
 @dataclasses.dataclass
+class Cycle:
+    """One oscillation of the Koopman spectrum and the share of the observed signal it carries
+    (docs/algorithms.md §7.3).
+
+    Attributes:
+        period: units of time.
+        timescale: decay time -dt/log|mu| (inf: undamped).
+        share: fraction of the observed channels' variance it explains alone (0..1).
+        amplitude: RMS of its component, in the model's scaled units (A sin: A / sqrt 2).
+        harmonic: k, period ~ fundamental / k; 1 for a fundamental.
+        group_share: a fundamental: its share plus its harmonics'.
+        harmonics: a fundamental's harmonics (Cycle, by share); empty for a harmonic.
+        mode: index of the eigenpair (Im mu > 0) among the view's stored eigenpairs.
+        peak: share x min(timescale, time the data cover), the height of its spectral peak:
+            what ranks the cycles; group_peak: a fundamental's plus its harmonics'.
+    """
+    period: float
+    timescale: float
+    share: float
+    amplitude: float
+    harmonic: int
+    group_share: float
+    harmonics: List["Cycle"]
+    mode: int
+    peak: float
+    group_peak: float
+
+
+def cycle_from_proto(c) -> Cycle:
+    return from_proto(Cycle, c, harmonics=[cycle_from_proto(h) for h in c.harmonics])
+
+
+@dataclasses.dataclass
 class KoopmanHeadline:
     """The estimate the Koopman reply trusts most (docs/algorithms.md §7.1).
 
@@ -161,6 +194,8 @@ class KoopmanHeadline:
         nonstationary: the stream is not stationary (trend, drifting mean, transient).
         nonstationary_reason: what was seen; empty when stationary.
         note: where the error bar comes from, or why there is none.
+        cycles: the oscillations ranked by the share of the observed variance they carry,
+            harmonics grouped under their fundamental (Cycle); cycles[0] is the cycle to quote.
     """
     timescale: float
     stderr: float
@@ -168,6 +203,11 @@ class KoopmanHeadline:
     nonstationary: bool
     nonstationary_reason: str
     note: str
+    cycles: List[Cycle] = dataclasses.field(default_factory=list)
+
+
+def headline_from_proto(h) -> KoopmanHeadline:
+    return from_proto(KoopmanHeadline, h, cycles=[cycle_from_proto(c) for c in h.cycles])
 
 
 @dataclasses.dataclass

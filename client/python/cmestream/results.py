@@ -59,8 +59,12 @@ class KoopmanResult:
         spectrum: SpectrumInfo (estimator, epoch, held-out score, cross-view timescales,
             warnings); None if the daemon sent none.
         periods: (k,) float, 2 pi dt / |arg mu| (NaN where mu is real).
-        headline: KoopmanHeadline, the one timescale to quote with its standard error; None if
-            the daemon sent none.
+        headline: KoopmanHeadline, the one timescale to quote with its standard error and the
+            cycles ranked by share; None if the daemon sent none.
+        amplitudes: (k,) float, RMS of each mode's component of the observed channels (the
+            model's scaled units; a conjugate pair is one oscillation, both entries alike).
+        shares: (k,) float, the fraction of the observed channels' variance each mode explains
+            alone (0 for the stationary mode); docs/algorithms.md §7.3.
     """
     eigenvalues: np.ndarray
     rates: np.ndarray
@@ -74,6 +78,8 @@ class KoopmanResult:
     spectrum: Optional[SpectrumInfo] = None
     periods: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     headline: Optional[KoopmanHeadline] = None
+    amplitudes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    shares: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 @dataclasses.dataclass
