@@ -98,6 +98,9 @@ def main():
     ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "service", "cmestreamd"))
     ap.add_argument("--scratch", help="where to copy NAB and write results (default: a temp dir)")
     ap.add_argument("--detector", default="cmestream", help="the detector's name in NAB's results")
+    ap.add_argument("--alarm-rate", type=float,
+                    help="diagnostics only: create the models with this alarm_rate (what is scored "
+                         "as the product's figure is the default, without this flag)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     ap.add_argument("--json", help="also write the figures, per file too, to this JSON file")
     args = ap.parse_args()
@@ -129,7 +132,8 @@ def main():
         for rel in files:
             name = model_name(rel)
             stamps, values = read_file(os.path.join(data, rel))
-            c.create_model(name, dim=1)
+            extra = {"alarm_rate": args.alarm_rate} if args.alarm_rate else {}
+            c.create_model(name, dim=1, **extra)
             c.ingest_trajectory(name, values.reshape(-1, 1), producer="nab")
             if d.process.poll() is not None:
                 problems.append(f"{rel}: the daemon exited ({d.process.returncode})")
@@ -182,7 +186,12 @@ def main():
                 kinds[a.kind] = kinds.get(a.kind, 0) + 1
             per_file[rel] = {"pairs": n_pairs, "alarms": len(rows), "kinds": kinds,
                              "armed_at": alarms.armed_at, "windows": len(wins),
-                             "stationary_pairs": sp, "stationary_alarms": sa}
+                             "stationary_pairs": sp, "stationary_alarms": sa,
+                             "alarm_list": [{"index": a.index, "row": a.index + shift, "kind": a.kind,
+                                             "direction": a.direction, "score": a.score,
+                                             "threshold": a.threshold, "onset": a.onset,
+                                             "stationary": a.index + shift < end_row}
+                                            for a in alarms.alarms]}
             print(f"  {rel}: {n_pairs} pairs, {len(rows)} alarms {kinds}, armed at "
                   f"{alarms.armed_at}, {sa} before the first window ({sp} pairs)", flush=True)
         c.close()
