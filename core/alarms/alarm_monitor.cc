@@ -282,7 +282,8 @@ void AlarmMonitor::Score(const double* x, const double* residual, const double* 
 // Hill's estimate; u > 0) at T_p = u (p / q)^g, q = kSpikeShare R / 10^4; the larger one holds for
 // tails from light to polynomial. An alarm when |step| > max(T_e, T_p, u).
 double AlarmMonitor::SpikeThreshold(const std::vector<double>& top, int64_t n, double q) {
-  const int64_t k = std::clamp<int64_t>(n / 50, 8, std::min<int64_t>(kSpikeTop - 1, static_cast<int64_t>(top.size()) - 1));
+  const int64_t k =
+      std::clamp<int64_t>(n / 50, 8, std::min<int64_t>(kSpikeTop - 1, static_cast<int64_t>(top.size()) - 1));
   const double u = top[static_cast<size_t>(k)];
   double excess = 0, logs = 0;
   int64_t j = 0;
@@ -570,7 +571,8 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
       const uint64_t seen = r.U64("alarm monitor spike test steps seen");
       const uint32_t count = r.U32("alarm monitor spike test kept steps");
       if (!r.ok()) break;
-      if (count > static_cast<uint32_t>(kSpikeTop) || count > seen || seen > (uint64_t{1} << 62))
+      // Every step is kept until kSpikeTop are: the count is min(seen, kSpikeTop).
+      if (count != std::min<uint64_t>(seen, kSpikeTop) || seen > (uint64_t{1} << 62))
         return r.Fail("alarm monitor spike test: kept steps out of range");
       std::vector<double>& top = m.spike_->top[static_cast<size_t>(c)];
       for (uint32_t i = 0; i < count && r.ok(); ++i) {
