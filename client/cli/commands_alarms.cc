@@ -24,7 +24,8 @@ alarm when their distribution changes (docs/algorithms.md section 12).
   time       unix seconds its batch arrived (as logged: a restart replays the same)
   threshold  the CUSUM level crossed; score the statistic at the alarm
   channels   0-based raw channels, most changed first
-  kind       "dynamics", or "noise" (only the size of the forecast errors changed)
+  kind       "dynamics", "noise" (only the size of the forecast errors changed), or "spike"
+             (one step beyond the tail of the steps so far)
   onset      the estimated index at which the change began
 --json: {"model", "armed_at", "alarms": [{"index", "time", "score", "threshold", "channels",
          "kind", "onset"}], "dropped"} (armed_at -1: not armed yet; dropped: alarms older than

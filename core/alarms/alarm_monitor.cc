@@ -23,7 +23,11 @@ namespace {
 // v9: a seventh flag, the slow CUSUMs and the re-armed return test (§12.12: the size test's and
 // the step test's CHGD v4); written only by a monitor that runs them. v10: an eighth flag, the
 // late confirmation (§12.13, the step test's CHGD v5); written only by a monitor that runs it.
-constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 10, "alarm monitor"};
+// v11: a ninth flag, the spike test (§12.14), and its state after the step test's CHGD object:
+// per channel the steps seen (u64), the kept largest steps (u32 count, f64 each, descending),
+// then the pair before which no spike alarm is raised and its alarm count (i64 each); written
+// only by a monitor that runs it.
+constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 11, "alarm monitor"};
 // Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
@@ -117,6 +121,8 @@ bool AlarmMonitor::RunsSlowCusums(const Options& o) { return RunsReturnTest(o) &
 
 bool AlarmMonitor::RunsLateConfirm(const Options& o) { return RunsSlowCusums(o) && o.late_confirm; }
 
+bool AlarmMonitor::RunsSpikeTest(const Options& o) { return RunsLateConfirm(o) && o.spike_test; }
+
 // With both tests each gets half the false-alarm budget (docs/algorithms.md §12.9); with the step
 // test (§12.10) it takes kStepTestShare first.
 ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
@@ -163,6 +169,13 @@ AlarmMonitor::AlarmMonitor(const Options& options) : options_(options), detector
   }
   if (RunsDriftTest(options)) drift_.emplace(DriftOptions(options));
   if (RunsStepTest(options)) step_test_.emplace(StepTestOptions(options));
+  if (RunsSpikeTest(options)) {
+    spike_.emplace();
+    spike_->top.resize(static_cast<size_t>(options.channels));
+    for (std::vector<double>& t : spike_->top) t.reserve(kSpikeTop);
+    spike_->seen.assign(static_cast<size_t>(options.channels), 0);
+    spike_->threshold.assign(static_cast<size_t>(options.channels), -1.0);
+  }
   residual_.assign(static_cast<size_t>(detector_.channels()) * LinearForecast::kBlock, 0.0);
   step_.assign(static_cast<size_t>(detector_.channels()), 0.0);
   state_step_.assign(static_cast<size_t>(detector_.channels()), 0.0);
@@ -256,6 +269,81 @@ void AlarmMonitor::Score(const double* x, const double* residual, const double* 
     detector_.Restart();
     if (drift_) drift_->Restart();
   }
+  // The spike test (§12.14) learns every step and alarms only on a pair the others left alone; it
+  // restarts nothing (one step out of the tail is no evidence against the others' references).
+  if (spike_) ObserveSpike(state_step_.data(), time, alarm != nullptr || drift != nullptr || stepped != nullptr);
+}
+
+// docs/algorithms.md (12.14): with the top k = clamp(n / 50, 8, kSpikeTop - 1) of the n steps
+// seen (n rounded down to a multiple of 50), u = the (k+1)-th largest and the j of them above u
+// (p = j / n), the exponential tail
+// P(|step| > u + t) = p e^{-t / b} (b their mean excess over u) puts the threshold at
+// T_e = u + b log(p / q), the Pareto tail P(|step| > u s) = p s^{-1/g} (g = their mean log(x / u),
+// Hill's estimate; u > 0) at T_p = u (p / q)^g, q = kSpikeShare R / 10^4; the larger one holds for
+// tails from light to polynomial. An alarm when |step| > max(T_e, T_p, u).
+double AlarmMonitor::SpikeThreshold(const std::vector<double>& top, int64_t n, double q) {
+  const int64_t k =
+      std::clamp<int64_t>(n / 50, 8, std::min<int64_t>(kSpikeTop - 1, static_cast<int64_t>(top.size()) - 1));
+  const double u = top[static_cast<size_t>(k)];
+  double excess = 0, logs = 0;
+  int64_t j = 0;
+  for (int64_t i = 0; i < k && top[static_cast<size_t>(i)] > u; ++i, ++j) {
+    excess += top[static_cast<size_t>(i)] - u;
+    if (u > 0) logs += std::log(top[static_cast<size_t>(i)] / u);
+  }
+  if (j == 0) return u;
+  const double ratio = (static_cast<double>(j) / static_cast<double>(n)) / q;
+  double threshold = u + (excess / j) * std::log(ratio);
+  if (u > 0) threshold = std::max(threshold, u * std::pow(ratio, logs / j));
+  return std::max(threshold, u);
+}
+
+void AlarmMonitor::ObserveSpike(const double* step, double time, bool other_alarm) {
+  const double q = kSpikeShare * options_.alarm_rate / 1e4;
+  int best = -1;
+  double best_step = 0, best_threshold = 0, best_ratio = 0;
+  for (int c = 0; c < options_.channels; ++c) {
+    const double a = std::abs(step[c]);
+    if (!std::isfinite(a)) continue;
+    std::vector<double>& top = spike_->top[static_cast<size_t>(c)];
+    int64_t& n = spike_->seen[static_cast<size_t>(c)];
+    if (n >= kSpikeWarmup && pairs_ >= spike_->quiet_until) {
+      // A function of the kept steps and of n rounded down to a multiple of 50 (so that k and p
+      // move together, and a restored monitor computes what the original did): cached between.
+      double& cached = spike_->threshold[static_cast<size_t>(c)];
+      if (!(cached >= 0) || n % 50 == 0) cached = SpikeThreshold(top, n - n % 50, q);
+      const double bound = cached;
+      if (a > bound && (best < 0 || a / std::max(bound, 1e-300) > best_ratio)) {
+        best = c;
+        best_step = a;
+        best_threshold = bound;
+        best_ratio = a / std::max(bound, 1e-300);
+      }
+    }
+    // The step joins the kept largest ones (capacity reserved: no allocation); the cached
+    // threshold is then recomputed.
+    if (static_cast<int>(top.size()) < kSpikeTop || a > top.back()) {
+      if (static_cast<int>(top.size()) < kSpikeTop) {
+        top.push_back(a);
+      } else {
+        top.back() = a;
+      }
+      for (size_t i = top.size() - 1; i > 0 && top[i] > top[i - 1]; --i) std::swap(top[i], top[i - 1]);
+      spike_->threshold[static_cast<size_t>(c)] = -1;
+    }
+    ++n;
+  }
+  if (best < 0) return;
+  ++spike_->alarms;
+  spike_->quiet_until = pairs_ + kSpikeGap;
+  if (other_alarm) return;  // counted (alarms_total) as the other tests count theirs; one record a pair
+  AlarmRecord rec = NewRecord(best_step, best_threshold, 0, time);
+  rec.channels.push_back(best);
+  for (int c = 0; c < options_.channels; ++c)
+    if (c != best) rec.channels.push_back(c);
+  rec.kind = ChangeDetector::Kind::kSpike;
+  rec.direction = ChangeDetector::Direction::kUp;
+  Keep(std::move(rec));
 }
 
 // Either test's alarm at the current pair; `run_length` = the pairs from its onset to it (every one
@@ -309,12 +397,13 @@ constexpr auto kMonitorOptionFields = [](auto& f, auto& o) {
 
 // In file order (kFormat above says what each version added); a monitor restored from the version
 // before one keeps scoring without its test.
-const AlarmMonitor::LaterTest AlarmMonitor::kLaterTests[4] = {
+const AlarmMonitor::LaterTest AlarmMonitor::kLaterTests[5] = {
     {7, "alarm monitor step test", &Options::step_test, &AlarmMonitor::RunsStepTest, "the step test's state"},
     {8, "alarm monitor return test", &Options::return_test, &AlarmMonitor::RunsReturnTest, "the return test's state"},
     {9, "alarm monitor slow cusums", &Options::slow_cusums, &AlarmMonitor::RunsSlowCusums, "the slow CUSUMs' state"},
     {10, "alarm monitor late confirmation", &Options::late_confirm, &AlarmMonitor::RunsLateConfirm,
      "the late confirmation's state"},
+    {11, "alarm monitor spike test", &Options::spike_test, &AlarmMonitor::RunsSpikeTest, "the spike test's state"},
 };
 
 void AlarmMonitor::Serialize(io::Writer& w) const {
@@ -344,6 +433,16 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
   detector_.Serialize(w);
   if (drift_) drift_->Serialize(w);
   if (step_test_) step_test_->Serialize(w);
+  if (spike_) {
+    for (int c = 0; c < options_.channels; ++c) {
+      w.U64(static_cast<uint64_t>(spike_->seen[static_cast<size_t>(c)]));
+      const std::vector<double>& top = spike_->top[static_cast<size_t>(c)];
+      w.U32(static_cast<uint32_t>(top.size()));
+      for (double v : top) w.F64(v);
+    }
+    w.I64(spike_->quiet_until);
+    w.I64(spike_->alarms);
+  }
   w.U64(records_.size());
   for (const AlarmRecord& a : records_) {
     w.I64(a.index);
@@ -364,7 +463,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   // Monitors written as v1/v2 have no coefficient test and keep running without one; v3 ones run
   // it without the steps.
   o.scoring_v3 = o.scoring_v4 = o.holdover = o.drift_holdover = o.step_test = o.return_test = o.slow_cusums =
-      o.late_confirm = false;
+      o.late_confirm = o.spike_test = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
@@ -467,6 +566,27 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     }
     m.step_test_ = std::move(*s);
   }
+  if (m.spike_) {
+    for (int c = 0; c < o.channels && r.ok(); ++c) {
+      const uint64_t seen = r.U64("alarm monitor spike test steps seen");
+      const uint32_t count = r.U32("alarm monitor spike test kept steps");
+      if (!r.ok()) break;
+      // Every step is kept until kSpikeTop are: the count is min(seen, kSpikeTop).
+      if (count != std::min<uint64_t>(seen, kSpikeTop) || seen > (uint64_t{1} << 62))
+        return r.Fail("alarm monitor spike test: kept steps out of range");
+      std::vector<double>& top = m.spike_->top[static_cast<size_t>(c)];
+      for (uint32_t i = 0; i < count && r.ok(); ++i) {
+        const double v = r.F64("alarm monitor spike test step");
+        if (r.ok() && (!(v >= 0) || !std::isfinite(v) || (!top.empty() && v > top.back())))
+          return r.Fail("alarm monitor spike test: kept steps not finite, >= 0 and descending");
+        top.push_back(v);
+      }
+      m.spike_->seen[static_cast<size_t>(c)] = static_cast<int64_t>(seen);
+    }
+    m.spike_->quiet_until = r.I64("alarm monitor spike test quiet until");
+    m.spike_->alarms = r.I64("alarm monitor spike test alarms");
+    if (r.ok() && m.spike_->alarms < 0) return r.Fail("alarm monitor spike test: alarm count out of range");
+  }
   const int64_t n = r.Count("alarm monitor records", 0, kMaxRecords);
   for (int64_t i = 0; i < n && r.ok(); ++i) {
     AlarmRecord a;
@@ -483,7 +603,7 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
       a.channels.push_back(c);
     }
     const uint8_t kind = r.U8("alarm kind"), dir = r.U8("alarm direction");
-    if (kind > 1 || dir > 1) return r.Fail("alarm kind or direction out of range");
+    if (kind > (version >= 11 ? 2 : 1) || dir > 1) return r.Fail("alarm kind or direction out of range");
     a.kind = static_cast<ChangeDetector::Kind>(kind);
     a.direction = static_cast<ChangeDetector::Direction>(dir);
     a.onset = r.I64("alarm onset");

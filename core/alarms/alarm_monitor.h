@@ -49,6 +49,12 @@
 // learns its shift again after its own alarm (a dip of the undamped oscillator's amplitude, or a
 // second alarm inside the undamped regime, no longer ends the watch for the damped one).
 //
+// THE SPIKE TEST (ALRM v11, docs/algorithms.md §12.14): with the late confirmation, each channel's
+// |y - x| is compared with a threshold extrapolated from the largest steps seen so far (an
+// exponential tail fitted to the top 2 %, at most kSpikeTop values kept per channel) at a
+// per-pair false-alarm probability kSpikeShare x alarm_rate / 10^4; an alarm ("spike") restarts
+// no other test and is followed by kSpikeGap pairs without spike alarms.
+//
 // RECORDS. The last kMaxRecords alarms are kept (older ones are counted in dropped()).
 // COST. Continuous: O(p^2 / 2) per pair for p regressors (the forecast's sums; p = d, or 3d for
 // a small state) and O(C d) the coefficients' test; discrete: O(deg x) (the row of x for the
@@ -128,9 +134,20 @@ class AlarmMonitor {
     // starts the return test (ChangeDetector::Options::late_confirm). Off for monitors restored
     // from ALRM v1-v9 that run the coefficients' test.
     bool late_confirm = true;
+    // The scoring of ALRM v11 (docs/algorithms.md §12.14), with the late confirmation: a fourth
+    // test, of single steps y - x too large for the tail of the steps seen so far (see THE SPIKE
+    // TEST above); its alarms are kind "spike" and restart nothing. Off for monitors restored from
+    // ALRM v1-v10 that run the coefficients' test.
+    bool spike_test = true;
     absl::Status Validate() const;
   };
   static constexpr int kMaxRecords = 1000;
+  // The spike test (ALRM v11): largest steps kept per channel, steps seen before it scores, pairs
+  // without spike alarms after one, and its share of alarm_rate (on top of the other tests').
+  static constexpr int kSpikeTop = 256;
+  static constexpr int64_t kSpikeWarmup = 300;
+  static constexpr int64_t kSpikeGap = 50;
+  static constexpr double kSpikeShare = 0.5;
   // Pairs after a restart during which the size test's previous reference keeps scoring: the
   // misses it answers followed an alarm by 10-500 pairs (docs/benchmarks.md "What the daemon runs").
   static constexpr int kHoldoverPairs = 500;
@@ -173,7 +190,8 @@ class AlarmMonitor {
   int64_t scored() const { return detector_.scored(); }
   int64_t armed_at() const { return armed_at_; }  // -1 before the detector first armed
   int64_t alarms_total() const {
-    return detector_.alarms() + (drift_ ? drift_->alarms() : 0) + (step_test_ ? step_test_->alarms() : 0);
+    return detector_.alarms() + (drift_ ? drift_->alarms() : 0) + (step_test_ ? step_test_->alarms() : 0) +
+           (spike_ ? spike_->alarms : 0);
   }
   int64_t dropped() const { return alarms_total() - static_cast<int64_t>(records_.size()); }
   const std::deque<AlarmRecord>& records() const { return records_; }
@@ -219,6 +237,10 @@ class AlarmMonitor {
   static bool RunsSlowCusums(const Options& o);
   static bool RunsLateConfirm(const Options& o);
   static ChangeDetector::Options StepTestOptions(const Options& o);
+  static bool RunsSpikeTest(const Options& o);
+  // The spike test on this pair's steps (state_step_); records its alarm unless `other_alarm`.
+  void ObserveSpike(const double* step, double time, bool other_alarm);
+  static double SpikeThreshold(const std::vector<double>& top, int64_t n, double q);
   // The tests the releases from ALRM v7 on added, each with one u8 flag (always 1) after v6's,
   // written only by a monitor that runs it, in file order; each runs only with the ones before
   // it. Serialize and Deserialize share the list.
@@ -229,7 +251,7 @@ class AlarmMonitor {
     bool (*runs)(const Options&);  // whether a monitor with these options runs it
     const char* state;             // what a flag without the test would lack, in messages
   };
-  static const LaterTest kLaterTests[4];
+  static const LaterTest kLaterTests[5];
 
   Options options_;
   bool surprise_score_ = false;  // discrete, restored from ALRM v1: r = sqrt(-log p)
@@ -242,6 +264,16 @@ class AlarmMonitor {
   std::vector<double> residual_;             // scratch: LinearForecast::kBlock rows of the channels
   std::vector<double> step_;                 // scratch: the forecast's predicted step per channel
   std::vector<double> state_step_;           // scratch: y - x per channel (the step test's residual)
+  // RunsSpikeTest: per channel the largest |y - x| seen (descending, at most kSpikeTop, capacity
+  // reserved) and the finite steps seen; no spike alarm before pair quiet_until.
+  struct SpikeState {
+    std::vector<std::vector<double>> top;
+    std::vector<int64_t> seen;
+    std::vector<double> threshold;  // cached per channel (-1: to compute), not serialized
+    int64_t quiet_until = 0;
+    int64_t alarms = 0;
+  };
+  std::optional<SpikeState> spike_;
   std::deque<AlarmRecord> records_;
 };
 

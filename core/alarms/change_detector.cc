@@ -63,7 +63,16 @@ void StepOnsetCusum(double x, double drift, int64_t t, double& stat, int64_t& st
 
 const char* DirectionName(ChangeDetector::Direction d) { return d == ChangeDetector::Direction::kUp ? "up" : "down"; }
 
-const char* KindName(ChangeDetector::Kind k) { return k == ChangeDetector::Kind::kNoise ? "noise" : "dynamics"; }
+const char* KindName(ChangeDetector::Kind k) {
+  switch (k) {
+    case ChangeDetector::Kind::kNoise:
+      return "noise";
+    case ChangeDetector::Kind::kSpike:
+      return "spike";
+    default:
+      return "dynamics";
+  }
+}
 
 absl::Status ChangeDetector::Options::Validate() const {
   if (channels < 1 || channels > kMaxChannels) {

@@ -150,7 +150,8 @@ class ChangeDetector {
   };
 
   enum class Direction : int { kUp = 0, kDown = 1 };
-  enum class Kind : int { kNoise = 0, kDynamics = 1 };
+  // kSpike: only AlarmMonitor's spike test (ALRM v11) raises it.
+  enum class Kind : int { kNoise = 0, kDynamics = 1, kSpike = 2 };
 
   // Valid from the Observe call that returned it until the next Observe/Deserialize.
   struct Alarm {

@@ -426,7 +426,9 @@ class Alarm:
         time: unix seconds its batch arrived (as the daemon logged it).
         score, threshold: the CUSUM statistic at the alarm and the level it crossed.
         channels: 0-based raw channels, most changed first (continuous models).
-        kind: "dynamics", or "noise" (only the size of the residuals changed).
+        kind: "dynamics", "noise" (only the size of the residuals changed), or "spike" (one
+            step y - x beyond the tail of the steps so far; score = |step|, threshold = the
+            tail's bound; docs/algorithms.md §12.14).
         onset: the estimated index at which the change began.
         direction: "up" (forecast errors grew) or "down".
     """

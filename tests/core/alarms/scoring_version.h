@@ -17,6 +17,7 @@ inline void ScoreAsVersion(AlarmMonitor::Options& o, int version) {
   o.return_test = version >= 8;
   o.slow_cusums = version >= 9;
   o.late_confirm = version >= 10;
+  o.spike_test = version >= 11;
 }
 
 }  // namespace cmestream::test_support
