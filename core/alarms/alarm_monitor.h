@@ -89,6 +89,19 @@ struct AlarmRecord {
   int64_t onset = 0;  // estimated first pair of the new regime
 };
 
+// AlarmMonitor's spike test state (RunsSpikeTest): per channel the largest |y - x| seen
+// (descending, at most kSpikeTop, capacity reserved) and the finite steps seen; no spike alarm
+// before pair quiet_until. At namespace scope, not nested: clang 14 decides std::optional's
+// emplace() on a nested struct with default member initializers while the enclosing class is
+// still incomplete, and refuses it.
+struct AlarmSpikeState {
+  std::vector<std::vector<double>> top;
+  std::vector<int64_t> seen;
+  std::vector<double> threshold;  // cached per channel (-1: to compute), not serialized
+  int64_t quiet_until = 0;
+  int64_t alarms = 0;
+};
+
 class AlarmMonitor {
  public:
   struct Options {
@@ -264,15 +277,8 @@ class AlarmMonitor {
   std::vector<double> residual_;             // scratch: LinearForecast::kBlock rows of the channels
   std::vector<double> step_;                 // scratch: the forecast's predicted step per channel
   std::vector<double> state_step_;           // scratch: y - x per channel (the step test's residual)
-  // RunsSpikeTest: per channel the largest |y - x| seen (descending, at most kSpikeTop, capacity
-  // reserved) and the finite steps seen; no spike alarm before pair quiet_until.
-  struct SpikeState {
-    std::vector<std::vector<double>> top;
-    std::vector<int64_t> seen;
-    std::vector<double> threshold;  // cached per channel (-1: to compute), not serialized
-    int64_t quiet_until = 0;
-    int64_t alarms = 0;
-  };
+  // RunsSpikeTest: see AlarmSpikeState.
+  using SpikeState = AlarmSpikeState;
   std::optional<SpikeState> spike_;
   std::deque<AlarmRecord> records_;
 };
