@@ -35,8 +35,8 @@ class LimitsTest : public ::testing::Test {
     // a nested directory whose parent TearDown left behind.
     std::string test_name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::replace(test_name.begin(), test_name.end(), '/', '_');
-    data_dir_ = std::filesystem::temp_directory_path() /
-                ("cmestreamd-limits-" + std::to_string(::getpid()) + "-" + test_name);
+    data_dir_ =
+        std::filesystem::temp_directory_path() / ("cmestreamd-limits-" + std::to_string(::getpid()) + "-" + test_name);
     service::DaemonOptions options;
     options.listen = "127.0.0.1:0";
     options.metrics_listen = "127.0.0.1:0";
