@@ -277,6 +277,12 @@ absl::Status Daemon::Recover(Impl& impl, const ConfigDefaults& defaults) {
   }
   impl.wal = *std::move(wal);
   impl.progress.phase = RecoveryProgress::kSettle;
+  // The models whose alarm monitor had an older format (from the snapshot or an imported export
+  // replayed from the log): restored with their records, re-armed with this release's method.
+  for (const std::shared_ptr<Model>& m : impl.registry->List()) {
+    const Model::Stats st = m->stats();
+    if (!st.alarm_note.empty()) std::cerr << "cmestreamd: model '" << m->name() << "': " << st.alarm_note << "\n";
+  }
 
   // Settle what exists: unusable snapshots aside, the manifest rewritten to match.
   if (absl::Status s = impl.snapshots->SetAside(loaded->unusable); !s.ok()) return s;

@@ -174,7 +174,7 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   if (m.alarms().enabled()) {
     const v1::AlarmStatus& a = m.alarms();
     w.Key("alarms").BeginObject();
-    WriteFieldsJson(w, a, {"armed_at", "scored", "alarms_total", "score", "threshold", "alarm_rate"});
+    WriteFieldsJson(w, a, {"armed_at", "scored", "alarms_total", "score", "threshold", "alarm_rate", "rearmed"});
     w.EndObject();
   }
   WriteFieldsJson(w, m,
@@ -366,6 +366,7 @@ void PrintModel(const v1::ModelInfo& m) {
     } else {
       std::cout << "armed at pair " << a.armed_at() << ", score " << Num(a.score()) << " of 1";
     }
+    if (a.has_rearmed()) std::cout << "; " << a.rearmed();
     std::cout << "\n";
   } else {
     std::cout << "  alarms            off\n";

@@ -11,24 +11,11 @@
 namespace cmestream {
 namespace {
 
-// v3: the scoring of a small state (a flag, the cubic forecast, and the coefficients' test's DRFT
-// object after the detector). v4: a second flag, the coefficients' test with the forecast's steps
-// (DRFT v2). Every other monitor is written as v2, byte for byte what the release before wrote,
-// and restores as such; a v3 object restores without the steps. v5: the holdover of the size test
-// (CHGD v2), any monitor; three flags (coefficient test, steps, holdover) in place of v3/v4's.
-// v6: a fourth flag, the coefficients' test's holdover (DRFT v3); written only by a monitor that
-// runs that test, every other new monitor stays v5. v7: a fifth flag, the step test (§12.10),
-// and its CHGD object after the DRFT one; written only by a monitor that runs it. v8: a sixth
-// flag, the return test (§12.11, the step test's CHGD v3); written only by a monitor that runs it.
-// v9: a seventh flag, the slow CUSUMs and the re-armed return test (§12.12: the size test's and
-// the step test's CHGD v4); written only by a monitor that runs them. v10: an eighth flag, the
-// late confirmation (§12.13, the step test's CHGD v5); written only by a monitor that runs it.
-// v11: a ninth flag, the spike test (§12.14), and its state after the step test's CHGD object:
-// per channel the steps seen (u64), the kept largest steps (u32 count, f64 each, descending),
-// then the pair before which no spike alarm is raised and its alarm count (i64 each); written
-// only by a monitor that runs it.
-constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 11, "alarm monitor"};
-// Discrete models: pairs of counts before the surprise is scored (the counts' first rows).
+// v12: one method (alarm_monitor.h); the layout is in the header. v1-v11 were written by the
+// releases that replayed each earlier release's scoring; they re-arm (Rearm below, whose comment
+// gives their layouts as far as it reads them).
+constexpr io::ObjectFormat kFormat = {io::Fourcc("ALRM"), 12, "alarm monitor"};
+// Discrete models: pairs of counts before the p-value is scored (the counts' first rows).
 constexpr int64_t kDiscreteFirstScored = 64;
 // Discrete smoothing: 1/2 pseudo-count per state.
 constexpr double kPseudoCount = 0.5;
@@ -106,54 +93,42 @@ absl::Status AlarmMonitor::Options::Validate() const {
         absl::StrCat("alarms: channels is ", channels, ", expected a divisor of dim (", dim, ")"));
   }
   if (absl::Status s = DetectorOptions(*this).Validate(); !s.ok()) return s;
-  return RunsStepTest(*this) ? StepTestOptions(*this).Validate() : absl::OkStatus();
+  return SmallState(*this) ? StepTestOptions(*this).Validate() : absl::OkStatus();
 }
 
-bool AlarmMonitor::RunsDriftTest(const Options& o) { return o.dim > 0 && o.dim <= kMaxSmallState && o.scoring_v3; }
-
-bool AlarmMonitor::RunsStepTest(const Options& o) {
-  return RunsDriftTest(o) && o.holdover && o.drift_holdover && o.step_test;
-}
-
-bool AlarmMonitor::RunsReturnTest(const Options& o) { return RunsStepTest(o) && o.return_test; }
-
-bool AlarmMonitor::RunsSlowCusums(const Options& o) { return RunsReturnTest(o) && o.slow_cusums; }
-
-bool AlarmMonitor::RunsLateConfirm(const Options& o) { return RunsSlowCusums(o) && o.late_confirm; }
-
-bool AlarmMonitor::RunsSpikeTest(const Options& o) { return RunsLateConfirm(o) && o.spike_test; }
-
-// With both tests each gets half the false-alarm budget (docs/algorithms.md §12.9); with the step
-// test (§12.10) it takes kStepTestShare first.
+// The size test: the whole alarm_rate, or with the other tests of a small state (docs/algorithms.md
+// §12.9-12.10) half of what the step test leaves, half of that for its slow CUSUMs (§12.12).
 ChangeDetector::Options AlarmMonitor::DetectorOptions(const Options& o) {
   ChangeDetector::Options d;
   d.channels = o.dim > 0 ? o.channels : 1;
-  d.alarm_rate = RunsDriftTest(o) ? o.alarm_rate / 2 : o.alarm_rate;
-  if (RunsStepTest(o)) d.alarm_rate = o.alarm_rate * (1 - kStepTestShare) / 2;
-  d.holdover_pairs = o.holdover ? kHoldoverPairs : 0;
-  if (RunsSlowCusums(o)) {
+  d.alarm_rate = SmallState(o) ? o.alarm_rate * (1 - kStepTestShare) / 2 : o.alarm_rate;
+  d.holdover_pairs = kHoldoverPairs;
+  if (SmallState(o)) {
     d.slow_drift = kSlowDrift;
     d.slow_share = kSlowShare;
   }
   return d;
 }
 
+// The step test (§12.10-12.13): kStepTestShare of alarm_rate, the size test's holdover and slow
+// CUSUMs, the re-armed return test and the late confirmation.
 ChangeDetector::Options AlarmMonitor::StepTestOptions(const Options& o) {
   ChangeDetector::Options d = DetectorOptions(o);
   d.alarm_rate = o.alarm_rate * kStepTestShare;
-  d.return_pairs = RunsReturnTest(o) ? kReturnPairs : 0;
-  d.return_rearm = RunsSlowCusums(o);
-  d.late_confirm = RunsLateConfirm(o);
+  d.return_pairs = kReturnPairs;
+  d.return_rearm = true;
+  d.late_confirm = true;
   return d;
 }
 
+// The coefficients' test (§12.9): the size test's rate, with the forecast's steps and its holdover.
 DriftDetector::Options AlarmMonitor::DriftOptions(const Options& o) {
   DriftDetector::Options d;
   d.inputs = o.dim;
   d.channels = o.channels;
-  d.alarm_rate = RunsStepTest(o) ? o.alarm_rate * (1 - kStepTestShare) / 2 : o.alarm_rate / 2;
-  d.steps = o.scoring_v4;
-  d.holdover_pairs = o.holdover && o.drift_holdover ? kDriftHoldoverPairs : 0;
+  d.alarm_rate = o.alarm_rate * (1 - kStepTestShare) / 2;
+  d.steps = true;
+  d.holdover_pairs = kDriftHoldoverPairs;
   return d;
 }
 
@@ -162,14 +137,14 @@ AlarmMonitor::AlarmMonitor(const Options& options) : options_(options), detector
     LinearForecast::Options f;
     f.dim = options.dim;
     f.outputs = options.channels;
-    f.degree = RunsDriftTest(options) ? 3 : 1;
+    f.degree = SmallState(options) ? 3 : 1;
     f.first_fit = LinearForecast::FirstFitFor(f.regressors());
     f.fit_every = std::max<int64_t>(f.fit_every, f.first_fit);
     forecast_.emplace(f);
   }
-  if (RunsDriftTest(options)) drift_.emplace(DriftOptions(options));
-  if (RunsStepTest(options)) step_test_.emplace(StepTestOptions(options));
-  if (RunsSpikeTest(options)) {
+  if (SmallState(options)) {
+    drift_.emplace(DriftOptions(options));
+    step_test_.emplace(StepTestOptions(options));
     spike_.emplace();
     spike_->top.resize(static_cast<size_t>(options.channels));
     for (std::vector<double>& t : spike_->top) t.reserve(kSpikeTop);
@@ -201,7 +176,7 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
       if (scored) {
         const double* xb = x + static_cast<int64_t>(b) * d;
         const double* rb = residual_.data() + static_cast<int64_t>(b) * c;
-        if (drift_ && drift_->options().steps) {
+        if (drift_) {
           // The forecast's step of channel o: its forecast (y_new - r) minus the newest value of
           // that channel in x.
           const double* yb = y + static_cast<int64_t>(b) * d + (d - c);
@@ -230,14 +205,9 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
 void AlarmMonitor::ObserveIds(int64_t x, int64_t y, const TransitionCounts& counts, double time) {
   if (pairs_ >= kDiscreteFirstScored) {
     const int xi = static_cast<int>(x), yi = static_cast<int>(y);
-    if (surprise_score_) {
-      const double p = (counts.Count(xi, yi) + kPseudoCount) / (counts.Visits(xi) + kPseudoCount * options_.num_states);
-      residual_[0] = std::sqrt(std::max(0.0, -std::log(p)));
-    } else {
-      // The randomized p-value of the transition, as |N(0,1)| (docs/algorithms.md §12.8).
-      const double u = DiscretePValue(counts, xi, yi, options_.num_states, UniformOf(pairs_));
-      residual_[0] = -NormalQuantile(std::clamp(u / 2, 1e-300, 0.5));
-    }
+    // The randomized p-value of the transition, as |N(0,1)| (docs/algorithms.md §12.8).
+    const double u = DiscretePValue(counts, xi, yi, options_.num_states, UniformOf(pairs_));
+    residual_[0] = -NormalQuantile(std::clamp(u / 2, 1e-300, 0.5));
     Score(nullptr, residual_.data(), nullptr, time);
   }
   ++pairs_;
@@ -387,48 +357,40 @@ void AlarmMonitor::Keep(AlarmRecord rec) {
 
 namespace {
 
-// The options written (the scoring's flags follow the counters).
+// The options written (the counters follow them).
 constexpr auto kMonitorOptionFields = [](auto& f, auto& o) {
   f.Scalars("alarm monitor", io::Field("dim", o.dim), io::Field("channels", o.channels),
             io::Field("num_states", o.num_states), io::Field("alarm_rate", o.alarm_rate));
 };
 
+// Every option of a ChangeDetector: a stored test must be the one this method builds.
+bool SameDetectorOptions(const ChangeDetector::Options& a, const ChangeDetector::Options& b) {
+  return a.channels == b.channels && a.alarm_rate == b.alarm_rate && a.arm_after == b.arm_after &&
+         a.scale_pairs == b.scale_pairs && a.baseline_pairs == b.baseline_pairs && a.drift == b.drift &&
+         a.clip == b.clip && a.kind_min == b.kind_min && a.kind_z == b.kind_z && a.kind_memory == b.kind_memory &&
+         a.holdover_pairs == b.holdover_pairs && a.return_pairs == b.return_pairs && a.return_rearm == b.return_rearm &&
+         a.slow_drift == b.slow_drift && a.slow_share == b.slow_share && a.late_confirm == b.late_confirm;
+}
+
+bool SameDriftOptions(const DriftDetector::Options& a, const DriftDetector::Options& b) {
+  return a.inputs == b.inputs && a.channels == b.channels && a.alarm_rate == b.alarm_rate &&
+         a.arm_after == b.arm_after && a.baseline_pairs == b.baseline_pairs && a.drift == b.drift && a.clip == b.clip &&
+         a.steps == b.steps && a.holdover_pairs == b.holdover_pairs;
+}
+
 }  // namespace
 
-// In file order (kFormat above says what each version added); a monitor restored from the version
-// before one keeps scoring without its test.
-const AlarmMonitor::LaterTest AlarmMonitor::kLaterTests[5] = {
-    {7, "alarm monitor step test", &Options::step_test, &AlarmMonitor::RunsStepTest, "the step test's state"},
-    {8, "alarm monitor return test", &Options::return_test, &AlarmMonitor::RunsReturnTest, "the return test's state"},
-    {9, "alarm monitor slow cusums", &Options::slow_cusums, &AlarmMonitor::RunsSlowCusums, "the slow CUSUMs' state"},
-    {10, "alarm monitor late confirmation", &Options::late_confirm, &AlarmMonitor::RunsLateConfirm,
-     "the late confirmation's state"},
-    {11, "alarm monitor spike test", &Options::spike_test, &AlarmMonitor::RunsSpikeTest, "the spike test's state"},
-};
+std::string AlarmMonitor::RearmNote() const {
+  if (rearmed_from_ == 0) return "";
+  return absl::StrCat("alarm monitor from format v", rearmed_from_, " re-armed at pair ", rearmed_at_);
+}
 
 void AlarmMonitor::Serialize(io::Writer& w) const {
-  const bool v3 = RunsDriftTest(options_), v4 = v3 && options_.scoring_v4, v5 = options_.holdover;
-  const bool v6 = v3 && v5 && options_.drift_holdover;
-  uint32_t version = v6 ? 6 : (v5 ? 5 : (v4 ? 4 : (v3 ? 3 : 2)));
-  for (const LaterTest& l : kLaterTests) {
-    if (l.runs(options_)) version = l.version;
-  }
-  io::FieldWriter f(w, kFormat, version);
+  io::FieldWriter f(w, kFormat, kFormat.version);
   kMonitorOptionFields(f, options_);
   f.Scalars("alarm monitor", io::Field("pairs", pairs_), io::Field("armed_at", armed_at_));
-  if (options_.num_states > 0) w.U8(surprise_score_ ? 1 : 0);  // v2
-  if (v5) {
-    w.U8(v3 ? 1 : 0);
-    w.U8(v4 ? 1 : 0);
-    w.U8(1);
-    if (v6) w.U8(1);
-    for (const LaterTest& l : kLaterTests) {
-      if (l.runs(options_)) w.U8(1);
-    }
-  } else {
-    if (v3) w.U8(1);
-    if (v4) w.U8(1);
-  }
+  f.Scalars("alarm monitor re-armed", io::Field("from format", rearmed_from_), io::Field("at pair", rearmed_at_),
+            io::Field("earlier alarms", earlier_alarms_));
   if (forecast_) forecast_->Serialize(w);
   detector_.Serialize(w);
   if (drift_) drift_->Serialize(w);
@@ -457,13 +419,35 @@ void AlarmMonitor::Serialize(io::Writer& w) const {
   }
 }
 
+absl::Status AlarmMonitor::ReadRecords(io::Reader& r, ChangeDetector::Kind max_kind) {
+  const int64_t n = r.Count("alarm monitor records", 0, kMaxRecords);
+  for (int64_t i = 0; i < n && r.ok(); ++i) {
+    AlarmRecord a;
+    a.index = r.I64("alarm index");
+    a.time = r.F64("alarm time");
+    a.score = r.F64("alarm score");
+    a.threshold = r.F64("alarm threshold");
+    const uint32_t nc = r.U32("alarm channels");
+    if (!r.ok()) break;
+    if (nc > static_cast<uint32_t>(detector_.channels())) return r.Fail("alarm channels: more than the model has");
+    for (uint32_t k = 0; k < nc; ++k) {
+      const int32_t c = r.I32("alarm channel");
+      if (r.ok() && (c < 0 || c >= detector_.channels())) return r.Fail("alarm channel out of range");
+      a.channels.push_back(c);
+    }
+    const uint8_t kind = r.U8("alarm kind"), dir = r.U8("alarm direction");
+    if (kind > static_cast<uint8_t>(max_kind) || dir > 1) return r.Fail("alarm kind or direction out of range");
+    a.kind = static_cast<ChangeDetector::Kind>(kind);
+    a.direction = static_cast<ChangeDetector::Direction>(dir);
+    a.onset = r.I64("alarm onset");
+    records_.push_back(std::move(a));
+  }
+  return r.status();
+}
+
 absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
-  auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kMonitorOptionFields);
+  const auto [version, o] = io::ReadObjectStart<Options>(r, kFormat, kMonitorOptionFields);
   if (!r.ok()) return r.status();
-  // Monitors written as v1/v2 have no coefficient test and keep running without one; v3 ones run
-  // it without the steps.
-  o.scoring_v3 = o.scoring_v4 = o.holdover = o.drift_holdover = o.step_test = o.return_test = o.slow_cusums =
-      o.late_confirm = o.spike_test = false;
   if (absl::Status s = o.Validate(); !s.ok()) return r.Fail(std::string(s.message()));
   // The forecast's d x d sums are in the body: nothing is allocated for a body that cannot hold them.
   if (o.dim > 0 &&
@@ -473,96 +457,48 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
   int64_t pairs = 0, armed_at = 0;
   io::FieldReader f(r);
   f.Scalars("alarm monitor", io::Field("pairs", pairs), io::Field("armed_at", armed_at));
-  bool surprise_score = false;
-  if (o.num_states > 0) {
-    // v1 discrete monitors scored the surprise and keep it (their detector is calibrated on it).
-    const uint8_t kind = version >= 2 ? r.U8("alarm monitor score kind") : 1;
-    if (r.ok() && kind > 1) return r.Fail("alarm monitor score kind out of range");
-    surprise_score = kind == 1;
-  }
-  if (version >= 5) {
-    const uint8_t v3 = r.U8("alarm monitor coefficient test"), v4 = r.U8("alarm monitor coefficient test steps"),
-                  hold = r.U8("alarm monitor holdover");
-    if (r.ok() && (v3 > 1 || v4 > v3 || hold != 1)) return r.Fail("alarm monitor v5 flags out of range");
-    o.scoring_v3 = v3 == 1;
-    o.scoring_v4 = v4 == 1;
-    o.holdover = true;
-    if (r.ok() && o.scoring_v3 && !RunsDriftTest(o))
-      return r.Fail("alarm monitor with a coefficient test on a state it does not run on");
-    // v6: the coefficients' test's holdover (written only by a monitor that runs that test); a
-    // v5 monitor without the test is what a new one is.
-    if (version >= 6) {
-      const uint8_t drift_hold = r.U8("alarm monitor coefficient test holdover");
-      if (r.ok() && (drift_hold != 1 || !o.scoring_v3)) return r.Fail("alarm monitor v6 flags out of range");
-    }
-    o.drift_holdover = version >= 6 || !o.scoring_v3;
-    // v7-v10 (kLaterTests): a monitor without the coefficients' test is what a new one is.
-    for (const LaterTest& l : kLaterTests) {
-      const bool written = version >= l.version;
-      if (written) {
-        const uint8_t flag = r.U8(l.flag);
-        if (r.ok() && flag != 1) return r.Fail(absl::StrCat("alarm monitor v", l.version, " flags out of range"));
-      }
-      o.*l.option = written || !o.scoring_v3;
-      if (r.ok() && written && !l.runs(o))
-        return r.Fail(absl::StrCat("alarm monitor v", l.version, " without ", l.state));
-    }
-  } else if (version >= 3) {
-    const uint8_t flag = r.U8("alarm monitor coefficient test");
-    if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
-    o.scoring_v3 = true;
-    if (r.ok() && !RunsDriftTest(o))
-      return r.Fail("alarm monitor v3 with a state the coefficient test does not run on");
-  }
-  if (version == 4) {
-    const uint8_t flag = r.U8("alarm monitor coefficient test steps");
-    if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test steps flag out of range");
-    o.scoring_v4 = true;
-  }
   if (!r.ok()) return r.status();
+  if (pairs < 0 || armed_at < -1 || armed_at > pairs) return r.Fail("alarm monitor: counters out of range");
+  if (version < kFormat.version) return Rearm(r, version, o, pairs);
   AlarmMonitor m(o);
   m.pairs_ = pairs;
   m.armed_at_ = armed_at;
-  m.surprise_score_ = surprise_score;
+  f.Scalars("alarm monitor re-armed", io::Field("from format", m.rearmed_from_), io::Field("at pair", m.rearmed_at_),
+            io::Field("earlier alarms", m.earlier_alarms_));
+  if (r.ok() && (m.rearmed_from_ < 0 || m.rearmed_from_ >= static_cast<int32_t>(kFormat.version) ||
+                 (m.rearmed_from_ == 0) != (m.rearmed_at_ == -1) || m.rearmed_at_ < -1 || m.rearmed_at_ > pairs ||
+                 m.earlier_alarms_ < 0 || (m.rearmed_from_ == 0 && m.earlier_alarms_ != 0))) {
+    return r.Fail("alarm monitor: re-arming out of range");
+  }
+  if (!r.ok()) return r.status();
   if (m.forecast_) {
-    absl::StatusOr<LinearForecast> f = LinearForecast::Deserialize(r);
-    if (!f.ok()) return f.status();
-    if (f->options().dim != o.dim || f->options().outputs != o.channels ||
-        f->options().degree != m.forecast_->options().degree) {
+    absl::StatusOr<LinearForecast> fc = LinearForecast::Deserialize(r);
+    if (!fc.ok()) return fc.status();
+    if (fc->options().dim != o.dim || fc->options().outputs != o.channels ||
+        fc->options().degree != m.forecast_->options().degree) {
       return r.Fail("alarm monitor: the forecast's dimensions differ from the monitor's");
     }
-    m.forecast_ = std::move(*f);
+    m.forecast_ = std::move(*fc);
   }
   absl::StatusOr<ChangeDetector> d = ChangeDetector::Deserialize(r);
   if (!d.ok()) return d.status();
-  if (d->channels() != m.detector_.channels() || d->options().holdover_pairs != m.detector_.options().holdover_pairs ||
-      d->options().slow_drift != m.detector_.options().slow_drift) {
-    return r.Fail("alarm monitor: the detector's channels, holdover or slow CUSUMs differ from the monitor's");
+  if (!SameDetectorOptions(d->options(), m.detector_.options())) {
+    return r.Fail("alarm monitor: the size test's options differ from the monitor's");
   }
   m.detector_ = std::move(*d);
   if (m.drift_) {
     absl::StatusOr<DriftDetector> drift = DriftDetector::Deserialize(r);
     if (!drift.ok()) return drift.status();
-    if (drift->options().inputs != o.dim || drift->options().channels != o.channels ||
-        drift->options().steps != o.scoring_v4 ||
-        drift->options().holdover_pairs != m.drift_->options().holdover_pairs) {
-      return r.Fail("alarm monitor: the coefficient test's dimensions differ from the monitor's");
+    if (!SameDriftOptions(drift->options(), m.drift_->options())) {
+      return r.Fail("alarm monitor: the coefficient test's options differ from the monitor's");
     }
     m.drift_ = std::move(*drift);
   }
   if (m.step_test_) {
     absl::StatusOr<ChangeDetector> s = ChangeDetector::Deserialize(r);
     if (!s.ok()) return s.status();
-    if (s->channels() != m.step_test_->channels() ||
-        s->options().holdover_pairs != m.step_test_->options().holdover_pairs ||
-        s->options().alarm_rate != m.step_test_->options().alarm_rate ||
-        s->options().return_pairs != m.step_test_->options().return_pairs ||
-        s->options().return_rearm != m.step_test_->options().return_rearm ||
-        s->options().late_confirm != m.step_test_->options().late_confirm ||
-        s->options().slow_drift != m.step_test_->options().slow_drift) {
-      return r.Fail(
-          "alarm monitor: the step test's channels, rate, holdover, return test, slow CUSUMs or late confirmation "
-          "differ from the monitor's");
+    if (!SameDetectorOptions(s->options(), m.step_test_->options())) {
+      return r.Fail("alarm monitor: the step test's options differ from the monitor's");
     }
     m.step_test_ = std::move(*s);
   }
@@ -587,30 +523,102 @@ absl::StatusOr<AlarmMonitor> AlarmMonitor::Deserialize(io::Reader& r) {
     m.spike_->alarms = r.I64("alarm monitor spike test alarms");
     if (r.ok() && m.spike_->alarms < 0) return r.Fail("alarm monitor spike test: alarm count out of range");
   }
-  const int64_t n = r.Count("alarm monitor records", 0, kMaxRecords);
-  for (int64_t i = 0; i < n && r.ok(); ++i) {
-    AlarmRecord a;
-    a.index = r.I64("alarm index");
-    a.time = r.F64("alarm time");
-    a.score = r.F64("alarm score");
-    a.threshold = r.F64("alarm threshold");
-    const uint32_t nc = r.U32("alarm channels");
-    if (!r.ok()) break;
-    if (nc > static_cast<uint32_t>(m.detector_.channels())) return r.Fail("alarm channels: more than the model has");
-    for (uint32_t k = 0; k < nc; ++k) {
-      const int32_t c = r.I32("alarm channel");
-      if (r.ok() && (c < 0 || c >= m.detector_.channels())) return r.Fail("alarm channel out of range");
-      a.channels.push_back(c);
+  if (absl::Status s = m.ReadRecords(r, ChangeDetector::Kind::kSpike); !s.ok()) return s;
+  if (!r.EndObject(kFormat.name)) return r.status();
+  return m;
+}
+
+// An ALRM v1-v11 object after its pair counter and armed_at. The layout of the releases that wrote
+// them: (discrete, v2-v11) u8 score kind (0: the randomized p-value, 1: the surprise of v1); (v5-v11)
+// three u8 flags (coefficient test, its steps, holdover = 1), a fourth (v6-v11: the coefficient
+// test's holdover) and one more per version from v7 on (step test, return test, slow CUSUMs, late
+// confirmation, spike test), each 1 and written only by a monitor that ran the coefficient test;
+// (v3, v4) u8 coefficient test = 1 and (v4) u8 steps = 1; then the forecast (continuous), the size
+// test's CHGD object, the coefficient test's DRFT object (when it ran), the step test's CHGD object
+// (v7-v11), the spike test's state (v11, the layout of v12) and the records (kind "spike" from v11).
+// Each object is read by its own Deserialize, so a damaged one is refused as before; what the
+// monitor keeps is the pair counter, the alarm count (the tests' counts, at least the records
+// kept) and the records.
+absl::StatusOr<AlarmMonitor> AlarmMonitor::Rearm(io::Reader& r, uint32_t version, const Options& o, int64_t pairs) {
+  if (o.num_states > 0 && version >= 2) {
+    const uint8_t kind = r.U8("alarm monitor score kind");
+    if (r.ok() && kind > 1) return r.Fail("alarm monitor score kind out of range");
+  }
+  bool coefficient_test = false;
+  if (version >= 5) {
+    const uint8_t v3 = r.U8("alarm monitor coefficient test"), v4 = r.U8("alarm monitor coefficient test steps"),
+                  hold = r.U8("alarm monitor holdover");
+    if (r.ok() && (v3 > 1 || v4 > v3 || hold != 1)) {
+      return r.Fail(absl::StrCat("alarm monitor v", version, " flags out of range"));
     }
-    const uint8_t kind = r.U8("alarm kind"), dir = r.U8("alarm direction");
-    if (kind > (version >= 11 ? 2 : 1) || dir > 1) return r.Fail("alarm kind or direction out of range");
-    a.kind = static_cast<ChangeDetector::Kind>(kind);
-    a.direction = static_cast<ChangeDetector::Direction>(dir);
-    a.onset = r.I64("alarm onset");
-    m.records_.push_back(std::move(a));
+    coefficient_test = v3 == 1;
+    for (uint32_t v = 6; v <= version && r.ok(); ++v) {
+      const uint8_t flag = r.U8("alarm monitor test flag");
+      if (r.ok() && (flag != 1 || !coefficient_test)) {
+        return r.Fail(absl::StrCat("alarm monitor v", version, " flags out of range"));
+      }
+    }
+  } else if (version >= 3) {
+    for (uint32_t v = 3; v <= version && r.ok(); ++v) {
+      const uint8_t flag = r.U8("alarm monitor coefficient test");
+      if (r.ok() && flag != 1) return r.Fail("alarm monitor coefficient test flag out of range");
+    }
+    coefficient_test = true;
+  }
+  if (r.ok() && coefficient_test && !SmallState(o)) {
+    return r.Fail("alarm monitor with a coefficient test on a state it does not run on");
+  }
+  if (!r.ok()) return r.status();
+  int64_t earlier = 0;
+  if (o.dim > 0) {
+    absl::StatusOr<LinearForecast> fc = LinearForecast::Deserialize(r);
+    if (!fc.ok()) return fc.status();
+    if (fc->options().dim != o.dim || fc->options().outputs != o.channels) {
+      return r.Fail("alarm monitor: the forecast's dimensions differ from the monitor's");
+    }
+  }
+  const int channels = o.dim > 0 ? o.channels : 1;
+  absl::StatusOr<ChangeDetector> d = ChangeDetector::Deserialize(r);
+  if (!d.ok()) return d.status();
+  if (d->channels() != channels) return r.Fail("alarm monitor: the detector's channels differ from the monitor's");
+  earlier += d->alarms();
+  if (coefficient_test) {
+    absl::StatusOr<DriftDetector> drift = DriftDetector::Deserialize(r);
+    if (!drift.ok()) return drift.status();
+    if (drift->options().inputs != o.dim || drift->options().channels != o.channels) {
+      return r.Fail("alarm monitor: the coefficient test's dimensions differ from the monitor's");
+    }
+    earlier += drift->alarms();
+  }
+  if (version >= 7) {
+    absl::StatusOr<ChangeDetector> s = ChangeDetector::Deserialize(r);
+    if (!s.ok()) return s.status();
+    if (s->channels() != channels) return r.Fail("alarm monitor: the step test's channels differ from the monitor's");
+    earlier += s->alarms();
+  }
+  if (version >= 11) {
+    for (int c = 0; c < o.channels && r.ok(); ++c) {
+      r.U64("alarm monitor spike test steps seen");
+      const uint32_t count = r.U32("alarm monitor spike test kept steps");
+      if (r.ok() && count > kSpikeTop) return r.Fail("alarm monitor spike test: kept steps out of range");
+      if (r.ok()) r.Skip(8 * static_cast<uint64_t>(count), "alarm monitor spike test steps");
+    }
+    r.I64("alarm monitor spike test quiet until");
+    const int64_t spikes = r.I64("alarm monitor spike test alarms");
+    if (r.ok() && spikes < 0) return r.Fail("alarm monitor spike test: alarm count out of range");
+    earlier += spikes;
+  }
+  if (!r.ok()) return r.status();
+  AlarmMonitor m(o);
+  m.pairs_ = pairs;
+  m.rearmed_from_ = static_cast<int32_t>(version);
+  m.rearmed_at_ = pairs;
+  if (absl::Status s = m.ReadRecords(r, version >= 11 ? ChangeDetector::Kind::kSpike : ChangeDetector::Kind::kDynamics);
+      !s.ok()) {
+    return s;
   }
   if (!r.EndObject(kFormat.name)) return r.status();
-  if (m.pairs_ < 0 || m.armed_at_ < -1 || m.armed_at_ > m.pairs_) return r.Fail("alarm monitor: counters out of range");
+  m.earlier_alarms_ = std::max(earlier, static_cast<int64_t>(m.records_.size()));
   return m;
 }
 

@@ -116,6 +116,7 @@ Model::Stats Model::LearnerStatsLocked() const {
     s.alarms_total = static_cast<uint64_t>(a->alarms_total());
     s.change_score = a->score();
     s.change_threshold = a->threshold();
+    s.alarm_note = a->RearmNote();
   }
   return s;
 }
@@ -459,6 +460,7 @@ v1::ModelInfo Model::Describe() const {
       a->set_score(stats_.change_score);
       a->set_threshold(stats_.change_threshold);
       a->set_alarm_rate(config_.alarm_rate());
+      if (!stats_.alarm_note.empty()) a->set_rearmed(stats_.alarm_note);
     }
   }
   if (auto v = view()) {

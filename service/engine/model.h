@@ -213,6 +213,9 @@ class Model {
     uint64_t progress = 0;  // StreamingLearner::learned_total: grows even across a reset
     double change_score = 0;
     double change_threshold = 0;
+    // "alarm monitor from format vN re-armed at pair P" for a monitor restored from an older
+    // format (AlarmMonitor::RearmNote), else empty.
+    std::string alarm_note;
   };
   Stats stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
   v1::ModelInfo Describe() const ABSL_LOCKS_EXCLUDED(stats_mu_, view_mu_);

@@ -15,25 +15,17 @@
 // (no alarm at all), S1 = +windows (every change found at its first pair, no false alarm).
 //
 //   ./build/tests/bench/change_benchmark [--seeds N] [--rate R] [--stationary PAIRS] [--monitor]
-//                                        [--scoring-vN] [--misses] [--oracle] [--series FILE ...]
+//                                        [--misses] [--oracle] [--series FILE ...]
 //
 // --monitor replaces the frozen stand-in forecast below by what the daemon runs (AlarmMonitor,
 // DetectWithMonitor): its own forecast on the model's state (cubic regressors for states of at
-// most 8 values), refitted on schedule, and its tests (the residuals' size and the
-// forecast's coefficients, docs/algorithms.md §12.8-12.9; for a state of one or two values the
-// state's steps too, §12.10). --scoring-v3 runs it as a monitor restored from ALRM v3 scores (the
-// coefficients' test without the forecast's steps, (12.9b), and without the holdover),
-// --scoring-v4 as one restored from ALRM v4 (without the holdover of §12.8),
-// --scoring-v5 as one restored from ALRM v5 (without the coefficients' test's holdover, §12.9),
-// --scoring-v6 as one restored from ALRM v6 (without the step test, §12.10),
-// --scoring-v7 as one restored from ALRM v7 (without the step test's return test, §12.11),
-// --scoring-v8 as one restored from ALRM v8 (without the slow CUSUMs and the re-armed return
-// test, §12.12), --scoring-v9 as one restored from ALRM v9 (without the late confirmation,
-// §12.13); --scoring-v2 as one restored from v2 (the size test alone);
+// most two values), refitted on schedule, and its tests (the residuals' size, docs/algorithms.md §12.8;
+// for a state of one or two values the forecast's coefficients, the state's steps and single
+// steps too, §12.9-12.14).
 // --misses prints one line per change not detected within 500 pairs: its segment, direction,
 // the pairs since the last alarm before it and the first alarm after it.
 //
-// --series FILE (repeatable) runs the monitor with the defaults (R = 1, or --rate; --scoring-vN)
+// --series FILE (repeatable) runs the monitor with the defaults (R = 1, or --rate)
 // on a recorded scalar series instead, one number per line, as a model of it would see it: the
 // value alone (d = 1) and a delay pair (d = 2, one channel); it prints the alarms raised, for the
 // false alarms of real series without labels (docs/algorithms.md §12.12).
@@ -91,15 +83,11 @@
 #include "core/alarms/change_detector.h"
 #include "core/common/types.h"
 #include "core/counts/transition_counts.h"
-#include "tests/core/alarms/scoring_version.h"
 
 namespace cmestream {
 namespace {
 
 int g_seed = 0;
-// --scoring-vN: the monitor as an ALRM vN object scores (test_support::ScoreAsVersion); the newest
-// by default.
-int g_scoring_version = 10;
 const char* g_system = "";
 
 constexpr int kWindow = 60;  // NAB window W, in pairs
@@ -349,17 +337,16 @@ std::vector<Alarm> Detect(const Stream& s, const MatrixXd& beta, double rate) {
   return out;
 }
 
-// --monitor: what the daemon runs (AlarmMonitor, docs/algorithms.md §12.8-12.9): its own forecast
-// refitted on schedule and its two tests, on the state a model would learn:
+// --monitor: what the daemon runs (AlarmMonitor, docs/algorithms.md §12.8-12.14): its own forecast
+// refitted on schedule and its tests, on the state a model would learn:
 // the observation (double well: x; oscillator: (q, p); OU: x), a delay window of the last four
 // observations, oldest first (sensor noise: --dim 1 --delays 4), or the ids (Markov chain: a
-// discrete model, scored by the surprise under its counts).
+// discrete model, scored by the transition's p-value under its counts).
 std::vector<Alarm> DetectWithMonitor(const Stream& s, const System& sys, double rate) {
   const std::string name = sys.name();
   const int p = s.features, c = s.channels;
   AlarmMonitor::Options o;
   o.alarm_rate = rate;
-  test_support::ScoreAsVersion(o, g_scoring_version);
   const bool discrete = name == "markov";
   const bool window = name == "sensor_noise";
   const int dim = window ? 4 : c;
@@ -786,13 +773,12 @@ void AlarmsOnSeries(const char* path, double rate) {
     o.dim = d;
     o.channels = 1;
     o.alarm_rate = rate;
-    test_support::ScoreAsVersion(o, g_scoring_version);
     AlarmMonitor m(o);
     // Pair t is the window of rows t..t+d-1 and the window one row on (a delay state's pairs).
     const int64_t pairs = static_cast<int64_t>(x.size()) - d;
     for (int64_t t = 0; t < pairs; ++t) m.ObservePair(&x[static_cast<size_t>(t)], &x[static_cast<size_t>(t + 1)], 0);
-    std::printf("%s: %lld pairs, d = %d, ALRM v%d: %lld alarms (%.1f per 10^4 pairs) at pairs", path,
-                static_cast<long long>(pairs), d, g_scoring_version, static_cast<long long>(m.alarms_total()),
+    std::printf("%s: %lld pairs, d = %d: %lld alarms (%.1f per 10^4 pairs) at pairs", path,
+                static_cast<long long>(pairs), d, static_cast<long long>(m.alarms_total()),
                 1e4 * static_cast<double>(m.alarms_total()) / static_cast<double>(pairs));
     for (const AlarmRecord& a : m.records()) std::printf(" %lld", static_cast<long long>(a.index));
     std::printf("\n");
@@ -813,15 +799,6 @@ int Main(int argc, char** argv) {
       {"--oracle", &oracle},
   };
   for (int i = 1; i < argc; ++i) {
-    if (int v = 0; std::sscanf(argv[i], "--scoring-v%d", &v) == 1) {
-      if (v < 2 || v > g_scoring_version) {
-        std::fprintf(stderr, "change_benchmark: %s: expected --scoring-v2 .. --scoring-v%d\n", argv[i],
-                     g_scoring_version);
-        return 2;
-      }
-      g_scoring_version = v;
-      continue;
-    }
     bool* on = nullptr;
     for (const auto& [name, flag] : switches) {
       if (!std::strcmp(argv[i], name)) on = flag;

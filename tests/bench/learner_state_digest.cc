@@ -9,8 +9,8 @@
 // The streams cover trajectories (y_t = x_{t+1}), the same pairs sent as unordered pairs, and
 // shuffled pairs (no point repeats), at d = 2, 8, 64 and 512, pair by pair (micro_batch 1) and
 // in runs, with and without lag statistics, the latent model, input scaling and a prequential
-// score installed part way. Then the change alarms on their own (core/alarms), every version of
-// their scoring (ALRM v2 to v10) on a stream whose regime switches, at a high alarm rate so that
+// score installed part way. Then the change alarms on their own (core/alarms) at d = 1, 2 (every
+// test) and 8 (the size test) on a stream whose regime switches, at a high alarm rate so that
 // restarts, holdovers and records are in the state, and a discrete monitor.
 #include <algorithm>
 #include <cinttypes>
@@ -29,7 +29,6 @@
 #include "core/spectral/prequential_score.h"
 #include "core/stream/streaming_learner.h"
 #include "tests/bench/delay_states.h"
-#include "tests/core/alarms/scoring_version.h"
 #include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
@@ -165,14 +164,11 @@ std::string MonitorLine(const AlarmMonitor& m) {
   return line;
 }
 
-// `scoring`: the newest ALRM version the monitor may write (10: every test on; lower: the
-// options of that release off).
-std::string RunAlarms(int dim, int scoring) {
+std::string RunAlarms(int dim) {
   AlarmMonitor::Options o;
   o.dim = dim;
   o.channels = dim;
   o.alarm_rate = AlarmMonitor::kMaxAlarmRate;
-  test_support::ScoreAsVersion(o, scoring);
   if (!o.Validate().ok()) return "invalid options";
   AlarmMonitor m(o);
   std::mt19937_64 rng(7);
@@ -284,11 +280,7 @@ int main() {
                 c.prequential, cmestream::Run(c).c_str());
     std::fflush(stdout);
   }
-  for (int d : {1, 2, 8}) {
-    for (int scoring = 2; scoring <= 10; ++scoring) {
-      std::printf("alarms d=%d scoring=v%d: %s\n", d, scoring, cmestream::RunAlarms(d, scoring).c_str());
-    }
-  }
+  for (int d : {1, 2, 8}) std::printf("alarms d=%d: %s\n", d, cmestream::RunAlarms(d).c_str());
   std::printf("alarms discrete: %s\n", cmestream::RunDiscreteAlarms().c_str());
   std::printf("discrete learner: %s\n", cmestream::RunDiscreteLearner().c_str());
   return 0;

@@ -313,6 +313,9 @@ class AlarmStatus:
         score: the CUSUM statistic now as a fraction of the threshold (an alarm at 1).
         threshold: the CUSUM threshold h.
         alarm_rate: target false alarms per 10,000 stationary pairs.
+        rearmed: "alarm monitor from format vN re-armed at pair P" for a model restored from a
+            snapshot or export whose alarm monitor had an older format (its records and alarm
+            count kept, its tests rebuilt from pair P on); None otherwise.
     """
     scored: int
     armed_at: int
@@ -320,6 +323,7 @@ class AlarmStatus:
     score: float
     threshold: float
     alarm_rate: float
+    rearmed: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -465,6 +469,8 @@ def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
         input_scaling=(input_scaling_from_proto(m.input_scaling)
                        if m.HasField("input_scaling") else None),
         state_dim=m.state_dim,
-        alarms=from_proto(AlarmStatus, m.alarms) if m.alarms.enabled else None,
+        alarms=(from_proto(AlarmStatus, m.alarms,
+                           rearmed=m.alarms.rearmed if m.alarms.HasField("rearmed") else None)
+                if m.alarms.enabled else None),
         estimators=[from_proto(EstimatorCost, e) for e in m.estimators],
         failure=from_proto(ModelFailure, m.failure) if m.HasField("failure") else None)

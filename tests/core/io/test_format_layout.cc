@@ -14,7 +14,6 @@
 #include "core/io/binary_io.h"
 #include "core/stream/streaming_learner.h"
 #include "gtest/gtest.h"
-#include "tests/core/alarms/scoring_version.h"
 #include "tests/core/serialized_bytes.h"
 
 namespace cmestream {
@@ -63,12 +62,11 @@ std::string DiscreteLearnerAfterAChain() {
   return Bytes(l);
 }
 
-// An alarm monitor as each scoring version writes it (v11: every test; lower: that release's).
-std::string FreshMonitor(int dim, int scoring) {
+// An alarm monitor (ALRM v12): a small state (every test), a wider one (the size test alone).
+std::string FreshMonitor(int dim) {
   AlarmMonitor::Options o;
   o.dim = dim;
   o.channels = dim;
-  test_support::ScoreAsVersion(o, scoring);
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
   return Bytes(AlarmMonitor(o));
 }
@@ -82,19 +80,11 @@ struct Layout {
 
 TEST(FormatLayout, EveryObjectWritesTheRecordedBytes) {
   const std::vector<Layout> layouts = {
-      {"continuous learner, fresh", FreshContinuousLearner, 2285505, 0xb86c37b163baebf9ULL},
+      {"continuous learner, fresh", FreshContinuousLearner, 2285522, 0xbc8c73157c7e083eULL},
       {"discrete learner after a chain", DiscreteLearnerAfterAChain, 12160, 0xf0200d45e37a429dULL},
-      {"alarm monitor d=1 v2", [] { return FreshMonitor(1, 2); }, 863, 0x1419f7fa6adde91cULL},
-      {"alarm monitor d=1 v3", [] { return FreshMonitor(1, 3); }, 1156, 0x44a9ae9fc296e14cULL},
-      {"alarm monitor d=1 v4", [] { return FreshMonitor(1, 4); }, 1214, 0x432c7bf2aeea7872ULL},
-      {"alarm monitor d=1 v5", [] { return FreshMonitor(1, 5); }, 1480, 0x503c72044bc366f3ULL},
-      {"alarm monitor d=1 v6", [] { return FreshMonitor(1, 6); }, 1646, 0x313bbc9fcef3c376ULL},
-      {"alarm monitor d=2 v7", [] { return FreshMonitor(2, 7); }, 3474, 0xfe08f3b4efb0c506ULL},
-      {"alarm monitor d=16 v7", [] { return FreshMonitor(16, 7); }, 9171, 0xedf4d0cfa0c1a2c5ULL},
-      {"alarm monitor d=2 v8", [] { return FreshMonitor(2, 8); }, 3552, 0x53c8b2d330554563ULL},
-      {"alarm monitor d=2 v9", [] { return FreshMonitor(2, 9); }, 3911, 0x599eaacb93db2decULL},
-      {"alarm monitor d=2 v10", [] { return FreshMonitor(2, 10); }, 3914, 0x21b28785115e6973ULL},
-      {"alarm monitor d=2 v11", [] { return FreshMonitor(2, 11); }, 3955, 0x136ad6fffbc0738aULL},
+      {"alarm monitor d=1", [] { return FreshMonitor(1); }, 2906, 0x099d41ecd9323ed5ULL},
+      {"alarm monitor d=2", [] { return FreshMonitor(2); }, 3966, 0x8477207484cdf0d9ULL},
+      {"alarm monitor d=16", [] { return FreshMonitor(16); }, 9188, 0xed47af8f1b921c5eULL},
   };
   for (const Layout& l : layouts) {
     const std::string bytes = l.bytes();
