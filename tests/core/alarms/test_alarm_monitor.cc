@@ -435,6 +435,36 @@ TEST(AlarmMonitor, RoundTripsAndContinuesBitForBit) {
   EXPECT_EQ(w.data(), w2.data());
 }
 
+// A v12 object is checked as it is read: a future version, a truncation and a re-arming that no
+// monitor writes (from its own format, or a pair beyond its counter) are refused with a message.
+TEST(AlarmMonitor, AV12ObjectIsChecked) {
+  AlarmMonitor::Options o;
+  o.dim = o.channels = 1;
+  AlarmMonitor m(o);
+  const std::vector<double> x = Ou(401, 0.9, 0.9, 1 << 30, 3);
+  for (int t = 0; t < 400; ++t) m.ObservePair(&x[t], &x[t + 1], t);
+  const std::string good = Bytes(m);
+  auto refused = [](std::string bytes, const std::string& says) {
+    io::Reader r(bytes, "test");
+    absl::StatusOr<AlarmMonitor> back = AlarmMonitor::Deserialize(r);
+    ASSERT_FALSE(back.ok()) << says;
+    EXPECT_NE(back.status().message().find(says), std::string::npos) << back.status();
+  };
+  std::string future = good;
+  future[4] = 13;
+  refused(future, "reads 1..12");
+  refused(good.substr(0, good.size() - 9), "test");
+  // Header 16, options 20, pairs and armed_at 16: the re-arming's format (i32), pair and count.
+  std::string own = good;
+  own[52] = 12;
+  refused(own, "alarm monitor: re-arming out of range");
+  std::string beyond = good;
+  beyond[52] = 5;
+  const int64_t past = 401;
+  std::memcpy(&beyond[56], &past, 8);
+  refused(beyond, "alarm monitor: re-arming out of range");
+}
+
 // The bytes of the kept records as an ALRM object stores them (its last field: count, then each).
 size_t RecordsBytes(const AlarmMonitor& m) {
   size_t n = 8;
