@@ -1,17 +1,22 @@
 #!/usr/bin/python3
 """One-step forecasts of public real series: cmestream against persistence, least-squares AR on
-the same delays and batch kernel ridge (docs/user-guide.md "Real data").
+the same delays and batch kernel ridge (docs/user-guide.md "Real data"); on the seasonal ones,
+forecasts of horizons 1..one season against seasonal naive and the iterated AR
+(docs/benchmarks.md "Multi-step forecasts of real series").
 
 Protocol, per series of N rows of C channels, with D delays (the daemon learns on delay vectors
 of the D newest rows, docs/algorithms.md §1.14; the baselines use the same vectors):
   1. `cmestream model create NAME --dim C --delays D --warmup W` (W = min(1000, training pairs)),
   2. `cmestream ingest NAME --csv TRAIN --trajectory` with the raw rows of the first 80 %,
   3. `cmestream refresh NAME --wait`,
-  4. `cmestream forecast NAME --series ALL --json` over every row of the series (the reply's
-     entries start at row D - 1, the first complete window),
+  4. `cmestream forecast NAME --series ALL --horizon H --json` over every row of the series (the
+     reply's entries start at row D - 1, the first complete window; H = 1, or one season on the
+     seasonal series of SEASON),
   5. score the one-step forecasts of the rows of the last 20 %. Channels are scored in units of
      their training standard deviation (RMSE over channels of the standardized errors), so no
-     channel dominates by its units.
+     channel dominates by its units. On the seasonal series, also score each horizon h = 1..H
+     from the same origins (multi_step) against seasonal naive (the row one season before the
+     target) and the least-squares AR iterated (horizon_table).
   6. `cmestream koopman NAME --json`: the spectral estimate (consistent or the fallback) and the
      slowest oscillatory period (the entry of `periods` with the longest timescale), against the
      series' known cycle where it has one; and the headline's first cycle (the oscillation that

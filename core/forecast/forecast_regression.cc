@@ -423,12 +423,16 @@ void ForecastRegression::ScoreCandidates(const double* x, const double* y) {
     const double* lin = SlotPred(k, 1, static_cast<int>(h));
     const double* per = SlotPred(k, 2, 1);
     ++hs.pairs;
+    double diff = 0;
     for (int i = 0; i < sd; ++i) {
       const double yi = y[d - sd + i];
-      hs.sse[0] += (yi - reg[i]) * (yi - reg[i]);
-      hs.sse[1] += (yi - lin[i]) * (yi - lin[i]);
+      const double er = (yi - reg[i]) * (yi - reg[i]), el = (yi - lin[i]) * (yi - lin[i]);
+      hs.sse[0] += er;
+      hs.sse[1] += el;
       hs.sse[2] += (yi - per[i]) * (yi - per[i]);
+      diff += er - el;
     }
+    hs.diff_sq += diff * diff;
   }
   has_prev_ = true;
   for (int j = 0; j < d; ++j) prev_y_(j) = y[j];
@@ -438,11 +442,15 @@ void ForecastRegression::ScoreCandidates(const double* x, const double* y) {
   lin.Predict(x, lin_pred_.data(), roll_phi_.data());
   ForecastHorizonSkill& h1 = horizons_[0];
   ++h1.pairs;
+  double diff = 0;
   for (int j = d - sd; j < d; ++j) {
-    h1.sse[0] += (y[j] - pred_(j)) * (y[j] - pred_(j));
-    h1.sse[1] += (y[j] - lin_pred_(j)) * (y[j] - lin_pred_(j));
+    const double er = (y[j] - pred_(j)) * (y[j] - pred_(j)), el = (y[j] - lin_pred_(j)) * (y[j] - lin_pred_(j));
+    h1.sse[0] += er;
+    h1.sse[1] += el;
     h1.sse[2] += (y[j] - x[j]) * (y[j] - x[j]);
+    diff += er - el;
   }
+  h1.diff_sq += diff * diff;
   if (h_max == 1 || samples_ % SkillStride() != 0) return;
   // A new origin: both models iterated h_max steps from x (step 1 is pred_ / lin_pred_).
   const int k = static_cast<int>((samples_ / SkillStride()) % Slots());

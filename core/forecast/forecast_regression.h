@@ -103,6 +103,9 @@ const char* ForecastMethodName(ForecastMethod m);
 struct ForecastHorizonSkill {
   int64_t pairs = 0;
   std::array<double, kForecastMethods> sse = {0, 0, 0};
+  // Sum over the origins of D_t^2, D_t = (regression's - linear part's squared error at t): the
+  // spread of the paired difference, for the one-standard-error rule (ForecastView::MethodAt).
+  double diff_sq = 0;
   double rmse(ForecastMethod m, int scored_dims) const;  // NaN without pairs
 };
 

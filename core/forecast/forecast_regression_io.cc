@@ -9,7 +9,8 @@
 //   f64 heldout_rmse; f64 pairs.
 // Version 2 appends: i32 skill_horizon H; (fit) bool linear part, then (linear) intercept (d),
 //   x-block coefficients (d x d), per component the choice as above, f64 pairs; per horizon
-//   1..H: i64 pairs, f64 sse of the regression, the linear part, persistence; bool has previous
+//   1..H: i64 pairs, f64 sse of the regression, the linear part, persistence, f64 sum of squared
+//   paired differences (regression - linear part); bool has previous
 //   pair, then (has) its y (d); per slot (H / S + 2): i64 origin (-1: none), then (origin >= 0)
 //   (2 H + 1) x scored_dims predictions.
 #include <algorithm>
@@ -50,7 +51,8 @@ constexpr auto kSkillFields = [](auto& f, auto& s) {
 
 constexpr auto kHorizonFields = [](auto& f, auto& s) {
   f.Scalars("forecast horizon skill", io::Field("pairs", s.pairs), io::Field("regression sse", s.sse[0]),
-            io::Field("linear sse", s.sse[1]), io::Field("persistence sse", s.sse[2]));
+            io::Field("linear sse", s.sse[1]), io::Field("persistence sse", s.sse[2]),
+            io::Field("paired difference sum of squares", s.diff_sq));
 };
 
 constexpr auto kChoiceFields = [](auto& f, auto& c) {

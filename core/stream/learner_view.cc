@@ -266,10 +266,20 @@ ForecastMethod ForecastView::MethodAt(int h) const {
   if (!horizons.empty()) {
     const ForecastHorizonSkill& s = horizons[std::min<size_t>(std::max(h, 1), horizons.size()) - 1];
     if (s.pairs >= kSkillPairsToDecide) {
+      const bool has_linear = model.linear() != nullptr;
       int best = 0;
       for (int m = 1; m < kForecastMethods; ++m) {
-        if (m == static_cast<int>(ForecastMethod::kLinear) && model.linear() == nullptr) continue;
+        if (m == static_cast<int>(ForecastMethod::kLinear) && !has_linear) continue;
         if (s.sse[m] < s.sse[best]) best = m;
+      }
+      // One standard error: the regression serves only if it beats the least-squares AR by more
+      // than one standard error of their paired difference; otherwise the AR (if it beats
+      // persistence too).
+      if (best == 0 && has_linear && s.sse[1] <= s.sse[2]) {
+        const double n = static_cast<double>(s.pairs);
+        const double mean = (s.sse[0] - s.sse[1]) / n;
+        const double se = std::sqrt(std::max(0.0, s.diff_sq / n - mean * mean) / n);
+        if (-mean <= kLinearMarginStderrs * se) best = 1;
       }
       return static_cast<ForecastMethod>(best);
     }

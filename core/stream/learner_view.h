@@ -178,6 +178,9 @@ struct AggregationView {
 struct ForecastView {
   // Scored pairs (at a horizon) from which the live skill decides between the candidates.
   static constexpr int64_t kSkillPairsToDecide = 8;
+  // The regression serves over the least-squares AR only when its live mean squared error is
+  // lower by more than this many standard errors of the paired difference.
+  static constexpr double kLinearMarginStderrs = 1.0;
 
   ForecastModel model;
   ForecastSkill skill;
@@ -186,10 +189,12 @@ struct ForecastView {
 
   // The candidate served at step h >= 1 (steps past the longest horizon kept take that one's):
   // the smallest live squared error over at least kSkillPairsToDecide scored forecasts of that
-  // horizon, ties to the regression, then the linear part (docs/algorithms.md §11 "Served
-  // forecast"). Before that, and for a state without per-horizon skill, the one-step rule of
-  // before: persistence while the regression's one-step ratio is above 1 over at least
-  // kSkillPairsToDecide pairs, else the regression.
+  // horizon (ties to the regression, then the linear part), except that the least-squares AR
+  // serves in the regression's place unless the regression beats it by more than
+  // kLinearMarginStderrs standard errors (the simpler model within one standard error;
+  // docs/algorithms.md §11 "Served forecast", (11.2)). Before that, and for a state without
+  // per-horizon skill, the one-step rule of before: persistence while the regression's one-step
+  // ratio is above 1 over at least kSkillPairsToDecide pairs, else the regression.
   ForecastMethod MethodAt(int h) const;
   bool ServesPersistence() const { return MethodAt(1) == ForecastMethod::kPersistence; }
 

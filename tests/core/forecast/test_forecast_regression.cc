@@ -260,6 +260,7 @@ TEST(ForecastRegression, HorizonSkillIsThePrequentialErrorOfEachCandidate) {
   std::optional<ForecastModel> live;
   std::vector<int64_t> pairs(kH, 0);
   std::vector<std::array<double, 3>> sse(kH, {0, 0, 0});
+  std::vector<double> diff_sq(kH, 0.0);
   struct Origin {
     RowMatrixXd reg, lin;
     double last = 0;
@@ -281,18 +282,22 @@ TEST(ForecastRegression, HorizonSkillIsThePrequentialErrorOfEachCandidate) {
       }
       if (h >= 2) {
         ++pairs[h - 1];
-        sse[h - 1][0] += std::pow(y - it->second.reg(h - 1, 2), 2);
-        sse[h - 1][1] += std::pow(y - it->second.lin(h - 1, 2), 2);
+        const double er = std::pow(y - it->second.reg(h - 1, 2), 2), el = std::pow(y - it->second.lin(h - 1, 2), 2);
+        sse[h - 1][0] += er;
+        sse[h - 1][1] += el;
         sse[h - 1][2] += std::pow(y - it->second.last, 2);
+        diff_sq[h - 1] += (er - el) * (er - el);
       }
       ++it;
     }
     if (live) {
       Origin origin{live->Rollout(x.row(t).data(), kH), live->linear()->Rollout(x.row(t).data(), kH), x(t, 2)};
       ++pairs[0];
-      sse[0][0] += std::pow(y - origin.reg(0, 2), 2);
-      sse[0][1] += std::pow(y - origin.lin(0, 2), 2);
+      const double er = std::pow(y - origin.reg(0, 2), 2), el = std::pow(y - origin.lin(0, 2), 2);
+      sse[0][0] += er;
+      sse[0][1] += el;
       sse[0][2] += std::pow(y - origin.last, 2);
+      diff_sq[0] += (er - el) * (er - el);
       if (index % kStride == 0) pending[static_cast<int>(index)] = std::move(origin);
     }
     f.Observe(x.row(t).data(), x.row(t + 1).data());
@@ -312,6 +317,7 @@ TEST(ForecastRegression, HorizonSkillIsThePrequentialErrorOfEachCandidate) {
     const ForecastHorizonSkill& got = f.horizon_skill()[h - 1];
     EXPECT_EQ(got.pairs, pairs[h - 1]) << "h " << h;
     for (int m = 0; m < 3; ++m) EXPECT_NEAR(got.sse[m], sse[h - 1][m], 1e-9 * sse[h - 1][m]) << "h " << h << " m " << m;
+    EXPECT_NEAR(got.diff_sq, diff_sq[h - 1], 1e-6 * diff_sq[h - 1] + 1e-300) << "h " << h;
   }
   // 897 - 2 pairs, scored from the first refit (pair 64): h = 1 on all 831 of them, h = 6 on
   // the origins every 2 pairs whose 6th step lies in the same trajectory.
@@ -324,7 +330,8 @@ TEST(ForecastRegression, HorizonSkillIsThePrequentialErrorOfEachCandidate) {
 }
 
 // The choice per horizon (docs/algorithms.md §11 "Served forecast"): the smallest live error
-// over >= 8 scored forecasts of the horizon, ties to the regression then the linear part; the
+// over >= 8 scored forecasts of the horizon, the AR in the regression's place unless the
+// regression beats it by more than one standard error, ties to the simpler model; the
 // one-step rule of before while a horizon has fewer; steps past the last horizon kept take its
 // choice. The rollout takes row h from the candidate served at h, each iterated from x.
 TEST(ForecastView, ServesTheCandidateWithTheBestLiveSkillPerHorizon) {
@@ -352,7 +359,17 @@ TEST(ForecastView, ServesTheCandidateWithTheBestLiveSkillPerHorizon) {
   EXPECT_EQ(v.MethodAt(3), ForecastMethod::kPersistence) << "the one-step rule: ratio above 1";
   EXPECT_EQ(v.MethodAt(50), ForecastMethod::kPersistence) << "past the horizons kept: the last one's";
   v.horizons[2] = {8, {1.0, 1.0, 1.0}};
-  EXPECT_EQ(v.MethodAt(3), ForecastMethod::kRegression) << "a tie keeps the regression";
+  EXPECT_EQ(v.MethodAt(3), ForecastMethod::kLinear) << "a tie between the regression and the AR: the simpler";
+  // The one-standard-error rule: the regression's mean squared error is 1/8 below the AR's; with
+  // every paired difference -1/8 (no spread) it serves, with differences of spread ~1 it does
+  // not (the standard error is sqrt((1 - 1/64) / 8) = 0.35 > 1/8); and not when the AR loses to
+  // persistence.
+  v.horizons[2] = {8, {1.0, 2.0, 3.0}, 8 * 0.125 * 0.125};
+  EXPECT_EQ(v.MethodAt(3), ForecastMethod::kRegression);
+  v.horizons[2].diff_sq = 8.0;
+  EXPECT_EQ(v.MethodAt(3), ForecastMethod::kLinear);
+  v.horizons[2].sse = {1.0, 2.0, 1.5};
+  EXPECT_EQ(v.MethodAt(3), ForecastMethod::kRegression) << "the AR loses to persistence";
   v.horizons[2] = {8, {2.0, 1.0, 1.0}};
   EXPECT_EQ(v.MethodAt(3), ForecastMethod::kLinear) << "a tie between linear and persistence keeps linear";
   EXPECT_FALSE(v.ServesPersistence());
@@ -372,9 +389,9 @@ TEST(ForecastView, ServesTheCandidateWithTheBestLiveSkillPerHorizon) {
 
 // Issue 47's case: a trending seasonal series (log production-like: a linear trend, a 12-row
 // season and noise) on 12 delay components. s_t - s_{t-12} = 12 b + noise: the AR on the same
-// delays extrapolates the trend, a Gaussian kernel cannot. The live skill serves the AR (or a
-// regression as good), never persistence, and the served candidate's live one-step RMSE is at
-// most 1.05 x the AR's.
+// delays extrapolates the trend, a Gaussian kernel cannot. The live skill serves the AR or a
+// regression as good, never persistence, at every horizon to 12, and the served candidate's live
+// RMSE is within 5 % of the better of the two.
 TEST(ForecastView, ATrendingSeasonalSeriesIsNotServedPersistence) {
   std::mt19937_64 rng(11);
   std::normal_distribution<double> nd;
@@ -399,13 +416,15 @@ TEST(ForecastView, ATrendingSeasonalSeriesIsNotServedPersistence) {
   const ForecastHorizonSkill& h1 = v.horizons[0];
   ASSERT_GE(h1.pairs, 300);
   const double lin = h1.rmse(ForecastMethod::kLinear, 1), per = h1.rmse(ForecastMethod::kPersistence, 1);
-  EXPECT_LT(lin, 0.5 * per);  // measured 0.0??
+  EXPECT_LT(lin, 0.5 * per);  // measured 0.0247 (the regression 0.0236) against 0.113
   for (int h = 1; h <= 12; ++h) {
     const ForecastMethod c = v.MethodAt(h);
     EXPECT_NE(c, ForecastMethod::kPersistence) << "h " << h;
     const ForecastHorizonSkill& hs = v.horizons[h - 1];
+    // The one-standard-error rule may serve the AR where the regression is marginally better
+    // (measured at most 1.6 % here).
     EXPECT_LE(hs.rmse(c, 1), 1.05 * hs.rmse(ForecastMethod::kLinear, 1)) << "h " << h;
-    EXPECT_LE(hs.rmse(c, 1), hs.rmse(ForecastMethod::kRegression, 1)) << "h " << h;
+    EXPECT_LE(hs.rmse(c, 1), 1.05 * hs.rmse(ForecastMethod::kRegression, 1)) << "h " << h;
   }
 }
 

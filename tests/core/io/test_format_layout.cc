@@ -82,7 +82,7 @@ struct Layout {
 
 TEST(FormatLayout, EveryObjectWritesTheRecordedBytes) {
   const std::vector<Layout> layouts = {
-      {"continuous learner, fresh", FreshContinuousLearner, 2285505, 0xb86c37b163baebf9ULL},
+      {"continuous learner, fresh", FreshContinuousLearner, 2286038, 0xd62f6aa4bf6f869bULL},
       {"discrete learner after a chain", DiscreteLearnerAfterAChain, 12160, 0xf0200d45e37a429dULL},
       {"alarm monitor d=1 v2", [] { return FreshMonitor(1, 2); }, 863, 0x1419f7fa6adde91cULL},
       {"alarm monitor d=1 v3", [] { return FreshMonitor(1, 3); }, 1156, 0x44a9ae9fc296e14cULL},
