@@ -159,8 +159,9 @@ v1::FitSummary ToFitSummary(const ForecastView& f) {
     out.set_message(absl::StrCat("forecasts are persistence (next = last): the regression's live skill ratio ",
                                  f.skill.ratio(), " over ", f.skill.pairs, " pairs is above 1"));
   } else if (first == ForecastMethod::kLinear) {
-    out.set_message("one-step forecasts are the least-squares AR on the same state: the regression does not beat it "
-                    "by one standard error of their live errors");
+    out.set_message(
+        "one-step forecasts are the least-squares AR on the same state: the regression does not beat it "
+        "by one standard error of their live errors");
   }
   if (first != ForecastMethod::kRegression && f.horizons.size() > 1) {
     const int kept = static_cast<int>(f.horizons.size());
