@@ -647,7 +647,9 @@ void PrintSkill(const v1::ForecastResponse& r, uint32_t horizon) {
   if (r.method() == "persistence") {
     std::printf("# one-step forecasts are persistence (next = last): it beats the other candidates by live skill\n");
   } else if (r.method() == "linear") {
-    std::printf("# one-step forecasts are the regression's linear part: it beats the others by live skill\n");
+    std::printf(
+        "# one-step forecasts are the least-squares AR on the same state: the regression does not beat it by live "
+        "skill\n");
   }
 }
 

@@ -214,7 +214,10 @@ class ForecastRegression {
   // The feature map is not stored: the owner passes the same map (drawn from the model's seed).
   // A version-1 object loads with skill_horizon = `old_skill_horizon`, no linear part until its
   // next refit and no per-horizon skill yet.
-  void Serialize(io::Writer& w) const;
+  void Serialize(io::Writer& w) const { SerializeAs(w, 2); }
+  // The layout of `version` (1 or 2): version 1 leaves out what version 2 adds (the upgrade
+  // tests write older states with it).
+  void SerializeAs(io::Writer& w, int version) const;
   static absl::StatusOr<ForecastRegression> Deserialize(io::Reader& r, std::shared_ptr<const FeatureMap> features,
                                                         int old_skill_horizon = 1);
   const std::vector<ForecastHorizonSkill>& horizon_skill() const { return horizons_; }

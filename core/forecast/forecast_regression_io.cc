@@ -14,6 +14,7 @@
 //   pair, then (has) its y (d); per slot (H / S + 2): i64 origin (-1: none), then (origin >= 0)
 //   (2 H + 1) x scored_dims predictions.
 #include <algorithm>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "core/forecast/forecast_regression.h"
@@ -62,8 +63,9 @@ constexpr auto kChoiceFields = [](auto& f, auto& c) {
 
 }  // namespace
 
-void ForecastRegression::Serialize(io::Writer& w) const {
-  io::FieldWriter fields(w, kFormat, kFormat.version);
+void ForecastRegression::SerializeAs(io::Writer& w, int version) const {
+  if (version < 1 || version > static_cast<int>(kFormat.version)) std::abort();  // a programming error
+  io::FieldWriter fields(w, kFormat, static_cast<uint32_t>(version));
   kOptionFields(fields, options_);
   w.I32(features_->num_features());
   w.I64(samples_);
@@ -86,7 +88,7 @@ void ForecastRegression::Serialize(io::Writer& w) const {
     for (const ForecastChoice& c : fit_->choices_) kChoiceFields(fields, c);
     w.F64(fit_->pairs_);
   }
-  // Version 2.
+  if (version < 2) return;
   const int d = options_.dim;
   w.I32(options_.skill_horizon);
   if (fit_) {

@@ -467,6 +467,27 @@ TEST(ForecastRegression, RoundTripIsBitExact) {
   EXPECT_EQ(a.horizon_skill()[6].sse[1], c->horizon_skill()[6].sse[1]);
   EXPECT_GT(a.horizon_skill()[6].pairs, 400);
 
+  // A version-1 object (before the candidates): it loads with the owner's skill horizon, its fit
+  // without the AR (which comes with the next refit, pair 1024) and no per-horizon skill; until
+  // 8 forecasts of a horizon are scored the view serves by the one-step rule.
+  {
+    io::Writer w1;
+    b.SerializeAs(w1, 1);
+    io::Reader r1(w1.data(), "test");
+    absl::StatusOr<ForecastRegression> old = ForecastRegression::Deserialize(r1, features, 5);
+    ASSERT_TRUE(old.ok()) << old.status();
+    EXPECT_EQ(old->options().skill_horizon, 5);
+    ASSERT_EQ(old->horizon_skill().size(), 5u);
+    EXPECT_EQ(old->horizon_skill()[0].pairs, 0);
+    EXPECT_EQ(old->skill().sse, b.skill().sse);
+    Feed(*old, x, 517, 1000);
+    EXPECT_EQ(old->horizon_skill()[0].pairs, 0) << "no AR before the next refit (1024)";
+    Feed(*old, x, 1000, 1200);
+    EXPECT_EQ(old->horizon_skill()[0].pairs, 1200 - 1024);
+    EXPECT_GT(old->horizon_skill()[4].pairs, 30);
+    EXPECT_EQ(old->skill().pairs, a.skill().pairs + 200);
+  }
+
   io::Reader truncated(std::string_view(w.data()).substr(0, w.size() - 9), "test");
   EXPECT_EQ(ForecastRegression::Deserialize(truncated, features).status().code(), absl::StatusCode::kDataLoss);
   io::Reader other(w.data(), "test");
