@@ -1,17 +1,22 @@
 #!/usr/bin/python3
 """One-step forecasts of public real series: cmestream against persistence, least-squares AR on
-the same delays and batch kernel ridge (docs/user-guide.md "Real data").
+the same delays and batch kernel ridge (docs/user-guide.md "Real data"); on the seasonal ones,
+forecasts of horizons 1..one season against seasonal naive and the iterated AR
+(docs/benchmarks.md "Multi-step forecasts of real series").
 
 Protocol, per series of N rows of C channels, with D delays (the daemon learns on delay vectors
 of the D newest rows, docs/algorithms.md §1.14; the baselines use the same vectors):
   1. `cmestream model create NAME --dim C --delays D --warmup W` (W = min(1000, training pairs)),
   2. `cmestream ingest NAME --csv TRAIN --trajectory` with the raw rows of the first 80 %,
   3. `cmestream refresh NAME --wait`,
-  4. `cmestream forecast NAME --series ALL --json` over every row of the series (the reply's
-     entries start at row D - 1, the first complete window),
+  4. `cmestream forecast NAME --series ALL --horizon H --json` over every row of the series (the
+     reply's entries start at row D - 1, the first complete window; H = 1, or one season on the
+     seasonal series of SEASON),
   5. score the one-step forecasts of the rows of the last 20 %. Channels are scored in units of
      their training standard deviation (RMSE over channels of the standardized errors), so no
-     channel dominates by its units.
+     channel dominates by its units. On the seasonal series, also score each horizon h = 1..H
+     from the same origins (multi_step) against seasonal naive (the row one season before the
+     target) and the least-squares AR iterated (horizon_table).
   6. `cmestream koopman NAME --json`: the spectral estimate (consistent or the fallback) and the
      slowest oscillatory period (the entry of `periods` with the longest timescale), against the
      series' known cycle where it has one; and the headline's first cycle (the oscillation that
@@ -65,6 +70,11 @@ SERIES = [
     ("Seatbelts", "R", "Seatbelts", ["DriversKilled", "drivers", "front", "rear", "kms", "PetrolPrice",
                                      "VanKilled"], 3, 12.0),
 ]
+
+
+# Seasonal series: rows per season. Their forecasts are also scored at horizons 1..season
+# (multi_step): against seasonal naive and the least-squares AR iterated.
+SEASON = {"nottem": 12, "co2": 12, "AirPassengers": 12, "UKDriverDeaths": 12, "UKgas": 4, "Seatbelts": 12}
 
 
 def have_r():
@@ -186,8 +196,40 @@ def rmse(pred, truth, scale):
     return float(np.sqrt((((pred - truth) / scale) ** 2).mean()))
 
 
-def run_series(name, values, delays, cli_path, server, tmp, model):
-    """The protocol on one series; returns the scores and the forecasts."""
+def iterate_ar(coef, state, horizon, c):
+    """The least-squares AR's forecasts of the next `horizon` rows from a delay vector (oldest
+    row first), each fed back as the newest row: (horizon, c)."""
+    out = np.empty((horizon, c))
+    s = state.copy()
+    for h in range(horizon):
+        out[h] = np.concatenate([[1.0], s]) @ coef
+        s = np.concatenate([s[c:], out[h]])
+    return out
+
+
+def multi_step(values, states, delays, season, n_train, f, start, coef, scale):
+    """Per horizon h = 1..season, the RMSE (standardized units) of the model's h-step forecasts,
+    of seasonal naive (row t + h forecast by row t + h - season, the last season seen) and of the
+    iterated least-squares AR, from the same origins: rows t = n_train - 1 .. n - 1 - season (every
+    forecast lies in the test rows)."""
+    n, c = values.shape
+    origins = np.arange(n_train - 1, n - season)
+    out = {"horizon": [], "model": [], "seasonal_naive": [], "ar_iterated": [], "persistence": []}
+    ar = np.stack([iterate_ar(coef, states[t - delays + 1], season, c) for t in origins])  # (origins, H, c)
+    for h in range(1, season + 1):
+        truth = values[origins + h]
+        out["horizon"].append(h)
+        out["model"].append(rmse(f[origins - start, h - 1, :], truth, scale))
+        out["seasonal_naive"].append(rmse(values[origins + h - season], truth, scale))
+        out["ar_iterated"].append(rmse(ar[:, h - 1, :], truth, scale))
+        out["persistence"].append(rmse(values[origins], truth, scale))
+    out["origins"] = len(origins)
+    return out
+
+
+def run_series(name, values, delays, cli_path, server, tmp, model, season=None):
+    """The protocol on one series; returns the scores and the forecasts. With `season`, the
+    forecasts are asked for horizons 1..season and scored per horizon (multi_step)."""
     n, c = values.shape
     n_train = int(0.8 * n)
     states = delay_states(values, delays)        # state i ends at row i + D - 1
@@ -203,7 +245,7 @@ def run_series(name, values, delays, cli_path, server, tmp, model):
     write_csv(all_csv, values)
     cli(cli_path, server, "ingest", model, "--csv", train_csv, "--trajectory", "--quiet")
     cli(cli_path, server, "refresh", model, "--wait")
-    reply = cli_json(cli_path, server, "forecast", model, "--series", all_csv)
+    reply = cli_json(cli_path, server, "forecast", model, "--series", all_csv, "--horizon", str(season or 1))
     sigma = cli_json(cli_path, server, "dictionary", model).get("sigma")
     koopman = cli_json(cli_path, server, "koopman", model, "--top", "16")
     f = np.array(reply["forecasts"], dtype=np.float64)  # (rows - start, H, C): entry i forecasts row start+i+1
@@ -259,6 +301,11 @@ def run_series(name, values, delays, cli_path, server, tmp, model):
     }
     r["ratio_persistence"] = r["rmse"] / r["persistence"]
     r["ratio_ar"] = r["rmse"] / r["ar"]
+    r["step_methods"] = reply.get("step_methods", [])
+    r["horizon_skill"] = reply.get("horizon_skill", [])
+    if season:
+        r["season"] = season
+        r["multi_step"] = multi_step(values, states, delays, season, n_train, f, start, coef, scale)
     eig = np.array([complex(e["re"], e["im"]) for e in koopman.get("eigenvalues", [])])
     return r, {"values": values, "pred": model_pred, "ar": ar_pred, "last": last, "n_train": n_train,
                "eigenvalues": eig, "periods": koopman.get("periods", [])}
@@ -281,7 +328,7 @@ def run_all(cli_path, server, series, tmp):
     results, traces = [], {}
     for i, (name, source, dataset, columns, delays, cycle) in enumerate(series):
         values = load(source, dataset, columns, tmp)
-        r, t = run_series(name, values, delays, cli_path, server, tmp, "real%d" % i)
+        r, t = run_series(name, values, delays, cli_path, server, tmp, "real%d" % i, SEASON.get(name))
         r["cycle"] = cycle
         results.append(r)
         traces[name] = t
@@ -305,6 +352,34 @@ def table(results):
     lines.append("Geometric mean of the RMSE ratios vs AR: %.3f; largest %.3f; largest vs persistence %.3f." % (
         g, max(r["ratio_ar"] for r in results), max(r["ratio_persistence"] for r in results)))
     return "\n".join(lines), g
+
+
+def horizon_table(results):
+    """Per seasonal series, the RMSE at h = 1, season / 2 and season of cmestream, seasonal naive,
+    the iterated AR and persistence; then the geometric means at h = one season."""
+    seasonal = [r for r in results if r.get("multi_step")]
+    if not seasonal:
+        return "", math.nan, math.nan
+    lines = ["| series | season | origins | h | cmestream | seasonal naive | AR iterated | persistence | "
+             "vs seasonal naive | vs AR | served |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in seasonal:
+        m = r["multi_step"]
+        season = r["season"]
+        for h in sorted({1, max(1, season // 2), season}):
+            i = h - 1
+            lines.append("| %s | %d | %d | %d | %.4g | %.4g | %.4g | %.4g | %.3f | %.3f | %s |" % (
+                r["series"], season, m["origins"], h, m["model"][i], m["seasonal_naive"][i], m["ar_iterated"][i],
+                m["persistence"][i], m["model"][i] / m["seasonal_naive"][i], m["model"][i] / m["ar_iterated"][i],
+                r["step_methods"][i] if i < len(r["step_methods"]) else "-"))
+    g_sn = math.exp(np.mean([math.log(r["multi_step"]["model"][-1] / r["multi_step"]["seasonal_naive"][-1])
+                             for r in seasonal]))
+    g_ar = math.exp(np.mean([math.log(r["multi_step"]["model"][-1] / r["multi_step"]["ar_iterated"][-1])
+                             for r in seasonal]))
+    lines.append("")
+    lines.append("At h = one season, geometric mean of the RMSE ratios: %.3f vs seasonal naive, %.3f vs the "
+                 "iterated AR (%d series)." % (g_sn, g_ar, len(seasonal)))
+    return "\n".join(lines), g_sn, g_ar
 
 
 def plot(traces, path, scalar="sunspot.month", multi="Seatbelts", channel=0, labels=("month", "month")):
@@ -372,6 +447,10 @@ def main():
             daemon.stop()
     text, _ = table(results)
     print(text)
+    text, _, _ = horizon_table(results)
+    if text:
+        print()
+        print(text)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

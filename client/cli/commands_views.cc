@@ -2,6 +2,7 @@
 // `embedding`, `clusters`, `aggregation`, `latent`, `forecast`.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -614,12 +615,41 @@ void WriteSkillJson(JsonWriter& w, const v1::ForecastSkill& s) {
   w.EndObject();
 }
 
-void PrintSkill(const v1::ForecastResponse& r) {
+// The candidates' live skill per horizon, and what served each step: "step_methods" (one per
+// step) and "horizon_skill" (one object per horizon kept).
+void WriteHorizonsJson(JsonWriter& w, const v1::ForecastResponse& r) {
+  w.Key("step_methods").BeginArray();
+  for (const std::string& m : r.step_methods()) w.String(m);
+  w.EndArray();
+  w.Key("horizon_skill").BeginArray();
+  for (const v1::ForecastHorizonSkill& h : r.horizon_skill()) {
+    w.BeginObject();
+    WriteFieldsJson(w, h, {"horizon", "pairs", "rmse_regression", "rmse_linear", "rmse_persistence", "method"});
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+void PrintSkill(const v1::ForecastResponse& r, uint32_t horizon) {
   const v1::ForecastSkill& s = r.skill();
   std::printf("# live one-step skill over %llu pairs: rmse %.6g, persistence %.6g, ratio %.4g\n",
               static_cast<unsigned long long>(s.pairs()), s.rmse(), s.rmse_persistence(), s.ratio());
+  // The candidates at the horizons asked for (all kept ones past the first only with --horizon).
+  const int shown = std::min<int>(r.horizon_skill_size(), static_cast<int>(horizon));
+  if (shown > 0) {
+    std::printf("# live skill by horizon (rmse): horizon  pairs  regression  linear  persistence  served\n");
+    for (int i = 0; i < shown; ++i) {
+      const v1::ForecastHorizonSkill& h = r.horizon_skill(i);
+      std::printf("#   %3u  %6llu  %.6g  %.6g  %.6g  %s\n", h.horizon(), static_cast<unsigned long long>(h.pairs()),
+                  h.rmse_regression(), h.rmse_linear(), h.rmse_persistence(), h.method().c_str());
+    }
+  }
   if (r.method() == "persistence") {
-    std::printf("# forecasts are persistence (next = last): the regression loses to it by its live skill\n");
+    std::printf("# one-step forecasts are persistence (next = last): it beats the other candidates by live skill\n");
+  } else if (r.method() == "linear") {
+    std::printf(
+        "# one-step forecasts are the least-squares AR on the same state: the regression does not beat it by live "
+        "skill\n");
   }
 }
 
@@ -654,11 +684,12 @@ int ForecastSeries(Context& ctx, const Args& args, const std::string& model, con
     }
     w.EndArray();
     WriteSkillJson(w, r->skill());
+    WriteHorizonsJson(w, *r);
     PrintReply(w);
     return 0;
   }
   PrintViewLine("forecast", model, r->view());
-  PrintSkill(*r);
+  PrintSkill(*r, horizon);
   std::printf("# row r: forecasts of rows r+1..r+%d (first row %u)\n", H, r->start());
   for (int64_t i = 0; i < rows; ++i) {
     std::printf("%6lld", static_cast<long long>(r->start() + i));
@@ -731,12 +762,15 @@ int Forecast(Context& ctx, const Args& args) {
       WriteRowsJson(w, r->forecast(), d);
     }
     WriteFieldsJson(w, *r, {"state", "method"});
-    if (r->has_skill()) WriteSkillJson(w, r->skill());
+    if (r->has_skill()) {
+      WriteSkillJson(w, r->skill());
+      WriteHorizonsJson(w, *r);
+    }
     PrintReply(w);
     return 0;
   }
   PrintViewLine("forecast", model, r->view());
-  if (r->has_skill()) PrintSkill(*r);
+  if (r->has_skill()) PrintSkill(*r, horizon);
   for (int t = 0; t < H; ++t) {
     std::printf("%4d", t + 1);
     if (q.discrete) {

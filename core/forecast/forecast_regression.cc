@@ -141,6 +141,22 @@ struct Criterion {
 
 }  // namespace
 
+const char* ForecastMethodName(ForecastMethod m) {
+  switch (m) {
+    case ForecastMethod::kRegression:
+      return "regression";
+    case ForecastMethod::kLinear:
+      return "linear";
+    case ForecastMethod::kPersistence:
+      return "persistence";
+  }
+  return "regression";
+}
+
+double ForecastHorizonSkill::rmse(ForecastMethod m, int scored_dims) const {
+  return pairs > 0 ? std::sqrt(sse[static_cast<int>(m)] / (static_cast<double>(pairs) * scored_dims)) : kNaN;
+}
+
 double ForecastSkill::rmse() const {
   return pairs > 0 ? std::sqrt(sse / (static_cast<double>(pairs) * scored_dims)) : kNaN;
 }
@@ -155,6 +171,12 @@ double ForecastSkill::ratio() const {
 void ForecastModel::Predict(const double* x, double* y, double* phi) const {
   const int d = dim();
   const int n = features_->num_features();
+  if (!kernel_) {
+    Eigen::Map<VectorXd> out(y, d);
+    out = intercept_;
+    out.noalias() += coef_.topRows(d).transpose() * Eigen::Map<const VectorXd>(x, d);
+    return;
+  }
   Eigen::Map<const RowMatrixXd> xr(x, 1, d);
   Eigen::Map<RowMatrixXd> pr(phi, 1, n);
   features_->Project(xr, pr);
@@ -176,6 +198,45 @@ RowMatrixXd ForecastModel::Rollout(const double* x, int horizon) const {
   }
   return out;
 }
+
+namespace {
+
+// The model of per-component choices (kappa, lambdas) refitted on `all`: components with the
+// same lambdas share one factorization.
+struct Coefficients {
+  VectorXd intercept;  // d
+  MatrixXd coef;       // q x d
+};
+
+absl::StatusOr<Coefficients> Build(const Centered& all, const ForecastMomentsSnapshot& s,
+                                   const std::vector<ForecastChoice>& choice, const VectorXd& kappa_best, int q) {
+  const int d = s.dim;
+  Coefficients m;
+  m.intercept.resize(d);
+  m.coef = MatrixXd::Zero(q, d);
+  std::vector<bool> done(d, false);
+  for (int j = 0; j < d; ++j) {
+    if (done[j]) continue;
+    const ForecastChoice& cj = choice[j];
+    const int k = cj.lambda_kernel > 0 ? q : d;
+    const LinearFit fit = Solve(all, d, k, cj.lambda_linear, cj.lambda_kernel, kappa_best);
+    for (int i = j; i < d; ++i) {
+      if (done[i] || choice[i].lambda_linear != cj.lambda_linear || choice[i].lambda_kernel != cj.lambda_kernel)
+        continue;
+      done[i] = true;
+      // y_i = b + beta^T (z' - z0) + kappa x_i + (1 - kappa) x0_i in the user's coordinates.
+      m.coef.col(i).head(k) = fit.beta.col(i);
+      m.coef(i, i) += kappa_best(i);
+      m.intercept(i) = fit.b(i) - fit.beta.col(i).dot(s.z0.head(k)) + (1 - kappa_best(i)) * s.z0(i);
+    }
+  }
+  if (!m.coef.allFinite() || !m.intercept.allFinite()) {
+    return absl::InternalError("the forecast regression produced non-finite coefficients");
+  }
+  return m;
+}
+
+}  // namespace
 
 absl::StatusOr<ForecastModel> FitForecast(const ForecastMomentsSnapshot& s) {
   const int d = s.dim;
@@ -232,6 +293,11 @@ absl::StatusOr<ForecastModel> FitForecast(const ForecastMomentsSnapshot& s) {
     }
     sse_by_lambda.col(j) = sse_kappa[static_cast<int>(kappa_best(j))].col(j);
   }
+  // The linear candidate: the least-squares AR on the same state (the smallest ridge, shrunk
+  // toward the mean: at a relative ridge of 1e-9 the two shrinkage targets give the same fit).
+  std::vector<ForecastChoice> linear_choice(d);
+  for (int j = 0; j < d; ++j)
+    linear_choice[j] = ForecastChoice{false, kLinearGrid[0], 0, std::sqrt(sse_kappa[0](0, j) / 2)};
   // Stage 2: the kernel block at each lambda_kernel, lambda_linear the best over the scored
   // components (one factorization per grid point and fold serves every component).
   int g_star = 0;
@@ -260,33 +326,27 @@ absl::StatusOr<ForecastModel> FitForecast(const ForecastMomentsSnapshot& s) {
   const double n_all = total.n;
   for (int j = 0; j < d; ++j) choice[j].heldout_rmse = std::sqrt(best(j) / 2);
 
-  // Refit every distinct chosen candidate on both folds; each component takes its column.
+  // Refit every distinct chosen candidate on both folds; each component takes its column. The
+  // linear part alone: stage 1's choices, refitted the same way.
   const Centered all = Center(total);
+  absl::StatusOr<Coefficients> full = Build(all, s, choice, kappa_best, q);
+  if (!full.ok()) return full.status();
+  absl::StatusOr<Coefficients> lin = Build(all, s, linear_choice, VectorXd::Zero(d), q);
+  if (!lin.ok()) return lin.status();
   ForecastModel m;
   m.features_ = s.features;
   m.choices_ = choice;
   m.pairs_ = n_all;
-  m.intercept_.resize(d);
-  m.coef_ = MatrixXd::Zero(q, d);
-  std::vector<bool> done(d, false);
-  for (int j = 0; j < d; ++j) {
-    if (done[j]) continue;
-    const ForecastChoice& cj = choice[j];
-    const int k = cj.lambda_kernel > 0 ? q : d;
-    const LinearFit fit = Solve(all, d, k, cj.lambda_linear, cj.lambda_kernel, kappa_best);
-    for (int i = j; i < d; ++i) {
-      if (done[i] || choice[i].lambda_linear != cj.lambda_linear || choice[i].lambda_kernel != cj.lambda_kernel)
-        continue;
-      done[i] = true;
-      // y_i = b + beta^T (z' - z0) + kappa x_i + (1 - kappa) x0_i in the user's coordinates.
-      m.coef_.col(i).head(k) = fit.beta.col(i);
-      m.coef_(i, i) += kappa_best(i);
-      m.intercept_(i) = fit.b(i) - fit.beta.col(i).dot(s.z0.head(k)) + (1 - kappa_best(i)) * s.z0(i);
-    }
-  }
-  if (!m.coef_.allFinite() || !m.intercept_.allFinite()) {
-    return absl::InternalError("the forecast regression produced non-finite coefficients");
-  }
+  m.intercept_ = std::move(full->intercept);
+  m.coef_ = std::move(full->coef);
+  auto linear = std::make_shared<ForecastModel>();
+  linear->features_ = s.features;
+  linear->choices_ = std::move(linear_choice);
+  linear->pairs_ = n_all;
+  linear->intercept_ = std::move(lin->intercept);
+  linear->coef_ = std::move(lin->coef);
+  linear->kernel_ = false;
+  m.linear_ = std::move(linear);
   return m;
 }
 
@@ -301,6 +361,10 @@ absl::Status ForecastRegression::Options::Validate() const {
   }
   if (first_fit < 8 || fit_every < first_fit) {
     return absl::InvalidArgumentError("Violated constraint: first_fit >= 8 and fit_every >= first_fit");
+  }
+  if (skill_horizon < 1 || skill_horizon > kMaxSkillHorizon) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Violated constraint: 1 <= skill_horizon <= ", kMaxSkillHorizon, " (got ", skill_horizon, ")"));
   }
   return absl::OkStatus();
 }
@@ -327,6 +391,85 @@ ForecastRegression::ForecastRegression(std::shared_ptr<const FeatureMap> feature
   xrow_.resize(1, d);
   phirow_.resize(1, features_->num_features());
   pred_.resize(d);
+  lin_pred_.resize(d);
+  roll_a_.resize(d);
+  roll_b_.resize(d);
+  roll_phi_.resize(features_->num_features());
+  prev_y_ = VectorXd::Zero(d);
+  SizeSkillState();
+}
+
+void ForecastRegression::SizeSkillState() {
+  horizons_.assign(options_.skill_horizon, ForecastHorizonSkill{});
+  slot_origin_.assign(Slots(), -1);
+  slot_pred_ = RowMatrixXd::Zero(static_cast<int64_t>(Slots()) * SlotRows(), skill_.scored_dims);
+}
+
+void ForecastRegression::ScoreCandidates(const double* x, const double* y) {
+  const int d = options_.dim;
+  const int sd = skill_.scored_dims;
+  const int h_max = options_.skill_horizon;
+  // One trajectory: x of this pair is y of the previous one; otherwise pending rollouts are void.
+  bool contiguous = has_prev_;
+  for (int j = 0; j < d && contiguous; ++j) contiguous = x[j] == prev_y_(j);
+  if (!contiguous) std::fill(slot_origin_.begin(), slot_origin_.end(), -1);
+  // Horizons h > 1: the rollouts started h - 1 pairs ago predict this pair's y at step h.
+  for (int k = 0; k < Slots(); ++k) {
+    if (slot_origin_[k] < 0) continue;
+    const int64_t h = samples_ - slot_origin_[k] + 1;
+    if (h < 2 || h > h_max) continue;
+    ForecastHorizonSkill& hs = horizons_[h - 1];
+    const double* reg = SlotPred(k, 0, static_cast<int>(h));
+    const double* lin = SlotPred(k, 1, static_cast<int>(h));
+    const double* per = SlotPred(k, 2, 1);
+    ++hs.pairs;
+    double diff = 0;
+    for (int i = 0; i < sd; ++i) {
+      const double yi = y[d - sd + i];
+      const double er = (yi - reg[i]) * (yi - reg[i]), el = (yi - lin[i]) * (yi - lin[i]);
+      hs.sse[0] += er;
+      hs.sse[1] += el;
+      hs.sse[2] += (yi - per[i]) * (yi - per[i]);
+      diff += er - el;
+    }
+    hs.diff_sq += diff * diff;
+  }
+  has_prev_ = true;
+  for (int j = 0; j < d; ++j) prev_y_(j) = y[j];
+  if (!fit_ || !fit_->linear_) return;
+  // h = 1 on every pair: pred_ holds the regression's forecast already.
+  const ForecastModel& lin = *fit_->linear_;
+  lin.Predict(x, lin_pred_.data(), roll_phi_.data());
+  ForecastHorizonSkill& h1 = horizons_[0];
+  ++h1.pairs;
+  double diff = 0;
+  for (int j = d - sd; j < d; ++j) {
+    const double er = (y[j] - pred_(j)) * (y[j] - pred_(j)), el = (y[j] - lin_pred_(j)) * (y[j] - lin_pred_(j));
+    h1.sse[0] += er;
+    h1.sse[1] += el;
+    h1.sse[2] += (y[j] - x[j]) * (y[j] - x[j]);
+    diff += er - el;
+  }
+  h1.diff_sq += diff * diff;
+  if (h_max == 1 || samples_ % SkillStride() != 0) return;
+  // A new origin: both models iterated h_max steps from x (step 1 is pred_ / lin_pred_).
+  const int k = static_cast<int>((samples_ / SkillStride()) % Slots());
+  slot_origin_[k] = samples_;
+  const ForecastModel* models[2] = {&*fit_, &lin};
+  const VectorXd* first[2] = {&pred_, &lin_pred_};
+  for (int m = 0; m < 2; ++m) {
+    roll_a_ = *first[m];
+    for (int h = 1; h <= h_max; ++h) {
+      if (h > 1) {
+        models[m]->Predict(roll_a_.data(), roll_b_.data(), roll_phi_.data());
+        roll_a_.swap(roll_b_);
+      }
+      double* out = SlotPred(k, m, h);
+      for (int i = 0; i < sd; ++i) out[i] = roll_a_(d - sd + i);
+    }
+  }
+  double* per = SlotPred(k, 2, 1);
+  for (int i = 0; i < sd; ++i) per[i] = x[d - sd + i];
 }
 
 void ForecastRegression::FlushInto(ForecastFoldSums& f, const RowMatrixXd& u, const RowMatrixXd& v, int rows) {
@@ -363,6 +506,7 @@ void ForecastRegression::Observe(const double* x, const double* y) {
     }
     ++skill_.pairs;
   }
+  ScoreCandidates(x, y);
   if (samples_ == 0) {
     z0_.resize(q());
     z0_.head(d) = xrow_.row(0).transpose();
@@ -425,6 +569,7 @@ ForecastMomentsSnapshot ForecastRegression::Snapshot() const {
   }
   s.samples = samples_;
   s.skill = skill_;
+  s.horizons = horizons_;
   return s;
 }
 

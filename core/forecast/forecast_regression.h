@@ -34,11 +34,19 @@
 //   squared one-step errors of the model and of persistence (y = x) over the scored components
 //   (the last `scored_dims` of the state: the newest observation of a delay vector). Refits
 //   depend on the pair count only, so the state is a function of the pairs alone.
+//   Each refit also keeps the least-squares AR on the same state (the linear block alone at the
+//   smallest ridge, 1e-9 relative, refitted on all pairs: "the linear part"), and three candidates are scored per
+//   horizon h = 1..H (H = skill_horizon): the regression, the linear part and persistence, each iterated h steps from
+//   the same origin (every pair for h = 1, every `SkillStride()` pairs for h > 1, while the pairs form one trajectory:
+//   x of a pair equals y of the one before, bit for bit). The owner serves at each horizon the candidate with the
+//   smallest live squared error (ForecastView::MethodAt, core/stream/learner_view.h).
 //
 // COST
 //   Observe: N cosines (O(N d)), the prequential prediction (O(q d)), a copy into a B-row buffer;
 //   every B pairs (or at a block end) one symmetric rank-B update and one GEMM: ~q^2/2 + q d
-//   multiply-adds per pair amortized. No heap allocation per pair (scratch sized at
+//   multiply-adds per pair amortized. The candidates' skill: the linear part's one-step forecast
+//   (d^2) and, every S = ceil(H / 4) pairs, H-step rollouts of the regression and the linear part
+//   (H (N d + q d + d^2) / S <= 4 (N d + q d + d^2) per pair amortized). No heap allocation per pair (scratch sized at
 //   construction); a refit allocates (rare, O(G q^3)).
 //   Memory: (K + 2) (q^2 + q d) doubles of sums plus the fit's q d coefficients and the buffer.
 //
@@ -46,6 +54,7 @@
 //   No pairs, no fit (has_fit() false), skill pairs 0.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -83,6 +92,23 @@ struct ForecastSkill {
   double ratio() const;             // rmse / rmse_persistence; NaN when undefined
 };
 
+// The forecasts compared by their live skill, per horizon.
+enum class ForecastMethod { kRegression = 0, kLinear = 1, kPersistence = 2 };
+inline constexpr int kForecastMethods = 3;
+// "regression", "linear", "persistence".
+const char* ForecastMethodName(ForecastMethod m);
+
+// The prequential skill of the candidates at one horizon h: squared h-step errors over the
+// scored components of the same origins (every candidate scored on each).
+struct ForecastHorizonSkill {
+  int64_t pairs = 0;
+  std::array<double, kForecastMethods> sse = {0, 0, 0};
+  // Sum over the origins of D_t^2, D_t = (regression's - linear part's squared error at t): the
+  // spread of the paired difference, for the one-standard-error rule (ForecastView::MethodAt).
+  double diff_sq = 0;
+  double rmse(ForecastMethod m, int scored_dims) const;  // NaN without pairs
+};
+
 // What a fit chose for one state component.
 struct ForecastChoice {
   bool increment = false;  // shrunk toward persistence (kappa = 1) rather than the mean
@@ -108,6 +134,11 @@ class ForecastModel {
   void Predict(const double* x, double* y, double* phi) const;
   // The forecasts of steps 1..horizon from state x, iterating the one-step map: horizon x d.
   RowMatrixXd Rollout(const double* x, int horizon) const;
+  // The least-squares AR on the same state (the linear block alone at the smallest ridge, refitted
+  // on the same pairs: no kernel features), or null (a fit read from an older state, until the
+  // next refit).
+  const ForecastModel* linear() const { return linear_.get(); }
+  bool uses_kernel() const { return kernel_; }
 
  private:
   friend absl::StatusOr<ForecastModel> FitForecast(const ForecastMomentsSnapshot& s);
@@ -117,6 +148,8 @@ class ForecastModel {
   MatrixXd coef_;       // (d + N) x d
   std::vector<ForecastChoice> choices_;
   double pairs_ = 0;
+  bool kernel_ = true;  // false: the kernel rows of coef_ are 0 and Predict skips the features
+  std::shared_ptr<const ForecastModel> linear_;
 };
 
 // Immutable copy of the statistics (buffered pairs folded in).
@@ -131,6 +164,8 @@ struct ForecastMomentsSnapshot {
   std::optional<ForecastFoldSums> prefix;
   int64_t samples = 0;
   ForecastSkill skill;
+  // The candidates' live skill at horizons 1..skill_horizon (index h - 1).
+  std::vector<ForecastHorizonSkill> horizons;
 };
 
 // requires: s.features != nullptr. FailedPrecondition while fewer than two folds hold 4 pairs.
@@ -146,8 +181,10 @@ class ForecastRegression {
     int batch_size = 32;       // B >= 1: pairs per rank-B update
     int64_t first_fit = 64;    // pairs at the first refit, >= 8
     int64_t fit_every = 4096;  // refits double up to this many pairs, then come this often, >= first_fit
+    int skill_horizon = 1;     // H in 1..kMaxSkillHorizon: the candidates are scored at horizons 1..H
     absl::Status Validate() const;
   };
+  static constexpr int kMaxSkillHorizon = 64;
   // The most RFF features a regression accepts: the per-pair cost is quadratic in them. The
   // learner passes fewer (min(N, 128): kForecastFeatures in core/stream/streaming_learner_options.cc),
   // drawn by their own FeatureMap::Rff from the model's seed and sigma, so they equal the
@@ -171,11 +208,21 @@ class ForecastRegression {
   int64_t refits() const { return refits_; }
   const FeatureMap& features() const { return *features_; }
 
-  // Object "FCRG" version 1 (core/forecast/forecast_regression_io.cc): the options, the sums,
-  // the buffer, the skill and the fit, so Deserialize and the same pairs give the same bits.
+  // Object "FCRG" version 2 (core/forecast/forecast_regression_io.cc): the options, the sums,
+  // the buffer, the skill and the fit, and (v2) the linear part, the candidates' skill per
+  // horizon and the pending rollouts, so Deserialize and the same pairs give the same bits.
   // The feature map is not stored: the owner passes the same map (drawn from the model's seed).
-  void Serialize(io::Writer& w) const;
-  static absl::StatusOr<ForecastRegression> Deserialize(io::Reader& r, std::shared_ptr<const FeatureMap> features);
+  // A version-1 object loads with skill_horizon = `old_skill_horizon`, no linear part until its
+  // next refit and no per-horizon skill yet.
+  void Serialize(io::Writer& w) const { SerializeAs(w, 2); }
+  // The layout of `version` (1 or 2): version 1 leaves out what version 2 adds (the upgrade
+  // tests write older states with it).
+  void SerializeAs(io::Writer& w, int version) const;
+  static absl::StatusOr<ForecastRegression> Deserialize(io::Reader& r, std::shared_ptr<const FeatureMap> features,
+                                                        int old_skill_horizon = 1);
+  const std::vector<ForecastHorizonSkill>& horizon_skill() const { return horizons_; }
+  // Origins of the h > 1 rollouts: every SkillStride() pairs.
+  int SkillStride() const { return (options_.skill_horizon + 3) / 4; }
 
  private:
   int q() const { return options_.dim + features_->num_features(); }
@@ -183,6 +230,17 @@ class ForecastRegression {
   void Flush();
   static void FlushInto(ForecastFoldSums& f, const RowMatrixXd& u, const RowMatrixXd& v, int rows);
   void Refit();
+  void ScoreCandidates(const double* x, const double* y);
+  int Slots() const { return options_.skill_horizon / SkillStride() + 2; }
+  // Rows of a slot: the regression's and the linear part's predictions at steps 1..H, then the
+  // origin's own scored components (persistence at every step).
+  int SlotRows() const { return 2 * options_.skill_horizon + 1; }
+  // Slot k's prediction of candidate m (0 regression, 1 linear; 2 persistence with h = 1) at step
+  // h (1-based): scored_dims doubles.
+  double* SlotPred(int k, int m, int h) {
+    return slot_pred_.row(k * SlotRows() + m * options_.skill_horizon + (h - 1)).data();
+  }
+  void SizeSkillState();
 
   Options options_;
   std::shared_ptr<const FeatureMap> features_;
@@ -198,9 +256,18 @@ class ForecastRegression {
   ForecastSkill skill_;
   std::optional<ForecastModel> fit_;
   int64_t refits_ = 0;  // not state
+  // The candidates' skill (see LIVE SKILL): per horizon; y of the previous pair (the trajectory
+  // check); per slot the origin pair of a pending rollout (-1: none) and its predictions
+  // (Slots() * 2 * H rows of scored_dims: the regression's and the linear part's).
+  std::vector<ForecastHorizonSkill> horizons_;
+  bool has_prev_ = false;
+  VectorXd prev_y_;  // d
+  std::vector<int64_t> slot_origin_;
+  RowMatrixXd slot_pred_;
   // Scratch (not state).
-  RowMatrixXd xrow_, phirow_;  // 1 x d, 1 x N
-  VectorXd pred_;              // d
+  RowMatrixXd xrow_, phirow_;                       // 1 x d, 1 x N
+  VectorXd pred_;                                   // d
+  VectorXd lin_pred_, roll_a_, roll_b_, roll_phi_;  // d, d, d, N
 };
 
 }  // namespace cmestream

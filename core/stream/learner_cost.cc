@@ -1,6 +1,7 @@
 #include "core/stream/learner_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "core/alarms/alarm_monitor.h"
@@ -62,6 +63,11 @@ std::vector<EstimatorCost> PerPairCost(const StreamingLearner::Options& o, int a
     const double f = std::min(n, 128.0), q = 1 + e + f;
     add("forecast", q * (q + 1) / 2 + q * e + f * e,
         absl::StrCat("q (q+1)/2 + q d + F d (q = 1 + d + F, F = ", f, ", d = ", e, ")"));
+    // The candidates' live skill (docs/algorithms.md §11 "Served forecast"): the linear part's
+    // one-step forecast, and every S pairs H-step rollouts of the regression and the linear part.
+    const double h = learner_options::ForecastSkillHorizon(o), s = std::ceil(h / 4);
+    add("forecast_candidates", e * e + h / s * (f * e + q * e + e * e),
+        absl::StrCat("d^2 + (H / S) (F d + q d + d^2) (H = ", h, ", S = ", s, ", F = ", f, ", d = ", e, ")"));
   }
   if (o.latent) add("latent", 3 * n * n + n * e, absl::StrCat("3 N^2 + N d (N = ", n, ", d = ", e, ")"));
   if (o.window > 0) {

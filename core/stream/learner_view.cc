@@ -262,10 +262,47 @@ void FitPredictive(const ViewOptions& options, const StreamingLearnerSnapshot& s
 
 }  // namespace
 
+ForecastMethod ForecastView::MethodAt(int h) const {
+  if (!horizons.empty()) {
+    const ForecastHorizonSkill& s = horizons[std::min<size_t>(std::max(h, 1), horizons.size()) - 1];
+    if (s.pairs >= kSkillPairsToDecide) {
+      const bool has_linear = model.linear() != nullptr;
+      int best = 0;
+      for (int m = 1; m < kForecastMethods; ++m) {
+        if (m == static_cast<int>(ForecastMethod::kLinear) && !has_linear) continue;
+        if (s.sse[m] < s.sse[best]) best = m;
+      }
+      // One standard error: the regression serves only if it beats the least-squares AR by more
+      // than one standard error of their paired difference; otherwise the AR (if it beats
+      // persistence too).
+      if (best == 0 && has_linear && s.sse[1] <= s.sse[2]) {
+        const double n = static_cast<double>(s.pairs);
+        const double mean = (s.sse[0] - s.sse[1]) / n;
+        const double se = std::sqrt(std::max(0.0, s.diff_sq / n - mean * mean) / n);
+        if (-mean <= kLinearMarginStderrs * se) best = 1;
+      }
+      return static_cast<ForecastMethod>(best);
+    }
+  }
+  return skill.pairs >= kSkillPairsToDecide && skill.ratio() > 1 ? ForecastMethod::kPersistence
+                                                                 : ForecastMethod::kRegression;
+}
+
 RowMatrixXd ForecastView::Rollout(const double* x, int horizon) const {
-  if (!ServesPersistence()) return model.Rollout(x, horizon);
   const int d = model.dim();
-  return Eigen::Map<const Eigen::RowVectorXd>(x, d).replicate(horizon, 1);
+  RowMatrixXd out(horizon, d);
+  std::optional<RowMatrixXd> paths[2];
+  for (int h = 1; h <= horizon; ++h) {
+    const ForecastMethod m = MethodAt(h);
+    if (m == ForecastMethod::kPersistence) {
+      out.row(h - 1) = Eigen::Map<const Eigen::RowVectorXd>(x, d);
+      continue;
+    }
+    const int k = static_cast<int>(m);
+    if (!paths[k]) paths[k] = (m == ForecastMethod::kLinear ? *model.linear() : model).Rollout(x, horizon);
+    out.row(h - 1) = paths[k]->row(h - 1);
+  }
+  return out;
 }
 
 namespace {
@@ -287,6 +324,7 @@ void FitForecastView(const StreamingLearnerSnapshot& snap, LearnerView& view) {
   auto v = std::make_shared<ForecastView>();
   v->model = *std::move(m);
   v->skill = snap.forecast->skill;
+  v->horizons = snap.forecast->horizons;
   v->samples = snap.forecast->samples;
   view.forecast.value = std::move(v);
 }

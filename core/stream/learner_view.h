@@ -173,21 +173,33 @@ struct AggregationView {
 };
 
 // The forecast regression fitted from all pairs so far (docs/algorithms.md §11), with the
-// learner's live prequential skill at the same moment.
+// learner's live prequential skill at the same moment: the regression's against persistence
+// (one step) and the candidates' per horizon (the regression, its linear part, persistence).
 struct ForecastView {
-  // Scored pairs from which the live skill decides between the regression and persistence.
+  // Scored pairs (at a horizon) from which the live skill decides between the candidates.
   static constexpr int64_t kSkillPairsToDecide = 8;
+  // The regression serves over the least-squares AR only when its live mean squared error is
+  // lower by more than this many standard errors of the paired difference.
+  static constexpr double kLinearMarginStderrs = 1.0;
 
   ForecastModel model;
   ForecastSkill skill;
-  int64_t samples = 0;  // pairs the regression's sums hold
-  // True while the regression's live skill says it loses to "next = last" (ratio > 1 over at
-  // least kSkillPairsToDecide pairs): forecasts are then persistence, which the user's own
-  // baseline would beat the regression with (docs/algorithms.md §11 "Served forecast").
-  bool ServesPersistence() const { return skill.pairs >= kSkillPairsToDecide && skill.ratio() > 1; }
+  std::vector<ForecastHorizonSkill> horizons;  // horizon h at index h - 1 (empty: none kept)
+  int64_t samples = 0;                         // pairs the regression's sums hold
 
-  // The forecasts of steps 1..horizon from state x (model.dim() doubles): the regression's
-  // rollout, or x repeated under persistence. horizon x dim.
+  // The candidate served at step h >= 1 (steps past the longest horizon kept take that one's):
+  // the smallest live squared error over at least kSkillPairsToDecide scored forecasts of that
+  // horizon (ties to the regression, then the linear part), except that the least-squares AR
+  // serves in the regression's place unless the regression beats it by more than
+  // kLinearMarginStderrs standard errors (the simpler model within one standard error;
+  // docs/algorithms.md §11 "Served forecast", (11.2)). Before that, and for a state without
+  // per-horizon skill, the one-step rule of before: persistence while the regression's one-step
+  // ratio is above 1 over at least kSkillPairsToDecide pairs, else the regression.
+  ForecastMethod MethodAt(int h) const;
+  bool ServesPersistence() const { return MethodAt(1) == ForecastMethod::kPersistence; }
+
+  // The forecasts of steps 1..horizon from state x (model.dim() doubles): row h from the
+  // candidate MethodAt(h), each candidate iterated from x (persistence repeats x). horizon x dim.
   RowMatrixXd Rollout(const double* x, int horizon) const;
 };
 

@@ -141,8 +141,8 @@ absl::StatusOr<StreamingLearner> StreamingLearner::Deserialize(io::Reader& r, co
   if (version >= 6 && r.ok() && r.Bool("model has forecast regression")) {
     if (!l.cme_ || options.estimator_dim() > lo::kMaxForecastDim)
       return r.Fail("model holds a forecast regression it cannot have");
-    absl::StatusOr<ForecastRegression> f =
-        ForecastRegression::Deserialize(r, lo::ForecastFeatures(options, l.cme_->options().sigma));
+    absl::StatusOr<ForecastRegression> f = ForecastRegression::Deserialize(
+        r, lo::ForecastFeatures(options, l.cme_->options().sigma), lo::Forecast(options).skill_horizon);
     if (!f.ok()) return f.status();
     if (f->options().scored_dims != lo::Forecast(options).scored_dims) {
       return r.Fail("model forecast regression does not match its config (scored dims)");

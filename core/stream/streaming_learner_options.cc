@@ -52,10 +52,15 @@ SpectralMoments::Options Spectral(const StreamingLearner::Options& o, double sig
   return s;
 }
 
+int ForecastSkillHorizon(const StreamingLearner::Options& o) {
+  return std::min(kMaxForecastSkillHorizon, std::max(kMinForecastSkillHorizon, o.delays));
+}
+
 ForecastRegression::Options Forecast(const StreamingLearner::Options& o) {
   ForecastRegression::Options f;
   f.dim = o.estimator_dim();
   f.scored_dims = o.forecast_scored_dims;
+  f.skill_horizon = ForecastSkillHorizon(o);
   return f;
 }
 

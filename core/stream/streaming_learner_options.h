@@ -38,6 +38,11 @@ PredictiveStateAccumulator::Options Predictive(const StreamingLearner::Options& 
 // The forecast regression (continuous models of dim <= kMaxForecastDim): scored on the last
 // forecast_scored_dims components; held-out blocks of 16 pairs in 5 folds (docs/algorithms.md §11).
 inline constexpr int kMaxForecastDim = 256;
+// The horizons at which the forecast candidates' live skill is kept (docs/algorithms.md §11
+// "Served forecast"): 1..max(12, delays), at most 48 (a season of monthly or half-hourly rows).
+inline constexpr int kMinForecastSkillHorizon = 12;
+inline constexpr int kMaxForecastSkillHorizon = 48;
+int ForecastSkillHorizon(const StreamingLearner::Options& o);
 ForecastRegression::Options Forecast(const StreamingLearner::Options& o);
 // Its features: random Fourier features at `sigma` drawn from the model's seed, min(rff_features,
 // 128) of them (kForecastFeatures in the .cc says why not 256).

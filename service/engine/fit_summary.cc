@@ -138,9 +138,43 @@ v1::FitSummary ToFitSummary(const ForecastView& f) {
   int increments = 0;
   for (const ForecastChoice& c : f.model.choices()) increments += c.increment ? 1 : 0;
   Set(out, "increment_components", increments);
-  if (f.ServesPersistence()) {
+  // The candidates per horizon (docs/algorithms.md §11 "Served forecast"): the linear part's
+  // live one-step ratio to persistence, and how many of the horizons kept each candidate serves.
+  if (!f.horizons.empty()) {
+    const ForecastHorizonSkill& h1 = f.horizons[0];
+    const int sd = f.skill.scored_dims;
+    Set(out, "skill_horizons", static_cast<double>(f.horizons.size()), "candidate_pairs",
+        static_cast<double>(h1.pairs));
+    const double lin = h1.rmse(ForecastMethod::kLinear, sd) / h1.rmse(ForecastMethod::kPersistence, sd);
+    if (std::isfinite(lin)) Set(out, "linear_skill_ratio", lin);
+    int served[kForecastMethods] = {0, 0, 0};
+    for (size_t h = 1; h <= f.horizons.size(); ++h) ++served[static_cast<int>(f.MethodAt(static_cast<int>(h)))];
+    Set(out, "regression_horizons", served[0], "linear_horizons", served[1], "persistence_horizons", served[2]);
+  }
+  // When the first step is not the regression's: what serves it, and which candidate serves
+  // which horizons, in runs ("linear at 1-3, regression at 4-12"). A model served by the
+  // regression at step 1 says nothing here (the figures above count the horizons).
+  const ForecastMethod first = f.MethodAt(1);
+  if (first == ForecastMethod::kPersistence) {
     out.set_message(absl::StrCat("forecasts are persistence (next = last): the regression's live skill ratio ",
                                  f.skill.ratio(), " over ", f.skill.pairs, " pairs is above 1"));
+  } else if (first == ForecastMethod::kLinear) {
+    out.set_message(
+        "one-step forecasts are the least-squares AR on the same state: the regression does not beat it "
+        "by one standard error of their live errors");
+  }
+  if (first != ForecastMethod::kRegression && f.horizons.size() > 1) {
+    const int kept = static_cast<int>(f.horizons.size());
+    std::string runs;
+    for (int h = 1; h <= kept;) {
+      const ForecastMethod m = f.MethodAt(h);
+      int end = h;
+      while (end < kept && f.MethodAt(end + 1) == m) ++end;
+      absl::StrAppend(&runs, runs.empty() ? "" : ", ", ForecastMethodName(m), " at ",
+                      end > h ? absl::StrCat(h, "-", end) : absl::StrCat(h));
+      h = end + 1;
+    }
+    out.set_message(absl::StrCat(out.message(), "; by horizon (steps): ", runs));
   }
   return out;
 }

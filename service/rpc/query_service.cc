@@ -506,6 +506,20 @@ void SetSkill(const ForecastSkill& skill, v1::ForecastSkill* out) {
   out->set_pairs(static_cast<uint64_t>(skill.pairs));
 }
 
+void SetHorizonSkill(const ForecastView& f, v1::ForecastResponse* resp) {
+  const int sd = f.skill.scored_dims;
+  for (size_t i = 0; i < f.horizons.size(); ++i) {
+    const ForecastHorizonSkill& s = f.horizons[i];
+    v1::ForecastHorizonSkill* out = resp->add_horizon_skill();
+    out->set_horizon(static_cast<uint32_t>(i + 1));
+    out->set_pairs(static_cast<uint64_t>(s.pairs));
+    out->set_rmse_regression(s.rmse(ForecastMethod::kRegression, sd));
+    out->set_rmse_linear(s.rmse(ForecastMethod::kLinear, sd));
+    out->set_rmse_persistence(s.rmse(ForecastMethod::kPersistence, sd));
+    out->set_method(ForecastMethodName(f.MethodAt(static_cast<int>(i + 1))));
+  }
+}
+
 // The regression's forecasts of raw rows: the states of `path` (H x state_dim, scaled) in the
 // user's units, each reduced to its newest row (the last dim values of a window; all of a state
 // without delays).
@@ -571,7 +585,10 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
   *resp->mutable_view() = (*view)->Info();
   resp->set_horizon(horizon);
   const std::shared_ptr<const ForecastView>& regression = (*view)->forecast.value;
-  if (regression) SetSkill(regression->skill, resp->mutable_skill());
+  if (regression) {
+    SetSkill(regression->skill, resp->mutable_skill());
+    SetHorizonSkill(*regression, resp);
+  }
   // Discrete models, and predictive-state models (--window L) given a window: the §6 filter.
   if ((*model)->discrete() || ((*view)->predictive.value && req->series().empty())) {
     absl::StatusOr<std::shared_ptr<const PredictiveStateModel>> m =
@@ -589,8 +606,10 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Forecast(grpc::CallbackServerContext
   // Continuous models: the regression (docs/algorithms.md §11), from the window's last row.
   absl::StatusOr<std::shared_ptr<const ForecastView>> f = Require(**model, (*view)->forecast, "forecast regression");
   if (!f.ok()) return call.Finish(f.status());
-  // Persistence while the regression's live skill loses to it (ForecastView::ServesPersistence).
-  resp->set_method((*f)->ServesPersistence() ? "persistence" : "regression");
+  // Per step, the candidate with the best live skill at that horizon (ForecastView::MethodAt).
+  resp->set_method(ForecastMethodName((*f)->MethodAt(1)));
+  for (uint32_t h = 1; h <= horizon; ++h)
+    resp->add_step_methods(ForecastMethodName((*f)->MethodAt(static_cast<int>(h))));
   resp->set_dim(static_cast<uint32_t>((*model)->dim()));  // forecasts are raw rows
   if (!req->series().empty()) {
     return call.Finish(FillSeriesForecast(**model, **view, **f, req->series(), horizon, registry_.limits(), resp));

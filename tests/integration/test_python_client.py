@@ -262,6 +262,17 @@ class PythonClientTest(unittest.TestCase):
         f = c.forecast_series("dly", x[:50], horizon=2)
         self.assertEqual((f.start, f.dim, f.forecasts.shape), (4, 2, (46, 2, 2)))
         self.assertLess(np.abs(f.forecasts[:-2, 0, :] - x[5:49]).max(), 0.05)
+        # The candidates' live skill per horizon, 1..max(12, delays) (docs/algorithms.md §11):
+        # each step's method is its horizon's, the first is `method`; a sine is far from
+        # persistence at every horizon.
+        self.assertEqual([h.horizon for h in f.horizon_skill], list(range(1, 13)))
+        self.assertEqual(f.step_methods, [h.method for h in f.horizon_skill[:2]])
+        self.assertEqual(f.method, f.step_methods[0])
+        self.assertIn(f.method, ("regression", "linear"))
+        h1 = f.horizon_skill[0]
+        self.assertEqual(h1.pairs, f.skill.pairs)
+        self.assertAlmostEqual(h1.rmse_regression, f.skill.rmse, places=12)
+        self.assertLess(min(h1.rmse_regression, h1.rmse_linear), 0.1 * h1.rmse_persistence)
         self.assertEqual(c.predict("dly", x[:7]).shape, (3, 6))  # one window per complete window
         with self.assertRaises(ValueError):  # pairs carry no history
             c.ingest_pairs("dly", x[:4], x[1:5])

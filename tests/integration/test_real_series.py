@@ -6,7 +6,10 @@ Asserted, over R's and statsmodels' series (Debian r-base-core, python3-statsmod
 exit 77, when neither is installed):
   - RMSE <= 1.02 x persistence on every series, and below persistence wherever the AR beats
     persistence by 5 %;
-  - geometric mean of the RMSE ratios vs the AR <= 1.05, none above 1.5;
+  - geometric mean of the RMSE ratios vs the AR <= 1.05, none above MAX_RATIO_AR;
+  - each horizon served by the candidate with the best live skill (issue 47);
+  - on the seasonal series, at h = one season, geometric-mean RMSE <= seasonal naive and
+    <= 1.05 x the iterated least-squares AR;
   - the reply's form: start 0, one entry per row, H lists of d numbers, horizon > 1 iterates
     the one-step map; `--window` carries horizon, dim, method and the live skill;
   - the headline's first cycle is the known one within 5 % on every periodic series;
@@ -32,6 +35,11 @@ import real_data_report as report  # noqa: E402
 from cmestream.testing import Daemon  # noqa: E402
 
 CLI = os.environ.get("CMESTREAM", "cmestream")
+# The largest one-step RMSE ratio to the least-squares AR on any series (issue 47: <= 1.05).
+MAX_RATIO_AR = 1.05
+# Multi-step, per seasonal series at h = one season: at most this x the better of seasonal naive
+# and the iterated AR (measured at most 1.054: UKDriverDeaths, Seatbelts).
+SEASON_BOUND = 1.5
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
 
 
@@ -79,26 +87,73 @@ class RealSeriesTest(unittest.TestCase):
                 if r["ar"] < 0.95 * r["persistence"]:
                     self.assertLess(r["rmse"], r["persistence"], r)
 
-    def test_persistence_is_served_while_the_live_skill_loses_to_it(self):
-        # The regression's live one-step skill decides what `forecast` serves: persistence while
-        # its ratio to "next = last" is above 1 over at least 8 scored pairs (docs/algorithms.md
-        # §11 "Served forecast"), then the forecasts are the last rows and score as persistence.
-        served = []
+    def test_the_candidate_with_the_best_live_skill_is_served(self):
+        # Issue 47: at each horizon the candidate with the smallest live error (the regression,
+        # the least-squares AR on the same delays, persistence) over >= 8 scored forecasts of
+        # that horizon serves it (docs/algorithms.md §11 "Served forecast"); with fewer, the
+        # one-step rule: persistence while the regression's ratio is above 1 over >= 8 pairs.
+        served = {}
         for r in self.results:
             with self.subTest(series=r["series"]):
-                s = r["skill"]
-                loses = s["pairs"] >= 8 and s["ratio"] > 1
-                self.assertEqual(r["method"], "persistence" if loses else "regression", r)
-                if loses:
-                    served.append(r["series"])
+                hs = r["horizon_skill"]
+                self.assertGreaterEqual(len(hs), 12, r["series"])
+                self.assertEqual([h["horizon"] for h in hs], list(range(1, len(hs) + 1)))
+                for h in hs:
+                    if h["pairs"] >= 8:
+                        errors = [h["rmse_regression"], h["rmse_linear"], h["rmse_persistence"]]
+                        best = ["regression", "linear", "persistence"][int(np.argmin(errors))]
+                        if errors.count(min(errors)) == 1:
+                            if best == "regression" and h["method"] == "linear":
+                                # The one-standard-error rule: the AR in the regression's place
+                                # (the spread of their paired difference is not in the reply).
+                                self.assertLessEqual(h["rmse_linear"], h["rmse_persistence"], (r["series"], h))
+                            else:
+                                self.assertEqual(h["method"], best, (r["series"], h))
+                    else:
+                        s = r["skill"]
+                        legacy = "persistence" if s["pairs"] >= 8 and s["ratio"] > 1 else "regression"
+                        self.assertEqual(h["method"], legacy, (r["series"], h))
+                self.assertEqual(r["method"], hs[0]["method"])
+                self.assertEqual(r["step_methods"], [h["method"] for h in hs[:len(r["step_methods"])]])
+                # The one-step regression and persistence figures are the live skill's.
+                self.assertAlmostEqual(hs[0]["rmse_regression"], r["skill"]["rmse"], places=12)
+                self.assertEqual(hs[0]["pairs"], r["skill"]["pairs"])
+                served[r["series"]] = r["method"]
+                if r["method"] == "persistence":
                     self.assertAlmostEqual(r["rmse"], r["persistence"], places=12)
-        if any(r["series"] == "discoveries" for r in self.results):
-            self.assertIn("discoveries", served)
+        if "discoveries" in served:
+            self.assertEqual(served["discoveries"], "persistence")
 
     def test_about_as_good_as_least_squares_ar(self):
         ratios = [r["ratio_ar"] for r in self.results]
         self.assertLessEqual(math.exp(np.mean(np.log(ratios))), 1.05, ratios)
-        self.assertLessEqual(max(ratios), 1.5, ratios)
+        self.assertLessEqual(max(ratios), MAX_RATIO_AR, ratios)
+
+    def test_multi_step_against_seasonal_naive_and_the_iterated_ar(self):
+        # Issue 47: `forecast --horizon H` per horizon 1..one season on the seasonal series
+        # (12 monthly, 4 quarterly), against seasonal naive and the least-squares AR iterated,
+        # from the same origins (scripts/real_data_report.py multi_step). At h = one season the
+        # geometric-mean RMSE ratio is <= 1 to seasonal naive and <= 1.05 to the iterated AR
+        # (docs/benchmarks.md "Multi-step forecasts of real series"). Loosely: per series, at
+        # h = one season, at most SEASON_BOUND x the better of the two (in between, Seatbelts'
+        # regression, chosen by its live skill on the years before the 1983 seat-belt law, is up
+        # to 2x the iterated AR: not bounded here).
+        seasonal = [r for r in self.results if r.get("multi_step")]
+        if len(seasonal) < 3:
+            self.skipTest("fewer than 3 seasonal series installed")
+        text, g_sn, g_ar = report.horizon_table(self.results)
+        print()
+        print(text)
+        self.assertLessEqual(g_sn, 1.0, text)
+        self.assertLessEqual(g_ar, 1.05, text)
+        for r in seasonal:
+            m = r["multi_step"]
+            with self.subTest(series=r["series"]):
+                self.assertEqual(m["horizon"], list(range(1, r["season"] + 1)))
+                self.assertEqual(len(r["step_methods"]), r["season"])
+                h = r["season"] - 1
+                self.assertLessEqual(m["model"][h], SEASON_BOUND * min(m["seasonal_naive"][h], m["ar_iterated"][h]),
+                                     (r["series"], h + 1, m))
 
     def test_live_skill_is_reported(self):
         for r in self.results:
@@ -220,7 +275,9 @@ class RealSeriesTest(unittest.TestCase):
         report.write_csv(win, f3[5:6, 0, :])
         w = json.loads(self.run_cli("forecast", "form", "--window", win, "--json").stdout)
         np.testing.assert_allclose(np.array(w["forecast"])[0], f3[5, 1, :], rtol=0, atol=1e-9)
-        self.assertEqual((w["horizon"], w["dim"], w["method"]), (1, 3, "regression"))
+        self.assertEqual((w["horizon"], w["dim"]), (1, 3))
+        self.assertEqual(w["method"], w["horizon_skill"][0]["method"])
+        self.assertIn(w["method"], ("regression", "linear"))
         self.assertEqual(w["skill"], one["skill"])
         # The sine is predictable: the one-step forecasts are close, the live skill far better
         # than persistence.
@@ -252,6 +309,7 @@ class RealSeriesTest(unittest.TestCase):
         after = json.loads(self.run_cli("forecast", "restart", "--series", path, "--json").stdout)
         self.assertEqual(before["forecasts"], after["forecasts"])
         self.assertEqual(before["skill"], after["skill"])
+        self.assertEqual(before["horizon_skill"], after["horizon_skill"])
 
 
 if __name__ == "__main__":

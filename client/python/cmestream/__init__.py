@@ -26,7 +26,8 @@ from .info import (FitSummary, InputScaling, KoopmanHeadline, ModelConfig, Model
                    SubViewStatus, TimescaleComparison, ViewInfo)
 from .model import Model
 from .results import (AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
-                      EmbeddingResult, ForecastResult, ForecastSkill, IngestResult,
+                      EmbeddingResult, ForecastHorizonSkill, ForecastResult, ForecastSkill,
+                      IngestResult,
                       KoopmanResult, LagScan, LatentResult, SeriesForecast, TimescalesResult)
 from .sharded import ShardedClient
 from . import placement
@@ -34,7 +35,8 @@ from . import placement
 __version__ = "0.1.0"  # = project(cmestream VERSION) in CMakeLists.txt (a test checks)
 
 __all__ = ["AggregationResult", "CkResult", "CkTestResult", "Client", "ClustersResult",
-           "CmestreamError", "CountsResult", "Cycle", "EmbeddingResult", "FitSummary", "ForecastResult", "ForecastSkill",
+           "CmestreamError", "CountsResult", "Cycle", "EmbeddingResult", "FitSummary", "ForecastHorizonSkill",
+           "ForecastResult", "ForecastSkill",
            "IngestResult", "InputScaling", "InvalidArgumentError", "KoopmanHeadline", "KoopmanResult", "LagScan", "LatentResult",
            "Model", "ModelConfig", "ModelFailure", "ModelInfo", "SeriesForecast", "ShardedClient", "SigmaSelection", "SpectrumInfo",
            "SubViewStatus", "TimescaleComparison", "TimescalesResult", "ViewInfo", "placement",

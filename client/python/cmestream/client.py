@@ -35,7 +35,7 @@ from .info import (FitSummary, ModelConfig, ModelInfo, SigmaSelection, SpectrumI
                    spectrum_from_proto, view_from_proto)
 from .model import Model
 from .results import (Alarm, AlarmList, AggregationResult, CkResult, CkTestResult, ClustersResult, CountsResult,
-                      EmbeddingResult, ForecastResult, ForecastSkill, IngestResult,
+                      EmbeddingResult, ForecastHorizonSkill, ForecastResult, ForecastSkill, IngestResult,
                       KoopmanResult, LagScan, LatentResult, SeriesForecast, TimescalesResult,
                       ck_from_proto, complex_array, eigenfunctions_from_proto,
                       lag_scan_from_proto, samples_first, alarm_from_proto)
@@ -667,7 +667,9 @@ class Client:
             state=np.array(r.state, dtype=np.float64),
             view_version=r.view.version, samples=r.view.samples,
             horizon=horizon, dim=r.dim, method=r.method,
-            skill=from_proto(ForecastSkill, r.skill) if r.HasField("skill") else None)
+            skill=from_proto(ForecastSkill, r.skill) if r.HasField("skill") else None,
+            step_methods=list(r.step_methods),
+            horizon_skill=[from_proto(ForecastHorizonSkill, h) for h in r.horizon_skill])
 
     def forecast_series(self, model: str, series: npt.ArrayLike, horizon: int = 1) -> SeriesForecast:
         """Rolling forecasts (continuous models) over `series` (rows, oldest first; not learned):
@@ -682,7 +684,9 @@ class Client:
             start=r.start,
             forecasts=np.array(r.series_forecast, dtype=np.float64).reshape(-1, horizon, d),
             horizon=horizon, dim=d, skill=from_proto(ForecastSkill, r.skill),
-            view_version=r.view.version, samples=r.view.samples)
+            view_version=r.view.version, samples=r.view.samples, method=r.method,
+            step_methods=list(r.step_methods),
+            horizon_skill=[from_proto(ForecastHorizonSkill, h) for h in r.horizon_skill])
 
     def timescales(self, model: str) -> TimescalesResult:
         """Implied timescales at every lag of the model (create with lags=[1, 2, 5, 10]) with

@@ -228,6 +228,28 @@ class ForecastSkill:
 
 
 @dataclasses.dataclass
+class ForecastHorizonSkill:
+    """The live skill of the candidate forecasts at one horizon (docs/algorithms.md section 11
+    "Served forecast"): each candidate iterated `horizon` steps from the same origins, scored on
+    rows before they were learned (NaN before the first).
+
+    Attributes:
+        horizon: h >= 1.
+        pairs: h-step forecasts scored (every candidate on the same ones).
+        rmse_regression: the forecast regression.
+        rmse_linear: its linear part alone (an AR on the same state).
+        rmse_persistence: "next = last" repeated h steps.
+        method: the candidate served at this horizon ("regression", "linear", "persistence").
+    """
+    horizon: int
+    pairs: int
+    rmse_regression: float
+    rmse_linear: float
+    rmse_persistence: float
+    method: str
+
+
+@dataclasses.dataclass
 class ForecastResult:
     """Forecast of the next H observations after a window.
 
@@ -238,11 +260,14 @@ class ForecastResult:
         view_version, samples: the view the reply was computed from.
         horizon: H.
         dim: d, the observation dimension.
-        method: "regression" (the forecast regression, continuous models),
-            "persistence" (a continuous model whose regression loses to "next = last" by its
-            live skill, ratio > 1 over >= 8 scored pairs: the newest row repeated) or
-            "predictive_state" (the predictive-state filter).
+        method: what served the first step: "regression" (the forecast regression,
+            continuous models), "linear" (its linear part), "persistence" (the newest row
+            repeated) or "predictive_state" (the predictive-state filter). A continuous model
+            serves at each horizon the candidate with the smallest live error over >= 8 scored
+            forecasts of that horizon.
         skill: ForecastSkill of a continuous model; None otherwise.
+        step_methods: the method of each step 1..H (continuous models; empty otherwise).
+        horizon_skill: ForecastHorizonSkill per horizon kept (continuous models).
     """
     forecast: np.ndarray
     distribution: np.ndarray
@@ -253,6 +278,8 @@ class ForecastResult:
     dim: int = 0
     method: str = ""
     skill: Optional[ForecastSkill] = None
+    step_methods: List[str] = dataclasses.field(default_factory=list)
+    horizon_skill: List[ForecastHorizonSkill] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -267,6 +294,7 @@ class SeriesForecast:
         dim: d.
         skill: the model's live one-step ForecastSkill.
         view_version, samples: the view the reply was computed from.
+        method, step_methods, horizon_skill: as in ForecastResult.
     """
     start: int
     forecasts: np.ndarray
@@ -275,6 +303,9 @@ class SeriesForecast:
     skill: ForecastSkill
     view_version: int
     samples: int
+    method: str = ""
+    step_methods: List[str] = dataclasses.field(default_factory=list)
+    horizon_skill: List[ForecastHorizonSkill] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

@@ -41,16 +41,17 @@ StreamingLearner::Options Continuous(int dim) {
 
 TEST(PerPairCost, ListsWhatTheOptionsRunInTheOrderAPairMeetsThem) {
   StreamingLearner::Options o = Continuous(2);
-  EXPECT_EQ(Names(PerPairCost(o, 100)),
-            (std::vector<std::string>{"cme", "counts", "embedding", "spectral", "lags", "forecast"}));
+  EXPECT_EQ(Names(PerPairCost(o, 100)), (std::vector<std::string>{"cme", "counts", "embedding", "spectral", "lags",
+                                                                  "forecast", "forecast_candidates"}));
   o.cme.sigma = 0;
   o.scale_inputs = true;
   o.alarms = true;
   o.latent = true;
   o.window = 2;
   o.lags.clear();
-  EXPECT_EQ(Names(PerPairCost(o, 100)), (std::vector<std::string>{"input", "alarms", "cme", "counts", "embedding",
-                                                                  "spectral", "forecast", "latent", "predictive"}));
+  EXPECT_EQ(Names(PerPairCost(o, 100)),
+            (std::vector<std::string>{"input", "alarms", "cme", "counts", "embedding", "spectral", "forecast",
+                                      "forecast_candidates", "latent", "predictive"}));
   // A 2-value state: the cubic forecast (P = 6 regressors, 2 channels) and 2 x 2 sign components.
   EXPECT_EQ(Find(PerPairCost(o, 100), "alarms").multiply_adds, 7 * 8 / 2 + 2 * 7 * 2 + 2 * 2);
   StreamingLearner::Options discrete;
@@ -90,7 +91,7 @@ TEST(PerPairCost, AReductionMovesTheKernelCostsToItsDimension) {
   EXPECT_EQ(Find(a, "cme").multiply_adds, 3e6 + 2.0 * 1000 * 512);
   EXPECT_EQ(Find(a, "alarms").multiply_adds, Find(b, "alarms").multiply_adds);  // raw channels either way
   // The 512-dimensional forecast regression is not run (dim > 256); the reduced one is.
-  EXPECT_EQ(Names(a).size() + 2, Names(b).size());  // + input, + forecast
+  EXPECT_EQ(Names(a).size() + 3, Names(b).size());  // + input, + forecast, + its candidates
   EXPECT_LT(Total(b), Total(a));
   // At m = 1000 the CME and the spectral moments are most of the reduced model's bound.
   EXPECT_GT((Find(b, "cme").multiply_adds + Find(b, "spectral").multiply_adds) / Total(b), 0.8);

@@ -232,6 +232,7 @@ Reference ContinuousReference(double sigma) {
   r.lags.emplace(l);
   ForecastRegression::Options f;
   f.dim = kDim;
+  f.skill_horizon = learner_options::kMinForecastSkillHorizon;  // no delays: 12
   r.forecast.emplace(std::make_shared<const FeatureMap>(*FeatureMap::Rff(kDim, kRff, sigma, kSeed)), f);
   return r;
 }
