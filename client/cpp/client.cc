@@ -488,9 +488,10 @@ absl::StatusOr<v1::ModelInfo> Client::CreateModel(const v1::ModelConfig& config)
   return Call<v1::ModelInfo>(&Client::models_, &v1::ModelService::Stub::CreateModel, request);
 }
 
-absl::StatusOr<v1::ModelInfo> Client::Describe(const std::string& name) {
+absl::StatusOr<v1::ModelInfo> Client::Describe(const std::string& name, bool with_memory) {
   v1::GetModelRequest request;
   request.set_name(name);
+  request.set_with_memory(with_memory);
   return Call<v1::ModelInfo>(&Client::models_, &v1::ModelService::Stub::GetModel, request);
 }
 

@@ -19,7 +19,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
   UnaryCall call(ctx, metrics_, "GetModel");
   absl::StatusOr<std::shared_ptr<Model>> model =
       call.FindModel(auth_, ownership_, registry_, req->name(), /*allow_override=*/true);
-  if (model.ok()) *resp = (*model)->Describe();
+  if (model.ok()) *resp = (*model)->Describe(req->with_memory());
   if (model.ok() && req->with_state_digest()) resp->set_state_digest((*model)->StateDigest());
   return call.Finish(model.status());
 }

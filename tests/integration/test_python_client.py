@@ -686,7 +686,7 @@ class PackageStructureTest(unittest.TestCase):
                  (info.TimescaleComparison, pb.TimescaleComparison),
                  (info.SubViewStatus, pb.SubViewStatus), (info.FitSummary, pb.FitSummary),
                  (info.InputScaling, pb.InputScaling),
-                 (info.KoopmanHeadline, pb.KoopmanHeadline)]
+                 (info.KoopmanHeadline, pb.KoopmanHeadline), (info.ModelMemory, pb.ModelMemory)]
         for cls, message in pairs:
             ours = {"lambda" if f.name == "lambda_" else f.name for f in dataclasses.fields(cls)}
             self.assertEqual(ours, {f.name for f in message.DESCRIPTOR.fields}, cls.__name__)

@@ -292,13 +292,15 @@ class Client:
         """The Model handle of an existing model (CmestreamError NOT_FOUND if there is none)."""
         return Model(self, name, self.describe(name))
 
-    def describe(self, name: str, state_digest: bool = False) -> ModelInfo:
+    def describe(self, name: str, state_digest: bool = False, memory: bool = False) -> ModelInfo:
         """The model's ModelInfo (cmestream.info): config, samples, dictionary sizes, view,
         sigma choice, spectrum, sub-views; with `state_digest`, also ModelInfo.state_digest (a
         digest of the full learned state, equal for equal states: e.g. before an export and
-        after its import; None otherwise)."""
+        after its import; None otherwise); with `memory`, also ModelInfo.memory (ModelMemory:
+        its share of the daemon's memory budget; None otherwise)."""
         info = self._call(self._models.GetModel,
-                          pb.GetModelRequest(name=name, with_state_digest=bool(state_digest)))
+                          pb.GetModelRequest(name=name, with_state_digest=bool(state_digest),
+                                             with_memory=bool(memory)))
         return self._remember(model_info_from_proto(info, with_state_digest=bool(state_digest)))
 
     def list_models(self) -> List[ModelInfo]:
