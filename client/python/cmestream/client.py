@@ -303,10 +303,17 @@ class Client:
                                              with_memory=bool(memory)))
         return self._remember(model_info_from_proto(info, with_state_digest=bool(state_digest)))
 
-    def list_models(self) -> List[ModelInfo]:
-        """ModelInfo of every model of the daemon."""
-        return [self._remember(model_info_from_proto(m))
-                for m in self._call(self._models.ListModels, pb.ListModelsRequest()).models]
+    def list_models(self, page_size: int = 1000) -> List[ModelInfo]:
+        """ModelInfo of every model of the daemon, sorted by name, fetched `page_size` models a
+        call (ListModelsRequest.page_size; 0: all in one reply)."""
+        page_size = inputs.integer("page_size", page_size)
+        out, token = [], ""
+        while True:
+            reply = self._call(self._models.ListModels, pb.ListModelsRequest(page_size=page_size, page_token=token))
+            out += [self._remember(model_info_from_proto(m)) for m in reply.models]
+            token = reply.next_page_token
+            if not token:
+                return out
 
     def delete_model(self, name: str) -> None:
         """Deletes the model and its durable state."""
