@@ -162,7 +162,7 @@ int ModelCreate(Context& ctx, const Args& args) {
 int ModelDescribe(Context& ctx, const Args& args) {
   if (int rc = NeedName(args, "model describe", kDescribeUsage)) return rc;
   if (int rc = NeedClient(ctx, "model describe")) return rc;
-  auto info = ctx.client->Describe(args.positional[0]);
+  auto info = ctx.client->Describe(args.positional[0], /*with_memory=*/true);
   if (!info.ok()) return Fail("model describe", info.status());
   PrintModelReply(args, *info, "");
   return 0;

@@ -199,6 +199,12 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
     WriteFieldsJson(w, m.failure(), {"sequence", "reason"});
     w.EndObject();
   }
+  if (m.has_memory()) {
+    w.Key("memory").BeginObject();
+    WriteFieldsJson(w, m.memory(),
+                    {"charged_bytes", "dictionary_cap", "growth_denied", "budget_bytes", "committed_bytes", "models"});
+    w.EndObject();
+  }
   if (m.has_input_scaling()) {
     const v1::InputScaling& in = m.input_scaling();
     w.Key("input_scaling").BeginObject();
@@ -377,6 +383,16 @@ void PrintModel(const v1::ModelInfo& m) {
     for (const v1::EstimatorCost& e : m.estimators()) total += e.multiply_adds();
     std::cout << "  per pair          " << Num(total) << " multiply-adds:";
     for (const v1::EstimatorCost& e : m.estimators()) std::cout << " " << e.name() << " " << Num(e.multiply_adds());
+    std::cout << "\n";
+  }
+  if (m.has_memory()) {
+    // The model's share of the daemon's memory budget (service/README.md "Memory").
+    const v1::ModelMemory& mem = m.memory();
+    std::cout << "  memory            " << Num(mem.charged_bytes() / (1 << 20)) << " MiB charged of the budget's "
+              << Num(mem.committed_bytes() / (1 << 20)) << " / " << Num(mem.budget_bytes() / (1 << 20)) << " MiB ("
+              << mem.models() << " models)";
+    if (mem.dictionary_cap() > 0) std::cout << ", dictionary capped at " << mem.dictionary_cap() << " atoms";
+    if (mem.growth_denied() > 0) std::cout << ", growth denied in " << mem.growth_denied() << " batches";
     std::cout << "\n";
   }
   const auto& v = m.view();

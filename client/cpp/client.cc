@@ -488,20 +488,27 @@ absl::StatusOr<v1::ModelInfo> Client::CreateModel(const v1::ModelConfig& config)
   return Call<v1::ModelInfo>(&Client::models_, &v1::ModelService::Stub::CreateModel, request);
 }
 
-absl::StatusOr<v1::ModelInfo> Client::Describe(const std::string& name) {
+absl::StatusOr<v1::ModelInfo> Client::Describe(const std::string& name, bool with_memory) {
   v1::GetModelRequest request;
   request.set_name(name);
+  request.set_with_memory(with_memory);
   return Call<v1::ModelInfo>(&Client::models_, &v1::ModelService::Stub::GetModel, request);
 }
 
 absl::StatusOr<std::vector<v1::ModelInfo>> Client::List() {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::ListModelsResponse reply;
-  if (auto s = FromGrpcStatus(models_->ListModels(&context, v1::ListModelsRequest(), &reply)); !s.ok()) {
-    return s;
-  }
-  return std::vector<v1::ModelInfo>(reply.models().begin(), reply.models().end());
+  // In pages of 1,000 models, so a fleet's listing never needs one huge reply.
+  std::vector<v1::ModelInfo> out;
+  v1::ListModelsRequest request;
+  request.set_page_size(1000);
+  do {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::ListModelsResponse reply;
+    if (auto s = FromGrpcStatus(models_->ListModels(&context, request, &reply)); !s.ok()) return s;
+    out.insert(out.end(), reply.models().begin(), reply.models().end());
+    request.set_page_token(reply.next_page_token());
+  } while (!request.page_token().empty());
+  return out;
 }
 
 absl::Status Client::Delete(const std::string& name) {

@@ -192,7 +192,8 @@ class Client {
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
   absl::StatusOr<v1::ModelInfo> CreateModel(const v1::ModelConfig& config);
-  absl::StatusOr<v1::ModelInfo> Describe(const std::string& name);
+  // with_memory: also ModelInfo.memory (the model's share of the daemon's memory budget).
+  absl::StatusOr<v1::ModelInfo> Describe(const std::string& name, bool with_memory = false);
   absl::StatusOr<std::vector<v1::ModelInfo>> List();
   absl::Status Delete(const std::string& name);
   // Admin scope. Snapshot: the daemon writes a snapshot of every model (path on its host).

@@ -81,7 +81,7 @@ void GrowMatrix(M& m, Eigen::Index rows, Eigen::Index cols, Eigen::Index live_ro
 }  // namespace
 
 void CompressedCme::Reserve(int m) {
-  m = std::min(std::max(m, 0), options_.max_dict);
+  m = std::min(std::max(m, 0), DictionaryCap());
   if (m <= cap_) return;
   // Capacities follow one rule (16 * 2^k, capped at max_dict), so the capacity of a learner is
   // a function of its dictionary size whichever way it got there (growth or Deserialize).
@@ -110,7 +110,7 @@ void CompressedCme::Reserve(int m) {
 void CompressedCme::EnsureCapacity() {
   // Room for one more atom on either side before a pair is processed.
   const int need = std::max(mx_, my_) + 1;
-  if (need > cap_ && cap_ < options_.max_dict) Reserve(need);
+  if (need > cap_ && cap_ < DictionaryCap()) Reserve(need);
 }
 
 int64_t CompressedCme::HeapBytes() const {
@@ -237,7 +237,7 @@ CompressedCme::Decision CompressedCme::Decide(const PairStats& st, double eta) c
   const double eta2 = eta * eta;
   const double gamma = Gamma();
   const double eps2 = options_.epsilon * options_.epsilon;
-  const int cap = options_.max_dict;
+  const int cap = DictionaryCap();
   // An empty dictionary cannot absorb anything (C = 0 stays 0): the first sample always admits.
   const bool must_admit = (mx == 0 || my == 0);
   if (!(st.err2 > eps2 || must_admit)) return dec;

@@ -154,7 +154,19 @@ class CompressedCme {
   int64_t HeapBytes() const;
   // True when `pairs` more pairs cannot reallocate the atoms (the capacity holds that many more
   // admissions per side, or it is max_dict already): then first_x_atoms stays valid meanwhile.
-  bool HasRoomFor(int pairs) const { return cap_ == options_.max_dict || std::max(mx_, my_) + pairs <= cap_; }
+  bool HasRoomFor(int pairs) const { return cap_ >= DictionaryCap() || std::max(mx_, my_) + pairs <= cap_; }
+  // A cap on the dictionary below max_dict, set by the owner for the pairs that follow (the
+  // daemon's memory budget: service/engine/memory_budget.h): admissions beyond it are forced
+  // projections, as at max_dict, and the capacity never grows past it. 0 or >= max_dict: none.
+  // Not part of the state (neither serialized nor digested): the owner sets it before each
+  // batch, and a replay sets the same value from its record. A cap below the current size
+  // only stops growth (atoms are never removed).
+  void set_growth_cap(int cap) { growth_cap_ = cap; }
+  int growth_cap() const { return growth_cap_; }
+  // The cap in force: min(max_dict, growth_cap) (max_dict without a growth cap).
+  int DictionaryCap() const {
+    return growth_cap_ > 0 && growth_cap_ < options_.max_dict ? growth_cap_ : options_.max_dict;
+  }
   // The first `rows` X atoms (rows <= dict_x_size()). Unlike x_atoms() it reads no dictionary
   // size, so another thread may read the atoms a run recorded while this CME learns the next
   // run, as long as HasRoomFor(that run) held (atoms are only appended; core/stream/cme_run.h).
@@ -278,7 +290,8 @@ class CompressedCme {
   void AfterPairDriftSchedule();
 
   Options options_;
-  int cap_ = 0;  // capacity of every m-indexed buffer (see COST)
+  int cap_ = 0;         // capacity of every m-indexed buffer (see COST)
+  int growth_cap_ = 0;  // set_growth_cap (0: none); not state
   Counters counters_;
   int mx_ = 0;
   int my_ = 0;

@@ -141,7 +141,14 @@ void StreamingLearner::SetSideExecutor(SideExecutor* executor) {
 }
 
 void StreamingLearner::AttachCmeLane() {
-  if (cme_) cme_->SetSideLane(lanes_.executor ? lanes_.cme.get() : nullptr, lanes_.executor);
+  if (!cme_) return;
+  cme_->SetSideLane(lanes_.executor ? lanes_.cme.get() : nullptr, lanes_.executor);
+  cme_->set_growth_cap(dictionary_cap_);
+}
+
+void StreamingLearner::SetDictionaryCap(int cap) {
+  dictionary_cap_ = cap;
+  if (cme_) cme_->set_growth_cap(cap);
 }
 
 void StreamingLearner::ChooseScorerLane() {

@@ -327,6 +327,13 @@ class StreamingLearner {
   // outlives the learner's calls.
   void SetSideExecutor(SideExecutor* executor);
 
+  // Caps the CME's dictionary below options.cme.max_dict for the pairs that follow
+  // (CompressedCme::set_growth_cap: forced projections instead of admissions beyond it; 0:
+  // none). The daemon's memory budget sets it before each batch and logs it with the batch, so
+  // a replay applies the same cap. Not state; kept across the CME's creation at the warm-up's end.
+  void SetDictionaryCap(int cap);
+  int dictionary_cap() const { return dictionary_cap_; }
+
   const Options& options() const { return options_; }
   bool ready() const { return options_.discrete() || cme_ != nullptr; }  // sigma is known
   // Pairs learned (not counting the warm-up buffer), the open CME run's included.
@@ -445,7 +452,9 @@ class StreamingLearner {
     void Settle() const;  // returns once every lane ran dry
   };
   Lanes lanes_;
-  void AttachCmeLane();  // gives cme_ the lane (or none) after it is created or the executor changes
+  // Gives cme_ the lane (or none) and the dictionary cap after it is created or the executor changes.
+  void AttachCmeLane();
+  int dictionary_cap_ = 0;  // SetDictionaryCap; not state
   Options options_;
   std::unique_ptr<CompressedCme> cme_;  // continuous, once sigma is known
   RowMatrixXd warmup_x_, warmup_y_;     // auto_sigma_warmup x dim, only while sigma "auto" buffers

@@ -74,6 +74,7 @@ BatchCheck ValidateBatch(const v1::IngestBatch& b, int dim, uint64_t index, doub
   BatchCheck ok;
   ok.batch.dim = dim;
   ok.batch.time = b.received_unix_seconds();
+  ok.batch.dictionary_cap = b.dictionary_cap();
   if (has_pairs) {
     if (b.x_size() % dim != 0) return bad_size("x", b.x_size(), multiple);
     if (b.y_size() % dim != 0) return bad_size("y", b.y_size(), multiple);
@@ -145,6 +146,7 @@ BatchCheck ValidateDiscreteBatch(const v1::IngestBatch& b, uint32_t num_states, 
   BatchCheck ok;
   ok.batch.dim = 0;
   ok.batch.time = b.received_unix_seconds();
+  ok.batch.dictionary_cap = b.dictionary_cap();
   if (has_pairs) {
     if (b.y_ids_size() != b.x_ids_size()) {
       return Reject("size", index, model,

@@ -33,6 +33,9 @@ struct PairBatch {
   // Unix seconds the batch arrived (IngestBatch.received_unix_seconds once logged): the time
   // of the alarms it raises. The ingestor stamps it; replay reads it from the log.
   double time = 0;
+  // The dictionary cap the batch is learned with (IngestBatch.dictionary_cap once logged; 0:
+  // none): Model::Ingest sets it from the memory budget; replay reads it from the log.
+  uint32_t dictionary_cap = 0;
 
   bool discrete() const { return x_ids != nullptr; }
   const double* x_at(int64_t i) const { return x + i * dim; }

@@ -31,6 +31,13 @@ void Ingestor::Submit(const v1::IngestBatch& batch, uint64_t batch_index, Done d
         (*model)->name(), "' has delays ", (*model)->config().delays(),
         " and learns on windows of consecutive rows, which pairs do not carry"));
   }
+  if (check.status.ok() && batch.dictionary_cap() != 0) {
+    check.reason = "payload_form";
+    check.status = absl::InvalidArgumentError(
+        absl::StrCat("batch ", batch_index,
+                     ": field dictionary_cap is set, expected it unset: only the daemon's log writes it (model '",
+                     (*model)->name(), "')"));
+  }
   if (check.status.ok() && batch.received_unix_seconds() != 0) {
     check.reason = "payload_form";
     check.status =

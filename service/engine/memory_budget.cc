@@ -31,7 +31,20 @@ double ReadLimitFile(const char* path) {
 
 }  // namespace
 
-double EstimateModelBytes(const v1::ModelConfig& c) {
+double EstimateModelBytes(const v1::ModelConfig& c) { return EstimateModelBytesAt(c, c.max_dict()); }
+
+int DictionaryCapacity(int atoms, int max_dict) {
+  // CompressedCme::Reserve's rule: 16 * 2^k, capped at max_dict.
+  int cap = kInitialDictionaryCapacity;
+  while (cap < atoms && cap < max_dict) cap *= 2;
+  return std::max(1, std::min(cap, max_dict));
+}
+
+double EstimateEmptyModelBytes(const v1::ModelConfig& c) {
+  return EstimateModelBytesAt(c, DictionaryCapacity(0, static_cast<int>(c.max_dict())));
+}
+
+double EstimateModelBytesAt(const v1::ModelConfig& c, double atoms) {
   const bool discrete = c.num_states() > 0;
   const double p = c.num_states();
   const double d = StateDim(c);
@@ -41,7 +54,7 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
     bytes += p * std::min(p, 16.0) * 32;
     if (p <= 2048) bytes += 4 * p * p * kDouble;  // dense embedding / clusters view (P x P)
   } else {
-    const double m = c.max_dict();
+    const double m = std::min<double>(std::max(atoms, 0.0), c.max_dict());
     // CME: W~ (and its average), both Grams and their inverse factors at max_dict, atoms,
     // scratch.
     bytes += (c.averaging() ? 6 : 5) * m * m * kDouble + 2 * m * d * kDouble + 16 * m * kDouble;
@@ -92,6 +105,46 @@ double EstimateModelBytes(const v1::ModelConfig& c) {
   }
   return bytes;
 }
+
+namespace {
+int64_t Bytes(double b) { return static_cast<int64_t>(std::ceil(std::max(b, 0.0))); }
+}  // namespace
+
+bool MemoryLedger::TryAdmit(double bytes) {
+  const int64_t add = Bytes(bytes);
+  int64_t now = committed_.load();
+  do {
+    if (budget_ > 0 && static_cast<double>(now + add) > budget_) return false;
+  } while (!committed_.compare_exchange_weak(now, now + add));
+  models_.fetch_add(1);
+  return true;
+}
+
+void MemoryLedger::Admit(double bytes) {
+  committed_.fetch_add(Bytes(bytes));
+  models_.fetch_add(1);
+}
+
+void MemoryLedger::Remove(double bytes) {
+  committed_.fetch_sub(Bytes(bytes));
+  models_.fetch_sub(1);
+}
+
+bool MemoryLedger::TryGrow(double held, double extra) {
+  const int64_t add = Bytes(extra);
+  int64_t now = committed_.load();
+  do {
+    if (budget_ > 0) {
+      const double after = static_cast<double>(now + add);
+      if (after > budget_) return false;
+      const double share = budget_ / static_cast<double>(std::max<int64_t>(1, models_.load()));
+      if (after > kTight * budget_ && held + static_cast<double>(add) > share) return false;
+    }
+  } while (!committed_.compare_exchange_weak(now, now + add));
+  return true;
+}
+
+void MemoryLedger::Adjust(double extra) { committed_.fetch_add(extra >= 0 ? Bytes(extra) : -Bytes(-extra)); }
 
 double HostMemoryLimit() {
   double limit = ReadLimitFile("/sys/fs/cgroup/memory.max");

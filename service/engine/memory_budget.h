@@ -9,6 +9,7 @@
 // (--max-query-mb).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -20,8 +21,56 @@ namespace cmestream::service {
 // Bytes a model built from `config` (normalized) may hold at its configured limits: learner
 // matrices at max_dict, counts, RFF moments, spectral moments (live and serving epoch), latent
 // reservoir and moments, predictive-state statistics, the sigma warm-up buffer, and its latest
-// view.
+// view. EstimateModelBytesAt(config, max_dict).
 double EstimateModelBytes(const v1::ModelConfig& config);
+// The same with the dictionary at `atoms` per side (clamped to [0, max_dict]): what the model
+// holds at that size. Everything else is sized by the config alone.
+double EstimateModelBytesAt(const v1::ModelConfig& config, double atoms);
+// The CME's first dictionary capacity (CompressedCme::Reserve): 16, 32, 64, ... capped at max_dict.
+inline constexpr int kInitialDictionaryCapacity = 16;
+// The capacity a dictionary of `atoms` per side sits in: the smallest 16 * 2^k >= atoms, capped
+// at max_dict (CompressedCme::Reserve's rule).
+int DictionaryCapacity(int atoms, int max_dict);
+// What a new model is charged (its floor): EstimateModelBytesAt its first capacity.
+double EstimateEmptyModelBytes(const v1::ModelConfig& config);
+
+// The daemon's memory ledger (--max-memory): the bytes its models hold or were granted, by
+// their actual dictionary capacities (EstimateModelBytesAt), never their configured worst case.
+//   - A model is admitted (created, imported, forked) when its floor fits what is left.
+//   - A model's dictionary grows (a capacity step, asked for before each batch: Model) only
+//     while the daemon stays within the budget, and, once the committed bytes pass kTight of
+//     the budget, only up to its fair share, budget / models. A model that may not grow learns
+//     on at its current capacity (forced projections, as at max_dict); nothing it was sent is
+//     refused.
+// Lock-free (atomics): charged from the ingest workers without the registry lock.
+class MemoryLedger {
+ public:
+  static constexpr double kTight = 0.9;
+  // budget <= 0: unlimited (every admission and growth allowed, still counted).
+  explicit MemoryLedger(double budget = 0) : budget_(budget) {}
+  // requires: before the ledger is shared between threads.
+  void set_budget(double budget) { budget_ = budget; }
+  double budget() const { return budget_; }
+  double committed() const { return static_cast<double>(committed_.load()); }
+  int64_t models() const { return models_.load(); }
+  // Counts a model of `bytes` if committed + bytes <= budget; false (nothing counted) otherwise.
+  bool TryAdmit(double bytes);
+  // Counts a model whatever the budget (replay and restore: what was accepted then).
+  void Admit(double bytes);
+  // A model and the bytes it held go.
+  void Remove(double bytes);
+  // A model holding `held` bytes grows by `extra` > 0: allowed (and counted) when committed +
+  // extra <= budget and either committed + extra <= kTight x budget or held + extra <= budget /
+  // models (its fair share).
+  bool TryGrow(double held, double extra);
+  // Counts `extra` whatever the budget (a replayed batch's logged cap); negative: released.
+  void Adjust(double extra);
+
+ private:
+  double budget_;
+  std::atomic<int64_t> committed_{0};
+  std::atomic<int64_t> models_{0};
+};
 
 // The default budget: 0.8 x the cgroup memory limit (v2 memory.max, v1
 // memory.limit_in_bytes) when one is set, else 0.8 x physical memory.

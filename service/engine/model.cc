@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/stream/learner_cost.h"
 #include "service/engine/fit_summary.h"
@@ -197,8 +199,14 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   // of this model in flight, so batches are de-duplicated against the offsets of every batch
   // before them and applied in WAL order; the learner lock is never held across I/O.
   absl::MutexLock sequencer(&ingest_mu_);
+  // The dictionary cap of this batch: granted by the memory budget now, or the logged one.
+  PairBatch capped = batch;
+  if (!replay_sequence && !batch.discrete()) capped.dictionary_cap = GrantDictionaryCap(batch.n);
+  // However the batch ends (applied, refused, failed): the charge follows what the model holds,
+  // and an unused grant goes back. Runs under the sequencer, after every other lock is released.
+  absl::Cleanup settle = [this, &capped] { SettleMemory(capped.dictionary_cap); };
   absl::StatusOr<Admission> admitted =
-      AdmitAndLog(batch, producer_id, offset, batch_index, episode_id, replay_sequence);
+      AdmitAndLog(capped, producer_id, offset, batch_index, episode_id, replay_sequence);
   if (!admitted.ok()) return admitted.status();
   const int64_t first = admitted->first;
   const uint64_t offset_after = admitted->offset_after;
@@ -237,6 +245,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     const int64_t alarms_before = monitor ? monitor->alarms_total() : 0;
     const int64_t pairs_before = monitor ? monitor->pairs() : 0;
     const int64_t index_before = monitor && !monitor->records().empty() ? monitor->records().back().index : 0;
+    learner_.SetDictionaryCap(static_cast<int>(capped.dictionary_cap));
     absl::StatusOr<ObserveSummary> learned =
         FailsForTesting(applied) ? absl::InternalError("the testing hook --testing-fail-on-value matched a value")
                                  : learner_.Observe(applied);
@@ -311,6 +320,7 @@ void Model::ApplyFork(const StreamBatch& part, uint64_t sequence) {
     absl::MutexLock learner_lock(&learner_mu_);
     if (sequence != 0 && sequence <= applied_sequence_.load()) return;
     if (failed()) return;
+    learner_.SetDictionaryCap(0);  // forks learn uncapped; their growth is charged after
     absl::StatusOr<ObserveSummary> observed = learner_.Observe(part);
     if (!observed.ok() && absl::IsInternal(observed.status())) {
       MarkFailedLocked(sequence, observed.status().message());
@@ -325,9 +335,95 @@ void Model::ApplyFork(const StreamBatch& part, uint64_t sequence) {
     if (sequence != 0) applied_sequence_.store(sequence);
     s = PublishLocked(learned.warmup_finished, part.n > 0 ? 1 : 0, nullptr, 0);
   }
+  SettleMemory(0);
   metrics_->OnBatchApplied(static_cast<uint64_t>(part.n), static_cast<uint64_t>(learned.forced), learned.forced_error,
                            {s.pending_warmup, s.dict_x, s.dict_y});
   if (s.alarms) metrics_->OnAlarms(s.change_score, s.alarms_total);
+}
+
+void Model::AttachLedger(MemoryLedger* ledger, double charged) {
+  absl::MutexLock lock(&mem_mu_);
+  ledger_ = ledger;
+  charged_ = charged;
+  floor_ = std::ceil(EstimateEmptyModelBytes(config_));
+}
+
+void Model::DetachLedger() {
+  absl::MutexLock lock(&mem_mu_);
+  if (ledger_ != nullptr) ledger_->Remove(charged_);
+  ledger_ = nullptr;
+  charged_ = 0;
+}
+
+double Model::HeldBytesEstimate() const { return HeldBytesAndAtoms(nullptr); }
+
+double Model::HeldBytesAndAtoms(int* atoms) const {
+  int capacity = 0, m = 0;
+  {
+    absl::MutexLock lock(&learner_mu_);
+    if (const CompressedCme* cme = learner_.cme()) {
+      capacity = cme->capacity();
+      m = std::max(cme->dict_x_size(), cme->dict_y_size());
+    }
+  }
+  if (atoms != nullptr) *atoms = m;
+  const int max_dict = static_cast<int>(config_.max_dict());
+  return EstimateModelBytesAt(config_, DictionaryCapacity(capacity, max_dict));
+}
+
+Model::MemoryStatus Model::memory() const {
+  absl::MutexLock lock(&mem_mu_);
+  return MemoryStatus{charged_, last_cap_, growth_denied_};
+}
+
+uint32_t Model::GrantDictionaryCap(int64_t pairs) {
+  int atoms = 0, capacity = 0;
+  int64_t pending = 0, run = 0;
+  {
+    absl::MutexLock lock(&learner_mu_);
+    run = learner_.options().run_pairs();
+    if (const CompressedCme* cme = learner_.cme()) {
+      atoms = std::max(cme->dict_x_size(), cme->dict_y_size());
+      capacity = cme->capacity();
+    }
+    pending = learner_.pending_warmup();
+  }
+  const int max_dict = static_cast<int>(config_.max_dict());
+  // Each pair learned admits at most one atom per side: the pairs of this batch, the warm-up
+  // buffer it may end and the open micro-batch run (< its run length) bound the growth.
+  const int64_t need = std::min<int64_t>(max_dict, atoms + pairs + pending + run);
+  const int want = DictionaryCapacity(static_cast<int>(need), max_dict);
+  const int have = DictionaryCapacity(std::max(atoms, capacity), max_dict);
+  absl::MutexLock lock(&mem_mu_);
+  if (ledger_ == nullptr) return 0;
+  int granted = have;
+  for (int cap = want; cap > have; cap = DictionaryCapacity(cap / 2, max_dict)) {
+    const double extra = std::ceil(EstimateModelBytesAt(config_, cap)) - charged_;
+    if (extra <= 0 || ledger_->TryGrow(charged_, extra)) {
+      if (extra > 0) charged_ += extra;
+      granted = cap;
+      break;
+    }
+    if (cap <= kInitialDictionaryCapacity) break;
+  }
+  // The whole growth granted: no cap (the record is as without a budget). A cap below what the
+  // batch could need binds only if the dictionary reaches it (counted at SettleMemory).
+  last_cap_ = granted >= want ? 0 : static_cast<uint32_t>(granted);
+  return last_cap_;
+}
+
+void Model::SettleMemory(uint32_t cap) {
+  int atoms = 0;
+  const double held = std::max(std::ceil(HeldBytesAndAtoms(&atoms)), 0.0);
+  absl::MutexLock lock(&mem_mu_);
+  if (ledger_ == nullptr) return;
+  const double target = std::max(held, floor_);
+  if (target != charged_) ledger_->Adjust(target - charged_);
+  charged_ = target;
+  // Denied: the dictionary reached the cap the budget set (admissions beyond it were forced).
+  const bool denied = cap > 0 && atoms >= static_cast<int>(cap);
+  if (denied) ++growth_denied_;
+  metrics_->OnMemory(ledger_->committed(), denied);
 }
 
 Model::Stats Model::PublishLocked(bool warmup_finished, uint64_t batches_added, const std::string* producer_id,
@@ -396,15 +492,20 @@ absl::Status Model::EndWarmup(std::optional<uint64_t> replay_sequence) {
       return durable;
     }
   }
-  absl::MutexLock learner_lock(&learner_mu_);
-  if (sequence != 0) applied_sequence_.store(sequence);
-  const absl::Status ended = learner_.EndWarmup();  // checked above: fails only as an estimator (Internal)
-  if (ended.ok()) PublishLocked(/*warmup_finished=*/true, 0, nullptr, 0);
-  if (written) SetPending(0);
-  if (absl::IsInternal(ended)) {
-    MarkFailedLocked(sequence, ended.message());
-    return Failed();
+  absl::Status ended;
+  {
+    absl::MutexLock learner_lock(&learner_mu_);
+    if (sequence != 0) applied_sequence_.store(sequence);
+    learner_.SetDictionaryCap(0);  // uncapped (MEMORY in model.h); charged after
+    ended = learner_.EndWarmup();  // checked above: fails only as an estimator (Internal)
+    if (ended.ok()) PublishLocked(/*warmup_finished=*/true, 0, nullptr, 0);
+    if (written) SetPending(0);
+    if (absl::IsInternal(ended)) {
+      MarkFailedLocked(sequence, ended.message());
+      return Failed();
+    }
   }
+  SettleMemory(0);
   return ended;
 }
 
@@ -429,7 +530,7 @@ Model::Stats Model::stats() const {
   return stats_;
 }
 
-v1::ModelInfo Model::Describe() const {
+v1::ModelInfo Model::Describe(bool with_memory) const {
   v1::ModelInfo info;
   *info.mutable_config() = config_;
   info.set_state_dim(static_cast<uint32_t>(state_dim()));
@@ -472,6 +573,18 @@ v1::ModelInfo Model::Describe() const {
   if (const std::optional<Failure> f = failure()) {
     info.mutable_failure()->set_sequence(f->sequence);
     info.mutable_failure()->set_reason(f->reason);
+  }
+  {
+    absl::MutexLock lock(&mem_mu_);
+    if (with_memory && ledger_ != nullptr) {
+      v1::ModelMemory* m = info.mutable_memory();
+      m->set_charged_bytes(charged_);
+      m->set_dictionary_cap(last_cap_);
+      m->set_growth_denied(growth_denied_);
+      m->set_budget_bytes(ledger_->budget());
+      m->set_committed_bytes(ledger_->committed());
+      m->set_models(static_cast<uint64_t>(std::max<int64_t>(0, ledger_->models())));
+    }
   }
   return info;
 }

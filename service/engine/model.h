@@ -36,6 +36,7 @@
 #include "core/stream/streaming_learner.h"
 #include "service/engine/batch.h"
 #include "service/engine/batch_log.h"
+#include "service/engine/memory_budget.h"
 #include "service/engine/model_config.h"
 #include "service/engine/model_view.h"
 #include "service/observability/metrics.h"
@@ -218,7 +219,8 @@ class Model {
     std::string alarm_note;
   };
   Stats stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
-  v1::ModelInfo Describe() const ABSL_LOCKS_EXCLUDED(stats_mu_, view_mu_);
+  // With `with_memory`, also ModelInfo.memory (GetModelRequest.with_memory).
+  v1::ModelInfo Describe(bool with_memory = false) const ABSL_LOCKS_EXCLUDED(stats_mu_, view_mu_, mem_mu_);
 
   // Refresh support. Snapshot() copies what the views need under the learner lock and changes
   // nothing (StreamingLearner::CopyForSnapshot; the open CME run is folded into the copies
@@ -247,6 +249,26 @@ class Model {
   void SetSideExecutor(SideExecutor* executor) ABSL_LOCKS_EXCLUDED(learner_mu_);
   void InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version)
       ABSL_LOCKS_EXCLUDED(learner_mu_);
+
+  // MEMORY (service/engine/memory_budget.h, MemoryLedger). The registry attaches the daemon's
+  // ledger with the bytes it charged the model (its floor, or what a restored model holds);
+  // before each live batch the model asks it for room to grow its dictionary to the capacity
+  // the batch could need (GrantDictionaryCap), and after the batch its charge follows the
+  // capacity it reached. The cap in force is logged with the batch (IngestBatch.dictionary_cap,
+  // 0 when the whole growth was granted) and a replay applies the logged cap: the state is a
+  // function of the records alone. Forks and the explicit end of a warm-up learn uncapped (their
+  // growth is charged after the fact).
+  void AttachLedger(MemoryLedger* ledger, double charged) ABSL_LOCKS_EXCLUDED(mem_mu_);
+  // At deletion: releases the model's charge; nothing is charged afterwards.
+  void DetachLedger() ABSL_LOCKS_EXCLUDED(mem_mu_);
+  // What the model holds now by the estimate at its dictionary's capacity (EstimateModelBytesAt).
+  double HeldBytesEstimate() const ABSL_LOCKS_EXCLUDED(learner_mu_);
+  struct MemoryStatus {
+    double charged_bytes = 0;     // counted in the ledger for it
+    uint32_t dictionary_cap = 0;  // the cap of its last batch (0: none, max_dict)
+    uint64_t growth_denied = 0;   // batches whose dictionary reached the cap the budget set
+  };
+  MemoryStatus memory() const ABSL_LOCKS_EXCLUDED(mem_mu_);
 
   // Scheduler bookkeeping (touched by the scheduler thread and Refresh requests).
   std::atomic<bool> refresh_requested{false};
@@ -283,6 +305,15 @@ class Model {
                                         uint64_t batch_index, const std::string& episode_id,
                                         std::optional<uint64_t> replay_sequence) ABSL_LOCKS_EXCLUDED(log_mu_);
 
+  // Before a live batch of `pairs` pairs: the dictionary cap it is learned with (0: none),
+  // growth charged to the ledger as granted (MEMORY above).
+  uint32_t GrantDictionaryCap(int64_t pairs) ABSL_LOCKS_EXCLUDED(learner_mu_, mem_mu_);
+  // After a batch learned with dictionary cap `cap` (0: none): the charge follows the
+  // dictionary's capacity (never below the floor); a dictionary at the cap counts as denied growth.
+  void SettleMemory(uint32_t cap) ABSL_LOCKS_EXCLUDED(learner_mu_, mem_mu_);
+  // HeldBytesEstimate, and the larger side's atoms into `atoms` (if not null).
+  double HeldBytesAndAtoms(int* atoms) const ABSL_LOCKS_EXCLUDED(learner_mu_);
+
   // FailedPrecondition for Ingest and EndWarmup on a fork, naming its parent.
   absl::Status RefusedForkIngest() const;
   // Under the learner lock, after a batch was applied: what it brings the forks (ForkPlan), from
@@ -318,6 +349,13 @@ class Model {
 
   mutable absl::Mutex view_mu_;  // a leaf
   std::shared_ptr<const ModelView> view_ ABSL_GUARDED_BY(view_mu_);
+
+  mutable absl::Mutex mem_mu_;  // a leaf (the ledger is lock-free)
+  MemoryLedger* ledger_ ABSL_GUARDED_BY(mem_mu_) = nullptr;
+  double charged_ ABSL_GUARDED_BY(mem_mu_) = 0;
+  double floor_ ABSL_GUARDED_BY(mem_mu_) = 0;
+  uint32_t last_cap_ ABSL_GUARDED_BY(mem_mu_) = 0;
+  uint64_t growth_denied_ ABSL_GUARDED_BY(mem_mu_) = 0;
 };
 
 }  // namespace cmestream::service

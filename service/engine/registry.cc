@@ -1,5 +1,6 @@
 #include "service/engine/registry.h"
 
+#include <cmath>
 #include <iostream>
 #include <new>
 
@@ -10,35 +11,19 @@ namespace cmestream::service {
 
 void ModelRegistry::SetLimits(const LimitOptions& limits) {
   limits_ = limits;
-  memory_budget_ = limits.max_memory_bytes > 0 ? limits.max_memory_bytes : DefaultMemoryBudget();
+  ledger_.set_budget(limits.max_memory_bytes > 0 ? limits.max_memory_bytes : DefaultMemoryBudget());
+  metrics_.SetMemory(ledger_.budget(), ledger_.committed());
 }
 
-double ModelRegistry::committed_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return CommittedBytesLocked("");
-}
+double ModelRegistry::committed_bytes() const { return ledger_.committed(); }
 
-double ModelRegistry::CommittedBytesLocked(const std::string& except) const {
-  double total = 0;
-  for (const auto& [name, model] : models_) {
-    if (name != except) total += EstimateModelBytes(model->config());
-  }
-  for (const auto& [name, config] : reserved_) {
-    if (name != except && config) total += EstimateModelBytes(*config);
-  }
-  return total;
-}
-
-absl::Status ModelRegistry::CheckBudgetLocked(const v1::ModelConfig& config) const {
-  if (memory_budget_ <= 0) return absl::OkStatus();
-  const double committed = CommittedBytesLocked(config.name());
-  const double need = EstimateModelBytes(config);
-  if (committed + need <= memory_budget_) return absl::OkStatus();
+absl::Status ModelRegistry::AdmitLocked(const v1::ModelConfig& config, double bytes, const char* verb) {
+  if (ledger_.TryAdmit(bytes)) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      "cannot hold model '", config.name(), "': at its configured limits it may need about ", FormatBytes(need),
-      " (max_dict ", config.max_dict(), ", rff_features ", config.rff_features(), "), but the ", models_.size(),
-      " models held may already use ", FormatBytes(committed), " of this daemon's memory budget of ",
-      FormatBytes(memory_budget_), " (--max-memory); delete a model, or lower max_dict / rff_features"));
+      "cannot ", verb, " model '", config.name(), "': even empty it needs about ", FormatBytes(bytes),
+      " (rff_features ", config.rff_features(), ", max_dict ", config.max_dict(), "), but the ", models_.size(),
+      " models held use ", FormatBytes(ledger_.committed()), " of this daemon's memory budget of ",
+      FormatBytes(ledger_.budget()), " (--max-memory); delete a model, or lower rff_features"));
 }
 
 absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConfig& config,
@@ -56,6 +41,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConf
       replay_sequence ? absl::StatusOr<v1::ModelConfig>(config) : NormalizeModelConfig(config, defaults_);
   if (!normalized.ok()) return normalized.status();
   const std::string& name = normalized->name();
+  const double charge = std::ceil(EstimateEmptyModelBytes(*normalized));
   {
     absl::MutexLock lock(&mu_);
     if (TakenLocked(name)) return absl::AlreadyExistsError(absl::StrCat("model '", name, "' already exists"));
@@ -64,8 +50,12 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConf
                                                        HeldLocked(), " models, its limit (--max-models ",
                                                        limits_.max_models, "); delete a model first"));
     }
+    // Charged by what an empty model holds; its dictionary's growth is charged as it happens
+    // (Model::GrantDictionaryCap). Replay re-creates what was accepted then.
     if (!replay_sequence) {
-      if (absl::Status s = CheckBudgetLocked(*normalized); !s.ok()) return s;
+      if (absl::Status s = AdmitLocked(*normalized, charge, "create"); !s.ok()) return s;
+    } else {
+      ledger_.Admit(charge);
     }
     reserved_.emplace(name, *normalized);
   }
@@ -93,25 +83,29 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Create(const v1::ModelConf
     }
     if (model.ok()) (*model)->set_applied_sequence(sequence);
   }
-  return Publish(name, metrics, std::move(model));
+  return Publish(name, metrics, std::move(model), charge);
 }
 
 absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Publish(const std::string& name,
                                                               const std::shared_ptr<ModelMetrics>& metrics,
-                                                              absl::StatusOr<std::shared_ptr<Model>> model) {
+                                                              absl::StatusOr<std::shared_ptr<Model>> model,
+                                                              double charged) {
   // The end of a Create or Adopt: the reserved name becomes the model, or is freed (with its
   // metric series, before the name can be taken again) when the slow part failed.
   absl::MutexLock lock(&mu_);
   reserved_.erase(name);
   EndChangeLocked();
   if (!model.ok()) {
+    if (charged > 0) ledger_.Remove(charged);
     metrics->Remove();
     return model.status();
   }
+  (*model)->AttachLedger(&ledger_, charged);
   (*model)->SetSideExecutor(side_executor_);
   if (ForksOnChange((*model)->config())) (*model)->SetForkSink(this);
   models_.emplace(name, *model);
   metrics_.SetModelCount(models_.size());
+  metrics_.SetMemory(ledger_.budget(), ledger_.committed());
   return model;
 }
 
@@ -150,8 +144,10 @@ absl::Status ModelRegistry::Delete(const std::string& name, bool replay) {
   // model created under the same name next gets fresh series (prometheus returns the existing
   // series for known labels, and a later Remove would delete them under the new model).
   model->metrics().Remove();
+  model->DetachLedger();
   models_.erase(name);
   metrics_.SetModelCount(models_.size());
+  metrics_.SetMemory(ledger_.budget(), ledger_.committed());
   return absl::OkStatus();
 }
 
@@ -196,14 +192,19 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& n
     model = absl::ResourceExhaustedError(
         absl::StrCat("cannot load model '", name, "': out of memory while allocating it; nothing was registered"));
   }
-  if (model.ok() && check_budget) {
-    // Checked and counted in one step, so two imports cannot both take the last of the budget.
+  double charge = 0;
+  if (model.ok()) {
+    // Charged by what it holds (its dictionary's capacity); a live import must fit the
+    // budget, a restore or replay is counted whatever it says (accepted then).
+    charge = std::ceil((*model)->HeldBytesEstimate());
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = CheckBudgetLocked((*model)->config()); !s.ok()) {
+    if (!check_budget) {
+      ledger_.Admit(charge);
+    } else if (absl::Status s = AdmitLocked((*model)->config(), charge, "import"); !s.ok()) {
       model = s;
-    } else {
-      reserved_[name] = (*model)->config();
+      charge = 0;
     }
+    if (model.ok()) reserved_[name] = (*model)->config();
   }
   if (model.ok() && import_image != nullptr) {
     absl::StatusOr<uint64_t> logged = log_.AppendModelImported(name, *import_image);
@@ -213,7 +214,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& n
       model = logged.status();
     }
   }
-  return Publish(name, metrics, std::move(model));
+  return Publish(name, metrics, std::move(model), charge);
 }
 
 void ModelRegistry::Forward(const Model& parent, const ForkPlan& plan, const StreamBatch& applied, uint64_t sequence) {
@@ -244,6 +245,7 @@ std::shared_ptr<Model> ModelRegistry::StartFork(const Model& parent, int64_t k, 
   if (std::shared_ptr<Model> found = FindFork(parent, k, index)) return found;
   const v1::ModelConfig config = ForkConfig(parent.config(), k, index);
   const std::string& name = config.name();
+  const double charge = std::ceil(EstimateEmptyModelBytes(config));
   absl::Status refused;
   ForkRefusal reason = ForkRefusal::kError;
   {
@@ -256,7 +258,7 @@ std::shared_ptr<Model> ModelRegistry::StartFork(const Model& parent, int64_t k, 
           "this daemon holds ", HeldLocked(), " models, its limit (--max-models ", limits_.max_models, ")"));
       reason = ForkRefusal::kMaxModels;
     } else {
-      refused = CheckBudgetLocked(config);
+      refused = AdmitLocked(config, charge, "start fork");
       reason = ForkRefusal::kMemory;
     }
     if (refused.ok()) reserved_.emplace(name, config);
@@ -274,7 +276,7 @@ std::shared_ptr<Model> ModelRegistry::StartFork(const Model& parent, int64_t k, 
   } catch (const std::bad_alloc&) {
     model = absl::ResourceExhaustedError("out of memory while allocating it");
   }
-  absl::StatusOr<std::shared_ptr<Model>> published = Publish(name, metrics, std::move(model));
+  absl::StatusOr<std::shared_ptr<Model>> published = Publish(name, metrics, std::move(model), charge);
   if (!published.ok()) {
     std::cerr << "cmestreamd: model '" << parent.name() << "' raised its alarm " << k << " at pair " << index
               << "; its fork '" << name << "' was not started: " << published.status().message() << "\n";

@@ -24,6 +24,7 @@
 #include "cmestream/v1/cmestream.pb.h"
 #include "service/engine/batch_log.h"
 #include "service/engine/limits.h"
+#include "service/engine/memory_budget.h"
 #include "service/engine/model.h"
 #include "service/engine/model_config.h"
 #include "service/observability/metrics.h"
@@ -43,10 +44,11 @@ class ModelRegistry final : public ForkSink {
   // The helper threads every model's learner is lent from now on (HelperPool; null: none).
   // requires: called before the registry is shared between threads; outlives the models' calls.
   void SetSideExecutor(SideExecutor* executor) { side_executor_ = executor; }
-  // The memory budget in force and the estimated bytes its models may grow to
-  // (memory_budget.h); the metrics and describe report them.
-  double memory_budget() const { return memory_budget_; }
-  double committed_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The memory budget in force and the bytes its models hold or were granted, by their
+  // dictionaries' capacities (memory_budget.h, MemoryLedger); the metrics and describe report them.
+  double memory_budget() const { return ledger_.budget(); }
+  double committed_bytes() const;
+  const MemoryLedger& ledger() const { return ledger_; }
   const ConfigDefaults& defaults() const { return defaults_; }
   const LimitOptions& limits() const { return limits_; }
 
@@ -108,12 +110,12 @@ class ModelRegistry final : public ForkSink {
   Metrics& metrics_;
   BatchLog& log_;
   LimitOptions limits_;
-  double memory_budget_ = 0;
+  MemoryLedger ledger_;
   SideExecutor* side_executor_ = nullptr;
-  // OK or ResourceExhausted naming the model, its estimate and the budget; counts the models
-  // and the built reservations except `config`'s own name.
-  absl::Status CheckBudgetLocked(const v1::ModelConfig& config) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  double CommittedBytesLocked(const std::string& except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `bytes` (the model's floor, or an import's held bytes) in the ledger, or
+  // ResourceExhausted naming the model, the bytes and the budget (`verb`: "create", ...).
+  absl::Status AdmitLocked(const v1::ModelConfig& config, double bytes, const char* verb)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Models plus reserved names: what --max-models counts.
   size_t HeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return models_.size() + reserved_.size(); }
   // A name is taken by a model or by a creation/import in progress.
@@ -122,8 +124,10 @@ class ModelRegistry final : public ForkSink {
   }
   // Publishes the end of a change (reservation or deletion) to ListAtCut and Delete.
   void EndChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { changed_.SignalAll(); }
+  // `charged`: the bytes counted in the ledger for it (released if `model` failed).
   absl::StatusOr<std::shared_ptr<Model>> Publish(const std::string& name, const std::shared_ptr<ModelMetrics>& metrics,
-                                                 absl::StatusOr<std::shared_ptr<Model>> model) ABSL_LOCKS_EXCLUDED(mu_);
+                                                 absl::StatusOr<std::shared_ptr<Model>> model, double charged)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Second in the lock order (service/README.md "Locks"): after the snapshot writer's and the
   // refresh scheduler's locks; a model's locks, the WAL's and the metrics' are taken under it.

@@ -104,9 +104,25 @@ Metrics::Metrics()
                            "Server-side RPC latency per method (Ingest: per batch)")),
       rpc_completed_(CounterFamily(*registry_, "cmestream_rpc_completed_total",
                                    "RPCs (Ingest: batches) completed, by method and status code")),
-      models_(GaugeFamily(*registry_, "cmestream_models", "Models in the registry").Add({})) {
+      models_(GaugeFamily(*registry_, "cmestream_models", "Models in the registry").Add({})),
+      memory_budget_(GaugeFamily(*registry_, "cmestream_memory_budget_bytes",
+                                 "The daemon's memory budget for its models (--max-memory)")
+                         .Add({})),
+      memory_committed_(GaugeFamily(*registry_, "cmestream_memory_committed_bytes",
+                                    "Bytes the models are charged in the memory budget, estimated from their "
+                                    "dictionaries' capacities (floor of an empty model plus granted growth)")
+                            .Add({})),
+      growth_denied_(CounterFamily(*registry_, "cmestream_dictionary_growth_denied_total",
+                                   "Batches whose dictionary reached the cap the memory budget set: admissions "
+                                   "beyond it were forced projections")
+                         .Add({})) {
   rejected_.Add({{"model", ""}, {"reason", "unknown_model"}});  // exists at 0 from the start
   for (const EnumName<ForkRefusal>& reason : kForkRefusalNames) forks_refused_.Add({{"reason", reason.name}});
+}
+
+void ModelMetrics::OnMemory(double committed_bytes, bool growth_denied) {
+  m_.memory_committed_.Set(committed_bytes);
+  if (growth_denied) m_.growth_denied_.Increment();
 }
 
 void Metrics::OnForkRefused(ForkRefusal reason) {

@@ -51,6 +51,11 @@
 //   rpc_duration_seconds{method}             histogram (Ingest: per batch)
 //   rpc_completed_total{method,code}         counter
 //   models                                   gauge
+//   memory_budget_bytes, memory_committed_bytes   gauges   the budget (--max-memory) and what the
+//                                            models are charged by their dictionaries' capacities
+//                                            (service/engine/memory_budget.h, MemoryLedger)
+//   dictionary_growth_denied_total           counter  batches whose dictionary growth the budget
+//                                            denied (the model learned on at its capacity)
 // plus the process_* series of process_metrics.h (RSS, ...).
 #pragma once
 
@@ -139,6 +144,9 @@ class ModelMetrics {
   // and the model's alarm count. The first call creates the series and counts from
   // `alarms_total` on (a restored model's earlier alarms are not counted again).
   void OnAlarms(double score, uint64_t alarms_total) ABSL_LOCKS_EXCLUDED(mu_);
+  // The daemon's memory ledger after this model's batch (fleet series, no model label): what
+  // its models are charged, and one more batch whose growth the budget denied.
+  void OnMemory(double committed_bytes, bool growth_denied);
   void Remove() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -196,6 +204,11 @@ class Metrics {
   void OnUnknownModelBatch();
   void ObserveRpc(const std::string& method, double seconds, int grpc_code) ABSL_LOCKS_EXCLUDED(rpc_mu_);
   void SetModelCount(size_t n) { models_.Set(static_cast<double>(n)); }
+  // The memory budget (--max-memory) and what the models are charged (MemoryLedger).
+  void SetMemory(double budget_bytes, double committed_bytes) {
+    memory_budget_.Set(budget_bytes);
+    memory_committed_.Set(committed_bytes);
+  }
   // A fork (--on-change fork) not started at its parent's alarm (the daemon's log names the
   // parent, the alarm and the message).
   void OnForkRefused(ForkRefusal reason);
@@ -236,6 +249,9 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Family<prometheus::Counter>& rpc_completed_;
   prometheus::Gauge& models_;
+  prometheus::Gauge& memory_budget_;
+  prometheus::Gauge& memory_committed_;
+  prometheus::Counter& growth_denied_;
   absl::Mutex rpc_mu_;  // guards the lazily created per-method series below; a leaf lock
   std::map<std::string, prometheus::Histogram*> rpc_hist_ ABSL_GUARDED_BY(rpc_mu_);
 };

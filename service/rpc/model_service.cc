@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "service/rpc/rpc_util.h"
 #include "service/rpc/services.h"
@@ -19,16 +21,27 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModel(grpc::CallbackServerContext
   UnaryCall call(ctx, metrics_, "GetModel");
   absl::StatusOr<std::shared_ptr<Model>> model =
       call.FindModel(auth_, ownership_, registry_, req->name(), /*allow_override=*/true);
-  if (model.ok()) *resp = (*model)->Describe();
+  if (model.ok()) *resp = (*model)->Describe(req->with_memory());
   if (model.ok() && req->with_state_digest()) resp->set_state_digest((*model)->StateDigest());
   return call.Finish(model.status());
 }
 
-grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest*,
-                                                       v1::ListModelsResponse* resp) {
+grpc::ServerUnaryReactor* ModelServiceImpl::ListModels(grpc::CallbackServerContext* ctx,
+                                                       const v1::ListModelsRequest* req, v1::ListModelsResponse* resp) {
   UnaryCall call(ctx, metrics_, "ListModels");
   if (absl::Status s = call.Authorize(auth_); !s.ok()) return call.Finish(s);
-  for (const std::shared_ptr<Model>& model : registry_.List()) *resp->add_models() = model->Describe();
+  // Sorted by name; a page is the models after the token (the last name of the previous page),
+  // so models created or deleted between pages neither repeat nor shift the others.
+  const std::vector<std::shared_ptr<Model>> models = registry_.List();
+  auto it = req->page_token().empty() ? models.begin()
+                                      : std::upper_bound(models.begin(), models.end(), req->page_token(),
+                                                         [](const std::string& token, const std::shared_ptr<Model>& m) {
+                                                           return token < m->name();
+                                                         });
+  const size_t limit = req->page_size() > 0 ? req->page_size() : models.size();
+  for (size_t n = 0; it != models.end() && n < limit; ++it, ++n) *resp->add_models() = (*it)->Describe();
+  if (it != models.end() && resp->models_size() > 0)
+    resp->set_next_page_token(resp->models().rbegin()->config().name());
   return call.Finish(absl::OkStatus());
 }
 

@@ -1008,6 +1008,7 @@ absl::StatusOr<uint64_t> Wal::WriteBatch(const std::string& model, const std::st
   if (batch.end_warmup) b.set_end_warmup(true);
   if (batch.gap && first == 0) b.set_gap(true);
   if (batch.time != 0) b.set_received_unix_seconds(batch.time);
+  if (batch.dictionary_cap != 0) b.set_dictionary_cap(batch.dictionary_cap);
   const int d = batch.dim;
   if (batch.discrete()) {
     if (batch.trajectory) {

@@ -144,6 +144,15 @@ class CliTest(unittest.TestCase):
         self.assertGreater(d["dictionary_size"], 10)
         self.assertLess(d["dictionary_size"], 6000 / 5)
         self.assertEqual(d["config"]["dt"], 0.25)
+        # Its share of the memory budget (service/README.md "Memory"): charged at least its floor,
+        # never capped under the default budget, counted among the daemon's models.
+        mem = d["memory"]
+        self.assertGreater(mem["charged_bytes"], 1e6)
+        self.assertEqual(mem["dictionary_cap"], 0)
+        self.assertEqual(mem["growth_denied"], 0)
+        self.assertGreaterEqual(mem["committed_bytes"], mem["charged_bytes"])
+        self.assertGreater(mem["budget_bytes"], mem["committed_bytes"])
+        self.assertGreaterEqual(mem["models"], 1)
 
         # Re-running the same file with the same producer applies nothing.
         again = self.json("ingest", "duffing", "--csv", self.duffing_csv, "--producer", "p1")

@@ -507,6 +507,37 @@ class PythonClientTest(unittest.TestCase):
         self.assertNotIn("ranges-bad", [i.config.name for i in c.list_models()])
         self.assertNothingApplied("ranges")
 
+    def test_model_list_pages(self):
+        # ListModels in pages (a fleet's listing): pages of 2 in name order, each after the
+        # previous page's last name, cover exactly the one-reply listing; the last page has no
+        # token; list_models pages by itself.
+        c = self.client
+        for name in ("page-a", "page-b", "page-c", "page-d", "page-e"):
+            c.create_model(name, dim=1)
+        stubs = Stubs(self.daemon.grpc_target)
+        stub = stubs.models
+        whole = [m.config.name for m in stub.ListModels(pb.ListModelsRequest(), timeout=30).models]
+        self.assertEqual(whole, sorted(whole))
+        paged, token, calls = [], "", 0
+        while True:
+            reply = stub.ListModels(pb.ListModelsRequest(page_size=2, page_token=token), timeout=30)
+            calls += 1
+            self.assertLessEqual(len(reply.models), 2)
+            paged += [m.config.name for m in reply.models]
+            token = reply.next_page_token
+            if not token:
+                break
+            self.assertEqual(token, paged[-1])
+        self.assertEqual(paged, whole)
+        self.assertEqual(calls, (len(whole) + 1) // 2)
+        self.assertTrue({"page-a", "page-b", "page-c", "page-d", "page-e"} <= set(whole))
+        self.assertEqual([m.config.name for m in c.list_models(page_size=2)], whole)
+        after = stub.ListModels(pb.ListModelsRequest(page_size=2, page_token="page-c"), timeout=30)
+        self.assertEqual([m.config.name for m in after.models], ["page-d", "page-e"])
+        stubs.close()
+        for name in ("page-a", "page-b", "page-c", "page-d", "page-e"):
+            c.delete_model(name)
+
     # -- results: samples first, documented dataclasses ------------------------------------------
 
     def test_every_result_is_samples_first_and_protobuf_free(self):
@@ -697,7 +728,7 @@ class PackageStructureTest(unittest.TestCase):
                  (info.TimescaleComparison, pb.TimescaleComparison),
                  (info.SubViewStatus, pb.SubViewStatus), (info.FitSummary, pb.FitSummary),
                  (info.InputScaling, pb.InputScaling),
-                 (info.KoopmanHeadline, pb.KoopmanHeadline)]
+                 (info.KoopmanHeadline, pb.KoopmanHeadline), (info.ModelMemory, pb.ModelMemory)]
         for cls, message in pairs:
             ours = {"lambda" if f.name == "lambda_" else f.name for f in dataclasses.fields(cls)}
             self.assertEqual(ours, {f.name for f in message.DESCRIPTOR.fields}, cls.__name__)

@@ -292,19 +292,28 @@ class Client:
         """The Model handle of an existing model (CmestreamError NOT_FOUND if there is none)."""
         return Model(self, name, self.describe(name))
 
-    def describe(self, name: str, state_digest: bool = False) -> ModelInfo:
+    def describe(self, name: str, state_digest: bool = False, memory: bool = False) -> ModelInfo:
         """The model's ModelInfo (cmestream.info): config, samples, dictionary sizes, view,
         sigma choice, spectrum, sub-views; with `state_digest`, also ModelInfo.state_digest (a
         digest of the full learned state, equal for equal states: e.g. before an export and
-        after its import; None otherwise)."""
+        after its import; None otherwise); with `memory`, also ModelInfo.memory (ModelMemory:
+        its share of the daemon's memory budget; None otherwise)."""
         info = self._call(self._models.GetModel,
-                          pb.GetModelRequest(name=name, with_state_digest=bool(state_digest)))
+                          pb.GetModelRequest(name=name, with_state_digest=bool(state_digest),
+                                             with_memory=bool(memory)))
         return self._remember(model_info_from_proto(info, with_state_digest=bool(state_digest)))
 
-    def list_models(self) -> List[ModelInfo]:
-        """ModelInfo of every model of the daemon."""
-        return [self._remember(model_info_from_proto(m))
-                for m in self._call(self._models.ListModels, pb.ListModelsRequest()).models]
+    def list_models(self, page_size: int = 1000) -> List[ModelInfo]:
+        """ModelInfo of every model of the daemon, sorted by name, fetched `page_size` models a
+        call (ListModelsRequest.page_size; 0: all in one reply)."""
+        page_size = inputs.integer("page_size", page_size)
+        out, token = [], ""
+        while True:
+            reply = self._call(self._models.ListModels, pb.ListModelsRequest(page_size=page_size, page_token=token))
+            out += [self._remember(model_info_from_proto(m)) for m in reply.models]
+            token = reply.next_page_token
+            if not token:
+                return out
 
     def delete_model(self, name: str) -> None:
         """Deletes the model and its durable state."""

@@ -352,6 +352,8 @@ class ModelInfo:
             EstimatorCost (name, per-pair multiply-adds at the current sizes, formula).
         failure: None, or ModelFailure once the model failed (it refuses data and queries
             until deleted; the daemon and the other models go on).
+        memory: ModelMemory, the model's share of the daemon's memory budget, when asked for
+            (describe(..., memory=True)); else None.
     """
     config: ModelConfig
     samples: int
@@ -373,6 +375,28 @@ class ModelInfo:
     alarms: Optional[AlarmStatus] = None
     estimators: List["EstimatorCost"] = dataclasses.field(default_factory=list)
     failure: Optional["ModelFailure"] = None
+    memory: Optional["ModelMemory"] = None
+
+
+@dataclasses.dataclass
+class ModelMemory:
+    """A model's share of the daemon's memory budget (--max-memory; service/README.md "Memory"):
+    bytes estimated from its dictionary's capacity, not measured.
+
+    Attributes:
+        charged_bytes: counted for this model in the budget.
+        dictionary_cap: the dictionary cap of its last batch (0: none, max_dict).
+        growth_denied: batches whose dictionary reached the cap the budget set (growth denied).
+        budget_bytes: the daemon's budget.
+        committed_bytes: what all its models are charged.
+        models: models charged (the fair share is budget_bytes / models).
+    """
+    charged_bytes: float
+    dictionary_cap: int
+    growth_denied: int
+    budget_bytes: float
+    committed_bytes: float
+    models: int
 
 
 @dataclasses.dataclass
@@ -473,4 +497,5 @@ def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
                            rearmed=m.alarms.rearmed if m.alarms.HasField("rearmed") else None)
                 if m.alarms.enabled else None),
         estimators=[from_proto(EstimatorCost, e) for e in m.estimators],
-        failure=from_proto(ModelFailure, m.failure) if m.HasField("failure") else None)
+        failure=from_proto(ModelFailure, m.failure) if m.HasField("failure") else None,
+        memory=from_proto(ModelMemory, m.memory) if m.HasField("memory") else None)

@@ -1,0 +1,316 @@
+#!/usr/bin/python3
+"""Fleet load generator: N models of 1 or 8 channels in one real cmestreamd over loopback.
+
+    PYTHONPATH=build/python:client/python /usr/bin/python3 scripts/fleet_loadgen.py \
+        --cmestreamd build/service/cmestreamd --models 100 --channels 1 --pairs 2000
+
+Starts its own daemon (--cmestreamd, a fresh data directory under /tmp, removed at the end;
+--daemon-arg passes flags through, e.g. --daemon-arg=--max-memory=20G) or uses a running one
+(--server HOST:PORT, RSS then from its /metrics). Then:
+  1. creates the models (default options: sigma auto, alarms on; `--config key=value` adds
+     ModelConfig fields), timing each CreateModel;
+  2. feeds every model `--pairs` pairs of a real-shaped series (seeded per model: two cycles of
+     random periods and phases, Gaussian noise, level shifts at random times; 8 channels mix
+     the cycles with random weights) as trajectory batches of `--batch` pairs (IngestOne, one
+     producer per model, episode continued across batches), from `--workers` threads, round
+     robin over the models, paced at `--rate` pairs/s per model (0: as fast as the daemon
+     takes them);
+  3. meanwhile one probe thread calls GetModel and GetKoopman (top 6, no points) on a random
+     model in a loop;
+  4. reads the daemon's resident memory (/proc/PID/status VmRSS) after start, after the
+     creations and after the feed, sums the models' alarms (ListModels) and reads the memory
+     budget's series (what the models are charged, batches at a budget cap) from /metrics.
+Prints a report and, with --json FILE, writes it as JSON. Latencies are wall-clock per call in
+this (Python) process, so they include its own serialization and GIL waits: an upper bound on
+the daemon's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+
+from cmestream.testing import Daemon
+from cmestream.v1 import cmestream_pb2 as pb
+from cmestream.v1 import cmestream_pb2_grpc as pb_grpc
+
+
+def series(index: int, rows: int, channels: int, seed: int) -> np.ndarray:
+    """A real-shaped series for model `index`: cycles + noise + level shifts, (rows, channels)."""
+    rng = np.random.default_rng([seed, index])
+    t = np.arange(rows, dtype=float)
+    periods = rng.uniform(20, 200, size=2)
+    phases = rng.uniform(0, 2 * np.pi, size=2)
+    cycles = np.stack([np.sin(2 * np.pi * t / periods[k] + phases[k]) for k in range(2)], axis=1)
+    weights = rng.normal(size=(2, channels)) if channels > 1 else np.array([[1.0], [0.4]])
+    out = cycles @ weights
+    out += rng.normal(scale=rng.uniform(0.05, 0.3), size=(rows, channels))
+    for _ in range(rng.integers(0, 3)):  # 0-2 level shifts
+        at = int(rng.integers(rows // 4, rows))
+        out[at:] += rng.normal(scale=2.0, size=channels)
+    return out * rng.uniform(0.5, 20) + rng.uniform(-100, 100)
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def metric_value(metrics_target: str, name: str) -> float:
+    with urllib.request.urlopen(f"http://{metrics_target}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{}"):
+                return float(line.split()[-1])
+    return float("nan")
+
+
+def pct(values, q):
+    return float(np.percentile(values, q)) * 1e3 if values else float("nan")
+
+
+def parse_config(items):
+    cfg = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        field = pb.ModelConfig.DESCRIPTOR.fields_by_name[key]
+        if field.label == field.LABEL_REPEATED:
+            cfg[key] = [int(v) for v in value.split(",") if v]
+        elif field.type in (field.TYPE_DOUBLE, field.TYPE_FLOAT):
+            cfg[key] = float(value)
+        elif field.type == field.TYPE_STRING:
+            cfg[key] = value
+        else:
+            cfg[key] = int(value)
+    return cfg
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cmestreamd", help="start this daemon binary (own data dir, loopback port 0)")
+    ap.add_argument("--server", help="use a running daemon at HOST:PORT instead")
+    ap.add_argument("--metrics", help="its metrics HOST:PORT (with --server, for RSS)")
+    ap.add_argument("--daemon-arg", action="append", default=[], help="a flag for the started daemon")
+    ap.add_argument("--models", type=int, default=100)
+    ap.add_argument("--channels", type=int, default=1)
+    ap.add_argument("--pairs", type=int, default=2000, help="pairs per model")
+    ap.add_argument("--batch", type=int, default=200, help="pairs per IngestOne call")
+    ap.add_argument("--rate", type=float, default=0, help="pairs/s per model (0: unpaced)")
+    ap.add_argument("--workers", type=int, default=8, help="threads sending batches")
+    ap.add_argument("--no-probe", action="store_true", help="no GetModel/GetKoopman probe")
+    ap.add_argument("--config", action="append", default=[], help="ModelConfig field=value for every model")
+    ap.add_argument("--prefix", default="fleet")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", help="write the report here")
+    args = ap.parse_args()
+    if bool(args.cmestreamd) == bool(args.server):
+        ap.error("give exactly one of --cmestreamd and --server")
+
+    data_dir = None
+    daemon = None
+    if args.cmestreamd:
+        data_dir = tempfile.mkdtemp(prefix=f"fleet-loadgen-{os.getpid()}-")
+        daemon = Daemon(args.cmestreamd, data_dir, extra_args=args.daemon_arg).start()
+        target, metrics_target = daemon.grpc_target, daemon.metrics_target
+    else:
+        target, metrics_target = args.server, args.metrics
+
+    def rss():
+        if daemon is not None:
+            return rss_bytes(daemon.process.pid)
+        return metric_value(metrics_target, "process_resident_memory_bytes") if metrics_target else float("nan")
+
+    report = {"models": args.models, "channels": args.channels, "pairs_per_model": args.pairs,
+              "batch": args.batch, "rate_per_model": args.rate, "workers": args.workers,
+              "config": args.config, "daemon_args": args.daemon_arg}
+    opts = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 256 << 20)]
+    channel = grpc.insecure_channel(target, options=opts)
+    models = pb_grpc.ModelServiceStub(channel)
+    ingest = pb_grpc.IngestServiceStub(channel)
+    queries = pb_grpc.QueryServiceStub(channel)
+    try:
+        time.sleep(0.5)
+        report["rss_start"] = rss()
+        names = [f"{args.prefix}-{i}" for i in range(args.models)]
+        extra = parse_config(args.config)
+        create_lat = []
+        refused = []
+        t0 = time.monotonic()
+        for name in names:
+            s = time.monotonic()
+            try:
+                models.CreateModel(pb.CreateModelRequest(config=pb.ModelConfig(name=name, dim=args.channels, **extra)))
+            except grpc.RpcError as e:
+                refused.append((name, e.code().name, e.details()))
+                continue
+            create_lat.append(time.monotonic() - s)
+        report["create_seconds"] = time.monotonic() - t0
+        report["create_p99_ms"] = pct(create_lat, 99)
+        report["created"] = len(create_lat)
+        report["create_refused"] = len(refused)
+        if refused:
+            report["first_refusal"] = refused[0]
+            print(f"refused {len(refused)} creations, first: {refused[0]}", file=sys.stderr)
+        live = [n for n in names if n not in {r[0] for r in refused}]
+        time.sleep(1.0)
+        report["rss_after_create"] = rss()
+
+        # Series: rows = pairs + 1 per model (a trajectory of n rows is n - 1 pairs).
+        data = {n: series(i, args.pairs + 1, args.channels, args.seed) for i, n in enumerate(names) if n in set(live)}
+        batches_per_model = (args.pairs + args.batch - 1) // args.batch
+        # The work list: batch k of every model, then batch k + 1 (round robin).
+        work = [(k, n) for k in range(batches_per_model) for n in live]
+        lock = threading.Lock()
+        next_item = [0]
+        ingest_lat = []
+        errors = []
+        pairs_done = [0]
+        alarms_raised = [0]
+        feed_start = time.monotonic()
+        stop_probe = threading.Event()
+
+        def worker():
+            lat = []
+            while True:
+                with lock:
+                    if next_item[0] >= len(work):
+                        break
+                    k, name = work[next_item[0]]
+                    next_item[0] += 1
+                if args.rate > 0:
+                    due = feed_start + k * args.batch / args.rate
+                    wait = due - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
+                rows = data[name][k * args.batch:min((k + 1) * args.batch, args.pairs) + 1]
+                req = pb.IngestBatch(model=name, producer_id="p", offset=k * args.batch, states=rows.ravel(),
+                                     episode_id="e")
+                s = time.monotonic()
+                for attempt in range(50):
+                    try:
+                        ack = ingest.IngestOne(req, timeout=120)
+                        break
+                    except grpc.RpcError as e:
+                        if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and attempt < 49:
+                            time.sleep(0.1)
+                            continue
+                        with lock:
+                            errors.append((name, k, e.code().name, e.details()))
+                        ack = None
+                        break
+                lat.append(time.monotonic() - s)
+                if ack is not None:
+                    with lock:
+                        pairs_done[0] += ack.pairs_applied
+                        alarms_raised[0] += ack.effects.alarms_raised
+            with lock:
+                ingest_lat.extend(lat)
+
+        getmodel_lat, koopman_lat = [], []
+
+        def probe():
+            rng = random.Random(args.seed)
+            while not stop_probe.is_set() and live:
+                name = rng.choice(live)
+                s = time.monotonic()
+                models.GetModel(pb.GetModelRequest(name=name), timeout=60)
+                getmodel_lat.append(time.monotonic() - s)
+                s = time.monotonic()
+                try:
+                    queries.GetKoopman(pb.KoopmanRequest(model=name, top=6), timeout=60)
+                    koopman_lat.append(time.monotonic() - s)
+                except grpc.RpcError as e:  # no view yet (still in its warm-up): not timed
+                    if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                        raise
+                time.sleep(0.01)
+
+        # Daemon threads: an interrupt (Ctrl-C) ends the run, stopping the daemon it started.
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(args.workers)]
+        prober = None if args.no_probe else threading.Thread(target=probe, daemon=True)
+        if prober:
+            prober.start()
+        for t in threads:
+            t.start()
+        rss_peak = 0
+        while any(t.is_alive() for t in threads):
+            rss_peak = max(rss_peak, rss())
+            time.sleep(0.5)
+        for t in threads:
+            t.join()
+        feed_seconds = time.monotonic() - feed_start
+        stop_probe.set()
+        if prober:
+            prober.join()
+        report.update({
+            "feed_seconds": feed_seconds, "pairs_applied": pairs_done[0],
+            "pairs_per_s": pairs_done[0] / feed_seconds, "ingest_calls": len(ingest_lat),
+            "ingest_p50_ms": pct(ingest_lat, 50), "ingest_p99_ms": pct(ingest_lat, 99),
+            "ingest_errors": len(errors), "getmodel_calls": len(getmodel_lat),
+            "getmodel_p50_ms": pct(getmodel_lat, 50), "getmodel_p99_ms": pct(getmodel_lat, 99),
+            "koopman_calls": len(koopman_lat), "koopman_p50_ms": pct(koopman_lat, 50),
+            "koopman_p99_ms": pct(koopman_lat, 99), "alarms_raised": alarms_raised[0],
+            "rss_peak_during_feed": rss_peak,
+        })
+        if errors:
+            report["first_error"] = errors[0]
+        time.sleep(1.0)
+        report["rss_after_feed"] = rss()
+        infos = models.ListModels(pb.ListModelsRequest(), timeout=120).models
+        report["models_listed"] = len(infos)
+        report["alarms_armed"] = sum(1 for m in infos if m.alarms.enabled and m.alarms.armed_at >= 0)
+        report["alarms_total"] = sum(m.alarms.alarms_total for m in infos)
+        report["dictionary_mean"] = float(np.mean([m.dictionary_size for m in infos])) if infos else 0
+        if metrics_target:
+            for key, name in (("memory_budget", "cmestream_memory_budget_bytes"),
+                              ("memory_committed", "cmestream_memory_committed_bytes"),
+                              ("growth_denied", "cmestream_dictionary_growth_denied_total")):
+                report[key] = metric_value(metrics_target, name)
+        n = max(1, report["created"])
+        report["rss_per_model_empty"] = (report["rss_after_create"] - report["rss_start"]) / n
+        report["rss_per_model_fed"] = (report["rss_after_feed"] - report["rss_start"]) / n
+    finally:
+        channel.close()
+        if daemon is not None:
+            daemon.stop(timeout=60)
+        if data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+    mib = 1 / (1 << 20)
+    print(f"fleet: {report['created']} models x {args.channels} channels, {args.pairs} pairs each, "
+          f"batch {args.batch}, rate {args.rate or 'unpaced'} pairs/s/model, {args.workers} workers")
+    print(f"  create: {report['create_seconds']:.1f} s, p99 {report['create_p99_ms']:.1f} ms, "
+          f"refused {report['create_refused']}")
+    print(f"  RSS: start {report['rss_start'] * mib:.1f} MiB, after create {report['rss_after_create'] * mib:.1f} MiB "
+          f"({report['rss_per_model_empty'] * mib:.2f} MiB/model), after feed {report['rss_after_feed'] * mib:.1f} MiB "
+          f"({report['rss_per_model_fed'] * mib:.2f} MiB/model), peak {report['rss_peak_during_feed'] * mib:.1f} MiB")
+    print(f"  feed: {report['pairs_applied']} pairs in {report['feed_seconds']:.1f} s = {report['pairs_per_s']:.0f} pairs/s; "
+          f"IngestOne p50 {report['ingest_p50_ms']:.1f} ms p99 {report['ingest_p99_ms']:.1f} ms; "
+          f"errors {report['ingest_errors']}")
+    print(f"  probe: GetModel p50 {report['getmodel_p50_ms']:.1f} p99 {report['getmodel_p99_ms']:.1f} ms "
+          f"({report['getmodel_calls']}), GetKoopman p50 {report['koopman_p50_ms']:.1f} "
+          f"p99 {report['koopman_p99_ms']:.1f} ms ({report['koopman_calls']})")
+    if "memory_committed" in report:
+        print(f"  budget: {report['memory_committed'] * mib:.0f} MiB charged of {report['memory_budget'] * mib:.0f} MiB; "
+              f"batches at a budget cap: {report['growth_denied']:.0f}")
+    print(f"  alarms: armed on {report['alarms_armed']} of {report['models_listed']} models, "
+          f"{report['alarms_total']} raised; mean dictionary {report['dictionary_mean']:.1f} atoms")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0 if not report.get("ingest_errors") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
