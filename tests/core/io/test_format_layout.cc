@@ -80,7 +80,7 @@ struct Layout {
 
 TEST(FormatLayout, EveryObjectWritesTheRecordedBytes) {
   const std::vector<Layout> layouts = {
-      {"continuous learner, fresh", FreshContinuousLearner, 2286055, 0x0ULL},
+      {"continuous learner, fresh", FreshContinuousLearner, 2286055, 0x5cf8bf9b974f5858ULL},
       {"discrete learner after a chain", DiscreteLearnerAfterAChain, 12160, 0xf0200d45e37a429dULL},
       {"alarm monitor d=1", [] { return FreshMonitor(1); }, 2906, 0x099d41ecd9323ed5ULL},
       {"alarm monitor d=2", [] { return FreshMonitor(2); }, 3966, 0x8477207484cdf0d9ULL},
