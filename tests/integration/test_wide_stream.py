@@ -82,7 +82,8 @@ class WideStreamTest(unittest.TestCase):
         self.assertEqual(info.state_dim, DIM)
         # describe lists what runs and its per-pair arithmetic: the kernel estimators at d = 32.
         names = [e.name for e in info.estimators]
-        self.assertEqual(names, ["input", "alarms", "cme", "counts", "embedding", "spectral", "lags", "forecast"])
+        self.assertEqual(names, ["input", "alarms", "cme", "counts", "embedding", "spectral", "lags", "forecast",
+                                 "forecast_candidates"])
         cme = next(e for e in info.estimators if e.name == "cme")
         self.assertEqual(cme.multiply_adds, 3 * info.dictionary_size ** 2 + 2 * info.dictionary_size * 32)
         self.assertIn("d = 32", cme.formula)
