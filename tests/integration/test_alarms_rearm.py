@@ -23,30 +23,13 @@ import numpy as np
 
 from cmestream import Client
 from cmestream.testing import Daemon
+from masked_crc import crc32c, mask  # this folder
 
 CMESTREAMD = os.environ.get("CMESTREAMD", "build/service/cmestreamd")
 CMESTREAM = os.environ.get("CMESTREAM", "build/client/cmestream")
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "alarms",
                         "older_monitors_fixture.inc")
 NOTE = "alarm monitor from format v5 re-armed at pair 4000"
-
-_TABLE = []
-for _i in range(256):
-    _c = _i
-    for _ in range(8):
-        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-    _TABLE.append(_c)
-
-
-def crc32c(data: bytes) -> int:
-    c = 0xFFFFFFFF
-    for b in data:
-        c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def mask(crc: int) -> int:
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def fixture(name):

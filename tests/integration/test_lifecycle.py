@@ -20,28 +20,11 @@ import numpy as np
 
 from cmestream.v1 import cmestream_pb2 as pb
 from cmestream.testing import Daemon, Stubs
+from masked_crc import crc32c, mask  # this folder
 
 DAEMON = os.environ.get("CMESTREAMD", "cmestreamd")
 
-# --- CRC32C (Castagnoli) and the WAL record layout (service/storage/wal.h), to craft damage ---------
-
-_TABLE = []
-for _i in range(256):
-    _c = _i
-    for _ in range(8):
-        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-    _TABLE.append(_c)
-
-
-def crc32c(data: bytes) -> int:
-    c = 0xFFFFFFFF
-    for b in data:
-        c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def mask(crc: int) -> int:
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+# --- The WAL record layout (service/storage/wal.h), to craft damage (CRC: masked_crc.py) -----------
 
 
 def read_bytes(path):
