@@ -20,6 +20,12 @@ Starts its own daemon (--cmestreamd, a fresh data directory under /tmp, removed 
   4. reads the daemon's resident memory (/proc/PID/status VmRSS) after start, after the
      creations and after the feed, sums the models' alarms (ListModels) and reads the memory
      budget's series (what the models are charged, batches at a budget cap) from /metrics.
+  5. with --evict-wait S (and the daemon started with --evict-idle-seconds, e.g.
+     --daemon-arg=--evict-idle-seconds=30): an idle phase of up to S seconds until every model
+     is evicted (cmestream_models{state="evicted"}), RSS then; and a touch phase: every model
+     once, in a random order, one GetKoopman (answered from the evicted model's view), then one
+     IngestOne of --batch new pairs (which loads the model back), each call timed (first-reply
+     latency p50/p99), the reload time from cmestream_model_reload_seconds, and RSS after.
 Prints a report and, with --json FILE, writes it as JSON. Latencies are wall-clock per call in
 this (Python) process, so they include its own serialization and GIL waits: an upper bound on
 the daemon's.
@@ -97,6 +103,48 @@ def parse_config(items):
     return cfg
 
 
+def evict_phase(report, args, live, data, models, ingest, queries, metrics_target, rss):
+    """Idle until every model is evicted, then touch each: a view query, then a batch."""
+    start = time.monotonic()
+    evicted = 0.0
+    while time.monotonic() - start < args.evict_wait:
+        evicted = metric_value(metrics_target, 'cmestream_models{state="evicted"}')
+        if evicted >= len(live):
+            break
+        time.sleep(0.5)
+    report["evicted"] = evicted
+    report["evict_seconds"] = time.monotonic() - start
+    time.sleep(1.0)
+    report["rss_after_evict"] = rss()
+    report["rss_per_model_evicted"] = (report["rss_after_evict"] - report["rss_start"]) / max(1, len(live))
+    order = list(live)
+    random.Random(args.seed).shuffle(order)
+    koopman_lat, ingest_lat = [], []
+    for name in order:
+        s = time.monotonic()
+        try:
+            queries.GetKoopman(pb.KoopmanRequest(model=name, top=6), timeout=60)
+            koopman_lat.append(time.monotonic() - s)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+        rows = data[name][args.pairs:args.pairs + args.batch + 1]
+        s = time.monotonic()
+        ingest.IngestOne(pb.IngestBatch(model=name, producer_id="p", offset=args.pairs, states=rows.ravel(),
+                                        episode_id="e"), timeout=120)
+        ingest_lat.append(time.monotonic() - s)
+    reload_sum = metric_value(metrics_target, "cmestream_model_reload_seconds_sum")
+    reloads = metric_value(metrics_target, "cmestream_model_reload_seconds_count")
+    report.update({
+        "touch_order": order,
+        "touch_koopman_p50_ms": pct(koopman_lat, 50), "touch_koopman_p99_ms": pct(koopman_lat, 99),
+        "touch_ingest_p50_ms": pct(ingest_lat, 50), "touch_ingest_p99_ms": pct(ingest_lat, 99),
+        "reloads": reloads, "reload_mean_ms": 1e3 * reload_sum / reloads if reloads else float("nan"),
+    })
+    time.sleep(1.0)
+    report["rss_after_touch"] = rss()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cmestreamd", help="start this daemon binary (own data dir, loopback port 0)")
@@ -114,6 +162,8 @@ def main() -> int:
     ap.add_argument("--prefix", default="fleet")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write the report here")
+    ap.add_argument("--evict-wait", type=float, default=0,
+                    help="seconds to wait for every model to be evicted, then touch each (0: no idle phase)")
     args = ap.parse_args()
     if bool(args.cmestreamd) == bool(args.server):
         ap.error("give exactly one of --cmestreamd and --server")
@@ -168,7 +218,9 @@ def main() -> int:
         report["rss_after_create"] = rss()
 
         # Series: rows = pairs + 1 per model (a trajectory of n rows is n - 1 pairs).
-        data = {n: series(i, args.pairs + 1, args.channels, args.seed) for i, n in enumerate(names) if n in set(live)}
+        touch = args.batch if args.evict_wait > 0 else 0  # pairs sent to each model after its eviction
+        data = {n: series(i, args.pairs + 1 + touch, args.channels, args.seed)
+                for i, n in enumerate(names) if n in set(live)}
         batches_per_model = (args.pairs + args.batch - 1) // args.batch
         # The work list: batch k of every model, then batch k + 1 (round robin).
         work = [(k, n) for k in range(batches_per_model) for n in live]
@@ -277,6 +329,8 @@ def main() -> int:
                               ("memory_committed", "cmestream_memory_committed_bytes"),
                               ("growth_denied", "cmestream_dictionary_growth_denied_total")):
                 report[key] = metric_value(metrics_target, name)
+        if args.evict_wait > 0:
+            evict_phase(report, args, live, data, models, ingest, queries, metrics_target, rss)
         n = max(1, report["created"])
         report["rss_per_model_empty"] = (report["rss_after_create"] - report["rss_start"]) / n
         report["rss_per_model_fed"] = (report["rss_after_feed"] - report["rss_start"]) / n
@@ -306,6 +360,16 @@ def main() -> int:
               f"batches at a budget cap: {report['growth_denied']:.0f}")
     print(f"  alarms: armed on {report['alarms_armed']} of {report['models_listed']} models, "
           f"{report['alarms_total']} raised; mean dictionary {report['dictionary_mean']:.1f} atoms")
+    if args.evict_wait > 0:
+        print(f"  evict: {report['evicted']:.0f} of {len(report.get('touch_order', [])) or report['created']} models "
+              f"evicted {report['evict_seconds']:.1f} s after the feed; RSS then {report['rss_after_evict'] * mib:.1f} MiB "
+              f"({report['rss_per_model_evicted'] * mib:.3f} MiB/model)")
+        print(f"  touch: first GetKoopman p50 {report['touch_koopman_p50_ms']:.1f} p99 "
+              f"{report['touch_koopman_p99_ms']:.1f} ms (evicted, no reload); first IngestOne p50 "
+              f"{report['touch_ingest_p50_ms']:.1f} p99 {report['touch_ingest_p99_ms']:.1f} ms (reload + batch); "
+              f"reloads {report['reloads']:.0f}, mean reload {report['reload_mean_ms']:.2f} ms; "
+              f"RSS after {report['rss_after_touch'] * mib:.1f} MiB")
+        report.pop("touch_order", None)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -133,6 +133,10 @@ absl::Status DaemonOptions::Validate() const {
         absl::StrCat("flag --snapshot-interval is ", snapshot_interval_seconds,
                      ", expected seconds in [0, 1e7] (0 = only at shutdown and on request)"));
   }
+  if (!std::isfinite(evict_idle_seconds) || evict_idle_seconds < 0 || evict_idle_seconds > 1e7) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --evict-idle-seconds is ", evict_idle_seconds,
+                                                   ", expected seconds in [0, 1e7] (0 = never evict)"));
+  }
   if (!std::isfinite(wal_sync_interval_ms) || wal_sync_interval_ms <= 0 || wal_sync_interval_ms > 60000) {
     return absl::InvalidArgumentError(
         absl::StrCat("flag --wal-sync-interval-ms is ", wal_sync_interval_ms, ", expected milliseconds in (0, 60000]"));
@@ -150,10 +154,11 @@ struct Daemon::Impl {
   std::unique_ptr<DataDir> data_dir;
   std::unique_ptr<TokenAuthenticator> auth;  // null: no --auth-tokens
   Metrics metrics;
-  RecoveryProgress progress;            // what the port answers while Recover runs
-  std::unique_ptr<Wal> wal;             // installed into batch_log after recovery
-  DeferredBatchLog batch_log;           // what the registry and models log to
-  std::unique_ptr<HelperPool> helpers;  // null: --helper-threads 0; outlives the models' calls
+  RecoveryProgress progress;               // what the port answers while Recover runs
+  std::unique_ptr<Wal> wal;                // installed into batch_log after recovery
+  DeferredBatchLog batch_log;              // what the registry and models log to
+  std::unique_ptr<HelperPool> helpers;     // null: --helper-threads 0; outlives the models' calls
+  std::unique_ptr<EvictionStore> evicted;  // DATA_DIR/evicted; outlives the models
   std::unique_ptr<ModelRegistry> registry;
   std::unique_ptr<Manifest> manifest;
   std::unique_ptr<RecoveryMetrics> recovery_metrics;
@@ -387,6 +392,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
   impl->registry = std::make_unique<ModelRegistry>(defaults, impl->metrics, impl->batch_log);
   impl->registry->SetSideExecutor(impl->helpers.get());
+  {
+    absl::StatusOr<std::unique_ptr<EvictionStore>> evicted =
+        EvictionStore::Open(impl->data_dir->path() + "/evicted", defaults);
+    if (!evicted.ok()) return evicted.status();
+    impl->evicted = *std::move(evicted);
+    if (options.evict_idle_seconds > 0) impl->registry->SetSpill(impl->evicted.get());
+  }
   impl->manifest = std::make_unique<Manifest>(impl->data_dir->path() + "/MANIFEST");
   impl->recovery_metrics = std::make_unique<RecoveryMetrics>(*impl->metrics.registry());
   // While recovery replays, the port is already ours: health checks answer NOT_SERVING
@@ -424,6 +436,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   }
   RefreshScheduler::Options scheduler_options;
   scheduler_options.tick_seconds = options.scheduler_tick_seconds;
+  scheduler_options.evict_idle_seconds = options.evict_idle_seconds;
   impl->registry->SetLimits(options.limits);
   impl->scheduler = std::make_unique<RefreshScheduler>(*impl->registry, scheduler_options);
   impl->ingestor = std::make_unique<Ingestor>(*impl->registry, impl->metrics, options.limits,

@@ -38,6 +38,8 @@ struct DaemonOptions {
   double wal_sync_interval_ms = 100;              // --wal-sync-interval-ms, kInterval only
   double snapshot_interval_seconds = 60;          // --snapshot-interval, [0, 1e7]; 0 = only at
                                                   // clean shutdown and on request (snapshot.h)
+  double evict_idle_seconds = 600;                // --evict-idle-seconds, [0, 1e7]; 0 = never: a model
+                                                  // idle this long is evicted (model.h EVICTION)
   RecoveryOptions recovery;                       // --accept-data-loss, --recover-from
   int ingest_threads = 0;                         // --ingest-threads, 0..1024; 0 = the cores
                                                   // (x4 with --wal-sync always): IngestPool

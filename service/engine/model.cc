@@ -14,6 +14,11 @@
 namespace cmestream::service {
 namespace {
 
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // Model::SetFailOnValueForTesting: set once at startup, before any model exists.
@@ -85,24 +90,25 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
       metrics_(std::move(metrics)),
       log_(log),
       created_unix_seconds_(UnixNow()),
-      learner_(std::move(learner)) {
+      learner_(std::make_unique<StreamingLearner>(std::move(learner))) {
+  Touch();
   metrics_->SetDictionaryBudget(discrete() ? 0 : static_cast<double>(config_.max_dict()));
   // Not shared yet, so the locks are uncontended; taken to keep the analysis exact.
   absl::MutexLock learner_lock(&learner_mu_);
   absl::MutexLock stats_lock(&stats_mu_);
   stats_ = LearnerStatsLocked();
-  published_sigma_ = SigmaSelectionProto(learner_.sigma_selection());
-  published_scaling_ = InputScalingProto(config_, learner_.scaler(), learner_.reduction());
+  published_sigma_ = SigmaSelectionProto(learner_->sigma_selection());
+  published_scaling_ = InputScalingProto(config_, learner_->scaler(), learner_->reduction());
   if (stats_.alarms) metrics_->OnAlarms(stats_.change_score, stats_.alarms_total);
 }
 
 Model::Stats Model::LearnerStatsLocked() const {
   Stats s;
-  s.learner_ready = learner_.ready();
-  s.pending_warmup = static_cast<uint64_t>(learner_.pending_warmup());
-  s.samples = static_cast<uint64_t>(learner_.samples());
-  s.progress = static_cast<uint64_t>(learner_.learned_total());
-  if (const CompressedCme* cme = learner_.cme()) {
+  s.learner_ready = learner_->ready();
+  s.pending_warmup = static_cast<uint64_t>(learner_->pending_warmup());
+  s.samples = static_cast<uint64_t>(learner_->samples());
+  s.progress = static_cast<uint64_t>(learner_->learned_total());
+  if (const CompressedCme* cme = learner_->cme()) {
     const CompressedCme::Counters& c = cme->counters();
     s.dict_x = cme->dict_x_size();
     s.dict_y = cme->dict_y_size();
@@ -110,8 +116,8 @@ Model::Stats Model::LearnerStatsLocked() const {
     s.forced_error_sum = c.forced_error_sum;
     s.inverse_drift = cme->last_drift();
   }
-  s.spectral_basis = learner_.spectral_basis();
-  if (const AlarmMonitor* a = learner_.alarms()) {
+  s.spectral_basis = learner_->spectral_basis();
+  if (const AlarmMonitor* a = learner_->alarms()) {
     s.alarms = true;
     s.alarms_scored = static_cast<uint64_t>(a->scored());
     s.armed_at = a->armed_at();
@@ -124,8 +130,21 @@ Model::Stats Model::LearnerStatsLocked() const {
 }
 
 absl::StatusOr<Model::AlarmList> Model::Alarms(uint64_t since) const {
+  absl::MutexLock evict_lock(&evict_mu_);
+  if (evicted_alarms_) {
+    // Evicted: the alarms kept at the eviction (nothing was learned since, so nothing changed).
+    AlarmList list;
+    list.armed_at = evicted_alarms_->armed_at;
+    for (const AlarmRecord& r : evicted_alarms_->alarms) {
+      if (r.index >= 0 && static_cast<uint64_t>(r.index) >= since) list.alarms.push_back(r);
+    }
+    const bool older_match =
+        evicted_alarms_->alarms.empty() || since <= static_cast<uint64_t>(evicted_alarms_->alarms.front().index);
+    list.dropped = older_match ? evicted_alarms_->dropped : 0;
+    return list;
+  }
   absl::MutexLock lock(&learner_mu_);
-  const AlarmMonitor* a = learner_.alarms();
+  const AlarmMonitor* a = learner_ ? learner_->alarms() : nullptr;
   if (a == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("model '", name(), "' keeps no change alarms (create it with alarms 'on', the default)"));
@@ -199,6 +218,8 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   // of this model in flight, so batches are de-duplicated against the offsets of every batch
   // before them and applied in WAL order; the learner lock is never held across I/O.
   absl::MutexLock sequencer(&ingest_mu_);
+  Touch();
+  if (absl::Status resident = ReloadLocked(); !resident.ok()) return resident;
   // The dictionary cap of this batch: granted by the memory budget now, or the logged one.
   PairBatch capped = batch;
   if (!replay_sequence && !batch.discrete()) capped.dictionary_cap = GrantDictionaryCap(batch.n);
@@ -241,14 +262,14 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
   {
     absl::MutexLock learner_lock(&learner_mu_);
     if (sequence != 0) applied_sequence_.store(sequence);
-    const AlarmMonitor* monitor = learner_.alarms();
+    const AlarmMonitor* monitor = learner_->alarms();
     const int64_t alarms_before = monitor ? monitor->alarms_total() : 0;
     const int64_t pairs_before = monitor ? monitor->pairs() : 0;
     const int64_t index_before = monitor && !monitor->records().empty() ? monitor->records().back().index : 0;
-    learner_.SetDictionaryCap(static_cast<int>(capped.dictionary_cap));
+    learner_->SetDictionaryCap(static_cast<int>(capped.dictionary_cap));
     absl::StatusOr<ObserveSummary> learned =
         FailsForTesting(applied) ? absl::InternalError("the testing hook --testing-fail-on-value matched a value")
-                                 : learner_.Observe(applied);
+                                 : learner_->Observe(applied);
     if (!learned.ok()) {
       if (admitted->written) SetPending(0);
       // Internal: an estimator could not go on (the learner is unusable); the model fails,
@@ -302,7 +323,7 @@ ForkPlan Model::PlanForksLocked(int64_t alarms_before, int64_t index_before, int
   // The learner's pair j of this batch starts at row (applied - learned) + j: with delays the
   // first windows of an episode fill up, so its pairs are the batch's last ones.
   const int64_t first_row = applied_rows - learned_pairs;
-  for (const AlarmRecord& a : learner_.alarms()->records()) {
+  for (const AlarmRecord& a : learner_->alarms()->records()) {
     if (a.index >= pairs_before) plan.starts.push_back({first_row + (a.index - pairs_before), a.index});
   }
   return plan;
@@ -310,6 +331,13 @@ ForkPlan Model::PlanForksLocked(int64_t alarms_before, int64_t index_before, int
 
 void Model::ApplyFork(const StreamBatch& part, uint64_t sequence) {
   absl::MutexLock sequencer(&ingest_mu_);
+  Touch();
+  if (absl::Status resident = ReloadLocked(); !resident.ok()) {
+    if (!absl::IsNotFound(resident)) {
+      std::cerr << "cmestreamd: fork '" << name() << "' cannot be loaded back: " << resident << "\n";
+    }
+    return;
+  }
   {
     absl::MutexLock log_lock(&log_mu_);
     if (deleted_) return;
@@ -320,8 +348,8 @@ void Model::ApplyFork(const StreamBatch& part, uint64_t sequence) {
     absl::MutexLock learner_lock(&learner_mu_);
     if (sequence != 0 && sequence <= applied_sequence_.load()) return;
     if (failed()) return;
-    learner_.SetDictionaryCap(0);  // forks learn uncapped; their growth is charged after
-    absl::StatusOr<ObserveSummary> observed = learner_.Observe(part);
+    learner_->SetDictionaryCap(0);  // forks learn uncapped; their growth is charged after
+    absl::StatusOr<ObserveSummary> observed = learner_->Observe(part);
     if (!observed.ok() && absl::IsInternal(observed.status())) {
       MarkFailedLocked(sequence, observed.status().message());
       return;
@@ -350,7 +378,7 @@ void Model::AttachLedger(MemoryLedger* ledger, double charged) {
 
 void Model::DetachLedger() {
   absl::MutexLock lock(&mem_mu_);
-  if (ledger_ != nullptr) ledger_->Remove(charged_);
+  if (ledger_ != nullptr && counted_) ledger_->Remove(charged_);
   ledger_ = nullptr;
   charged_ = 0;
 }
@@ -361,7 +389,11 @@ double Model::HeldBytesAndAtoms(int* atoms) const {
   int capacity = 0, m = 0;
   {
     absl::MutexLock lock(&learner_mu_);
-    if (const CompressedCme* cme = learner_.cme()) {
+    if (!learner_) {  // evicted: it holds nothing the budget counts
+      if (atoms != nullptr) *atoms = 0;
+      return 0;
+    }
+    if (const CompressedCme* cme = learner_->cme()) {
       capacity = cme->capacity();
       m = std::max(cme->dict_x_size(), cme->dict_y_size());
     }
@@ -381,12 +413,12 @@ uint32_t Model::GrantDictionaryCap(int64_t pairs) {
   int64_t pending = 0, run = 0;
   {
     absl::MutexLock lock(&learner_mu_);
-    run = learner_.options().run_pairs();
-    if (const CompressedCme* cme = learner_.cme()) {
+    run = learner_->options().run_pairs();
+    if (const CompressedCme* cme = learner_->cme()) {
       atoms = std::max(cme->dict_x_size(), cme->dict_y_size());
       capacity = cme->capacity();
     }
-    pending = learner_.pending_warmup();
+    pending = learner_->pending_warmup();
   }
   const int max_dict = static_cast<int>(config_.max_dict());
   // Each pair learned admits at most one atom per side: the pairs of this batch, the warm-up
@@ -433,8 +465,8 @@ Model::Stats Model::PublishLocked(bool warmup_finished, uint64_t batches_added, 
   std::optional<v1::SigmaSelection> chosen;
   std::optional<v1::InputScaling> scaling;
   if (warmup_finished) {
-    chosen = SigmaSelectionProto(learner_.sigma_selection());
-    scaling = InputScalingProto(config_, learner_.scaler(), learner_.reduction());
+    chosen = SigmaSelectionProto(learner_->sigma_selection());
+    scaling = InputScalingProto(config_, learner_->scaler(), learner_->reduction());
   }
   absl::MutexLock stats_lock(&stats_mu_);
   s.batches_applied = stats_.batches_applied + batches_added;
@@ -449,6 +481,8 @@ absl::Status Model::EndWarmup(std::optional<uint64_t> replay_sequence) {
   // The same three steps as Ingest, for a record without pairs: check and log under the
   // sequencer and log lock, wait for durability, apply under the learner lock.
   absl::MutexLock sequencer(&ingest_mu_);
+  Touch();
+  if (absl::Status resident = ReloadLocked(); !resident.ok()) return resident;
   uint64_t sequence = 0;
   bool written = false;
   {
@@ -461,12 +495,12 @@ absl::Status Model::EndWarmup(std::optional<uint64_t> replay_sequence) {
     {
       // The sequencer keeps every batch out, so the check holds until the record is applied.
       absl::MutexLock learner_lock(&learner_mu_);
-      if (learner_.ready()) {
+      if (learner_->ready()) {
         return absl::FailedPreconditionError(absl::StrCat("model '", name(), "' has ended its warm-up already"));
       }
-      if (learner_.pending_warmup() < StreamingLearner::kMinEarlyWarmup) {
+      if (learner_->pending_warmup() < StreamingLearner::kMinEarlyWarmup) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "model '", name(), "' cannot build a view yet: it is still choosing sigma (", learner_.pending_warmup(),
+            "model '", name(), "' cannot build a view yet: it is still choosing sigma (", learner_->pending_warmup(),
             " of ", config_.auto_sigma_warmup(), " warm-up pairs buffered; a refresh ends the warm-up from ",
             StreamingLearner::kMinEarlyWarmup, " pairs on); ingest more pairs first"));
       }
@@ -496,8 +530,8 @@ absl::Status Model::EndWarmup(std::optional<uint64_t> replay_sequence) {
   {
     absl::MutexLock learner_lock(&learner_mu_);
     if (sequence != 0) applied_sequence_.store(sequence);
-    learner_.SetDictionaryCap(0);  // uncapped (MEMORY in model.h); charged after
-    ended = learner_.EndWarmup();  // checked above: fails only as an estimator (Internal)
+    learner_->SetDictionaryCap(0);  // uncapped (MEMORY in model.h); charged after
+    ended = learner_->EndWarmup();  // checked above: fails only as an estimator (Internal)
     if (ended.ok()) PublishLocked(/*warmup_finished=*/true, 0, nullptr, 0);
     if (written) SetPending(0);
     if (absl::IsInternal(ended)) {
@@ -570,6 +604,9 @@ v1::ModelInfo Model::Describe(bool with_memory) const {
     AddSubViewStatuses(*v, info.mutable_sub_views());
   }
   info.set_created_unix_seconds(created_unix_seconds_);
+  info.set_evicted(evicted());
+  info.set_idle_seconds(idle_seconds());
+  info.set_last_reload_seconds(last_reload_seconds());
   if (const std::optional<Failure> f = failure()) {
     info.mutable_failure()->set_sequence(f->sequence);
     info.mutable_failure()->set_reason(f->reason);
@@ -595,10 +632,11 @@ std::optional<Model::LearnerSnapshot> Model::Snapshot() {
   {
     // Only the copy under the learner lock; the open CME run is folded in after it.
     absl::MutexLock learner_lock(&learner_mu_);
-    if (failed()) return std::nullopt;  // no state to build views from
-    copy = learner_.CopyForSnapshot();
+    if (failed()) return std::nullopt;   // no state to build views from
+    if (!learner_) return std::nullopt;  // evicted: its view reflects every pair it learned
+    copy = learner_->CopyForSnapshot();
     applied_sequence = applied_sequence_.load();
-    progress = static_cast<uint64_t>(learner_.learned_total());
+    progress = static_cast<uint64_t>(learner_->learned_total());
   }
   if (!copy) return std::nullopt;
   LearnerSnapshot snap;
@@ -637,14 +675,16 @@ std::shared_ptr<const ModelView> Model::view() const {
 
 void Model::SetSideExecutor(SideExecutor* executor) {
   absl::MutexLock learner_lock(&learner_mu_);
-  learner_.SetSideExecutor(executor);
+  side_executor_ = executor;
+  if (learner_) learner_->SetSideExecutor(executor);
 }
 
 void Model::InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t view_version) {
   std::unique_ptr<PrequentialVampE> previous;
   {
     absl::MutexLock learner_lock(&learner_mu_);
-    previous = learner_.InstallPrequential(std::move(score), view_version);
+    if (!learner_) return;  // evicted: the window is not state (it restarts after a reload)
+    previous = learner_->InstallPrequential(std::move(score), view_version);
   }
   // The previous window is freed here, outside the lock.
 }
@@ -653,6 +693,138 @@ void Model::Publish(std::shared_ptr<const ModelView> view) {
   absl::MutexLock lock(&view_mu_);
   if (failed() && view) return;  // a refresh that copied the learner before it failed
   view_ = std::move(view);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Eviction (EVICTION in model.h)
+
+Model::~Model() {
+  absl::MutexLock evict_lock(&evict_mu_);
+  if (!evicted_path_.empty() && spill_ != nullptr) spill_->Remove(evicted_path_);
+}
+
+void Model::Touch() const { last_used_ns_.store(SteadyNanos(), std::memory_order_relaxed); }
+
+double Model::idle_seconds() const {
+  return 1e-9 * static_cast<double>(SteadyNanos() - last_used_ns_.load(std::memory_order_relaxed));
+}
+
+uint64_t Model::StateDigest() {
+  {
+    absl::MutexLock evict_lock(&evict_mu_);
+    if (!evicted_path_.empty()) return evicted_digest_;
+    // Resident: hashed under the eviction lock, so no eviction frees the learner meanwhile.
+    return ResidentDigest();
+  }
+}
+
+absl::StatusOr<bool> Model::EvictIfIdle(double idle) {
+  if (spill_ == nullptr || evicted() || failed()) return false;
+  if (!ingest_mu_.TryLock()) return false;  // a batch in flight: not idle
+  absl::StatusOr<bool> evicted_now = EvictLocked(idle);
+  ingest_mu_.Unlock();
+  return evicted_now;
+}
+
+absl::StatusOr<bool> Model::EvictLocked(double idle) {
+  absl::MutexLock evict_lock(&evict_mu_);
+  if (!evicted_path_.empty() || idle_seconds() < idle) return false;
+  {
+    absl::MutexLock log_lock(&log_mu_);
+    if (deleted_) return false;
+  }
+  // The digest and alarms first, then the file: the sequencer keeps every batch, fork share
+  // and end of warm-up out, so the learner is the same until it is freed below.
+  const uint64_t digest = ResidentDigest();
+  std::optional<AlarmList> alarms;
+  {
+    absl::MutexLock learner_lock(&learner_mu_);
+    if (failed()) return false;
+    if (const AlarmMonitor* a = learner_->alarms()) {
+      alarms.emplace();
+      alarms->armed_at = a->armed_at();
+      alarms->alarms.assign(a->records().begin(), a->records().end());
+      alarms->dropped = static_cast<uint64_t>(a->dropped());
+    }
+  }
+  absl::StatusOr<std::string> path = spill_->Write(*this);  // no learner lock across the I/O
+  if (!path.ok()) return path.status();
+  std::unique_ptr<StreamingLearner> freed;
+  {
+    absl::MutexLock learner_lock(&learner_mu_);
+    freed = std::move(learner_);
+  }
+  evicted_path_ = *path;
+  evicted_digest_ = digest;
+  evicted_alarms_ = std::move(alarms);
+  evicted_.store(true);
+  {
+    absl::MutexLock lock(&mem_mu_);
+    if (ledger_ != nullptr && counted_) ledger_->Remove(charged_);
+    counted_ = false;
+    charged_ = 0;
+  }
+  metrics_->OnEvicted();
+  freed.reset();  // freed under the sequencer, off the learner lock
+  return true;
+}
+
+absl::Status Model::EnsureResident() {
+  if (!evicted()) return absl::OkStatus();
+  absl::MutexLock sequencer(&ingest_mu_);
+  return ReloadLocked();
+}
+
+absl::Status Model::ReloadLocked() {
+  if (!evicted()) return absl::OkStatus();
+  const auto start = std::chrono::steady_clock::now();
+  absl::MutexLock evict_lock(&evict_mu_);
+  if (evicted_path_.empty()) return absl::OkStatus();
+  {
+    absl::MutexLock log_lock(&log_mu_);
+    if (deleted_) return absl::NotFoundError(absl::StrCat("model '", name(), "' does not exist (deleted)"));
+  }
+  absl::StatusOr<std::unique_ptr<StreamingLearner>> learner = spill_->Read(evicted_path_, *this);
+  if (!learner.ok()) {
+    return absl::DataLossError(absl::StrCat("model '", name(), "' was evicted to ", evicted_path_,
+                                            " and cannot be loaded back: ", learner.status().message(),
+                                            "; restart the daemon to recover it from its snapshot and log"));
+  }
+  (*learner)->SetSideExecutor(side_executor_);
+  {
+    absl::MutexLock learner_lock(&learner_mu_);
+    learner_ = *std::move(learner);
+  }
+  if (const uint64_t digest = ResidentDigest(); digest != evicted_digest_) {
+    absl::MutexLock learner_lock(&learner_mu_);
+    learner_.reset();
+    return absl::DataLossError(absl::StrCat("model '", name(), "': the state loaded back from ", evicted_path_,
+                                            " differs from the state evicted (digest ", digest, " instead of ",
+                                            evicted_digest_,
+                                            "); restart the daemon to recover it from its snapshot "
+                                            "and log"));
+  }
+  spill_->Remove(evicted_path_);
+  evicted_path_.clear();
+  evicted_alarms_.reset();
+  evicted_.store(false);
+  {
+    const double held = std::max(std::ceil(HeldBytesAndAtoms(nullptr)), 0.0);
+    absl::MutexLock lock(&mem_mu_);
+    charged_ = std::max(held, floor_);
+    if (ledger_ != nullptr) ledger_->Admit(charged_);  // what was acknowledged is never refused
+    counted_ = true;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  last_reload_seconds_.store(seconds);
+  if (!eviction_forgotten_) metrics_->OnReloaded(seconds);
+  return absl::OkStatus();
+}
+
+void Model::ForgetEviction() {
+  absl::MutexLock evict_lock(&evict_mu_);
+  if (!evicted_path_.empty() && !eviction_forgotten_) metrics_->OnEvictedDeleted();
+  eviction_forgotten_ = true;
 }
 
 }  // namespace cmestream::service

@@ -71,10 +71,27 @@ class ForkSink {
   virtual void Forward(const Model& parent, const ForkPlan& plan, const StreamBatch& applied, uint64_t sequence) = 0;
 };
 
+// Where an evicted model's learner goes (EVICTION below; service/storage/eviction.h keeps it
+// in one file per eviction under DATA_DIR/evicted, the export format).
+class ModelSpill {
+ public:
+  virtual ~ModelSpill() = default;
+  // Writes the image of `model` (its learner resident; called under its sequencer and eviction
+  // lock, so nothing changes it meanwhile) durably to a new file and returns the file's path.
+  virtual absl::StatusOr<std::string> Write(Model& model) = 0;
+  // Reads the file back (checksum verified) and decodes the learner it holds for `model`.
+  virtual absl::StatusOr<std::unique_ptr<StreamingLearner>> Read(const std::string& path, const Model& model) = 0;
+  // The file's MODL object, as a daemon snapshot holds it (checksum verified).
+  virtual absl::StatusOr<std::string> ReadImage(const std::string& path) = 0;
+  virtual void Remove(const std::string& path) = 0;
+};
+
 class Model {
  public:
   // requires: `config` came from NormalizeModelConfig; `log` outlives the model.
   Model(const v1::ModelConfig& config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+  // Removes the file of an evicted model (once nobody, not even a snapshot in progress, holds it).
+  ~Model();
 
   const std::string& name() const { return config_.name(); }
   const v1::ModelConfig& config() const { return config_; }
@@ -166,7 +183,8 @@ class Model {
     std::vector<AlarmRecord> alarms;
     uint64_t dropped = 0;
   };
-  absl::StatusOr<AlarmList> Alarms(uint64_t since) const ABSL_LOCKS_EXCLUDED(learner_mu_);
+  // An evicted model answers from the alarms it kept at its eviction (no reload).
+  absl::StatusOr<AlarmList> Alarms(uint64_t since) const ABSL_LOCKS_EXCLUDED(learner_mu_, evict_mu_);
 
   // Applied offset of a producer; 0 for a producer never seen.
   uint64_t ProducerOffset(const std::string& producer_id) const ABSL_LOCKS_EXCLUDED(stats_mu_);
@@ -270,6 +288,38 @@ class Model {
   };
   MemoryStatus memory() const ABSL_LOCKS_EXCLUDED(mem_mu_);
 
+  // EVICTION (docs/user-guide.md "Fleets", service/README.md "Eviction"). A model that received
+  // no batch and no query for --evict-idle-seconds, and whose view reflects everything it
+  // learned, is written to a file of its own (ModelSpill: the export format, atomic, fsynced,
+  // CRC-checked) and its learner is freed; its memory charge is released. Its config, counters,
+  // producer offsets, latest view, kept alarms and state digest stay in memory and keep
+  // answering (Describe, the view queries, Alarms, StateDigest). The next batch, fork share or
+  // end of warm-up loads the learner back under the sequencer (ReloadLocked: the reloaded state's
+  // digest must equal the one taken at the eviction, else DataLoss and the model stays evicted)
+  // and charges it again whatever the budget (what was acknowledged is never refused). A daemon
+  // snapshot or an export copies an evicted model's MODL object from its file
+  // (ModelSnapshotCodec::Encode). The sweep runs on the refresh scheduler's thread
+  // (RefreshScheduler: no thread or timer per model). Lock order: the sequencer, evict_mu_, the
+  // log lock, the learner lock.
+  //
+  // Marks the model used now (a batch or a view query).
+  void Touch() const;
+  double idle_seconds() const;
+  bool evicted() const { return evicted_.load(); }
+  // requires: called before the model is shared between threads (the registry, at publish).
+  void SetSpill(ModelSpill* spill) { spill_ = spill; }
+  // Evicts the model if it is still idle for `idle_seconds` and resident, not failed, not
+  // deleted and no batch of it is in flight (never waits for one: the sequencer is tried).
+  // True if it was evicted now; the spill's error if its file could not be written (the model
+  // stays resident).
+  absl::StatusOr<bool> EvictIfIdle(double idle_seconds) ABSL_LOCKS_EXCLUDED(ingest_mu_, evict_mu_, learner_mu_);
+  // Loads an evicted model back now (a no-op when resident); NotFound once deleted.
+  absl::Status EnsureResident() ABSL_LOCKS_EXCLUDED(ingest_mu_, evict_mu_, learner_mu_);
+  // At deletion (after MarkDeleted): the eviction count the metrics hold for it goes.
+  void ForgetEviction() ABSL_LOCKS_EXCLUDED(evict_mu_);
+  // Seconds the last reload took (0: never reloaded): Describe reports it.
+  double last_reload_seconds() const { return last_reload_seconds_.load(); }
+
   // Scheduler bookkeeping (touched by the scheduler thread and Refresh requests).
   std::atomic<bool> refresh_requested{false};
   // Starts at creation, so the first interval-triggered view comes refresh_interval after it.
@@ -314,6 +364,14 @@ class Model {
   // HeldBytesEstimate, and the larger side's atoms into `atoms` (if not null).
   double HeldBytesAndAtoms(int* atoms) const ABSL_LOCKS_EXCLUDED(learner_mu_);
 
+  // EvictIfIdle once the sequencer is held.
+  absl::StatusOr<bool> EvictLocked(double idle_seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ingest_mu_)
+      ABSL_LOCKS_EXCLUDED(evict_mu_, learner_mu_);
+  // Under the sequencer: loads an evicted learner back (EVICTION above).
+  absl::Status ReloadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ingest_mu_) ABSL_LOCKS_EXCLUDED(evict_mu_, learner_mu_);
+  // The state digest of the resident learner (StateDigest without the eviction check).
+  uint64_t ResidentDigest() ABSL_LOCKS_EXCLUDED(learner_mu_, stats_mu_);
+
   // FailedPrecondition for Ingest and EndWarmup on a fork, naming its parent.
   absl::Status RefusedForkIngest() const;
   // Under the learner lock, after a batch was applied: what it brings the forks (ForkPlan), from
@@ -328,12 +386,25 @@ class Model {
   const double created_unix_seconds_;
   std::atomic<uint64_t> applied_sequence_{0};  // written under learner_mu_
 
-  absl::Mutex ingest_mu_ ABSL_ACQUIRED_BEFORE(log_mu_);
+  absl::Mutex ingest_mu_ ABSL_ACQUIRED_BEFORE(evict_mu_);
+  // Held while the model is evicted or reloaded and while a snapshot or export copies it, so
+  // each sees it either resident or in its file. Held across that file's I/O (not the learner lock).
+  mutable absl::Mutex evict_mu_ ABSL_ACQUIRED_BEFORE(log_mu_);
+  std::string evicted_path_ ABSL_GUARDED_BY(evict_mu_);  // non-empty: evicted, the learner is in this file
+  uint64_t evicted_digest_ ABSL_GUARDED_BY(evict_mu_) = 0;
+  std::optional<AlarmList> evicted_alarms_ ABSL_GUARDED_BY(evict_mu_);  // every kept alarm, at the eviction
+  bool eviction_forgotten_ ABSL_GUARDED_BY(evict_mu_) = false;          // deleted: no longer counted
+  std::atomic<bool> evicted_{false};
+  mutable std::atomic<int64_t> last_used_ns_{0};  // steady clock
+  std::atomic<double> last_reload_seconds_{0};
+  ModelSpill* spill_ = nullptr;
+  SideExecutor* side_executor_ = nullptr;  // re-lent to a reloaded learner
   absl::Mutex log_mu_ ABSL_ACQUIRED_BEFORE(learner_mu_);
   bool deleted_ ABSL_GUARDED_BY(log_mu_) = false;
 
   mutable absl::Mutex learner_mu_ ABSL_ACQUIRED_BEFORE(stats_mu_);
-  StreamingLearner learner_ ABSL_GUARDED_BY(learner_mu_);
+  // Null while the model is evicted (EVICTION above).
+  std::unique_ptr<StreamingLearner> learner_ ABSL_GUARDED_BY(learner_mu_);
 
   absl::Mutex pending_mu_;                                      // a leaf
   absl::CondVar pending_cv_;                                    // pending_sequence_ changed
@@ -356,6 +427,7 @@ class Model {
   double floor_ ABSL_GUARDED_BY(mem_mu_) = 0;
   uint32_t last_cap_ ABSL_GUARDED_BY(mem_mu_) = 0;
   uint64_t growth_denied_ ABSL_GUARDED_BY(mem_mu_) = 0;
+  bool counted_ ABSL_GUARDED_BY(mem_mu_) = true;  // counted in the ledger (false while evicted)
 };
 
 }  // namespace cmestream::service

@@ -110,6 +110,7 @@ RefreshScheduler::RefreshScheduler(ModelRegistry& registry, Options options)
           absl::Seconds(options.tick_seconds),
           [this] {
             RefreshDueModels();
+            SweepIdleModels();
             CompleteWaiters();
           },
           "cme-refresh") {}
@@ -159,6 +160,14 @@ void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock
   } else {
     done(model->view());
   }
+}
+
+void RefreshScheduler::SweepIdleModels() {
+  if (options_.evict_idle_seconds <= 0) return;
+  const Clock::time_point now = Clock::now();
+  if (Seconds(now - last_sweep_) < kSweepSeconds) return;
+  last_sweep_ = now;
+  registry_.EvictIdle(options_.evict_idle_seconds, kSweepBudgetSeconds);
 }
 
 void RefreshScheduler::RefreshDueModels() {

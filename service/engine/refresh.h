@@ -35,7 +35,13 @@ class RefreshScheduler {
 
   struct Options {
     double tick_seconds = 0.05;  // polling period; also the resolution of waits and view age
+    // --evict-idle-seconds (0: never): the sweep evicts models idle this long
+    // (ModelRegistry::EvictIdle), at most every kSweepSeconds, spending at most
+    // kSweepBudgetSeconds of this thread per sweep on it.
+    double evict_idle_seconds = 0;
   };
+  static constexpr double kSweepSeconds = 1;
+  static constexpr double kSweepBudgetSeconds = 0.25;
   using Clock = std::chrono::steady_clock;
   using Callback = std::function<void(absl::StatusOr<std::shared_ptr<const ModelView>>)>;
 
@@ -64,10 +70,12 @@ class RefreshScheduler {
   };
   void RefreshDueModels() ABSL_LOCKS_EXCLUDED(mu_);
   void CompleteWaiters() ABSL_LOCKS_EXCLUDED(mu_);
+  void SweepIdleModels();  // the scheduler thread only
 
   ModelRegistry& registry_;
   const Options options_;
-  PeriodicThread thread_;  // every tick_seconds, or at once when woken by Request / Wait
+  Clock::time_point last_sweep_ = Clock::now();  // the scheduler thread only
+  PeriodicThread thread_;                        // every tick_seconds, or at once when woken by Request / Wait
   // Lock order (service/README.md "Locks"): taken before the registry's lock and a model's
   // view lock (CompleteWaiters looks models up under it); never held while a view is built.
   absl::Mutex mu_;

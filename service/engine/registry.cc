@@ -1,5 +1,6 @@
 #include "service/engine/registry.h"
 
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <new>
@@ -102,6 +103,7 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Publish(const std::string&
   }
   (*model)->AttachLedger(&ledger_, charged);
   (*model)->SetSideExecutor(side_executor_);
+  (*model)->SetSpill(spill_);
   if (ForksOnChange((*model)->config())) (*model)->SetForkSink(this);
   models_.emplace(name, *model);
   metrics_.SetModelCount(models_.size());
@@ -143,6 +145,7 @@ absl::Status ModelRegistry::Delete(const std::string& name, bool replay) {
   // in the map) and another Delete waited. The series go before the name is free again, so a
   // model created under the same name next gets fresh series (prometheus returns the existing
   // series for known labels, and a later Remove would delete them under the new model).
+  model->ForgetEviction();  // before its series go (an evicted model's file goes with the object)
   model->metrics().Remove();
   model->DetachLedger();
   models_.erase(name);
@@ -285,6 +288,40 @@ std::shared_ptr<Model> ModelRegistry::StartFork(const Model& parent, int64_t k, 
     return nullptr;
   }
   return *published;
+}
+
+}  // namespace cmestream::service
+
+namespace cmestream::service {
+
+int ModelRegistry::EvictIdle(double idle_seconds, double budget_seconds) {
+  if (spill_ == nullptr || idle_seconds <= 0) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  int evicted = 0;
+  for (const std::shared_ptr<Model>& model : List()) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > budget_seconds) break;
+    if (model->evicted() || model->failed() || model->idle_seconds() < idle_seconds) continue;
+    // Only a model whose view reflects every pair it learned (or that cannot have one yet):
+    // an evicted model builds no view, so its queries answer what it knew. An idle model whose
+    // view is behind (its refresh interval has not come, or the daemon restarted) gets its view
+    // at the scheduler's next tick and is evicted by a later sweep.
+    const Model::Stats stats = model->stats();
+    const std::shared_ptr<const ModelView> view = model->view();
+    const bool has_new = stats.learner_ready && stats.samples > 0 && (!view || stats.progress > view->progress);
+    if (has_new) {
+      model->refresh_requested = true;
+      continue;
+    }
+    absl::StatusOr<bool> done = model->EvictIfIdle(idle_seconds);
+    if (!done.ok()) {
+      std::cerr << "cmestreamd: cannot evict idle model '" << model->name() << "': " << done.status().message()
+                << " (it stays in memory; tried again after another idle period)\n";
+      model->Touch();
+      continue;
+    }
+    if (*done) ++evicted;
+  }
+  return evicted;
 }
 
 }  // namespace cmestream::service

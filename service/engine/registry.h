@@ -44,6 +44,13 @@ class ModelRegistry final : public ForkSink {
   // The helper threads every model's learner is lent from now on (HelperPool; null: none).
   // requires: called before the registry is shared between threads; outlives the models' calls.
   void SetSideExecutor(SideExecutor* executor) { side_executor_ = executor; }
+  // Where idle models are evicted to (Model's EVICTION; null: never evicted). requires: called
+  // before the registry is shared between threads; outlives the models.
+  void SetSpill(ModelSpill* spill) { spill_ = spill; }
+  // The eviction sweep (run by the refresh scheduler's thread, RefreshScheduler): evicts the
+  // models idle for `idle_seconds` whose view reflects what they learned, until `budget_seconds`
+  // have been spent (the rest wait for the next sweep). Returns the models evicted.
+  int EvictIdle(double idle_seconds, double budget_seconds) ABSL_LOCKS_EXCLUDED(mu_);
   // The memory budget in force and the bytes its models hold or were granted, by their
   // dictionaries' capacities (memory_budget.h, MemoryLedger); the metrics and describe report them.
   double memory_budget() const { return ledger_.budget(); }
@@ -112,6 +119,7 @@ class ModelRegistry final : public ForkSink {
   LimitOptions limits_;
   MemoryLedger ledger_;
   SideExecutor* side_executor_ = nullptr;
+  ModelSpill* spill_ = nullptr;
   // Counts `bytes` (the model's floor, or an import's held bytes) in the ledger, or
   // ResourceExhausted naming the model, the bytes and the budget (`verb`: "create", ...).
   absl::Status AdmitLocked(const v1::ModelConfig& config, double bytes, const char* verb)

@@ -104,7 +104,20 @@ Metrics::Metrics()
                            "Server-side RPC latency per method (Ingest: per batch)")),
       rpc_completed_(CounterFamily(*registry_, "cmestream_rpc_completed_total",
                                    "RPCs (Ingest: batches) completed, by method and status code")),
-      models_(GaugeFamily(*registry_, "cmestream_models", "Models in the registry").Add({})),
+      models_family_(GaugeFamily(*registry_, "cmestream_models",
+                                 "Models in the registry, by state: live (learner in memory) or evicted (idle, "
+                                 "learner in its file under DATA_DIR/evicted; --evict-idle-seconds)")),
+      models_live_(models_family_.Add({{"state", "live"}})),
+      models_evicted_(models_family_.Add({{"state", "evicted"}})),
+      evictions_(CounterFamily(*registry_, "cmestream_model_evictions_total",
+                               "Idle models evicted (written to their file, learner freed)")
+                     .Add({})),
+      reloads_(CounterFamily(*registry_, "cmestream_model_reloads_total",
+                             "Evicted models loaded back (by a batch, a fork share or an end of warm-up)")
+                   .Add({})),
+      reload_seconds_(HistogramFamily(*registry_, "cmestream_model_reload_seconds",
+                                      "Time to load an evicted model back: read, checksum, decode, digest check")
+                          .Add({}, kRefreshBuckets)),
       memory_budget_(GaugeFamily(*registry_, "cmestream_memory_budget_bytes",
                                  "The daemon's memory budget for its models (--max-memory)")
                          .Add({})),
@@ -123,6 +136,35 @@ Metrics::Metrics()
 void ModelMetrics::OnMemory(double committed_bytes, bool growth_denied) {
   m_.memory_committed_.Set(committed_bytes);
   if (growth_denied) m_.growth_denied_.Increment();
+}
+
+void Metrics::SetModelCount(size_t n) {
+  models_total_.store(static_cast<int64_t>(n));
+  UpdateModelGauges();
+}
+
+void Metrics::UpdateModelGauges() {
+  const int64_t evicted = std::max<int64_t>(0, evicted_.load());
+  models_live_.Set(static_cast<double>(std::max<int64_t>(0, models_total_.load() - evicted)));
+  models_evicted_.Set(static_cast<double>(evicted));
+}
+
+void ModelMetrics::OnEvicted() {
+  m_.evictions_.Increment();
+  m_.evicted_.fetch_add(1);
+  m_.UpdateModelGauges();
+}
+
+void ModelMetrics::OnReloaded(double seconds) {
+  m_.reloads_.Increment();
+  m_.reload_seconds_.Observe(seconds);
+  m_.evicted_.fetch_sub(1);
+  m_.UpdateModelGauges();
+}
+
+void ModelMetrics::OnEvictedDeleted() {
+  m_.evicted_.fetch_sub(1);
+  m_.UpdateModelGauges();
 }
 
 void Metrics::OnForkRefused(ForkRefusal reason) {

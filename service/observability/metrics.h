@@ -50,7 +50,10 @@
 //   ck_max_deviation_stderr{model}           gauge    its jackknife standard error
 //   rpc_duration_seconds{method}             histogram (Ingest: per batch)
 //   rpc_completed_total{method,code}         counter
-//   models                                   gauge
+//   models{state="live"|"evicted"}          gauge    models held, by whether their learner is in
+//                                            memory (service/README.md "Eviction")
+//   model_evictions_total, model_reloads_total counters  idle models evicted, evicted models loaded back
+//   model_reload_seconds                     histogram  time to load an evicted model back
 //   memory_budget_bytes, memory_committed_bytes   gauges   the budget (--max-memory) and what the
 //                                            models are charged by their dictionaries' capacities
 //                                            (service/engine/memory_budget.h, MemoryLedger)
@@ -60,6 +63,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -147,6 +151,11 @@ class ModelMetrics {
   // The daemon's memory ledger after this model's batch (fleet series, no model label): what
   // its models are charged, and one more batch whose growth the budget denied.
   void OnMemory(double committed_bytes, bool growth_denied);
+  // Eviction (fleet series, no model label): this model was evicted, loaded back after
+  // `seconds`, or deleted while evicted.
+  void OnEvicted();
+  void OnReloaded(double seconds);
+  void OnEvictedDeleted();
   void Remove() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -203,7 +212,8 @@ class Metrics {
   // A batch for a model that does not exist.
   void OnUnknownModelBatch();
   void ObserveRpc(const std::string& method, double seconds, int grpc_code) ABSL_LOCKS_EXCLUDED(rpc_mu_);
-  void SetModelCount(size_t n) { models_.Set(static_cast<double>(n)); }
+  // Models held; the live/evicted split follows the evictions and reloads (ModelMetrics).
+  void SetModelCount(size_t n);
   // The memory budget (--max-memory) and what the models are charged (MemoryLedger).
   void SetMemory(double budget_bytes, double committed_bytes) {
     memory_budget_.Set(budget_bytes);
@@ -248,7 +258,15 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& forks_refused_;
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Family<prometheus::Counter>& rpc_completed_;
-  prometheus::Gauge& models_;
+  void UpdateModelGauges();
+  prometheus::Family<prometheus::Gauge>& models_family_;
+  prometheus::Gauge& models_live_;
+  prometheus::Gauge& models_evicted_;
+  prometheus::Counter& evictions_;
+  prometheus::Counter& reloads_;
+  prometheus::Histogram& reload_seconds_;
+  std::atomic<int64_t> models_total_{0};
+  std::atomic<int64_t> evicted_{0};
   prometheus::Gauge& memory_budget_;
   prometheus::Gauge& memory_committed_;
   prometheus::Counter& growth_denied_;

@@ -74,8 +74,10 @@ grpc::ServerUnaryReactor* ModelServiceImpl::ExportModel(grpc::CallbackServerCont
   absl::StatusOr<std::shared_ptr<Model>> model =
       call.FindModel(auth_, ownership_, registry_, req->name(), /*allow_override=*/true);
   if (!model.ok()) return call.Finish(model.status());
-  if ((*model)->failed()) return call.Finish((*model)->Failed());  // no learner state to move
-  resp->set_data(service::ExportModel(**model));
+  if ((*model)->failed()) return call.Finish((*model)->Failed());    // no learner state to move
+  absl::StatusOr<std::string> data = service::ExportModel(**model);  // an evicted model: from its file
+  if (!data.ok()) return call.Finish(data.status());
+  resp->set_data(*std::move(data));
   return call.Finish(absl::OkStatus());
 }
 

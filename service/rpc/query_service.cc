@@ -58,6 +58,7 @@ absl::StatusOr<std::shared_ptr<const ModelView>> RequireView(const Model& model)
         "model '", model.name(), "' is discrete (num_states ", model.config().num_states(),
         "): it has no kernel CME; GetKoopman, Predict and GetDictionary serve continuous models (dim >= 1)"));
   }
+  model.Touch();  // a view query: the model is in use (its eviction waits)
   std::shared_ptr<const ModelView> view = model.view();
   if (!view || !view->cme) return NoViewYet(model);
   return view;
@@ -109,6 +110,7 @@ absl::StatusOr<int64_t> CheckPoints(const google::protobuf::RepeatedField<double
 
 // The latest view (any model kind), or FailedPrecondition.
 absl::StatusOr<std::shared_ptr<const ModelView>> AnyView(const Model& model) {
+  model.Touch();  // a view query: the model is in use (its eviction waits)
   std::shared_ptr<const ModelView> view = model.view();
   if (!view) return NoViewYet(model);
   return view;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <set>
 #include <string>
 
@@ -222,7 +223,7 @@ void ModelSnapshotCodec::WriteBody(io::Writer& w, const Model& m, bool for_diges
       w.U64(offset);
     }
   }
-  w.String(SigmaSelectionProto(m.learner_.sigma_selection()).SerializeAsString());
+  w.String(SigmaSelectionProto(m.learner_->sigma_selection()).SerializeAsString());
   const std::optional<Model::Failure> failure = m.failure();
   if (!for_digest) {
     w.U64(failure ? failure->sequence : 0);
@@ -233,10 +234,36 @@ void ModelSnapshotCodec::WriteBody(io::Writer& w, const Model& m, bool for_diges
     StreamingLearner(LearnerOptionsFor(m.config_)).Serialize(w);
     return;
   }
-  m.learner_.Serialize(w);
+  m.learner_->Serialize(w);
+}
+
+absl::StatusOr<ModelImage> ModelSnapshotCodec::Image(Model& m) {
+  // Under the model's eviction lock: it is either resident (encoded now) or in its file (whose
+  // MODL object is copied as it is: nothing was learned since it was written).
+  absl::MutexLock evict_lock(&m.evict_mu_);
+  if (m.evicted_path_.empty()) return EncodeResident(m);
+  absl::StatusOr<std::string> bytes = m.spill_->ReadImage(m.evicted_path_);
+  if (!bytes.ok()) {
+    return absl::DataLossError(absl::StrCat("model '", m.name(), "' is evicted to ", m.evicted_path_,
+                                            ", which cannot be read back: ", bytes.status().message()));
+  }
+  ModelImage image;
+  image.name = m.name();
+  image.applied_sequence = m.applied_sequence();
+  image.bytes = *std::move(bytes);
+  return image;
 }
 
 ModelImage ModelSnapshotCodec::Encode(Model& m) {
+  absl::StatusOr<ModelImage> image = Image(m);
+  if (image.ok()) return *std::move(image);
+  std::cerr << "cmestreamd: " << image.status().message() << "\n";
+  ModelImage empty;  // decodes as nothing: a snapshot holding it fails its verification
+  empty.name = m.name();
+  return empty;
+}
+
+ModelImage ModelSnapshotCodec::EncodeResident(Model& m) {
   io::Writer w;
   ModelImage image;
   image.name = m.name();
@@ -259,7 +286,7 @@ std::string ModelSnapshotCodec::StateBytes(Model& m) {
 
 // Declared in model.h; defined here, next to the encoder whose bytes it hashes, so that the
 // digest covers every bit of state a snapshot keeps (and nothing else) by construction.
-uint64_t Model::StateDigest() {
+uint64_t Model::ResidentDigest() {
   const std::string bytes = ModelSnapshotCodec::StateBytes(*this);
   uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bit
   for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
@@ -419,8 +446,10 @@ absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path) {
   return ParseSnapshotBytes(std::move(bytes), path);
 }
 
-std::string ExportModel(Model& model) {
-  ModelImage image = ModelSnapshotCodec::Encode(model);
+absl::StatusOr<std::string> ExportModel(Model& model) {
+  absl::StatusOr<ModelImage> encoded = ModelSnapshotCodec::Image(model);
+  if (!encoded.ok()) return encoded.status();
+  const ModelImage& image = *encoded;
   std::string out = Header(kExportTag, 1, 0, image.applied_sequence);
   out += image.bytes;
   out += Footer(crc32c::Value(out.data(), out.size()));
@@ -482,6 +511,96 @@ absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std:
     name = stored->name();
   }
   return AdoptFrom(*f, 0, name, registry, defaults, replay_sequence ? nullptr : &image, replay_sequence);
+}
+
+absl::StatusOr<std::unique_ptr<StreamingLearner>> ModelSnapshotCodec::DecodeLearner(
+    io::Reader& r, const ConfigDefaults& defaults, const Model& model, std::shared_ptr<ModelMetrics> scratch,
+    BatchLog* log) {
+  absl::StatusOr<std::shared_ptr<Model>> decoded = Decode(r, defaults, "", std::move(scratch), log);
+  if (!decoded.ok()) return decoded.status();
+  Model& m = **decoded;
+  if (m.name() != model.name() || m.applied_sequence() != model.applied_sequence()) {
+    return absl::DataLossError(absl::StrCat("the file holds model '", m.name(), "' at WAL sequence ",
+                                            m.applied_sequence(), ", expected '", model.name(), "' at ",
+                                            model.applied_sequence()));
+  }
+  absl::MutexLock learner_lock(&m.learner_mu_);
+  return std::move(m.learner_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Eviction files
+
+absl::StatusOr<std::unique_ptr<EvictionStore>> EvictionStore::Open(const std::string& dir, ConfigDefaults defaults) {
+  if (::mkdir(dir.c_str(), 0775) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("creating ", dir, ": ", ErrnoText()));
+  }
+  // What a previous run evicted is in its snapshots and log: recovery restored it already.
+  int removed = 0;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      if (::unlink(absl::StrCat(dir, "/", name).c_str()) == 0) ++removed;
+    }
+    ::closedir(d);
+  }
+  if (removed > 0) {
+    if (absl::Status s = files::FsyncDir(dir); !s.ok()) return s;
+  }
+  return std::unique_ptr<EvictionStore>(new EvictionStore(dir, defaults));
+}
+
+EvictionStore::EvictionStore(std::string dir, ConfigDefaults defaults)
+    : dir_(std::move(dir)), defaults_(defaults), scratch_metrics_(std::make_unique<Metrics>()) {}
+
+EvictionStore::~EvictionStore() = default;
+
+absl::StatusOr<std::string> EvictionStore::Write(Model& model) {
+  ModelImage image = ModelSnapshotCodec::EncodeResident(model);
+  const std::string name = absl::StrCat(absl::Dec(next_.fetch_add(1) + 1, absl::kZeroPad12), ".modl");
+  int step = 0;
+  absl::StatusOr<uint64_t> written = WriteAtomically(dir_, name, [&](std::string* chunk) {
+    if (step == 0) {
+      *chunk = Header(kExportTag, 1, 0, image.applied_sequence);
+    } else if (step == 1) {
+      *chunk = std::move(image.bytes);
+    } else {
+      return false;
+    }
+    ++step;
+    return true;
+  });
+  if (!written.ok()) return written.status();
+  bytes_written_.fetch_add(*written);
+  return absl::StrCat(dir_, "/", name);
+}
+
+absl::StatusOr<std::unique_ptr<StreamingLearner>> EvictionStore::Read(const std::string& path, const Model& model) {
+  absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+  if (!f.ok()) return f.status();
+  if (!f->is_export || f->model_ranges.size() != 1) {
+    return absl::DataLossError(absl::StrCat(path, " is not the file of one evicted model"));
+  }
+  const auto [begin, end] = f->model_ranges[0];
+  io::Reader r(std::string_view(f->bytes).substr(begin, end - begin), path, begin);
+  return ModelSnapshotCodec::DecodeLearner(r, defaults_, model, scratch_metrics_->ForModel("reload"), &null_log_);
+}
+
+absl::StatusOr<std::string> EvictionStore::ReadImage(const std::string& path) {
+  absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+  if (!f.ok()) return f.status();
+  if (!f->is_export || f->model_ranges.size() != 1) {
+    return absl::DataLossError(absl::StrCat(path, " is not the file of one evicted model"));
+  }
+  const auto [begin, end] = f->model_ranges[0];
+  return f->bytes.substr(begin, end - begin);
+}
+
+void EvictionStore::Remove(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    std::cerr << "cmestreamd: warning: cannot remove " << path << ": " << ErrnoText() << "\n";
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -656,7 +775,12 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   std::set<std::string> imaged;
   for (const auto& m : models) {
     m->WaitAppliedThrough(covered);
-    images.push_back(ModelSnapshotCodec::Encode(*m));
+    absl::StatusOr<ModelImage> image = ModelSnapshotCodec::Image(*m);
+    if (!image.ok()) {
+      if (observer_) observer_(image.status());
+      return image.status();
+    }
+    images.push_back(*std::move(image));
     imaged.insert(m->name());
   }
   // Forks have no records of their own: a batch <= L applied after the cut may have started one
@@ -665,7 +789,12 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   // so replay skips in the fork what the image holds (ApplyFork) and starts none twice.
   for (const auto& m : registry_.List()) {
     if (IsFork(m->config()) && imaged.count(m->config().fork_of()) > 0 && imaged.insert(m->name()).second) {
-      images.push_back(ModelSnapshotCodec::Encode(*m));
+      absl::StatusOr<ModelImage> image = ModelSnapshotCodec::Image(*m);
+      if (!image.ok()) {
+        if (observer_) observer_(image.status());
+        return image.status();
+      }
+      images.push_back(*std::move(image));
     }
   }
   size_t next = 0;

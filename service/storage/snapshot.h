@@ -53,6 +53,7 @@
 // build wrote it), which refuses the load by name (FailedPrecondition) and is left in place.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,7 +93,18 @@ class ModelSnapshotCodec {
  public:
   // Takes the model's learner lock, serializes everything (no flush, no re-factorization: the
   // live state is not touched) and returns the bytes. O(model size).
+  // An evicted model's image is its file's MODL object (checksum verified); if that file
+  // cannot be read, Encode prints why and returns no bytes, Image returns the error (DataLoss).
   static ModelImage Encode(Model& model);
+  static absl::StatusOr<ModelImage> Image(Model& model);
+  // Encode of a resident model (its learner lock; the caller keeps it resident).
+  static ModelImage EncodeResident(Model& model);
+  // Decodes the learner of a MODL object for `model` (an evicted model loaded back): the
+  // object's config must be the model's. Errors as Decode's.
+  static absl::StatusOr<std::unique_ptr<StreamingLearner>> DecodeLearner(io::Reader& r, const ConfigDefaults& defaults,
+                                                                         const Model& model,
+                                                                         std::shared_ptr<ModelMetrics> scratch,
+                                                                         BatchLog* log);
   // The model's state as bytes (the MODL body without its name, WAL sequence and batch
   // count), under its learner lock: what Model::StateDigest hashes.
   static std::string StateBytes(Model& model);
@@ -125,7 +137,8 @@ absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::st
 absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path);
 
 // An export file of one model (same format, kind "EXPT"). Serialized under its learner lock.
-std::string ExportModel(Model& model);
+// An evicted model is exported from its file (ModelSnapshotCodec::Image), without a reload.
+absl::StatusOr<std::string> ExportModel(Model& model);
 // Decodes an export (kind EXPT; a daemon snapshot is refused "not an export", except in WAL
 // replay of what an earlier build accepted) and registers it as `new_name` (or its stored
 // name), after checking --max-models and the memory budget. A live import is logged as a WAL
@@ -138,6 +151,33 @@ std::string ExportModel(Model& model);
 absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
                                                    ModelRegistry& registry, const ConfigDefaults& defaults,
                                                    std::optional<uint64_t> replay_sequence = std::nullopt);
+
+// The files of evicted models (Model's EVICTION; service/README.md "Eviction"): one per eviction,
+// DATA_DIR/evicted/NNNNNNNNNNNN.modl, in the export format (header, one MODL object, CRC32C),
+// written like a snapshot (temp file, fsync, rename, fsync of the directory); removed when the
+// model is loaded back or, once deleted, freed. Open removes what an earlier run left there:
+// recovery restores every model from the snapshots and the log (a snapshot copies an evicted
+// model's MODL object from its file), so these files are never read across a restart.
+class EvictionStore final : public ModelSpill {
+ public:
+  static absl::StatusOr<std::unique_ptr<EvictionStore>> Open(const std::string& dir, ConfigDefaults defaults);
+  ~EvictionStore() override;
+  absl::StatusOr<std::string> Write(Model& model) override;
+  absl::StatusOr<std::unique_ptr<StreamingLearner>> Read(const std::string& path, const Model& model) override;
+  absl::StatusOr<std::string> ReadImage(const std::string& path) override;
+  void Remove(const std::string& path) override;
+  const std::string& dir() const { return dir_; }
+  uint64_t bytes_written() const { return bytes_written_.load(); }
+
+ private:
+  EvictionStore(std::string dir, ConfigDefaults defaults);
+  const std::string dir_;
+  const ConfigDefaults defaults_;
+  std::unique_ptr<Metrics> scratch_metrics_;  // series of the throwaway models a reload decodes
+  NullBatchLog null_log_;
+  std::atomic<uint64_t> next_{0};
+  std::atomic<uint64_t> bytes_written_{0};
+};
 
 struct SnapshotOptions {
   std::string dir;               // DATA_DIR/snapshots, created if missing

@@ -164,7 +164,7 @@ TEST(DaemonProcessTest, ServesOnPortZeroAndExitsCleanlyOnSigterm) {
 
   const std::string metrics = testing::HttpGet(metrics_port, "/metrics");
   EXPECT_NE(metrics.find("cmestream_samples_ingested_total{model=\"proc\"} 19"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("cmestream_models 1"), std::string::npos);
+  EXPECT_NE(metrics.find("cmestream_models{state=\"live\"} 1"), std::string::npos);
 
   // A second daemon on the same data dir refuses to start.
   {

@@ -126,7 +126,7 @@ TEST_F(SnapshotTest, ExportImportRefusesTakenNamesAndCorruptFiles) {
   ModelRegistry a(defaults_, metrics_a_, log_);
   std::shared_ptr<Model> ma = *a.Create(Config("m"));
   Apply(*ma, Batch(120, 3, "m"));
-  const std::string file = ExportModel(*ma);
+  const std::string file = *ExportModel(*ma);
   ModelRegistry b(defaults_, metrics_b_, log_);
   absl::StatusOr<std::shared_ptr<Model>> imported = ImportModel(file, "", b, defaults_);
   ASSERT_TRUE(imported.ok()) << imported.status();
@@ -160,7 +160,7 @@ TEST_F(SnapshotTest, ImportRefusesASnapshotKindEvenWithAValidChecksum) {
   ModelRegistry a(defaults_, metrics_a_, log_);
   std::shared_ptr<Model> ma = *a.Create(Config("m"));
   Apply(*ma, Batch(50, 3, "m"));
-  std::string file = ExportModel(*ma);
+  std::string file = *ExportModel(*ma);
   ASSERT_EQ(file.compare(8, 4, "EXPT"), 0);
   file.replace(8, 4, "SNAP");
   const size_t body = file.size() - 4;

@@ -1,0 +1,328 @@
+// Eviction of idle models (service/engine/model.h EVICTION, service/storage/snapshot.h
+// EvictionStore): an evicted model frees its learner and its memory charge, keeps answering
+// from its view, alarms and digest, and is loaded back by its next batch bit for bit (its state
+// digest equals a twin's that was never evicted and got the same batches); exactly-once
+// survives the reload; daemon snapshots, WAL replay, export/import and deletion of an evicted
+// model keep every byte; a damaged file refuses the reload with DataLoss and nothing changes.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "prometheus/metric_family.h"
+#include "service/engine/batch.h"
+#include "service/engine/refresh.h"
+#include "service/engine/registry.h"
+#include "service/observability/metrics.h"
+#include "service/storage/recovery.h"
+#include "service/storage/snapshot.h"
+#include "service/storage/wal.h"
+
+namespace cmestream::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Removed at the end of each test, also when an assertion fails.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag)
+      : path_(fs::temp_directory_path() / ("cmestream_evict_" + tag + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string sub(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+v1::ModelConfig Config(const std::string& name) {
+  v1::ModelConfig c;
+  c.set_name(name);
+  c.set_dim(2);
+  c.set_sigma(0.5);
+  c.set_max_dict(60);
+  c.set_refresh_interval_seconds(3600);
+  return c;
+}
+
+// Pairs of a deterministic 2-d map (a rotation with a small nonlinearity).
+v1::IngestBatch Batch(const std::string& model, const std::string& producer, uint64_t offset, int n, uint64_t seed) {
+  v1::IngestBatch b;
+  b.set_model(model);
+  b.set_producer_id(producer);
+  b.set_offset(offset);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-2, 2);
+  for (int i = 0; i < n; ++i) {
+    const double x0 = u(rng), x1 = u(rng);
+    b.add_x(x0);
+    b.add_x(x1);
+    b.add_y(0.9 * x1 + 0.1 * x0 * x0);
+    b.add_y(-0.9 * x0);
+  }
+  return b;
+}
+
+absl::StatusOr<Model::IngestResult> Apply(ModelRegistry& reg, const v1::IngestBatch& b) {
+  auto model = reg.Get(b.model());
+  if (!model.ok()) return model.status();
+  BatchCheck check = ValidateBatch(b, (*model)->dim(), 0);
+  if (!check.status.ok()) return check.status;
+  return (*model)->Ingest(check.batch, b.producer_id(), b.offset(), 0, b.episode_id());
+}
+
+// The value of a series of the daemon's registry (NaN if absent).
+double Series(Metrics& metrics, const std::string& family, const std::string& label = "",
+              const std::string& value = "") {
+  for (const prometheus::MetricFamily& f : metrics.registry()->Collect()) {
+    if (f.name != family) continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      bool match = label.empty();
+      for (const prometheus::ClientMetric::Label& l : m.label) match |= l.name == label && l.value == value;
+      if (!match) continue;
+      if (f.type == prometheus::MetricType::Counter) return m.counter.value;
+      if (f.type == prometheus::MetricType::Histogram) return static_cast<double>(m.histogram.sample_count);
+      return m.gauge.value;
+    }
+  }
+  return std::nan("");
+}
+
+size_t FilesIn(const std::string& dir) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.is_regular_file() ? 1 : 0;
+  return n;
+}
+
+// A daemon's parts with a WAL, the eviction store and a live model "m" fed 300 pairs with a view.
+struct Daemonish {
+  explicit Daemonish(const TempDir& dir, const std::string& wal = "wal") : reg({}, metrics, log) {
+    WalOptions o;
+    o.dir = dir.sub(wal);
+    o.sync = WalSync::kNever;
+    auto opened = OpenAndReplayWal(o, 0, reg, nullptr, nullptr, nullptr);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    this->wal = *std::move(opened);
+    log.Install(this->wal.get());
+    auto s = EvictionStore::Open(dir.sub("evicted"), {});
+    EXPECT_TRUE(s.ok()) << s.status();
+    store = *std::move(s);
+    reg.SetSpill(store.get());
+  }
+  std::unique_ptr<EvictionStore> store;  // outlives the registry's models
+  Metrics metrics;
+  DeferredBatchLog log;
+  ModelRegistry reg;
+  std::unique_ptr<Wal> wal;
+};
+
+TEST(Eviction, EvictedModelAnswersFromMemoryAndReloadsBitForBit) {
+  TempDir dir("reload");
+  Daemonish d(dir);
+  Metrics twin_metrics;
+  NullBatchLog twin_log;
+  ModelRegistry twin({}, twin_metrics, twin_log);  // never evicted
+  ASSERT_TRUE(d.reg.Create(Config("m")).ok());
+  ASSERT_TRUE(twin.Create(Config("m")).ok());
+  for (ModelRegistry* r : {&d.reg, &twin}) ASSERT_TRUE(Apply(*r, Batch("m", "p", 0, 300, 1)).ok());
+  std::shared_ptr<Model> m = *d.reg.Get("m");
+  const double committed_live = d.reg.committed_bytes();
+  EXPECT_GT(committed_live, 0);
+
+  // Not evicted while its view does not reflect what it learned.
+  EXPECT_EQ(d.reg.EvictIdle(1e-9, 10), 0);
+  EXPECT_FALSE(m->evicted());
+  ASSERT_NE(RefreshModel(*m), nullptr);
+  const std::shared_ptr<const ModelView> view = m->view();
+  const uint64_t digest = m->StateDigest();
+  const auto alarms = m->Alarms(0);
+  ASSERT_TRUE(alarms.ok()) << alarms.status();
+  // Not evicted while used more recently than the idle time.
+  EXPECT_EQ(d.reg.EvictIdle(3600, 10), 0);
+
+  EXPECT_EQ(d.reg.EvictIdle(1e-9, 10), 1);
+  EXPECT_TRUE(m->evicted());
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);
+  EXPECT_EQ(d.reg.committed_bytes(), 0);  // its charge is released
+  EXPECT_EQ(d.reg.ledger().models(), 0);
+  EXPECT_EQ(Series(d.metrics, "cmestream_models", "state", "evicted"), 1);
+  EXPECT_EQ(Series(d.metrics, "cmestream_models", "state", "live"), 0);
+  EXPECT_EQ(Series(d.metrics, "cmestream_model_evictions_total"), 1);
+  // What it answers without its learner: describe, the same view object, alarms, the digest.
+  EXPECT_TRUE(m->Describe().evicted());
+  EXPECT_EQ(m->Describe().samples(), 300u);
+  EXPECT_EQ(m->view(), view);
+  EXPECT_EQ(m->StateDigest(), digest);
+  const auto kept = m->Alarms(0);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->armed_at, alarms->armed_at);
+  EXPECT_EQ(kept->alarms.size(), alarms->alarms.size());
+  EXPECT_EQ(kept->dropped, alarms->dropped);
+  EXPECT_EQ(RefreshModel(*m), nullptr);  // no new pairs, no learner: no view built
+  EXPECT_EQ(m->view(), view);
+  EXPECT_TRUE(m->evicted());
+
+  // The next batch loads it back; then it equals the twin fed the same batches.
+  for (ModelRegistry* r : {&d.reg, &twin}) ASSERT_TRUE(Apply(*r, Batch("m", "p", 300, 200, 2)).ok());
+  EXPECT_FALSE(m->evicted());
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 0u);
+  EXPECT_EQ(m->StateDigest(), (*twin.Get("m"))->StateDigest());
+  EXPECT_GT(m->last_reload_seconds(), 0);
+  EXPECT_EQ(Series(d.metrics, "cmestream_models", "state", "evicted"), 0);
+  EXPECT_EQ(Series(d.metrics, "cmestream_models", "state", "live"), 1);
+  EXPECT_EQ(Series(d.metrics, "cmestream_model_reloads_total"), 1);
+  EXPECT_EQ(Series(d.metrics, "cmestream_model_reload_seconds"), 1);  // one observation
+  // Charged again: what it holds, as the twin is charged (same dictionary).
+  EXPECT_EQ(d.reg.ledger().models(), 1);
+  EXPECT_EQ(d.reg.committed_bytes(), twin.committed_bytes());
+
+  // Exactly-once after the reload: a re-sent batch is a duplicate (evicted again first).
+  ASSERT_NE(RefreshModel(*m), nullptr);
+  EXPECT_EQ(d.reg.EvictIdle(1e-9, 10), 1);
+  auto again = Apply(d.reg, Batch("m", "p", 300, 200, 2));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->applied, 0u);
+  EXPECT_EQ(again->producer_offset, 500u);
+  EXPECT_FALSE(m->evicted());  // a batch reloads, even a duplicate
+  EXPECT_EQ(m->StateDigest(), (*twin.Get("m"))->StateDigest());
+  // A gap is still refused after a reload.
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  EXPECT_EQ(Apply(d.reg, Batch("m", "p", 900, 10, 3)).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Eviction, SnapshotAndReplayOfAnEvictedModelLoseNothing) {
+  TempDir dir("snapshot");
+  uint64_t digest = 0;
+  std::string image_before;
+  {
+    Daemonish d(dir);
+    ASSERT_TRUE(d.reg.Create(Config("m")).ok());
+    ASSERT_TRUE(d.reg.Create(Config("live")).ok());
+    ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 0, 300, 1)).ok());
+    ASSERT_TRUE(Apply(d.reg, Batch("live", "p", 0, 100, 4)).ok());
+    std::shared_ptr<Model> m = *d.reg.Get("m");
+    image_before = ModelSnapshotCodec::Encode(*m).bytes;
+    ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+    ASSERT_TRUE(m->evicted());
+    // The snapshot copies the evicted model's MODL object from its file: the same bytes.
+    EXPECT_EQ(ModelSnapshotCodec::Encode(*m).bytes, image_before);
+    SnapshotOptions so;
+    so.dir = dir.sub("snapshots");
+    so.interval_seconds = 0;
+    SnapshotManager snapshots(so, d.reg, {}, &d.log);
+    auto taken = snapshots.TakeNow();
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    EXPECT_EQ(taken->models, 2);
+    EXPECT_TRUE(m->evicted());  // no reload for a snapshot
+    // Records after the snapshot: one for the live model; the evicted one gets none.
+    ASSERT_TRUE(Apply(d.reg, Batch("live", "p", 100, 50, 5)).ok());
+    digest = m->StateDigest();
+  }
+  // Restart: the snapshot, then the WAL after it; the old eviction files are removed at open.
+  Daemonish r(dir);
+  SnapshotOptions so;
+  so.dir = dir.sub("snapshots");
+  so.interval_seconds = 0;
+  // The registry was replayed from the WAL alone by Daemonish (no snapshot loaded): compare.
+  std::shared_ptr<Model> replayed = *r.reg.Get("m");
+  EXPECT_EQ(replayed->StateDigest(), digest);
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 0u);
+  Metrics metrics;
+  DeferredBatchLog log;
+  ModelRegistry restored({}, metrics, log);
+  SnapshotManager snapshots(so, restored, {}, nullptr);
+  auto loaded = snapshots.LoadNewest();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->models, 2);
+  EXPECT_EQ((*restored.Get("m"))->StateDigest(), digest);
+  EXPECT_EQ(ModelSnapshotCodec::Encode(**restored.Get("m")).bytes, image_before);
+}
+
+TEST(Eviction, ExportAndDeleteOfAnEvictedModel) {
+  TempDir dir("export");
+  Daemonish d(dir);
+  ASSERT_TRUE(d.reg.Create(Config("m")).ok());
+  ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 0, 300, 1)).ok());
+  std::shared_ptr<Model> m = *d.reg.Get("m");
+  const uint64_t digest = m->StateDigest();
+  const absl::StatusOr<std::string> resident_export = ExportModel(*m);
+  ASSERT_TRUE(resident_export.ok());
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  ASSERT_TRUE(m->evicted());
+  // Exported from its file, without a reload; imported elsewhere it is the same state.
+  absl::StatusOr<std::string> exported = ExportModel(*m);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_TRUE(m->evicted());
+  EXPECT_EQ(exported->size(), resident_export->size());
+  Metrics other_metrics;
+  NullBatchLog other_log;
+  ModelRegistry other({}, other_metrics, other_log);
+  auto imported = ImportModel(*exported, "copy", other, {});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ((*imported)->StateDigest(), digest);
+
+  // Deleted while evicted: its count and charge go; its file goes with the last holder.
+  ASSERT_TRUE(d.reg.Delete("m").ok());
+  EXPECT_EQ(Series(d.metrics, "cmestream_models", "state", "evicted"), 0);
+  EXPECT_EQ(Series(d.metrics, "cmestream_models", "state", "live"), 0);
+  EXPECT_EQ(d.reg.ledger().models(), 0);
+  EXPECT_EQ(d.reg.committed_bytes(), 0);
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);  // `m` still holds the object
+  EXPECT_EQ(m->EnsureResident().code(), absl::StatusCode::kNotFound);
+  m.reset();
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 0u);
+  // The name can be used again, and the new model starts empty.
+  ASSERT_TRUE(d.reg.Create(Config("m")).ok());
+  EXPECT_EQ((*d.reg.Get("m"))->stats().samples, 0u);
+}
+
+TEST(Eviction, DamagedFileRefusesTheReloadAndChangesNothing) {
+  TempDir dir("damaged");
+  Daemonish d(dir);
+  ASSERT_TRUE(d.reg.Create(Config("m")).ok());
+  ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 0, 300, 1)).ok());
+  std::shared_ptr<Model> m = *d.reg.Get("m");
+  const uint64_t digest = m->StateDigest();
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  ASSERT_EQ(FilesIn(dir.sub("evicted")), 1u);
+  const std::string path = fs::directory_iterator(dir.sub("evicted"))->path().string();
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const std::string good = bytes;
+  bytes[bytes.size() / 2] ^= 0x10;
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  auto refused = Apply(d.reg, Batch("m", "p", 300, 10, 2));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(refused.status().message().find("cannot be loaded back"), std::string::npos) << refused.status();
+  EXPECT_TRUE(m->evicted());
+  EXPECT_EQ(m->ProducerOffset("p"), 300u);  // nothing of the batch was logged or applied
+  EXPECT_EQ(d.wal->last_sequence(), 2u);    // its creation and first batch only
+  // The file repaired, the same batch goes through.
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(good.data(), static_cast<std::streamsize>(good.size()));
+  }
+  ASSERT_TRUE(m->EnsureResident().ok());
+  EXPECT_EQ(m->StateDigest(), digest);
+  ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 300, 10, 2)).ok());
+}
+
+}  // namespace
+}  // namespace cmestream::service
