@@ -187,7 +187,9 @@ int ModelList(Context& ctx, const Args& args) {
       std::printf("%-24s %5u %10llu %10u %8llu  %s\n", m.config().name().c_str(), m.config().dim(),
                   static_cast<unsigned long long>(m.samples()), m.dictionary_size(),
                   static_cast<unsigned long long>(m.view().version()),
-                  m.has_failure() ? absl::StrCat("FAILED: ", m.failure().reason()).c_str() : "ok");
+                  m.has_failure() ? absl::StrCat("FAILED: ", m.failure().reason()).c_str()
+                  : m.evicted()   ? "evicted"
+                                  : "ok");
     }
   }
   return 0;

@@ -177,9 +177,10 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
     WriteFieldsJson(w, a, {"armed_at", "scored", "alarms_total", "score", "threshold", "alarm_rate", "rearmed"});
     w.EndObject();
   }
-  WriteFieldsJson(w, m,
-                  {"samples", "pending_warmup", "dictionary_size", "dictionary_size_y", "forced_compressions",
-                   "forced_error_sum", "inverse_drift", "batches_applied", "created_unix_seconds"});
+  WriteFieldsJson(
+      w, m,
+      {"samples", "pending_warmup", "dictionary_size", "dictionary_size_y", "forced_compressions", "forced_error_sum",
+       "inverse_drift", "batches_applied", "created_unix_seconds", "evicted", "idle_seconds", "last_reload_seconds"});
   w.Key("view_version").Uint(m.view().version());
   w.Key("view_samples").Uint(m.view().samples());
   w.Key("view_age_seconds").Double(m.view().age_seconds());
@@ -304,6 +305,10 @@ void PrintModel(const v1::ModelInfo& m) {
   if (c.has_fork_of()) {
     std::cout << "  fork of           " << c.fork_of() << ", from its alarm at pair " << c.fork_index()
               << " (fed through it)\n";
+  }
+  if (m.evicted()) {
+    std::cout << "  evicted           idle " << Num(m.idle_seconds())
+              << " s: its learner is on disk; its view and alarms answer, its next batch loads it back\n";
   }
   std::cout << "  samples           " << m.samples();
   if (m.pending_warmup() > 0) std::cout << " (+" << m.pending_warmup() << " buffered for sigma auto)";

@@ -1,5 +1,7 @@
 #include "service/engine/refresh.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -167,7 +169,10 @@ void RefreshScheduler::SweepIdleModels() {
   const Clock::time_point now = Clock::now();
   if (Seconds(now - last_sweep_) < kSweepSeconds) return;
   last_sweep_ = now;
-  registry_.EvictIdle(options_.evict_idle_seconds, kSweepBudgetSeconds);
+  // The freed learners are many mid-sized blocks (the RFF moments, the forecast sums) that
+  // glibc keeps in its arenas: give their pages back, so that eviction lowers the resident
+  // memory and not only the budget's count (docs/benchmarks.md "Fleets": eviction).
+  if (registry_.EvictIdle(options_.evict_idle_seconds, kSweepBudgetSeconds) > 0) ::malloc_trim(0);
 }
 
 void RefreshScheduler::RefreshDueModels() {
