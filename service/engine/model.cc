@@ -741,10 +741,11 @@ absl::StatusOr<bool> Model::EvictLocked(double idle) {
     absl::MutexLock learner_lock(&learner_mu_);
     if (failed()) return false;
     if (const AlarmMonitor* a = learner_->alarms()) {
-      alarms.emplace();
-      alarms->armed_at = a->armed_at();
-      alarms->alarms.assign(a->records().begin(), a->records().end());
-      alarms->dropped = static_cast<uint64_t>(a->dropped());
+      AlarmList kept;
+      kept.armed_at = a->armed_at();
+      kept.alarms.assign(a->records().begin(), a->records().end());
+      kept.dropped = static_cast<uint64_t>(a->dropped());
+      alarms = std::move(kept);
     }
   }
   absl::StatusOr<std::string> path = spill_->Write(*this);  // no learner lock across the I/O

@@ -354,6 +354,10 @@ class ModelInfo:
             until deleted; the daemon and the other models go on).
         memory: ModelMemory, the model's share of the daemon's memory budget, when asked for
             (describe(..., memory=True)); else None.
+        evicted: True while the model is evicted (idle for --evict-idle-seconds: its learner is
+            on disk; its view and alarms answer, its next batch loads it back).
+        idle_seconds: seconds since its last batch or view query.
+        last_reload_seconds: how long its last load back took (0: never evicted and reloaded).
     """
     config: ModelConfig
     samples: int
@@ -376,6 +380,9 @@ class ModelInfo:
     estimators: List["EstimatorCost"] = dataclasses.field(default_factory=list)
     failure: Optional["ModelFailure"] = None
     memory: Optional["ModelMemory"] = None
+    evicted: bool = False
+    idle_seconds: float = 0.0
+    last_reload_seconds: float = 0.0
 
 
 @dataclasses.dataclass
@@ -498,4 +505,5 @@ def model_info_from_proto(m, with_state_digest: bool = False) -> ModelInfo:
                 if m.alarms.enabled else None),
         estimators=[from_proto(EstimatorCost, e) for e in m.estimators],
         failure=from_proto(ModelFailure, m.failure) if m.HasField("failure") else None,
-        memory=from_proto(ModelMemory, m.memory) if m.HasField("memory") else None)
+        memory=from_proto(ModelMemory, m.memory) if m.HasField("memory") else None,
+        evicted=m.evicted, idle_seconds=m.idle_seconds, last_reload_seconds=m.last_reload_seconds)

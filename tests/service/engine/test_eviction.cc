@@ -3,7 +3,8 @@
 // from its view, alarms and digest, and is loaded back by its next batch bit for bit (its state
 // digest equals a twin's that was never evicted and got the same batches); exactly-once
 // survives the reload; daemon snapshots, WAL replay, export/import and deletion of an evicted
-// model keep every byte; a damaged file refuses the reload with DataLoss and nothing changes.
+// model keep every byte; an evicted fork is loaded back by its parent's next batch and equals
+// a twin's fork; a damaged file refuses the reload with DataLoss and nothing changes.
 #include <unistd.h>
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/metric_family.h"
 #include "service/engine/batch.h"
+#include "service/engine/model_config.h"
 #include "service/engine/refresh.h"
 #include "service/engine/registry.h"
 #include "service/observability/metrics.h"
@@ -322,6 +324,67 @@ TEST(Eviction, DamagedFileRefusesTheReloadAndChangesNothing) {
   ASSERT_TRUE(m->EnsureResident().ok());
   EXPECT_EQ(m->StateDigest(), digest);
   ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 300, 10, 2)).ok());
+}
+
+// An AR(1) whose coefficient changes from 0.3 to 0.95 at row 1500 (test_forks.cc's stream):
+// its change alarm starts a fork.
+std::vector<double> Ar1(uint64_t seed, int rows) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0, 1);
+  std::vector<double> v(rows + 1);
+  for (int t = 1; t <= rows; ++t) v[t] = (t < 1500 ? 0.3 : 0.95) * v[t - 1] + noise(rng);
+  return v;
+}
+
+TEST(Eviction, AnEvictedForkIsLoadedBackByItsParentsBatch) {
+  TempDir dir("fork");
+  auto store = EvictionStore::Open(dir.sub("evicted"), {});
+  ASSERT_TRUE(store.ok()) << store.status();
+  Metrics metrics, twin_metrics;
+  NullBatchLog log, twin_log;
+  ModelRegistry reg({}, metrics, log), twin({}, twin_metrics, twin_log);
+  reg.SetSpill(store->get());
+  v1::ModelConfig c;
+  c.set_name("m");
+  c.set_dim(1);
+  c.set_max_dict(40);
+  c.set_rff_features(16);
+  c.set_auto_sigma_warmup(200);
+  c.set_on_change(kOnChangeFork);
+  ASSERT_TRUE(reg.Create(c).ok());
+  ASSERT_TRUE(twin.Create(c).ok());
+  const std::vector<double> v = Ar1(7, 3000);
+  const auto feed = [&](int from, int to) {
+    for (int first = from; first < to; first += 97) {
+      v1::IngestBatch b;
+      b.set_model("m");
+      b.set_producer_id("p");
+      b.set_offset(first);
+      for (int t = first; t <= std::min(first + 97, to); ++t) b.add_states(v[t]);
+      for (ModelRegistry* r : {&reg, &twin}) ASSERT_TRUE(Apply(*r, b).ok());
+    }
+  };
+  feed(0, 2522);
+  std::vector<std::shared_ptr<Model>> forks;
+  for (const auto& m : reg.List()) {
+    if (IsFork(m->config())) forks.push_back(m);
+  }
+  ASSERT_GE(forks.size(), 1u);  // the change at row 1500 raised an alarm
+  for (const auto& f : forks) {
+    ASSERT_TRUE(f->EvictIfIdle(1e-9).ok());
+    ASSERT_TRUE(f->evicted()) << f->name();
+  }
+  feed(2522, 3000);  // the current fork's share loads it back
+  int reloaded = 0;
+  for (const auto& f : forks) {
+    reloaded += f->evicted() ? 0 : 1;
+    auto t = twin.Get(f->name());
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(f->StateDigest(), (*t)->StateDigest()) << f->name();
+    EXPECT_EQ(f->stats().samples, (*t)->stats().samples) << f->name();
+  }
+  EXPECT_GE(reloaded, 1);
+  EXPECT_EQ(reg.List().size(), twin.List().size());
 }
 
 }  // namespace
