@@ -390,6 +390,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     impl->helpers = std::make_unique<HelperPool>(options.helper_threads > 0 ? options.helper_threads
                                                                             : HelperPool::DefaultThreads());
   }
+  impl->metrics.SetPerModel(options.metrics_per_model);
   impl->registry = std::make_unique<ModelRegistry>(defaults, impl->metrics, impl->batch_log);
   impl->registry->SetSideExecutor(impl->helpers.get());
   {

@@ -112,6 +112,14 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       o.limits.max_memory_bytes = *bytes;
     } else if (name == "--accept-data-loss") {
       o.recovery.accept_data_loss = true;
+    } else if (name == "--metrics-per-model") {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      if (*v != "all" && *v != "none") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("flag --metrics-per-model is '", v->substr(0, 40), "', expected all or none"));
+      }
+      o.metrics_per_model = *v == "all";
     } else if (name == "--wal-sync") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();

@@ -225,6 +225,8 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model)
   for (const char* reason : kRejectReasons) {
     rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}}));
   }
+  // --metrics-per-model none: the series go at once, and every later update is a no-op.
+  if (!m_.per_model_) Remove();
 }
 
 void ModelMetrics::OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,

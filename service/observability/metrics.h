@@ -212,6 +212,9 @@ class Metrics {
   // A batch for a model that does not exist.
   void OnUnknownModelBatch();
   void ObserveRpc(const std::string& method, double seconds, int grpc_code) ABSL_LOCKS_EXCLUDED(rpc_mu_);
+  // --metrics-per-model: false ("none") keeps no series with a model label (ModelMetrics then
+  // records nothing; the fleet series stay). requires: before the first ForModel.
+  void SetPerModel(bool per_model) { per_model_ = per_model; }
   // Models held; the live/evicted split follows the evictions and reloads (ModelMetrics).
   void SetModelCount(size_t n);
   // The memory budget (--max-memory) and what the models are charged (MemoryLedger).
@@ -265,6 +268,7 @@ class Metrics {
   prometheus::Counter& evictions_;
   prometheus::Counter& reloads_;
   prometheus::Histogram& reload_seconds_;
+  bool per_model_ = true;
   std::atomic<int64_t> models_total_{0};
   std::atomic<int64_t> evicted_{0};
   prometheus::Gauge& memory_budget_;

@@ -9,7 +9,9 @@ real daemon with --evict-idle-seconds 1:
   - a re-sent batch after the reload is a duplicate (0 pairs applied, the same offset);
   - export of an evicted model (no reload) imports elsewhere with the same digest;
   - kill -9 and a clean restart with evicted models lose nothing (digests);
-  - deletion of an evicted model removes its file.
+  - deletion of an evicted model removes its file;
+  - the twin runs with --metrics-per-model none: its /metrics has no series naming a model,
+    and the fleet series (cmestream_models{state}, the memory budget's).
 Environment (ctest): CMESTREAMD, PYTHONPATH.
 """
 import os
@@ -47,7 +49,8 @@ class EvictionTest(unittest.TestCase):
         self.daemon = self.stubs = None
         self.start()
         self.twin_daemon = Daemon(DAEMON, os.path.join(self.tmp, "twin"), refresh_interval=3600,
-                                  extra_args=["--evict-idle-seconds", "0", "--snapshot-interval", "0"]).start()
+                                  extra_args=["--evict-idle-seconds", "0", "--snapshot-interval", "0",
+                                              "--metrics-per-model", "none"]).start()
         self.twin = Stubs(self.twin_daemon.grpc_target)
 
     def tearDown(self):
@@ -197,6 +200,15 @@ class EvictionTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as e:
             self.describe(self.stubs, "b")
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+        # The twin runs with --metrics-per-model none: no series names a model, the fleet's stay.
+        ours = urllib.request.urlopen(f"http://{self.daemon.metrics_target}/metrics", timeout=10).read().decode()
+        twins = urllib.request.urlopen(f"http://{self.twin_daemon.metrics_target}/metrics", timeout=10).read().decode()
+        self.assertIn('cmestream_samples_ingested_total{model="a"} 1800', ours)
+        self.assertNotIn('model="a', twins)
+        self.assertNotIn('model="b', twins)
+        self.assertIn('cmestream_models{state="live"} 3', twins)  # a, b and a-copy
+        self.assertIn("cmestream_memory_committed_bytes ", twins)
 
 
 if __name__ == "__main__":

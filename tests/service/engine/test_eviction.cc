@@ -15,10 +15,12 @@
 
 #include "gtest/gtest.h"
 #include "prometheus/metric_family.h"
+#include "service/daemon.h"
 #include "service/engine/batch.h"
 #include "service/engine/model_config.h"
 #include "service/engine/refresh.h"
 #include "service/engine/registry.h"
+#include "service/flags.h"
 #include "service/observability/metrics.h"
 #include "service/storage/recovery.h"
 #include "service/storage/snapshot.h"
@@ -385,6 +387,23 @@ TEST(Eviction, AnEvictedForkIsLoadedBackByItsParentsBatch) {
   }
   EXPECT_GE(reloaded, 1);
   EXPECT_EQ(reg.List().size(), twin.List().size());
+}
+
+TEST(Eviction, FlagsAndTheirChecks) {
+  auto defaults = ParseFlags({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->options.evict_idle_seconds, 600);
+  EXPECT_TRUE(defaults->options.metrics_per_model);
+  auto set = ParseFlags({"--evict-idle-seconds", "0", "--metrics-per-model=none"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->options.evict_idle_seconds, 0);
+  EXPECT_FALSE(set->options.metrics_per_model);
+  auto bad = ParseFlags({"--metrics-per-model", "top-10"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("expected all or none"), std::string::npos) << bad.status();
+  DaemonOptions o;
+  o.evict_idle_seconds = -1;
+  EXPECT_NE(o.Validate().message().find("--evict-idle-seconds is -1"), std::string::npos) << o.Validate();
 }
 
 }  // namespace
