@@ -710,12 +710,10 @@ double Model::idle_seconds() const {
 }
 
 uint64_t Model::StateDigest() {
-  {
-    absl::MutexLock evict_lock(&evict_mu_);
-    if (!evicted_path_.empty()) return evicted_digest_;
-    // Resident: hashed under the eviction lock, so no eviction frees the learner meanwhile.
-    return ResidentDigest();
-  }
+  absl::MutexLock evict_lock(&evict_mu_);
+  if (!evicted_path_.empty()) return evicted_digest_;
+  // Resident: hashed under the eviction lock, so no eviction frees the learner meanwhile.
+  return ResidentDigest();
 }
 
 absl::StatusOr<bool> Model::EvictIfIdle(double idle) {

@@ -171,9 +171,10 @@ class Model {
   // warm-up buffer, episode state, CME, counts, RFF moments, latent and predictive
   // accumulators, spectral moments, lag statistics), without the name, WAL sequence and batch
   // count. Two models with equal digests hold the same state (fault and
-  // lifecycle tests; ModelInfo.state_digest). O(model size) under the learner lock. Defined in
-  // snapshot.cc, next to the encoder whose bytes it hashes.
-  uint64_t StateDigest() ABSL_LOCKS_EXCLUDED(learner_mu_, stats_mu_);
+  // lifecycle tests; ModelInfo.state_digest). O(model size) under the learner lock; an evicted
+  // model answers the digest taken at its eviction (EVICTION below). ResidentDigest, the hash,
+  // is defined in snapshot.cc, next to the encoder whose bytes it hashes.
+  uint64_t StateDigest() ABSL_LOCKS_EXCLUDED(evict_mu_, learner_mu_, stats_mu_);
 
   // The change alarms kept (AlarmMonitor, the last AlarmMonitor::kMaxRecords) with index >=
   // `since`, oldest first; `dropped` counts the older alarms no longer kept that would match.
