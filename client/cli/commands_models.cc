@@ -122,6 +122,7 @@ int ModelCreate(Context& ctx, const Args& args) {
   uint("states", UINT32_MAX, [&](uint64_t v) { config.set_num_states(static_cast<uint32_t>(v)); });
   num("forgetting", [&](double v) { config.set_forgetting(v); });
   uint("rff", UINT32_MAX, [&](uint64_t v) { config.set_rff_features(static_cast<uint32_t>(v)); });
+  uint("forecast-features", UINT32_MAX, [&](uint64_t v) { config.set_forecast_features(static_cast<uint32_t>(v)); });
   uint("rank", UINT32_MAX, [&](uint64_t v) { config.set_rank(static_cast<uint32_t>(v)); });
   uint("clusters", UINT32_MAX, [&](uint64_t v) { config.set_clusters(static_cast<uint32_t>(v)); });
   uint("meta", UINT32_MAX, [&](uint64_t v) { config.set_meta_states(static_cast<uint32_t>(v)); });

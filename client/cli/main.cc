@@ -77,6 +77,7 @@ const Command* FindCommand(const std::string& name) {
          "states",
          "forgetting",
          "rff",
+         "forecast-features",
          "rank",
          "clusters",
          "meta",

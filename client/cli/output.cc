@@ -134,11 +134,27 @@ void WriteConfigJson(JsonWriter& w, const v1::ModelConfig& c) {
   else w.Key("sigma").String("auto");
   w.Key("scale").String(c.has_scale() ? c.scale() : "none");
   // The optional settings appear only when set; num_states (no presence) always.
-  WriteFieldsJson(
-      w, c,
-      {"eta", "lambda", "epsilon", "max_dict", "dt", "seed", "auto_sigma_warmup", "refresh_interval_seconds",
-       "refresh_every_samples", "step_decay_samples", "step_decay_power", "averaging", "num_states", "forgetting",
-       "rff_features", "rank", "clusters", "meta_states", "anchor_threshold"});
+  WriteFieldsJson(w, c,
+                  {"eta",
+                   "lambda",
+                   "epsilon",
+                   "max_dict",
+                   "dt",
+                   "seed",
+                   "auto_sigma_warmup",
+                   "refresh_interval_seconds",
+                   "refresh_every_samples",
+                   "step_decay_samples",
+                   "step_decay_power",
+                   "averaging",
+                   "num_states",
+                   "forgetting",
+                   "rff_features",
+                   "forecast_features",
+                   "rank",
+                   "clusters",
+                   "meta_states",
+                   "anchor_threshold"});
   if (!c.vertex_hunting().empty()) w.Key("vertex_hunting").String(c.vertex_hunting());
   WriteFieldsJson(
       w, c,
@@ -359,7 +375,7 @@ void PrintModel(const v1::ModelInfo& m) {
               << "\n";
   }
   std::cout << "  views             rank " << c.rank() << ", clusters " << c.clusters();
-  if (c.num_states() == 0) std::cout << ", rff " << c.rff_features();
+  if (c.num_states() == 0) std::cout << ", rff " << c.rff_features() << ", forecast features " << c.forecast_features();
   if (c.meta_states() > 0) {
     std::cout << "; aggregation " << c.meta_states() << " meta-states (delta0 " << Num(c.anchor_threshold()) << ", "
               << (c.vertex_hunting().empty() ? "spa" : c.vertex_hunting()) << ")";

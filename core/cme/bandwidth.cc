@@ -69,7 +69,10 @@ double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::R
   c00.diagonal().array() += r0;
   c11.diagonal().array() += r1;
   const MatrixXd i0 = InverseSqrtPsd(c00, r0), i1 = InverseSqrtPsd(c11, r1);
-  Eigen::JacobiSVD<MatrixXd> svd(i0 * c01 * i1, Eigen::ComputeThinU | Eigen::ComputeThinV);
+  // Divide and conquer (BDCSVD), not one-sided Jacobi: the same singular vectors to rounding, and
+  // at p = 200 landmarks Jacobi's sweeps were 83 % of a fleet's CPU while models warmed up
+  // (docs/benchmarks.md "Fleets").
+  Eigen::BDCSVD<MatrixXd> svd(i0 * c01 * i1, Eigen::ComputeThinU | Eigen::ComputeThinV);
   const int r = std::min(rank, p);
   const MatrixXd a = i0 * svd.matrixU().leftCols(r);
   const MatrixXd b = i1 * svd.matrixV().leftCols(r);

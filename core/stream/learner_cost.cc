@@ -60,7 +60,7 @@ std::vector<EstimatorCost> PerPairCost(const StreamingLearner::Options& o, int a
     add("lags", l * (b * b + b * e), absl::StrCat("L (B^2 + B d) (L = ", l, ", B = ", b, ", d = ", e, ")"));
   }
   if (e <= learner_options::kMaxForecastDim) {
-    const double f = std::min(n, 128.0), q = 1 + e + f;
+    const double f = learner_options::ForecastFeatureCount(o), q = 1 + e + f;
     add("forecast", q * (q + 1) / 2 + q * e + f * e,
         absl::StrCat("q (q+1)/2 + q d + F d (q = 1 + d + F, F = ", f, ", d = ", e, ")"));
     // The candidates' live skill (docs/algorithms.md §11 "Served forecast"): the linear part's

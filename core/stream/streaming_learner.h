@@ -218,6 +218,9 @@ class StreamingLearner {
     // 1 = none.
     double forgetting = 1.0;
     int rff_features = 256;  // N, random Fourier features of the embedding moments
+    // F, random Fourier features of the forecast regression (§11); 0: min(rff_features, 128)
+    // (learner_options::ForecastFeatureCount; the daemon sets it from ModelConfig.forecast_features).
+    int forecast_features = 0;
     // The latent multi-view accumulator (§5): RFF features (continuous, N = rff_features) or
     // one-hot ids (discrete), and a third-moment reservoir of `reservoir` triples.
     bool latent = false;

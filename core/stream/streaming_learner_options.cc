@@ -76,16 +76,19 @@ AlarmMonitor::Options Alarms(const StreamingLearner::Options& o) {
   return a;
 }
 
-// Random features of the forecast regression: its state is (5 + 2) (q^2 + q d) doubles with
-// q = d + N, which with N = 256 made a small model's export larger than gRPC's default 4 MB
+// kForecastFeatures: the forecast regression's state is (5 + 2) (q^2 + q d) doubles with
+// q = d + F, which with F = 256 made a small model's export larger than gRPC's default 4 MB
 // message; 128 features keep it near 1 MB at d = 12 (on 14 real series the geometric-mean
 // ratio to the least-squares AR went from 1.013 to 1.024, docs/user-guide.md "Real data").
-constexpr int kForecastFeatures = 128;
+int ForecastFeatureCount(const StreamingLearner::Options& o) {
+  const int f = o.forecast_features > 0 ? o.forecast_features : std::min(o.rff_features, kForecastFeatures);
+  return std::min(f, ForecastRegression::kMaxFeatures);
+}
+
+int DefaultRffFeatures(int estimator_dim) { return estimator_dim == 1 ? 64 : 256; }
 
 std::shared_ptr<const FeatureMap> ForecastFeatures(const StreamingLearner::Options& o, double sigma) {
-  absl::StatusOr<FeatureMap> features =
-      FeatureMap::Rff(o.estimator_dim(),
-                      std::min({o.rff_features, kForecastFeatures, ForecastRegression::kMaxFeatures}), sigma, o.seed);
+  absl::StatusOr<FeatureMap> features = FeatureMap::Rff(o.estimator_dim(), ForecastFeatureCount(o), sigma, o.seed);
   // Options::Validate() checked these arguments; a failure here is a programming error.
   if (!features.ok()) std::abort();
   return std::make_shared<const FeatureMap>(*std::move(features));
@@ -191,6 +194,10 @@ absl::Status StreamingLearner::Options::Validate() const {
     }
     if (absl::Status s = lo::Cme(*this, sigma).Validate(); !s.ok()) return Bad("cme", s);
     if (rff_features < 1) return Bad(absl::StrCat("rff_features is ", rff_features, ", expected >= 1"));
+    if (forecast_features < 0 || forecast_features > ForecastRegression::kMaxFeatures) {
+      return Bad(
+          absl::StrCat("forecast_features is ", forecast_features, ", expected 0..", ForecastRegression::kMaxFeatures));
+    }
     if (absl::Status s = lo::Moments(*this).Validate(); !s.ok()) return Bad("embedding moments", s);
     if (absl::Status s = lo::Spectral(*this, sigma).Validate(); !s.ok()) return Bad("spectral moments", s);
     if (estimator_dim() <= lo::kMaxForecastDim) {

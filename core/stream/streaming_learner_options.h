@@ -44,9 +44,20 @@ inline constexpr int kMinForecastSkillHorizon = 12;
 inline constexpr int kMaxForecastSkillHorizon = 48;
 int ForecastSkillHorizon(const StreamingLearner::Options& o);
 ForecastRegression::Options Forecast(const StreamingLearner::Options& o);
-// Its features: random Fourier features at `sigma` drawn from the model's seed, min(rff_features,
-// 128) of them (kForecastFeatures in the .cc says why not 256).
+// Its features: random Fourier features at `sigma` drawn from the model's seed, ForecastFeatureCount
+// of them: o.forecast_features, or min(rff_features, 128) when it is 0 (kForecastFeatures says why
+// not 256), at most ForecastRegression::kMaxFeatures.
+inline constexpr int kForecastFeatures = 128;
+int ForecastFeatureCount(const StreamingLearner::Options& o);
 std::shared_ptr<const FeatureMap> ForecastFeatures(const StreamingLearner::Options& o, double sigma);
+
+// The default number of random Fourier features of the embedding moments (rff_features) for an
+// estimator input of `estimator_dim` values (docs/user-guide.md "Model fields"): 64 for one value,
+// 256 otherwise. The moments cost 3 N^2 doubles and 2 N^2 multiply-adds a pair, 93 % of a default
+// 1-channel model's work at N = 256 (docs/benchmarks.md "Fleets"); on a scalar input 64 features
+// resolve what 256 do (the four-well's embedding timescale 5.38 against 5.44 at 256, truth 5.80;
+// 32 gave 4.06: tests/integration/test_daemon_views.cc ContinuousFourWellClusters).
+int DefaultRffFeatures(int estimator_dim);
 
 // The change alarms (options.alarms): on the raw channels (input_dim) of a state of dim values,
 // or on the discrete ids.

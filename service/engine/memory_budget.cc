@@ -75,10 +75,10 @@ double EstimateModelBytesAt(const v1::ModelConfig& c, double atoms) {
     const double run = learner.run_pairs();
     bytes += (4 * run + 1) * d * kDouble + 10 * m * 128 * kDouble;
     // Forecast regression (core/forecast/forecast_regression.h; dim <= 256): 5 folds plus two
-    // refit copies of q x q and q x d sums (q = d + min(N, 128)), in the learner and twice more
-    // while a refresh fits it (the snapshot copy and the fit's complements).
+    // refit copies of q x q and q x d sums (q = d + F, F = forecast_features), in the learner and
+    // twice more while a refresh fits it (the snapshot copy and the fit's complements).
     if (d <= 256) {
-      const double q = d + std::min(n, 128.0);
+      const double q = d + static_cast<double>(c.forecast_features());
       bytes += 3 * 7 * (q * q + q * d) * kDouble;
     }
   }

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/forecast/forecast_regression.h"
+#include "core/stream/streaming_learner_options.h"
 #include "service/engine/lags.h"
 #include "service/engine/wire_limits.h"
 
@@ -46,9 +48,28 @@ absl::Status NormalizeViewFields(v1::ModelConfig& c) {
   if (!std::isfinite(c.forgetting()) || c.forgetting() < kMinForgetting || c.forgetting() > 1) {
     return Bad(c, "forgetting", c.forgetting(), absl::StrCat("in [", kMinForgetting, ", 1] (1 = no forgetting)"));
   }
-  if (!c.has_rff_features()) c.set_rff_features(kDefaultRffFeatures);
+  // Sized to the estimator's input (learner_options::DefaultRffFeatures); the forecast keeps its
+  // 128 features when the embedding's are defaulted, and min(N, 128) when N was given (as before
+  // the field existed: configs stored without it load as they ran).
+  if (!c.has_forecast_features() && !discrete) {
+    c.set_forecast_features(c.has_rff_features()
+                                ? std::min<uint32_t>(c.rff_features(), learner_options::kForecastFeatures)
+                                : learner_options::kForecastFeatures);
+  }
+  if (!c.has_rff_features()) {
+    const uint64_t estimator_dim = c.reduce() > 0 ? c.reduce() : StateDim(c);
+    c.set_rff_features(discrete ? kDefaultRffFeatures
+                                : static_cast<uint32_t>(learner_options::DefaultRffFeatures(
+                                      static_cast<int>(std::min<uint64_t>(estimator_dim, kMaxDim)))));
+  }
   if (!discrete && (c.rff_features() < 1 || c.rff_features() > kMaxRffFeatures)) {
     return Bad(c, "rff_features", c.rff_features(), absl::StrCat("1..", kMaxRffFeatures));
+  }
+  if (!discrete && (c.forecast_features() < 1 || c.forecast_features() > ForecastRegression::kMaxFeatures)) {
+    return Bad(c, "forecast_features", c.forecast_features(), absl::StrCat("1..", ForecastRegression::kMaxFeatures));
+  }
+  if (discrete && c.has_forecast_features()) {
+    return Bad(c, "forecast_features", c.forecast_features(), "unset for a discrete model (num_states > 0)");
   }
   if (!c.has_rank()) c.set_rank(4);
   if (c.rank() < 1 || c.rank() > kMaxRank) return Bad(c, "rank", c.rank(), absl::StrCat("1..", kMaxRank));
@@ -393,6 +414,7 @@ StreamingLearner::Options LearnerOptionsFor(const v1::ModelConfig& c) {
   o.seed = c.seed();
   o.forgetting = c.forgetting();
   o.rff_features = static_cast<int>(c.rff_features());
+  o.forecast_features = static_cast<int>(c.forecast_features());
   o.latent = c.latent_states() > 0;
   o.reservoir = static_cast<int>(c.reservoir());
   o.window = static_cast<int>(c.window());

@@ -25,6 +25,7 @@
 #include "core/alarms/alarm_monitor.h"
 #include "core/spectral/prequential_score.h"
 #include "core/stream/streaming_learner.h"
+#include "core/stream/streaming_learner_options.h"
 #include "service/engine/helper_pool.h"
 #include "tests/bench/delay_states.h"
 
@@ -165,6 +166,23 @@ BENCHMARK(BM_LearnerDefaults)
     ->Args({512, 32, 1, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// BM_LearnerScalar/rff: the daemon's default model of a 1-channel stream (sigma auto, scaling,
+// alarms, the forecast's 128 features) with `rff` embedding features: 64 is the default for one
+// input value (learner_options::DefaultRffFeatures), 256 the default before it.
+void BM_LearnerScalar(benchmark::State& state) {
+  StreamingLearner::Options o;
+  o.dim = 1;
+  o.cme.dim = 1;
+  o.cme.sigma = 0;
+  o.scale_inputs = true;
+  o.seed = 7;
+  o.alarms = true;
+  o.rff_features = static_cast<int>(state.range(0));
+  o.forecast_features = learner_options::kForecastFeatures;
+  RunLearner(state, o, true);
+}
+BENCHMARK(BM_LearnerScalar)->ArgName("rff")->Arg(64)->Arg(256)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // BM_AlarmMonitor/d/channels/runs: the change alarms alone (what alarms = 1 adds per pair), on
 // the same states; one iteration is one batch of 256 pairs, so its time compares with

@@ -259,7 +259,8 @@ class Client:
         epsilon, max_dict, dt, seed, auto_sigma_warmup, scale ("auto": per-channel input scaling,
         the default with sigma auto; "none"), refresh_interval_seconds, refresh_every_samples,
         step_decay_samples, step_decay_power, averaging, num_states
-        (discrete model, dim 0), forgetting, rff_features, rank, clusters, meta_states,
+        (discrete model, dim 0), forgetting, rff_features (default 64 for one input value, else
+        256), forecast_features, rank, clusters, meta_states,
         anchor_threshold, vertex_hunting, latent_states, tensor_restarts, tensor_iterations,
         reservoir, window, ridge_stage1, ridge_stage2, lags, delays and delay_stride (learn on
         windows of the last `delays` raw rows; ingest raw rows with ingest_trajectory), alarms,

@@ -300,6 +300,7 @@ class ModelConfig:
     reduce: Optional[int] = None
     fork_of: Optional[str] = None  # set on a fork (on_change "fork"): the model it forked from
     fork_index: Optional[int] = None  # ... and that model's alarm index it starts at
+    forecast_features: Optional[int] = None  # random features of the forecast regression
 
 
 @dataclasses.dataclass
