@@ -71,7 +71,7 @@ class ForkSink {
   virtual void Forward(const Model& parent, const ForkPlan& plan, const StreamBatch& applied, uint64_t sequence) = 0;
 };
 
-// Where an evicted model's learner goes (EVICTION below; service/storage/eviction.h keeps it
+// Where an evicted model's learner goes (EVICTION below; EvictionStore in service/storage/snapshot.h keeps it
 // in one file per eviction under DATA_DIR/evicted, the export format).
 class ModelSpill {
  public:
