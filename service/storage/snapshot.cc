@@ -585,7 +585,11 @@ absl::StatusOr<std::unique_ptr<StreamingLearner>> EvictionStore::Read(const std:
   }
   const auto [begin, end] = f->model_ranges[0];
   io::Reader r(std::string_view(f->bytes).substr(begin, end - begin), path, begin);
-  return ModelSnapshotCodec::DecodeLearner(r, defaults_, model, scratch_metrics_->ForModel("reload"), &null_log_);
+  // Each reload's throwaway model gets series of its own: reloads run at once on the ingest
+  // threads, and two ModelMetrics of one label share prometheus-cpp's series, which the first to
+  // go removes (freed) under the other (heap corruption under a fleet's reloads).
+  const std::string label = absl::StrCat("reload-", reloads_.fetch_add(1, std::memory_order_relaxed));
+  return ModelSnapshotCodec::DecodeLearner(r, defaults_, model, scratch_metrics_->ForModel(label), &null_log_);
 }
 
 absl::StatusOr<std::string> EvictionStore::ReadImage(const std::string& path) {

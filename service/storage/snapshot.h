@@ -174,6 +174,7 @@ class EvictionStore final : public ModelSpill {
   const std::string dir_;
   const ConfigDefaults defaults_;
   std::unique_ptr<Metrics> scratch_metrics_;  // series of the throwaway models a reload decodes
+  std::atomic<uint64_t> reloads_{0};          // their labels ("reload-N": one per reload)
   NullBatchLog null_log_;
   std::atomic<uint64_t> next_{0};
   std::atomic<uint64_t> bytes_written_{0};
