@@ -26,6 +26,7 @@
 #include "service/storage/recovery.h"
 #include "service/storage/snapshot.h"
 #include "service/storage/wal.h"
+#include "tests/service/registry_batches.h"
 
 namespace cmestream::service {
 namespace {
@@ -50,41 +51,10 @@ class TempDir {
   fs::path path_;
 };
 
-v1::ModelConfig Config(const std::string& name) {
-  v1::ModelConfig c;
-  c.set_name(name);
-  c.set_dim(2);
-  c.set_sigma(0.5);
-  c.set_max_dict(60);
-  c.set_refresh_interval_seconds(3600);
-  return c;
-}
-
-// Pairs of a deterministic 2-d map (a rotation with a small nonlinearity).
-v1::IngestBatch Batch(const std::string& model, const std::string& producer, uint64_t offset, int n, uint64_t seed) {
-  v1::IngestBatch b;
-  b.set_model(model);
-  b.set_producer_id(producer);
-  b.set_offset(offset);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-2, 2);
-  for (int i = 0; i < n; ++i) {
-    const double x0 = u(rng), x1 = u(rng);
-    b.add_x(x0);
-    b.add_x(x1);
-    b.add_y(0.9 * x1 + 0.1 * x0 * x0);
-    b.add_y(-0.9 * x0);
-  }
-  return b;
-}
-
-absl::StatusOr<Model::IngestResult> Apply(ModelRegistry& reg, const v1::IngestBatch& b) {
-  auto model = reg.Get(b.model());
-  if (!model.ok()) return model.status();
-  BatchCheck check = ValidateBatch(b, (*model)->dim(), 0);
-  if (!check.status.ok()) return check.status;
-  return (*model)->Ingest(check.batch, b.producer_id(), b.offset(), 0, b.episode_id());
-}
+// tests/service/registry_batches.h
+constexpr auto& Config = test_helpers::SmallMapConfig;
+constexpr auto& Batch = test_helpers::SmallMapBatch;
+constexpr auto& Apply = test_helpers::ApplyBatch;
 
 // The value of a series of the daemon's registry (NaN if absent).
 double Series(Metrics& metrics, const std::string& family, const std::string& label = "",
@@ -109,7 +79,7 @@ size_t FilesIn(const std::string& dir) {
   return n;
 }
 
-// A daemon's parts with a WAL, the eviction store and a live model "m" fed 300 pairs with a view.
+// A daemon's parts: a registry with a WAL and the eviction store.
 struct Daemonish {
   explicit Daemonish(const TempDir& dir, const std::string& wal = "wal") : reg({}, metrics, log) {
     WalOptions o;
@@ -130,6 +100,13 @@ struct Daemonish {
   ModelRegistry reg;
   std::unique_ptr<Wal> wal;
 };
+
+// Model "m" of `d`, created and fed 300 pairs of producer "p".
+std::shared_ptr<Model> FedModel(Daemonish& d) {
+  EXPECT_TRUE(d.reg.Create(Config("m")).ok());
+  EXPECT_TRUE(Apply(d.reg, Batch("m", "p", 0, 300, 1)).ok());
+  return *d.reg.Get("m");
+}
 
 TEST(Eviction, EvictedModelAnswersFromMemoryAndReloadsBitForBit) {
   TempDir dir("reload");
@@ -256,9 +233,8 @@ TEST(Eviction, SnapshotAndReplayOfAnEvictedModelLoseNothing) {
 TEST(Eviction, ExportAndDeleteOfAnEvictedModel) {
   TempDir dir("export");
   Daemonish d(dir);
-  ASSERT_TRUE(d.reg.Create(Config("m")).ok());
-  ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 0, 300, 1)).ok());
-  std::shared_ptr<Model> m = *d.reg.Get("m");
+  std::shared_ptr<Model> m = FedModel(d);
+  ASSERT_FALSE(HasFailure());
   const uint64_t digest = m->StateDigest();
   const absl::StatusOr<std::string> resident_export = ExportModel(*m);
   ASSERT_TRUE(resident_export.ok());
@@ -294,9 +270,8 @@ TEST(Eviction, ExportAndDeleteOfAnEvictedModel) {
 TEST(Eviction, DamagedFileRefusesTheReloadAndChangesNothing) {
   TempDir dir("damaged");
   Daemonish d(dir);
-  ASSERT_TRUE(d.reg.Create(Config("m")).ok());
-  ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 0, 300, 1)).ok());
-  std::shared_ptr<Model> m = *d.reg.Get("m");
+  std::shared_ptr<Model> m = FedModel(d);
+  ASSERT_FALSE(HasFailure());
   const uint64_t digest = m->StateDigest();
   ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
   ASSERT_EQ(FilesIn(dir.sub("evicted")), 1u);

@@ -410,6 +410,48 @@ TEST(StoredConfigTest, AWideModelStoredBeforeReductionLoadsUnreduced) {
   EXPECT_FALSE(fresh->has_scale());  // a reduced model is unscaled unless asked
 }
 
+// Random features sized to the estimator's input (learner_options::DefaultRffFeatures): 64 for
+// one value, 256 otherwise (delays and a second channel count); the forecast keeps 128 when N is
+// defaulted, min(N, 128) when N is given; a config stored before forecast_features existed loads
+// with min(N, 128), what it ran with; a discrete model refuses the field.
+TEST(StoredConfigTest, RandomFeaturesAreSizedToTheInputAndOldConfigsLoadAsTheyRan) {
+  auto normalized = [](uint32_t dim, uint32_t delays, int rff) {
+    v1::ModelConfig c;
+    c.set_name("m");
+    c.set_dim(dim);
+    if (delays > 1) c.set_delays(delays);
+    if (rff > 0) c.set_rff_features(static_cast<uint32_t>(rff));
+    absl::StatusOr<v1::ModelConfig> n = service::NormalizeModelConfig(c, service::ConfigDefaults{});
+    EXPECT_TRUE(n.ok()) << n.status();
+    return n.ok() ? *n : v1::ModelConfig{};
+  };
+  const v1::ModelConfig scalar = normalized(1, 1, 0);
+  EXPECT_EQ(scalar.rff_features(), 64u);
+  EXPECT_EQ(scalar.forecast_features(), 128u);
+  EXPECT_EQ(service::LearnerOptionsFor(scalar).rff_features, 64);
+  EXPECT_EQ(service::LearnerOptionsFor(scalar).forecast_features, 128);
+  EXPECT_EQ(normalized(2, 1, 0).rff_features(), 256u);
+  EXPECT_EQ(normalized(1, 12, 0).rff_features(), 256u);  // a delay window of 12 values
+  const v1::ModelConfig given = normalized(1, 1, 16);
+  EXPECT_EQ(given.rff_features(), 16u);
+  EXPECT_EQ(given.forecast_features(), 16u);
+
+  v1::ModelConfig old;  // as stored before the field: N given (normalized then), no F
+  old.set_name("old");
+  old.set_dim(1);
+  old.set_rff_features(256);
+  absl::StatusOr<v1::ModelConfig> stored = service::NormalizeStoredModelConfig(old, service::ConfigDefaults{});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->rff_features(), 256u);
+  EXPECT_EQ(stored->forecast_features(), 128u);
+
+  v1::ModelConfig discrete;
+  discrete.set_name("d");
+  discrete.set_num_states(4);
+  discrete.set_forecast_features(8);
+  EXPECT_FALSE(service::NormalizeModelConfig(discrete, service::ConfigDefaults{}).ok());
+}
+
 TEST(MemoryBudgetTest, EstimateIncludesTheSpectralMoments) {
   for (int m : {100, 1000, 2000}) {
     v1::ModelConfig c;

@@ -31,6 +31,7 @@
 #include "service/storage/manifest.h"
 #include "service/storage/recovery.h"
 #include "service/storage/wal.h"
+#include "tests/service/registry_batches.h"
 
 namespace cmestream::service {
 namespace {
@@ -565,41 +566,10 @@ TEST(Wal, RotationAndDeletionOfCoveredSegments) {
 
 // --- replay through the registry ---------------------------------------------------------
 
-v1::ModelConfig DuffingConfig(const std::string& name) {
-  v1::ModelConfig c;
-  c.set_name(name);
-  c.set_dim(2);
-  c.set_sigma(0.5);
-  c.set_max_dict(60);
-  c.set_refresh_interval_seconds(3600);
-  return c;
-}
-
-// Pairs of a deterministic 2-d map (x' = rotation + small nonlinearity).
-v1::IngestBatch Batch(const std::string& model, const std::string& producer, uint64_t offset, int n, uint64_t seed) {
-  v1::IngestBatch b;
-  b.set_model(model);
-  b.set_producer_id(producer);
-  b.set_offset(offset);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-2, 2);
-  for (int i = 0; i < n; ++i) {
-    const double x0 = u(rng), x1 = u(rng);
-    b.add_x(x0);
-    b.add_x(x1);
-    b.add_y(0.9 * x1 + 0.1 * x0 * x0);
-    b.add_y(-0.9 * x0);
-  }
-  return b;
-}
-
-absl::StatusOr<Model::IngestResult> Apply(ModelRegistry& reg, const v1::IngestBatch& b) {
-  auto model = reg.Get(b.model());
-  if (!model.ok()) return model.status();
-  BatchCheck check = ValidateBatch(b, (*model)->dim(), 0);
-  if (!check.status.ok()) return check.status;
-  return (*model)->Ingest(check.batch, b.producer_id(), b.offset(), 0, b.episode_id());
-}
+// tests/service/registry_batches.h
+constexpr auto& DuffingConfig = test_helpers::SmallMapConfig;
+constexpr auto& Batch = test_helpers::SmallMapBatch;
+constexpr auto& Apply = test_helpers::ApplyBatch;
 
 TEST(WalReplay, RecoveredModelIsBitForBitTheLiveOneWithProducerOffsets) {
   const std::string dir = TempDir("replay");
