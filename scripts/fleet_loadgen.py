@@ -13,7 +13,7 @@ Starts its own daemon (--cmestreamd, a fresh data directory under /tmp, removed 
      random periods and phases, Gaussian noise, level shifts at random times; 8 channels mix
      the cycles with random weights) as trajectory batches of `--batch` pairs (IngestOne, one
      producer per model, episode continued across batches), from `--workers` threads, round
-     robin over the models, paced at `--rate` pairs/s per model (0: as fast as the daemon
+     robin over the models (or over waves of `--wave` models, one wave after another), paced at `--rate` pairs/s per model (0: as fast as the daemon
      takes them);
   3. meanwhile one probe thread calls GetModel and GetKoopman (top 6, no points) on a random
      model in a loop;
@@ -157,6 +157,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=200, help="pairs per IngestOne call")
     ap.add_argument("--rate", type=float, default=0, help="pairs/s per model (0: unpaced)")
     ap.add_argument("--workers", type=int, default=8, help="threads sending batches")
+    ap.add_argument("--wave", type=int, default=0,
+                    help="feed the models in waves of this many, one wave after another (0: all round robin)")
     ap.add_argument("--no-probe", action="store_true", help="no GetModel/GetKoopman probe")
     ap.add_argument("--config", action="append", default=[], help="ModelConfig field=value for every model")
     ap.add_argument("--prefix", default="fleet")
@@ -222,8 +224,12 @@ def main() -> int:
         data = {n: series(i, args.pairs + 1 + touch, args.channels, args.seed)
                 for i, n in enumerate(names) if n in set(live)}
         batches_per_model = (args.pairs + args.batch - 1) // args.batch
-        # The work list: batch k of every model, then batch k + 1 (round robin).
-        work = [(k, n) for k in range(batches_per_model) for n in live]
+        # The work list: batch k of every model, then batch k + 1 (round robin); with --wave W,
+        # the models in waves of W, each wave fed to the end before the next starts (so the
+        # earlier waves idle, and with --evict-idle-seconds get evicted, while later ones feed).
+        wave = args.wave if args.wave > 0 else max(1, len(live))
+        work = [(k, n) for w in range(0, len(live), wave)
+                for k in range(batches_per_model) for n in live[w:w + wave]]
         lock = threading.Lock()
         next_item = [0]
         ingest_lat = []
@@ -319,7 +325,13 @@ def main() -> int:
             report["first_error"] = errors[0]
         time.sleep(1.0)
         report["rss_after_feed"] = rss()
-        infos = models.ListModels(pb.ListModelsRequest(), timeout=120).models
+        infos, token = [], ""
+        while True:  # pages of 1,000 (a fleet's list in one reply can exceed a message's size)
+            page = models.ListModels(pb.ListModelsRequest(page_size=1000, page_token=token), timeout=120)
+            infos.extend(page.models)
+            token = page.next_page_token
+            if not token:
+                break
         report["models_listed"] = len(infos)
         report["alarms_armed"] = sum(1 for m in infos if m.alarms.enabled and m.alarms.armed_at >= 0)
         report["alarms_total"] = sum(m.alarms.alarms_total for m in infos)

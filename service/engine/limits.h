@@ -30,7 +30,7 @@ namespace cmestream::service {
 
 struct LimitOptions {
   int64_t max_batch_pairs = 1000000;           // --max-batch-pairs, >= 1
-  int max_models = 1000;                       // --max-models, >= 1
+  int max_models = 100000;                     // --max-models, >= 1 (the memory budget admits models first)
   int max_dim = 4096;                          // --max-dim, 1..kMaxDim (model_config.h)
   int max_queued_batches = 64;                 // --max-queued-batches, >= 0 (0: no batch ever waits)
   int retry_after_ms = 100;                    // hint sent with a full-queue refusal, >= 1

@@ -75,11 +75,14 @@ double EstimateModelBytesAt(const v1::ModelConfig& c, double atoms) {
     const double run = learner.run_pairs();
     bytes += (4 * run + 1) * d * kDouble + 10 * m * 128 * kDouble;
     // Forecast regression (core/forecast/forecast_regression.h; dim <= 256): 5 folds plus two
-    // refit copies of q x q and q x d sums (q = d + F, F = forecast_features), in the learner and
-    // twice more while a refresh fits it (the snapshot copy and the fit's complements).
+    // refit copies of q x q and q x d sums (q = d + F, F = forecast_features) in the learner. The
+    // two more copies a refresh makes while it fits (the snapshot copy and the fit's complements)
+    // are a refresh's working set, held by one model at a time (refreshes run one after another)
+    // and left to the memory the budget does not give to models (the default budget is 0.8 of
+    // the machine); charged to every model they were 2/3 of an empty 1-channel model's floor.
     if (d <= 256) {
       const double q = d + static_cast<double>(c.forecast_features());
-      bytes += 3 * 7 * (q * q + q * d) * kDouble;
+      bytes += 7 * (q * q + q * d) * kDouble;
     }
   }
   // Lag statistics (core/validation/lag_statistics.h): per lag and block (16 + the open one),
