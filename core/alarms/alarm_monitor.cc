@@ -173,6 +173,8 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
     // A refit can only come after the block's last pair: every pair is scored with one fit.
     const int k = forecast_->ObserveBlock(x, y, n, residual_.data(), &scored);
     for (int b = 0; b < k; ++b) {
+      const int64_t alarms_before = score_sink_.at != nullptr ? alarms_total() : 0;
+      spike_ratio_ = 0;
       if (scored) {
         const double* xb = x + static_cast<int64_t>(b) * d;
         const double* rb = residual_.data() + static_cast<int64_t>(b) * c;
@@ -194,6 +196,7 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
       // (docs/algorithms.md §12.9 "After a restart") holds the reference the refit ended, or
       // keeps a held one running if that reference is too short.
       if (b == k - 1 && drift_ && forecast_->next_fit() != next_fit) drift_->Restart(/*keep=*/true);
+      if (score_sink_.at != nullptr) SinkScore(alarms_before);
       ++pairs_;
     }
     x += static_cast<int64_t>(k) * d;
@@ -202,7 +205,17 @@ void AlarmMonitor::ObservePairs(const double* x, const double* y, int64_t n, dou
   }
 }
 
+void AlarmMonitor::SinkScore(int64_t alarms_before) {
+  // A statistic exactly at its bound raises no alarm (alarms need more): capped below 1 at the
+  // largest float under 1, so a score sent as a float is 1 on alarms only.
+  constexpr double kBelowOne = 1 - 0x1p-24;
+  const double s = alarms_total() > alarms_before ? 1.0 : std::min(kBelowOne, std::max(score(), spike_ratio_));
+  score_sink_.at[pairs_ - score_sink_.from] = s;
+}
+
 void AlarmMonitor::ObserveIds(int64_t x, int64_t y, const TransitionCounts& counts, double time) {
+  const int64_t alarms_before = score_sink_.at != nullptr ? alarms_total() : 0;
+  spike_ratio_ = 0;
   if (pairs_ >= kDiscreteFirstScored) {
     const int xi = static_cast<int>(x), yi = static_cast<int>(y);
     // The randomized p-value of the transition, as |N(0,1)| (docs/algorithms.md §12.8).
@@ -210,6 +223,7 @@ void AlarmMonitor::ObserveIds(int64_t x, int64_t y, const TransitionCounts& coun
     residual_[0] = -NormalQuantile(std::clamp(u / 2, 1e-300, 0.5));
     Score(nullptr, residual_.data(), nullptr, time);
   }
+  if (score_sink_.at != nullptr) SinkScore(alarms_before);
   ++pairs_;
 }
 
@@ -283,6 +297,7 @@ void AlarmMonitor::ObserveSpike(const double* step, double time, bool other_alar
       double& cached = spike_->threshold[static_cast<size_t>(c)];
       if (!(cached >= 0) || n % 50 == 0) cached = SpikeThreshold(top, n - n % 50, q);
       const double bound = cached;
+      spike_ratio_ = std::max(spike_ratio_, a / std::max(bound, 1e-300));
       if (a > bound && (best < 0 || a / std::max(bound, 1e-300) > best_ratio)) {
         best = c;
         best_step = a;

@@ -151,6 +151,18 @@ class AlarmMonitor {
   // Discrete: ids and the model's counts before the pair.
   void ObserveIds(int64_t x, int64_t y, const TransitionCounts& counts, double time);
 
+  // THE PER-PAIR ANOMALY SCORE (docs/algorithms.md §12.15). While a sink is set, the j-th pair
+  // observed after set_score_sink writes its score to sink[j], in [0, 1]: 1 when a test alarmed
+  // on the pair; else min(1 - 2^-24, max(score() after the pair, the spike test's largest
+  // |step| / bound on it)) (a statistic at its bound raises no alarm); 0 for a pair no test scored (the forecast's
+  // first fit, a discrete model's first kDiscreteFirstScored pairs). The caller keeps the buffer large enough for the
+  // pairs it passes and clears the sink (nullptr) before the buffer goes. Not state: a copy, a moved-to or a restored
+  // monitor has no sink, and the scores change nothing.
+  void set_score_sink(double* sink) {
+    score_sink_.at = sink;
+    score_sink_.from = pairs_;
+  }
+
   const Options& options() const { return options_; }
   int64_t pairs() const { return pairs_; }
   int64_t scored() const { return detector_.scored(); }
@@ -219,6 +231,21 @@ class AlarmMonitor {
   // Small states: see AlarmSpikeState.
   using SpikeState = AlarmSpikeState;
   std::optional<SpikeState> spike_;
+  // The per-pair anomaly score's sink (set_score_sink); copies and moves do not carry it.
+  struct ScoreSink {
+    double* at = nullptr;
+    int64_t from = 0;
+    ScoreSink() = default;
+    ScoreSink(const ScoreSink&) {}
+    ScoreSink& operator=(const ScoreSink&) {
+      at = nullptr;
+      return *this;
+    }
+  };
+  ScoreSink score_sink_;
+  double spike_ratio_ = 0;  // the pair's largest |step| / spike bound (armed channels), for the sink
+  // Writes the pair's score to the sink (THE PER-PAIR ANOMALY SCORE), before pairs_ counts it.
+  void SinkScore(int64_t alarms_before);
   std::deque<AlarmRecord> records_;
 };
 

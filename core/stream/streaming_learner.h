@@ -369,6 +369,11 @@ class StreamingLearner {
   const ForecastRegression* forecast() const { return forecast_.get(); }
   // The change alarms (options.alarms), else null.
   const AlarmMonitor* alarms() const { return alarms_.get(); }
+  // The per-pair anomaly scores of the pairs the alarms score next go to `sink`, one a pair
+  // (AlarmMonitor::set_score_sink; a no-op without alarms). Clear it (nullptr) after Observe.
+  void SetAnomalyScoreSink(double* sink) {
+    if (alarms_) alarms_->set_score_sink(sink);
+  }
 
   // SERIALIZATION. The per-sample state, everything Observe reads or writes except the sigma
   // selection (a report, which the caller stores in its own form, right before these bytes

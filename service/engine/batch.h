@@ -36,6 +36,8 @@ struct PairBatch {
   // The dictionary cap the batch is learned with (IngestBatch.dictionary_cap once logged; 0:
   // none): Model::Ingest sets it from the memory budget; replay reads it from the log.
   uint32_t dictionary_cap = 0;
+  // IngestBatch.anomaly_scores: Model::Ingest returns each scored pair's anomaly score (not logged).
+  bool anomaly_scores = false;
 
   bool discrete() const { return x_ids != nullptr; }
   const double* x_at(int64_t i) const { return x + i * dim; }

@@ -63,6 +63,7 @@ void Ingestor::Submit(const v1::IngestBatch& batch, uint64_t batch_index, Done d
   const Model* key = m.get();
   pool_->Submit(key, m, [m, held, &batch, batch_index, pairs = check.batch, done = std::move(done)]() mutable {
     pairs.time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());  // arrival as logged: alarms keep this time
+    pairs.anomaly_scores = batch.anomaly_scores();
     absl::StatusOr<Model::IngestResult> result =
         m->Ingest(pairs, batch.producer_id(), batch.offset(), batch_index, batch.episode_id());
     // The place in the queue is freed before the ack goes out, so a client that sends its next
@@ -91,6 +92,11 @@ void Ingestor::Submit(const v1::IngestBatch& batch, uint64_t batch_index, Done d
     e->set_forecast_refits(static_cast<uint64_t>(l.forecast_refits));
     e->set_episode_started(l.episode_started);
     e->set_alarms_raised(result->alarms_raised);
+    if (batch.anomaly_scores()) {
+      ack.mutable_anomaly_scores()->Reserve(static_cast<int>(result->anomaly_scores.size()));
+      for (const double s : result->anomaly_scores) ack.add_anomaly_scores(static_cast<float>(s));
+      ack.set_anomaly_scores_index(result->anomaly_scores_index);
+    }
     done(std::move(ack));
   });
 }

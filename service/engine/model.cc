@@ -267,6 +267,17 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     const int64_t pairs_before = monitor ? monitor->pairs() : 0;
     const int64_t index_before = monitor && !monitor->records().empty() ? monitor->records().back().index : 0;
     learner_->SetDictionaryCap(static_cast<int>(capped.dictionary_cap));
+    // The per-pair anomaly scores, when asked: at most one a pair (a model with delays scores
+    // fewer while its windows fill); the sink goes before the buffer can move.
+    const bool scores = batch.anomaly_scores && monitor != nullptr;
+    if (scores) {
+      r.anomaly_scores.assign(static_cast<size_t>(applied.n), 0.0);
+      r.anomaly_scores_index = static_cast<uint64_t>(pairs_before);
+      learner_->SetAnomalyScoreSink(r.anomaly_scores.data());
+    }
+    absl::Cleanup clear_sink = [this, scores] {
+      if (scores) learner_->SetAnomalyScoreSink(nullptr);
+    };
     absl::StatusOr<ObserveSummary> learned =
         FailsForTesting(applied) ? absl::InternalError("the testing hook --testing-fail-on-value matched a value")
                                  : learner_->Observe(applied);
@@ -283,6 +294,7 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
     r.applied = static_cast<uint64_t>(applied.n);
     r.learned = *learned;
     if (monitor) r.alarms_raised = static_cast<uint64_t>(monitor->alarms_total() - alarms_before);
+    if (scores) r.anomaly_scores.resize(static_cast<size_t>(monitor->pairs() - pairs_before));
     if (fork_sink_ != nullptr && ForksOnChange(config_) && (alarms_before > 0 || r.alarms_raised > 0)) {
       forks = PlanForksLocked(alarms_before, index_before, pairs_before, applied.n, learned->pairs);
     }

@@ -108,6 +108,10 @@ class Model {
     uint64_t model_samples = 0;  // accepted pairs: learner samples + pending warm-up
     ObserveSummary learned;      // what the applied pairs did (empty for duplicates)
     uint64_t alarms_raised = 0;  // change alarms the applied pairs raised
+    // With PairBatch::anomaly_scores on a model with alarms: the applied pairs' anomaly scores
+    // (AlarmMonitor::set_score_sink), the first of stream index anomaly_scores_index.
+    std::vector<double> anomaly_scores;
+    uint64_t anomaly_scores_index = 0;
   };
   // Applies a validated batch exactly once per producer (see IngestBatch in the proto): pairs
   // before the producer's applied offset are skipped; an offset beyond it is a gap and

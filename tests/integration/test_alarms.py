@@ -160,6 +160,34 @@ class AlarmsTest(unittest.TestCase):
         stop_watch.join(timeout=30)
         self.assertFalse(stop_watch.is_alive())
 
+    def test_per_pair_anomaly_scores(self):
+        # docs/algorithms.md §12.15: with anomaly_scores=True the acks carry one score in [0, 1] a
+        # scored pair, 1 exactly on the pairs whose alarms ListAlarms lists; pairs a producer
+        # re-sends are not applied and get none; with delays D the first D - 1 rows of an episode
+        # end no pair, and the indexes follow Alarm.index.
+        rows = ou(6001, [(0, 1.0), (3500, 6.0)], seed=7)
+        rows[2000] += 10.0  # a spike
+        d = self.start()
+        with Client(d.grpc_target) as c:
+            c.create_model("s", dim=1)
+            r = c.ingest_trajectory("s", rows, producer="p", batch=400, anomaly_scores=True)
+            self.assertEqual(r.pairs_applied, 6000)
+            np.testing.assert_array_equal(r.anomaly_index, np.arange(6000))
+            self.assertTrue(np.all((r.anomaly_scores >= 0) & (r.anomaly_scores <= 1)))
+            alarms = c.list_alarms("s").alarms
+            self.assertGreaterEqual(len(alarms), 2)
+            self.assertEqual(sorted(np.flatnonzero(r.anomaly_scores == 1.0)), sorted(a.index for a in alarms))
+            self.assertTrue(any(abs(a.index - 1999) <= 1 for a in alarms), [a.index for a in alarms])
+            self.assertLess(float(np.median(r.anomaly_scores[500:1900])), 0.5)
+            # Re-sent pairs: nothing applied, no score; without the option, no scores at all.
+            again = c.ingest_trajectory("s", rows[5000:], producer="p", offset=5000, anomaly_scores=True)
+            self.assertEqual((again.pairs_applied, len(again.anomaly_scores)), (0, 0))
+            self.assertIsNone(c.ingest_trajectory("s", rows[:11], producer="q").anomaly_scores)
+            # Delays: pair i ends at row i + D; the first batch scores D - 1 fewer pairs than it has.
+            c.create_model("w", dim=1, delays=3)
+            w = c.ingest_trajectory("w", rows[:1001], producer="p", batch=250, anomaly_scores=True)
+            np.testing.assert_array_equal(w.anomaly_index, np.arange(998))
+
     def test_on_change_reset(self):
         # Every statistic restarts at the alarming pair; views and Refresh(wait) follow the new
         # statistics although their sample count dropped.

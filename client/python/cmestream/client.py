@@ -340,12 +340,14 @@ class Client:
     # -- ingestion ---------------------------------------------------------------------------
 
     def _stream(self, batches: Iterator[Tuple[pb.IngestBatch, int]],
-                first_pair: int = 0) -> IngestResult:
+                first_pair: int = 0, scores: bool = False) -> IngestResult:
         """Streams (batch, pairs) messages, one acknowledged before the next is read by the
         daemon. A refusal names the refused message's pairs (counted from the start of the
-        call) and what was applied before it: CmestreamError.pairs_applied."""
+        call) and what was applied before it: CmestreamError.pairs_applied. scores: the
+        batches ask for anomaly scores (IngestResult.anomaly_index / anomaly_scores)."""
         result = IngestResult(0, 0, 0, 0, 0)
         sent = []  # pairs per message, in order
+        index_parts, score_parts = [], []
 
         def counted():
             for b, pairs in batches:
@@ -361,6 +363,10 @@ class Client:
                 result.alarms_raised += ack.effects.alarms_raised
                 result.admitted_atoms += ack.effects.admitted_x
                 result.spectral_epochs += ack.effects.spectral_epochs
+                if scores and len(ack.anomaly_scores):
+                    score_parts.append(np.asarray(ack.anomaly_scores, dtype=np.float64))
+                    index_parts.append(np.arange(ack.anomaly_scores_index,
+                                                 ack.anomaly_scores_index + len(ack.anomaly_scores), dtype=np.int64))
         except grpc.RpcError as e:
             err = _error(e)
             if result.batches < len(sent):  # acks are in order: message `batches` was refused
@@ -372,23 +378,28 @@ class Client:
             err.pairs_applied = result.pairs_applied
             raise err from None
         result.pairs_sent = sum(sent)
+        if scores:
+            result.anomaly_index = np.concatenate(index_parts) if index_parts else np.zeros(0, np.int64)
+            result.anomaly_scores = np.concatenate(score_parts) if score_parts else np.zeros(0)
         if result.batches != len(sent):
             raise CmestreamError(grpc.StatusCode.DATA_LOSS,
                                  f"sent {len(sent)} batches, got {result.batches} acks")
         return result
 
     def _resumable(self, model: str, producer: Optional[str], offset: int, n_pairs: int,
-                   batches_from) -> IngestResult:
+                   batches_from, scores: bool = False) -> IngestResult:
         """Streams `batches_from(k)` (the batches from pair k of this call on). With a producer
         id, a transport failure (UNAVAILABLE: the daemon died or restarted) is not final: the
         client waits for the daemon (up to resume_timeout), asks it for the producer's applied
         offset, and streams the rest from there; the daemon's offsets make this exactly once."""
         total = IngestResult(0, 0, 0, 0, 0)
+        if scores:
+            total.anomaly_index, total.anomaly_scores = np.zeros(0, np.int64), np.zeros(0)
         start = 0
         deadline = None
         while True:
             try:
-                r = self._stream(batches_from(start), start)
+                r = self._stream(batches_from(start), start, scores)
                 total.batches += r.batches
                 total.pairs_sent += r.pairs_sent
                 total.pairs_applied += r.pairs_applied
@@ -397,6 +408,9 @@ class Client:
                 total.alarms_raised += r.alarms_raised
                 total.admitted_atoms += r.admitted_atoms
                 total.spectral_epochs += r.spectral_epochs
+                if scores:
+                    total.anomaly_index = np.concatenate([total.anomaly_index, r.anomaly_index])
+                    total.anomaly_scores = np.concatenate([total.anomaly_scores, r.anomaly_scores])
                 return total
             except CmestreamError as e:
                 if not producer or e.code != grpc.StatusCode.UNAVAILABLE:
@@ -429,12 +443,13 @@ class Client:
 
     def ingest_pairs(self, model: str, x: npt.ArrayLike, y: npt.ArrayLike,
                      producer: Optional[str] = None, offset: int = 0,
-                     batch: int = 1000) -> IngestResult:
+                     batch: int = 1000, anomaly_scores: bool = False) -> IngestResult:
         """Streams pairs (x[i], y[i]) in messages of `batch` pairs; x and y are (n, dim) arrays
         of finite real numbers, checked whole before anything is sent (ValueError naming the
         expected shape, or the row and column of a NaN / infinity). With a producer id the
         daemon applies each pair at most once: offsets count pairs from `offset`, and the
-        stream resumes by itself after a daemon restart (see Client)."""
+        stream resumes by itself after a daemon restart (see Client). anomaly_scores: return
+        each scored pair's anomaly score (IngestResult.anomaly_index / anomaly_scores)."""
         producer, offset, _, batch = self._stream_args(producer, offset, "", batch)
         x = self._points_for(model, x, "x")
         y = self._points_for(model, y, "y")
@@ -446,18 +461,19 @@ class Client:
                 xs, ys = x[start:start + batch], y[start:start + batch]
                 yield pb.IngestBatch(model=model, producer_id=producer,
                                      offset=offset + start if producer else 0,
-                                     x=xs.ravel(), y=ys.ravel()), xs.shape[0]
+                                     x=xs.ravel(), y=ys.ravel(), anomaly_scores=bool(anomaly_scores)), xs.shape[0]
 
-        return self._resumable(model, producer, offset, x.shape[0], batches_from)
+        return self._resumable(model, producer, offset, x.shape[0], batches_from, bool(anomaly_scores))
 
     def ingest_trajectory(self, model: str, states: npt.ArrayLike,
                           producer: Optional[str] = None, offset: int = 0, episode: str = "",
-                          batch: int = 1000, gap: bool = False) -> IngestResult:
+                          batch: int = 1000, gap: bool = False, anomaly_scores: bool = False) -> IngestResult:
         """Streams one trajectory (rows of the (n, dim) array `states`, checked whole first;
         consecutive rows are pairs). Consecutive messages overlap by one state so no pair is
         lost at a message boundary. gap: the trajectory follows a gap in the data (a dropped
         sample): it starts a new episode, so no pair or delay window joins it to what was sent
-        before (IngestBatch.gap)."""
+        before (IngestBatch.gap). anomaly_scores: return each scored pair's anomaly score
+        (IngestResult.anomaly_index / anomaly_scores; docs/algorithms.md §12.15)."""
         producer, offset, episode, batch = self._stream_args(producer, offset, episode, batch)
         s = self._points_for(model, states, "states")
         n_pairs = max(s.shape[0] - 1, 0)
@@ -468,9 +484,10 @@ class Client:
                 yield pb.IngestBatch(model=model, producer_id=producer,
                                      offset=offset + start if producer else 0,
                                      states=seg.ravel(), episode_id=episode,
-                                     gap=bool(gap) and start == 0), seg.shape[0] - 1
+                                     gap=bool(gap) and start == 0,
+                                     anomaly_scores=bool(anomaly_scores)), seg.shape[0] - 1
 
-        return self._stream(batches())
+        return self._stream(batches(), scores=bool(anomaly_scores))
 
     def ingest_ids(self, model: str, x_ids, y_ids, producer: Optional[str] = None,
                    offset: int = 0, batch: int = 1000) -> IngestResult:

@@ -31,6 +31,11 @@ class IngestResult:
         alarms_raised: change alarms the call's pairs raised (cmestream alarms lists them).
         admitted_atoms: dictionary atoms admitted (X side) by the call's pairs.
         spectral_epochs: spectral-moment epochs the call's pairs started.
+        anomaly_index, anomaly_scores: with anomaly_scores=True on a model with alarms, the
+            stream index (Alarm.index's numbering) and the per-pair anomaly score in [0, 1] of
+            every pair the call's pairs had scored (docs/algorithms.md §12.15): 1 on a pair that
+            raised an alarm, else the tests' largest statistic over its threshold; None when not
+            asked. Pairs applied before a daemon restart whose ack was lost have no score here.
     """
     batches: int
     pairs_sent: int
@@ -40,6 +45,8 @@ class IngestResult:
     alarms_raised: int = 0
     admitted_atoms: int = 0
     spectral_epochs: int = 0
+    anomaly_index: Optional[np.ndarray] = None
+    anomaly_scores: Optional[np.ndarray] = None
 
 
 @dataclasses.dataclass

@@ -234,6 +234,93 @@ TEST(AlarmMonitor, PairsInRunsEqualPairsOneAtATime) {
   }
 }
 
+// docs/algorithms.md §12.15: the per-pair anomaly score is 1 exactly on the pairs that raised an
+// alarm, in [0, 1) elsewhere, 0 before any test scores; it follows score() (the tests' statistics
+// over their thresholds) and the spike test's |step| / bound, is written in runs as pair at a time,
+// changes nothing in the monitor, and a copy does not carry the sink.
+TEST(AlarmMonitor, ThePerPairAnomalyScoreIsOneOnAlarmsAndChangesNothing) {
+  AlarmMonitor::Options o;
+  o.dim = 1;
+  std::vector<double> x = Ou(8001, 0.9, 0.5, 5000, 5);
+  x[3000] += 12;  // a spike
+  const int n = static_cast<int>(x.size()) - 1;
+  AlarmMonitor plain(o), scored(o);
+  std::vector<double> scores(static_cast<size_t>(n), -1.0);
+  scored.set_score_sink(scores.data());
+  std::vector<int64_t> alarm_pairs;
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int> run_length(1, 300);
+  for (int t = 0; t < n;) {
+    const int k = std::min(n - t, run_length(rng));
+    plain.ObservePairs(&x[static_cast<size_t>(t)], &x[static_cast<size_t>(t) + 1], k, 0);
+    for (int j = 0; j < k; ++j) {
+      const int64_t before = scored.alarms_total();
+      scored.ObservePair(&x[static_cast<size_t>(t + j)], &x[static_cast<size_t>(t + j) + 1], 0);
+      if (scored.alarms_total() > before) alarm_pairs.push_back(t + j);
+      // the score of a pair without an alarm is score() after it, or the spike ratio above it
+      if (scored.alarms_total() == before) {
+        EXPECT_GE(scores[static_cast<size_t>(t + j)], std::min(1 - 0x1p-24, scored.score()) - 1e-12);
+      }
+    }
+    t += k;
+  }
+  scored.set_score_sink(nullptr);
+  io::Writer a, b;
+  plain.Serialize(a);
+  scored.Serialize(b);
+  EXPECT_EQ(a.data(), b.data());
+  ASSERT_GE(alarm_pairs.size(), 2u);  // the spike and the rate change
+  EXPECT_TRUE(std::find(alarm_pairs.begin(), alarm_pairs.end(), 2999) != alarm_pairs.end() ||
+              std::find(alarm_pairs.begin(), alarm_pairs.end(), 3000) != alarm_pairs.end());
+  int ones = 0;
+  for (int t = 0; t < n; ++t) {
+    const double s = scores[static_cast<size_t>(t)];
+    ASSERT_GE(s, 0.0) << t;
+    ASSERT_LE(s, 1.0) << t;
+    if (s == 1.0) ++ones;
+  }
+  EXPECT_EQ(ones, static_cast<int>(alarm_pairs.size()));
+  for (const int64_t t : alarm_pairs) EXPECT_EQ(scores[static_cast<size_t>(t)], 1.0) << t;
+  EXPECT_EQ(scores[0], 0.0);  // no test scores before the forecast's first fit
+  // Stationary stretches score mostly low: the median well below the alarm level.
+  std::vector<double> quiet(scores.begin() + 1000, scores.begin() + 2900);
+  std::nth_element(quiet.begin(), quiet.begin() + quiet.size() / 2, quiet.end());
+  EXPECT_LT(quiet[quiet.size() / 2], 0.5);
+  // A copy made while a sink is set does not write to it.
+  std::vector<double> sink(4, -1.0);
+  AlarmMonitor original(o);
+  original.set_score_sink(sink.data());
+  AlarmMonitor copy = original;
+  copy.ObservePair(&x[0], &x[1], 0);
+  EXPECT_EQ(sink[0], -1.0);
+  original.ObservePair(&x[0], &x[1], 0);
+  EXPECT_EQ(sink[0], 0.0);
+}
+
+// A quantized stream whose spikes all have one size (NAB's art_increase_spike_density): once the
+// spike test's bound is that size, a spike sits exactly at it and raises no alarm; its score stays
+// below 1, so 1 still marks the alarms alone.
+TEST(AlarmMonitor, ASpikeExactlyAtItsBoundScoresBelowOne) {
+  AlarmMonitor::Options o;
+  o.dim = 1;
+  std::vector<double> x(6001, 20.0);
+  for (size_t t = 0; t < x.size(); ++t) {
+    if (t % 37 == 0) x[t] = 80.0;
+  }
+  AlarmMonitor m(o);
+  std::vector<double> scores(x.size() - 1, -1.0);
+  m.set_score_sink(scores.data());
+  m.ObservePairs(x.data(), x.data() + 1, static_cast<int64_t>(scores.size()), 0);
+  m.set_score_sink(nullptr);
+  int ones = 0, near = 0;
+  for (const double s : scores) {
+    ones += s == 1.0;
+    near += s >= 1 - 0x1p-24 && s < 1.0;
+  }
+  EXPECT_EQ(ones, m.alarms_total());
+  EXPECT_GT(near, 10);  // the case this test is for: spikes at their bound
+}
+
 // The monitor's first kept alarm at or after pair `index`, or nullptr.
 const AlarmRecord* FirstAlarmFrom(const AlarmMonitor& m, int64_t index) {
   for (const AlarmRecord& a : m.records()) {
