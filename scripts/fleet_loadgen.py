@@ -159,6 +159,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=8, help="threads sending batches")
     ap.add_argument("--wave", type=int, default=0,
                     help="feed the models in waves of this many, one wave after another (0: all round robin)")
+    ap.add_argument("--create-with-wave", action="store_true",
+                    help="with --wave: create each model just before its first batch, not all up front")
     ap.add_argument("--no-probe", action="store_true", help="no GetModel/GetKoopman probe")
     ap.add_argument("--config", action="append", default=[], help="ModelConfig field=value for every model")
     ap.add_argument("--prefix", default="fleet")
@@ -200,7 +202,7 @@ def main() -> int:
         create_lat = []
         refused = []
         t0 = time.monotonic()
-        for name in names:
+        for name in ([] if args.create_with_wave else names):
             s = time.monotonic()
             try:
                 models.CreateModel(pb.CreateModelRequest(config=pb.ModelConfig(name=name, dim=args.channels, **extra)))
@@ -252,6 +254,18 @@ def main() -> int:
                     wait = due - time.monotonic()
                     if wait > 0:
                         time.sleep(wait)
+                if args.create_with_wave and k == 0:
+                    # the model is created just before its first batch (its wave's turn)
+                    s = time.monotonic()
+                    try:
+                        models.CreateModel(pb.CreateModelRequest(
+                            config=pb.ModelConfig(name=name, dim=args.channels, **extra)))
+                        with lock:
+                            create_lat.append(time.monotonic() - s)
+                    except grpc.RpcError as e:
+                        with lock:
+                            refused.append((name, e.code().name, e.details()))
+                        continue
                 rows = data[name][k * args.batch:min((k + 1) * args.batch, args.pairs) + 1]
                 req = pb.IngestBatch(model=name, producer_id="p", offset=k * args.batch, states=rows.ravel(),
                                      episode_id="e")
@@ -283,7 +297,13 @@ def main() -> int:
             while not stop_probe.is_set() and live:
                 name = rng.choice(live)
                 s = time.monotonic()
-                models.GetModel(pb.GetModelRequest(name=name), timeout=60)
+                try:
+                    models.GetModel(pb.GetModelRequest(name=name), timeout=60)
+                except grpc.RpcError as e:  # not created yet (--create-with-wave): not timed
+                    if e.code() != grpc.StatusCode.NOT_FOUND:
+                        raise
+                    time.sleep(0.01)
+                    continue
                 getmodel_lat.append(time.monotonic() - s)
                 s = time.monotonic()
                 try:
@@ -323,6 +343,11 @@ def main() -> int:
         })
         if errors:
             report["first_error"] = errors[0]
+        if args.create_with_wave:
+            report["created"], report["create_refused"] = len(create_lat), len(refused)
+            report["create_p99_ms"] = pct(create_lat, 99)
+            if refused:
+                report["first_refusal"] = refused[0]
         time.sleep(1.0)
         report["rss_after_feed"] = rss()
         infos, token = [], ""
