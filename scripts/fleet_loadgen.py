@@ -238,6 +238,7 @@ def main() -> int:
         errors = []
         pairs_done = [0]
         alarms_raised = [0]
+        fsyncs_before = metric_value(metrics_target, "cmestream_wal_fsync_seconds_count") if metrics_target else float("nan")
         feed_start = time.monotonic()
         stop_probe = threading.Event()
 
@@ -343,6 +344,13 @@ def main() -> int:
         })
         if errors:
             report["first_error"] = errors[0]
+        if metrics_target:
+            # The log's durable writes: one fdatasync covers every record written while the
+            # previous one ran (group commit across models and producers).
+            fsyncs = metric_value(metrics_target, "cmestream_wal_fsync_seconds_count") - fsyncs_before
+            report["wal_fsyncs_per_s"] = fsyncs / feed_seconds
+            report["ingest_calls_per_s"] = len(ingest_lat) / feed_seconds
+            report["ingest_calls_per_fsync"] = len(ingest_lat) / max(fsyncs, 1)
         if args.create_with_wave:
             report["created"], report["create_refused"] = len(create_lat), len(refused)
             report["create_p99_ms"] = pct(create_lat, 99)
@@ -389,6 +397,9 @@ def main() -> int:
     print(f"  feed: {report['pairs_applied']} pairs in {report['feed_seconds']:.1f} s = {report['pairs_per_s']:.0f} pairs/s; "
           f"IngestOne p50 {report['ingest_p50_ms']:.1f} ms p99 {report['ingest_p99_ms']:.1f} ms; "
           f"errors {report['ingest_errors']}")
+    if "wal_fsyncs_per_s" in report:
+        print(f"  durable writes: {report['ingest_calls_per_s']:.0f} IngestOne calls/s, "
+              f"{report['wal_fsyncs_per_s']:.0f} fdatasyncs/s ({report['ingest_calls_per_fsync']:.1f} calls a sync)")
     print(f"  probe: GetModel p50 {report['getmodel_p50_ms']:.1f} p99 {report['getmodel_p99_ms']:.1f} ms "
           f"({report['getmodel_calls']}), GetKoopman p50 {report['koopman_p50_ms']:.1f} "
           f"p99 {report['koopman_p99_ms']:.1f} ms ({report['koopman_calls']})")
