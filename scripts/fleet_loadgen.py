@@ -8,13 +8,16 @@ Starts its own daemon (--cmestreamd, a fresh data directory under /tmp, removed 
 --daemon-arg passes flags through, e.g. --daemon-arg=--max-memory=20G) or uses a running one
 (--server HOST:PORT, RSS then from its /metrics). Then:
   1. creates the models (default options: sigma auto, alarms on; `--config key=value` adds
-     ModelConfig fields), timing each CreateModel;
+     ModelConfig fields), timing each CreateModel (with --create-with-wave: each just before
+     its first batch, so a fleet grows as it is fed);
   2. feeds every model `--pairs` pairs of a real-shaped series (seeded per model: two cycles of
      random periods and phases, Gaussian noise, level shifts at random times; 8 channels mix
      the cycles with random weights) as trajectory batches of `--batch` pairs (IngestOne, one
      producer per model, episode continued across batches), from `--workers` threads, round
-     robin over the models (or over waves of `--wave` models, one wave after another), paced at `--rate` pairs/s per model (0: as fast as the daemon
-     takes them);
+     robin over the models (with --wave W: over waves of W models, each fed to its end before
+     the next, so earlier waves idle and can be evicted), paced at `--rate` pairs/s per model
+     (0: as fast as the daemon takes them; the pace counts from the feed's start); reports
+     IngestOne calls/s and the log's fdatasyncs/s (group commit);
   3. meanwhile one probe thread calls GetModel and GetKoopman (top 6, no points) on a random
      model in a loop;
   4. reads the daemon's resident memory (/proc/PID/status VmRSS) after start, after the
