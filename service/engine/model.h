@@ -83,6 +83,10 @@ class ModelSpill {
   virtual absl::StatusOr<std::unique_ptr<StreamingLearner>> Read(const std::string& path, const Model& model) = 0;
   // The file's MODL object, as a daemon snapshot holds it (checksum verified).
   virtual absl::StatusOr<std::string> ReadImage(const std::string& path) = 0;
+  // A second name for the file (a hard link), so that a snapshot can copy it after the model
+  // was loaded back (which removes `path`): the snapshot reads the pin when it writes the
+  // model, then removes it. Called under the model's eviction lock; O(1), no data copied.
+  virtual absl::StatusOr<std::string> Pin(const std::string& path) = 0;
   virtual void Remove(const std::string& path) = 0;
 };
 

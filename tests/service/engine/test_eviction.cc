@@ -230,6 +230,83 @@ TEST(Eviction, SnapshotAndReplayOfAnEvictedModelLoseNothing) {
   EXPECT_EQ(ModelSnapshotCodec::Encode(**restored.Get("m")).bytes, image_before);
 }
 
+// A daemon snapshot does not read an evicted model's file when it takes its cut: it pins the file
+// (a hard link beside it) and copies it when the model's turn comes in the write, one model at a
+// time (storage/snapshot.h CONSISTENCY), so a snapshot of many evicted models holds one model's
+// bytes at a time. The pin keeps the bytes of the cut even if the model is loaded back (its file
+// removed) and learns on before the write; the pin goes once copied, or with the unwritten part.
+TEST(Eviction, ASnapshotCopiesAnEvictedModelsFileWhenItsTurnComes) {
+  TempDir dir("pin");
+  Daemonish d(dir);
+  std::shared_ptr<Model> m = FedModel(d);
+  ASSERT_FALSE(HasFailure());
+  const std::string image = ModelSnapshotCodec::Encode(*m).bytes;
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  ASSERT_TRUE(m->evicted());
+
+  absl::StatusOr<SnapshotPart> part = ModelSnapshotCodec::Part(*m);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_TRUE(part->pinned());
+  EXPECT_EQ(part->name(), "m");
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 2u);  // the file and its pin
+  // Loaded back and fed after the cut: its file goes, the pin stays with the cut's bytes.
+  ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 300, 50, 2)).ok());
+  EXPECT_FALSE(m->evicted());
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);
+  absl::StatusOr<std::string> bytes = part->TakeBytes();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, image);
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 0u);  // copied: the pin is gone
+
+  // A resident model's part is its bytes, no file.
+  absl::StatusOr<SnapshotPart> resident = ModelSnapshotCodec::Part(*m);
+  ASSERT_TRUE(resident.ok());
+  EXPECT_FALSE(resident->pinned());
+  EXPECT_EQ(*resident->TakeBytes(), ModelSnapshotCodec::Encode(*m).bytes);
+
+  // A part never written (a snapshot that failed before its turn) removes its pin.
+  ASSERT_NE(RefreshModel(*m), nullptr);
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  ASSERT_TRUE(m->evicted());
+  {
+    absl::StatusOr<SnapshotPart> unwritten = ModelSnapshotCodec::Part(*m);
+    ASSERT_TRUE(unwritten.ok());
+    EXPECT_EQ(FilesIn(dir.sub("evicted")), 2u);
+  }
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);
+
+  // A damaged file fails the snapshot by the model's name, installs nothing and leaves no pin;
+  // the previous snapshot and the model are untouched.
+  SnapshotOptions so;
+  so.dir = dir.sub("snapshots");
+  so.interval_seconds = 0;
+  SnapshotManager snapshots(so, d.reg, {}, &d.log);
+  absl::StatusOr<SnapshotResult> first = snapshots.TakeNow();
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string path =
+      dir.sub("evicted") + "/" + fs::directory_iterator(dir.sub("evicted"))->path().filename().string();
+  std::string file;
+  {
+    std::ifstream f(path, std::ios::binary);
+    file.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  std::string damaged = file;
+  damaged[damaged.size() / 2] ^= 0x01;
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
+  }
+  absl::StatusOr<SnapshotResult> failed = snapshots.TakeNow();
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(failed.status().message().find("model 'm' was evicted to a file"), std::string::npos) << failed.status();
+  EXPECT_NE(failed.status().message().find("checksum mismatch"), std::string::npos) << failed.status();
+  EXPECT_EQ(snapshots.List(), std::vector<std::string>{first->path});
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);    // no pin left
+  EXPECT_EQ(FilesIn(dir.sub("snapshots")), 1u);  // no temporary file left
+  EXPECT_TRUE(m->evicted());
+}
+
 TEST(Eviction, ExportAndDeleteOfAnEvictedModel) {
   TempDir dir("export");
   Daemonish d(dir);
