@@ -27,9 +27,18 @@ namespace cmestream::service {
 namespace {
 
 constexpr uint32_t kModelTag = io::Fourcc("MODL");
+constexpr uint32_t kEvictedTag = io::Fourcc("EVCT");
 constexpr uint32_t kSnapTag = io::Fourcc("SNAP");
 constexpr uint32_t kExportTag = io::Fourcc("EXPT");
-constexpr uint32_t kFormatVersion = 1;
+// File format versions: 1, every model a MODL object; 2 (daemon snapshots) adds an EVCT object
+// after the MODL object of a model evicted at the cut (what it keeps in memory: Model's
+// RESTART). Exports and eviction files stay version 1 (they never hold an EVCT). This build
+// reads 1 and 2.
+constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kSnapshotVersion = 2;
+constexpr uint32_t kExportVersion = 1;
+constexpr uint32_t kFirstVersionWithEvicted = 2;
+constexpr uint32_t kEvictedVersion = 1;  // the EVCT object's own version
 // MODL object version = the learner's state version: 2 adds the spectral moments after the
 // predictive accumulator. Version 1 objects load with a fresh spectral accumulator (its first
 // epoch starts at the next pair; the spectrum serves once that epoch has data).
@@ -77,7 +86,7 @@ std::string Header(uint32_t kind, uint32_t models, uint64_t number, uint64_t cov
   io::Writer w;
   w.Bytes(kSnapshotMagic, 8);
   w.U32(kind);
-  w.U32(kFormatVersion);
+  w.U32(kind == kSnapTag ? kSnapshotVersion : kExportVersion);
   w.U32(models);
   w.U64(number);
   w.U64(NowNanos());
@@ -276,6 +285,55 @@ absl::StatusOr<SnapshotPart> ModelSnapshotCodec::Part(Model& m) {
   }
   part.image_.name = m.name();
   part.image_.applied_sequence = m.applied_sequence();
+  {
+    // What the evicted model keeps in memory (RESTART): the digest, the counters, the input
+    // scaling, the kept alarms.
+    io::Writer w;
+    const size_t h = w.BeginObject(kEvictedTag, kEvictedVersion);
+    w.U64(m.evicted_digest_);
+    {
+      absl::MutexLock stats_lock(&m.stats_mu_);
+      const Model::Stats& st = m.stats_;
+      w.Bool(st.learner_ready);
+      w.U64(st.samples);
+      w.U64(st.pending_warmup);
+      w.I32(st.dict_x);
+      w.I32(st.dict_y);
+      w.I32(st.spectral_basis);
+      w.U64(st.forced);
+      w.F64(st.forced_error_sum);
+      w.F64(st.inverse_drift);
+      w.U64(st.batches_applied);
+      w.Bool(st.alarms);
+      w.U64(st.alarms_scored);
+      w.I64(st.armed_at);
+      w.U64(st.alarms_total);
+      w.U64(st.progress);
+      w.F64(st.change_score);
+      w.F64(st.change_threshold);
+      w.String(st.alarm_note);
+      w.String(m.published_scaling_.SerializeAsString());
+    }
+    w.Bool(m.evicted_alarms_.has_value());
+    if (m.evicted_alarms_) {
+      const Model::AlarmList& a = *m.evicted_alarms_;
+      w.I64(a.armed_at);
+      w.U64(a.dropped);
+      w.U64(a.alarms.size());
+      for (const AlarmRecord& r : a.alarms) {
+        w.I64(r.index);
+        w.F64(r.time);
+        w.F64(r.score);
+        w.F64(r.threshold);
+        w.Ints(r.channels);
+        w.U8(static_cast<uint8_t>(r.kind));
+        w.U8(static_cast<uint8_t>(r.direction));
+        w.I64(r.onset);
+      }
+    }
+    w.EndObject(h);
+    part.summary_ = w.Release();
+  }
   absl::StatusOr<std::string> pin = m.spill_->Pin(m.evicted_path_);
   if (pin.ok()) {
     part.pin_ = *std::move(pin);
@@ -297,6 +355,7 @@ SnapshotPart& SnapshotPart::operator=(SnapshotPart&& o) noexcept {
   if (this != &o) {
     if (!pin_.empty() && spill_ != nullptr) spill_->Remove(pin_);
     image_ = std::move(o.image_);
+    summary_ = std::move(o.summary_);
     pin_ = std::move(o.pin_);
     spill_ = o.spill_;
     o.pin_.clear();
@@ -310,7 +369,7 @@ SnapshotPart::~SnapshotPart() {
 }
 
 absl::StatusOr<std::string> SnapshotPart::TakeBytes() {
-  if (pin_.empty()) return std::move(image_.bytes);
+  if (pin_.empty()) return std::move(image_.bytes) + std::move(summary_);
   absl::StatusOr<std::string> bytes = spill_->ReadImage(pin_);
   spill_->Remove(pin_);
   const std::string pin = std::move(pin_);
@@ -319,7 +378,112 @@ absl::StatusOr<std::string> SnapshotPart::TakeBytes() {
     return absl::DataLossError(absl::StrCat("model '", image_.name, "' was evicted to a file (pinned as ", pin,
                                             ") that cannot be read back: ", bytes.status().message()));
   }
-  return bytes;
+  return *std::move(bytes) + std::move(summary_);
+}
+
+absl::Status ModelSnapshotCodec::ReadSummary(io::Reader& r, Model::EvictedState* st) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kEvictedTag, kEvictedVersion, "evicted model", &version)) return r.status();
+  st->digest = r.U64("evicted digest");
+  Model::Stats& s = st->stats;
+  s.learner_ready = r.Bool("evicted learner ready");
+  s.samples = r.U64("evicted samples");
+  s.pending_warmup = r.U64("evicted pending warm-up");
+  s.dict_x = r.I32In("evicted dictionary x", 0, 1 << 30);
+  s.dict_y = r.I32In("evicted dictionary y", 0, 1 << 30);
+  s.spectral_basis = r.I32In("evicted spectral basis", 0, 1 << 30);
+  s.forced = r.U64("evicted forced compressions");
+  s.forced_error_sum = r.F64("evicted forced error sum");
+  s.inverse_drift = r.F64("evicted inverse drift");
+  s.batches_applied = r.U64("evicted batches");
+  s.alarms = r.Bool("evicted alarms on");
+  s.alarms_scored = r.U64("evicted alarms scored");
+  s.armed_at = r.I64("evicted armed at");
+  s.alarms_total = r.U64("evicted alarms total");
+  s.progress = r.U64("evicted progress");
+  s.change_score = r.F64("evicted change score");
+  s.change_threshold = r.F64("evicted change threshold");
+  s.alarm_note = r.String("evicted alarm note", kMaxConfigBytes);
+  const std::string scaling = r.String("evicted input scaling", kMaxConfigBytes);
+  if (!r.ok()) return r.status();
+  if (!st->scaling.ParseFromString(scaling)) return r.Fail("evicted input scaling is not a valid InputScaling message");
+  if (r.Bool("evicted alarm list")) {
+    Model::AlarmList a;
+    a.armed_at = r.I64("evicted alarms armed at");
+    a.dropped = r.U64("evicted alarms dropped");
+    const int64_t n = r.Count("evicted alarm records", 0, AlarmMonitor::kMaxRecords);
+    for (int64_t i = 0; i < n && r.ok(); ++i) {
+      AlarmRecord rec;
+      rec.index = r.I64("alarm index");
+      rec.time = r.F64("alarm time");
+      rec.score = r.F64("alarm score");
+      rec.threshold = r.F64("alarm threshold");
+      rec.channels = r.Ints("alarm channels", "alarm channel", 0, kMaxDim);
+      const uint8_t kind = r.U8("alarm kind"), dir = r.U8("alarm direction");
+      if (r.ok() && (kind > static_cast<uint8_t>(ChangeDetector::Kind::kSpike) || dir > 1)) {
+        return r.Fail("alarm kind or direction out of range");
+      }
+      rec.kind = static_cast<ChangeDetector::Kind>(kind);
+      rec.direction = static_cast<ChangeDetector::Direction>(dir);
+      rec.onset = r.I64("alarm onset");
+      a.alarms.push_back(std::move(rec));
+    }
+    st->alarms = std::move(a);
+  }
+  if (!r.EndObject("evicted model")) return r.status();
+  return absl::OkStatus();
+}
+
+absl::Status ModelSnapshotCodec::CheckSummary(std::string_view summary, const std::string& source, uint64_t begin) {
+  io::Reader r(summary, source, begin);
+  Model::EvictedState state;
+  return ReadSummary(r, &state);
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::DecodeEvicted(
+    std::string_view object, std::string_view summary, const std::string& source, uint64_t begin,
+    const ConfigDefaults& defaults, ModelSpill& spill, std::shared_ptr<ModelMetrics> metrics, BatchLog* log) {
+  Model::EvictedState state;
+  {
+    io::Reader r(summary, source, begin + object.size());
+    if (absl::Status s = ReadSummary(r, &state); !s.ok()) return s;
+  }
+  io::Reader r(object, source, begin);
+  uint32_t version = 0;
+  if (!r.BeginObject(kModelTag, kModelVersion, "model", &version)) return r.status();
+  const std::string config_text = r.String("model config", kMaxConfigBytes);
+  if (!r.ok()) return r.status();
+  v1::ModelConfig stored;
+  if (!stored.ParseFromString(config_text)) return r.Fail("model config is not a valid ModelConfig message");
+  absl::StatusOr<v1::ModelConfig> config = NormalizeStoredModelConfig(stored, defaults);
+  if (!config.ok()) return r.Fail(absl::StrCat("model config is invalid: ", config.status().message()));
+  state.applied_sequence = r.U64("model applied sequence");
+  const uint64_t batches = r.U64("model batches applied");
+  const int64_t producers = r.Count("model producer count", 0, kMaxProducersPerModel);
+  for (int64_t i = 0; i < producers && r.ok(); ++i) {
+    std::string id = r.String("producer id", kMaxProducerIdBytes);
+    state.producer_offsets[std::move(id)] = r.U64("producer offset");
+  }
+  if (!state.sigma.ParseFromString(r.String("model sigma selection", kMaxConfigBytes)) && r.ok()) {
+    return r.Fail("model sigma selection is not a valid SigmaSelection message");
+  }
+  if (!r.ok()) return r.status();
+  if (version >= kFirstVersionWithFailure) {
+    r.U64("model failure sequence");
+    const std::string reason = r.String("model failure reason", kMaxConfigBytes);
+    if (!r.ok()) return r.status();
+    if (!reason.empty()) return r.Fail("an evicted model cannot have failed");
+  }
+  if (batches != state.stats.batches_applied) {
+    return r.Fail(absl::StrCat("the evicted model's batch count ", state.stats.batches_applied,
+                               " differs from its model object's ", batches));
+  }
+  // Its learner stays undecoded, in a file of its own, until its next batch.
+  absl::StatusOr<std::string> path = spill.WriteImage(std::string(object), state.applied_sequence);
+  if (!path.ok()) return path.status();
+  state.path = *std::move(path);
+  // Not make_shared: the constructor of a model restored evicted is private to this codec.
+  return std::shared_ptr<Model>(new Model(*std::move(config), std::move(metrics), log, std::move(state)));
 }
 
 ModelImage ModelSnapshotCodec::EncodeResident(Model& m) {
@@ -463,9 +627,14 @@ absl::Status ParseHeader(io::Reader& r, SnapshotFile* f, uint32_t* models) {
                                                       " was written by a newer cmestreamd (this one reads 1..",
                                                       kFormatVersion, "): run the version that wrote it"));
   }
-  if (version != kFormatVersion) {
-    return r.Fail(absl::StrCat("snapshot format version ", version, " is not supported by this build (reads 1..1)"));
+  if (version < 1) {
+    return r.Fail(absl::StrCat("snapshot format version ", version, " is not supported by this build (reads 1..",
+                               kFormatVersion, ")"));
   }
+  if (kind == kExportTag && version != kExportVersion) {
+    return r.Fail(absl::StrCat("export format version ", version, " is not supported by this build (reads 1)"));
+  }
+  f->format_version = version;
   *models = r.U32("model count");
   if (*models > kMaxModels) return r.Fail(absl::StrCat("model count ", *models, " is above ", kMaxModels));
   f->is_export = kind == kExportTag;
@@ -498,6 +667,18 @@ absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::st
     r.Skip(end - r.offset(), "model body");
     r.EndObject("model");
     f.model_ranges.emplace_back(begin, end);
+    // Version 2: an evicted model's EVCT object follows its MODL object.
+    std::pair<uint64_t, uint64_t> summary{0, 0};
+    if (r.ok() && f.format_version >= kFirstVersionWithEvicted && r.remaining() >= 4 &&
+        io::Reader(std::string_view(bytes).substr(r.offset(), 4), source).U32("tag") == kEvictedTag) {
+      const uint64_t at = r.offset();
+      if (!r.BeginObject(kEvictedTag, kEvictedVersion, "evicted model", &v)) break;
+      const uint64_t until = at + 16 + (io::Reader(std::string_view(bytes).substr(at + 8, 8), source).U64("len"));
+      r.Skip(until - r.offset(), "evicted model body");
+      r.EndObject("evicted model");
+      summary = {at, until};
+    }
+    f.summary_ranges.push_back(summary);
   }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) return r.Fail(absl::StrCat(r.remaining(), " unexpected bytes after the last model"));
@@ -582,7 +763,8 @@ absl::Status SnapshotFileReader::ReadAt(uint64_t offset, size_t n, std::string* 
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> SnapshotFileReader::Next(std::string* object, uint64_t* begin) {
+absl::StatusOr<bool> SnapshotFileReader::Next(std::string* object, uint64_t* begin, std::string* summary) {
+  if (summary != nullptr) summary->clear();
   if (read_ == models_) {
     if (pos_ != body_end_) {
       io::Reader at(std::string_view(), header_.source, pos_);
@@ -590,6 +772,24 @@ absl::StatusOr<bool> SnapshotFileReader::Next(std::string* object, uint64_t* beg
     }
     return false;
   }
+  *begin = pos_;
+  if (absl::Status s = ReadObject(kModelTag, kModelVersion, "model", object); !s.ok()) return s;
+  ++read_;
+  // Version 2: an evicted model's EVCT object follows its MODL object.
+  if (header_.format_version >= kFirstVersionWithEvicted && body_end_ - pos_ >= 4) {
+    std::string tag;
+    if (absl::Status s = ReadAt(pos_, 4, &tag); !s.ok()) return s;
+    if (io::Reader(tag, header_.source, pos_).U32("tag") == kEvictedTag) {
+      std::string evicted;
+      if (absl::Status s = ReadObject(kEvictedTag, kEvictedVersion, "evicted model", &evicted); !s.ok()) return s;
+      if (summary != nullptr) *summary = std::move(evicted);
+    }
+  }
+  return true;
+}
+
+absl::Status SnapshotFileReader::ReadObject(uint32_t want, uint32_t max_version, const char* name,
+                                            std::string* object) {
   std::string frame;
   const size_t n = static_cast<size_t>(std::min<uint64_t>(body_end_ - pos_, 16));
   if (absl::Status s = ReadAt(pos_, n, &frame); !s.ok()) return s;
@@ -599,21 +799,20 @@ absl::StatusOr<bool> SnapshotFileReader::Next(std::string* object, uint64_t* beg
   const uint64_t length = r.U64("object length");
   if (!r.ok()) return r.status();
   io::Reader at(std::string_view(), header_.source, pos_);
-  if (tag != kModelTag) {
-    return at.Fail(absl::StrCat("expected model (tag MODL), found tag ", io::FourccName(tag)));
+  if (tag != want) {
+    return at.Fail(
+        absl::StrCat("expected ", name, " (tag ", io::FourccName(want), "), found tag ", io::FourccName(tag)));
   }
-  if (version < 1 || version > kModelVersion) {
-    return at.Fail(absl::StrCat("model (MODL) version ", version, " is not supported by this build (reads 1..",
-                                kModelVersion, ")"));
+  if (version < 1 || version > max_version) {
+    return at.Fail(absl::StrCat(name, " (", io::FourccName(want), ") version ", version,
+                                " is not supported by this build (reads 1..", max_version, ")"));
   }
   if (length > body_end_ - pos_ - 16) {
-    return at.Fail(absl::StrCat("model needs ", length, " bytes, only ", body_end_ - pos_ - 16, " are left"));
+    return at.Fail(absl::StrCat(name, " needs ", length, " bytes, only ", body_end_ - pos_ - 16, " are left"));
   }
   if (absl::Status s = ReadAt(pos_, static_cast<size_t>(16 + length), object); !s.ok()) return s;
-  *begin = pos_;
   pos_ += 16 + length;
-  ++read_;
-  return true;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ExportModel(Model& model) {
@@ -652,6 +851,22 @@ absl::StatusOr<std::shared_ptr<Model>> AdoptFrom(std::string_view object, const 
         return m;
       },
       import_image);
+}
+}  // namespace
+
+namespace {
+// A model restored evicted (ModelSnapshotCodec::DecodeEvicted) into the registry.
+absl::StatusOr<std::shared_ptr<Model>> AdoptEvicted(std::string_view object, std::string_view summary,
+                                                    const std::string& source, uint64_t begin, ModelSpill& spill,
+                                                    ModelRegistry& registry, const ConfigDefaults& defaults) {
+  absl::StatusOr<v1::ModelConfig> config = PeekConfig(object, source, begin);
+  if (!config.ok()) return config.status();
+  return registry.Adopt(
+      config->name(),
+      [&](std::shared_ptr<ModelMetrics> metrics, BatchLog* log) -> absl::StatusOr<std::shared_ptr<Model>> {
+        return ModelSnapshotCodec::DecodeEvicted(object, summary, source, begin, defaults, spill, std::move(metrics),
+                                                 log);
+      });
 }
 }  // namespace
 
@@ -775,6 +990,23 @@ absl::StatusOr<std::string> EvictionStore::ReadImage(const std::string& path) {
   return f->bytes.substr(begin, end - begin);
 }
 
+absl::StatusOr<std::string> EvictionStore::WriteImage(const std::string& image, uint64_t applied_sequence) {
+  const std::string path = absl::StrCat(dir_, "/", absl::Dec(next_.fetch_add(1) + 1, absl::kZeroPad12), ".modl");
+  std::string file = Header(kExportTag, 1, 0, applied_sequence);
+  file += image;
+  file += Footer(crc32c::Value(file.data(), file.size()));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
+  if (fd < 0) return absl::InternalError(absl::StrCat("creating ", path, ": ", ErrnoText()));
+  absl::Status status = WriteAll(fd, file, path);
+  ::close(fd);
+  if (!status.ok()) {
+    ::unlink(path.c_str());
+    return status;
+  }
+  bytes_written_.fetch_add(file.size());
+  return path;
+}
+
 absl::StatusOr<std::string> EvictionStore::Pin(const std::string& path) {
   const std::string pin = absl::StrCat(path, ".pin-", pins_.fetch_add(1) + 1);
   if (::link(path.c_str(), pin.c_str()) != 0) {
@@ -854,13 +1086,18 @@ absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState
     absl::Status status = f.status();
     std::vector<std::shared_ptr<Model>> adopted;
     if (f.ok()) {
-      std::string object;
+      std::string object, summary;
       uint64_t begin = 0;
+      ModelSpill* spill = registry_.spill();
       while (status.ok()) {
-        absl::StatusOr<bool> more = (*f)->Next(&object, &begin);
+        absl::StatusOr<bool> more = (*f)->Next(&object, &begin, &summary);
         if (!more.ok()) status = more.status();
         if (!status.ok() || !*more) break;
-        absl::StatusOr<std::shared_ptr<Model>> m = AdoptFrom(object, path, begin, "", registry_, defaults_);
+        // A model evicted at the snapshot comes back evicted (RESTART), when this daemon evicts.
+        absl::StatusOr<std::shared_ptr<Model>> m =
+            !summary.empty() && spill != nullptr
+                ? AdoptEvicted(object, summary, path, begin, *spill, registry_, defaults_)
+                : AdoptFrom(object, path, begin, "", registry_, defaults_);
         if (m.ok()) adopted.push_back(*m);
         else status = m.status();
       }
@@ -924,10 +1161,17 @@ absl::Status SnapshotManager::VerifyFile(const std::string& path) const {
   NullBatchLog null_log;
   std::string object;
   uint64_t begin = 0;
+  std::string summary;
   for (size_t i = 0;; ++i) {
-    absl::StatusOr<bool> more = (*f)->Next(&object, &begin);
+    absl::StatusOr<bool> more = (*f)->Next(&object, &begin, &summary);
     if (!more.ok()) return absl::InternalError(absl::StrCat("snapshot verification: ", more.status().message()));
     if (!*more) break;
+    if (!summary.empty()) {
+      if (absl::Status s = ModelSnapshotCodec::CheckSummary(summary, path, begin + object.size()); !s.ok()) {
+        return absl::InternalError(absl::StrCat("snapshot verification: model ", i, "'s evicted state does not parse: ",
+                                                s.message(), "; the snapshot was not installed"));
+      }
+    }
     const uint64_t end = begin + object.size();
     io::Reader r(object, path, begin);
     absl::StatusOr<std::shared_ptr<Model>> m =

@@ -106,12 +106,16 @@ class SnapshotPart {
   ~SnapshotPart();
   const std::string& name() const { return image_.name; }
   bool pinned() const { return !pin_.empty(); }
-  // The MODL object (read from the pin, checksum verified, then the pin is removed), once.
+  // An evicted model's EVCT object (what it keeps in memory), written after its MODL object.
+  const std::string& summary() const { return summary_; }
+  // The MODL object (read from the pin, checksum verified, then the pin is removed), then the
+  // EVCT object of an evicted model, once.
   absl::StatusOr<std::string> TakeBytes();
 
  private:
   friend class ModelSnapshotCodec;
   ModelImage image_;
+  std::string summary_;
   std::string pin_;              // non-empty: the bytes are in this file
   ModelSpill* spill_ = nullptr;  // the pin's owner
 };
@@ -146,8 +150,21 @@ class ModelSnapshotCodec {
   static absl::StatusOr<std::shared_ptr<Model>> Decode(io::Reader& r, const ConfigDefaults& defaults,
                                                        const std::string& rename, std::shared_ptr<ModelMetrics> metrics,
                                                        BatchLog* log);
+  // RESTART (Model's EVICTION): a model that was evicted at a daemon snapshot's cut, restored
+  // evicted from its MODL object `object` (at file offset `begin` of `source`) and its EVCT
+  // object `summary`: the MODL header is parsed (the learner's bytes are not decoded), the
+  // object written to a file of `spill` (ModelSpill::WriteImage), and the model registered
+  // with its counters, offsets, alarms and digest and no learner. Errors as Decode's.
+  static absl::StatusOr<std::shared_ptr<Model>> DecodeEvicted(std::string_view object, std::string_view summary,
+                                                              const std::string& source, uint64_t begin,
+                                                              const ConfigDefaults& defaults, ModelSpill& spill,
+                                                              std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+  // Checks that an EVCT object parses (the snapshot's verification).
+  static absl::Status CheckSummary(std::string_view summary, const std::string& source, uint64_t begin);
 
  private:
+  // The EVCT body (snapshot.cc): digest, counters, input scaling, kept alarms into `state`.
+  static absl::Status ReadSummary(io::Reader& r, Model::EvictedState* state);
   // The MODL body (snapshot.cc): config, applied sequence and batch count (left out of the
   // digest), producer offsets, sigma selection, the learner's state.
   static void WriteBody(io::Writer& w, const Model& m, bool for_digest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.learner_mu_)
@@ -161,8 +178,11 @@ struct SnapshotFile {
   uint64_t number = 0;
   uint64_t created_unix_nanos = 0;
   uint64_t covered_sequence = 0;
+  uint32_t format_version = 0;
   std::vector<std::pair<uint64_t, uint64_t>> model_ranges;  // [begin, end) of each MODL object
-  std::string bytes;                                        // the whole file
+  // [begin, end) of the EVCT object after each MODL object ({0, 0}: none; format version 2).
+  std::vector<std::pair<uint64_t, uint64_t>> summary_ranges;
+  std::string bytes;  // the whole file
 };
 // Verifies magic, kind, version and CRC32C, and frames the models (not decoded yet).
 absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::string& source);
@@ -180,12 +200,15 @@ class SnapshotFileReader {
   // The header's fields (bytes and model_ranges stay empty).
   const SnapshotFile& header() const { return header_; }
   uint32_t models() const { return models_; }
-  // The next MODL object into `object` and its file offset into `begin`; false after the last
+  // The next MODL object into `object` and its file offset into `begin`, and the EVCT object
+  // after it into `summary` (if not null; cleared when there is none); false after the last
   // (then the file must end with its footer: DataLoss otherwise).
-  absl::StatusOr<bool> Next(std::string* object, uint64_t* begin);
+  absl::StatusOr<bool> Next(std::string* object, uint64_t* begin, std::string* summary = nullptr);
 
  private:
   SnapshotFileReader() = default;
+  // The object at pos_ (tag `tag`, version <= max_version, its length bounded by the file).
+  absl::Status ReadObject(uint32_t tag, uint32_t max_version, const char* name, std::string* object);
   absl::Status ReadAt(uint64_t offset, size_t n, std::string* out) const;
   int fd_ = -1;
   SnapshotFile header_;
@@ -227,6 +250,7 @@ class EvictionStore final : public ModelSpill {
   absl::StatusOr<std::string> ReadImage(const std::string& path) override;
   absl::StatusOr<std::string> Pin(const std::string& path) override;
   void Remove(const std::string& path) override;
+  absl::StatusOr<std::string> WriteImage(const std::string& image, uint64_t applied_sequence) override;
   const std::string& dir() const { return dir_; }
   uint64_t bytes_written() const { return bytes_written_.load(); }
 
