@@ -6,7 +6,8 @@
 //   offset  size  field
 //   0       8     magic "CMESNAP1"
 //   8       4     fourcc "SNAP" (daemon snapshot: every model) or "EXPT" (export: one model)
-//   12      4     format version (1; newer versions are refused by number)
+//   12      4     format version (daemon snapshots 2, exports 1; this build reads 1 and 2 and
+//                 refuses newer versions by number)
 //   16      4     model count (<= 1e6)
 //   20      8     snapshot number (the N of snapshot-N.snap; 0 in exports)
 //   28      8     creation time, Unix nanoseconds
@@ -23,7 +24,14 @@
 //                 CNTS, EMOM, MVAC, PSAC, SPMO, LAGS, then the open CME run, the scaler,
 //                 FCRG, the delay ring, the alarms and the reduction, each only where the
 //                 model has one: core/stream/streaming_learner.h). The MODL version is the
-//                 learner's state version (StreamingLearner::kStateVersion, 9)
+//                 learner's state version (StreamingLearner::kStateVersion, 9).
+//                 Format 2 (daemon snapshots): the MODL object of a model evicted at the cut
+//                 is followed by an "EVCT" object (version 1) with what the evicted model keeps
+//                 in memory: the state digest taken at its eviction, its counters
+//                 (Model::Stats), its input scaling (InputScaling protobuf bytes) and its kept
+//                 alarms (AlarmList). A start restores such a model evicted without decoding
+//                 its learner (Model's RESTART; ModelSnapshotCodec::DecodeEvicted). Format 1
+//                 files have no EVCT objects: every model is decoded, as before.
 //   end-4   4     masked CRC32C (service/storage/crc32c.h) of every byte before it
 // The CRC is checked before anything is parsed: a flipped byte anywhere is DataLoss naming
 // the file and the byte range; a file that passes it is then parsed with every length bounded
@@ -238,9 +246,10 @@ absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std:
 // DATA_DIR/evicted/NNNNNNNNNNNN.modl, in the export format (header, one MODL object, CRC32C),
 // written like a snapshot (temp file, fsync, rename, fsync of the directory); removed when the
 // model is loaded back or, once deleted, freed. A snapshot in progress pins a file (a hard link
-// NNNNNNNNNNNN.modl.pin-K beside it) until it has copied it. Open removes what an earlier run left there:
-// recovery restores every model from the snapshots and the log (a snapshot copies an evicted
-// model's MODL object from its file), so these files are never read across a restart.
+// NNNNNNNNNNNN.modl.pin-K beside it) until it has copied it. Open removes what an earlier run
+// left there: recovery restores every model from the snapshots and the log (a snapshot copies an
+// evicted model's MODL object from its file), so these files are never read across a restart;
+// a model restored evicted gets a new file (WriteImage) from the snapshot's bytes.
 class EvictionStore final : public ModelSpill {
  public:
   static absl::StatusOr<std::unique_ptr<EvictionStore>> Open(const std::string& dir, ConfigDefaults defaults);

@@ -443,6 +443,17 @@ TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
     // No view, no learner: a refresh builds nothing (the scheduler loads it back on request).
     EXPECT_EQ(RefreshModel(*m), nullptr);
     EXPECT_TRUE(m->evicted());
+    // A snapshot of the restarted daemon keeps it evicted, with the same bytes (the next start
+    // below restores it from this snapshot).
+    SnapshotOptions so;
+    so.dir = dir.sub("snapshots");
+    so.interval_seconds = 0;
+    SnapshotManager snapshots(so, a.reg, {}, &a.log);
+    auto taken = snapshots.TakeNow();
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    EXPECT_EQ(taken->models, 3);
+    EXPECT_TRUE(m->evicted());
+    EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);  // its pin is gone
 
     // A damaged file: the batch is refused, nothing is logged or applied.
     const std::string path = fs::directory_iterator(dir.sub("evicted"))->path().string();
