@@ -293,7 +293,7 @@ absl::StatusOr<SnapshotPart> ModelSnapshotCodec::Part(Model& m) {
     w.U64(m.evicted_digest_);
     {
       absl::MutexLock stats_lock(&m.stats_mu_);
-      const Model::Stats& st = m.stats_;
+      const Model::Stats st = m.stats_;  // a copy: the analysis does not follow a reference
       w.Bool(st.learner_ready);
       w.U64(st.samples);
       w.U64(st.pending_warmup);
