@@ -113,6 +113,7 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
   evicted_digest_ = state.digest;
   evicted_alarms_ = std::move(state.alarms);
   evicted_.store(true);
+  awaiting_view_.store(true);
   {
     absl::MutexLock stats_lock(&stats_mu_);
     stats_ = std::move(state.stats);
@@ -722,6 +723,7 @@ void Model::InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t
 void Model::Publish(std::shared_ptr<const ModelView> view) {
   absl::MutexLock lock(&view_mu_);
   if (failed() && view) return;  // a refresh that copied the learner before it failed
+  if (view) awaiting_view_.store(false);
   view_ = std::move(view);
 }
 

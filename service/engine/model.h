@@ -333,6 +333,9 @@ class Model {
   void ForgetEviction() ABSL_LOCKS_EXCLUDED(evict_mu_);
   // Seconds the last reload took (0: never reloaded): Describe reports it.
   double last_reload_seconds() const { return last_reload_seconds_.load(); }
+  // RESTART: restored evicted and no view published since (evicted, or being loaded back and
+  // its view built).
+  bool awaiting_view() const { return awaiting_view_.load(); }
 
   // Scheduler bookkeeping (touched by the scheduler thread, Refresh requests and the view
   // queries of a model restored evicted without a view).
@@ -425,6 +428,7 @@ class Model {
   std::atomic<bool> evicted_{false};
   mutable std::atomic<int64_t> last_used_ns_{0};  // steady clock
   std::atomic<double> last_reload_seconds_{0};
+  std::atomic<bool> awaiting_view_{false};  // awaiting_view()
   ModelSpill* spill_ = nullptr;
   SideExecutor* side_executor_ = nullptr;  // re-lent to a reloaded learner
   absl::Mutex log_mu_ ABSL_ACQUIRED_BEFORE(learner_mu_);

@@ -21,9 +21,9 @@ constexpr uint32_t kMaxHorizon = 1000;
 absl::Status NoViewYet(const Model& model) {
   if (model.failed()) return model.Failed();  // a failed model drops its view
   const Model::Stats s = model.stats();
-  if (model.evicted() && s.learner_ready && s.samples > 0) {
+  if (model.awaiting_view() && s.learner_ready && s.samples > 0) {
     // Restored evicted at the daemon's start (Model's RESTART): the scheduler loads it back and
-    // builds its view.
+    // builds its view (it may be loaded back already, its view not built yet).
     model.refresh_requested = true;
     return absl::UnavailableError(absl::StrCat("model '", model.name(),
                                                "' has no view yet: it was evicted when the daemon restarted and is "

@@ -400,6 +400,7 @@ TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
     std::shared_ptr<Model> m = *a.reg.Get("m");
     EXPECT_TRUE(m->evicted());
     EXPECT_EQ(m->view(), nullptr);
+    EXPECT_TRUE(m->awaiting_view());             // a view query answers UNAVAILABLE and asks for one
     EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);  // m's; r's went when its replayed batch loaded it back
     // What it answers without its learner: the state before the stop.
     EXPECT_EQ(m->StateDigest(), digest_m);
@@ -485,6 +486,9 @@ TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
   EXPECT_EQ(m->StateDigest(), digest_m);
   for (ModelRegistry* r : {&b.reg, &twin}) ASSERT_TRUE(Apply(*r, Batch("m", "p", 300, 40, 7)).ok());
   EXPECT_FALSE(m->evicted());
+  EXPECT_TRUE(m->awaiting_view());  // loaded back, no view built yet
+  ASSERT_NE(RefreshModel(*m), nullptr);
+  EXPECT_FALSE(m->awaiting_view());
   EXPECT_EQ(m->StateDigest(), (*twin.Get("m"))->StateDigest());
   EXPECT_EQ(b.reg.ledger().models(), 3);
   EXPECT_EQ(Series(b.metrics, "cmestream_models", "state", "evicted"), 0);
