@@ -25,7 +25,13 @@ Starts its own daemon (--cmestreamd, a fresh data directory under /tmp, removed 
      budget's series (what the models are charged, batches at a budget cap) from /metrics.
   5. with --evict-wait S (and the daemon started with --evict-idle-seconds, e.g.
      --daemon-arg=--evict-idle-seconds=30): an idle phase of up to S seconds until every model
-     is evicted (cmestream_models{state="evicted"}), RSS then; and a touch phase: every model
+     is evicted (cmestream_models{state="evicted"}), RSS then;
+  6. with --restart: every model's state digest, counters and alarm count (GetModel), a snapshot
+     (its time and the daemon's peak RSS during it, sampled every 0.1 s), SIGTERM (its shutdown
+     snapshot; time to exit), the daemon started again on the same data directory (time from
+     the start to its listening line: recovery done, serving), RSS then, and every model's
+     digest, counters and alarms again (equal before/after);
+  7. with --evict-wait, a touch phase after that: every model
      once, in a random order, one GetKoopman (answered from the evicted model's view), then one
      IngestOne of --batch new pairs (which loads the model back), each call timed (first-reply
      latency p50/p99), the reload time from cmestream_model_reload_seconds, and RSS after.
@@ -106,8 +112,8 @@ def parse_config(items):
     return cfg
 
 
-def evict_phase(report, args, live, data, models, ingest, queries, metrics_target, rss):
-    """Idle until every model is evicted, then touch each: a view query, then a batch."""
+def wait_evicted(report, args, live, metrics_target, rss):
+    """Idle until every model is evicted (or --evict-wait passed); RSS then."""
     start = time.monotonic()
     evicted = 0.0
     while time.monotonic() - start < args.evict_wait:
@@ -120,17 +126,81 @@ def evict_phase(report, args, live, data, models, ingest, queries, metrics_targe
     time.sleep(1.0)
     report["rss_after_evict"] = rss()
     report["rss_per_model_evicted"] = (report["rss_after_evict"] - report["rss_start"]) / max(1, len(live))
+
+
+def model_states(models, live):
+    """Per model: (state digest, samples, batches, alarms raised, producer offset), and how many are evicted."""
+    states, evicted = {}, 0
+    for name in live:
+        info = models.GetModel(pb.GetModelRequest(name=name, with_state_digest=True), timeout=120)
+        states[name] = (info.state_digest, info.samples, info.batches_applied, info.alarms.alarms_total)
+        evicted += 1 if info.evicted else 0
+    return states, evicted
+
+
+def restart_phase(report, args, live, daemon, channel_for, rss):
+    """Snapshot (peak RSS sampled), SIGTERM (its shutdown snapshot), start again on the same data dir.
+
+    Returns the new daemon's (channel, models, ingest, queries, metrics target)."""
+    channel, models, _, _ = channel_for(daemon.grpc_target)
+    before, report["evicted_before_restart"] = model_states(models, live)
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    s = time.monotonic()
+    snap = models.Snapshot(pb.SnapshotRequest(), timeout=3600)
+    report["snapshot_seconds"] = time.monotonic() - s
+    done.set()
+    sampler.join()
+    report["snapshot_bytes"] = snap.bytes
+    report["rss_peak_snapshot"] = peak[0]
+    report["rss_before_stop"] = rss()
+    channel.close()
+    s = time.monotonic()
+    report["stop_code"] = daemon.stop(timeout=3600)
+    report["stop_seconds"] = time.monotonic() - s  # includes the shutdown snapshot
+    s = time.monotonic()
+    daemon.start(timeout=3600)  # returns at the listening line: recovery done, serving
+    report["restart_ready_seconds"] = time.monotonic() - s
+    time.sleep(1.0)
+    report["rss_after_restart"] = rss()
+    channel, models, ingest, queries = channel_for(daemon.grpc_target)
+    after, report["evicted_after_restart"] = model_states(models, live)
+    report["restart_digests_equal"] = sum(1 for n in live if before[n] == after.get(n))
+    report["restart_models"] = len(after)
+    if report["restart_digests_equal"] != len(live):
+        bad = [n for n in live if before[n] != after.get(n)]
+        report["restart_first_difference"] = (bad[0], before[bad[0]], after.get(bad[0]))
+    return channel, models, ingest, queries, daemon.metrics_target
+
+
+def touch_phase(report, args, live, data, ingest, queries, metrics_target, rss):
+    """Every model once, in a random order: a view query, then a batch (which reloads an evicted model)."""
     order = list(live)
     random.Random(args.seed).shuffle(order)
     koopman_lat, ingest_lat = [], []
     for name in order:
         s = time.monotonic()
-        try:
-            queries.GetKoopman(pb.KoopmanRequest(model=name, top=6), timeout=60)
-            koopman_lat.append(time.monotonic() - s)
-        except grpc.RpcError as e:
-            if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                raise
+        while True:
+            try:
+                queries.GetKoopman(pb.KoopmanRequest(model=name, top=6), timeout=60)
+                koopman_lat.append(time.monotonic() - s)
+            except grpc.RpcError as e:
+                # UNAVAILABLE: restored evicted at a restart, loaded back to build its view; retried
+                # (the time until the view answers is timed).
+                if e.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() - s < 60:
+                    time.sleep(0.02)
+                    continue
+                if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+            break
         rows = data[name][args.pairs:args.pairs + args.batch + 1]
         s = time.monotonic()
         ingest.IngestOne(pb.IngestBatch(model=name, producer_id="p", offset=args.pairs, states=rows.ravel(),
@@ -171,9 +241,14 @@ def main() -> int:
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--evict-wait", type=float, default=0,
                     help="seconds to wait for every model to be evicted, then touch each (0: no idle phase)")
+    ap.add_argument("--restart", action="store_true",
+                    help="after the feed (and the eviction wait): snapshot, SIGTERM, start again on the same data "
+                         "dir; time to ready, RSS, state digests before/after (needs --cmestreamd)")
     args = ap.parse_args()
     if bool(args.cmestreamd) == bool(args.server):
         ap.error("give exactly one of --cmestreamd and --server")
+    if args.restart and not args.cmestreamd:
+        ap.error("--restart needs --cmestreamd")
 
     data_dir = None
     daemon = None
@@ -193,10 +268,12 @@ def main() -> int:
               "batch": args.batch, "rate_per_model": args.rate, "workers": args.workers,
               "config": args.config, "daemon_args": args.daemon_arg}
     opts = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 256 << 20)]
-    channel = grpc.insecure_channel(target, options=opts)
-    models = pb_grpc.ModelServiceStub(channel)
-    ingest = pb_grpc.IngestServiceStub(channel)
-    queries = pb_grpc.QueryServiceStub(channel)
+
+    def channel_for(grpc_target):
+        ch = grpc.insecure_channel(grpc_target, options=opts)
+        return ch, pb_grpc.ModelServiceStub(ch), pb_grpc.IngestServiceStub(ch), pb_grpc.QueryServiceStub(ch)
+
+    channel, models, ingest, queries = channel_for(target)
     try:
         time.sleep(0.5)
         report["rss_start"] = rss()
@@ -378,14 +455,20 @@ def main() -> int:
                               ("growth_denied", "cmestream_dictionary_growth_denied_total")):
                 report[key] = metric_value(metrics_target, name)
         if args.evict_wait > 0:
-            evict_phase(report, args, live, data, models, ingest, queries, metrics_target, rss)
+            wait_evicted(report, args, live, metrics_target, rss)
+        if args.restart:
+            channel.close()
+            channel, models, ingest, queries, metrics_target = restart_phase(report, args, live, daemon, channel_for,
+                                                                             rss)
+        if args.evict_wait > 0:
+            touch_phase(report, args, live, data, ingest, queries, metrics_target, rss)
         n = max(1, report["created"])
         report["rss_per_model_empty"] = (report["rss_after_create"] - report["rss_start"]) / n
         report["rss_per_model_fed"] = (report["rss_after_feed"] - report["rss_start"]) / n
     finally:
         channel.close()
-        if daemon is not None:
-            daemon.stop(timeout=60)
+        if daemon is not None and daemon.process is not None:
+            daemon.stop(timeout=3600)
         if data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -421,6 +504,14 @@ def main() -> int:
               f"reloads {report['reloads']:.0f}, mean reload {report['reload_mean_ms']:.2f} ms; "
               f"RSS after {report['rss_after_touch'] * mib:.1f} MiB")
         report.pop("touch_order", None)
+    if args.restart:
+        print(f"  restart: {report['evicted_before_restart']} of {report['created']} models evicted; snapshot "
+              f"{report['snapshot_bytes'] / 1e6:.0f} MB in {report['snapshot_seconds']:.1f} s, RSS peak during it "
+              f"{report['rss_peak_snapshot'] * mib:.0f} MiB (before {report['rss_before_stop'] * mib:.0f} MiB); "
+              f"SIGTERM to exit {report['stop_seconds']:.1f} s (code {report['stop_code']}); start to ready "
+              f"{report['restart_ready_seconds']:.1f} s; RSS after {report['rss_after_restart'] * mib:.0f} MiB; "
+              f"{report['evicted_after_restart']} evicted after; digests equal {report['restart_digests_equal']} of "
+              f"{len(live)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -102,6 +102,37 @@ Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, Batc
   if (stats_.alarms) metrics_->OnAlarms(stats_.change_score, stats_.alarms_total);
 }
 
+Model::Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log, EvictedState state)
+    : config_(std::move(config)), metrics_(std::move(metrics)), log_(log), created_unix_seconds_(UnixNow()) {
+  Touch();
+  metrics_->SetDictionaryBudget(discrete() ? 0 : static_cast<double>(config_.max_dict()));
+  applied_sequence_.store(state.applied_sequence);
+  // Not shared yet, so the locks are uncontended; taken to keep the analysis exact.
+  absl::MutexLock evict_lock(&evict_mu_);
+  evicted_path_ = std::move(state.path);
+  evicted_digest_ = state.digest;
+  evicted_alarms_ = std::move(state.alarms);
+  evicted_.store(true);
+  awaiting_view_.store(true);
+  {
+    absl::MutexLock stats_lock(&stats_mu_);
+    stats_ = std::move(state.stats);
+    producer_offsets_ = std::move(state.producer_offsets);
+    published_sigma_ = std::move(state.sigma);
+    published_scaling_ = std::move(state.scaling);
+    if (stats_.alarms) metrics_->OnAlarms(stats_.change_score, stats_.alarms_total);
+    // The counters' series start where the model is, as for a model restored live.
+    const Stats& s = stats_;
+    metrics_->OnBatchApplied(s.samples + s.pending_warmup, s.forced, s.forced_error_sum,
+                             {s.pending_warmup, s.dict_x, s.dict_y});
+  }
+  {
+    absl::MutexLock lock(&mem_mu_);
+    counted_ = false;  // charged when loaded back
+  }
+  metrics_->OnRestoredEvicted();
+}
+
 Model::Stats Model::LearnerStatsLocked() const {
   Stats s;
   s.learner_ready = learner_->ready();
@@ -704,6 +735,7 @@ void Model::InstallPrequential(std::unique_ptr<PrequentialVampE> score, uint64_t
 void Model::Publish(std::shared_ptr<const ModelView> view) {
   absl::MutexLock lock(&view_mu_);
   if (failed() && view) return;  // a refresh that copied the learner before it failed
+  if (view) awaiting_view_.store(false);
   view_ = std::move(view);
 }
 

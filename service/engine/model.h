@@ -83,7 +83,16 @@ class ModelSpill {
   virtual absl::StatusOr<std::unique_ptr<StreamingLearner>> Read(const std::string& path, const Model& model) = 0;
   // The file's MODL object, as a daemon snapshot holds it (checksum verified).
   virtual absl::StatusOr<std::string> ReadImage(const std::string& path) = 0;
+  // A second name for the file (a hard link), so that a snapshot can copy it after the model
+  // was loaded back (which removes `path`): the snapshot reads the pin when it writes the
+  // model, then removes it. Called under the model's eviction lock; O(1), no data copied.
+  virtual absl::StatusOr<std::string> Pin(const std::string& path) = 0;
   virtual void Remove(const std::string& path) = 0;
+  // Writes the MODL object `image` (a model evicted when a daemon snapshot was taken, restored
+  // evicted from it at start) to a new file, as Write would, and returns its path. Not
+  // fsynced: the snapshot holds the same bytes, and recovery writes the file again at every
+  // start.
+  virtual absl::StatusOr<std::string> WriteImage(const std::string& image, uint64_t applied_sequence) = 0;
 };
 
 class Model {
@@ -306,6 +315,10 @@ class Model {
   // (ModelSnapshotCodec::Encode). The sweep runs on the refresh scheduler's thread
   // (RefreshScheduler: no thread or timer per model). Lock order: the sequencer, evict_mu_, the
   // log lock, the learner lock.
+  // RESTART: a daemon snapshot stores with an evicted model what it keeps in memory (an EVCT
+  // object after its MODL object: storage/snapshot.h), and recovery restores it evicted, its
+  // learner written to a file of its own, with no view: a view query or Refresh asks the
+  // scheduler, which loads it back and builds the view (refresh.cc).
   //
   // Marks the model used now (a batch or a view query).
   void Touch() const;
@@ -324,9 +337,13 @@ class Model {
   void ForgetEviction() ABSL_LOCKS_EXCLUDED(evict_mu_);
   // Seconds the last reload took (0: never reloaded): Describe reports it.
   double last_reload_seconds() const { return last_reload_seconds_.load(); }
+  // RESTART: restored evicted and no view published since (evicted, or being loaded back and
+  // its view built).
+  bool awaiting_view() const { return awaiting_view_.load(); }
 
-  // Scheduler bookkeeping (touched by the scheduler thread and Refresh requests).
-  std::atomic<bool> refresh_requested{false};
+  // Scheduler bookkeeping (touched by the scheduler thread, Refresh requests and the view
+  // queries of a model restored evicted without a view).
+  mutable std::atomic<bool> refresh_requested{false};
   // Starts at creation, so the first interval-triggered view comes refresh_interval after it.
   std::chrono::steady_clock::time_point last_refresh_attempt = std::chrono::steady_clock::now();  // scheduler only
 
@@ -336,6 +353,19 @@ class Model {
 
   // The codec's: a model around a learner restored from a snapshot.
   Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log, StreamingLearner learner);
+  // The codec's: a model restored evicted (RESTART in EVICTION above): no learner, its learner in
+  // the file `path`, what an evicted model keeps in memory as given; not counted in a ledger.
+  struct EvictedState {
+    std::string path;
+    uint64_t applied_sequence = 0;
+    uint64_t digest = 0;
+    std::optional<AlarmList> alarms;
+    Stats stats;
+    std::map<std::string, uint64_t> producer_offsets;
+    v1::SigmaSelection sigma;
+    v1::InputScaling scaling;
+  };
+  Model(v1::ModelConfig config, std::shared_ptr<ModelMetrics> metrics, BatchLog* log, EvictedState state);
 
   // The learner's counters.
   Stats LearnerStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_);
@@ -402,6 +432,7 @@ class Model {
   std::atomic<bool> evicted_{false};
   mutable std::atomic<int64_t> last_used_ns_{0};  // steady clock
   std::atomic<double> last_reload_seconds_{0};
+  std::atomic<bool> awaiting_view_{false};  // awaiting_view()
   ModelSpill* spill_ = nullptr;
   SideExecutor* side_executor_ = nullptr;  // re-lent to a reloaded learner
   absl::Mutex log_mu_ ABSL_ACQUIRED_BEFORE(learner_mu_);

@@ -192,6 +192,14 @@ void RefreshScheduler::RefreshDueModels() {
     const bool enough_samples =
         config.refresh_every_samples() > 0 && stats.progress - view_progress >= config.refresh_every_samples();
     const bool requested = model->refresh_requested.exchange(false);
+    if (has_new && requested && !view && model->evicted()) {
+      // Restored evicted at start, with no view (Model's RESTART): asked for one by a view
+      // query or Refresh, so it is loaded back first (and evicted again once idle).
+      if (absl::Status s = model->EnsureResident(); !s.ok()) {
+        std::cerr << "cmestreamd: model '" << config.name()
+                  << "': cannot load it back to build its view: " << s.message() << "\n";
+      }
+    }
     if (has_new && (requested || interval_elapsed || enough_samples)) {
       model->last_refresh_attempt = now;
       view = RefreshModel(*model);

@@ -198,10 +198,13 @@ absl::StatusOr<std::shared_ptr<Model>> ModelRegistry::Adopt(const std::string& n
   double charge = 0;
   if (model.ok()) {
     // Charged by what it holds (its dictionary's capacity); a live import must fit the
-    // budget, a restore or replay is counted whatever it says (accepted then).
+    // budget, a restore or replay is counted whatever it says (accepted then). A model
+    // restored evicted (Model's RESTART) is counted when loaded back.
     charge = std::ceil((*model)->HeldBytesEstimate());
     absl::MutexLock lock(&mu_);
-    if (!check_budget) {
+    if ((*model)->evicted()) {
+      charge = 0;
+    } else if (!check_budget) {
       ledger_.Admit(charge);
     } else if (absl::Status s = AdmitLocked((*model)->config(), charge, "import"); !s.ok()) {
       model = s;

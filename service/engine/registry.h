@@ -47,6 +47,7 @@ class ModelRegistry final : public ForkSink {
   // Where idle models are evicted to (Model's EVICTION; null: never evicted). requires: called
   // before the registry is shared between threads; outlives the models.
   void SetSpill(ModelSpill* spill) { spill_ = spill; }
+  ModelSpill* spill() const { return spill_; }
   // The eviction sweep (run by the refresh scheduler's thread, RefreshScheduler): evicts the
   // models idle for `idle_seconds` whose view reflects what they learned, until `budget_seconds`
   // have been spent (the rest wait for the next sweep). Returns the models evicted.

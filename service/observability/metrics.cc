@@ -155,6 +155,11 @@ void ModelMetrics::OnEvicted() {
   m_.UpdateModelGauges();
 }
 
+void ModelMetrics::OnRestoredEvicted() {
+  m_.evicted_.fetch_add(1);
+  m_.UpdateModelGauges();
+}
+
 void ModelMetrics::OnReloaded(double seconds) {
   m_.reloads_.Increment();
   m_.reload_seconds_.Observe(seconds);

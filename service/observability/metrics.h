@@ -152,8 +152,10 @@ class ModelMetrics {
   // its models are charged, and one more batch whose growth the budget denied.
   void OnMemory(double committed_bytes, bool growth_denied);
   // Eviction (fleet series, no model label): this model was evicted, loaded back after
-  // `seconds`, or deleted while evicted.
+  // `seconds`, or deleted while evicted; OnRestoredEvicted: restored evicted at start (counted
+  // as evicted, not as an eviction).
   void OnEvicted();
+  void OnRestoredEvicted();
   void OnReloaded(double seconds);
   void OnEvictedDeleted();
   void Remove() ABSL_LOCKS_EXCLUDED(mu_);

@@ -21,6 +21,15 @@ constexpr uint32_t kMaxHorizon = 1000;
 absl::Status NoViewYet(const Model& model) {
   if (model.failed()) return model.Failed();  // a failed model drops its view
   const Model::Stats s = model.stats();
+  if (model.awaiting_view() && s.learner_ready && s.samples > 0) {
+    // Restored evicted at the daemon's start (Model's RESTART): the scheduler loads it back and
+    // builds its view (it may be loaded back already, its view not built yet).
+    model.refresh_requested = true;
+    return absl::UnavailableError(absl::StrCat("model '", model.name(),
+                                               "' has no view yet: it was evicted when the daemon restarted and is "
+                                               "being loaded back to build one; retry shortly, or call Refresh "
+                                               "(wait=true)"));
+  }
   std::string state = s.learner_ready ? absl::StrCat("it has ", s.samples, " samples")
                                       : absl::StrCat("it is still choosing sigma (", s.pending_warmup, " of ",
                                                      model.config().auto_sigma_warmup(), " warm-up pairs buffered)");

@@ -27,9 +27,18 @@ namespace cmestream::service {
 namespace {
 
 constexpr uint32_t kModelTag = io::Fourcc("MODL");
+constexpr uint32_t kEvictedTag = io::Fourcc("EVCT");
 constexpr uint32_t kSnapTag = io::Fourcc("SNAP");
 constexpr uint32_t kExportTag = io::Fourcc("EXPT");
-constexpr uint32_t kFormatVersion = 1;
+// File format versions: 1, every model a MODL object; 2 (daemon snapshots) adds an EVCT object
+// after the MODL object of a model evicted at the cut (what it keeps in memory: Model's
+// RESTART). Exports and eviction files stay version 1 (they never hold an EVCT). This build
+// reads 1 and 2.
+constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kSnapshotVersion = 2;
+constexpr uint32_t kExportVersion = 1;
+constexpr uint32_t kFirstVersionWithEvicted = 2;
+constexpr uint32_t kEvictedVersion = 1;  // the EVCT object's own version
 // MODL object version = the learner's state version: 2 adds the spectral moments after the
 // predictive accumulator. Version 1 objects load with a fresh spectral accumulator (its first
 // epoch starts at the next pair; the spectrum serves once that epoch has data).
@@ -77,7 +86,7 @@ std::string Header(uint32_t kind, uint32_t models, uint64_t number, uint64_t cov
   io::Writer w;
   w.Bytes(kSnapshotMagic, 8);
   w.U32(kind);
-  w.U32(kFormatVersion);
+  w.U32(kind == kSnapTag ? kSnapshotVersion : kExportVersion);
   w.U32(models);
   w.U64(number);
   w.U64(NowNanos());
@@ -109,11 +118,12 @@ absl::Status WriteAll(int fd, const std::string& data, const std::string& path) 
   return absl::OkStatus();
 }
 
-// Writes `chunks` (produced one at a time by `next`, which returns false when done) to
-// dir/name atomically: temp file in dir, fsync, rename, fsync(dir). The CRC footer is
-// appended. On error the temp file is removed and nothing else changes.
+// Writes `chunks` (produced one at a time by `next`, which returns false when done, or an
+// error that abandons the file) to dir/name atomically: temp file in dir, fsync, rename,
+// fsync(dir). The CRC footer is appended. On error the temp file is removed and nothing else
+// changes.
 absl::StatusOr<uint64_t> WriteAtomically(const std::string& dir, const std::string& name,
-                                         const std::function<bool(std::string*)>& next,
+                                         const std::function<absl::StatusOr<bool>(std::string*)>& next,
                                          const std::function<absl::Status(const std::string&)>& verify = nullptr) {
   const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
   const std::string path = absl::StrCat(dir, "/", name);
@@ -123,7 +133,10 @@ absl::StatusOr<uint64_t> WriteAtomically(const std::string& dir, const std::stri
   uint64_t bytes = 0;
   absl::Status status;
   std::string chunk;
-  while (status.ok() && next(&chunk)) {
+  while (status.ok()) {
+    absl::StatusOr<bool> more = next(&chunk);
+    if (!more.ok()) status = more.status();
+    if (!status.ok() || !*more) break;
     crc = crc32c::Extend(crc, chunk.data(), chunk.size());
     bytes += chunk.size();
     status = WriteAll(fd, chunk, tmp);
@@ -182,10 +195,9 @@ std::vector<std::pair<uint64_t, std::string>> ListSnapshots(const std::string& d
   return out;
 }
 
-// The stored config of the MODL object in [begin, end) (for the name, before building).
-absl::StatusOr<v1::ModelConfig> PeekConfig(const SnapshotFile& f, size_t index) {
-  const auto [begin, end] = f.model_ranges[index];
-  io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
+// The stored config of a MODL object at file offset `begin` (for the name, before building).
+absl::StatusOr<v1::ModelConfig> PeekConfig(std::string_view object, const std::string& source, uint64_t begin) {
+  io::Reader r(object, source, begin);
   uint32_t version;
   if (!r.BeginObject(kModelTag, kModelVersion, "model", &version)) return r.status();
   const std::string text = r.String("model config", kMaxConfigBytes);
@@ -262,6 +274,216 @@ ModelImage ModelSnapshotCodec::Encode(Model& m) {
   ModelImage empty;  // decodes as nothing: a snapshot holding it fails its verification
   empty.name = m.name();
   return empty;
+}
+
+absl::StatusOr<SnapshotPart> ModelSnapshotCodec::Part(Model& m) {
+  SnapshotPart part;
+  absl::MutexLock evict_lock(&m.evict_mu_);
+  if (m.evicted_path_.empty()) {
+    part.image_ = EncodeResident(m);
+    return part;
+  }
+  part.image_.name = m.name();
+  part.image_.applied_sequence = m.applied_sequence();
+  {
+    // What the evicted model keeps in memory (RESTART): the digest, the counters, the input
+    // scaling, the kept alarms.
+    io::Writer w;
+    const size_t h = w.BeginObject(kEvictedTag, kEvictedVersion);
+    w.U64(m.evicted_digest_);
+    {
+      absl::MutexLock stats_lock(&m.stats_mu_);
+      const Model::Stats st = m.stats_;  // a copy: the analysis does not follow a reference
+      w.Bool(st.learner_ready);
+      w.U64(st.samples);
+      w.U64(st.pending_warmup);
+      w.I32(st.dict_x);
+      w.I32(st.dict_y);
+      w.I32(st.spectral_basis);
+      w.U64(st.forced);
+      w.F64(st.forced_error_sum);
+      w.F64(st.inverse_drift);
+      w.U64(st.batches_applied);
+      w.Bool(st.alarms);
+      w.U64(st.alarms_scored);
+      w.I64(st.armed_at);
+      w.U64(st.alarms_total);
+      w.U64(st.progress);
+      w.F64(st.change_score);
+      w.F64(st.change_threshold);
+      w.String(st.alarm_note);
+      w.String(m.published_scaling_.SerializeAsString());
+    }
+    w.Bool(m.evicted_alarms_.has_value());
+    if (m.evicted_alarms_) {
+      const Model::AlarmList& a = *m.evicted_alarms_;
+      w.I64(a.armed_at);
+      w.U64(a.dropped);
+      w.U64(a.alarms.size());
+      for (const AlarmRecord& r : a.alarms) {
+        w.I64(r.index);
+        w.F64(r.time);
+        w.F64(r.score);
+        w.F64(r.threshold);
+        w.Ints(r.channels);
+        w.U8(static_cast<uint8_t>(r.kind));
+        w.U8(static_cast<uint8_t>(r.direction));
+        w.I64(r.onset);
+      }
+    }
+    w.EndObject(h);
+    part.summary_ = w.Release();
+  }
+  absl::StatusOr<std::string> pin = m.spill_->Pin(m.evicted_path_);
+  if (pin.ok()) {
+    part.pin_ = *std::move(pin);
+    part.spill_ = m.spill_;
+    return part;
+  }
+  // No second name for it (e.g. a file system without hard links): its bytes now, as Image.
+  std::cerr << "cmestreamd: warning: " << pin.status().message() << "; the snapshot reads the file now\n";
+  absl::StatusOr<std::string> bytes = m.spill_->ReadImage(m.evicted_path_);
+  if (!bytes.ok()) {
+    return absl::DataLossError(absl::StrCat("model '", m.name(), "' is evicted to ", m.evicted_path_,
+                                            ", which cannot be read back: ", bytes.status().message()));
+  }
+  part.image_.bytes = *std::move(bytes);
+  return part;
+}
+
+SnapshotPart& SnapshotPart::operator=(SnapshotPart&& o) noexcept {
+  if (this != &o) {
+    if (!pin_.empty() && spill_ != nullptr) spill_->Remove(pin_);
+    image_ = std::move(o.image_);
+    summary_ = std::move(o.summary_);
+    pin_ = std::move(o.pin_);
+    spill_ = o.spill_;
+    o.pin_.clear();
+    o.spill_ = nullptr;
+  }
+  return *this;
+}
+
+SnapshotPart::~SnapshotPart() {
+  if (!pin_.empty() && spill_ != nullptr) spill_->Remove(pin_);
+}
+
+absl::StatusOr<std::string> SnapshotPart::TakeBytes() {
+  if (pin_.empty()) return std::move(image_.bytes) + std::move(summary_);
+  absl::StatusOr<std::string> bytes = spill_->ReadImage(pin_);
+  spill_->Remove(pin_);
+  const std::string pin = std::move(pin_);
+  pin_.clear();
+  if (!bytes.ok()) {
+    return absl::DataLossError(absl::StrCat("model '", image_.name, "' was evicted to a file (pinned as ", pin,
+                                            ") that cannot be read back: ", bytes.status().message()));
+  }
+  return *std::move(bytes) + std::move(summary_);
+}
+
+absl::Status ModelSnapshotCodec::ReadSummary(io::Reader& r, Model::EvictedState* st) {
+  uint32_t version = 0;
+  if (!r.BeginObject(kEvictedTag, kEvictedVersion, "evicted model", &version)) return r.status();
+  st->digest = r.U64("evicted digest");
+  Model::Stats& s = st->stats;
+  s.learner_ready = r.Bool("evicted learner ready");
+  s.samples = r.U64("evicted samples");
+  s.pending_warmup = r.U64("evicted pending warm-up");
+  s.dict_x = r.I32In("evicted dictionary x", 0, 1 << 30);
+  s.dict_y = r.I32In("evicted dictionary y", 0, 1 << 30);
+  s.spectral_basis = r.I32In("evicted spectral basis", 0, 1 << 30);
+  s.forced = r.U64("evicted forced compressions");
+  s.forced_error_sum = r.F64("evicted forced error sum");
+  s.inverse_drift = r.F64("evicted inverse drift");
+  s.batches_applied = r.U64("evicted batches");
+  s.alarms = r.Bool("evicted alarms on");
+  s.alarms_scored = r.U64("evicted alarms scored");
+  s.armed_at = r.I64("evicted armed at");
+  s.alarms_total = r.U64("evicted alarms total");
+  s.progress = r.U64("evicted progress");
+  s.change_score = r.F64("evicted change score");
+  s.change_threshold = r.F64("evicted change threshold");
+  s.alarm_note = r.String("evicted alarm note", kMaxConfigBytes);
+  const std::string scaling = r.String("evicted input scaling", kMaxConfigBytes);
+  if (!r.ok()) return r.status();
+  if (!st->scaling.ParseFromString(scaling)) return r.Fail("evicted input scaling is not a valid InputScaling message");
+  if (r.Bool("evicted alarm list")) {
+    Model::AlarmList a;
+    a.armed_at = r.I64("evicted alarms armed at");
+    a.dropped = r.U64("evicted alarms dropped");
+    const int64_t n = r.Count("evicted alarm records", 0, AlarmMonitor::kMaxRecords);
+    for (int64_t i = 0; i < n && r.ok(); ++i) {
+      AlarmRecord rec;
+      rec.index = r.I64("alarm index");
+      rec.time = r.F64("alarm time");
+      rec.score = r.F64("alarm score");
+      rec.threshold = r.F64("alarm threshold");
+      rec.channels = r.Ints("alarm channels", "alarm channel", 0, kMaxDim);
+      const uint8_t kind = r.U8("alarm kind"), dir = r.U8("alarm direction");
+      if (r.ok() && (kind > static_cast<uint8_t>(ChangeDetector::Kind::kSpike) || dir > 1)) {
+        return r.Fail("alarm kind or direction out of range");
+      }
+      rec.kind = static_cast<ChangeDetector::Kind>(kind);
+      rec.direction = static_cast<ChangeDetector::Direction>(dir);
+      rec.onset = r.I64("alarm onset");
+      a.alarms.push_back(std::move(rec));
+    }
+    st->alarms = std::move(a);
+  }
+  if (!r.EndObject("evicted model")) return r.status();
+  return absl::OkStatus();
+}
+
+absl::Status ModelSnapshotCodec::CheckSummary(std::string_view summary, const std::string& source, uint64_t begin) {
+  io::Reader r(summary, source, begin);
+  Model::EvictedState state;
+  return ReadSummary(r, &state);
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::DecodeEvicted(
+    std::string_view object, std::string_view summary, const std::string& source, uint64_t begin,
+    const ConfigDefaults& defaults, ModelSpill& spill, std::shared_ptr<ModelMetrics> metrics, BatchLog* log) {
+  Model::EvictedState state;
+  {
+    io::Reader r(summary, source, begin + object.size());
+    if (absl::Status s = ReadSummary(r, &state); !s.ok()) return s;
+  }
+  io::Reader r(object, source, begin);
+  uint32_t version = 0;
+  if (!r.BeginObject(kModelTag, kModelVersion, "model", &version)) return r.status();
+  const std::string config_text = r.String("model config", kMaxConfigBytes);
+  if (!r.ok()) return r.status();
+  v1::ModelConfig stored;
+  if (!stored.ParseFromString(config_text)) return r.Fail("model config is not a valid ModelConfig message");
+  absl::StatusOr<v1::ModelConfig> config = NormalizeStoredModelConfig(stored, defaults);
+  if (!config.ok()) return r.Fail(absl::StrCat("model config is invalid: ", config.status().message()));
+  state.applied_sequence = r.U64("model applied sequence");
+  const uint64_t batches = r.U64("model batches applied");
+  const int64_t producers = r.Count("model producer count", 0, kMaxProducersPerModel);
+  for (int64_t i = 0; i < producers && r.ok(); ++i) {
+    std::string id = r.String("producer id", kMaxProducerIdBytes);
+    state.producer_offsets[std::move(id)] = r.U64("producer offset");
+  }
+  if (!state.sigma.ParseFromString(r.String("model sigma selection", kMaxConfigBytes)) && r.ok()) {
+    return r.Fail("model sigma selection is not a valid SigmaSelection message");
+  }
+  if (!r.ok()) return r.status();
+  if (version >= kFirstVersionWithFailure) {
+    r.U64("model failure sequence");
+    const std::string reason = r.String("model failure reason", kMaxConfigBytes);
+    if (!r.ok()) return r.status();
+    if (!reason.empty()) return r.Fail("an evicted model cannot have failed");
+  }
+  if (batches != state.stats.batches_applied) {
+    return r.Fail(absl::StrCat("the evicted model's batch count ", state.stats.batches_applied,
+                               " differs from its model object's ", batches));
+  }
+  // Its learner stays undecoded, in a file of its own, until its next batch.
+  absl::StatusOr<std::string> path = spill.WriteImage(std::string(object), state.applied_sequence);
+  if (!path.ok()) return path.status();
+  state.path = *std::move(path);
+  // Not make_shared: the constructor of a model restored evicted is private to this codec.
+  return std::shared_ptr<Model>(new Model(*std::move(config), std::move(metrics), log, std::move(state)));
 }
 
 ModelImage ModelSnapshotCodec::EncodeResident(Model& m) {
@@ -368,28 +590,31 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
 // ---------------------------------------------------------------------------------------------
 // Files
 
-absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::string& source) {
-  SnapshotFile f;
-  f.source = source;
-  if (bytes.size() < 8 || bytes.compare(0, 8, kSnapshotMagic) != 0) {
+namespace {
+
+// The checks before the CRC: the magic (`first` is the file's first bytes) and the size.
+absl::Status CheckMagicAndSize(std::string_view first, uint64_t size, const std::string& source) {
+  if (first.size() < 8 || first.compare(0, 8, kSnapshotMagic) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": not a cmestream snapshot (the file does not start with \"", kSnapshotMagic, "\")"));
   }
-  if (bytes.size() < kHeaderBytes + kFooterBytes) {
-    return absl::DataLossError(absl::StrCat(source, ": truncated: ", bytes.size(), " bytes, a snapshot has at least ",
-                                            kHeaderBytes + kFooterBytes));
+  if (size < kHeaderBytes + kFooterBytes) {
+    return absl::DataLossError(
+        absl::StrCat(source, ": truncated: ", size, " bytes, a snapshot has at least ", kHeaderBytes + kFooterBytes));
   }
-  const size_t body = bytes.size() - kFooterBytes;
-  io::Reader footer(std::string_view(bytes).substr(body), source, body);
-  const uint32_t stored = crc32c::Unmask(footer.U32("checksum"));
-  const uint32_t computed = crc32c::Value(bytes.data(), body);
-  if (stored != computed) {
-    return absl::DataLossError(absl::StrCat(
-        source, ": checksum mismatch over bytes [0, ", body, "): stored CRC32C 0x", absl::Hex(stored, absl::kZeroPad8),
-        ", computed 0x", absl::Hex(computed, absl::kZeroPad8), " (the file is corrupt or truncated)"));
-  }
-  io::Reader r(std::string_view(bytes).substr(0, body), source);
-  r.U64("magic");
+  return absl::OkStatus();
+}
+
+absl::Status CheckCrc(uint32_t stored, uint32_t computed, uint64_t body, const std::string& source) {
+  if (stored == computed) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(source, ": checksum mismatch over bytes [0, ", body, "): stored CRC32C 0x",
+                                          absl::Hex(stored, absl::kZeroPad8), ", computed 0x",
+                                          absl::Hex(computed, absl::kZeroPad8), " (the file is corrupt or truncated)"));
+}
+
+// The header after the magic (r at offset 8, the CRC checked): kind, version, model count,
+// number, time, covered sequence into `f` and `models`.
+absl::Status ParseHeader(io::Reader& r, SnapshotFile* f, uint32_t* models) {
   const uint32_t kind = r.U32("snapshot kind");
   if (kind != kSnapTag && kind != kExportTag) {
     return r.Fail(absl::StrCat("unknown snapshot kind ", io::FourccName(kind), " (expected SNAP or EXPT)"));
@@ -398,19 +623,41 @@ absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::st
   if (version > kFormatVersion) {
     // Not damage (the checksum matched): a newer build wrote it. FailedPrecondition, so that
     // recovery refuses by name instead of setting the file aside and falling back.
-    return absl::FailedPreconditionError(absl::StrCat(source, ": snapshot format version ", version,
+    return absl::FailedPreconditionError(absl::StrCat(f->source, ": snapshot format version ", version,
                                                       " was written by a newer cmestreamd (this one reads 1..",
                                                       kFormatVersion, "): run the version that wrote it"));
   }
-  if (version != kFormatVersion) {
-    return r.Fail(absl::StrCat("snapshot format version ", version, " is not supported by this build (reads 1..1)"));
+  if (version < 1) {
+    return r.Fail(absl::StrCat("snapshot format version ", version, " is not supported by this build (reads 1..",
+                               kFormatVersion, ")"));
   }
-  const uint32_t models = r.U32("model count");
-  if (models > kMaxModels) return r.Fail(absl::StrCat("model count ", models, " is above ", kMaxModels));
-  f.is_export = kind == kExportTag;
-  f.number = r.U64("snapshot number");
-  f.created_unix_nanos = r.U64("creation time");
-  f.covered_sequence = r.U64("covered sequence");
+  if (kind == kExportTag && version != kExportVersion) {
+    return r.Fail(absl::StrCat("export format version ", version, " is not supported by this build (reads 1)"));
+  }
+  f->format_version = version;
+  *models = r.U32("model count");
+  if (*models > kMaxModels) return r.Fail(absl::StrCat("model count ", *models, " is above ", kMaxModels));
+  f->is_export = kind == kExportTag;
+  f->number = r.U64("snapshot number");
+  f->created_unix_nanos = r.U64("creation time");
+  f->covered_sequence = r.U64("covered sequence");
+  return r.status();
+}
+
+}  // namespace
+
+absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::string& source) {
+  SnapshotFile f;
+  f.source = source;
+  if (absl::Status s = CheckMagicAndSize(bytes, bytes.size(), source); !s.ok()) return s;
+  const size_t body = bytes.size() - kFooterBytes;
+  io::Reader footer(std::string_view(bytes).substr(body), source, body);
+  const uint32_t stored = crc32c::Unmask(footer.U32("checksum"));
+  if (absl::Status s = CheckCrc(stored, crc32c::Value(bytes.data(), body), body, source); !s.ok()) return s;
+  io::Reader r(std::string_view(bytes).substr(0, body), source);
+  r.U64("magic");
+  uint32_t models = 0;
+  if (absl::Status s = ParseHeader(r, &f, &models); !s.ok()) return s;
   for (uint32_t i = 0; i < models && r.ok(); ++i) {
     const uint64_t begin = r.offset();
     uint32_t v;
@@ -420,6 +667,18 @@ absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::st
     r.Skip(end - r.offset(), "model body");
     r.EndObject("model");
     f.model_ranges.emplace_back(begin, end);
+    // Version 2: an evicted model's EVCT object follows its MODL object.
+    std::pair<uint64_t, uint64_t> summary{0, 0};
+    if (r.ok() && f.format_version >= kFirstVersionWithEvicted && r.remaining() >= 4 &&
+        io::Reader(std::string_view(bytes).substr(r.offset(), 4), source).U32("tag") == kEvictedTag) {
+      const uint64_t at = r.offset();
+      if (!r.BeginObject(kEvictedTag, kEvictedVersion, "evicted model", &v)) break;
+      const uint64_t until = at + 16 + (io::Reader(std::string_view(bytes).substr(at + 8, 8), source).U64("len"));
+      r.Skip(until - r.offset(), "evicted model body");
+      r.EndObject("evicted model");
+      summary = {at, until};
+    }
+    f.summary_ranges.push_back(summary);
   }
   if (!r.ok()) return r.status();
   if (r.remaining() != 0) return r.Fail(absl::StrCat(r.remaining(), " unexpected bytes after the last model"));
@@ -447,6 +706,115 @@ absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path) {
   return ParseSnapshotBytes(std::move(bytes), path);
 }
 
+absl::StatusOr<std::unique_ptr<SnapshotFileReader>> SnapshotFileReader::Open(const std::string& path) {
+  std::unique_ptr<SnapshotFileReader> reader(new SnapshotFileReader());
+  reader->header_.source = path;
+  reader->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (reader->fd_ < 0) return absl::NotFoundError(absl::StrCat("opening snapshot ", path, ": ", ErrnoText()));
+  struct stat st {};
+  if (::fstat(reader->fd_, &st) != 0)
+    return absl::DataLossError(absl::StrCat("reading snapshot ", path, ": ", ErrnoText()));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  std::string first;
+  if (absl::Status s = reader->ReadAt(0, static_cast<size_t>(std::min<uint64_t>(size, kHeaderBytes)), &first);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckMagicAndSize(first, size, path); !s.ok()) return s;
+  // The CRC over everything before the footer, in one pass of 1 MiB reads.
+  reader->body_end_ = size - kFooterBytes;
+  uint32_t crc = 0;
+  std::string chunk;
+  for (uint64_t at = 0; at < reader->body_end_;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(reader->body_end_ - at, 1 << 20));
+    if (absl::Status s = reader->ReadAt(at, n, &chunk); !s.ok()) return s;
+    crc = crc32c::Extend(crc, chunk.data(), chunk.size());
+    at += n;
+  }
+  std::string footer_bytes;
+  if (absl::Status s = reader->ReadAt(reader->body_end_, kFooterBytes, &footer_bytes); !s.ok()) return s;
+  io::Reader footer(footer_bytes, path, reader->body_end_);
+  const uint32_t stored = crc32c::Unmask(footer.U32("checksum"));
+  if (absl::Status s = CheckCrc(stored, crc, reader->body_end_, path); !s.ok()) return s;
+  io::Reader r(first, path);
+  r.U64("magic");
+  if (absl::Status s = ParseHeader(r, &reader->header_, &reader->models_); !s.ok()) return s;
+  reader->pos_ = kHeaderBytes;
+  return reader;
+}
+
+SnapshotFileReader::~SnapshotFileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status SnapshotFileReader::ReadAt(uint64_t offset, size_t n, std::string* out) const {
+  out->resize(n);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd_, out->data() + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return absl::DataLossError(absl::StrCat("reading snapshot ", header_.source, ": ", ErrnoText()));
+    if (got == 0) {
+      return absl::DataLossError(absl::StrCat("reading snapshot ", header_.source, ": it ended at byte ", offset + done,
+                                              " (it changed while being read)"));
+    }
+    done += static_cast<size_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> SnapshotFileReader::Next(std::string* object, uint64_t* begin, std::string* summary) {
+  if (summary != nullptr) summary->clear();
+  if (read_ == models_) {
+    if (pos_ != body_end_) {
+      io::Reader at(std::string_view(), header_.source, pos_);
+      return at.Fail(absl::StrCat(body_end_ - pos_, " unexpected bytes after the last model"));
+    }
+    return false;
+  }
+  *begin = pos_;
+  if (absl::Status s = ReadObject(kModelTag, kModelVersion, "model", object); !s.ok()) return s;
+  ++read_;
+  // Version 2: an evicted model's EVCT object follows its MODL object.
+  if (header_.format_version >= kFirstVersionWithEvicted && body_end_ - pos_ >= 4) {
+    std::string tag;
+    if (absl::Status s = ReadAt(pos_, 4, &tag); !s.ok()) return s;
+    if (io::Reader(tag, header_.source, pos_).U32("tag") == kEvictedTag) {
+      std::string evicted;
+      if (absl::Status s = ReadObject(kEvictedTag, kEvictedVersion, "evicted model", &evicted); !s.ok()) return s;
+      if (summary != nullptr) *summary = std::move(evicted);
+    }
+  }
+  return true;
+}
+
+absl::Status SnapshotFileReader::ReadObject(uint32_t want, uint32_t max_version, const char* name,
+                                            std::string* object) {
+  std::string frame;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(body_end_ - pos_, 16));
+  if (absl::Status s = ReadAt(pos_, n, &frame); !s.ok()) return s;
+  io::Reader r(frame, header_.source, pos_);
+  const uint32_t tag = r.U32("object tag");
+  const uint32_t version = r.U32("object version");
+  const uint64_t length = r.U64("object length");
+  if (!r.ok()) return r.status();
+  io::Reader at(std::string_view(), header_.source, pos_);
+  if (tag != want) {
+    return at.Fail(
+        absl::StrCat("expected ", name, " (tag ", io::FourccName(want), "), found tag ", io::FourccName(tag)));
+  }
+  if (version < 1 || version > max_version) {
+    return at.Fail(absl::StrCat(name, " (", io::FourccName(want), ") version ", version,
+                                " is not supported by this build (reads 1..", max_version, ")"));
+  }
+  if (length > body_end_ - pos_ - 16) {
+    return at.Fail(absl::StrCat(name, " needs ", length, " bytes, only ", body_end_ - pos_ - 16, " are left"));
+  }
+  if (absl::Status s = ReadAt(pos_, static_cast<size_t>(16 + length), object); !s.ok()) return s;
+  pos_ += 16 + length;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ExportModel(Model& model) {
   absl::StatusOr<ModelImage> encoded = ModelSnapshotCodec::Image(model);
   if (!encoded.ok()) return encoded.status();
@@ -464,24 +832,41 @@ namespace {
 // that record's sequence (the exporter's sequence means nothing here). `replay_sequence` (WAL
 // replay of such a record): the same without logging. Neither: a restore from a snapshot of
 // this daemon, keeping the stored applied sequence.
-absl::StatusOr<std::shared_ptr<Model>> AdoptFrom(const SnapshotFile& f, size_t index, const std::string& rename,
-                                                 ModelRegistry& registry, const ConfigDefaults& defaults,
+// The MODL object is `object`, at file offset `begin` of `source`.
+absl::StatusOr<std::shared_ptr<Model>> AdoptFrom(std::string_view object, const std::string& source, uint64_t begin,
+                                                 const std::string& rename, ModelRegistry& registry,
+                                                 const ConfigDefaults& defaults,
                                                  const std::string* import_image = nullptr,
                                                  std::optional<uint64_t> replay_sequence = std::nullopt) {
-  absl::StatusOr<v1::ModelConfig> config = PeekConfig(f, index);
+  absl::StatusOr<v1::ModelConfig> config = PeekConfig(object, source, begin);
   if (!config.ok()) return config.status();
   const std::string name = rename.empty() ? config->name() : rename;
   return registry.Adopt(
       name,
       [&](std::shared_ptr<ModelMetrics> metrics, BatchLog* log) -> absl::StatusOr<std::shared_ptr<Model>> {
-        const auto [begin, end] = f.model_ranges[index];
-        io::Reader r(std::string_view(f.bytes).substr(begin, end - begin), f.source, begin);
+        io::Reader r(object, source, begin);
         absl::StatusOr<std::shared_ptr<Model>> m =
             ModelSnapshotCodec::Decode(r, defaults, rename, std::move(metrics), log);
         if (m.ok() && replay_sequence) (*m)->set_applied_sequence(*replay_sequence);
         return m;
       },
       import_image);
+}
+}  // namespace
+
+namespace {
+// A model restored evicted (ModelSnapshotCodec::DecodeEvicted) into the registry.
+absl::StatusOr<std::shared_ptr<Model>> AdoptEvicted(std::string_view object, std::string_view summary,
+                                                    const std::string& source, uint64_t begin, ModelSpill& spill,
+                                                    ModelRegistry& registry, const ConfigDefaults& defaults) {
+  absl::StatusOr<v1::ModelConfig> config = PeekConfig(object, source, begin);
+  if (!config.ok()) return config.status();
+  return registry.Adopt(
+      config->name(),
+      [&](std::shared_ptr<ModelMetrics> metrics, BatchLog* log) -> absl::StatusOr<std::shared_ptr<Model>> {
+        return ModelSnapshotCodec::DecodeEvicted(object, summary, source, begin, defaults, spill, std::move(metrics),
+                                                 log);
+      });
 }
 }  // namespace
 
@@ -506,12 +891,15 @@ absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std:
   // Always under an explicit name, so Decode treats it as an import (an imported fork is
   // a model of its own).
   std::string name = new_name;
+  const auto [begin, end] = f->model_ranges[0];
+  const std::string_view object = std::string_view(f->bytes).substr(begin, end - begin);
   if (name.empty()) {
-    absl::StatusOr<v1::ModelConfig> stored = PeekConfig(*f, 0);
+    absl::StatusOr<v1::ModelConfig> stored = PeekConfig(object, f->source, begin);
     if (!stored.ok()) return stored.status();
     name = stored->name();
   }
-  return AdoptFrom(*f, 0, name, registry, defaults, replay_sequence ? nullptr : &image, replay_sequence);
+  return AdoptFrom(object, f->source, begin, name, registry, defaults, replay_sequence ? nullptr : &image,
+                   replay_sequence);
 }
 
 absl::StatusOr<std::unique_ptr<StreamingLearner>> ModelSnapshotCodec::DecodeLearner(
@@ -561,7 +949,7 @@ absl::StatusOr<std::string> EvictionStore::Write(Model& model) {
   ModelImage image = ModelSnapshotCodec::EncodeResident(model);
   const std::string name = absl::StrCat(absl::Dec(next_.fetch_add(1) + 1, absl::kZeroPad12), ".modl");
   int step = 0;
-  absl::StatusOr<uint64_t> written = WriteAtomically(dir_, name, [&](std::string* chunk) {
+  absl::StatusOr<uint64_t> written = WriteAtomically(dir_, name, [&](std::string* chunk) -> absl::StatusOr<bool> {
     if (step == 0) {
       *chunk = Header(kExportTag, 1, 0, image.applied_sequence);
     } else if (step == 1) {
@@ -600,6 +988,31 @@ absl::StatusOr<std::string> EvictionStore::ReadImage(const std::string& path) {
   }
   const auto [begin, end] = f->model_ranges[0];
   return f->bytes.substr(begin, end - begin);
+}
+
+absl::StatusOr<std::string> EvictionStore::WriteImage(const std::string& image, uint64_t applied_sequence) {
+  const std::string path = absl::StrCat(dir_, "/", absl::Dec(next_.fetch_add(1) + 1, absl::kZeroPad12), ".modl");
+  std::string file = Header(kExportTag, 1, 0, applied_sequence);
+  file += image;
+  file += Footer(crc32c::Value(file.data(), file.size()));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
+  if (fd < 0) return absl::InternalError(absl::StrCat("creating ", path, ": ", ErrnoText()));
+  absl::Status status = WriteAll(fd, file, path);
+  ::close(fd);
+  if (!status.ok()) {
+    ::unlink(path.c_str());
+    return status;
+  }
+  bytes_written_.fetch_add(file.size());
+  return path;
+}
+
+absl::StatusOr<std::string> EvictionStore::Pin(const std::string& path) {
+  const std::string pin = absl::StrCat(path, ".pin-", pins_.fetch_add(1) + 1);
+  if (::link(path.c_str(), pin.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot pin ", path, " as ", pin, ": ", ErrnoText()));
+  }
+  return pin;
 }
 
 void EvictionStore::Remove(const std::string& path) {
@@ -668,12 +1081,23 @@ absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState
     std::reverse(candidates.begin(), candidates.end());
   }
   for (const auto& [number, path] : candidates) {
-    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+    // Model by model: memory is the models restored plus one model's bytes, not the file.
+    absl::StatusOr<std::unique_ptr<SnapshotFileReader>> f = SnapshotFileReader::Open(path);
     absl::Status status = f.status();
     std::vector<std::shared_ptr<Model>> adopted;
     if (f.ok()) {
-      for (size_t i = 0; i < f->model_ranges.size() && status.ok(); ++i) {
-        absl::StatusOr<std::shared_ptr<Model>> m = AdoptFrom(*f, i, "", registry_, defaults_);
+      std::string object, summary;
+      uint64_t begin = 0;
+      ModelSpill* spill = registry_.spill();
+      while (status.ok()) {
+        absl::StatusOr<bool> more = (*f)->Next(&object, &begin, &summary);
+        if (!more.ok()) status = more.status();
+        if (!status.ok() || !*more) break;
+        // A model evicted at the snapshot comes back evicted (RESTART), when this daemon evicts.
+        absl::StatusOr<std::shared_ptr<Model>> m =
+            !summary.empty() && spill != nullptr
+                ? AdoptEvicted(object, summary, path, begin, *spill, registry_, defaults_)
+                : AdoptFrom(object, path, begin, "", registry_, defaults_);
         if (m.ok()) adopted.push_back(*m);
         else status = m.status();
       }
@@ -698,9 +1122,9 @@ absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState
       continue;
     }
     report.path = path;
-    report.number = f->number;
+    report.number = (*f)->header().number;
     report.models = static_cast<int>(adopted.size());
-    report.covered_sequence = f->covered_sequence;
+    report.covered_sequence = (*f)->header().covered_sequence;
     return report;
   }
   return report;
@@ -724,19 +1148,32 @@ absl::Status SnapshotManager::SetAside(const std::vector<std::string>& paths) {
 std::vector<ManifestState::Snapshot> SnapshotManager::Kept() const {
   std::vector<ManifestState::Snapshot> out;
   for (const auto& [n, path] : ListSnapshots(options_.dir)) {
-    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
-    if (f.ok()) out.push_back({files::BaseName(path), f->covered_sequence});
+    absl::StatusOr<std::unique_ptr<SnapshotFileReader>> f = SnapshotFileReader::Open(path);
+    if (f.ok()) out.push_back({files::BaseName(path), (*f)->header().covered_sequence});
   }
   return out;
 }
 
 absl::Status SnapshotManager::VerifyFile(const std::string& path) const {
-  absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+  // Model by model (SnapshotFileReader): memory is one model, however large the file.
+  absl::StatusOr<std::unique_ptr<SnapshotFileReader>> f = SnapshotFileReader::Open(path);
   if (!f.ok()) return absl::InternalError(absl::StrCat("snapshot verification: ", f.status().message()));
   NullBatchLog null_log;
-  for (size_t i = 0; i < f->model_ranges.size(); ++i) {
-    const auto [begin, end] = f->model_ranges[i];
-    io::Reader r(std::string_view(f->bytes).substr(begin, end - begin), path, begin);
+  std::string object;
+  uint64_t begin = 0;
+  std::string summary;
+  for (size_t i = 0;; ++i) {
+    absl::StatusOr<bool> more = (*f)->Next(&object, &begin, &summary);
+    if (!more.ok()) return absl::InternalError(absl::StrCat("snapshot verification: ", more.status().message()));
+    if (!*more) break;
+    if (!summary.empty()) {
+      if (absl::Status s = ModelSnapshotCodec::CheckSummary(summary, path, begin + object.size()); !s.ok()) {
+        return absl::InternalError(absl::StrCat("snapshot verification: model ", i, "'s evicted state does not parse: ",
+                                                s.message(), "; the snapshot was not installed"));
+      }
+    }
+    const uint64_t end = begin + object.size();
+    io::Reader r(object, path, begin);
     absl::StatusOr<std::shared_ptr<Model>> m =
         ModelSnapshotCodec::Decode(r, defaults_, "", verify_metrics_->ForModel("verify"), &null_log);
     if (!m.ok()) {
@@ -746,9 +1183,9 @@ absl::Status SnapshotManager::VerifyFile(const std::string& path) const {
     // Decoding then encoding again must give the same bytes: the decoder restores every bit
     // the encoder wrote, so the restored model is the model that was saved.
     const std::string again = ModelSnapshotCodec::Encode(**m).bytes;
-    if (again != std::string_view(f->bytes).substr(begin, end - begin)) {
+    if (again != object) {
       size_t at = 0;
-      while (at < again.size() && begin + at < end && again[at] == f->bytes[begin + at]) ++at;
+      while (at < again.size() && begin + at < end && again[at] == object[at]) ++at;
       return absl::InternalError(absl::StrCat("snapshot verification: model '", (*m)->name(),
                                               "' does not round-trip (first difference at byte ", begin + at,
                                               "); the snapshot was not installed"));
@@ -773,14 +1210,15 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   const std::vector<std::shared_ptr<Model>> models = registry_.ListAtCut(&covered);
   if (log_ == nullptr) covered = 0;
   // Each model is copied under its own lock; the file is written after, off every lock. The
-  // covered sequence goes in the header, so all images are taken before the write (memory:
-  // the serialized size of all models).
-  std::vector<ModelImage> images;
+  // covered sequence and the count go in the header, so every part is taken before the write
+  // (memory: the serialized size of the resident models; an evicted model is a pin of its
+  // file, copied when its turn comes: SnapshotPart).
+  std::vector<SnapshotPart> images;
   images.reserve(models.size());
   std::set<std::string> imaged;
   for (const auto& m : models) {
     m->WaitAppliedThrough(covered);
-    absl::StatusOr<ModelImage> image = ModelSnapshotCodec::Image(*m);
+    absl::StatusOr<SnapshotPart> image = ModelSnapshotCodec::Part(*m);
     if (!image.ok()) {
       if (observer_) observer_(image.status());
       return image.status();
@@ -794,7 +1232,7 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   // so replay skips in the fork what the image holds (ApplyFork) and starts none twice.
   for (const auto& m : registry_.List()) {
     if (IsFork(m->config()) && imaged.count(m->config().fork_of()) > 0 && imaged.insert(m->name()).second) {
-      absl::StatusOr<ModelImage> image = ModelSnapshotCodec::Image(*m);
+      absl::StatusOr<SnapshotPart> image = ModelSnapshotCodec::Part(*m);
       if (!image.ok()) {
         if (observer_) observer_(image.status());
         return image.status();
@@ -806,14 +1244,17 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   bool header_done = false;
   absl::StatusOr<uint64_t> bytes = WriteAtomically(
       options_.dir, SnapshotName(result.number),
-      [&](std::string* chunk) {
+      [&](std::string* chunk) -> absl::StatusOr<bool> {
         if (!header_done) {
           header_done = true;
           *chunk = Header(kSnapTag, static_cast<uint32_t>(images.size()), result.number, covered);
           return true;
         }
         if (next >= images.size()) return false;
-        *chunk = std::move(images[next++].bytes);
+        // A pinned (evicted) model's file is read now, one model at a time.
+        absl::StatusOr<std::string> bytes = images[next++].TakeBytes();
+        if (!bytes.ok()) return bytes.status();
+        *chunk = *std::move(bytes);
         return true;
       },
       [this](const std::string& tmp) { return VerifyFile(tmp); });
@@ -838,9 +1279,9 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   uint64_t oldest_covered = covered;
   std::vector<ManifestState::Snapshot> kept;
   for (const auto& [n, path] : files) {
-    absl::StatusOr<SnapshotFile> f =
-        n == result.number ? absl::StatusOr<SnapshotFile>(absl::NotFoundError("")) : ReadSnapshotFile(path);
-    const uint64_t c = n == result.number ? covered : (f.ok() ? f->covered_sequence : 0);
+    absl::StatusOr<std::unique_ptr<SnapshotFileReader>> f =
+        n == result.number ? absl::NotFoundError("") : SnapshotFileReader::Open(path);
+    const uint64_t c = n == result.number ? covered : (f.ok() ? (*f)->header().covered_sequence : 0);
     if (n != result.number && !f.ok()) continue;  // not usable: never listed, never counted
     kept.push_back({files::BaseName(path), c});
     oldest_covered = std::min(oldest_covered, c);
@@ -854,9 +1295,8 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
                  result.path.c_str(), std::string(listed.message()).c_str());
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // Every model's bytes were held at once (the images, then VerifyFile's decodes): give the
-  // pages back, or the heap keeps the snapshot's peak resident (with evicted models, the peak
-  // is the bytes of every evicted file).
+  // The resident models' bytes were held at once: give the pages back, or the heap keeps the
+  // snapshot's peak resident.
   ::malloc_trim(0);
   if (observer_) observer_(result);
   return result;

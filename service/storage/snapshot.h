@@ -6,7 +6,8 @@
 //   offset  size  field
 //   0       8     magic "CMESNAP1"
 //   8       4     fourcc "SNAP" (daemon snapshot: every model) or "EXPT" (export: one model)
-//   12      4     format version (1; newer versions are refused by number)
+//   12      4     format version (daemon snapshots 2, exports 1; this build reads 1 and 2 and
+//                 refuses newer versions by number)
 //   16      4     model count (<= 1e6)
 //   20      8     snapshot number (the N of snapshot-N.snap; 0 in exports)
 //   28      8     creation time, Unix nanoseconds
@@ -23,7 +24,14 @@
 //                 CNTS, EMOM, MVAC, PSAC, SPMO, LAGS, then the open CME run, the scaler,
 //                 FCRG, the delay ring, the alarms and the reduction, each only where the
 //                 model has one: core/stream/streaming_learner.h). The MODL version is the
-//                 learner's state version (StreamingLearner::kStateVersion, 9)
+//                 learner's state version (StreamingLearner::kStateVersion, 9).
+//                 Format 2 (daemon snapshots): the MODL object of a model evicted at the cut
+//                 is followed by an "EVCT" object (version 1) with what the evicted model keeps
+//                 in memory: the state digest taken at its eviction, its counters
+//                 (Model::Stats), its input scaling (InputScaling protobuf bytes) and its kept
+//                 alarms (AlarmList). A start restores such a model evicted without decoding
+//                 its learner (Model's RESTART; ModelSnapshotCodec::DecodeEvicted). Format 1
+//                 files have no EVCT objects: every model is decoded, as before.
 //   end-4   4     masked CRC32C (service/storage/crc32c.h) of every byte before it
 // The CRC is checked before anything is parsed: a flipped byte anywhere is DataLoss naming
 // the file and the byte range; a file that passes it is then parsed with every length bounded
@@ -38,10 +46,15 @@
 //
 // CONSISTENCY. Each model is serialized under its learner lock (a copy of bytes, O(model
 // size)) and the file is written off every lock, so ingestion of a model pauses only for its
-// own copy. The header carries the covered sequence, so all models' bytes are held in memory
-// until the file is written (TODO: stream model by model and put the covered sequence in the
-// footer, to bound memory by the largest model). The applied sequence read under the same lock is the cut: the
-// snapshot covers exactly that model's WAL records <= it.
+// own copy. The header carries the covered sequence and the model count, so the resident
+// models' bytes are taken before the file is written and held until their turn (the serialized
+// size of the resident models: what they hold live, roughly). An EVICTED model's bytes are not
+// read then: its file is pinned (a hard link, ModelSpill::Pin, under its eviction lock, so a
+// reload meanwhile does not take it away) and copied into the snapshot when its turn comes, one
+// model at a time, and the pin removed; the verification reads the written file back model by
+// model (SnapshotFileReader). A snapshot's memory beyond the resident models is therefore that
+// of one model, however many are evicted. The applied sequence read under the same lock is the
+// cut: the snapshot covers exactly that model's WAL records <= it.
 //
 // DIRECTORY. DATA_DIR/snapshots/snapshot-NNNNNNNNNNNNNNNNNNNN.snap (20 digits, increasing);
 // written as .snapshot-N.tmp in the same directory, fsync(file), rename, fsync(dir). After a
@@ -88,9 +101,40 @@ struct ModelImage {
   std::string bytes;
 };
 
+// What a daemon snapshot takes of one model at its cut: the bytes of a resident model, or a pin
+// of an evicted model's file (ModelSpill::Pin), whose MODL object Bytes() reads when the
+// snapshot writes it. Move-only; the pin is removed when the part goes.
+class SnapshotPart {
+ public:
+  SnapshotPart() = default;
+  SnapshotPart(SnapshotPart&& o) noexcept { *this = std::move(o); }
+  SnapshotPart& operator=(SnapshotPart&& o) noexcept;
+  SnapshotPart(const SnapshotPart&) = delete;
+  SnapshotPart& operator=(const SnapshotPart&) = delete;
+  ~SnapshotPart();
+  const std::string& name() const { return image_.name; }
+  bool pinned() const { return !pin_.empty(); }
+  // An evicted model's EVCT object (what it keeps in memory), written after its MODL object.
+  const std::string& summary() const { return summary_; }
+  // The MODL object (read from the pin, checksum verified, then the pin is removed), then the
+  // EVCT object of an evicted model, once.
+  absl::StatusOr<std::string> TakeBytes();
+
+ private:
+  friend class ModelSnapshotCodec;
+  ModelImage image_;
+  std::string summary_;
+  std::string pin_;              // non-empty: the bytes are in this file
+  ModelSpill* spill_ = nullptr;  // the pin's owner
+};
+
 // Friend of Model: reads and restores its full state.
 class ModelSnapshotCodec {
  public:
+  // The model's part of a daemon snapshot (SnapshotPart): Encode's bytes for a resident model,
+  // a pin of its file for an evicted one (if the file cannot be pinned, its MODL object read
+  // now, as Image does). Errors as Image's.
+  static absl::StatusOr<SnapshotPart> Part(Model& model);
   // Takes the model's learner lock, serializes everything (no flush, no re-factorization: the
   // live state is not touched) and returns the bytes. O(model size).
   // An evicted model's image is its file's MODL object (checksum verified); if that file
@@ -114,8 +158,21 @@ class ModelSnapshotCodec {
   static absl::StatusOr<std::shared_ptr<Model>> Decode(io::Reader& r, const ConfigDefaults& defaults,
                                                        const std::string& rename, std::shared_ptr<ModelMetrics> metrics,
                                                        BatchLog* log);
+  // RESTART (Model's EVICTION): a model that was evicted at a daemon snapshot's cut, restored
+  // evicted from its MODL object `object` (at file offset `begin` of `source`) and its EVCT
+  // object `summary`: the MODL header is parsed (the learner's bytes are not decoded), the
+  // object written to a file of `spill` (ModelSpill::WriteImage), and the model registered
+  // with its counters, offsets, alarms and digest and no learner. Errors as Decode's.
+  static absl::StatusOr<std::shared_ptr<Model>> DecodeEvicted(std::string_view object, std::string_view summary,
+                                                              const std::string& source, uint64_t begin,
+                                                              const ConfigDefaults& defaults, ModelSpill& spill,
+                                                              std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+  // Checks that an EVCT object parses (the snapshot's verification).
+  static absl::Status CheckSummary(std::string_view summary, const std::string& source, uint64_t begin);
 
  private:
+  // The EVCT body (snapshot.cc): digest, counters, input scaling, kept alarms into `state`.
+  static absl::Status ReadSummary(io::Reader& r, Model::EvictedState* state);
   // The MODL body (snapshot.cc): config, applied sequence and batch count (left out of the
   // digest), producer offsets, sigma selection, the learner's state.
   static void WriteBody(io::Writer& w, const Model& m, bool for_digest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.learner_mu_)
@@ -129,12 +186,45 @@ struct SnapshotFile {
   uint64_t number = 0;
   uint64_t created_unix_nanos = 0;
   uint64_t covered_sequence = 0;
+  uint32_t format_version = 0;
   std::vector<std::pair<uint64_t, uint64_t>> model_ranges;  // [begin, end) of each MODL object
-  std::string bytes;                                        // the whole file
+  // [begin, end) of the EVCT object after each MODL object ({0, 0}: none; format version 2).
+  std::vector<std::pair<uint64_t, uint64_t>> summary_ranges;
+  std::string bytes;  // the whole file
 };
 // Verifies magic, kind, version and CRC32C, and frames the models (not decoded yet).
 absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::string& source);
 absl::StatusOr<SnapshotFile> ReadSnapshotFile(const std::string& path);
+
+// A snapshot or export file read model by model, so memory is one model's bytes whatever the
+// file's size (recovery's load, a snapshot's verification, retention). Open checks the CRC32C
+// over the whole file in one streaming pass first (nothing is parsed before it passes), then
+// the header; Next frames one MODL object at a time (tag, version, a length bounded by what is
+// left of the file). Errors as ReadSnapshotFile's, with the same texts.
+class SnapshotFileReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<SnapshotFileReader>> Open(const std::string& path);
+  ~SnapshotFileReader();
+  // The header's fields (bytes and model_ranges stay empty).
+  const SnapshotFile& header() const { return header_; }
+  uint32_t models() const { return models_; }
+  // The next MODL object into `object` and its file offset into `begin`, and the EVCT object
+  // after it into `summary` (if not null; cleared when there is none); false after the last
+  // (then the file must end with its footer: DataLoss otherwise).
+  absl::StatusOr<bool> Next(std::string* object, uint64_t* begin, std::string* summary = nullptr);
+
+ private:
+  SnapshotFileReader() = default;
+  // The object at pos_ (tag `tag`, version <= max_version, its length bounded by the file).
+  absl::Status ReadObject(uint32_t tag, uint32_t max_version, const char* name, std::string* object);
+  absl::Status ReadAt(uint64_t offset, size_t n, std::string* out) const;
+  int fd_ = -1;
+  SnapshotFile header_;
+  uint32_t models_ = 0;
+  uint32_t read_ = 0;
+  uint64_t pos_ = 0;       // next object's offset
+  uint64_t body_end_ = 0;  // where the footer starts
+};
 
 // An export file of one model (same format, kind "EXPT"). Serialized under its learner lock.
 // An evicted model is exported from its file (ModelSnapshotCodec::Image), without a reload.
@@ -155,9 +245,11 @@ absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std:
 // The files of evicted models (Model's EVICTION; service/README.md "Eviction"): one per eviction,
 // DATA_DIR/evicted/NNNNNNNNNNNN.modl, in the export format (header, one MODL object, CRC32C),
 // written like a snapshot (temp file, fsync, rename, fsync of the directory); removed when the
-// model is loaded back or, once deleted, freed. Open removes what an earlier run left there:
-// recovery restores every model from the snapshots and the log (a snapshot copies an evicted
-// model's MODL object from its file), so these files are never read across a restart.
+// model is loaded back or, once deleted, freed. A snapshot in progress pins a file (a hard link
+// NNNNNNNNNNNN.modl.pin-K beside it) until it has copied it. Open removes what an earlier run
+// left there: recovery restores every model from the snapshots and the log (a snapshot copies an
+// evicted model's MODL object from its file), so these files are never read across a restart;
+// a model restored evicted gets a new file (WriteImage) from the snapshot's bytes.
 class EvictionStore final : public ModelSpill {
  public:
   static absl::StatusOr<std::unique_ptr<EvictionStore>> Open(const std::string& dir, ConfigDefaults defaults);
@@ -165,7 +257,9 @@ class EvictionStore final : public ModelSpill {
   absl::StatusOr<std::string> Write(Model& model) override;
   absl::StatusOr<std::unique_ptr<StreamingLearner>> Read(const std::string& path, const Model& model) override;
   absl::StatusOr<std::string> ReadImage(const std::string& path) override;
+  absl::StatusOr<std::string> Pin(const std::string& path) override;
   void Remove(const std::string& path) override;
+  absl::StatusOr<std::string> WriteImage(const std::string& image, uint64_t applied_sequence) override;
   const std::string& dir() const { return dir_; }
   uint64_t bytes_written() const { return bytes_written_.load(); }
 
@@ -177,6 +271,7 @@ class EvictionStore final : public ModelSpill {
   std::atomic<uint64_t> reloads_{0};          // their labels ("reload-N": one per reload)
   NullBatchLog null_log_;
   std::atomic<uint64_t> next_{0};
+  std::atomic<uint64_t> pins_{0};
   std::atomic<uint64_t> bytes_written_{0};
 };
 

@@ -8,7 +8,9 @@ real daemon with --evict-idle-seconds 1:
     and its state digest equals a twin's in a daemon that never evicts, fed the same batches;
   - a re-sent batch after the reload is a duplicate (0 pairs applied, the same offset);
   - export of an evicted model (no reload) imports elsewhere with the same digest;
-  - kill -9 and a clean restart with evicted models lose nothing (digests);
+  - kill -9 and a clean restart with evicted models lose nothing (digests); after the clean
+    restart they are still evicted, and a view query answers UNAVAILABLE until the daemon has
+    loaded the model back and built the view, which equals the one before;
   - deletion of an evicted model removes its file;
   - the twin runs with --metrics-per-model none: its /metrics has no series naming a model,
     and the fleet series (cmestream_models{state}, the memory budget's).
@@ -180,6 +182,33 @@ class EvictionTest(unittest.TestCase):
             self.restart(kill)
             for n in ("a", "b"):
                 self.assertEqual(self.describe(self.stubs, n).state_digest, digests[n], f"{n} kill={kill}")
+            if not kill:
+                # Evicted at the shutdown snapshot: back evicted, no view until one is asked for
+                # (UNAVAILABLE while it is loaded back and its view built), then the same view.
+                self.assertTrue(self.describe(self.stubs, "a").evicted)
+                self.assertTrue(self.describe(self.stubs, "b").evicted)
+                codes = []
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        after = self.stubs.queries.GetKoopman(pb.KoopmanRequest(model="a", top=3), timeout=60)
+                        break
+                    except grpc.RpcError as e:
+                        codes.append(e.code())
+                        if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.05)
+                self.assertEqual(codes[:1], [grpc.StatusCode.UNAVAILABLE])
+                # The view built from the reloaded state is the twin's, built from the same state.
+                self.twin.queries.Refresh(pb.RefreshRequest(model="a", wait=True, timeout_seconds=120), timeout=150)
+                twin_view = self.twin.queries.GetKoopman(pb.KoopmanRequest(model="a", top=3), timeout=60)
+                self.assertEqual(after.view.samples, twin_view.view.samples)
+                self.assertEqual(len(after.eigenvalues), len(twin_view.eigenvalues))
+                for mine, theirs in zip(after.eigenvalues, twin_view.eigenvalues):
+                    self.assertAlmostEqual(mine.re, theirs.re, places=9)
+                    self.assertAlmostEqual(mine.im, theirs.im, places=9)
+                self.assertFalse(self.describe(self.stubs, "a").evicted)
+                self.assertEqual(self.describe(self.stubs, "a").state_digest, digests["a"])
             self.wait_evicted("a")
             self.wait_evicted("b")
         # ... and the reloaded model goes on as the twin does.

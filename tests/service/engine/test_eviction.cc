@@ -23,6 +23,7 @@
 #include "service/engine/registry.h"
 #include "service/flags.h"
 #include "service/observability/metrics.h"
+#include "service/storage/crc32c.h"
 #include "service/storage/recovery.h"
 #include "service/storage/snapshot.h"
 #include "service/storage/wal.h"
@@ -228,6 +229,331 @@ TEST(Eviction, SnapshotAndReplayOfAnEvictedModelLoseNothing) {
   EXPECT_EQ(loaded->models, 2);
   EXPECT_EQ((*restored.Get("m"))->StateDigest(), digest);
   EXPECT_EQ(ModelSnapshotCodec::Encode(**restored.Get("m")).bytes, image_before);
+}
+
+// A daemon snapshot does not read an evicted model's file when it takes its cut: it pins the file
+// (a hard link beside it) and copies it when the model's turn comes in the write, one model at a
+// time (storage/snapshot.h CONSISTENCY), so a snapshot of many evicted models holds one model's
+// bytes at a time. The pin keeps the bytes of the cut even if the model is loaded back (its file
+// removed) and learns on before the write; the pin goes once copied, or with the unwritten part.
+TEST(Eviction, ASnapshotCopiesAnEvictedModelsFileWhenItsTurnComes) {
+  TempDir dir("pin");
+  Daemonish d(dir);
+  std::shared_ptr<Model> m = FedModel(d);
+  ASSERT_FALSE(HasFailure());
+  const std::string image = ModelSnapshotCodec::Encode(*m).bytes;
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  ASSERT_TRUE(m->evicted());
+
+  absl::StatusOr<SnapshotPart> part = ModelSnapshotCodec::Part(*m);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_TRUE(part->pinned());
+  EXPECT_EQ(part->name(), "m");
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 2u);  // the file and its pin
+  // Loaded back and fed after the cut: its file goes, the pin stays with the cut's bytes.
+  ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 300, 50, 2)).ok());
+  EXPECT_FALSE(m->evicted());
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);
+  // The MODL object of the cut, then what the evicted model keeps in memory (its EVCT object).
+  const std::string summary = part->summary();
+  EXPECT_EQ(summary.substr(0, 4), "EVCT");
+  absl::StatusOr<std::string> bytes = part->TakeBytes();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, image + summary);
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 0u);  // copied: the pin is gone
+
+  // A resident model's part is its bytes, no file.
+  absl::StatusOr<SnapshotPart> resident = ModelSnapshotCodec::Part(*m);
+  ASSERT_TRUE(resident.ok());
+  EXPECT_FALSE(resident->pinned());
+  EXPECT_TRUE(resident->summary().empty());
+  EXPECT_EQ(*resident->TakeBytes(), ModelSnapshotCodec::Encode(*m).bytes);
+
+  // A part never written (a snapshot that failed before its turn) removes its pin.
+  ASSERT_NE(RefreshModel(*m), nullptr);
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  ASSERT_TRUE(m->evicted());
+  {
+    absl::StatusOr<SnapshotPart> unwritten = ModelSnapshotCodec::Part(*m);
+    ASSERT_TRUE(unwritten.ok());
+    EXPECT_EQ(FilesIn(dir.sub("evicted")), 2u);
+  }
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);
+
+  // A damaged file fails the snapshot by the model's name, installs nothing and leaves no pin;
+  // the previous snapshot and the model are untouched.
+  SnapshotOptions so;
+  so.dir = dir.sub("snapshots");
+  so.interval_seconds = 0;
+  SnapshotManager snapshots(so, d.reg, {}, &d.log);
+  absl::StatusOr<SnapshotResult> first = snapshots.TakeNow();
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string path =
+      dir.sub("evicted") + "/" + fs::directory_iterator(dir.sub("evicted"))->path().filename().string();
+  std::string file;
+  {
+    std::ifstream f(path, std::ios::binary);
+    file.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  std::string damaged = file;
+  damaged[damaged.size() / 2] ^= 0x01;
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
+  }
+  absl::StatusOr<SnapshotResult> failed = snapshots.TakeNow();
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(failed.status().message().find("model 'm' was evicted to a file"), std::string::npos) << failed.status();
+  EXPECT_NE(failed.status().message().find("checksum mismatch"), std::string::npos) << failed.status();
+  EXPECT_EQ(snapshots.List(), std::vector<std::string>{first->path});
+  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);    // no pin left
+  EXPECT_EQ(FilesIn(dir.sub("snapshots")), 1u);  // no temporary file left
+  EXPECT_TRUE(m->evicted());
+}
+
+// A daemon restarted on `dir` as cmestreamd does (Daemon::Recover): the eviction store (its old
+// files removed), the newest snapshot, then the WAL after it.
+struct Restarted {
+  explicit Restarted(const TempDir& dir) : reg({}, metrics, log) {
+    auto s = EvictionStore::Open(dir.sub("evicted"), {});
+    EXPECT_TRUE(s.ok()) << s.status();
+    store = *std::move(s);
+    reg.SetSpill(store.get());
+    SnapshotOptions so;
+    so.dir = dir.sub("snapshots");
+    so.interval_seconds = 0;
+    SnapshotManager snapshots(so, reg, {}, nullptr);
+    auto loaded = snapshots.LoadNewest();
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    models = loaded.ok() ? loaded->models : -1;
+    WalOptions o;
+    o.dir = dir.sub("wal");
+    o.sync = WalSync::kNever;
+    auto opened = OpenAndReplayWal(o, loaded.ok() ? loaded->covered_sequence : 0, reg, nullptr, nullptr, nullptr);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    wal = *std::move(opened);
+    log.Install(wal.get());
+  }
+  std::unique_ptr<EvictionStore> store;
+  Metrics metrics;
+  DeferredBatchLog log;
+  ModelRegistry reg;
+  std::unique_ptr<Wal> wal;
+  int models = 0;
+};
+
+// RESTART (model.h EVICTION): a model evicted when the snapshot was taken comes back evicted,
+// its learner in a file, with its digest, offsets, counters and alarms, and no view; the next
+// batch loads it back and it learns on as a twin that never left. A model with a batch in the
+// log after the snapshot is loaded back by the replay of that batch. A damaged file refuses the
+// reload (DATA_LOSS, nothing applied) and the next start recovers the model from the snapshot.
+TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
+  TempDir dir("restart");
+  Metrics twin_metrics;
+  NullBatchLog twin_log;
+  ModelRegistry twin({}, twin_metrics, twin_log);  // never evicted, never restarted
+  uint64_t digest_m = 0;
+  Model::Stats stats_m;
+  Model::AlarmList alarms_m;
+  std::string image_m;
+  {
+    Daemonish d(dir);
+    for (const char* name : {"m", "r", "live"}) {
+      for (ModelRegistry* r : {&d.reg, &twin}) {
+        ASSERT_TRUE(r->Create(Config(name)).ok());
+        ASSERT_TRUE(Apply(*r, Batch(name, "p", 0, 300, name[0])).ok());
+      }
+    }
+    for (const char* name : {"m", "r"}) {
+      std::shared_ptr<Model> m = *d.reg.Get(name);
+      ASSERT_NE(RefreshModel(*m), nullptr);
+      ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+      ASSERT_TRUE(m->evicted());
+    }
+    std::shared_ptr<Model> m = *d.reg.Get("m");
+    digest_m = m->StateDigest();
+    stats_m = m->stats();
+    auto alarms = m->Alarms(0);
+    ASSERT_TRUE(alarms.ok()) << alarms.status();
+    alarms_m = *alarms;
+    ASSERT_GT(alarms_m.armed_at, 0);  // the alarms survive with something to compare
+    absl::StatusOr<ModelImage> image = ModelSnapshotCodec::Image(*m);
+    ASSERT_TRUE(image.ok());
+    image_m = image->bytes;
+    SnapshotOptions so;
+    so.dir = dir.sub("snapshots");
+    so.interval_seconds = 0;
+    SnapshotManager snapshots(so, d.reg, {}, &d.log);
+    ASSERT_TRUE(snapshots.TakeNow().ok());
+    // After the snapshot: a batch of the evicted "r" (it is loaded back) and of "live".
+    for (ModelRegistry* r : {&d.reg, &twin}) {
+      ASSERT_TRUE(Apply(*r, Batch("r", "p", 300, 40, 5)).ok());
+      ASSERT_TRUE(Apply(*r, Batch("live", "p", 300, 40, 6)).ok());
+    }
+    EXPECT_TRUE(m->evicted());
+  }
+
+  {
+    Restarted a(dir);
+    EXPECT_EQ(a.models, 3);
+    std::shared_ptr<Model> m = *a.reg.Get("m");
+    EXPECT_TRUE(m->evicted());
+    EXPECT_EQ(m->view(), nullptr);
+    EXPECT_TRUE(m->awaiting_view());             // a view query answers UNAVAILABLE and asks for one
+    EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);  // m's; r's went when its replayed batch loaded it back
+    // What it answers without its learner: the state before the stop.
+    EXPECT_EQ(m->StateDigest(), digest_m);
+    EXPECT_EQ(m->StateDigest(), (*twin.Get("m"))->StateDigest());
+    EXPECT_EQ(m->ProducerOffset("p"), 300u);
+    const Model::Stats st = m->stats();
+    EXPECT_EQ(st.samples, stats_m.samples);
+    EXPECT_EQ(st.pending_warmup, stats_m.pending_warmup);
+    EXPECT_EQ(st.dict_x, stats_m.dict_x);
+    EXPECT_EQ(st.batches_applied, stats_m.batches_applied);
+    EXPECT_EQ(st.alarms_total, stats_m.alarms_total);
+    EXPECT_EQ(st.armed_at, stats_m.armed_at);
+    EXPECT_EQ(st.change_score, stats_m.change_score);
+    const v1::ModelInfo info = m->Describe();
+    EXPECT_TRUE(info.evicted());
+    EXPECT_EQ(info.samples(), stats_m.samples);
+    auto alarms = m->Alarms(0);
+    ASSERT_TRUE(alarms.ok()) << alarms.status();
+    EXPECT_EQ(alarms->armed_at, alarms_m.armed_at);
+    EXPECT_EQ(alarms->dropped, alarms_m.dropped);
+    ASSERT_EQ(alarms->alarms.size(), alarms_m.alarms.size());
+    for (size_t i = 0; i < alarms_m.alarms.size(); ++i) {
+      EXPECT_EQ(alarms->alarms[i].index, alarms_m.alarms[i].index);
+      EXPECT_EQ(alarms->alarms[i].score, alarms_m.alarms[i].score);
+      EXPECT_EQ(alarms->alarms[i].channels, alarms_m.alarms[i].channels);
+    }
+    // Its file holds the MODL object it had: a snapshot or export copies the same bytes.
+    absl::StatusOr<ModelImage> image = ModelSnapshotCodec::Image(*m);
+    ASSERT_TRUE(image.ok()) << image.status();
+    EXPECT_EQ(image->bytes, image_m);
+    // Not charged until loaded back; counted as evicted (not as an eviction).
+    EXPECT_EQ(a.reg.ledger().models(), 2);
+    EXPECT_EQ(Series(a.metrics, "cmestream_models", "state", "evicted"), 1);
+    EXPECT_EQ(Series(a.metrics, "cmestream_models", "state", "live"), 2);
+    EXPECT_EQ(Series(a.metrics, "cmestream_model_evictions_total"), 0);
+    // The replayed batch loaded "r" back; both it and "live" equal their twins.
+    for (const char* name : {"r", "live"}) {
+      EXPECT_FALSE((*a.reg.Get(name))->evicted()) << name;
+      EXPECT_EQ((*a.reg.Get(name))->StateDigest(), (*twin.Get(name))->StateDigest()) << name;
+      EXPECT_EQ((*a.reg.Get(name))->ProducerOffset("p"), 340u) << name;
+    }
+    // No view, no learner: a refresh builds nothing (the scheduler loads it back on request).
+    EXPECT_EQ(RefreshModel(*m), nullptr);
+    EXPECT_TRUE(m->evicted());
+    // A snapshot of the restarted daemon keeps it evicted, with the same bytes (the next start
+    // below restores it from this snapshot).
+    SnapshotOptions so;
+    so.dir = dir.sub("snapshots");
+    so.interval_seconds = 0;
+    SnapshotManager snapshots(so, a.reg, {}, &a.log);
+    auto taken = snapshots.TakeNow();
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    EXPECT_EQ(taken->models, 3);
+    EXPECT_TRUE(m->evicted());
+    EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);  // its pin is gone
+
+    // A damaged file: the batch is refused, nothing is logged or applied.
+    const std::string path = fs::directory_iterator(dir.sub("evicted"))->path().string();
+    std::string bytes;
+    {
+      std::ifstream f(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    bytes[bytes.size() / 2] ^= 0x04;
+    {
+      std::ofstream f(path, std::ios::binary | std::ios::trunc);
+      f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    const uint64_t last = a.wal->last_sequence();
+    auto refused = Apply(a.reg, Batch("m", "p", 300, 40, 7));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(refused.status().message().find("cannot be loaded back"), std::string::npos) << refused.status();
+    EXPECT_TRUE(m->evicted());
+    EXPECT_EQ(m->ProducerOffset("p"), 300u);
+    EXPECT_EQ(a.wal->last_sequence(), last);
+  }
+
+  // Nothing lost: the next start writes its file again from the snapshot.
+  Restarted b(dir);
+  std::shared_ptr<Model> m = *b.reg.Get("m");
+  EXPECT_TRUE(m->evicted());
+  EXPECT_EQ(m->StateDigest(), digest_m);
+  for (ModelRegistry* r : {&b.reg, &twin}) ASSERT_TRUE(Apply(*r, Batch("m", "p", 300, 40, 7)).ok());
+  EXPECT_FALSE(m->evicted());
+  EXPECT_TRUE(m->awaiting_view());  // loaded back, no view built yet
+  ASSERT_NE(RefreshModel(*m), nullptr);
+  EXPECT_FALSE(m->awaiting_view());
+  EXPECT_EQ(m->StateDigest(), (*twin.Get("m"))->StateDigest());
+  EXPECT_EQ(b.reg.ledger().models(), 3);
+  EXPECT_EQ(Series(b.metrics, "cmestream_models", "state", "evicted"), 0);
+  // Exactly-once across it all: the batch again is a duplicate.
+  auto again = Apply(b.reg, Batch("m", "p", 300, 40, 7));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->applied, 0u);
+  EXPECT_EQ(again->producer_offset, 340u);
+}
+
+// The EVCT object (snapshot format 2) is framed by both readers at the same place, and one of an
+// unknown version (its checksum recomputed: not damage) makes the snapshot unusable by name.
+TEST(Eviction, TheEvictedObjectOfASnapshotIsFramedAndItsVersionChecked) {
+  TempDir dir("evct");
+  std::string path;
+  {
+    Daemonish d(dir);
+    std::shared_ptr<Model> m = FedModel(d);
+    ASSERT_FALSE(HasFailure());
+    ASSERT_TRUE(d.reg.Create(Config("live")).ok());
+    ASSERT_NE(RefreshModel(*m), nullptr);
+    ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+    SnapshotOptions so;
+    so.dir = dir.sub("snapshots");
+    so.interval_seconds = 0;
+    SnapshotManager snapshots(so, d.reg, {}, &d.log);
+    auto taken = snapshots.TakeNow();
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    path = taken->path;
+  }
+  absl::StatusOr<SnapshotFile> whole = ReadSnapshotFile(path);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->format_version, 2u);
+  ASSERT_EQ(whole->summary_ranges.size(), 2u);
+  // "live" (created second, listed by name) has none; "m" has one right after its MODL object.
+  EXPECT_EQ(whole->summary_ranges[0], (std::pair<uint64_t, uint64_t>{0, 0}));
+  const auto [begin, end] = whole->summary_ranges[1];
+  EXPECT_EQ(begin, whole->model_ranges[1].second);
+  EXPECT_EQ(whole->bytes.substr(begin, 4), "EVCT");
+  auto reader = SnapshotFileReader::Open(path);
+  ASSERT_TRUE(reader.ok());
+  std::string object, summary;
+  uint64_t at = 0;
+  ASSERT_TRUE(*(*reader)->Next(&object, &at, &summary));
+  EXPECT_TRUE(summary.empty());
+  ASSERT_TRUE(*(*reader)->Next(&object, &at, &summary));
+  EXPECT_EQ(summary, whole->bytes.substr(begin, end - begin));
+
+  std::string bytes = whole->bytes.substr(0, whole->bytes.size() - 4);
+  bytes[begin + 4] = 2;  // EVCT version 2
+  const uint32_t crc = crc32c::Mask(crc32c::Value(bytes.data(), bytes.size()));
+  for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  Restarted r(dir);
+  EXPECT_EQ(r.models, 0);  // the only snapshot is unusable: the log alone restores (below)
+  EXPECT_EQ(r.reg.List().size(), 2u);
+  absl::StatusOr<SnapshotFile> refused = ReadSnapshotFile(path);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(
+      refused.status().message().find("evicted model (EVCT) version 2 is not supported by this build (reads 1..1)"),
+      std::string::npos)
+      << refused.status();
 }
 
 TEST(Eviction, ExportAndDeleteOfAnEvictedModel) {

@@ -122,6 +122,75 @@ TEST_F(SnapshotTest, CorruptNewestFallsBackToPreviousAndKeepsTwo) {
   EXPECT_EQ(ModelSnapshotCodec::Encode(*ma).bytes, ModelSnapshotCodec::Encode(**b.Get("m")).bytes);
 }
 
+// The model-by-model reader (SnapshotFileReader: recovery's load, the verification, retention)
+// frames the same objects at the same offsets as the whole-file parser, and refuses what it
+// refuses with the same message: a flipped byte, a truncated file, a header whose model count
+// (checksum recomputed) claims more models than the file holds or fewer.
+TEST_F(SnapshotTest, ModelByModelReaderAgreesWithTheWholeFileParser) {
+  ModelRegistry a(defaults_, metrics_a_, log_);
+  for (const char* name : {"a", "b", "c"}) Apply(**a.Create(Config(name)), Batch(120, name[0], name));
+  SnapshotManager sa({dir_.string(), 0, 2}, a, defaults_, nullptr);
+  absl::StatusOr<SnapshotResult> taken = sa.TakeNow();
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  absl::StatusOr<SnapshotFile> whole = ReadSnapshotFile(taken->path);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(whole->model_ranges.size(), 3u);
+  auto reader = SnapshotFileReader::Open(taken->path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->models(), 3u);
+  EXPECT_EQ((*reader)->header().number, whole->number);
+  EXPECT_EQ((*reader)->header().covered_sequence, whole->covered_sequence);
+  EXPECT_EQ((*reader)->header().created_unix_nanos, whole->created_unix_nanos);
+  EXPECT_FALSE((*reader)->header().is_export);
+  std::string object;
+  uint64_t begin = 0;
+  for (const auto& [b, e] : whole->model_ranges) {
+    absl::StatusOr<bool> more = (*reader)->Next(&object, &begin);
+    ASSERT_TRUE(more.ok() && *more) << more.status();
+    EXPECT_EQ(begin, b);
+    EXPECT_EQ(object, whole->bytes.substr(b, e - b));
+  }
+  absl::StatusOr<bool> end = (*reader)->Next(&object, &begin);
+  ASSERT_TRUE(end.ok());
+  EXPECT_FALSE(*end);
+
+  const std::string good = whole->bytes;
+  const std::string edited = (dir_ / "edited.snap").string();
+  auto write = [&](const std::string& bytes) {
+    std::ofstream f(edited, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  // The error of reading every model of `edited` one by one (OK if all read).
+  auto read_all = [&]() -> absl::Status {
+    auto r = SnapshotFileReader::Open(edited);
+    if (!r.ok()) return r.status();
+    for (;;) {
+      absl::StatusOr<bool> more = (*r)->Next(&object, &begin);
+      if (!more.ok()) return more.status();
+      if (!*more) return absl::OkStatus();
+    }
+  };
+  // A header whose model count is `count`, the checksum recomputed.
+  auto with_count = [&](uint32_t count) {
+    std::string bytes = good.substr(0, good.size() - 4);
+    for (int i = 0; i < 4; ++i) bytes[16 + i] = static_cast<char>((count >> (8 * i)) & 0xff);
+    const uint32_t crc = crc32c::Mask(crc32c::Value(bytes.data(), bytes.size()));
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+    return bytes;
+  };
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x20;
+  for (const std::string& bytes : {flipped, good.substr(0, good.size() - 1), with_count(4), with_count(2)}) {
+    write(bytes);
+    absl::StatusOr<SnapshotFile> parsed = ReadSnapshotFile(edited);
+    const absl::Status streamed = read_all();
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(streamed.code(), absl::StatusCode::kDataLoss) << streamed;
+    EXPECT_EQ(streamed.code(), parsed.status().code());
+    EXPECT_EQ(streamed.message(), parsed.status().message());
+  }
+}
+
 TEST_F(SnapshotTest, ExportImportRefusesTakenNamesAndCorruptFiles) {
   ModelRegistry a(defaults_, metrics_a_, log_);
   std::shared_ptr<Model> ma = *a.Create(Config("m"));
