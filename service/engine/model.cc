@@ -306,12 +306,10 @@ absl::StatusOr<Model::IngestResult> Model::Ingest(const PairBatch& batch, const 
       r.anomaly_scores_index = static_cast<uint64_t>(pairs_before);
       learner_->SetAnomalyScoreSink(r.anomaly_scores.data());
     }
-    absl::Cleanup clear_sink = [this, scores] {
-      if (scores) learner_->SetAnomalyScoreSink(nullptr);
-    };
     absl::StatusOr<ObserveSummary> learned =
         FailsForTesting(applied) ? absl::InternalError("the testing hook --testing-fail-on-value matched a value")
                                  : learner_->Observe(applied);
+    if (scores) learner_->SetAnomalyScoreSink(nullptr);  // before any return: the buffer may go
     if (!learned.ok()) {
       if (admitted->written) SetPending(0);
       // Internal: an estimator could not go on (the learner is unusable); the model fails,
