@@ -63,7 +63,7 @@ class RefreshScheduler {
 
   using Clock = std::chrono::steady_clock;
   struct Options {
-    double tick_seconds = 0.05;  // polling period; also the resolution of waits and view age
+    double tick_seconds = 0.05;  // polling period; also the resolution of waits and requests
     // --evict-idle-seconds (0: never): the sweep evicts models idle this long
     // (ModelRegistry::EvictIdle), at most every kSweepSeconds, spending at most
     // kSweepBudgetSeconds of this thread per sweep on it.
