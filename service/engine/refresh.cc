@@ -131,6 +131,7 @@ void RefreshScheduler::Stop() {
     if (stopped_) return;
     stopping_ = true;
   }
+  stop_pass_ = true;  // a pass of refreshes in progress ends after the view being built
   thread_.Stop();
   {
     absl::MutexLock lock(&mu_);
@@ -283,12 +284,14 @@ void RefreshScheduler::RefreshDueModels() {
     requests.swap(requests_);
   }
   for (const std::shared_ptr<Model>& model : requests) {
+    if (stop_pass_.load()) return;                            // shutting down: Stop answers the waiters
     if (!model->refresh_requested.exchange(false)) continue;  // served already (asked twice)
     if (HasNew(model->stats(), model->view())) RefreshCharged(*model, /*requested=*/true);
   }
   // Then the background ones, oldest refresh first, while the credit lasts and no request waits
-  // (at least one a tick, so a stream of requests cannot stop them).
-  for (bool first = true; next_due_ < due_.size() && credit_ > 0 && (first || !request_pending_.load());
+  // (at least one a tick, so a stream of requests cannot stop them), until Stop.
+  for (bool first = true;
+       next_due_ < due_.size() && credit_ > 0 && !stop_pass_.load() && (first || !request_pending_.load());
        first = false) {
     Model& model = *due_[next_due_++].model;
     if (HasNew(model.stats(), model.view())) RefreshCharged(model, /*requested=*/false);

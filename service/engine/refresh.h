@@ -88,7 +88,8 @@ class RefreshScheduler {
   ~RefreshScheduler() { Stop(); }
 
   void Start();
-  // Joins the thread; pending waiters get Unavailable; later Wait calls fail at once. Idempotent.
+  // Ends the pass of refreshes in progress after the view being built and joins the thread;
+  // pending waiters get Unavailable; later Wait calls fail at once. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Asks for a refresh of `model` at the next tick (served whatever the budget).
@@ -139,6 +140,9 @@ class RefreshScheduler {
   size_t next_due_ = 0;   // due_[next_due_..] are not refreshed yet
   // A Request or Wait arrived: ends a pass of background refreshes early.
   std::atomic<bool> request_pending_{false};
+  // Stop was called: a pass of refreshes ends after the view being built (a large budget's pass
+  // over thousands of due models would otherwise hold up the shutdown for its whole length).
+  std::atomic<bool> stop_pass_{false};
   PeriodicThread thread_;  // every tick_seconds, or at once when woken by Request / Wait
   // Lock order (service/README.md "Locks"): taken before the registry's lock and a model's
   // view lock (CompleteWaiters looks models up under it); never held while a view is built.

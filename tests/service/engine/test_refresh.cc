@@ -3,9 +3,11 @@
 // fixed charge per refresh and a test clock, so no wall time enters), due models are served
 // oldest refresh first (none starved), explicit requests and waiters are served whatever the
 // credit, and the views the budget deferred are stated (ModelInfo.view.lag_pairs, the fleet's
-// cmestream_views_stale and cmestream_view_lag_pairs).
+// cmestream_views_stale and cmestream_view_lag_pairs); Stop ends a pass of refreshes after the view
+// being built.
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,7 +60,10 @@ class Fleet {
     o.refresh_budget = budget;
     o.charge_per_refresh_for_testing = charge;
     o.burst_seconds = burst;
-    o.clock = [this] { return now_; };
+    o.clock = [this] {
+      if (on_clock) on_clock();
+      return now_;
+    };
     scheduler_ = std::make_unique<RefreshScheduler>(registry_, o);
   }
 
@@ -80,6 +85,14 @@ class Fleet {
     return v ? v->version : 0;
   }
   std::shared_ptr<Model> Get(const std::string& name) { return *registry_.Get(name); }
+  uint64_t TotalVersions() {
+    uint64_t total = 0;
+    for (const std::string& name : names_) total += Version(name);
+    return total;
+  }
+
+  // Called each time the scheduler reads its clock (a tick's start, each refresh's start).
+  std::function<void()> on_clock;
 
   Metrics metrics_;
   NullBatchLog log_;
@@ -190,6 +203,25 @@ TEST(RefreshBudget, RequestsAndWaitersAreServedWhenTheBudgetIsSpent) {
   EXPECT_EQ(Series(fleet.metrics_, "cmestream_refreshes_total", "trigger", "requested"), 2.0);
   EXPECT_EQ(Series(fleet.metrics_, "cmestream_refreshes_total", "trigger", "periodic"), 1.0);
   EXPECT_LT(fleet.scheduler_->credit_for_testing(), -290);  // -297.2: requests are charged too
+}
+
+// Stop during a pass of background refreshes (an ample budget, 20 models due) ends the pass
+// after the view being built, so a shutdown does not wait for every due model's view. Stop is
+// called when the third refresh reads the clock (two views built): that view is finished, no
+// other.
+TEST(RefreshBudget, StopEndsAPassOfRefreshesAfterTheViewBeingBuilt) {
+  Fleet fleet(20, /*budget=*/1000, /*charge=*/0.001);
+  fleet.Feed(5);
+  bool stopped = false;
+  fleet.on_clock = [&] {
+    if (!stopped && fleet.TotalVersions() == 2) {
+      stopped = true;
+      fleet.scheduler_->Stop();
+    }
+  };
+  fleet.Tick(1.0);
+  ASSERT_TRUE(stopped);
+  EXPECT_EQ(fleet.TotalVersions(), 3u);  // without the check: all 20
 }
 
 }  // namespace
