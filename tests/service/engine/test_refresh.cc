@@ -8,15 +8,18 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "prometheus/metric_family.h"
+#include "service/daemon.h"
 #include "service/engine/batch_log.h"
 #include "service/engine/refresh.h"
 #include "service/engine/registry.h"
+#include "service/flags.h"
 #include "service/observability/metrics.h"
 #include "tests/service/registry_batches.h"
 
@@ -222,6 +225,34 @@ TEST(RefreshBudget, StopEndsAPassOfRefreshesAfterTheViewBeingBuilt) {
   fleet.Tick(1.0);
   ASSERT_TRUE(stopped);
   EXPECT_EQ(fleet.TotalVersions(), 3u);  // without the check: all 20
+}
+
+// --refresh-budget: 0.25 of a core by default (the scheduler's default), parsed in both forms,
+// and a value outside (0, 1024] (or not a number) is refused with the flag named.
+TEST(RefreshBudget, FlagAndItsChecks) {
+  auto defaults = ParseFlags({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->options.refresh_budget, RefreshScheduler::kDefaultRefreshBudget);
+  EXPECT_EQ(defaults->options.refresh_budget, 0.25);
+  EXPECT_TRUE(defaults->options.Validate().ok());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--refresh-budget", "1.5"}, std::vector<std::string>{"--refresh-budget=1.5"}}) {
+    auto set = ParseFlags(args);
+    ASSERT_TRUE(set.ok()) << set.status();
+    EXPECT_EQ(set->options.refresh_budget, 1.5);
+    EXPECT_TRUE(set->options.Validate().ok()) << set->options.Validate();
+  }
+  EXPECT_FALSE(ParseFlags({"--refresh-budget", "a quarter"}).ok());
+  for (double bad : std::vector<double>{0.0, -0.25, 1025.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    DaemonOptions o;
+    o.refresh_budget = bad;
+    const absl::Status s = o.Validate();
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("--refresh-budget is"), std::string::npos) << s;
+  }
+  DaemonOptions most;
+  most.refresh_budget = 1024;
+  EXPECT_TRUE(most.Validate().ok()) << most.Validate();
 }
 
 }  // namespace
