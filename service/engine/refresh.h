@@ -43,11 +43,13 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model);
 // request arriving during a pass of background refreshes ends that pass, so it waits for at most
 // one refresh.
 // STALE VIEWS. A model's view is stale when it is due (a trigger fired, new samples) and was not
-// rebuilt by the time of the next scan (the budget deferred it, or this thread is behind). Once a second the scheduler
-// publishes the fleet's cmestream_views_stale (how many), cmestream_view_lag_pairs (pairs learned and not yet in a
-// view, summed over the models) and cmestream_view_stale_age_max_seconds (the oldest stale view's time since its last
-// refresh), and every model's view_age_seconds; ModelInfo.view.lag_pairs gives one model's lag (Model::Describe). No
-// thread or timer per model: one pass over the registry a tick, models refreshed one after another on this thread.
+// rebuilt by the time of the next scan (the budget deferred it, or a request ended the pass; a pass with credit
+// builds every due view before the next scan, so a thread slowed by the machine shows in the lag, not here).
+// Once a second the scheduler publishes the fleet's cmestream_views_stale (how many), cmestream_view_lag_pairs (pairs
+// learned and not yet in a view, summed over the models) and cmestream_view_stale_age_max_seconds (the oldest stale
+// view's time since its last refresh), and every model's view_age_seconds; ModelInfo.view.lag_pairs gives one model's
+// lag (Model::Describe). No thread or timer per model: one pass over the registry a tick, models refreshed one after
+// another on this thread.
 class RefreshScheduler {
  public:
   static constexpr double kPeriodicIdlePerBuild = 9;
