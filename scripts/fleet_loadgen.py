@@ -21,8 +21,11 @@ Starts its own daemon (--cmestreamd, a fresh data directory under /tmp, removed 
   3. meanwhile one probe thread calls GetModel and GetKoopman (top 6, no points) on a random
      model in a loop;
   4. reads the daemon's resident memory (/proc/PID/status VmRSS) after start, after the
-     creations and after the feed, sums the models' alarms (ListModels) and reads the memory
-     budget's series (what the models are charged, batches at a budget cap) from /metrics.
+     creations and after the feed, and its CPU time during the feed (/proc/PID/stat: the CPU a
+     pair costs, which the machine's other load does not change much), sums the models' alarms
+     (ListModels) and reads the memory budget's series (what the models are charged, batches at
+     a budget cap) and the refresh scheduler's (views built, their CPU time, the refresh budget,
+     views stale and pairs behind them after the feed) from /metrics.
   5. with --evict-wait S (and the daemon started with --evict-idle-seconds, e.g.
      --daemon-arg=--evict-idle-seconds=30): an idle phase of up to S seconds until every model
      is evicted (cmestream_models{state="evicted"}), RSS then;
@@ -82,6 +85,13 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def metric_value(metrics_target: str, name: str) -> float:
@@ -259,6 +269,9 @@ def main() -> int:
     else:
         target, metrics_target = args.server, args.metrics
 
+    def cpu():
+        return cpu_seconds(daemon.process.pid) if daemon is not None else float("nan")
+
     def rss():
         if daemon is not None:
             return rss_bytes(daemon.process.pid)
@@ -320,6 +333,7 @@ def main() -> int:
         alarms_raised = [0]
         fsyncs_before = metric_value(metrics_target, "cmestream_wal_fsync_seconds_count") if metrics_target else float("nan")
         feed_start = time.monotonic()
+        cpu_start = cpu()
         stop_probe = threading.Event()
 
         def worker():
@@ -409,6 +423,7 @@ def main() -> int:
         for t in threads:
             t.join()
         feed_seconds = time.monotonic() - feed_start
+        feed_cpu = cpu() - cpu_start
         stop_probe.set()
         if prober:
             prober.join()
@@ -420,7 +435,8 @@ def main() -> int:
             "getmodel_p50_ms": pct(getmodel_lat, 50), "getmodel_p99_ms": pct(getmodel_lat, 99),
             "koopman_calls": len(koopman_lat), "koopman_p50_ms": pct(koopman_lat, 50),
             "koopman_p99_ms": pct(koopman_lat, 99), "alarms_raised": alarms_raised[0],
-            "rss_peak_during_feed": rss_peak,
+            "rss_peak_during_feed": rss_peak, "daemon_cpu_seconds": feed_cpu,
+            "daemon_cpu_us_per_pair": 1e6 * feed_cpu / max(1, pairs_done[0]),
         })
         if errors:
             report["first_error"] = errors[0]
@@ -452,7 +468,13 @@ def main() -> int:
         if metrics_target:
             for key, name in (("memory_budget", "cmestream_memory_budget_bytes"),
                               ("memory_committed", "cmestream_memory_committed_bytes"),
-                              ("growth_denied", "cmestream_dictionary_growth_denied_total")):
+                              ("growth_denied", "cmestream_dictionary_growth_denied_total"),
+                              ("refreshes_periodic", 'cmestream_refreshes_total{trigger="periodic"}'),
+                              ("refreshes_requested", 'cmestream_refreshes_total{trigger="requested"}'),
+                              ("refresh_cpu_seconds", "cmestream_refresh_cpu_seconds_total"),
+                              ("refresh_budget", "cmestream_refresh_budget"),
+                              ("views_stale", "cmestream_views_stale"),
+                              ("view_lag_pairs", "cmestream_view_lag_pairs")):
                 report[key] = metric_value(metrics_target, name)
         if args.evict_wait > 0:
             wait_evicted(report, args, live, metrics_target, rss)
@@ -486,12 +508,18 @@ def main() -> int:
     if "wal_fsyncs_per_s" in report:
         print(f"  durable writes: {report['ingest_calls_per_s']:.0f} IngestOne calls/s, "
               f"{report['wal_fsyncs_per_s']:.0f} fdatasyncs/s ({report['ingest_calls_per_fsync']:.1f} calls a sync)")
+    print(f"  daemon CPU during the feed: {report['daemon_cpu_seconds']:.1f} s "
+          f"({report['daemon_cpu_us_per_pair']:.1f} us a pair)")
     print(f"  probe: GetModel p50 {report['getmodel_p50_ms']:.1f} p99 {report['getmodel_p99_ms']:.1f} ms "
           f"({report['getmodel_calls']}), GetKoopman p50 {report['koopman_p50_ms']:.1f} "
           f"p99 {report['koopman_p99_ms']:.1f} ms ({report['koopman_calls']})")
     if "memory_committed" in report:
         print(f"  budget: {report['memory_committed'] * mib:.0f} MiB charged of {report['memory_budget'] * mib:.0f} MiB; "
               f"batches at a budget cap: {report['growth_denied']:.0f}")
+    if "refreshes_periodic" in report:
+        print(f"  refreshes: {report['refreshes_periodic']:.0f} periodic + {report['refreshes_requested']:.0f} "
+              f"requested, {report['refresh_cpu_seconds']:.1f} CPU s (budget {report['refresh_budget']:g} core); "
+              f"after the feed {report['views_stale']:.0f} views stale, {report['view_lag_pairs']:.0f} pairs behind")
     print(f"  alarms: armed on {report['alarms_armed']} of {report['models_listed']} models, "
           f"{report['alarms_total']} raised; mean dictionary {report['dictionary_mean']:.1f} atoms")
     if args.evict_wait > 0:

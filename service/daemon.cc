@@ -133,6 +133,10 @@ absl::Status DaemonOptions::Validate() const {
         absl::StrCat("flag --snapshot-interval is ", snapshot_interval_seconds,
                      ", expected seconds in [0, 1e7] (0 = only at shutdown and on request)"));
   }
+  if (!std::isfinite(refresh_budget) || refresh_budget <= 0 || refresh_budget > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --refresh-budget is ", refresh_budget,
+                                                   ", expected a share of one core in (0, 1024], e.g. 0.25"));
+  }
   if (!std::isfinite(evict_idle_seconds) || evict_idle_seconds < 0 || evict_idle_seconds > 1e7) {
     return absl::InvalidArgumentError(absl::StrCat("flag --evict-idle-seconds is ", evict_idle_seconds,
                                                    ", expected seconds in [0, 1e7] (0 = never evict)"));
@@ -438,6 +442,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   RefreshScheduler::Options scheduler_options;
   scheduler_options.tick_seconds = options.scheduler_tick_seconds;
   scheduler_options.evict_idle_seconds = options.evict_idle_seconds;
+  scheduler_options.refresh_budget = options.refresh_budget;
+  static_assert(RefreshScheduler::kDefaultRefreshBudget == DaemonOptions{}.refresh_budget);
   impl->registry->SetLimits(options.limits);
   impl->scheduler = std::make_unique<RefreshScheduler>(*impl->registry, scheduler_options);
   impl->ingestor = std::make_unique<Ingestor>(*impl->registry, impl->metrics, options.limits,

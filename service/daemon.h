@@ -28,6 +28,9 @@ struct DaemonOptions {
   std::string metrics_listen = "127.0.0.1:9464";  // Prometheus HOST:PORT; port 0 picks one
   std::string data_dir = "./cmestream-data";      // created if missing; locked while running
   double refresh_interval_seconds = 2.0;          // default refresh period of new models, > 0
+  double refresh_budget = 0.25;                   // --refresh-budget, (0, 1024]: share of one core the
+                                                  // background refreshes may use (refresh.h;
+                                                  // RefreshScheduler::kDefaultRefreshBudget)
   int max_message_mb = 64;                        // max gRPC receive message (MiB), 1..1024;
                                                   // bounds one IngestBatch (64 MiB = 8M doubles)
   double shutdown_grace_seconds = 5.0;            // in-flight RPCs get this long, then cancelled

@@ -28,10 +28,15 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
       {"--shard-self", &o.shard.self},
   };
   const std::map<std::string, double*> number_flags = {
-      {"--refresh-interval", &o.refresh_interval_seconds},   {"--shutdown-grace", &o.shutdown_grace_seconds},
-      {"--max-abs-value", &o.limits.max_abs_value},          {"--max-query-mb", &o.limits.max_query_mb},
-      {"--wal-sync-interval-ms", &o.wal_sync_interval_ms},   {"--snapshot-interval", &o.snapshot_interval_seconds},
-      {"--testing-fail-on-value", &o.testing_fail_on_value}, {"--evict-idle-seconds", &o.evict_idle_seconds},
+      {"--refresh-interval", &o.refresh_interval_seconds},
+      {"--shutdown-grace", &o.shutdown_grace_seconds},
+      {"--max-abs-value", &o.limits.max_abs_value},
+      {"--max-query-mb", &o.limits.max_query_mb},
+      {"--wal-sync-interval-ms", &o.wal_sync_interval_ms},
+      {"--snapshot-interval", &o.snapshot_interval_seconds},
+      {"--testing-fail-on-value", &o.testing_fail_on_value},
+      {"--evict-idle-seconds", &o.evict_idle_seconds},
+      {"--refresh-budget", &o.refresh_budget},
   };
   const std::map<std::string, int*> int_flags = {
       {"--max-models", &o.limits.max_models},

@@ -11,7 +11,8 @@ namespace cmestream::service {
 
 inline constexpr char kUsage[] =
     "usage: cmestreamd [--listen HOST:PORT] [--metrics-listen HOST:PORT] [--data-dir DIR]\n"
-    "                  [--refresh-interval SECONDS] [--max-message-mb MB] [--shutdown-grace SECONDS]\n"
+    "                  [--refresh-interval SECONDS] [--refresh-budget CORES] [--max-message-mb MB]\n"
+    "                  [--shutdown-grace SECONDS]\n"
     "                  [--max-batch-pairs N] [--max-models N] [--max-dim D] [--max-queued-batches Q]\n"
     "                  [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--auth-tokens FILE]\n"
     "                  [--wal-sync always|interval|never] [--wal-sync-interval-ms MS]\n"
@@ -27,6 +28,9 @@ inline constexpr char kUsage[] =
     "  --metrics-listen HOST:PORT  Prometheus /metrics address (default 127.0.0.1:9464; port 0 = any)\n"
     "  --data-dir DIR              data directory, created and locked (default ./cmestream-data)\n"
     "  --refresh-interval SECONDS  default view refresh period of new models (default 2)\n"
+    "  --refresh-budget CORES      share of one core the background view refreshes of all models may\n"
+    "                              use together (default 0.25); due views wait, oldest first, and\n"
+    "                              Refresh requests are served at once\n"
     "  --max-message-mb MB         largest gRPC message accepted, i.e. one ingest batch (default 64)\n"
     "  --shutdown-grace SECONDS    time given to in-flight RPCs on SIGTERM/SIGINT (default 5)\n"
     "  --max-batch-pairs N         most pairs in one ingest batch (default 1000000)\n"

@@ -150,7 +150,7 @@ const char kDescribeUsage[] = R"(usage: cmestream model describe NAME [--json]
 The model's configuration, samples seen, dictionary size, current view (version, samples it
 covers, age) and the bandwidth choice (sigma auto: candidates and scores).
 JSON: {"name", "dim", "num_states", "samples", "dictionary_size", "forced_compressions",
-       "view_version", "view_samples", "view_age_seconds", "sigma", "sigma_selection", ...}
+       "view_version", "view_samples", "view_age_seconds", "view_lag_pairs", "sigma", "sigma_selection", ...}
 )";
 
 const char kListUsage[] = R"(usage: cmestream model list [--json]

@@ -200,6 +200,7 @@ void WriteModelJson(JsonWriter& w, const v1::ModelInfo& m) {
   w.Key("view_version").Uint(m.view().version());
   w.Key("view_samples").Uint(m.view().samples());
   w.Key("view_age_seconds").Double(m.view().age_seconds());
+  w.Key("view_lag_pairs").Uint(m.view().lag_pairs());  // learned pairs the view does not reflect yet
   w.Key("view_build_seconds").Double(m.view().build_seconds());
   WriteViewSecondsJson(w, m.view());
   const auto& s = m.sigma_selection();
@@ -421,7 +422,9 @@ void PrintModel(const v1::ModelInfo& m) {
     std::cout << "  view              none yet\n";
   } else {
     std::cout << "  view              version " << v.version() << ", " << v.samples() << " samples, age "
-              << Num(v.age_seconds()) << " s, built in " << Num(v.build_seconds()) << " s\n";
+              << Num(v.age_seconds()) << " s, built in " << Num(v.build_seconds()) << " s";
+    if (v.lag_pairs() > 0) std::cout << ", " << v.lag_pairs() << " pairs behind";
+    std::cout << "\n";
     const auto by_view = ViewSecondsBySize(v);
     if (!by_view.empty()) {
       std::cout << "  view build        ";

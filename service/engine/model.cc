@@ -609,8 +609,10 @@ v1::ModelInfo Model::Describe(bool with_memory) const {
   v1::ModelInfo info;
   *info.mutable_config() = config_;
   info.set_state_dim(static_cast<uint32_t>(state_dim()));
+  uint64_t progress = 0;  // learned pairs, against which the view's lag is counted
   {
     absl::MutexLock lock(&stats_mu_);
+    progress = stats_.progress;
     info.set_samples(stats_.samples);
     info.set_pending_warmup(stats_.pending_warmup);
     info.set_dictionary_size(static_cast<uint32_t>(stats_.dict_x));
@@ -641,6 +643,7 @@ v1::ModelInfo Model::Describe(bool with_memory) const {
   }
   if (auto v = view()) {
     *info.mutable_view() = v->Info();
+    info.mutable_view()->set_lag_pairs(progress > v->progress ? progress - v->progress : 0);
     if (v->cme) *info.mutable_spectrum() = ToSpectrumInfo(v->cme->spectrum, v->heldout);
     AddSubViewStatuses(*v, info.mutable_sub_views());
   }

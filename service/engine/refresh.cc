@@ -1,6 +1,7 @@
 #include "service/engine/refresh.h"
 
 #include <malloc.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -107,15 +108,19 @@ std::shared_ptr<const ModelView> RefreshModel(Model& model) {
 
 RefreshScheduler::RefreshScheduler(ModelRegistry& registry, Options options)
     : registry_(registry),
-      options_(options),
+      options_(std::move(options)),
+      credit_(options_.refresh_budget * options_.burst_seconds),
+      credited_at_(Now()),
       thread_(
-          absl::Seconds(options.tick_seconds),
-          [this] {
-            RefreshDueModels();
-            SweepIdleModels();
-            CompleteWaiters();
-          },
-          "cme-refresh") {}
+          absl::Seconds(options_.tick_seconds), [this] { Tick(); }, "cme-refresh") {
+  registry_.metrics().SetViewStaleness(options_.refresh_budget, 0, 0, 0);
+}
+
+void RefreshScheduler::Tick() {
+  RefreshDueModels();
+  SweepIdleModels();
+  CompleteWaiters();
+}
 
 void RefreshScheduler::Start() { thread_.Start(); }
 
@@ -126,17 +131,25 @@ void RefreshScheduler::Stop() {
     if (stopped_) return;
     stopping_ = true;
   }
+  stop_pass_ = true;  // a pass of refreshes in progress ends after the view being built
   thread_.Stop();
   {
     absl::MutexLock lock(&mu_);
     stopped_ = true;
     orphans.swap(waiters_);
+    requests_.clear();
   }
   for (Waiter& w : orphans) w.done(absl::UnavailableError("cmestreamd is shutting down"));
 }
 
-void RefreshScheduler::Request(Model& model) {
-  model.refresh_requested = true;
+void RefreshScheduler::Request(std::shared_ptr<Model> model) {
+  model->refresh_requested = true;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    requests_.push_back(std::move(model));
+  }
+  request_pending_ = true;
   thread_.Wake();
 }
 
@@ -151,6 +164,8 @@ void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock
       std::shared_ptr<const ModelView> view = model->view();
       if (!Covers(view, target)) {
         model->refresh_requested = true;
+        requests_.push_back(model);
+        request_pending_ = true;
         waiters_.push_back({std::move(model), target, deadline, std::move(done)});
         thread_.Wake();
         return;
@@ -175,40 +190,120 @@ void RefreshScheduler::SweepIdleModels() {
   if (registry_.EvictIdle(options_.evict_idle_seconds, kSweepBudgetSeconds) > 0) ::malloc_trim(0);
 }
 
-void RefreshScheduler::RefreshDueModels() {
+namespace {
+
+// CPU time of the calling thread: what a refresh costs the budget (other processes' load and
+// the time this thread waits for a core are not charged).
+double ThreadCpuSeconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// The model has pairs its view does not reflect (and a learner to build one from).
+bool HasNew(const Model::Stats& stats, const std::shared_ptr<const ModelView>& view) {
+  return stats.learner_ready && stats.samples > 0 && (!view || stats.progress > view->progress);
+}
+
+}  // namespace
+
+std::shared_ptr<const ModelView> RefreshScheduler::RefreshCharged(Model& model, bool requested) {
+  model.last_refresh_attempt = Now();
+  const double cpu_before = ThreadCpuSeconds();
+  std::shared_ptr<const ModelView> view = RefreshModel(model);
+  const double cpu = options_.charge_per_refresh_for_testing > 0 ? options_.charge_per_refresh_for_testing
+                                                                 : ThreadCpuSeconds() - cpu_before;
+  credit_ -= cpu;
+  registry_.metrics().OnSchedulerRefresh(requested, cpu);
+  return view;
+}
+
+void RefreshScheduler::Scan(Clock::time_point now) {
+  // What the last scan left due and the budget deferred: the stale views (reported below).
+  const size_t stale = due_.size() - next_due_;
+  const double stale_age_max = stale > 0 ? Seconds(now - due_[next_due_].since) : 0;
+  due_.clear();
+  next_due_ = 0;
+  const bool report = Seconds(now - reported_at_) >= kReportSeconds;
+  const Clock::time_point real_now = Clock::now();  // views are stamped with the real clock
+  double lag_pairs = 0;
   for (const std::shared_ptr<Model>& model : registry_.List()) {
-    const Clock::time_point now = Clock::now();
     const Model::Stats stats = model->stats();
-    std::shared_ptr<const ModelView> view = model->view();
+    const std::shared_ptr<const ModelView> view = model->view();
+    if (report) {
+      if (view) {
+        model->metrics().SetViewAge(Seconds(real_now - view->built_at));
+      } else {
+        model->metrics().SetNoView();  // age since creation: a view that never comes is stale
+      }
+    }
     const uint64_t view_progress = view ? view->progress : 0;
-    const bool has_new = stats.learner_ready && stats.samples > 0 && (!view || stats.progress > view_progress);
+    if (!HasNew(stats, view)) continue;
+    lag_pairs += static_cast<double>(stats.progress - view_progress);
+    if (model->refresh_requested.load()) {  // the eviction sweep's (Request and Wait queue theirs)
+      absl::MutexLock lock(&mu_);
+      requests_.push_back(model);
+      continue;
+    }
     const v1::ModelConfig& config = model->config();
     // The interval is a floor: a periodic refresh also waits kPeriodicIdlePerBuild times the
-    // last view's build time, so periodic refreshes take at most a tenth of a core per model and
-    // leave the ingest its cores (a 512-channel model at the dictionary cap builds in ~1.7 s).
+    // last view's build time, so one model's periodic refreshes take at most a tenth of a core
+    // and leave the ingest its cores (a 512-channel model at the dictionary cap builds in ~1.7 s).
     const double gap =
         std::max(config.refresh_interval_seconds(), kPeriodicIdlePerBuild * (view ? view->build_seconds : 0.0));
     const bool interval_elapsed = Seconds(now - model->last_refresh_attempt) >= gap;
     const bool enough_samples =
         config.refresh_every_samples() > 0 && stats.progress - view_progress >= config.refresh_every_samples();
-    const bool requested = model->refresh_requested.exchange(false);
-    if (has_new && requested && !view && model->evicted()) {
+    if (interval_elapsed || enough_samples) due_.push_back({model, model->last_refresh_attempt});
+  }
+  // Oldest refresh first: a model the budget deferred is ahead of every model refreshed since.
+  std::stable_sort(due_.begin(), due_.end(), [](const Due& a, const Due& b) { return a.since < b.since; });
+  if (report) {
+    reported_at_ = now;
+    registry_.metrics().SetViewStaleness(options_.refresh_budget, stale, lag_pairs, stale_age_max);
+  }
+}
+
+void RefreshScheduler::RefreshDueModels() {
+  const Clock::time_point now = Now();
+  // The budget's credit: refresh_budget CPU seconds a second, at most burst_seconds' worth.
+  const double budget = options_.refresh_budget;
+  credit_ = std::min(credit_ + budget * std::max(0.0, Seconds(now - credited_at_)), budget * options_.burst_seconds);
+  credited_at_ = now;
+  request_pending_ = false;  // every request queued before this point is served below
+
+  // The background triggers, every kScanSeconds (a scan reads every model's counters).
+  if (Seconds(now - scanned_at_) >= kScanSeconds) {
+    scanned_at_ = now;
+    Scan(now);
+  }
+  // Explicit requests first, whatever the credit.
+  std::vector<std::shared_ptr<Model>> requests;
+  {
+    absl::MutexLock lock(&mu_);
+    requests.swap(requests_);
+  }
+  for (const std::shared_ptr<Model>& model : requests) {
+    if (stop_pass_.load()) return;                            // shutting down: Stop answers the waiters
+    if (!model->refresh_requested.exchange(false)) continue;  // served already (asked twice)
+    if (!HasNew(model->stats(), model->view())) continue;
+    if (!model->view() && model->evicted()) {
       // Restored evicted at start, with no view (Model's RESTART): asked for one by a view
       // query or Refresh, so it is loaded back first (and evicted again once idle).
       if (absl::Status s = model->EnsureResident(); !s.ok()) {
-        std::cerr << "cmestreamd: model '" << config.name()
+        std::cerr << "cmestreamd: model '" << model->config().name()
                   << "': cannot load it back to build its view: " << s.message() << "\n";
       }
     }
-    if (has_new && (requested || interval_elapsed || enough_samples)) {
-      model->last_refresh_attempt = now;
-      view = RefreshModel(*model);
-    }
-    if (view) {
-      model->metrics().SetViewAge(Seconds(Clock::now() - view->built_at));
-    } else {
-      model->metrics().SetNoView();  // age since creation: a view that never comes is stale
-    }
+    RefreshCharged(*model, /*requested=*/true);
+  }
+  // Then the background ones, oldest refresh first, while the credit lasts and no request waits
+  // (at least one a tick, so a stream of requests cannot stop them), until Stop.
+  for (bool first = true;
+       next_due_ < due_.size() && credit_ > 0 && !stop_pass_.load() && (first || !request_pending_.load());
+       first = false) {
+    Model& model = *due_[next_due_++].model;
+    if (HasNew(model.stats(), model.view())) RefreshCharged(model, /*requested=*/false);
   }
 }
 
@@ -216,7 +311,7 @@ void RefreshScheduler::CompleteWaiters() {
   std::vector<std::pair<Callback, absl::StatusOr<std::shared_ptr<const ModelView>>>> ready;
   {
     absl::MutexLock lock(&mu_);
-    const Clock::time_point now = Clock::now();
+    const Clock::time_point now = Now();
     auto keep = waiters_.begin();
     for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
       std::shared_ptr<const ModelView> view = it->model->view();
@@ -233,6 +328,7 @@ void RefreshScheduler::CompleteWaiters() {
                                                     view ? view->progress : 0, ")")));
       } else {
         it->model->refresh_requested = true;  // keep asking until covered
+        requests_.push_back(it->model);
         if (keep != it) *keep = std::move(*it);
         ++keep;
       }

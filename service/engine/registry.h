@@ -58,6 +58,8 @@ class ModelRegistry final : public ForkSink {
   double committed_bytes() const;
   const MemoryLedger& ledger() const { return ledger_; }
   const ConfigDefaults& defaults() const { return defaults_; }
+  // The daemon's metrics (the refresh scheduler's fleet series).
+  Metrics& metrics() const { return metrics_; }
   const LimitOptions& limits() const { return limits_; }
 
   // InvalidArgument (bad config, dim above --max-dim), AlreadyExists, ResourceExhausted (the

@@ -128,7 +128,29 @@ Metrics::Metrics()
       growth_denied_(CounterFamily(*registry_, "cmestream_dictionary_growth_denied_total",
                                    "Batches whose dictionary reached the cap the memory budget set: admissions "
                                    "beyond it were forced projections")
-                         .Add({})) {
+                         .Add({})),
+      refreshes_(CounterFamily(*registry_, "cmestream_refreshes_total",
+                               "Views built by the refresh scheduler, by trigger: periodic (interval, "
+                               "refresh_every_samples; within --refresh-budget) or requested (Refresh, Wait)")),
+      refreshes_periodic_(refreshes_.Add({{"trigger", "periodic"}})),
+      refreshes_requested_(refreshes_.Add({{"trigger", "requested"}})),
+      refresh_cpu_(CounterFamily(*registry_, "cmestream_refresh_cpu_seconds_total",
+                                 "CPU seconds the refresh scheduler spent building views")
+                       .Add({})),
+      refresh_budget_(GaugeFamily(*registry_, "cmestream_refresh_budget",
+                                  "Share of one core the background refreshes may use (--refresh-budget)")
+                          .Add({})),
+      views_stale_(
+          GaugeFamily(*registry_, "cmestream_views_stale",
+                      "Models whose background refresh was due and not yet done (deferred by --refresh-budget, "
+                      "or the refresh thread is behind)")
+              .Add({})),
+      view_lag_pairs_(GaugeFamily(*registry_, "cmestream_view_lag_pairs",
+                                  "Pairs learned and not yet reflected in a view, summed over the models")
+                          .Add({})),
+      view_stale_age_max_(GaugeFamily(*registry_, "cmestream_view_stale_age_max_seconds",
+                                      "Seconds since the last refresh of the model deferred longest (0: none)")
+                              .Add({})) {
   rejected_.Add({{"model", ""}, {"reason", "unknown_model"}});  // exists at 0 from the start
   for (const EnumName<ForkRefusal>& reason : kForkRefusalNames) forks_refused_.Add({{"reason", reason.name}});
 }

@@ -14,7 +14,7 @@
 //   refresh_duration_seconds{model}          histogram
 //   view_build_seconds{model,view}           histogram  per sub-view build time in a refresh
 //   view_version{model}, view_age_seconds{model}, view_samples{model}   gauges (age updated by
-//                                            the refresh scheduler every tick). A model that has
+//                                            the refresh scheduler every second). A model that has
 //                                            no view yet reports view_version 0 and, as its age,
 //                                            the seconds since its series were created (model
 //                                            creation, or recovery at daemon start): never 0, so
@@ -59,6 +59,20 @@
 //                                            (service/engine/memory_budget.h, MemoryLedger)
 //   dictionary_growth_denied_total           counter  batches whose dictionary growth the budget
 //                                            denied (the model learned on at its capacity)
+//   refreshes_total{trigger="periodic"|"requested"}  counter  views built by the refresh scheduler:
+//                                            background (interval, refresh_every_samples) or asked
+//                                            for (Refresh, Wait, the eviction sweep)
+//   refresh_cpu_seconds_total                counter  CPU time of those builds (the refresh budget's
+//                                            debits; RefreshScheduler)
+//   refresh_budget                           gauge    --refresh-budget: the share of one core the
+//                                            background refreshes may use
+//   views_stale                              gauge    models whose background refresh was due at a
+//                                            scan and not done by the next (deferred by the
+//                                            budget, or the refresh thread is behind)
+//   view_lag_pairs                           gauge    pairs learned and not yet in a view, summed
+//                                            over the models
+//   view_stale_age_max_seconds               gauge    seconds since the last refresh of the model
+//                                            deferred longest (0: none deferred)
 // plus the process_* series of process_metrics.h (RSS, ...).
 #pragma once
 
@@ -227,6 +241,18 @@ class Metrics {
   // A fork (--on-change fork) not started at its parent's alarm (the daemon's log names the
   // parent, the alarm and the message).
   void OnForkRefused(ForkRefusal reason);
+  // The refresh scheduler (RefreshScheduler): a view built, background or requested, and the
+  // CPU seconds it took; the budget and the fleet's staleness at its last scan.
+  void OnSchedulerRefresh(bool requested, double cpu_seconds) {
+    (requested ? refreshes_requested_ : refreshes_periodic_).Increment();
+    refresh_cpu_.Increment(cpu_seconds);
+  }
+  void SetViewStaleness(double budget, size_t stale_views, double lag_pairs, double stale_age_max_seconds) {
+    refresh_budget_.Set(budget);
+    views_stale_.Set(static_cast<double>(stale_views));
+    view_lag_pairs_.Set(lag_pairs);
+    view_stale_age_max_.Set(stale_age_max_seconds);
+  }
 
  private:
   friend class ModelMetrics;
@@ -276,6 +302,14 @@ class Metrics {
   prometheus::Gauge& memory_budget_;
   prometheus::Gauge& memory_committed_;
   prometheus::Counter& growth_denied_;
+  prometheus::Family<prometheus::Counter>& refreshes_;
+  prometheus::Counter& refreshes_periodic_;
+  prometheus::Counter& refreshes_requested_;
+  prometheus::Counter& refresh_cpu_;
+  prometheus::Gauge& refresh_budget_;
+  prometheus::Gauge& views_stale_;
+  prometheus::Gauge& view_lag_pairs_;
+  prometheus::Gauge& view_stale_age_max_;
   absl::Mutex rpc_mu_;  // guards the lazily created per-method series below; a leaf lock
   std::map<std::string, prometheus::Histogram*> rpc_hist_ ABSL_GUARDED_BY(rpc_mu_);
 };

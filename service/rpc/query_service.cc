@@ -264,7 +264,7 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Refresh(grpc::CallbackServerContext*
     if (absl::Status s = model->EndWarmup(); !s.ok() && !absl::IsFailedPrecondition(s)) return call->Finish(s);
   }
   if (!req->wait()) {
-    scheduler_.Request(*model);
+    scheduler_.Request(model);
     if (auto view = model->view()) *resp->mutable_view() = view->Info();
     return call->Finish(absl::OkStatus());
   }

@@ -45,12 +45,15 @@ class ViewInfo:
         age_seconds: time since the view was built.
         build_seconds: how long the refresh took.
         build_seconds_by_view: sub-view ("koopman", "embedding", ...) -> seconds.
+        lag_pairs: pairs the model learned that the view does not reflect yet (describe; 0 in
+            query replies): background refreshes share the daemon's --refresh-budget.
     """
     version: int
     samples: int
     age_seconds: float
     build_seconds: float
     build_seconds_by_view: Dict[str, float]
+    lag_pairs: int = 0
 
 
 @dataclasses.dataclass
