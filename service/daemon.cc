@@ -443,7 +443,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   scheduler_options.tick_seconds = options.scheduler_tick_seconds;
   scheduler_options.evict_idle_seconds = options.evict_idle_seconds;
   scheduler_options.refresh_budget = options.refresh_budget;
-  static_assert(RefreshScheduler::kDefaultRefreshBudget == DaemonOptions{}.refresh_budget);
   impl->registry->SetLimits(options.limits);
   impl->scheduler = std::make_unique<RefreshScheduler>(*impl->registry, scheduler_options);
   impl->ingestor = std::make_unique<Ingestor>(*impl->registry, impl->metrics, options.limits,
