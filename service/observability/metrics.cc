@@ -389,6 +389,7 @@ void ModelMetrics::SetNoView() {
 }
 
 void ModelMetrics::Remove() {
+  if (m_.keeping_series()) return;  // the daemon exits: Metrics::KeepSeriesAtExit
   absl::MutexLock lock(&mu_);
   if (removed_) return;
   removed_ = true;

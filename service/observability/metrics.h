@@ -231,6 +231,12 @@ class Metrics {
   // --metrics-per-model: false ("none") keeps no series with a model label (ModelMetrics then
   // records nothing; the fleet series stay). requires: before the first ForModel.
   void SetPerModel(bool per_model) { per_model_ = per_model; }
+  // At the daemon's exit, after the last scrape: the models' series stay until the registry
+  // goes with the daemon. prometheus-cpp's Family::Remove searches its family linearly, so
+  // removing every model's ~30 series one by one made the exit of 10,000 models quadratic
+  // (minutes, after the shutdown snapshot).
+  void KeepSeriesAtExit() { keep_series_.store(true); }
+  bool keeping_series() const { return keep_series_.load(); }
   // Models held; the live/evicted split follows the evictions and reloads (ModelMetrics).
   void SetModelCount(size_t n);
   // The memory budget (--max-memory) and what the models are charged (MemoryLedger).
@@ -297,6 +303,7 @@ class Metrics {
   prometheus::Counter& reloads_;
   prometheus::Histogram& reload_seconds_;
   bool per_model_ = true;
+  std::atomic<bool> keep_series_{false};
   std::atomic<int64_t> models_total_{0};
   std::atomic<int64_t> evicted_{0};
   prometheus::Gauge& memory_budget_;
