@@ -525,7 +525,7 @@ void Daemon::Shutdown() {
               << last.status().message() << "\n";
   }
   impl_->exposer.reset();
-  impl_->metrics.KeepSeriesAtExit();           // no scrape any more: the models go without a removal each
+  impl_->metrics.KeepSeriesAtExit();         // no scrape any more: the models go without a removal each
   if (impl_->wal) (void)impl_->wal->Sync();  // clean exit: nothing left in the page cache only
 }
 
