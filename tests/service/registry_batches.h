@@ -3,13 +3,16 @@
 // 2-d map, and a batch applied as the ingestion path applies it (validated, then Model::Ingest).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "prometheus/metric_family.h"
 #include "service/engine/batch.h"
 #include "service/engine/registry.h"
+#include "service/observability/metrics.h"
 
 namespace cmestream::service::test_helpers {
 
@@ -51,6 +54,24 @@ inline absl::StatusOr<Model::IngestResult> ApplyBatch(ModelRegistry& reg, const 
   BatchCheck check = ValidateBatch(b, (*model)->dim(), 0);
   if (!check.status.ok()) return check.status;
   return (*model)->Ingest(check.batch, b.producer_id(), b.offset(), 0, b.episode_id());
+}
+
+// The value of a series of the daemon's registry (NaN if absent): a
+// counter's or gauge's value, a histogram's sample count.
+inline double Series(Metrics& metrics, const std::string& family, const std::string& label = "",
+                     const std::string& value = "") {
+  for (const prometheus::MetricFamily& f : metrics.registry()->Collect()) {
+    if (f.name != family) continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      bool match = label.empty();
+      for (const prometheus::ClientMetric::Label& l : m.label) match |= l.name == label && l.value == value;
+      if (!match) continue;
+      if (f.type == prometheus::MetricType::Counter) return m.counter.value;
+      if (f.type == prometheus::MetricType::Histogram) return static_cast<double>(m.histogram.sample_count);
+      return m.gauge.value;
+    }
+  }
+  return std::nan("");
 }
 
 }  // namespace cmestream::service::test_helpers

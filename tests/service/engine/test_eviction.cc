@@ -57,22 +57,7 @@ constexpr auto& Config = test_helpers::SmallMapConfig;
 constexpr auto& Batch = test_helpers::SmallMapBatch;
 constexpr auto& Apply = test_helpers::ApplyBatch;
 
-// The value of a series of the daemon's registry (NaN if absent).
-double Series(Metrics& metrics, const std::string& family, const std::string& label = "",
-              const std::string& value = "") {
-  for (const prometheus::MetricFamily& f : metrics.registry()->Collect()) {
-    if (f.name != family) continue;
-    for (const prometheus::ClientMetric& m : f.metric) {
-      bool match = label.empty();
-      for (const prometheus::ClientMetric::Label& l : m.label) match |= l.name == label && l.value == value;
-      if (!match) continue;
-      if (f.type == prometheus::MetricType::Counter) return m.counter.value;
-      if (f.type == prometheus::MetricType::Histogram) return static_cast<double>(m.histogram.sample_count);
-      return m.gauge.value;
-    }
-  }
-  return std::nan("");
-}
+using test_helpers::Series;
 
 size_t FilesIn(const std::string& dir) {
   size_t n = 0;

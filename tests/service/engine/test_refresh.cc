@@ -28,21 +28,7 @@ namespace {
 
 using Clock = RefreshScheduler::Clock;
 
-// The value of a series of the daemon's registry (NaN if absent).
-double Series(Metrics& metrics, const std::string& family, const std::string& label = "",
-              const std::string& value = "") {
-  for (const prometheus::MetricFamily& f : metrics.registry()->Collect()) {
-    if (f.name != family) continue;
-    for (const prometheus::ClientMetric& m : f.metric) {
-      bool match = label.empty();
-      for (const prometheus::ClientMetric::Label& l : m.label) match |= l.name == label && l.value == value;
-      if (!match) continue;
-      if (f.type == prometheus::MetricType::Counter) return m.counter.value;
-      return m.gauge.value;
-    }
-  }
-  return std::nan("");
-}
+using test_helpers::Series;
 
 // A registry of `n` small 2-d models (no warm-up) with a refresh interval of 0.5 s, and a
 // scheduler on a test clock that the test advances; each refresh is charged `charge` CPU seconds
