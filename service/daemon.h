@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "service/engine/limits.h"
+#include "service/observability/per_model_series.h"
 #include "service/rpc/ownership.h"
 #include "service/rpc/tls.h"
 #include "service/storage/wal_options.h"
@@ -41,7 +42,7 @@ struct DaemonOptions {
   double wal_sync_interval_ms = 100;              // --wal-sync-interval-ms, kInterval only
   double snapshot_interval_seconds = 60;          // --snapshot-interval, [0, 1e7]; 0 = only at
                                                   // clean shutdown and on request (snapshot.h)
-  bool metrics_per_model = true;                  // --metrics-per-model all|none: the {model} series
+  PerModelSeries metrics_per_model;               // --metrics-per-model all|none|top-N: the {model} series
   double evict_idle_seconds = 600;                // --evict-idle-seconds, [0, 1e7]; 0 = never: a model
                                                   // idle this long is evicted (model.h EVICTION)
   RecoveryOptions recovery;                       // --accept-data-loss, --recover-from

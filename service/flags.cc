@@ -120,11 +120,10 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args) {
     } else if (name == "--metrics-per-model") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
-      if (*v != "all" && *v != "none") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("flag --metrics-per-model is '", v->substr(0, 40), "', expected all or none"));
-      }
-      o.metrics_per_model = *v == "all";
+      absl::StatusOr<PerModelSeries> series = PerModelSeries::Parse(*v);
+      if (!series.ok())
+        return absl::InvalidArgumentError(absl::StrCat("flag --metrics-per-model ", series.status().message()));
+      o.metrics_per_model = *series;
     } else if (name == "--wal-sync") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();

@@ -261,6 +261,7 @@ void RefreshScheduler::Scan(Clock::time_point now) {
   if (report) {
     reported_at_ = now;
     registry_.metrics().SetViewStaleness(options_.refresh_budget, stale, lag_pairs, stale_age_max);
+    registry_.metrics().MaybeRankTopModels(real_now);  // --metrics-per-model top-N (every minute)
   }
 }
 

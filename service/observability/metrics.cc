@@ -150,7 +150,18 @@ Metrics::Metrics()
                           .Add({})),
       view_stale_age_max_(GaugeFamily(*registry_, "cmestream_view_stale_age_max_seconds",
                                       "Seconds since the last refresh of the model deferred longest (0: none)")
-                              .Add({})) {
+                              .Add({})),
+      models_with_series_(GaugeFamily(*registry_, "cmestream_models_with_series",
+                                      "Models whose series with a model label exist (--metrics-per-model: all, "
+                                      "none, or the top N re-ranked every minute)")
+                              .Add({})),
+      fleet_samples_(CounterFamily(*registry_, "cmestream_fleet_samples_ingested_total",
+                                   "Transition pairs applied, summed over every model (whatever "
+                                   "--metrics-per-model)")
+                         .Add({})),
+      fleet_alarms_(CounterFamily(*registry_, "cmestream_fleet_change_alarms_total",
+                                  "Change alarms raised, summed over every model (whatever --metrics-per-model)")
+                        .Add({})) {
   rejected_.Add({{"model", ""}, {"reason", "unknown_model"}});  // exists at 0 from the start
   for (const EnumName<ForkRefusal>& reason : kForkRefusalNames) forks_refused_.Add({{"reason", reason.name}});
 }
@@ -213,83 +224,168 @@ void Metrics::ObserveRpc(const std::string& method, double seconds, int code) {
   rpc_completed_.Add({{"method", method}, {"code", CodeName(code)}}).Increment();
 }
 
-ModelMetrics::ModelMetrics(Metrics& m, std::string model)
-    : m_(m),
-      model_(std::move(model)),
-      samples_(&m.samples_.Add({{"model", model_}})),
-      pending_(&m.pending_.Add({{"model", model_}})),
-      dict_x_(&m.dict_.Add({{"model", model_}, {"side", "x"}})),
-      dict_y_(&m.dict_.Add({{"model", model_}, {"side", "y"}})),
-      dict_budget_(&m.dict_budget_.Add({{"model", model_}})),
-      failed_(&m.model_failed_.Add({{"model", model_}})),
-      forced_(&m.forced_.Add({{"model", model_}})),
-      forced_error_(&m.forced_error_.Add({{"model", model_}})),
-      drift_(&m.drift_.Add({{"model", model_}})),
-      refresh_(&m.refresh_.Add({{"model", model_}}, kRefreshBuckets)),
-      view_version_(&m.view_version_.Add({{"model", model_}})),
-      view_age_(&m.view_age_.Add({{"model", model_}})),
-      view_samples_(&m.view_samples_.Add({{"model", model_}})),
-      heldout_score_(&m.heldout_score_.Add({{"model", model_}})),
-      spectral_epochs_(&m.spectral_epochs_.Add({{"model", model_}})),
-      spectral_data_share_(&m.spectral_data_share_.Add({{"model", model_}})),
-      disagreement_(&m.disagreement_.Add({{"model", model_}})),
-      slowest_{&m.slowest_timescale_.Add({{"model", model_}, {"view", "koopman"}}),
-               &m.slowest_timescale_.Add({{"model", model_}, {"view", "count_chain"}}),
-               &m.slowest_timescale_.Add({{"model", model_}, {"view", "embedding"}}),
-               &m.slowest_timescale_.Add({{"model", model_}, {"view", "headline"}})},
-      slowest_stderr_(&m.slowest_timescale_stderr_.Add({{"model", model_}})),
-      ck_deviation_(&m.ck_deviation_.Add({{"model", model_}})),
-      ck_stderr_(&m.ck_stderr_.Add({{"model", model_}})) {
-  ck_deviation_->Set(std::numeric_limits<double>::quiet_NaN());
-  ck_stderr_->Set(std::numeric_limits<double>::quiet_NaN());
-  heldout_score_->Set(std::numeric_limits<double>::quiet_NaN());
-  disagreement_->Set(std::numeric_limits<double>::quiet_NaN());
-  for (prometheus::Gauge* g : slowest_) g->Set(std::numeric_limits<double>::quiet_NaN());
-  slowest_stderr_->Set(std::numeric_limits<double>::quiet_NaN());
-  spectral_data_share_->Set(0);
+ModelMetrics::ModelMetrics(Metrics& m, std::string model) : m_(m), model_(std::move(model)) {
   // Every rejection series at 0 from the start: increase()/rate() need a sample before the
   // first rejection to see it.
-  for (const char* reason : kRejectReasons) {
-    rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}}));
+  absl::MutexLock lock(&mu_);
+  for (const char* reason : kRejectReasons) values_.rejected.emplace(reason, 0.0);
+}
+
+bool ModelMetrics::has_series() const {
+  absl::MutexLock lock(&mu_);
+  return attached_;
+}
+
+void ModelMetrics::Attach() {
+  absl::MutexLock lock(&mu_);
+  if (removed_ || attached_) return;
+  attached_ = true;
+  m_.with_series_.fetch_add(1);
+  const Values& v = values_;
+  const std::map<std::string, std::string> model = {{"model", model_}};
+  samples_ = &m_.samples_.Add(model);
+  samples_->Increment(v.samples);
+  pending_ = &m_.pending_.Add(model);
+  pending_->Set(v.pending);
+  dict_x_ = &m_.dict_.Add({{"model", model_}, {"side", "x"}});
+  dict_x_->Set(v.dict_x);
+  dict_y_ = &m_.dict_.Add({{"model", model_}, {"side", "y"}});
+  dict_y_->Set(v.dict_y);
+  dict_budget_ = &m_.dict_budget_.Add(model);
+  dict_budget_->Set(v.dict_budget);
+  failed_ = &m_.model_failed_.Add(model);
+  failed_->Set(v.failed);
+  forced_ = &m_.forced_.Add(model);
+  forced_->Increment(v.forced);
+  forced_error_ = &m_.forced_error_.Add(model);
+  forced_error_->Increment(v.forced_error);
+  drift_ = &m_.drift_.Add(model);
+  drift_->Set(v.drift);
+  refresh_ = &m_.refresh_.Add(model, kRefreshBuckets);
+  view_version_ = &m_.view_version_.Add(model);
+  view_version_->Set(v.view_version);
+  view_age_ = &m_.view_age_.Add(model);
+  view_age_->Set(v.view_age);
+  view_samples_ = &m_.view_samples_.Add(model);
+  view_samples_->Set(v.view_samples);
+  heldout_score_ = &m_.heldout_score_.Add(model);
+  heldout_score_->Set(v.heldout);
+  spectral_epochs_ = &m_.spectral_epochs_.Add(model);
+  spectral_epochs_->Set(v.epochs);
+  spectral_data_share_ = &m_.spectral_data_share_.Add(model);
+  spectral_data_share_->Set(v.data_share);
+  disagreement_ = &m_.disagreement_.Add(model);
+  disagreement_->Set(v.disagreement);
+  static constexpr const char* kSlowestViews[] = {"koopman", "count_chain", "embedding", "headline"};
+  for (size_t i = 0; i < slowest_.size(); ++i) {
+    slowest_[i] = &m_.slowest_timescale_.Add({{"model", model_}, {"view", kSlowestViews[i]}});
+    slowest_[i]->Set(v.slowest[i]);
   }
-  // --metrics-per-model none: the series go at once, and every later update is a no-op.
-  if (!m_.per_model_) Remove();
+  slowest_stderr_ = &m_.slowest_timescale_stderr_.Add(model);
+  slowest_stderr_->Set(v.slowest_stderr);
+  ck_deviation_ = &m_.ck_deviation_.Add(model);
+  ck_deviation_->Set(v.ck_deviation);
+  ck_stderr_ = &m_.ck_stderr_.Add(model);
+  ck_stderr_->Set(v.ck_stderr);
+  for (const auto& [key, values] : v.lags) SetLagSeries(key);
+  for (const auto& [reason, count] : v.rejected) RejectedSeries(reason);
+  if (v.alarms) {
+    change_score_ = &m_.change_score_.Add(model);
+    change_score_->Set(v.change_score);
+    change_alarms_ = &m_.change_alarms_.Add(model);
+    change_alarms_->Increment(v.change_alarms);
+  }
+  for (const auto& [view, flags] : v.sub_views) SetSubViewSeries(view);
+}
+
+prometheus::Counter* ModelMetrics::RejectedSeries(const std::string& reason) {
+  auto it = rejected_.find(reason);
+  if (it == rejected_.end()) {
+    it = rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}})).first;
+    it->second->Increment(values_.rejected[reason]);
+  }
+  return it->second;
+}
+
+void ModelMetrics::SetSubViewSeries(const std::string& view) {
+  auto it = sub_view_gauges_.find(view);
+  if (it == sub_view_gauges_.end()) {
+    const std::map<std::string, std::string> labels = {{"model", model_}, {"view", view}};
+    it = sub_view_gauges_
+             .emplace(view, std::make_pair(&m_.view_available_.Add(labels), &m_.view_fit_warning_.Add(labels)))
+             .first;
+  }
+  const auto [available, warning] = values_.sub_views[view];
+  it->second.first->Set(available ? 1 : 0);
+  it->second.second->Set(available && warning ? 1 : 0);
+}
+
+void ModelMetrics::SetLagSeries(std::pair<int, int> key) {
+  auto [it, inserted] = lag_gauges_.try_emplace(key);
+  if (inserted) {
+    const std::map<std::string, std::string> labels = {
+        {"model", model_}, {"lag", std::to_string(key.first)}, {"mode", std::to_string(key.second)}};
+    it->second = {&m_.lag_timescale_.Add(labels), &m_.lag_timescale_stderr_.Add(labels)};
+  }
+  const auto [timescale, stderr_] = values_.lags[key];
+  it->second.first->Set(timescale);
+  it->second.second->Set(stderr_);
+}
+
+ModelMetrics::Activity ModelMetrics::TakeActivity() {
+  absl::MutexLock lock(&mu_);
+  Activity a{window_alarms_, window_pairs_, attached_, removed_};
+  window_alarms_ = window_pairs_ = 0;
+  return a;
 }
 
 void ModelMetrics::OnBatchApplied(uint64_t pairs_applied, uint64_t forced_delta, double forced_error_delta,
                                   const LearnerGauges& g) {
+  m_.fleet_samples_.Increment(static_cast<double>(pairs_applied));
   absl::MutexLock lock(&mu_);
   if (removed_) return;
+  window_pairs_ += pairs_applied;
+  Values& v = values_;
+  v.samples += static_cast<double>(pairs_applied);
+  if (forced_delta > 0) v.forced += static_cast<double>(forced_delta);
+  if (forced_error_delta > 0) v.forced_error += forced_error_delta;
+  v.pending = static_cast<double>(g.pending_warmup);
+  v.dict_x = g.dict_x;
+  v.dict_y = g.dict_y;
+  if (!attached_) return;
   samples_->Increment(static_cast<double>(pairs_applied));
   if (forced_delta > 0) forced_->Increment(static_cast<double>(forced_delta));
   if (forced_error_delta > 0) forced_error_->Increment(forced_error_delta);
-  pending_->Set(static_cast<double>(g.pending_warmup));
-  dict_x_->Set(g.dict_x);
-  dict_y_->Set(g.dict_y);
+  pending_->Set(v.pending);
+  dict_x_->Set(v.dict_x);
+  dict_y_->Set(v.dict_y);
 }
 
 void ModelMetrics::OnRejected(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
-  auto it = rejected_.find(reason);
-  if (it == rejected_.end())
-    it = rejected_.emplace(reason, &m_.rejected_.Add({{"model", model_}, {"reason", reason}})).first;
-  it->second->Increment();
+  values_.rejected[reason] += 1;
+  if (attached_) RejectedSeries(reason)->Increment();  // a new reason's series starts at its count
 }
 
 void ModelMetrics::OnRefresh(double seconds, double inverse_drift, uint64_t version, uint64_t samples) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
+  values_.drift = inverse_drift;
+  values_.view_version = static_cast<double>(version);
+  values_.view_samples = static_cast<double>(samples);
+  values_.view_age = 0;
+  if (!attached_) return;
   refresh_->Observe(seconds);
-  drift_->Set(inverse_drift);
-  view_version_->Set(static_cast<double>(version));
-  view_samples_->Set(static_cast<double>(samples));
+  drift_->Set(values_.drift);
+  view_version_->Set(values_.view_version);
+  view_samples_->Set(values_.view_samples);
   view_age_->Set(0);
 }
 
 void ModelMetrics::OnViewBuilt(const std::string& view, double seconds) {
   absl::MutexLock lock(&mu_);
-  if (removed_) return;
+  if (removed_ || !attached_) return;  // histograms count while the series exist
   auto it = view_build_.find(view);
   if (it == view_build_.end()) {
     it = view_build_.emplace(view, &m_.view_build_.Add({{"model", model_}, {"view", view}}, kRefreshBuckets)).first;
@@ -300,20 +396,18 @@ void ModelMetrics::OnViewBuilt(const std::string& view, double seconds) {
 void ModelMetrics::OnSubView(const std::string& view, bool available, bool fit_warning) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
-  auto it = sub_view_gauges_.find(view);
-  if (it == sub_view_gauges_.end()) {
-    const std::map<std::string, std::string> labels = {{"model", model_}, {"view", view}};
-    it = sub_view_gauges_
-             .emplace(view, std::make_pair(&m_.view_available_.Add(labels), &m_.view_fit_warning_.Add(labels)))
-             .first;
-  }
-  it->second.first->Set(available ? 1 : 0);
-  it->second.second->Set(available && fit_warning ? 1 : 0);
+  values_.sub_views[view] = {available, fit_warning};
+  if (attached_) SetSubViewSeries(view);
 }
 
 void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreement, double epochs, double data_share) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
+  values_.heldout = heldout_score;
+  values_.epochs = epochs;
+  values_.data_share = data_share;
+  values_.disagreement = timescale_disagreement;
+  if (!attached_) return;
   heldout_score_->Set(heldout_score);
   spectral_epochs_->Set(epochs);
   spectral_data_share_->Set(data_share);
@@ -323,10 +417,10 @@ void ModelMetrics::OnSpectrum(double heldout_score, double timescale_disagreemen
 void ModelMetrics::OnSlowestTimescales(const SlowestTimescales& t) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
-  slowest_[0]->Set(t.koopman);
-  slowest_[1]->Set(t.count_chain);
-  slowest_[2]->Set(t.embedding);
-  slowest_[3]->Set(t.headline);
+  values_.slowest = {t.koopman, t.count_chain, t.embedding, t.headline};
+  values_.slowest_stderr = t.headline_stderr;
+  if (!attached_) return;
+  for (size_t i = 0; i < slowest_.size(); ++i) slowest_[i]->Set(values_.slowest[i]);
   slowest_stderr_->Set(t.headline_stderr);
 }
 
@@ -336,17 +430,14 @@ void ModelMetrics::OnLags(const std::vector<int>& lags, const std::vector<std::v
   if (removed_) return;
   for (size_t k = 0; k < lags.size() && k < timescales.size(); ++k) {
     for (size_t i = 0; i < timescales[k].size(); ++i) {
-      const int mode = static_cast<int>(i) + 1;
-      auto [it, inserted] = lag_gauges_.try_emplace({lags[k], mode});
-      if (inserted) {
-        const std::map<std::string, std::string> labels = {
-            {"model", model_}, {"lag", std::to_string(lags[k])}, {"mode", std::to_string(mode)}};
-        it->second = {&m_.lag_timescale_.Add(labels), &m_.lag_timescale_stderr_.Add(labels)};
-      }
-      it->second.first->Set(timescales[k][i]);
-      it->second.second->Set(i < stderrs[k].size() ? stderrs[k][i] : std::numeric_limits<double>::quiet_NaN());
+      const std::pair<int, int> key = {lags[k], static_cast<int>(i) + 1};
+      values_.lags[key] = {timescales[k][i], i < stderrs[k].size() ? stderrs[k][i] : kNaN};
+      if (attached_) SetLagSeries(key);
     }
   }
+  values_.ck_deviation = ck_deviation;
+  values_.ck_stderr = ck_stderr;
+  if (!attached_) return;
   ck_deviation_->Set(ck_deviation);
   ck_stderr_->Set(ck_stderr);
 }
@@ -354,38 +445,52 @@ void ModelMetrics::OnLags(const std::vector<int>& lags, const std::vector<std::v
 void ModelMetrics::OnAlarms(double score, uint64_t alarms_total) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
-  if (change_score_ == nullptr) {
-    change_score_ = &m_.change_score_.Add({{"model", model_}});
-    change_alarms_ = &m_.change_alarms_.Add({{"model", model_}});
+  Values& v = values_;
+  if (!v.alarms) {  // the first call: a restored model's earlier alarms are not counted again
+    v.alarms = true;
     alarms_counted_ = alarms_total;
+    if (attached_) {
+      change_score_ = &m_.change_score_.Add({{"model", model_}});
+      change_alarms_ = &m_.change_alarms_.Add({{"model", model_}});
+    }
   }
-  change_score_->Set(score);
-  if (alarms_total > alarms_counted_) change_alarms_->Increment(static_cast<double>(alarms_total - alarms_counted_));
+  v.change_score = score;
+  const uint64_t raised = alarms_total > alarms_counted_ ? alarms_total - alarms_counted_ : 0;
   alarms_counted_ = std::max(alarms_counted_, alarms_total);
+  v.change_alarms += static_cast<double>(raised);
+  window_alarms_ += raised;
+  if (raised > 0) m_.fleet_alarms_.Increment(static_cast<double>(raised));
+  if (!attached_) return;
+  change_score_->Set(score);
+  if (raised > 0) change_alarms_->Increment(static_cast<double>(raised));
 }
 
 void ModelMetrics::SetViewAge(double seconds) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
-  view_age_->Set(seconds);
+  values_.view_age = seconds;
+  if (attached_) view_age_->Set(seconds);
 }
 
 void ModelMetrics::SetDictionaryBudget(double max_dict) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
-  dict_budget_->Set(max_dict);
+  values_.dict_budget = max_dict;
+  if (attached_) dict_budget_->Set(max_dict);
 }
 
 void ModelMetrics::SetFailed(bool failed) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
-  failed_->Set(failed ? 1 : 0);
+  values_.failed = failed ? 1 : 0;
+  if (attached_) failed_->Set(values_.failed);
 }
 
 void ModelMetrics::SetNoView() {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
-  view_age_->Set(std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count());
+  values_.view_age = std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
+  if (attached_) view_age_->Set(values_.view_age);
 }
 
 void ModelMetrics::Remove() {
@@ -393,6 +498,18 @@ void ModelMetrics::Remove() {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
   removed_ = true;
+  DetachLocked();
+}
+
+void ModelMetrics::Detach() {
+  absl::MutexLock lock(&mu_);
+  DetachLocked();
+}
+
+void ModelMetrics::DetachLocked() {
+  if (!attached_) return;
+  attached_ = false;
+  m_.with_series_.fetch_sub(1);
   m_.samples_.Remove(samples_);
   m_.pending_.Remove(pending_);
   m_.dict_.Remove(dict_x_);
@@ -422,8 +539,6 @@ void ModelMetrics::Remove() {
   if (change_score_ != nullptr) {
     m_.change_score_.Remove(change_score_);
     m_.change_alarms_.Remove(change_alarms_);
-    change_score_ = nullptr;
-    change_alarms_ = nullptr;
   }
   for (auto& [reason, counter] : rejected_) m_.rejected_.Remove(counter);
   rejected_.clear();
@@ -434,6 +549,81 @@ void ModelMetrics::Remove() {
     m_.view_fit_warning_.Remove(gauges.second);
   }
   sub_view_gauges_.clear();
+  samples_ = nullptr;
+  pending_ = dict_x_ = dict_y_ = dict_budget_ = failed_ = drift_ = nullptr;
+  forced_ = forced_error_ = change_alarms_ = nullptr;
+  refresh_ = nullptr;
+  view_version_ = view_age_ = view_samples_ = heldout_score_ = spectral_epochs_ = spectral_data_share_ = nullptr;
+  disagreement_ = slowest_stderr_ = ck_deviation_ = ck_stderr_ = change_score_ = nullptr;
+  slowest_ = {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// --metrics-per-model
+
+std::shared_ptr<ModelMetrics> Metrics::ForModel(const std::string& model) {
+  auto handle = std::make_shared<ModelMetrics>(*this, model);
+  switch (per_model_.mode) {
+    case PerModelSeries::Mode::kAll:
+      handle->Attach();
+      break;
+    case PerModelSeries::Mode::kNone:
+      break;
+    case PerModelSeries::Mode::kTop: {
+      absl::MutexLock lock(&top_mu_);
+      handles_.push_back(handle);
+      // Free slots go to new models at once; the ranking moves them later.
+      if (with_series_.load() < per_model_.top) handle->Attach();
+      break;
+    }
+  }
+  models_with_series_.Set(static_cast<double>(with_series_.load()));
+  return handle;
+}
+
+void Metrics::MaybeRankTopModels(std::chrono::steady_clock::time_point now) {
+  if (per_model_.mode != PerModelSeries::Mode::kTop) return;
+  {
+    absl::MutexLock lock(&top_mu_);
+    if (std::chrono::duration<double>(now - ranked_at_).count() < PerModelSeries::kTopRankSeconds) return;
+    ranked_at_ = now;
+  }
+  RankTopModelsNow();
+}
+
+void Metrics::RankTopModelsNow() {
+  if (per_model_.mode != PerModelSeries::Mode::kTop) return;
+  absl::MutexLock lock(&top_mu_);
+  struct Ranked {
+    std::shared_ptr<ModelMetrics> handle;
+    ModelMetrics::Activity activity;
+  };
+  std::vector<Ranked> ranked;
+  ranked.reserve(handles_.size());
+  std::vector<std::weak_ptr<ModelMetrics>> kept;
+  kept.reserve(handles_.size());
+  for (std::weak_ptr<ModelMetrics>& weak : handles_) {
+    std::shared_ptr<ModelMetrics> handle = weak.lock();
+    if (!handle) continue;
+    ModelMetrics::Activity a = handle->TakeActivity();
+    if (a.removed) continue;
+    kept.push_back(std::move(weak));
+    ranked.push_back({std::move(handle), a});
+  }
+  handles_.swap(kept);
+  // Alarms first (the models a user looks at), then traffic; ties keep the series where they
+  // are (no churn in an idle fleet), then by name (deterministic).
+  const auto before = [](const Ranked& a, const Ranked& b) {
+    if (a.activity.alarms != b.activity.alarms) return a.activity.alarms > b.activity.alarms;
+    if (a.activity.pairs != b.activity.pairs) return a.activity.pairs > b.activity.pairs;
+    if (a.activity.attached != b.activity.attached) return a.activity.attached;
+    return a.handle->model_ < b.handle->model_;
+  };
+  const size_t top = std::min(ranked.size(), static_cast<size_t>(per_model_.top));
+  std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(top), ranked.end(), before);
+  for (size_t i = top; i < ranked.size(); ++i) ranked[i].handle->Detach();  // slots first
+  for (size_t i = 0; i < top; ++i) ranked[i].handle->Attach();
+  models_with_series_.Set(static_cast<double>(with_series_.load()));
 }
 
 }  // namespace cmestream::service

@@ -50,6 +50,12 @@
 //   ck_max_deviation_stderr{model}           gauge    its jackknife standard error
 //   rpc_duration_seconds{method}             histogram (Ingest: per batch)
 //   rpc_completed_total{method,code}         counter
+//   fleet_samples_ingested_total, fleet_change_alarms_total   counters  pairs applied and change
+//                                            alarms raised, summed over every model (whatever
+//                                            --metrics-per-model; an imported or restored model
+//                                            adds what it holds, as its own counter does)
+//   models_with_series                       gauge    models whose {model} series exist
+//                                            (--metrics-per-model all|none|top-N: per_model_series.h)
 //   models{state="live"|"evicted"}          gauge    models held, by whether their learner is in
 //                                            memory (service/README.md "Eviction")
 //   model_evictions_total, model_reloads_total counters  idle models evicted, evicted models loaded back
@@ -79,13 +85,16 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -93,6 +102,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "service/enum_names.h"
+#include "service/observability/per_model_series.h"
 #include "service/observability/process_metrics.h"
 
 namespace cmestream::service {
@@ -117,14 +127,17 @@ inline constexpr const char* kRejectReasons[] = {"payload_form", "size",        
                                                  "state_id",     "batch_limit", "queue_full", "offset_gap",
                                                  "log_error",    "id_length",   "magnitude"};
 
-// The series of one model. Thread-safe. Remove() (on model deletion) drops every series from
-// the exposition; later updates through a removed handle are ignored, so an RPC still holding
-// a deleted model cannot resurrect or touch a recreated model's series.
+// The series of one model. Thread-safe. Every update is kept in the handle's values, and written
+// to its series while it has them (Attach/Detach: PerModelSeries). Remove() (on model deletion)
+// drops every series from the exposition for good; later updates through a removed handle are
+// ignored, so an RPC still holding a deleted model cannot resurrect or touch a recreated model's
+// series.
 class ModelMetrics {
  public:
   ModelMetrics(Metrics& metrics, std::string model);
   ~ModelMetrics() { Remove(); }
-
+  ModelMetrics(const ModelMetrics&) = delete;
+  ModelMetrics& operator=(const ModelMetrics&) = delete;
   struct LearnerGauges {
     uint64_t pending_warmup = 0;
     int dict_x = 0, dict_y = 0;
@@ -173,43 +186,78 @@ class ModelMetrics {
   void OnReloaded(double seconds);
   void OnEvictedDeleted();
   void Remove() ABSL_LOCKS_EXCLUDED(mu_);
+  // The series exist (every model under "all"; the ranked ones under "top N").
+  bool has_series() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  friend class Metrics;
+  static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  // What every series shows, kept with or without the series.
+  struct Values {
+    double samples = 0, forced = 0, forced_error = 0, pending = 0, dict_x = 0, dict_y = 0, dict_budget = 0;
+    double failed = 0, drift = 0, view_version = 0, view_age = 0, view_samples = 0;
+    double heldout = kNaN, epochs = 0, data_share = 0, disagreement = kNaN;
+    std::array<double, 4> slowest = {kNaN, kNaN, kNaN, kNaN};  // koopman, count_chain, embedding, headline
+    double slowest_stderr = kNaN, ck_deviation = kNaN, ck_stderr = kNaN;
+    std::map<std::pair<int, int>, std::pair<double, double>> lags;  // (lag, mode) -> (timescale, s.e.)
+    std::map<std::string, double> rejected;                         // reason -> batches
+    bool alarms = false;  // the model has alarms (OnAlarms was called): change series exist
+    double change_score = 0, change_alarms = 0;
+    std::map<std::string, std::pair<bool, bool>> sub_views;  // view -> (available, fit warning)
+  };
+  // Creates every series from values_ (Metrics: creation, ranking). No-op once removed.
+  void Attach() ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops every series (values_ stay).
+  void Detach() ABSL_LOCKS_EXCLUDED(mu_);
+  void DetachLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ranking's key since the last call, which starts the next window.
+  struct Activity {
+    uint64_t alarms = 0, pairs = 0;
+    bool attached = false, removed = false;
+  };
+  Activity TakeActivity() ABSL_LOCKS_EXCLUDED(mu_);
+  prometheus::Counter* RejectedSeries(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetSubViewSeries(const std::string& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetLagSeries(std::pair<int, int> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Metrics& m_;
   const std::string model_;
-  // A leaf lock (prometheus-cpp's own family locks are taken under it). Guards `removed_` and
-  // every series below: after Remove() the series are gone from their families.
-  absl::Mutex mu_;
+  // A leaf lock (prometheus-cpp's own family locks are taken under it). Guards the values, the
+  // flags and every series below: while not attached (or once removed) the series are null.
+  mutable absl::Mutex mu_;
   bool removed_ ABSL_GUARDED_BY(mu_) = false;
+  bool attached_ ABSL_GUARDED_BY(mu_) = false;
+  Values values_ ABSL_GUARDED_BY(mu_);
+  uint64_t window_pairs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t window_alarms_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t alarms_counted_ ABSL_GUARDED_BY(mu_) = 0;
   const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
-  prometheus::Counter* samples_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* pending_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* dict_x_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* dict_y_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* dict_budget_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* failed_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Counter* forced_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Counter* forced_error_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* drift_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Histogram* refresh_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* view_version_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* view_age_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* view_samples_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* heldout_score_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* spectral_epochs_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* spectral_data_share_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* disagreement_ ABSL_PT_GUARDED_BY(mu_);
-  // view "koopman", "count_chain", "embedding", "headline"; then the headline's s.e.
-  std::array<prometheus::Gauge*, 4> slowest_ ABSL_GUARDED_BY(mu_);
-  prometheus::Gauge* slowest_stderr_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* ck_deviation_ ABSL_PT_GUARDED_BY(mu_);
-  prometheus::Gauge* ck_stderr_ ABSL_PT_GUARDED_BY(mu_);
+  prometheus::Counter* samples_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* pending_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* dict_x_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* dict_y_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* dict_budget_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* failed_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Counter* forced_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Counter* forced_error_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* drift_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Histogram* refresh_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* view_version_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* view_age_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* view_samples_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* heldout_score_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* spectral_epochs_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* spectral_data_share_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* disagreement_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  std::array<prometheus::Gauge*, 4> slowest_ ABSL_GUARDED_BY(mu_) = {};
+  prometheus::Gauge* slowest_stderr_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* ck_deviation_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* ck_stderr_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
   std::map<std::pair<int, int>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> lag_gauges_
       ABSL_GUARDED_BY(mu_);  // (lag, mode)
   std::map<std::string, prometheus::Counter*> rejected_ ABSL_GUARDED_BY(mu_);
-  prometheus::Gauge* change_score_ ABSL_PT_GUARDED_BY(mu_) = nullptr;     // created by OnAlarms
-  prometheus::Counter* change_alarms_ ABSL_PT_GUARDED_BY(mu_) = nullptr;  // created by OnAlarms
-  uint64_t alarms_counted_ ABSL_GUARDED_BY(mu_) = 0;
+  prometheus::Gauge* change_score_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
+  prometheus::Counter* change_alarms_ ABSL_PT_GUARDED_BY(mu_) = nullptr;
   std::map<std::string, prometheus::Histogram*> view_build_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::pair<prometheus::Gauge*, prometheus::Gauge*>> sub_view_gauges_
       ABSL_GUARDED_BY(mu_);  // view -> (available, fit warning)
@@ -222,15 +270,20 @@ class Metrics {
   // process_* series; the daemon registers it with the exposer next to registry().
   std::shared_ptr<ProcessMetrics> process() const { return process_; }
 
-  std::shared_ptr<ModelMetrics> ForModel(const std::string& model) {
-    return std::make_shared<ModelMetrics>(*this, model);
-  }
+  // The series handle of a new model (with series under "all", and under "top N" while fewer
+  // than N models have them).
+  std::shared_ptr<ModelMetrics> ForModel(const std::string& model) ABSL_LOCKS_EXCLUDED(top_mu_);
   // A batch for a model that does not exist.
   void OnUnknownModelBatch();
   void ObserveRpc(const std::string& method, double seconds, int grpc_code) ABSL_LOCKS_EXCLUDED(rpc_mu_);
-  // --metrics-per-model: false ("none") keeps no series with a model label (ModelMetrics then
-  // records nothing; the fleet series stay). requires: before the first ForModel.
-  void SetPerModel(bool per_model) { per_model_ = per_model; }
+  // --metrics-per-model (PerModelSeries). requires: before the first ForModel.
+  void SetPerModel(PerModelSeries per_model) { per_model_ = per_model; }
+  const PerModelSeries& per_model() const { return per_model_; }
+  // Under "top N": ranks the models and moves the series to the top N, at most every
+  // PerModelSeries::kTopRankSeconds (the refresh scheduler calls it at its reports); Now: at
+  // once (tests). Otherwise no-op.
+  void MaybeRankTopModels(std::chrono::steady_clock::time_point now) ABSL_LOCKS_EXCLUDED(top_mu_);
+  void RankTopModelsNow() ABSL_LOCKS_EXCLUDED(top_mu_);
   // At the daemon's exit, after the last scrape: the models' series stay until the registry
   // goes with the daemon. prometheus-cpp's Family::Remove searches its family linearly, so
   // removing every model's ~30 series one by one made the exit of 10,000 models quadratic
@@ -302,7 +355,13 @@ class Metrics {
   prometheus::Counter& evictions_;
   prometheus::Counter& reloads_;
   prometheus::Histogram& reload_seconds_;
-  bool per_model_ = true;
+  PerModelSeries per_model_;
+  // Under "top N": every model's handle (expired ones pruned at a ranking), and how many have
+  // series. A leaf lock but for the handles' own locks, taken under it at a ranking.
+  absl::Mutex top_mu_;
+  std::vector<std::weak_ptr<ModelMetrics>> handles_ ABSL_GUARDED_BY(top_mu_);
+  std::chrono::steady_clock::time_point ranked_at_ ABSL_GUARDED_BY(top_mu_){};
+  std::atomic<int64_t> with_series_{0};
   std::atomic<bool> keep_series_{false};
   std::atomic<int64_t> models_total_{0};
   std::atomic<int64_t> evicted_{0};
@@ -317,6 +376,9 @@ class Metrics {
   prometheus::Gauge& views_stale_;
   prometheus::Gauge& view_lag_pairs_;
   prometheus::Gauge& view_stale_age_max_;
+  prometheus::Gauge& models_with_series_;
+  prometheus::Counter& fleet_samples_;
+  prometheus::Counter& fleet_alarms_;
   absl::Mutex rpc_mu_;  // guards the lazily created per-method series below; a leaf lock
   std::map<std::string, prometheus::Histogram*> rpc_hist_ ABSL_GUARDED_BY(rpc_mu_);
 };

@@ -49,6 +49,7 @@ class EvictionTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="cmestream-eviction-")
         self.data = os.path.join(self.tmp, "data")
         self.daemon = self.stubs = None
+        self.twin_pairs = 0  # pairs the twin applied (its fleet counter's expected value)
         self.start()
         self.twin_daemon = Daemon(DAEMON, os.path.join(self.tmp, "twin"), refresh_interval=3600,
                                   extra_args=["--evict-idle-seconds", "0", "--snapshot-interval", "0",
@@ -95,6 +96,7 @@ class EvictionTest(unittest.TestCase):
     def both(self, name, rows, offset):
         acks = [self.send(s, name, rows, offset) for s in (self.stubs, self.twin)]
         self.assertEqual(acks[0].pairs_applied, acks[1].pairs_applied)
+        self.twin_pairs += acks[1].pairs_applied
         return acks[0]
 
     def wait_evicted(self, name, evicted=True, timeout=15):
@@ -133,8 +135,12 @@ class EvictionTest(unittest.TestCase):
         m = self.metrics()
         self.assertEqual(m['cmestream_models{state="evicted"}'], 2)
         self.assertEqual(m['cmestream_models{state="live"}'], 0)
-        self.assertEqual(m["cmestream_model_evictions_total"], 2)
-        self.assertEqual(m["cmestream_model_reloads_total"], 0)
+        # Evictions minus reloads is what is evicted now. On a loaded machine (load 15) this
+        # run once counted 3 evictions here: a model loaded back meanwhile (e.g. to build a view
+        # it was evicted without) is evicted again, one eviction and one reload more.
+        reloads_before = m["cmestream_model_reloads_total"]
+        self.assertLessEqual(reloads_before, 1)
+        self.assertEqual(m["cmestream_model_evictions_total"] - reloads_before, 2)
         self.assertEqual(len(self.evicted_files()), 2)
         digest_a = info.state_digest
         self.assertEqual(digest_a, self.describe(self.twin, "a").state_digest)
@@ -148,7 +154,7 @@ class EvictionTest(unittest.TestCase):
         self.assertEqual([a.index for a in alarms.alarms], [a.index for a in twin_alarms.alarms])
         self.assertEqual(alarms.armed_at, twin_alarms.armed_at)
         self.assertTrue(self.describe(self.stubs, "a").evicted)
-        self.assertEqual(self.metrics()["cmestream_model_reloads_total"], 0)
+        self.assertEqual(self.metrics()["cmestream_model_reloads_total"], reloads_before)
 
         # The next batch loads it back; its state equals the twin's.
         ack = self.both("a", x[1200:1501], 1200)
@@ -158,8 +164,8 @@ class EvictionTest(unittest.TestCase):
         self.assertGreater(info.last_reload_seconds, 0)
         self.assertEqual(info.state_digest, self.describe(self.twin, "a").state_digest)
         m = self.metrics()
-        self.assertEqual(m["cmestream_model_reloads_total"], 1)
-        self.assertEqual(m["cmestream_model_reload_seconds_count"], 1)
+        self.assertEqual(m["cmestream_model_reloads_total"], reloads_before + 1)
+        self.assertEqual(m["cmestream_model_reload_seconds_count"], reloads_before + 1)
         self.assertEqual(m['cmestream_models{state="live"}'], 1)
         # Exactly once across the reload: the same batch again is a duplicate.
         dup = self.send(self.stubs, "a", x[1200:1501], 1200)
@@ -174,7 +180,9 @@ class EvictionTest(unittest.TestCase):
         self.assertTrue(self.describe(self.stubs, "a").evicted)
         self.assertEqual(self.metrics()["cmestream_model_reloads_total"], reloads)
         self.twin.models.ImportModel(pb.ImportModelRequest(data=data, name="a-copy"), timeout=60)
-        self.assertEqual(self.describe(self.twin, "a-copy").state_digest, info.state_digest)
+        copy = self.describe(self.twin, "a-copy")
+        self.assertEqual(copy.state_digest, info.state_digest)
+        self.twin_pairs += copy.samples  # an imported model counts what it holds
 
         # Restarts with evicted models lose nothing: kill -9 (snapshot-less: the log), then clean.
         digests = {n: self.describe(self.stubs, n).state_digest for n in ("a", "b")}
@@ -238,6 +246,11 @@ class EvictionTest(unittest.TestCase):
         self.assertNotIn('model="b', twins)
         self.assertIn('cmestream_models{state="live"} 3', twins)  # a, b and a-copy
         self.assertIn("cmestream_memory_committed_bytes ", twins)
+        # ... and the fleet counter counts every model's pairs (b's too, deleted in ours; the
+        # imported copy's from its import).
+        self.assertGreater(self.twin_pairs, 1800)
+        self.assertIn(f"cmestream_fleet_samples_ingested_total {self.twin_pairs}\n", twins)
+        self.assertIn("cmestream_models_with_series 0\n", twins)
 
 
 if __name__ == "__main__":

@@ -721,14 +721,21 @@ TEST(Eviction, FlagsAndTheirChecks) {
   auto defaults = ParseFlags({});
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(defaults->options.evict_idle_seconds, 600);
-  EXPECT_TRUE(defaults->options.metrics_per_model);
+  EXPECT_EQ(defaults->options.metrics_per_model.mode, PerModelSeries::Mode::kAll);
   auto set = ParseFlags({"--evict-idle-seconds", "0", "--metrics-per-model=none"});
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->options.evict_idle_seconds, 0);
-  EXPECT_FALSE(set->options.metrics_per_model);
-  auto bad = ParseFlags({"--metrics-per-model", "top-10"});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("expected all or none"), std::string::npos) << bad.status();
+  EXPECT_EQ(set->options.metrics_per_model.mode, PerModelSeries::Mode::kNone);
+  auto top = ParseFlags({"--metrics-per-model", "top-10"});
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_EQ(top->options.metrics_per_model.mode, PerModelSeries::Mode::kTop);
+  EXPECT_EQ(top->options.metrics_per_model.top, 10);
+  EXPECT_EQ(top->options.metrics_per_model.ToString(), "top-10");
+  for (const char* wrong : {"top-0", "top-", "top-x", "top10", "some", "top-1000001"}) {
+    auto bad = ParseFlags({"--metrics-per-model", wrong});
+    ASSERT_FALSE(bad.ok()) << wrong;
+    EXPECT_NE(bad.status().message().find("expected all, none or top-N"), std::string::npos) << bad.status();
+  }
   DaemonOptions o;
   o.evict_idle_seconds = -1;
   EXPECT_NE(o.Validate().message().find("--evict-idle-seconds is -1"), std::string::npos) << o.Validate();
