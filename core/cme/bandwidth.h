@@ -29,10 +29,14 @@ namespace cmestream {
 
 struct BandwidthSelectionOptions {
   std::vector<double> median_fractions = {0.0625, 0.125, 0.25, 0.5, 1.0};
-  int rank = 4;              // singular functions in the VAMP-2 score
-  uint64_t seed = 1;         // unused since the split became deterministic blocks; kept for callers
-  int blocks = 10;           // contiguous blocks, alternately train and test (>= 2)
-  int landmarks = 200;       // Nystrom landmarks (training x points), bounds the cost O(n p^2 + p^3)
+  int rank = 4;         // singular functions in the VAMP-2 score
+  uint64_t seed = 1;    // unused since the split became deterministic blocks; kept for callers
+  int blocks = 10;      // contiguous blocks, alternately train and test (>= 2)
+  int landmarks = 200;  // Nystrom landmarks (training x points), bounds the cost O(n p^2 + p^3)
+  // An input of one value (x has one column, docs/algorithms.md §1.11.2): at most this many
+  // landmarks, the training values at evenly spaced ranks; 0: the general rule (`landmarks`
+  // strided training points) for every input.
+  int scalar_landmarks = 64;
   double ridge = 1e-3;       // covariance ridge, relative to the mean eigenvalue
   int median_points = 1000;  // points used for the median pairwise distance
 };
