@@ -3,7 +3,9 @@
 //
 //   ./build/tests/bench/bench_bandwidth --benchmark_min_time=1
 //
-// BM_SelectBandwidthScalar/stream: one SelectBandwidth call per iteration, on
+// BM_SelectBandwidthScalar/stream/landmarks: one SelectBandwidth call per iteration, with
+// scalar_landmarks = landmarks (64: the default, docs/algorithms.md §1.11.2; 0: the general
+// rule's 200 strided landmarks, with the sorted median of §1.11.2), on
 //   0 double well (systems::SimulateDoubleWell, beta 3, dt 0.1),
 //   1 a noisy sine (period 40 samples, noise 0.2),
 //   2 NAB-like level shifts (a level held for ~200 samples, noise, rare spikes),
@@ -57,17 +59,23 @@ VectorXd ScalarStream(int which) {
 void BM_SelectBandwidthScalar(benchmark::State& state) {
   const VectorXd s = ScalarStream(static_cast<int>(state.range(0)));
   const RowMatrixXd x = s.head(kPairs), y = s.tail(kPairs);
-  const BandwidthSelectionOptions options;
+  BandwidthSelectionOptions options;
+  options.scalar_landmarks = static_cast<int>(state.range(1));
   BandwidthSelection sel;
   for (auto _ : state) {
     sel = SelectBandwidth(x, y, options);
+    // Not DoNotOptimize(sel.chosen): Debian's Benchmark 1.7 ("+r,m" on a double) corrupted the
+    // value under gcc 12 -O2.
     benchmark::DoNotOptimize(sel.scores.data());
   }
   state.SetItemsProcessed(state.iterations() * kPairs);
   state.counters["sigma"] = sel.chosen;
   state.counters["frac"] = sel.chosen / sel.median_distance;
 }
-BENCHMARK(BM_SelectBandwidthScalar)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SelectBandwidthScalar)
+    ->ArgsProduct({{0, 1, 2, 3}, {64, 0}})
+    ->ArgNames({"stream", "landmarks"})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace cmestream
