@@ -113,7 +113,8 @@ Result Select(const RowMatrixXd& x, const RowMatrixXd& y, const Rule& rule, doub
       landmarks = Rows(x_train, picks);
     } else {
       Eigen::Index p = static_cast<Eigen::Index>(rule.p);
-      if (rule.kind == 2) p = std::clamp<Eigen::Index>(static_cast<Eigen::Index>(std::ceil(rule.p * range / sigma)) + 1, 8, 200);
+      if (rule.kind == 2)
+        p = std::clamp<Eigen::Index>(static_cast<Eigen::Index>(std::ceil(rule.p * range / sigma)) + 1, 8, 200);
       p = std::min(p, nt);
       std::vector<double> lm;
       for (Eigen::Index i = 0; i < p; ++i) {
