@@ -19,7 +19,7 @@
 // ONE COLUMN (docs/algorithms.md §1.11.2): the median by sort and bisection (bit for bit the
 //   general rule's) and at most 64 landmarks at evenly spaced ranks of the training values.
 // COST: O(n p^2 + p^3) per candidate with p = landmarks; ~0.35 s for Duffing's n = 2000, 5
-//   candidates (p = 200); ~8-11 ms for a 1-D warm-up of n = 1000 (p <= 64; 90-100 ms at 200).
+//   candidates (p = 200); ~10-11 ms for a 1-D warm-up of n = 1000 (p <= 64; 85-90 ms at 200).
 #pragma once
 
 #include <cstdint>
