@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 
 #include "core/cme/compressed_cme.h"
@@ -20,10 +21,83 @@ RowMatrixXd Rows(const Eigen::Ref<const RowMatrixXd>& a, const std::vector<Eigen
   return out;
 }
 
+// The general rule: p training points evenly strided in stream order.
+RowMatrixXd StridedLandmarks(const Eigen::Ref<const RowMatrixXd>& x_train, Eigen::Index p) {
+  const Eigen::Index nt = x_train.rows();
+  std::vector<Eigen::Index> picks;
+  for (Eigen::Index i = 0; i < p; ++i) picks.push_back(i * nt / p);
+  return Rows(x_train, picks);
+}
+
+// One value per row (docs/algorithms.md §1.11.2): the training values at p evenly spaced ranks
+// (the smallest and the largest among them), repeated values once. They follow the values'
+// distribution, where strided picks of a trajectory follow time, so fewer cover it.
+RowMatrixXd ScalarLandmarks(const Eigen::Ref<const RowMatrixXd>& x_train, int max_landmarks) {
+  const Eigen::Index nt = x_train.rows();
+  std::vector<double> v(static_cast<size_t>(nt));
+  for (Eigen::Index i = 0; i < nt; ++i) v[static_cast<size_t>(i)] = x_train(i, 0);
+  std::sort(v.begin(), v.end());
+  const Eigen::Index p = std::min<Eigen::Index>(max_landmarks, nt);
+  std::vector<double> picks;
+  for (Eigen::Index i = 0; i < p; ++i) {
+    // Rank round(i (nt - 1) / (p - 1)): 0 and nt - 1 at the ends.
+    const double value = v[static_cast<size_t>(p == 1 ? 0 : (i * (nt - 1) + (p - 1) / 2) / (p - 1))];
+    if (picks.empty() || value != picks.back()) picks.push_back(value);
+  }
+  return Eigen::Map<const RowMatrixXd>(picks.data(), static_cast<Eigen::Index>(picks.size()), 1);
+}
+
+// One value per row (docs/algorithms.md §1.11.2): the same distances as the general rule,
+// |x_i - x_j| computed as (x_i - x_j).norm() computes it, sqrt((x_i - x_j)^2), and the same
+// order statistic, found in O(m log m + 64 m) instead of O(m^2): sort, then bisect on the bit
+// pattern of the answer (non-negative doubles order as their bits) with the count of the pairs
+// within t. The count is exact and monotone in t, so the smallest t with count >= k is the k-th
+// smallest distance itself, bit for bit.
+MedianDistance ScalarMedianNonzeroDistance(const Eigen::Ref<const RowMatrixXd>& x, Eigen::Index n) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (Eigen::Index i = 0; i < n; ++i) v[static_cast<size_t>(i)] = x(i, 0);
+  std::sort(v.begin(), v.end());
+  // sqrt(fl(v_j - v_i)^2) is non-decreasing in v_j and non-increasing in v_i (rounding is
+  // monotone), so two pointers count the pairs within t.
+  const auto dist = [&](Eigen::Index i, Eigen::Index j) {
+    const double d = v[j] - v[i];
+    return std::sqrt(d * d);
+  };
+  const auto pairs_within = [&](double t) {
+    int64_t count = 0;
+    Eigen::Index i = 0;
+    for (Eigen::Index j = 1; j < n; ++j) {
+      while (dist(i, j) > t) ++i;
+      count += j - i;
+    }
+    return count;
+  };
+  const int64_t pairs = static_cast<int64_t>(n) * (n - 1) / 2;
+  const int64_t equal = pairs_within(0.0);
+  const int64_t nonzero = pairs - equal;
+  if (nonzero == 0) return {0.0, 1.0};
+  // The general rule takes element nonzero / 2 (0-based) of the nonzero distances: the
+  // (equal + nonzero / 2 + 1)-th smallest of all the pairs.
+  const int64_t target = equal + nonzero / 2 + 1;
+  uint64_t lo = 0;                      // bits of 0: pairs_within(0) = equal < target
+  uint64_t hi = 0x7FF0000000000000ULL;  // bits of +inf: every pair
+  while (hi - lo > 1) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (pairs_within(absl::bit_cast<double>(mid)) >= target) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return {absl::bit_cast<double>(hi), static_cast<double>(equal) / static_cast<double>(pairs)};
+}
+
 }  // namespace
 
 MedianDistance MedianNonzeroDistance(const Eigen::Ref<const RowMatrixXd>& x, int max_points) {
   const Eigen::Index n = std::min<Eigen::Index>(x.rows(), max_points);
+  if (n < 2) return {1.0, 0.0};
+  if (x.cols() == 1) return ScalarMedianNonzeroDistance(x, n);
   std::vector<double> d;
   d.reserve(n * (n - 1) / 2);
   int64_t pairs = 0;
@@ -36,7 +110,6 @@ MedianDistance MedianNonzeroDistance(const Eigen::Ref<const RowMatrixXd>& x, int
       if (dist > 0) d.push_back(dist);
     }
   }
-  if (pairs == 0) return {1.0, 0.0};
   const double equal = static_cast<double>(pairs - static_cast<int64_t>(d.size())) / static_cast<double>(pairs);
   if (d.empty()) return {0.0, 1.0};
   std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
@@ -124,10 +197,9 @@ BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x, const
   const RowMatrixXd x_train = Rows(x, train), y_train = Rows(y, train);
   const RowMatrixXd x_test = Rows(x, test), y_test = Rows(y, test);
   const Eigen::Index nt = static_cast<Eigen::Index>(train.size());
-  const Eigen::Index p = std::min<Eigen::Index>(options.landmarks, nt);
-  std::vector<Eigen::Index> picks;
-  for (Eigen::Index i = 0; i < p; ++i) picks.push_back(i * nt / p);
-  const RowMatrixXd landmarks = Rows(x_train, picks);
+  const RowMatrixXd landmarks = x.cols() == 1 && options.scalar_landmarks > 0
+                                    ? ScalarLandmarks(x_train, options.scalar_landmarks)
+                                    : StridedLandmarks(x_train, std::min<Eigen::Index>(options.landmarks, nt));
   double best = -1;
   for (double f : options.median_fractions) {
     const double sigma = f * out.median_distance;

@@ -16,7 +16,10 @@
 //     4.9999 at 0.125x, 4.9993 at 0.5x, 4.968 at 1x): the differences are small but stable.
 //   Double well (beta 3, dt 0.1): chooses 0.5 x median (or 1 x when the warm-up trajectory has
 //     not crossed the barrier and the median is small), sigma ~0.31-0.47.
-// COST: O(n p^2 + p^3) per candidate with p = landmarks; ~0.3 s for n = 2000, 5 candidates.
+// ONE COLUMN (docs/algorithms.md §1.11.2): the median by sort and bisection (bit for bit the
+//   general rule's) and at most 64 landmarks at evenly spaced ranks of the training values.
+// COST: O(n p^2 + p^3) per candidate with p = landmarks; ~0.35 s for Duffing's n = 2000, 5
+//   candidates (p = 200); ~10-11 ms for a 1-D warm-up of n = 1000 (p <= 64; 85-90 ms at 200).
 #pragma once
 
 #include <cstdint>
@@ -29,10 +32,14 @@ namespace cmestream {
 
 struct BandwidthSelectionOptions {
   std::vector<double> median_fractions = {0.0625, 0.125, 0.25, 0.5, 1.0};
-  int rank = 4;              // singular functions in the VAMP-2 score
-  uint64_t seed = 1;         // unused since the split became deterministic blocks; kept for callers
-  int blocks = 10;           // contiguous blocks, alternately train and test (>= 2)
-  int landmarks = 200;       // Nystrom landmarks (training x points), bounds the cost O(n p^2 + p^3)
+  int rank = 4;         // singular functions in the VAMP-2 score
+  uint64_t seed = 1;    // unused since the split became deterministic blocks; kept for callers
+  int blocks = 10;      // contiguous blocks, alternately train and test (>= 2)
+  int landmarks = 200;  // Nystrom landmarks (training x points), bounds the cost O(n p^2 + p^3)
+  // An input of one value (x has one column, docs/algorithms.md §1.11.2): at most this many
+  // landmarks, the training values at evenly spaced ranks; 0: the general rule (`landmarks`
+  // strided training points) for every input.
+  int scalar_landmarks = 64;
   double ridge = 1e-3;       // covariance ridge, relative to the mean eigenvalue
   int median_points = 1000;  // points used for the median pairwise distance
 };
@@ -51,7 +58,8 @@ struct BandwidthSelection {
 // fraction of the pairs that are equal (distance 0). Equal rows (a quantized, two-level, stuck
 // or mostly-zero signal) carry no length scale: the bandwidth is a scale at which DISTINCT
 // states are told apart (docs/algorithms.md §1.11.1). Returns {0, 1} when all rows are equal,
-// {1, 0} for fewer than two rows.
+// {1, 0} for fewer than two rows. One column: O(m log m) by sort and bisection, the same value
+// bit for bit (§1.11.2); more columns: O(m^2).
 struct MedianDistance {
   double median = 0;
   double equal_fraction = 0;
