@@ -241,6 +241,7 @@ void ModelMetrics::Attach() {
   if (removed_ || attached_) return;
   attached_ = true;
   m_.with_series_.fetch_add(1);
+  m_.models_with_series_.Increment();
   const Values& v = values_;
   const std::map<std::string, std::string> model = {{"model", model_}};
   samples_ = &m_.samples_.Add(model);
@@ -510,6 +511,7 @@ void ModelMetrics::DetachLocked() {
   if (!attached_) return;
   attached_ = false;
   m_.with_series_.fetch_sub(1);
+  m_.models_with_series_.Decrement();
   m_.samples_.Remove(samples_);
   m_.pending_.Remove(pending_);
   m_.dict_.Remove(dict_x_);
@@ -577,7 +579,6 @@ std::shared_ptr<ModelMetrics> Metrics::ForModel(const std::string& model) {
       break;
     }
   }
-  models_with_series_.Set(static_cast<double>(with_series_.load()));
   return handle;
 }
 
@@ -623,7 +624,6 @@ void Metrics::RankTopModelsNow() {
   std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(top), ranked.end(), before);
   for (size_t i = top; i < ranked.size(); ++i) ranked[i].handle->Detach();  // slots first
   for (size_t i = 0; i < top; ++i) ranked[i].handle->Attach();
-  models_with_series_.Set(static_cast<double>(with_series_.load()));
 }
 
 }  // namespace cmestream::service

@@ -63,6 +63,10 @@ TEST(PerModelSeries, AllKeepsEverySeriesNoneKeepsOnlyTheFleetOnes) {
   EXPECT_EQ(Series(all, "cmestream_samples_ingested_total", "model", "a"), 150);
   EXPECT_EQ(Series(all, "cmestream_change_alarms_total", "model", "a"), 2);
   EXPECT_EQ(Series(all, "cmestream_models_with_series"), 1);
+  a->Remove();  // deleted
+  EXPECT_EQ(Series(all, "cmestream_models_with_series"), 0);
+  EXPECT_EQ(SeriesWithModelLabel(all), 0);
+  EXPECT_EQ(Series(all, "cmestream_fleet_samples_ingested_total"), 150);
 
   Metrics none;
   none.SetPerModel(*PerModelSeries::Parse("none"));
