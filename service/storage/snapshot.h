@@ -268,8 +268,8 @@ class SnapshotFileReader {
 
  private:
   SnapshotFileReader() = default;
-  // The object at pos_ (tag `tag`, version <= max_version, its length bounded by the file).
-  absl::Status ReadObject(uint32_t tag, uint32_t max_version, const char* name, std::string* object);
+  // The object at pos_ (tag `want`, version <= max_version, its length bounded by the file).
+  absl::Status ReadObject(uint32_t want, uint32_t max_version, const char* name, std::string* object);
   absl::Status ReadAt(uint64_t offset, size_t n, std::string* out) const;
   int fd_ = -1;
   SnapshotFile header_;
