@@ -72,9 +72,9 @@
 // (the previous snapshot and the log hold the model until a snapshot references the file), so
 // before the snapshot's own file is written every pinned file not yet durable is fsynced
 // (ModelSpill::MakeDurable: once per file, ever; by 8 short-lived threads at once, whose
-// fsyncs share the journal's commits), then the pins directory and the snapshots directory; then the file is written, fsynced, verified and renamed as below. A crash at any
-// point leaves the previous snapshot with its pins untouched (retention runs only after the
-// rename is durable) and the new one either absent or complete.
+// fsyncs share the journal's commits), then the pins directory and the snapshots directory; then the file is written,
+// fsynced, verified and renamed as below. A crash at any point leaves the previous snapshot with its pins untouched
+// (retention runs only after the rename is durable) and the new one either absent or complete.
 //
 // DIRECTORY. DATA_DIR/snapshots/snapshot-NNNNNNNNNNNNNNNNNNNN.snap (20 digits, increasing);
 // written as .snapshot-N.tmp in the same directory, fsync(file), rename, fsync(dir). After a

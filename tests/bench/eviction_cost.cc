@@ -110,10 +110,11 @@ int main(int argc, char** argv) {
     for (int k = 1; k <= 2; ++k) {
       absl::StatusOr<cs::SnapshotResult> r = snapshots.TakeNow();
       if (!r.ok()) return Fail(std::string(r.status().message()));
-      std::printf("snapshot %d: %d models, %d referenced, %d files fsynced now, %llu bytes, %.3f s (of which %.3f s "
-                  "the fsyncs)\n",
-                  k, r->models, r->referenced, r->files_synced, static_cast<unsigned long long>(r->bytes), r->seconds,
-                  r->sync_seconds);
+      std::printf(
+          "snapshot %d: %d models, %d referenced, %d files fsynced now, %llu bytes, %.3f s (of which %.3f s "
+          "the fsyncs)\n",
+          k, r->models, r->referenced, r->files_synced, static_cast<unsigned long long>(r->bytes), r->seconds,
+          r->sync_seconds);
     }
   }
   fs::remove_all(dir);
