@@ -345,6 +345,35 @@ TEST(Eviction, ASnapshotReferencesAnEvictedModelsFileInsteadOfCopyingIt) {
   EXPECT_TRUE(m->evicted());
 }
 
+// A pins directory whose snapshot is gone (a crash after the pins were made and before the
+// snapshot's rename, or between the removal of a snapshot and of its pins) is removed when the
+// manager is built; the pins of a present snapshot, and other entries, are kept.
+TEST(Eviction, PinsWithoutTheirSnapshotAreRemovedAtStart) {
+  TempDir dir("stray");
+  Daemonish d(dir);
+  std::shared_ptr<Model> m = FedModel(d);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_NE(RefreshModel(*m), nullptr);
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  absl::StatusOr<SnapshotResult> kept = TakeSnapshot(dir, d.reg, &d.log);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  const std::string stray = dir.sub("snapshots/snapshot-00000000000000000007.pins");
+  fs::create_directories(stray);
+  fs::create_hard_link(OnlyFile(dir.sub("evicted")), stray + "/000000000001.modl");
+  const std::string other = dir.sub("snapshots/notes.pins");
+  fs::create_directories(other);
+  EXPECT_EQ(fs::hard_link_count(OnlyFile(dir.sub("evicted"))), 3u);
+  SnapshotManager snapshots(SnapshotsOf(dir), d.reg, {}, &d.log);
+  EXPECT_FALSE(fs::exists(stray));
+  EXPECT_TRUE(fs::exists(other));
+  EXPECT_EQ(FilesIn(PinsDirOf(kept->path)), 1u);
+  EXPECT_EQ(fs::hard_link_count(OnlyFile(dir.sub("evicted"))), 2u);
+  // The next snapshot takes number 2, not the stray one's.
+  absl::StatusOr<SnapshotResult> next = snapshots.TakeNow();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->number, 2u);
+}
+
 // A daemon restarted on `dir` as cmestreamd does (Daemon::Recover): the eviction store (its old
 // files removed), the newest snapshot, then the WAL after it.
 struct Restarted {
