@@ -34,7 +34,7 @@ Starts its own daemon (--cmestreamd, a fresh data directory under /tmp, removed 
      snapshot; time to exit), the daemon started again on the same data directory (time from
      the start to its listening line: recovery done, serving), RSS then, and every model's
      digest, counters and alarms again (equal before/after);
-  7. with --evict-wait, a touch phase after that: every model
+  7. with --evict-wait (unless --no-touch), a touch phase after that: every model
      once, in a random order, one GetKoopman (answered from the evicted model's view), then one
      IngestOne of --batch new pairs (which loads the model back), each call timed (first-reply
      latency p50/p99), the reload time from cmestream_model_reload_seconds, and RSS after.
@@ -251,6 +251,8 @@ def main() -> int:
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--evict-wait", type=float, default=0,
                     help="seconds to wait for every model to be evicted, then touch each (0: no idle phase)")
+    ap.add_argument("--no-touch", action="store_true",
+                    help="with --evict-wait: no touch phase (e.g. a restart of many models, whose touch would take long)")
     ap.add_argument("--restart", action="store_true",
                     help="after the feed (and the eviction wait): snapshot, SIGTERM, start again on the same data "
                          "dir; time to ready, RSS, state digests before/after (needs --cmestreamd)")
@@ -482,7 +484,7 @@ def main() -> int:
             channel.close()
             channel, models, ingest, queries, metrics_target = restart_phase(report, args, live, daemon, channel_for,
                                                                              rss)
-        if args.evict_wait > 0:
+        if args.evict_wait > 0 and not args.no_touch:
             touch_phase(report, args, live, data, ingest, queries, metrics_target, rss)
         n = max(1, report["created"])
         report["rss_per_model_empty"] = (report["rss_after_create"] - report["rss_start"]) / n
@@ -526,6 +528,7 @@ def main() -> int:
         print(f"  evict: {report['evicted']:.0f} of {len(report.get('touch_order', [])) or report['created']} models "
               f"evicted {report['evict_seconds']:.1f} s after the feed; RSS then {report['rss_after_evict'] * mib:.1f} MiB "
               f"({report['rss_per_model_evicted'] * mib:.3f} MiB/model)")
+    if args.evict_wait > 0 and not args.no_touch:
         print(f"  touch: first GetKoopman p50 {report['touch_koopman_p50_ms']:.1f} p99 "
               f"{report['touch_koopman_p99_ms']:.1f} ms (evicted, no reload); first IngestOne p50 "
               f"{report['touch_ingest_p50_ms']:.1f} p99 {report['touch_ingest_p99_ms']:.1f} ms (reload + batch); "

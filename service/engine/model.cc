@@ -830,9 +830,9 @@ absl::Status Model::ReloadLocked() {
   }
   absl::StatusOr<std::unique_ptr<StreamingLearner>> learner = spill_->Read(evicted_path_, *this);
   if (!learner.ok()) {
+    // The spill's message says whether a restart recovers it (ModelSpill::Read).
     return absl::DataLossError(absl::StrCat("model '", name(), "' was evicted to ", evicted_path_,
-                                            " and cannot be loaded back: ", learner.status().message(),
-                                            "; restart the daemon to recover it from its snapshot and log"));
+                                            " and cannot be loaded back: ", learner.status().message()));
   }
   (*learner)->SetSideExecutor(side_executor_);
   {

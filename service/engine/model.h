@@ -77,21 +77,42 @@ class ModelSpill {
  public:
   virtual ~ModelSpill() = default;
   // Writes the image of `model` (its learner resident; called under its sequencer and eviction
-  // lock, so nothing changes it meanwhile) durably to a new file and returns the file's path.
+  // lock, so nothing changes it meanwhile) to a new file and returns the file's path. Not
+  // fsynced: until a daemon snapshot references the file (and makes it durable, MakeDurable),
+  // the model's state is in the previous snapshot and the log.
   virtual absl::StatusOr<std::string> Write(Model& model) = 0;
-  // Reads the file back (checksum verified) and decodes the learner it holds for `model`.
+  // Reads the file back (checksum verified, and its size and CRC32C those recorded for it) and
+  // decodes the learner it holds for `model`. An error says whether a restart recovers the
+  // model (a file no snapshot references yet: the previous snapshot and the log hold it) or not
+  // (a file a kept snapshot references is the only copy of the model's state).
   virtual absl::StatusOr<std::unique_ptr<StreamingLearner>> Read(const std::string& path, const Model& model) = 0;
-  // The file's MODL object, as a daemon snapshot holds it (checksum verified).
+  // The file's MODL object (checksum verified): what an export copies.
   virtual absl::StatusOr<std::string> ReadImage(const std::string& path) = 0;
-  // A second name for the file (a hard link), so that a snapshot can copy it after the model
-  // was loaded back (which removes `path`): the snapshot reads the pin when it writes the
-  // model, then removes it. Called under the model's eviction lock; O(1), no data copied.
-  virtual absl::StatusOr<std::string> Pin(const std::string& path) = 0;
+  // What a daemon snapshot (format 3) records of an evicted model's file instead of its bytes.
+  struct FileRef {
+    std::string source;          // the file under DATA_DIR/evicted that was pinned
+    std::string pin;             // the pin (a hard link to it) in the snapshot's pins directory
+    uint64_t size = 0;           // bytes of the file
+    uint32_t crc = 0;            // CRC32C of every byte before its footer (the footer, unmasked)
+    bool durable = false;        // fsynced already (by an earlier snapshot, or adopted at start)
+    uint32_t model_version = 0;  // the MODL object's version
+    std::string head;            // the MODL body before the learner's state (config, offsets, ...)
+  };
+  // A second name for the file (a hard link in `dir`, a snapshot's pins directory), so that the
+  // snapshot keeps its bytes after the model was loaded back (which removes `path`) for as long
+  // as the snapshot is kept. Called under the model's eviction lock; O(1) for a file this spill
+  // wrote or adopted (what it records of it), no data copied.
+  virtual absl::StatusOr<FileRef> Pin(const std::string& path, const std::string& dir) = 0;
+  // fsync of the pinned file unless it is durable already (then it is marked durable). The
+  // caller fsyncs the pins directory.
+  virtual absl::Status MakeDurable(const FileRef& ref) = 0;
+  // RESTART from a format 3 snapshot: a new name under DATA_DIR/evicted for the pinned file
+  // `ref.pin` (a hard link: no byte copied), after checking its size and footer against `ref`;
+  // its path. Durable (the snapshot that references it made it so).
+  virtual absl::StatusOr<std::string> Adopt(const FileRef& ref) = 0;
   virtual void Remove(const std::string& path) = 0;
-  // Writes the MODL object `image` (a model evicted when a daemon snapshot was taken, restored
-  // evicted from it at start) to a new file, as Write would, and returns its path. Not
-  // fsynced: the snapshot holds the same bytes, and recovery writes the file again at every
-  // start.
+  // Writes the MODL object `image` (a model evicted when a format 2 daemon snapshot was taken,
+  // restored evicted from it at start) to a new file, as Write would, and returns its path.
   virtual absl::StatusOr<std::string> WriteImage(const std::string& image, uint64_t applied_sequence) = 0;
 };
 
@@ -304,21 +325,20 @@ class Model {
 
   // EVICTION (docs/user-guide.md "Fleets", service/README.md "Eviction"). A model that received
   // no batch and no query for --evict-idle-seconds, and whose view reflects everything it
-  // learned, is written to a file of its own (ModelSpill: the export format, atomic, fsynced,
-  // CRC-checked) and its learner is freed; its memory charge is released. Its config, counters,
-  // producer offsets, latest view, kept alarms and state digest stay in memory and keep
-  // answering (Describe, the view queries, Alarms, StateDigest). The next batch, fork share or
-  // end of warm-up loads the learner back under the sequencer (ReloadLocked: the reloaded state's
-  // digest must equal the one taken at the eviction, else DataLoss and the model stays evicted)
-  // and charges it again whatever the budget (what was acknowledged is never refused). A daemon
-  // snapshot or an export copies an evicted model's MODL object from its file
-  // (ModelSnapshotCodec::Encode). The sweep runs on the refresh scheduler's thread
+  // learned, is written to a file of its own (ModelSpill: the export format, CRC-checked, not
+  // fsynced: the next daemon snapshot makes it durable when it references it) and its learner is freed; its memory
+  // charge is released. Its config, counters, producer offsets, latest view, kept alarms and state digest stay in
+  // memory and keep answering (Describe, the view queries, Alarms, StateDigest). The next batch, fork share or end of
+  // warm-up loads the learner back under the sequencer (ReloadLocked: the reloaded state's digest must equal the one
+  // taken at the eviction, else DataLoss and the model stays evicted) and charges it again whatever the budget (what
+  // was acknowledged is never refused). A daemon snapshot references an evicted model's file (a pin, format 3) and an
+  // export copies its MODL object (ModelSnapshotCodec::Part, Image). The sweep runs on the refresh scheduler's thread
   // (RefreshScheduler: no thread or timer per model). Lock order: the sequencer, evict_mu_, the
   // log lock, the learner lock.
   // RESTART: a daemon snapshot stores with an evicted model what it keeps in memory (an EVCT
-  // object after its MODL object: storage/snapshot.h), and recovery restores it evicted, its
-  // learner written to a file of its own, with no view: a view query or Refresh asks the
-  // scheduler, which loads it back and builds the view (refresh.cc).
+  // object after its file's reference: storage/snapshot.h), and recovery restores it evicted,
+  // its learner in the snapshot's pinned file (linked back under DATA_DIR/evicted), with no view: a view query or
+  // Refresh asks the scheduler, which loads it back and builds the view (refresh.cc).
   //
   // Marks the model used now (a batch or a view query).
   void Touch() const;

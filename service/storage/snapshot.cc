@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/io/binary_io.h"
@@ -30,15 +32,23 @@ constexpr uint32_t kModelTag = io::Fourcc("MODL");
 constexpr uint32_t kEvictedTag = io::Fourcc("EVCT");
 constexpr uint32_t kSnapTag = io::Fourcc("SNAP");
 constexpr uint32_t kExportTag = io::Fourcc("EXPT");
+constexpr uint32_t kReferenceTag = io::Fourcc("EREF");
 // File format versions: 1, every model a MODL object; 2 (daemon snapshots) adds an EVCT object
 // after the MODL object of a model evicted at the cut (what it keeps in memory: Model's
-// RESTART). Exports and eviction files stay version 1 (they never hold an EVCT). This build
-// reads 1 and 2.
-constexpr uint32_t kFormatVersion = 2;
-constexpr uint32_t kSnapshotVersion = 2;
+// RESTART); 3 (daemon snapshots) writes such a model as an EREF object (a reference to its
+// pinned eviction file) followed by its EVCT object, instead of its bytes. Exports and
+// eviction files stay version 1 (self-contained: they never hold an EVCT or an EREF). This
+// build reads 1, 2 and 3.
+constexpr uint32_t kFormatVersion = 3;
+constexpr uint32_t kSnapshotVersion = 3;
 constexpr uint32_t kExportVersion = 1;
 constexpr uint32_t kFirstVersionWithEvicted = 2;
-constexpr uint32_t kEvictedVersion = 1;  // the EVCT object's own version
+constexpr uint32_t kFirstVersionWithReferences = 3;
+constexpr uint32_t kEvictedVersion = 1;    // the EVCT object's own version
+constexpr uint32_t kReferenceVersion = 1;  // the EREF object's own version
+constexpr uint64_t kMaxPinNameBytes = 255;
+// Threads that fsync a snapshot's newly referenced files at once (TakeNow, DURABILITY).
+constexpr size_t kSyncThreads = 8;
 // MODL object version = the learner's state version: 2 adds the spectral moments after the
 // predictive accumulator. Version 1 objects load with a fresh spectral accumulator (its first
 // epoch starts at the next pair; the spectrum serves once that epoch has data).
@@ -102,7 +112,7 @@ std::string Footer(uint32_t crc) {
 
 std::string ErrnoText() { return std::strerror(errno); }
 
-absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
+absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
   size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
@@ -207,7 +217,171 @@ absl::StatusOr<v1::ModelConfig> PeekConfig(std::string_view object, const std::s
   return config;
 }
 
+// The head of a MODL body: everything before the learner's state.
+struct ModelHeader {
+  v1::ModelConfig config;  // normalized (NormalizeStoredModelConfig)
+  uint64_t applied = 0;
+  uint64_t batches = 0;
+  std::map<std::string, uint64_t> offsets;
+  v1::SigmaSelection sigma;
+  std::optional<Model::Failure> failure;
+};
+
+// Reads the head of a MODL body of `version` (r just after the object's header): config (with
+// `rename`, non-empty, as the new name of an import: an imported fork is a model of its own),
+// applied sequence, batch count, producers' offsets, σ selection, and from version 10 the
+// failure. One reader for Decode, the restart of an evicted model and the head a reference
+// stores.
+absl::Status ReadModelHeader(io::Reader& r, uint32_t version, const ConfigDefaults& defaults, const std::string& rename,
+                             ModelHeader* h) {
+  const std::string config_text = r.String("model config", kMaxConfigBytes);
+  if (!r.ok()) return r.status();
+  v1::ModelConfig stored;
+  if (!stored.ParseFromString(config_text)) return r.Fail("model config is not a valid ModelConfig message");
+  if (!rename.empty()) {
+    stored.set_name(rename);
+    stored.clear_fork_of();
+    stored.clear_fork_index();
+  }
+  absl::StatusOr<v1::ModelConfig> config = NormalizeStoredModelConfig(stored, defaults);
+  if (!config.ok()) {
+    if (!rename.empty()) return config.status();
+    return r.Fail(absl::StrCat("model config is invalid: ", config.status().message()));
+  }
+  h->config = *std::move(config);
+  h->applied = r.U64("model applied sequence");
+  h->batches = r.U64("model batches applied");
+  const int64_t producers = r.Count("model producer count", 0, kMaxProducersPerModel);
+  for (int64_t i = 0; i < producers && r.ok(); ++i) {
+    std::string id = r.String("producer id", kMaxProducerIdBytes);
+    h->offsets[std::move(id)] = r.U64("producer offset");
+  }
+  if (!h->sigma.ParseFromString(r.String("model sigma selection", kMaxConfigBytes)) && r.ok()) {
+    return r.Fail("model sigma selection is not a valid SigmaSelection message");
+  }
+  if (!r.ok()) return r.status();
+  if (version >= kFirstVersionWithFailure) {
+    const uint64_t failed_at = r.U64("model failure sequence");
+    std::string reason = r.String("model failure reason", kMaxConfigBytes);
+    if (!r.ok()) return r.status();
+    if (!reason.empty()) h->failure = Model::Failure{failed_at, std::move(reason)};
+  }
+  return absl::OkStatus();
+}
+
+// The version and head (ModelHeader's bytes) of a MODL object: what a reference stores.
+absl::Status HeadOf(std::string_view object, const std::string& source, const ConfigDefaults& defaults,
+                    uint32_t* version, std::string* head) {
+  io::Reader r(object, source);
+  if (!r.BeginObject(kModelTag, kModelVersion, "model", version)) return r.status();
+  ModelHeader h;
+  if (absl::Status s = ReadModelHeader(r, *version, defaults, "", &h); !s.ok()) return s;
+  constexpr size_t kObjectHeader = 16;  // tag, version, length
+  *head = std::string(object.substr(kObjectHeader, r.offset() - kObjectHeader));
+  return absl::OkStatus();
+}
+
+// What an EREF object holds (format 3).
+struct Reference {
+  std::string model;
+  std::string file;  // base name in the snapshot's pins directory
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  uint32_t model_version = 0;
+  std::string head;
+};
+
+absl::Status ReadReference(std::string_view bytes, const std::string& source, uint64_t begin, Reference* ref) {
+  io::Reader r(bytes, source, begin);
+  uint32_t version = 0;
+  if (!r.BeginObject(kReferenceTag, kReferenceVersion, "evicted model reference", &version)) return r.status();
+  ref->model = r.String("referenced model name", kMaxConfigBytes);
+  ref->file = r.String("referenced file name", kMaxPinNameBytes);
+  ref->size = r.U64("referenced file size");
+  ref->crc = r.U32("referenced file CRC32C");
+  ref->model_version = r.U32("referenced model object version");
+  ref->head = r.String("referenced model head", kMaxConfigBytes + kMaxProducersPerModel * (kMaxProducerIdBytes + 16));
+  if (!r.ok()) return r.status();
+  if (ref->file.empty() || ref->file == "." || ref->file == ".." || ref->file.find('/') != std::string::npos ||
+      ref->file.find('\0') != std::string::npos) {
+    return r.Fail(absl::StrCat("referenced file name '", ref->file, "' is not a file name"));
+  }
+  if (ref->model_version < 1 || ref->model_version > kModelVersion) {
+    return r.Fail(absl::StrCat("referenced model object version ", ref->model_version,
+                               " is not supported by this build (reads 1..", kModelVersion, ")"));
+  }
+  if (ref->size < kHeaderBytes + kFooterBytes)
+    return r.Fail(absl::StrCat("referenced file size ", ref->size, " is too small"));
+  if (!r.EndObject("evicted model reference")) return r.status();
+  return absl::OkStatus();
+}
+
+std::string WriteReference(const std::string& model, const ModelSpill::FileRef& ref) {
+  io::Writer w;
+  const size_t h = w.BeginObject(kReferenceTag, kReferenceVersion);
+  w.String(model);
+  w.String(files::BaseName(ref.pin));
+  w.U64(ref.size);
+  w.U32(ref.crc);
+  w.U32(ref.model_version);
+  w.String(ref.head);
+  w.EndObject(h);
+  return w.Release();
+}
+
+// A pinned file is what its reference says: `size` bytes whose footer is the masked `crc`
+// (a stat and a 4-byte read; the CRC itself is checked when the model is loaded back).
+absl::Status CheckPinnedFile(const std::string& path, uint64_t size, uint32_t crc) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    // DataLoss, not NotFound: the snapshot is there, a file it needs is not.
+    return absl::DataLossError(absl::StrCat("the evicted model's file ", path, " cannot be opened: ", ErrnoText()));
+  }
+  struct stat st {};
+  absl::Status status;
+  unsigned char footer[kFooterBytes] = {};
+  if (::fstat(fd, &st) != 0) {
+    status = absl::DataLossError(absl::StrCat("cannot stat ", path, ": ", ErrnoText()));
+  } else if (static_cast<uint64_t>(st.st_size) != size) {
+    status = absl::DataLossError(
+        absl::StrCat("the evicted model's file ", path, " is ", st.st_size, " bytes, its reference says ", size));
+  } else if (::pread(fd, footer, kFooterBytes, static_cast<off_t>(size - kFooterBytes)) !=
+             static_cast<ssize_t>(kFooterBytes)) {
+    status = absl::DataLossError(absl::StrCat("cannot read the footer of ", path, ": ", ErrnoText()));
+  } else {
+    uint32_t stored = 0;
+    for (size_t i = 0; i < kFooterBytes; ++i) stored |= static_cast<uint32_t>(footer[i]) << (8 * i);
+    if (crc32c::Unmask(stored) != crc) {
+      status = absl::DataLossError(absl::StrCat(
+          "the evicted model's file ", path, " has CRC32C 0x", absl::Hex(crc32c::Unmask(stored), absl::kZeroPad8),
+          " in its footer, its reference says 0x", absl::Hex(crc, absl::kZeroPad8)));
+    }
+  }
+  ::close(fd);
+  return status;
+}
+
+// Removes a pins directory and every pin in it (retention, a failed snapshot, a stray one).
+void RemovePins(const std::string& dir) {
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") ::unlink(absl::StrCat(dir, "/", name).c_str());
+    }
+    ::closedir(d);
+  }
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+    std::fprintf(stderr, "cmestreamd: warning: cannot remove %s: %s\n", dir.c_str(), ErrnoText().c_str());
+  }
+}
+
 }  // namespace
+
+std::string PinsDirOf(const std::string& snapshot_path) {
+  std::string base = snapshot_path;
+  if (base.size() > 5 && base.compare(base.size() - 5, 5, ".snap") == 0) base.resize(base.size() - 5);
+  return base + ".pins";
+}
 
 // ---------------------------------------------------------------------------------------------
 // One model
@@ -276,7 +450,7 @@ ModelImage ModelSnapshotCodec::Encode(Model& m) {
   return empty;
 }
 
-absl::StatusOr<SnapshotPart> ModelSnapshotCodec::Part(Model& m) {
+absl::StatusOr<SnapshotPart> ModelSnapshotCodec::Part(Model& m, const std::string& pins_dir) {
   SnapshotPart part;
   absl::MutexLock evict_lock(&m.evict_mu_);
   if (m.evicted_path_.empty()) {
@@ -334,14 +508,14 @@ absl::StatusOr<SnapshotPart> ModelSnapshotCodec::Part(Model& m) {
     w.EndObject(h);
     part.summary_ = w.Release();
   }
-  absl::StatusOr<std::string> pin = m.spill_->Pin(m.evicted_path_);
+  absl::StatusOr<ModelSpill::FileRef> pin = m.spill_->Pin(m.evicted_path_, pins_dir);
   if (pin.ok()) {
-    part.pin_ = *std::move(pin);
+    part.ref_ = *std::move(pin);
     part.spill_ = m.spill_;
     return part;
   }
   // No second name for it (e.g. a file system without hard links): its bytes now, as Image.
-  std::cerr << "cmestreamd: warning: " << pin.status().message() << "; the snapshot reads the file now\n";
+  std::cerr << "cmestreamd: warning: " << pin.status().message() << "; the snapshot copies the file\n";
   absl::StatusOr<std::string> bytes = m.spill_->ReadImage(m.evicted_path_);
   if (!bytes.ok()) {
     return absl::DataLossError(absl::StrCat("model '", m.name(), "' is evicted to ", m.evicted_path_,
@@ -353,32 +527,34 @@ absl::StatusOr<SnapshotPart> ModelSnapshotCodec::Part(Model& m) {
 
 SnapshotPart& SnapshotPart::operator=(SnapshotPart&& o) noexcept {
   if (this != &o) {
-    if (!pin_.empty() && spill_ != nullptr) spill_->Remove(pin_);
+    if (pinned() && !kept_ && spill_ != nullptr) spill_->Remove(ref_.pin);
     image_ = std::move(o.image_);
     summary_ = std::move(o.summary_);
-    pin_ = std::move(o.pin_);
+    ref_ = std::move(o.ref_);
     spill_ = o.spill_;
-    o.pin_.clear();
+    kept_ = o.kept_;
+    o.ref_.pin.clear();
     o.spill_ = nullptr;
   }
   return *this;
 }
 
 SnapshotPart::~SnapshotPart() {
-  if (!pin_.empty() && spill_ != nullptr) spill_->Remove(pin_);
+  if (pinned() && !kept_ && spill_ != nullptr) spill_->Remove(ref_.pin);
 }
 
-absl::StatusOr<std::string> SnapshotPart::TakeBytes() {
-  if (pin_.empty()) return std::move(image_.bytes) + std::move(summary_);
-  absl::StatusOr<std::string> bytes = spill_->ReadImage(pin_);
-  spill_->Remove(pin_);
-  const std::string pin = std::move(pin_);
-  pin_.clear();
-  if (!bytes.ok()) {
-    return absl::DataLossError(absl::StrCat("model '", image_.name, "' was evicted to a file (pinned as ", pin,
-                                            ") that cannot be read back: ", bytes.status().message()));
+std::string SnapshotPart::TakeBytes() {
+  if (!pinned()) return std::move(image_.bytes) + std::move(summary_);
+  return WriteReference(image_.name, ref_) + std::move(summary_);
+}
+
+absl::StatusOr<bool> SnapshotPart::MakeDurable() {
+  if (!pinned() || ref_.durable) return false;
+  if (absl::Status s = spill_->MakeDurable(ref_); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("model '", image_.name, "': ", s.message()));
   }
-  return *std::move(bytes) + std::move(summary_);
+  ref_.durable = true;
+  return true;
 }
 
 absl::Status ModelSnapshotCodec::ReadSummary(io::Reader& r, Model::EvictedState* st) {
@@ -440,6 +616,19 @@ absl::Status ModelSnapshotCodec::CheckSummary(std::string_view summary, const st
   return ReadSummary(r, &state);
 }
 
+namespace {
+// The checks common to both restarts of an evicted model (format 2 and 3): its head and its
+// summary agree, and it did not fail.
+absl::Status CheckEvictedHead(io::Reader& r, const ModelHeader& h, uint64_t batches_applied) {
+  if (h.failure) return r.Fail("an evicted model cannot have failed");
+  if (h.batches != batches_applied) {
+    return r.Fail(absl::StrCat("the evicted model's batch count ", batches_applied, " differs from its model object's ",
+                               h.batches));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::DecodeEvicted(
     std::string_view object, std::string_view summary, const std::string& source, uint64_t begin,
     const ConfigDefaults& defaults, ModelSpill& spill, std::shared_ptr<ModelMetrics> metrics, BatchLog* log) {
@@ -451,39 +640,59 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::DecodeEvicted(
   io::Reader r(object, source, begin);
   uint32_t version = 0;
   if (!r.BeginObject(kModelTag, kModelVersion, "model", &version)) return r.status();
-  const std::string config_text = r.String("model config", kMaxConfigBytes);
-  if (!r.ok()) return r.status();
-  v1::ModelConfig stored;
-  if (!stored.ParseFromString(config_text)) return r.Fail("model config is not a valid ModelConfig message");
-  absl::StatusOr<v1::ModelConfig> config = NormalizeStoredModelConfig(stored, defaults);
-  if (!config.ok()) return r.Fail(absl::StrCat("model config is invalid: ", config.status().message()));
-  state.applied_sequence = r.U64("model applied sequence");
-  const uint64_t batches = r.U64("model batches applied");
-  const int64_t producers = r.Count("model producer count", 0, kMaxProducersPerModel);
-  for (int64_t i = 0; i < producers && r.ok(); ++i) {
-    std::string id = r.String("producer id", kMaxProducerIdBytes);
-    state.producer_offsets[std::move(id)] = r.U64("producer offset");
-  }
-  if (!state.sigma.ParseFromString(r.String("model sigma selection", kMaxConfigBytes)) && r.ok()) {
-    return r.Fail("model sigma selection is not a valid SigmaSelection message");
-  }
-  if (!r.ok()) return r.status();
-  if (version >= kFirstVersionWithFailure) {
-    r.U64("model failure sequence");
-    const std::string reason = r.String("model failure reason", kMaxConfigBytes);
-    if (!r.ok()) return r.status();
-    if (!reason.empty()) return r.Fail("an evicted model cannot have failed");
-  }
-  if (batches != state.stats.batches_applied) {
-    return r.Fail(absl::StrCat("the evicted model's batch count ", state.stats.batches_applied,
-                               " differs from its model object's ", batches));
-  }
+  ModelHeader h;
+  if (absl::Status s = ReadModelHeader(r, version, defaults, "", &h); !s.ok()) return s;
+  if (absl::Status s = CheckEvictedHead(r, h, state.stats.batches_applied); !s.ok()) return s;
+  state.applied_sequence = h.applied;
+  state.producer_offsets = std::move(h.offsets);
+  state.sigma = std::move(h.sigma);
   // Its learner stays undecoded, in a file of its own, until its next batch.
   absl::StatusOr<std::string> path = spill.WriteImage(std::string(object), state.applied_sequence);
   if (!path.ok()) return path.status();
   state.path = *std::move(path);
   // Not make_shared: the constructor of a model restored evicted is private to this codec.
-  return std::shared_ptr<Model>(new Model(*std::move(config), std::move(metrics), log, std::move(state)));
+  return std::shared_ptr<Model>(new Model(std::move(h.config), std::move(metrics), log, std::move(state)));
+}
+
+absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::DecodeReferenced(
+    std::string_view reference, std::string_view summary, const std::string& source, uint64_t begin,
+    const std::string& pins_dir, const ConfigDefaults& defaults, ModelSpill& spill,
+    std::shared_ptr<ModelMetrics> metrics, BatchLog* log) {
+  Reference ref;
+  if (absl::Status s = ReadReference(reference, source, begin, &ref); !s.ok()) return s;
+  Model::EvictedState state;
+  {
+    io::Reader r(summary, source, begin + reference.size());
+    if (absl::Status s = ReadSummary(r, &state); !s.ok()) return s;
+  }
+  // The head as the reference stores it (inside the EREF object of the snapshot file, whose
+  // CRC covers it): offsets and config without reading the model's file.
+  io::Reader r(ref.head, source, begin);
+  ModelHeader h;
+  if (absl::Status s = ReadModelHeader(r, ref.model_version, defaults, "", &h); !s.ok()) return s;
+  if (r.remaining() != 0) return r.Fail(absl::StrCat(r.remaining(), " unexpected bytes after the model head"));
+  if (absl::Status s = CheckEvictedHead(r, h, state.stats.batches_applied); !s.ok()) return s;
+  if (h.config.name() != ref.model) {
+    return r.Fail(
+        absl::StrCat("the reference of model '", ref.model, "' holds the head of model '", h.config.name(), "'"));
+  }
+  ModelSpill::FileRef file;
+  file.pin = absl::StrCat(pins_dir, "/", ref.file);
+  file.size = ref.size;
+  file.crc = ref.crc;
+  file.durable = true;
+  file.model_version = ref.model_version;
+  file.head = std::move(ref.head);
+  absl::StatusOr<std::string> path = spill.Adopt(file);
+  if (!path.ok()) {
+    return absl::Status(path.status().code(),
+                        absl::StrCat(source, ": model '", ref.model, "': ", path.status().message()));
+  }
+  state.path = *std::move(path);
+  state.applied_sequence = h.applied;
+  state.producer_offsets = std::move(h.offsets);
+  state.sigma = std::move(h.sigma);
+  return std::shared_ptr<Model>(new Model(std::move(h.config), std::move(metrics), log, std::move(state)));
 }
 
 ModelImage ModelSnapshotCodec::EncodeResident(Model& m) {
@@ -522,67 +731,34 @@ absl::StatusOr<std::shared_ptr<Model>> ModelSnapshotCodec::Decode(io::Reader& r,
                                                                   BatchLog* log) {
   uint32_t version = 0;
   if (!r.BeginObject(kModelTag, kModelVersion, "model", &version)) return r.status();
-  const std::string config_text = r.String("model config", kMaxConfigBytes);
-  if (!r.ok()) return r.status();
-  v1::ModelConfig stored;
-  if (!stored.ParseFromString(config_text)) return r.Fail("model config is not a valid ModelConfig message");
-  if (!rename.empty()) {
-    // An imported copy of a fork is a model of its own: nothing feeds it through a parent.
-    stored.set_name(rename);
-    stored.clear_fork_of();
-    stored.clear_fork_index();
-  }
-  absl::StatusOr<v1::ModelConfig> config = NormalizeStoredModelConfig(stored, defaults);
-  if (!config.ok()) {
-    if (!rename.empty()) return config.status();
-    return r.Fail(absl::StrCat("model config is invalid: ", config.status().message()));
-  }
-  const uint64_t applied = r.U64("model applied sequence");
-  const uint64_t batches = r.U64("model batches applied");
-  const int64_t producers = r.Count("model producer count", 0, kMaxProducersPerModel);
-  std::map<std::string, uint64_t> offsets;
-  for (int64_t i = 0; i < producers && r.ok(); ++i) {
-    std::string id = r.String("producer id", kMaxProducerIdBytes);
-    offsets[std::move(id)] = r.U64("producer offset");
-  }
-  v1::SigmaSelection sigma;
-  if (!sigma.ParseFromString(r.String("model sigma selection", kMaxConfigBytes)) && r.ok()) {
-    return r.Fail("model sigma selection is not a valid SigmaSelection message");
-  }
-  if (!r.ok()) return r.status();
-  std::optional<Model::Failure> failure;
-  if (version >= kFirstVersionWithFailure) {
-    const uint64_t failed_at = r.U64("model failure sequence");
-    std::string reason = r.String("model failure reason", kMaxConfigBytes);
-    if (!r.ok()) return r.status();
-    if (!reason.empty()) failure = Model::Failure{failed_at, std::move(reason)};
-  }
+  ModelHeader h;
+  if (absl::Status s = ReadModelHeader(r, version, defaults, rename, &h); !s.ok()) return s;
   absl::StatusOr<StreamingLearner> learner = StreamingLearner::Deserialize(
-      r, LearnerOptionsFor(*config), LearnerVersionOf(version), SigmaSelectionFromProto(sigma));
+      r, LearnerOptionsFor(h.config), LearnerVersionOf(version), SigmaSelectionFromProto(h.sigma));
   if (!learner.ok()) return learner.status();
   if (!r.EndObject("model")) return r.status();
 
   // Not make_shared: the constructor around a restored learner is private to this codec.
-  std::shared_ptr<Model> model(new Model(*config, std::move(metrics), log, *std::move(learner)));
+  std::shared_ptr<Model> model(new Model(h.config, std::move(metrics), log, *std::move(learner)));
   Model& m = *model;
-  m.set_applied_sequence(applied);
+  m.set_applied_sequence(h.applied);
   Model::Stats s;
   {
     absl::MutexLock learner_lock(&m.learner_mu_);
     s = m.LearnerStatsLocked();
   }
-  s.batches_applied = batches;
+  s.batches_applied = h.batches;
   {
     absl::MutexLock stats_lock(&m.stats_mu_);
     m.stats_ = s;
-    m.producer_offsets_ = std::move(offsets);
-    m.published_sigma_ = sigma;
+    m.producer_offsets_ = std::move(h.offsets);
+    m.published_sigma_ = h.sigma;
   }
   m.metrics().OnBatchApplied(s.samples + s.pending_warmup, s.forced, s.forced_error_sum,
                              {s.pending_warmup, s.dict_x, s.dict_y});
-  if (failure) {
+  if (h.failure) {
     absl::MutexLock learner_lock(&m.learner_mu_);
-    m.MarkFailedLocked(failure->sequence, failure->reason);
+    m.MarkFailedLocked(h.failure->sequence, h.failure->reason);
   }
   return model;
 }
@@ -661,16 +837,32 @@ absl::StatusOr<SnapshotFile> ParseSnapshotBytes(std::string bytes, const std::st
   for (uint32_t i = 0; i < models && r.ok(); ++i) {
     const uint64_t begin = r.offset();
     uint32_t v;
-    if (!r.BeginObject(kModelTag, kModelVersion, "model", &v)) break;
+    // Version 3: an evicted model's entry may be a reference to its file (EREF).
+    const bool referenced = f.format_version >= kFirstVersionWithReferences && r.remaining() >= 4 &&
+                            io::Reader(std::string_view(bytes).substr(begin, 4), source).U32("tag") == kReferenceTag;
+    if (referenced) {
+      if (!r.BeginObject(kReferenceTag, kReferenceVersion, "evicted model reference", &v)) break;
+    } else if (!r.BeginObject(kModelTag, kModelVersion, "model", &v)) {
+      break;
+    }
     // Skip the body: it is decoded later, model by model.
     const uint64_t end = begin + 16 + (io::Reader(std::string_view(bytes).substr(begin + 8, 8), source).U64("len"));
     r.Skip(end - r.offset(), "model body");
-    r.EndObject("model");
-    f.model_ranges.emplace_back(begin, end);
-    // Version 2: an evicted model's EVCT object follows its MODL object.
+    r.EndObject(referenced ? "evicted model reference" : "model");
+    f.model_ranges.push_back(referenced ? std::pair<uint64_t, uint64_t>{0, 0}
+                                        : std::pair<uint64_t, uint64_t>{begin, end});
+    f.reference_ranges.push_back(referenced ? std::pair<uint64_t, uint64_t>{begin, end}
+                                            : std::pair<uint64_t, uint64_t>{0, 0});
+    // Version 2: an evicted model's EVCT object follows its MODL object (version 3: or its
+    // EREF object, always).
     std::pair<uint64_t, uint64_t> summary{0, 0};
-    if (r.ok() && f.format_version >= kFirstVersionWithEvicted && r.remaining() >= 4 &&
-        io::Reader(std::string_view(bytes).substr(r.offset(), 4), source).U32("tag") == kEvictedTag) {
+    const bool evct = r.ok() && f.format_version >= kFirstVersionWithEvicted && r.remaining() >= 4 &&
+                      io::Reader(std::string_view(bytes).substr(r.offset(), 4), source).U32("tag") == kEvictedTag;
+    if (referenced && r.ok() && !evct) {
+      (void)r.Fail("an evicted model reference (EREF) must be followed by its evicted model object (EVCT)");
+      break;
+    }
+    if (evct) {
       const uint64_t at = r.offset();
       if (!r.BeginObject(kEvictedTag, kEvictedVersion, "evicted model", &v)) break;
       const uint64_t until = at + 16 + (io::Reader(std::string_view(bytes).substr(at + 8, 8), source).U64("len"));
@@ -763,8 +955,10 @@ absl::Status SnapshotFileReader::ReadAt(uint64_t offset, size_t n, std::string* 
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> SnapshotFileReader::Next(std::string* object, uint64_t* begin, std::string* summary) {
+absl::StatusOr<bool> SnapshotFileReader::Next(std::string* object, uint64_t* begin, std::string* summary,
+                                              std::string* reference) {
   if (summary != nullptr) summary->clear();
+  if (reference != nullptr) reference->clear();
   if (read_ == models_) {
     if (pos_ != body_end_) {
       io::Reader at(std::string_view(), header_.source, pos_);
@@ -773,16 +967,44 @@ absl::StatusOr<bool> SnapshotFileReader::Next(std::string* object, uint64_t* beg
     return false;
   }
   *begin = pos_;
-  if (absl::Status s = ReadObject(kModelTag, kModelVersion, "model", object); !s.ok()) return s;
+  // The tag of the object at pos_ (0 if fewer than 4 bytes are left).
+  const auto tag_at = [this](uint32_t* tag) -> absl::Status {
+    *tag = 0;
+    if (body_end_ - pos_ < 4) return absl::OkStatus();
+    std::string bytes;
+    if (absl::Status s = ReadAt(pos_, 4, &bytes); !s.ok()) return s;
+    *tag = io::Reader(bytes, header_.source, pos_).U32("tag");
+    return absl::OkStatus();
+  };
+  uint32_t tag = 0;
+  if (header_.format_version >= kFirstVersionWithReferences) {
+    if (absl::Status s = tag_at(&tag); !s.ok()) return s;
+  }
+  const bool referenced = tag == kReferenceTag;
+  if (referenced) {
+    if (reference == nullptr) {
+      io::Reader at(std::string_view(), header_.source, pos_);
+      return at.Fail("an evicted model reference (EREF) where this reader takes only model objects");
+    }
+    object->clear();
+    if (absl::Status s = ReadObject(kReferenceTag, kReferenceVersion, "evicted model reference", reference); !s.ok()) {
+      return s;
+    }
+  } else if (absl::Status s = ReadObject(kModelTag, kModelVersion, "model", object); !s.ok()) {
+    return s;
+  }
   ++read_;
-  // Version 2: an evicted model's EVCT object follows its MODL object.
-  if (header_.format_version >= kFirstVersionWithEvicted && body_end_ - pos_ >= 4) {
-    std::string tag;
-    if (absl::Status s = ReadAt(pos_, 4, &tag); !s.ok()) return s;
-    if (io::Reader(tag, header_.source, pos_).U32("tag") == kEvictedTag) {
+  // Version 2: an evicted model's EVCT object follows its MODL object; version 3: or its EREF
+  // object, which always has one.
+  if (header_.format_version >= kFirstVersionWithEvicted) {
+    if (absl::Status s = tag_at(&tag); !s.ok()) return s;
+    if (tag == kEvictedTag) {
       std::string evicted;
       if (absl::Status s = ReadObject(kEvictedTag, kEvictedVersion, "evicted model", &evicted); !s.ok()) return s;
       if (summary != nullptr) *summary = std::move(evicted);
+    } else if (referenced) {
+      io::Reader at(std::string_view(), header_.source, pos_);
+      return at.Fail("an evicted model reference (EREF) must be followed by its evicted model object (EVCT)");
     }
   }
   return true;
@@ -870,6 +1092,45 @@ absl::StatusOr<std::shared_ptr<Model>> AdoptEvicted(std::string_view object, std
 }
 }  // namespace
 
+namespace {
+// A model a format 3 snapshot references (EREF `reference` at `begin` of `source`, EVCT
+// `summary`), its file pinned in `pins_dir`: restored evicted in place when this daemon evicts
+// (`spill`; ModelSnapshotCodec::DecodeReferenced), else decoded from the pinned file, whose
+// size, footer and CRC are checked first.
+absl::StatusOr<std::shared_ptr<Model>> AdoptReferenced(std::string_view reference, std::string_view summary,
+                                                       const std::string& source, uint64_t begin,
+                                                       const std::string& pins_dir, ModelSpill* spill,
+                                                       ModelRegistry& registry, const ConfigDefaults& defaults) {
+  Reference ref;
+  if (absl::Status s = ReadReference(reference, source, begin, &ref); !s.ok()) return s;
+  if (spill != nullptr) {
+    return registry.Adopt(
+        ref.model, [&](std::shared_ptr<ModelMetrics> metrics, BatchLog* log) -> absl::StatusOr<std::shared_ptr<Model>> {
+          return ModelSnapshotCodec::DecodeReferenced(reference, summary, source, begin, pins_dir, defaults, *spill,
+                                                      std::move(metrics), log);
+        });
+  }
+  const std::string pin = absl::StrCat(pins_dir, "/", ref.file);
+  if (absl::Status s = CheckPinnedFile(pin, ref.size, ref.crc); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(source, ": model '", ref.model, "': ", s.message()));
+  }
+  absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(pin);
+  if (!f.ok()) return f.status();
+  if (!f->is_export || f->model_ranges.size() != 1) {
+    return absl::DataLossError(absl::StrCat(pin, " is not the file of one evicted model"));
+  }
+  const auto [b, e] = f->model_ranges[0];
+  const std::string_view object = std::string_view(f->bytes).substr(b, e - b);
+  absl::StatusOr<v1::ModelConfig> config = PeekConfig(object, pin, b);
+  if (!config.ok()) return config.status();
+  if (config->name() != ref.model) {
+    return absl::DataLossError(
+        absl::StrCat(pin, " holds model '", config->name(), "', its reference in ", source, " says '", ref.model, "'"));
+  }
+  return AdoptFrom(object, pin, b, "", registry, defaults);
+}
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std::string& new_name,
                                                    ModelRegistry& registry, const ConfigDefaults& defaults,
                                                    std::optional<uint64_t> replay_sequence) {
@@ -945,39 +1206,94 @@ EvictionStore::EvictionStore(std::string dir, ConfigDefaults defaults)
 
 EvictionStore::~EvictionStore() = default;
 
+std::string EvictionStore::NextPath() {
+  return absl::StrCat(dir_, "/", absl::Dec(next_.fetch_add(1) + 1, absl::kZeroPad12), ".modl");
+}
+
+std::optional<EvictionStore::FileInfo> EvictionStore::Info(const std::string& path) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = files_.find(path);
+  if (it == files_.end()) return std::nullopt;
+  return it->second;
+}
+
+namespace {
+// Writes an export-format file of one MODL object under its final name (O_EXCL: a new name),
+// not fsynced; its size and CRC32C (the footer, unmasked).
+absl::Status WriteEvictionFile(const std::string& path, std::string_view image, uint64_t applied_sequence,
+                               uint64_t* size, uint32_t* crc) {
+  const std::string header = Header(kExportTag, 1, 0, applied_sequence);
+  *crc = crc32c::Extend(crc32c::Value(header.data(), header.size()), image.data(), image.size());
+  const std::string footer = Footer(*crc);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0664);
+  if (fd < 0) return absl::InternalError(absl::StrCat("creating ", path, ": ", ErrnoText()));
+  absl::Status status = WriteAll(fd, header, path);
+  if (status.ok()) status = WriteAll(fd, image, path);
+  if (status.ok()) status = WriteAll(fd, footer, path);
+  ::close(fd);
+  if (!status.ok()) {
+    ::unlink(path.c_str());
+    return status;
+  }
+  *size = header.size() + image.size() + footer.size();
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::StatusOr<std::string> EvictionStore::Write(Model& model) {
   ModelImage image = ModelSnapshotCodec::EncodeResident(model);
-  const std::string name = absl::StrCat(absl::Dec(next_.fetch_add(1) + 1, absl::kZeroPad12), ".modl");
-  int step = 0;
-  absl::StatusOr<uint64_t> written = WriteAtomically(dir_, name, [&](std::string* chunk) -> absl::StatusOr<bool> {
-    if (step == 0) {
-      *chunk = Header(kExportTag, 1, 0, image.applied_sequence);
-    } else if (step == 1) {
-      *chunk = std::move(image.bytes);
-    } else {
-      return false;
-    }
-    ++step;
-    return true;
-  });
-  if (!written.ok()) return written.status();
-  bytes_written_.fetch_add(*written);
-  return absl::StrCat(dir_, "/", name);
+  FileInfo info;
+  if (absl::Status s = HeadOf(image.bytes, model.name(), defaults_, &info.model_version, &info.head); !s.ok()) {
+    return s;
+  }
+  // No fsync (ModelSpill::Write): the snapshot that first references the file makes it durable.
+  const std::string path = NextPath();
+  if (absl::Status s = WriteEvictionFile(path, image.bytes, image.applied_sequence, &info.size, &info.crc); !s.ok()) {
+    return s;
+  }
+  bytes_written_.fetch_add(info.size);
+  absl::MutexLock lock(&mu_);
+  files_[path] = std::move(info);
+  return path;
 }
 
 absl::StatusOr<std::unique_ptr<StreamingLearner>> EvictionStore::Read(const std::string& path, const Model& model) {
-  absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
-  if (!f.ok()) return f.status();
-  if (!f->is_export || f->model_ranges.size() != 1) {
-    return absl::DataLossError(absl::StrCat(path, " is not the file of one evicted model"));
-  }
-  const auto [begin, end] = f->model_ranges[0];
-  io::Reader r(std::string_view(f->bytes).substr(begin, end - begin), path, begin);
-  // Each reload's throwaway model gets series of its own: reloads run at once on the ingest
-  // threads, and two ModelMetrics of one label share prometheus-cpp's series, which the first to
-  // go removes (freed) under the other (heap corruption under a fleet's reloads).
-  const std::string label = absl::StrCat("reload-", reloads_.fetch_add(1, std::memory_order_relaxed));
-  return ModelSnapshotCodec::DecodeLearner(r, defaults_, model, scratch_metrics_->ForModel(label), &null_log_);
+  const std::optional<FileInfo> info = Info(path);
+  absl::StatusOr<std::unique_ptr<StreamingLearner>> learner =
+      [&]() -> absl::StatusOr<std::unique_ptr<StreamingLearner>> {
+    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+    if (!f.ok()) return f.status();
+    if (!f->is_export || f->model_ranges.size() != 1) {
+      return absl::DataLossError(absl::StrCat(path, " is not the file of one evicted model"));
+    }
+    // The file it wrote or adopted, not another valid one under its name.
+    if (info) {
+      const uint32_t crc = crc32c::Value(f->bytes.data(), f->bytes.size() - kFooterBytes);
+      if (f->bytes.size() != info->size || crc != info->crc) {
+        return absl::DataLossError(absl::StrCat(path, " is ", f->bytes.size(), " bytes with CRC32C 0x",
+                                                absl::Hex(crc, absl::kZeroPad8), ", expected ", info->size,
+                                                " bytes with 0x", absl::Hex(info->crc, absl::kZeroPad8)));
+      }
+    }
+    const auto [begin, end] = f->model_ranges[0];
+    io::Reader r(std::string_view(f->bytes).substr(begin, end - begin), path, begin);
+    // Each reload's throwaway model gets series of its own: reloads run at once on the ingest
+    // threads, and two ModelMetrics of one label share prometheus-cpp's series, which the first to
+    // go removes (freed) under the other (heap corruption under a fleet's reloads).
+    const std::string label = absl::StrCat("reload-", reloads_.fetch_add(1, std::memory_order_relaxed));
+    return ModelSnapshotCodec::DecodeLearner(r, defaults_, model, scratch_metrics_->ForModel(label), &null_log_);
+  }();
+  if (learner.ok()) return learner;
+  // What a restart can do about it (storage/snapshot.h PINS).
+  const bool referenced = info && info->durable;
+  return absl::Status(
+      learner.status().code(),
+      absl::StrCat(learner.status().message(),
+                   referenced ? "; a kept snapshot references this file as the model's state (snapshots reference "
+                                "evicted models' files, they do not copy them), so a restart cannot recover it: "
+                                "delete the model, then import an export of it or create it again"
+                              : "; no snapshot references this file yet: restart the daemon to recover the model "
+                                "from its snapshot and log"));
 }
 
 absl::StatusOr<std::string> EvictionStore::ReadImage(const std::string& path) {
@@ -991,34 +1307,88 @@ absl::StatusOr<std::string> EvictionStore::ReadImage(const std::string& path) {
 }
 
 absl::StatusOr<std::string> EvictionStore::WriteImage(const std::string& image, uint64_t applied_sequence) {
-  const std::string path = absl::StrCat(dir_, "/", absl::Dec(next_.fetch_add(1) + 1, absl::kZeroPad12), ".modl");
-  std::string file = Header(kExportTag, 1, 0, applied_sequence);
-  file += image;
-  file += Footer(crc32c::Value(file.data(), file.size()));
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
-  if (fd < 0) return absl::InternalError(absl::StrCat("creating ", path, ": ", ErrnoText()));
-  absl::Status status = WriteAll(fd, file, path);
-  ::close(fd);
-  if (!status.ok()) {
-    ::unlink(path.c_str());
-    return status;
-  }
-  bytes_written_.fetch_add(file.size());
+  FileInfo info;
+  if (absl::Status s = HeadOf(image, "snapshot", defaults_, &info.model_version, &info.head); !s.ok()) return s;
+  const std::string path = NextPath();
+  if (absl::Status s = WriteEvictionFile(path, image, applied_sequence, &info.size, &info.crc); !s.ok()) return s;
+  bytes_written_.fetch_add(info.size);
+  absl::MutexLock lock(&mu_);
+  files_[path] = std::move(info);
   return path;
 }
 
-absl::StatusOr<std::string> EvictionStore::Pin(const std::string& path) {
-  const std::string pin = absl::StrCat(path, ".pin-", pins_.fetch_add(1) + 1);
-  if (::link(path.c_str(), pin.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot pin ", path, " as ", pin, ": ", ErrnoText()));
+absl::StatusOr<ModelSpill::FileRef> EvictionStore::Pin(const std::string& path, const std::string& dir) {
+  FileRef ref;
+  ref.source = path;
+  ref.pin = absl::StrCat(dir, "/", files::BaseName(path));
+  std::optional<FileInfo> info = Info(path);
+  if (!info) {
+    // Not a file it wrote (none normally): what it records, from the file (read once, whole).
+    absl::StatusOr<SnapshotFile> f = ReadSnapshotFile(path);
+    if (!f.ok()) return f.status();
+    if (!f->is_export || f->model_ranges.size() != 1) {
+      return absl::DataLossError(absl::StrCat(path, " is not the file of one evicted model"));
+    }
+    FileInfo read;
+    const auto [begin, end] = f->model_ranges[0];
+    if (absl::Status s = HeadOf(std::string_view(f->bytes).substr(begin, end - begin), path, defaults_,
+                                &read.model_version, &read.head);
+        !s.ok()) {
+      return s;
+    }
+    read.size = f->bytes.size();
+    read.crc = crc32c::Value(f->bytes.data(), f->bytes.size() - kFooterBytes);
+    info = std::move(read);
+    absl::MutexLock lock(&mu_);
+    files_[path] = *info;
   }
-  return pin;
+  if (::link(path.c_str(), ref.pin.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot pin ", path, " as ", ref.pin, ": ", ErrnoText()));
+  }
+  ref.size = info->size;
+  ref.crc = info->crc;
+  ref.durable = info->durable;
+  ref.model_version = info->model_version;
+  ref.head = std::move(info->head);
+  return ref;
+}
+
+absl::Status EvictionStore::MakeDurable(const FileRef& ref) {
+  const int fd = ::open(ref.pin.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("opening ", ref.pin, " to fsync it: ", ErrnoText()));
+  const bool synced = ::fsync(fd) == 0;
+  const std::string why = synced ? "" : ErrnoText();
+  ::close(fd);
+  if (!synced) return absl::InternalError(absl::StrCat("fsync of ", ref.pin, ": ", why));
+  files_synced_.fetch_add(1);
+  absl::MutexLock lock(&mu_);
+  if (const auto it = files_.find(ref.source); it != files_.end()) it->second.durable = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EvictionStore::Adopt(const FileRef& ref) {
+  if (absl::Status s = CheckPinnedFile(ref.pin, ref.size, ref.crc); !s.ok()) return s;
+  const std::string path = NextPath();
+  if (::link(ref.pin.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot link ", ref.pin, " as ", path, ": ", ErrnoText()));
+  }
+  FileInfo info;
+  info.size = ref.size;
+  info.crc = ref.crc;
+  info.durable = true;  // the snapshot that references it made it so
+  info.model_version = ref.model_version;
+  info.head = ref.head;
+  absl::MutexLock lock(&mu_);
+  files_[path] = std::move(info);
+  return path;
 }
 
 void EvictionStore::Remove(const std::string& path) {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     std::cerr << "cmestreamd: warning: cannot remove " << path << ": " << ErrnoText() << "\n";
   }
+  absl::MutexLock lock(&mu_);
+  files_.erase(path);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1047,6 +1417,22 @@ SnapshotManager::SnapshotManager(SnapshotOptions options, ModelRegistry& registr
   if (!existing.empty()) next_number_ = existing.back().first + 1;
   // Never reuse the number of a snapshot set aside as unusable.
   for (const auto& [n, path] : ListSnapshots(options_.dir + "/unusable")) next_number_ = std::max(next_number_, n + 1);
+  // A pins directory without its snapshot: a crash before the snapshot's rename, or between
+  // the removal of a snapshot and of its pins. Nothing refers to its pins.
+  std::vector<std::string> stray;
+  if (DIR* d = ::opendir(options_.dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      uint64_t n = 0;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".pins") == 0 &&
+          ParseSnapshotName(name.substr(0, name.size() - 5) + ".snap", &n) &&
+          !files::Exists(absl::StrCat(options_.dir, "/", SnapshotName(n)))) {
+        stray.push_back(absl::StrCat(options_.dir, "/", name));
+      }
+    }
+    ::closedir(d);
+  }
+  for (const std::string& dir : stray) RemovePins(dir);
 }
 
 SnapshotManager::~SnapshotManager() { Stop(); }
@@ -1086,16 +1472,19 @@ absl::StatusOr<LoadReport> SnapshotManager::Load(const std::vector<ManifestState
     absl::Status status = f.status();
     std::vector<std::shared_ptr<Model>> adopted;
     if (f.ok()) {
-      std::string object, summary;
+      std::string object, summary, reference;
       uint64_t begin = 0;
       ModelSpill* spill = registry_.spill();
+      const std::string pins_dir = PinsDirOf(path);
       while (status.ok()) {
-        absl::StatusOr<bool> more = (*f)->Next(&object, &begin, &summary);
+        absl::StatusOr<bool> more = (*f)->Next(&object, &begin, &summary, &reference);
         if (!more.ok()) status = more.status();
         if (!status.ok() || !*more) break;
-        // A model evicted at the snapshot comes back evicted (RESTART), when this daemon evicts.
+        // A model evicted at the snapshot comes back evicted (RESTART), when this daemon evicts:
+        // in place, its pinned file linked back (format 3), or from its copied bytes (format 2).
         absl::StatusOr<std::shared_ptr<Model>> m =
-            !summary.empty() && spill != nullptr
+            !reference.empty() ? AdoptReferenced(reference, summary, path, begin, pins_dir, spill, registry_, defaults_)
+            : !summary.empty() && spill != nullptr
                 ? AdoptEvicted(object, summary, path, begin, *spill, registry_, defaults_)
                 : AdoptFrom(object, path, begin, "", registry_, defaults_);
         if (m.ok()) adopted.push_back(*m);
@@ -1139,6 +1528,11 @@ absl::Status SnapshotManager::SetAside(const std::vector<std::string>& paths) {
     if (::rename(path.c_str(), to.c_str()) != 0) {
       return absl::InternalError(absl::StrCat("cannot move unusable snapshot ", path, " to ", to, ": ", ErrnoText()));
     }
+    // Its pins go with it (a snapshot without them could not be inspected whole).
+    if (files::Exists(PinsDirOf(path)) && ::rename(PinsDirOf(path).c_str(), PinsDirOf(to).c_str()) != 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot move the pins of unusable snapshot ", path, " to ", PinsDirOf(to), ": ", ErrnoText()));
+    }
     std::fprintf(stderr, "cmestreamd: kept unusable snapshot %s for inspection as %s\n", path.c_str(), to.c_str());
   }
   if (absl::Status s = files::FsyncDir(dir); !s.ok()) return s;
@@ -1154,18 +1548,37 @@ std::vector<ManifestState::Snapshot> SnapshotManager::Kept() const {
   return out;
 }
 
-absl::Status SnapshotManager::VerifyFile(const std::string& path) const {
+absl::Status SnapshotManager::VerifyFile(const std::string& path, const std::string& pins_dir) const {
   // Model by model (SnapshotFileReader): memory is one model, however large the file.
   absl::StatusOr<std::unique_ptr<SnapshotFileReader>> f = SnapshotFileReader::Open(path);
   if (!f.ok()) return absl::InternalError(absl::StrCat("snapshot verification: ", f.status().message()));
   NullBatchLog null_log;
   std::string object;
   uint64_t begin = 0;
-  std::string summary;
+  std::string summary, reference;
   for (size_t i = 0;; ++i) {
-    absl::StatusOr<bool> more = (*f)->Next(&object, &begin, &summary);
+    absl::StatusOr<bool> more = (*f)->Next(&object, &begin, &summary, &reference);
     if (!more.ok()) return absl::InternalError(absl::StrCat("snapshot verification: ", more.status().message()));
     if (!*more) break;
+    if (!reference.empty()) {
+      // A referenced model: its reference, head and summary parse, and its pin is the file the
+      // reference describes (size and footer; its bytes are not read: the eviction wrote them
+      // from the model's encoding, and its reload checks them whole).
+      Reference ref;
+      absl::Status s = ReadReference(reference, path, begin, &ref);
+      if (s.ok()) s = ModelSnapshotCodec::CheckSummary(summary, path, begin + reference.size());
+      if (s.ok()) {
+        io::Reader r(ref.head, path, begin);
+        ModelHeader h;
+        s = ReadModelHeader(r, ref.model_version, defaults_, "", &h);
+      }
+      if (s.ok()) s = CheckPinnedFile(absl::StrCat(pins_dir, "/", ref.file), ref.size, ref.crc);
+      if (!s.ok()) {
+        return absl::InternalError(absl::StrCat("snapshot verification: model ", i, " (a reference) does not check: ",
+                                                s.message(), "; the snapshot was not installed"));
+      }
+      continue;
+    }
     if (!summary.empty()) {
       if (absl::Status s = ModelSnapshotCodec::CheckSummary(summary, path, begin + object.size()); !s.ok()) {
         return absl::InternalError(absl::StrCat("snapshot verification: model ", i, "'s evicted state does not parse: ",
@@ -1212,17 +1625,29 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   // Each model is copied under its own lock; the file is written after, off every lock. The
   // covered sequence and the count go in the header, so every part is taken before the write
   // (memory: the serialized size of the resident models; an evicted model is a pin of its
-  // file, copied when its turn comes: SnapshotPart).
+  // file in the snapshot's pins directory, written as a reference: SnapshotPart).
+  const std::string name = SnapshotName(result.number);
+  const std::string pins_dir = PinsDirOf(absl::StrCat(options_.dir, "/", name));
+  RemovePins(pins_dir);  // a leftover of a failed attempt at this number (none normally)
+  if (::mkdir(pins_dir.c_str(), 0775) != 0) {
+    absl::Status s = absl::InternalError(absl::StrCat("creating ", pins_dir, ": ", ErrnoText()));
+    if (observer_) observer_(s);
+    return s;
+  }
   std::vector<SnapshotPart> images;
+  // On failure: the parts remove their pins, then the directory goes.
+  const auto fail = [&](const absl::Status& s) {
+    images.clear();
+    RemovePins(pins_dir);
+    if (observer_) observer_(s);
+    return s;
+  };
   images.reserve(models.size());
   std::set<std::string> imaged;
   for (const auto& m : models) {
     m->WaitAppliedThrough(covered);
-    absl::StatusOr<SnapshotPart> image = ModelSnapshotCodec::Part(*m);
-    if (!image.ok()) {
-      if (observer_) observer_(image.status());
-      return image.status();
-    }
+    absl::StatusOr<SnapshotPart> image = ModelSnapshotCodec::Part(*m, pins_dir);
+    if (!image.ok()) return fail(image.status());
     images.push_back(*std::move(image));
     imaged.insert(m->name());
   }
@@ -1232,18 +1657,55 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   // so replay skips in the fork what the image holds (ApplyFork) and starts none twice.
   for (const auto& m : registry_.List()) {
     if (IsFork(m->config()) && imaged.count(m->config().fork_of()) > 0 && imaged.insert(m->name()).second) {
-      absl::StatusOr<SnapshotPart> image = ModelSnapshotCodec::Part(*m);
-      if (!image.ok()) {
-        if (observer_) observer_(image.status());
-        return image.status();
-      }
+      absl::StatusOr<SnapshotPart> image = ModelSnapshotCodec::Part(*m, pins_dir);
+      if (!image.ok()) return fail(image.status());
       images.push_back(*std::move(image));
     }
+  }
+  // DURABILITY (storage/snapshot.h PINS): every file this snapshot references is durable, and
+  // so are the pins' names, before the snapshot's own file can be renamed into place.
+  {
+    const auto sync_start = std::chrono::steady_clock::now();
+    std::vector<SnapshotPart*> todo;
+    for (SnapshotPart& part : images) {
+      if (!part.pinned()) continue;
+      ++result.referenced;
+      if (!part.ref().durable) todo.push_back(&part);
+    }
+    // Each fsync of a newly pinned file commits the file system's journal (the link changed its
+    // inode) and costs ~3 ms here whatever its size; fsyncs issued at once share commits, so a
+    // few short-lived threads sync the files (each part is one thread's; the store's record is
+    // under its own lock).
+    std::atomic<size_t> at{0};
+    std::atomic<int> synced{0};
+    absl::Mutex error_mu;
+    absl::Status error;
+    const auto sync_some = [&] {
+      for (size_t i; (i = at.fetch_add(1)) < todo.size();) {
+        absl::StatusOr<bool> done = todo[i]->MakeDurable();
+        if (done.ok()) {
+          synced.fetch_add(*done ? 1 : 0);
+          continue;
+        }
+        absl::MutexLock lock(&error_mu);
+        if (error.ok()) error = done.status();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t t = 1; t < std::min<size_t>(kSyncThreads, todo.size()); ++t) threads.emplace_back(sync_some);
+    sync_some();
+    for (std::thread& t : threads) t.join();
+    result.files_synced = synced.load();
+    if (!error.ok()) return fail(error);
+    absl::Status s = files::FsyncDir(pins_dir);
+    if (s.ok()) s = files::FsyncDir(options_.dir);
+    if (!s.ok()) return fail(s);
+    result.sync_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   }
   size_t next = 0;
   bool header_done = false;
   absl::StatusOr<uint64_t> bytes = WriteAtomically(
-      options_.dir, SnapshotName(result.number),
+      options_.dir, name,
       [&](std::string* chunk) -> absl::StatusOr<bool> {
         if (!header_done) {
           header_done = true;
@@ -1251,21 +1713,19 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
           return true;
         }
         if (next >= images.size()) return false;
-        // A pinned (evicted) model's file is read now, one model at a time.
-        absl::StatusOr<std::string> bytes = images[next++].TakeBytes();
-        if (!bytes.ok()) return bytes.status();
-        *chunk = *std::move(bytes);
+        *chunk = images[next++].TakeBytes();  // a resident model's bytes, or an evicted one's reference
         return true;
       },
-      [this](const std::string& tmp) { return VerifyFile(tmp); });
-  if (!bytes.ok()) {
-    if (observer_) observer_(bytes.status());
-    return bytes.status();
-  }
+      [&](const std::string& tmp) { return VerifyFile(tmp, pins_dir); });
+  if (!bytes.ok()) return fail(bytes.status());
+  // Installed: its pins are its own now (retention removes them with it).
+  for (SnapshotPart& part : images) part.Keep();
+  if (result.referenced == 0) ::rmdir(pins_dir.c_str());
+  result.models = static_cast<int>(images.size());
+  images.clear();
   ++next_number_;
   result.path = absl::StrCat(options_.dir, "/", SnapshotName(result.number));
   result.bytes = *bytes;
-  result.models = static_cast<int>(images.size());
   result.covered_sequence = covered;
   // Keep the newest `keep`. The manifest stops listing the old ones before they are deleted,
   // then the WAL may drop what the oldest kept one covers (unusable snapshots were moved to
@@ -1288,7 +1748,10 @@ absl::StatusOr<SnapshotResult> SnapshotManager::TakeNow() {
   }
   absl::Status listed = manifest_ ? manifest_->SetSnapshots(kept) : absl::OkStatus();
   if (listed.ok()) {
-    for (const auto& [n, path] : doomed) ::unlink(path.c_str());
+    for (const auto& [n, path] : doomed) {
+      ::unlink(path.c_str());
+      RemovePins(PinsDirOf(path));
+    }
     if (covered_) covered_(oldest_covered);
   } else {
     std::fprintf(stderr, "cmestreamd: warning: cannot update the manifest after snapshot %s: %s; nothing pruned\n",

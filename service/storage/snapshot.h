@@ -6,8 +6,8 @@
 //   offset  size  field
 //   0       8     magic "CMESNAP1"
 //   8       4     fourcc "SNAP" (daemon snapshot: every model) or "EXPT" (export: one model)
-//   12      4     format version (daemon snapshots 2, exports 1; this build reads 1 and 2 and
-//                 refuses newer versions by number)
+//   12      4     format version (daemon snapshots 3, exports 1; this build reads 1, 2 and 3
+//                 and refuses newer versions by number)
 //   16      4     model count (<= 1e6)
 //   20      8     snapshot number (the N of snapshot-N.snap; 0 in exports)
 //   28      8     creation time, Unix nanoseconds
@@ -32,6 +32,15 @@
 //                 alarms (AlarmList). A start restores such a model evicted without decoding
 //                 its learner (Model's RESTART; ModelSnapshotCodec::DecodeEvicted). Format 1
 //                 files have no EVCT objects: every model is decoded, as before.
+//                 Format 3 (daemon snapshots): a model evicted at the cut is not copied: its
+//                 entry is an "EREF" object (version 1) instead of its MODL object: the model's
+//                 name, the name of the file in the snapshot's pins directory (below), the
+//                 file's size and CRC32C (its footer, unmasked), the MODL object's version and
+//                 its head (the MODL body before the learner's state: config, applied sequence,
+//                 batch count, producers' offsets, σ selection, failure), then its EVCT object.
+//                 The file is the model's eviction file (the export format), pinned: a hard
+//                 link owned by this snapshot (PINS below). A model whose file cannot be pinned
+//                 is copied as in format 2 (MODL, EVCT).
 //   end-4   4     masked CRC32C (service/storage/crc32c.h) of every byte before it
 // The CRC is checked before anything is parsed: a flipped byte anywhere is DataLoss naming
 // the file and the byte range; a file that passes it is then parsed with every length bounded
@@ -48,17 +57,28 @@
 // size)) and the file is written off every lock, so ingestion of a model pauses only for its
 // own copy. The header carries the covered sequence and the model count, so the resident
 // models' bytes are taken before the file is written and held until their turn (the serialized
-// size of the resident models: what they hold live, roughly). An EVICTED model's bytes are not
-// read then: its file is pinned (a hard link, ModelSpill::Pin, under its eviction lock, so a
-// reload meanwhile does not take it away) and copied into the snapshot when its turn comes, one
-// model at a time, and the pin removed; the verification reads the written file back model by
-// model (SnapshotFileReader). A snapshot's memory beyond the resident models is therefore that
-// of one model, however many are evicted. The applied sequence read under the same lock is the
-// cut: the snapshot covers exactly that model's WAL records <= it.
+// size of the resident models: what they hold live, roughly). An EVICTED model's bytes are
+// neither read nor copied: its file is pinned at the cut (a hard link, ModelSpill::Pin, under
+// its eviction lock, so a reload meanwhile does not take it away) and the snapshot records a
+// reference to the pin (EREF). The applied sequence read under the same lock is the cut: the
+// snapshot covers exactly that model's WAL records <= it.
+//
+// PINS. The pins of snapshot-N.snap are DATA_DIR/snapshots/snapshot-N.pins/NNNNNNNNNNNN.modl
+// (PinsDirOf: the snapshot's path without ".snap", plus ".pins"; the same rule for a
+// --recover-from file elsewhere). They are owned by the snapshot: created before its file,
+// removed with it by retention (after the manifest stops listing it), moved with it to
+// unusable/ when it is set aside, and a pins directory without its snapshot (a crash between
+// the two) is removed when the manager is built. DURABILITY: eviction files are not fsynced
+// (the previous snapshot and the log hold the model until a snapshot references the file), so
+// before the snapshot's own file is written every pinned file not yet durable is fsynced
+// (ModelSpill::MakeDurable: once per file, ever; by 8 short-lived threads at once, whose
+// fsyncs share the journal's commits), then the pins directory and the snapshots directory; then the file is written,
+// fsynced, verified and renamed as below. A crash at any point leaves the previous snapshot with its pins untouched
+// (retention runs only after the rename is durable) and the new one either absent or complete.
 //
 // DIRECTORY. DATA_DIR/snapshots/snapshot-NNNNNNNNNNNNNNNNNNNN.snap (20 digits, increasing);
 // written as .snapshot-N.tmp in the same directory, fsync(file), rename, fsync(dir). After a
-// successful write all but the newest `keep` (2) are deleted, then the covered callback
+// successful write all but the newest `keep` (2) are deleted with their pins, then the covered callback
 // runs (the daemon deletes WAL segments covered by the OLDEST kept snapshot, so the fallback
 // snapshot can still be replayed forward). Load tries the newest file first; a file that fails
 // (checksum, truncation, bad tag/version) is reported on stderr with its path and the
@@ -69,6 +89,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -102,8 +123,9 @@ struct ModelImage {
 };
 
 // What a daemon snapshot takes of one model at its cut: the bytes of a resident model, or a pin
-// of an evicted model's file (ModelSpill::Pin), whose MODL object Bytes() reads when the
-// snapshot writes it. Move-only; the pin is removed when the part goes.
+// of an evicted model's file (ModelSpill::Pin) and what the model keeps in memory (its EVCT
+// object), written as a reference (EREF, EVCT). Move-only; the pin is removed when the part
+// goes, unless Keep() handed it to the snapshot that references it.
 class SnapshotPart {
  public:
   SnapshotPart() = default;
@@ -113,28 +135,39 @@ class SnapshotPart {
   SnapshotPart& operator=(const SnapshotPart&) = delete;
   ~SnapshotPart();
   const std::string& name() const { return image_.name; }
-  bool pinned() const { return !pin_.empty(); }
-  // An evicted model's EVCT object (what it keeps in memory), written after its MODL object.
+  bool pinned() const { return !ref_.pin.empty(); }
+  const ModelSpill::FileRef& ref() const { return ref_; }
+  // An evicted model's EVCT object (what it keeps in memory), written after its reference.
   const std::string& summary() const { return summary_; }
-  // The MODL object (read from the pin, checksum verified, then the pin is removed), then the
-  // EVCT object of an evicted model, once.
-  absl::StatusOr<std::string> TakeBytes();
+  // The entry of the snapshot file, once: a resident model's MODL object; an evicted model's
+  // EREF object then its EVCT object (its MODL object then EVCT if it could not be pinned).
+  std::string TakeBytes();
+  // fsync of the pinned file if it is not durable yet (ModelSpill::MakeDurable); true if it
+  // was synced now.
+  absl::StatusOr<bool> MakeDurable();
+  // The snapshot that references the pin was installed: the pin is its, not the part's.
+  void Keep() { kept_ = true; }
 
  private:
   friend class ModelSnapshotCodec;
   ModelImage image_;
   std::string summary_;
-  std::string pin_;              // non-empty: the bytes are in this file
+  ModelSpill::FileRef ref_;      // pinned: ref_.pin non-empty
   ModelSpill* spill_ = nullptr;  // the pin's owner
+  bool kept_ = false;
 };
+
+// The pins directory of a snapshot file (storage/snapshot.h PINS): its path without ".snap"
+// plus ".pins".
+std::string PinsDirOf(const std::string& snapshot_path);
 
 // Friend of Model: reads and restores its full state.
 class ModelSnapshotCodec {
  public:
   // The model's part of a daemon snapshot (SnapshotPart): Encode's bytes for a resident model,
-  // a pin of its file for an evicted one (if the file cannot be pinned, its MODL object read
-  // now, as Image does). Errors as Image's.
-  static absl::StatusOr<SnapshotPart> Part(Model& model);
+  // a pin of its file in `pins_dir` for an evicted one (if the file cannot be pinned, its MODL
+  // object read now, as Image does). Errors as Image's.
+  static absl::StatusOr<SnapshotPart> Part(Model& model, const std::string& pins_dir);
   // Takes the model's learner lock, serializes everything (no flush, no re-factorization: the
   // live state is not touched) and returns the bytes. O(model size).
   // An evicted model's image is its file's MODL object (checksum verified); if that file
@@ -167,6 +200,19 @@ class ModelSnapshotCodec {
                                                               const std::string& source, uint64_t begin,
                                                               const ConfigDefaults& defaults, ModelSpill& spill,
                                                               std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
+  // RESTART from a format 3 snapshot: a model evicted at the snapshot's cut, restored evicted
+  // from its EREF object `reference` (at file offset `begin` of `source`) and its EVCT object
+  // `summary`: the MODL head the reference holds is parsed (ReadModelHeader), the pinned file
+  // in `pins_dir` gets a new name in `spill` (ModelSpill::Adopt: its size and footer checked,
+  // no byte of it read or copied), and the model is registered with its counters, offsets,
+  // alarms and digest and no learner. Its next batch verifies the file whole (CRC, size, the
+  // digest). Errors as Decode's; NotFound or DataLoss naming the pin if it is missing or its
+  // size or footer differ.
+  static absl::StatusOr<std::shared_ptr<Model>> DecodeReferenced(std::string_view reference, std::string_view summary,
+                                                                 const std::string& source, uint64_t begin,
+                                                                 const std::string& pins_dir,
+                                                                 const ConfigDefaults& defaults, ModelSpill& spill,
+                                                                 std::shared_ptr<ModelMetrics> metrics, BatchLog* log);
   // Checks that an EVCT object parses (the snapshot's verification).
   static absl::Status CheckSummary(std::string_view summary, const std::string& source, uint64_t begin);
 
@@ -188,8 +234,12 @@ struct SnapshotFile {
   uint64_t covered_sequence = 0;
   uint32_t format_version = 0;
   std::vector<std::pair<uint64_t, uint64_t>> model_ranges;  // [begin, end) of each MODL object
-  // [begin, end) of the EVCT object after each MODL object ({0, 0}: none; format version 2).
+  // [begin, end) of the EVCT object after each MODL (or EREF) object ({0, 0}: none; format
+  // versions 2 and 3).
   std::vector<std::pair<uint64_t, uint64_t>> summary_ranges;
+  // [begin, end) of each model's EREF object ({0, 0}: none, its MODL object is in the file;
+  // format version 3). A referenced model's model_ranges entry is {0, 0}.
+  std::vector<std::pair<uint64_t, uint64_t>> reference_ranges;
   std::string bytes;  // the whole file
 };
 // Verifies magic, kind, version and CRC32C, and frames the models (not decoded yet).
@@ -208,15 +258,18 @@ class SnapshotFileReader {
   // The header's fields (bytes and model_ranges stay empty).
   const SnapshotFile& header() const { return header_; }
   uint32_t models() const { return models_; }
-  // The next MODL object into `object` and its file offset into `begin`, and the EVCT object
-  // after it into `summary` (if not null; cleared when there is none); false after the last
-  // (then the file must end with its footer: DataLoss otherwise).
-  absl::StatusOr<bool> Next(std::string* object, uint64_t* begin, std::string* summary = nullptr);
+  // The next model's MODL object into `object` and its file offset into `begin`, and the EVCT
+  // object after it into `summary` (if not null; cleared when there is none); false after the
+  // last (then the file must end with its footer: DataLoss otherwise). A format 3 entry that
+  // references an evicted model's file: `object` empty, its EREF object into `reference`
+  // (DataLoss if `reference` is null), `begin` its offset, and its EVCT object into `summary`.
+  absl::StatusOr<bool> Next(std::string* object, uint64_t* begin, std::string* summary = nullptr,
+                            std::string* reference = nullptr);
 
  private:
   SnapshotFileReader() = default;
-  // The object at pos_ (tag `tag`, version <= max_version, its length bounded by the file).
-  absl::Status ReadObject(uint32_t tag, uint32_t max_version, const char* name, std::string* object);
+  // The object at pos_ (tag `want`, version <= max_version, its length bounded by the file).
+  absl::Status ReadObject(uint32_t want, uint32_t max_version, const char* name, std::string* object);
   absl::Status ReadAt(uint64_t offset, size_t n, std::string* out) const;
   int fd_ = -1;
   SnapshotFile header_;
@@ -244,12 +297,14 @@ absl::StatusOr<std::shared_ptr<Model>> ImportModel(std::string bytes, const std:
 
 // The files of evicted models (Model's EVICTION; service/README.md "Eviction"): one per eviction,
 // DATA_DIR/evicted/NNNNNNNNNNNN.modl, in the export format (header, one MODL object, CRC32C),
-// written like a snapshot (temp file, fsync, rename, fsync of the directory); removed when the
-// model is loaded back or, once deleted, freed. A snapshot in progress pins a file (a hard link
-// NNNNNNNNNNNN.modl.pin-K beside it) until it has copied it. Open removes what an earlier run
-// left there: recovery restores every model from the snapshots and the log (a snapshot copies an
-// evicted model's MODL object from its file), so these files are never read across a restart;
-// a model restored evicted gets a new file (WriteImage) from the snapshot's bytes.
+// written once under its final name (nobody reads the path before Write returns it) and NOT
+// fsynced; removed when the model is loaded back or, once deleted, freed. A daemon snapshot pins
+// a file (a hard link in its pins directory, owned by the snapshot) and makes it durable
+// (MakeDurable) before it references it. Open removes what an earlier run left here: recovery
+// restores every model from the snapshots and the log, and a model restored evicted from a
+// format 3 snapshot gets a new name for the snapshot's pin (Adopt), from a format 2 one a new
+// file (WriteImage) from the snapshot's bytes. What the store records of each file it wrote or
+// adopted (size, CRC32C, durable, the MODL head) is in memory, under its own lock (a leaf).
 class EvictionStore final : public ModelSpill {
  public:
   static absl::StatusOr<std::unique_ptr<EvictionStore>> Open(const std::string& dir, ConfigDefaults defaults);
@@ -257,22 +312,38 @@ class EvictionStore final : public ModelSpill {
   absl::StatusOr<std::string> Write(Model& model) override;
   absl::StatusOr<std::unique_ptr<StreamingLearner>> Read(const std::string& path, const Model& model) override;
   absl::StatusOr<std::string> ReadImage(const std::string& path) override;
-  absl::StatusOr<std::string> Pin(const std::string& path) override;
+  absl::StatusOr<FileRef> Pin(const std::string& path, const std::string& dir) override;
+  absl::Status MakeDurable(const FileRef& ref) override;
+  absl::StatusOr<std::string> Adopt(const FileRef& ref) override;
   void Remove(const std::string& path) override;
   absl::StatusOr<std::string> WriteImage(const std::string& image, uint64_t applied_sequence) override;
   const std::string& dir() const { return dir_; }
   uint64_t bytes_written() const { return bytes_written_.load(); }
+  uint64_t files_synced() const { return files_synced_.load(); }
 
  private:
+  struct FileInfo {
+    uint64_t size = 0;
+    uint32_t crc = 0;
+    bool durable = false;
+    uint32_t model_version = 0;
+    std::string head;
+  };
   EvictionStore(std::string dir, ConfigDefaults defaults);
+  std::string NextPath();
+  // What it records of `path` (a file it wrote or adopted), if anything.
+  std::optional<FileInfo> Info(const std::string& path) const ABSL_LOCKS_EXCLUDED(mu_);
   const std::string dir_;
   const ConfigDefaults defaults_;
   std::unique_ptr<Metrics> scratch_metrics_;  // series of the throwaway models a reload decodes
   std::atomic<uint64_t> reloads_{0};          // their labels ("reload-N": one per reload)
   NullBatchLog null_log_;
   std::atomic<uint64_t> next_{0};
-  std::atomic<uint64_t> pins_{0};
   std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> files_synced_{0};
+  // A leaf: held for a lookup or an update of files_, never across I/O.
+  mutable absl::Mutex mu_;
+  std::map<std::string, FileInfo> files_ ABSL_GUARDED_BY(mu_);  // by path under dir_
 };
 
 struct SnapshotOptions {
@@ -289,6 +360,9 @@ struct SnapshotResult {
   int models = 0;
   uint64_t covered_sequence = 0;  // every WAL record <= it is in this snapshot's state
   double seconds = 0;
+  int referenced = 0;       // evicted models written as references to their pinned files
+  int files_synced = 0;     // of those, files fsynced by this snapshot (not durable before)
+  double sync_seconds = 0;  // the fsyncs of those files and of the pins and snapshot directories
 };
 
 struct LoadReport {
@@ -351,8 +425,9 @@ class SnapshotManager {
 
  private:
   // Reads a written file back, decodes every model and checks that encoding it again gives
-  // the same bytes. Called before the file replaces anything.
-  absl::Status VerifyFile(const std::string& path) const;
+  // the same bytes; a referenced model's summary must parse and its pin in `pins_dir` have the
+  // recorded size and footer. Called before the file replaces anything.
+  absl::Status VerifyFile(const std::string& path, const std::string& pins_dir) const;
 
   const SnapshotOptions options_;
   ModelRegistry& registry_;

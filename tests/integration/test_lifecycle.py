@@ -603,11 +603,11 @@ class LifecycleTest(unittest.TestCase):
     def test_a_newer_snapshot_version_is_refused_even_when_the_wal_allows_a_fallback(self):
         data, snaps, _, _ = self.two_snapshots_and_a_tail("newer-fallback")
         raw = bytearray(read_bytes(snaps[-1]))
-        struct.pack_into("<I", raw, 12, 3)  # format version 3
+        struct.pack_into("<I", raw, 12, 4)  # format version 4
         struct.pack_into("<I", raw, len(raw) - 4, mask(crc32c(bytes(raw[:-4]))))
         write_bytes(snaps[-1], bytes(raw))
         log = self.start(data, expect_fail=True)
-        self.assertIn(f"{snaps[-1]}: snapshot format version 3 was written by a newer cmestreamd", log)
+        self.assertIn(f"{snaps[-1]}: snapshot format version 4 was written by a newer cmestreamd", log)
         self.assertIn("refusing to start", log)
         self.assertEqual(sorted(glob.glob(os.path.join(data, "snapshots", "*.snap"))), snaps)  # kept in place
         self.assertEqual(glob.glob(os.path.join(data, "snapshots", "unusable", "*")), [])

@@ -65,6 +65,34 @@ size_t FilesIn(const std::string& dir) {
   return n;
 }
 
+// The options of the snapshots of `dir` (DATA_DIR/snapshots, no periodic thread).
+SnapshotOptions SnapshotsOf(const TempDir& dir) {
+  SnapshotOptions so;
+  so.dir = dir.sub("snapshots");
+  so.interval_seconds = 0;
+  return so;
+}
+
+// A daemon snapshot of `reg` now, into `dir`'s snapshots (keeping the newest 2).
+absl::StatusOr<SnapshotResult> TakeSnapshot(const TempDir& dir, ModelRegistry& reg, const BatchLog* log) {
+  SnapshotManager snapshots(SnapshotsOf(dir), reg, {}, log);
+  return snapshots.TakeNow();
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Rewrites the file in place (the same inode: every hard link to it sees the new bytes).
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The only file in `dir`.
+std::string OnlyFile(const std::string& dir) { return fs::directory_iterator(dir)->path().string(); }
+
 // A daemon's parts: a registry with a WAL and the eviction store.
 struct Daemonish {
   explicit Daemonish(const TempDir& dir, const std::string& wal = "wal") : reg({}, metrics, log) {
@@ -182,15 +210,12 @@ TEST(Eviction, SnapshotAndReplayOfAnEvictedModelLoseNothing) {
     image_before = ModelSnapshotCodec::Encode(*m).bytes;
     ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
     ASSERT_TRUE(m->evicted());
-    // The snapshot copies the evicted model's MODL object from its file: the same bytes.
+    // Its image (what an export copies) is its file's MODL object: the same bytes.
     EXPECT_EQ(ModelSnapshotCodec::Encode(*m).bytes, image_before);
-    SnapshotOptions so;
-    so.dir = dir.sub("snapshots");
-    so.interval_seconds = 0;
-    SnapshotManager snapshots(so, d.reg, {}, &d.log);
-    auto taken = snapshots.TakeNow();
+    auto taken = TakeSnapshot(dir, d.reg, &d.log);
     ASSERT_TRUE(taken.ok()) << taken.status();
     EXPECT_EQ(taken->models, 2);
+    EXPECT_EQ(taken->referenced, 1);
     EXPECT_TRUE(m->evicted());  // no reload for a snapshot
     // Records after the snapshot: one for the live model; the evicted one gets none.
     ASSERT_TRUE(Apply(d.reg, Batch("live", "p", 100, 50, 5)).ok());
@@ -198,17 +223,14 @@ TEST(Eviction, SnapshotAndReplayOfAnEvictedModelLoseNothing) {
   }
   // Restart: the snapshot, then the WAL after it; the old eviction files are removed at open.
   Daemonish r(dir);
-  SnapshotOptions so;
-  so.dir = dir.sub("snapshots");
-  so.interval_seconds = 0;
   // The registry was replayed from the WAL alone by Daemonish (no snapshot loaded): compare.
   std::shared_ptr<Model> replayed = *r.reg.Get("m");
   EXPECT_EQ(replayed->StateDigest(), digest);
   EXPECT_EQ(FilesIn(dir.sub("evicted")), 0u);
   Metrics metrics;
   DeferredBatchLog log;
-  ModelRegistry restored({}, metrics, log);
-  SnapshotManager snapshots(so, restored, {}, nullptr);
+  ModelRegistry restored({}, metrics, log);  // no eviction: the referenced file is decoded
+  SnapshotManager snapshots(SnapshotsOf(dir), restored, {}, nullptr);
   auto loaded = snapshots.LoadNewest();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->models, 2);
@@ -216,12 +238,13 @@ TEST(Eviction, SnapshotAndReplayOfAnEvictedModelLoseNothing) {
   EXPECT_EQ(ModelSnapshotCodec::Encode(**restored.Get("m")).bytes, image_before);
 }
 
-// A daemon snapshot does not read an evicted model's file when it takes its cut: it pins the file
-// (a hard link beside it) and copies it when the model's turn comes in the write, one model at a
-// time (storage/snapshot.h CONSISTENCY), so a snapshot of many evicted models holds one model's
-// bytes at a time. The pin keeps the bytes of the cut even if the model is loaded back (its file
-// removed) and learns on before the write; the pin goes once copied, or with the unwritten part.
-TEST(Eviction, ASnapshotCopiesAnEvictedModelsFileWhenItsTurnComes) {
+// A daemon snapshot (format 3) neither reads nor copies an evicted model's file: it pins the file
+// at its cut (a hard link in the snapshot's pins directory, storage/snapshot.h PINS) and writes a
+// reference to it (EREF: name, size, CRC32C, the MODL head) and the model's EVCT object. The pin
+// keeps the bytes of the cut when the model is loaded back and learns on; it belongs to the
+// snapshot once installed, is fsynced once (the first snapshot that references the file) and goes
+// with the snapshot at retention; a part never written removes its pin.
+TEST(Eviction, ASnapshotReferencesAnEvictedModelsFileInsteadOfCopyingIt) {
   TempDir dir("pin");
   Daemonish d(dir);
   std::shared_ptr<Model> m = FedModel(d);
@@ -229,72 +252,126 @@ TEST(Eviction, ASnapshotCopiesAnEvictedModelsFileWhenItsTurnComes) {
   const std::string image = ModelSnapshotCodec::Encode(*m).bytes;
   ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
   ASSERT_TRUE(m->evicted());
+  const std::string file = OnlyFile(dir.sub("evicted"));
+  const std::string file_bytes = ReadBytes(file);
+  EXPECT_EQ(d.store->files_synced(), 0u);  // eviction does not fsync
 
-  absl::StatusOr<SnapshotPart> part = ModelSnapshotCodec::Part(*m);
-  ASSERT_TRUE(part.ok()) << part.status();
-  EXPECT_TRUE(part->pinned());
-  EXPECT_EQ(part->name(), "m");
-  EXPECT_EQ(FilesIn(dir.sub("evicted")), 2u);  // the file and its pin
-  // Loaded back and fed after the cut: its file goes, the pin stays with the cut's bytes.
-  ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 300, 50, 2)).ok());
-  EXPECT_FALSE(m->evicted());
-  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);
-  // The MODL object of the cut, then what the evicted model keeps in memory (its EVCT object).
-  const std::string summary = part->summary();
-  EXPECT_EQ(summary.substr(0, 4), "EVCT");
-  absl::StatusOr<std::string> bytes = part->TakeBytes();
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
-  EXPECT_EQ(*bytes, image + summary);
-  EXPECT_EQ(FilesIn(dir.sub("evicted")), 0u);  // copied: the pin is gone
+  const std::string pins = dir.sub("pins");
+  fs::create_directories(pins);
+  {
+    absl::StatusOr<SnapshotPart> part = ModelSnapshotCodec::Part(*m, pins);
+    ASSERT_TRUE(part.ok()) << part.status();
+    EXPECT_TRUE(part->pinned());
+    EXPECT_EQ(part->name(), "m");
+    EXPECT_EQ(FilesIn(pins), 1u);
+    // What it records of the file: its size and its footer's CRC32C, never synced yet.
+    EXPECT_EQ(part->ref().size, file_bytes.size());
+    EXPECT_EQ(part->ref().crc, crc32c::Value(file_bytes.data(), file_bytes.size() - 4));
+    EXPECT_FALSE(part->ref().durable);
+    // Loaded back and fed after the cut: its file goes, the pin keeps the cut's bytes.
+    ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 300, 50, 2)).ok());
+    EXPECT_FALSE(m->evicted());
+    EXPECT_EQ(FilesIn(dir.sub("evicted")), 0u);
+    EXPECT_EQ(ReadBytes(OnlyFile(pins)), file_bytes);
+    // Its entry: the reference, then what the evicted model keeps in memory (its EVCT object).
+    const std::string summary = part->summary();
+    EXPECT_EQ(summary.substr(0, 4), "EVCT");
+    const std::string entry = part->TakeBytes();
+    EXPECT_EQ(entry.substr(0, 4), "EREF");
+    EXPECT_EQ(entry.substr(entry.size() - summary.size()), summary);
+    EXPECT_LT(entry.size(), 2000u);  // measured 1,129 bytes, for a 1.2 MB file
+    EXPECT_NE(entry.find("000000000001.modl"), std::string::npos);
+  }
+  EXPECT_EQ(FilesIn(pins), 0u);  // never installed: the part removed its pin
 
   // A resident model's part is its bytes, no file.
-  absl::StatusOr<SnapshotPart> resident = ModelSnapshotCodec::Part(*m);
+  absl::StatusOr<SnapshotPart> resident = ModelSnapshotCodec::Part(*m, pins);
   ASSERT_TRUE(resident.ok());
   EXPECT_FALSE(resident->pinned());
   EXPECT_TRUE(resident->summary().empty());
-  EXPECT_EQ(*resident->TakeBytes(), ModelSnapshotCodec::Encode(*m).bytes);
+  EXPECT_EQ(resident->TakeBytes(), ModelSnapshotCodec::Encode(*m).bytes);
 
-  // A part never written (a snapshot that failed before its turn) removes its pin.
+  // Snapshots of an evicted model and a resident one: the file is referenced, not copied, and
+  // fsynced by the first snapshot only; each kept snapshot owns one pin (a hard link: the file's
+  // link count is 1 + the kept snapshots), and retention removes the oldest one's with it.
+  ASSERT_TRUE(d.reg.Create(Config("live")).ok());
+  ASSERT_TRUE(Apply(d.reg, Batch("live", "p", 0, 300, 3)).ok());
   ASSERT_NE(RefreshModel(*m), nullptr);
   ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
   ASSERT_TRUE(m->evicted());
-  {
-    absl::StatusOr<SnapshotPart> unwritten = ModelSnapshotCodec::Part(*m);
-    ASSERT_TRUE(unwritten.ok());
-    EXPECT_EQ(FilesIn(dir.sub("evicted")), 2u);
+  const std::string evicted = OnlyFile(dir.sub("evicted"));
+  const uint64_t evicted_size = fs::file_size(evicted);
+  const std::string resident_image = ModelSnapshotCodec::Encode(**d.reg.Get("live")).bytes;
+  std::vector<SnapshotResult> taken;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<SnapshotResult> r = TakeSnapshot(dir, d.reg, &d.log);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->models, 2);
+    EXPECT_EQ(r->referenced, 1);
+    EXPECT_EQ(r->files_synced, i == 0 ? 1 : 0);
+    // The resident model's bytes and a small entry for the evicted one, not its 1.2 MB.
+    EXPECT_LT(r->bytes, resident_image.size() + 2000) << r->bytes;
+    EXPECT_GT(r->bytes, resident_image.size());
+    EXPECT_TRUE(fs::exists(PinsDirOf(r->path)));
+    taken.push_back(*r);
+    EXPECT_EQ(fs::hard_link_count(evicted), 1u + std::min(i + 1, 2));
   }
-  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);
+  EXPECT_GT(evicted_size, 1000000u);
+  EXPECT_EQ(d.store->files_synced(), 1u);
+  EXPECT_FALSE(fs::exists(taken[0].path));
+  EXPECT_FALSE(fs::exists(PinsDirOf(taken[0].path)));  // retention removed its pins with it
+  for (int i : {1, 2}) EXPECT_EQ(FilesIn(PinsDirOf(taken[i].path)), 1u);
+  // The model is loaded back: the kept snapshots' pins keep its evicted state.
+  ASSERT_TRUE(Apply(d.reg, Batch("m", "p", 350, 20, 4)).ok());
+  EXPECT_FALSE(m->evicted());
+  EXPECT_EQ(ReadBytes(OnlyFile(PinsDirOf(taken[2].path))).size(), evicted_size);
 
-  // A damaged file fails the snapshot by the model's name, installs nothing and leaves no pin;
-  // the previous snapshot and the model are untouched.
-  SnapshotOptions so;
-  so.dir = dir.sub("snapshots");
-  so.interval_seconds = 0;
-  SnapshotManager snapshots(so, d.reg, {}, &d.log);
-  absl::StatusOr<SnapshotResult> first = snapshots.TakeNow();
-  ASSERT_TRUE(first.ok()) << first.status();
-  const std::string path =
-      dir.sub("evicted") + "/" + fs::directory_iterator(dir.sub("evicted"))->path().filename().string();
-  std::string file;
-  {
-    std::ifstream f(path, std::ios::binary);
-    file.assign(std::istreambuf_iterator<char>(f), {});
-  }
-  std::string damaged = file;
-  damaged[damaged.size() / 2] ^= 0x01;
-  {
-    std::ofstream f(path, std::ios::binary | std::ios::trunc);
-    f.write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
-  }
-  absl::StatusOr<SnapshotResult> failed = snapshots.TakeNow();
+  // A referenced file whose size changed fails the snapshot's verification by the model, installs
+  // nothing and leaves no pin; the previous snapshots are untouched.
+  ASSERT_NE(RefreshModel(*m), nullptr);
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  const std::string again = OnlyFile(dir.sub("evicted"));
+  std::string truncated = ReadBytes(again);
+  truncated.resize(truncated.size() - 100);
+  WriteBytes(again, truncated);
+  absl::StatusOr<SnapshotResult> failed = TakeSnapshot(dir, d.reg, &d.log);
   ASSERT_FALSE(failed.ok());
-  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(failed.status().message().find("model 'm' was evicted to a file"), std::string::npos) << failed.status();
-  EXPECT_NE(failed.status().message().find("checksum mismatch"), std::string::npos) << failed.status();
-  EXPECT_EQ(snapshots.List(), std::vector<std::string>{first->path});
-  EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);    // no pin left
-  EXPECT_EQ(FilesIn(dir.sub("snapshots")), 1u);  // no temporary file left
+  EXPECT_NE(failed.status().message().find("(a reference) does not check"), std::string::npos) << failed.status();
+  EXPECT_NE(failed.status().message().find("its reference says"), std::string::npos) << failed.status();
+  SnapshotManager snapshots(SnapshotsOf(dir), d.reg, {}, &d.log);
+  EXPECT_EQ(snapshots.List(), (std::vector<std::string>{taken[1].path, taken[2].path}));
+  const auto entries = std::distance(fs::directory_iterator(dir.sub("snapshots")), fs::directory_iterator());
+  EXPECT_EQ(entries, 4);  // two snapshots and their pins directories: no temporary file, no pins left
   EXPECT_TRUE(m->evicted());
+}
+
+// A pins directory whose snapshot is gone (a crash after the pins were made and before the
+// snapshot's rename, or between the removal of a snapshot and of its pins) is removed when the
+// manager is built; the pins of a present snapshot, and other entries, are kept.
+TEST(Eviction, PinsWithoutTheirSnapshotAreRemovedAtStart) {
+  TempDir dir("stray");
+  Daemonish d(dir);
+  std::shared_ptr<Model> m = FedModel(d);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_NE(RefreshModel(*m), nullptr);
+  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  absl::StatusOr<SnapshotResult> kept = TakeSnapshot(dir, d.reg, &d.log);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  const std::string stray = dir.sub("snapshots/snapshot-00000000000000000007.pins");
+  fs::create_directories(stray);
+  fs::create_hard_link(OnlyFile(dir.sub("evicted")), stray + "/000000000001.modl");
+  const std::string other = dir.sub("snapshots/notes.pins");
+  fs::create_directories(other);
+  EXPECT_EQ(fs::hard_link_count(OnlyFile(dir.sub("evicted"))), 3u);
+  SnapshotManager snapshots(SnapshotsOf(dir), d.reg, {}, &d.log);
+  EXPECT_FALSE(fs::exists(stray));
+  EXPECT_TRUE(fs::exists(other));
+  EXPECT_EQ(FilesIn(PinsDirOf(kept->path)), 1u);
+  EXPECT_EQ(fs::hard_link_count(OnlyFile(dir.sub("evicted"))), 2u);
+  // The next snapshot takes number 2, not the stray one's.
+  absl::StatusOr<SnapshotResult> next = snapshots.TakeNow();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->number, 2u);
 }
 
 // A daemon restarted on `dir` as cmestreamd does (Daemon::Recover): the eviction store (its old
@@ -305,10 +382,7 @@ struct Restarted {
     EXPECT_TRUE(s.ok()) << s.status();
     store = *std::move(s);
     reg.SetSpill(store.get());
-    SnapshotOptions so;
-    so.dir = dir.sub("snapshots");
-    so.interval_seconds = 0;
-    SnapshotManager snapshots(so, reg, {}, nullptr);
+    SnapshotManager snapshots(SnapshotsOf(dir), reg, {}, nullptr);
     auto loaded = snapshots.LoadNewest();
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     models = loaded.ok() ? loaded->models : -1;
@@ -329,10 +403,10 @@ struct Restarted {
 };
 
 // RESTART (model.h EVICTION): a model evicted when the snapshot was taken comes back evicted,
-// its learner in a file, with its digest, offsets, counters and alarms, and no view; the next
-// batch loads it back and it learns on as a twin that never left. A model with a batch in the
-// log after the snapshot is loaded back by the replay of that batch. A damaged file refuses the
-// reload (DATA_LOSS, nothing applied) and the next start recovers the model from the snapshot.
+// its learner in the snapshot's pinned file (a new hard link under evicted/: no byte read or
+// written), with its digest, offsets, counters and alarms, and no view; the next batch loads it
+// back and it learns on as a twin that never left. A model with a batch in the log after the
+// snapshot is loaded back by the replay of that batch. Restarted twice, it is the same file.
 TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
   TempDir dir("restart");
   Metrics twin_metrics;
@@ -366,11 +440,10 @@ TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
     absl::StatusOr<ModelImage> image = ModelSnapshotCodec::Image(*m);
     ASSERT_TRUE(image.ok());
     image_m = image->bytes;
-    SnapshotOptions so;
-    so.dir = dir.sub("snapshots");
-    so.interval_seconds = 0;
-    SnapshotManager snapshots(so, d.reg, {}, &d.log);
-    ASSERT_TRUE(snapshots.TakeNow().ok());
+    auto taken = TakeSnapshot(dir, d.reg, &d.log);
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    EXPECT_EQ(taken->referenced, 2);
+    EXPECT_EQ(taken->files_synced, 2);
     // After the snapshot: a batch of the evicted "r" (it is loaded back) and of "live".
     for (ModelRegistry* r : {&d.reg, &twin}) {
       ASSERT_TRUE(Apply(*r, Batch("r", "p", 300, 40, 5)).ok());
@@ -382,6 +455,7 @@ TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
   {
     Restarted a(dir);
     EXPECT_EQ(a.models, 3);
+    EXPECT_EQ(a.store->bytes_written(), 0u);  // nothing written back: the pinned files are linked
     std::shared_ptr<Model> m = *a.reg.Get("m");
     EXPECT_TRUE(m->evicted());
     EXPECT_EQ(m->view(), nullptr);
@@ -430,42 +504,22 @@ TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
     // No view, no learner: a refresh builds nothing (the scheduler loads it back on request).
     EXPECT_EQ(RefreshModel(*m), nullptr);
     EXPECT_TRUE(m->evicted());
-    // A snapshot of the restarted daemon keeps it evicted, with the same bytes (the next start
-    // below restores it from this snapshot).
-    SnapshotOptions so;
-    so.dir = dir.sub("snapshots");
-    so.interval_seconds = 0;
-    SnapshotManager snapshots(so, a.reg, {}, &a.log);
-    auto taken = snapshots.TakeNow();
+    // A snapshot of the restarted daemon keeps it evicted, referencing the same file, already
+    // durable (the next start below restores it from this snapshot).
+    auto taken = TakeSnapshot(dir, a.reg, &a.log);
     ASSERT_TRUE(taken.ok()) << taken.status();
     EXPECT_EQ(taken->models, 3);
+    EXPECT_EQ(taken->referenced, 1);
+    EXPECT_EQ(taken->files_synced, 0);
     EXPECT_TRUE(m->evicted());
-    EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);  // its pin is gone
-
-    // A damaged file: the batch is refused, nothing is logged or applied.
-    const std::string path = fs::directory_iterator(dir.sub("evicted"))->path().string();
-    std::string bytes;
-    {
-      std::ifstream f(path, std::ios::binary);
-      bytes.assign(std::istreambuf_iterator<char>(f), {});
-    }
-    bytes[bytes.size() / 2] ^= 0x04;
-    {
-      std::ofstream f(path, std::ios::binary | std::ios::trunc);
-      f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    }
-    const uint64_t last = a.wal->last_sequence();
-    auto refused = Apply(a.reg, Batch("m", "p", 300, 40, 7));
-    ASSERT_FALSE(refused.ok());
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
-    EXPECT_NE(refused.status().message().find("cannot be loaded back"), std::string::npos) << refused.status();
-    EXPECT_TRUE(m->evicted());
-    EXPECT_EQ(m->ProducerOffset("p"), 300u);
-    EXPECT_EQ(a.wal->last_sequence(), last);
+    EXPECT_EQ(FilesIn(dir.sub("evicted")), 1u);
+    // One inode since its eviction: its file, and a pin of each kept snapshot.
+    EXPECT_EQ(fs::hard_link_count(OnlyFile(dir.sub("evicted"))), 3u);
   }
 
-  // Nothing lost: the next start writes its file again from the snapshot.
+  // The next start adopts the same file again; its batch loads it back as the twin's state.
   Restarted b(dir);
+  EXPECT_EQ(b.store->bytes_written(), 0u);
   std::shared_ptr<Model> m = *b.reg.Get("m");
   EXPECT_TRUE(m->evicted());
   EXPECT_EQ(m->StateDigest(), digest_m);
@@ -484,61 +538,243 @@ TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
   EXPECT_EQ(again->producer_offset, 340u);
 }
 
-// The EVCT object (snapshot format 2) is framed by both readers at the same place, and one of an
-// unknown version (its checksum recomputed: not damage) makes the snapshot unusable by name.
-TEST(Eviction, TheEvictedObjectOfASnapshotIsFramedAndItsVersionChecked) {
-  TempDir dir("evct");
-  std::string path;
+// A damaged referenced file (one inode: the model's file and every kept snapshot's pin) refuses
+// the reload with DATA_LOSS, nothing logged or applied, and says that a restart cannot recover
+// it: the next start still serves the model from what it keeps (digest, offsets), and refuses its
+// batches the same way. A file damaged before any snapshot referenced it is recovered by a
+// restart from the previous snapshot and the log. A missing pin makes its snapshot unusable: the
+// start falls back to the previous one.
+TEST(Eviction, ADamagedReferencedFileRefusesItsReloadAndSaysWhatARestartCanDo) {
+  TempDir dir("damaged_ref");
+  Metrics twin_metrics;
+  NullBatchLog twin_log;
+  ModelRegistry twin({}, twin_metrics, twin_log);
+  uint64_t digest_m = 0;
   {
     Daemonish d(dir);
-    std::shared_ptr<Model> m = FedModel(d);
-    ASSERT_FALSE(HasFailure());
-    ASSERT_TRUE(d.reg.Create(Config("live")).ok());
+    for (const char* name : {"m", "n"}) {
+      for (ModelRegistry* r : {&d.reg, &twin}) {
+        ASSERT_TRUE(r->Create(Config(name)).ok());
+        ASSERT_TRUE(Apply(*r, Batch(name, "p", 0, 300, name[0])).ok());
+      }
+    }
+    std::shared_ptr<Model> m = *d.reg.Get("m");
     ASSERT_NE(RefreshModel(*m), nullptr);
     ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
-    SnapshotOptions so;
-    so.dir = dir.sub("snapshots");
-    so.interval_seconds = 0;
-    SnapshotManager snapshots(so, d.reg, {}, &d.log);
-    auto taken = snapshots.TakeNow();
+    digest_m = m->StateDigest();
+    ASSERT_TRUE(TakeSnapshot(dir, d.reg, &d.log).ok());
+    // "n" is evicted after the snapshot: its file is referenced by none.
+    std::shared_ptr<Model> n = *d.reg.Get("n");
+    ASSERT_NE(RefreshModel(*n), nullptr);
+    ASSERT_TRUE(n->EvictIfIdle(1e-9).ok());
+    for (const auto& e : fs::directory_iterator(dir.sub("evicted"))) {
+      std::string bytes = ReadBytes(e.path().string());
+      bytes[bytes.size() / 2] ^= 0x04;
+      WriteBytes(e.path().string(), bytes);
+    }
+    const uint64_t last = d.wal->last_sequence();
+    auto refused = Apply(d.reg, Batch("m", "p", 300, 40, 7));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(refused.status().message().find("cannot be loaded back"), std::string::npos) << refused.status();
+    EXPECT_NE(refused.status().message().find("checksum mismatch"), std::string::npos) << refused.status();
+    EXPECT_NE(refused.status().message().find("a restart cannot recover it"), std::string::npos) << refused.status();
+    auto refused_n = Apply(d.reg, Batch("n", "p", 300, 40, 8));
+    ASSERT_FALSE(refused_n.ok());
+    EXPECT_EQ(refused_n.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(refused_n.status().message().find("restart the daemon to recover the model"), std::string::npos)
+        << refused_n.status();
+    EXPECT_TRUE(m->evicted());
+    EXPECT_EQ(m->ProducerOffset("p"), 300u);
+    EXPECT_EQ(d.wal->last_sequence(), last);
+  }
+  {
+    Restarted a(dir);
+    EXPECT_EQ(a.models, 2);
+    // "n": from the snapshot (resident then) and the log: its twin's state.
+    std::shared_ptr<Model> n = *a.reg.Get("n");
+    EXPECT_FALSE(n->evicted());
+    EXPECT_EQ(n->StateDigest(), (*twin.Get("n"))->StateDigest());
+    for (ModelRegistry* r : {&a.reg, &twin}) ASSERT_TRUE(Apply(*r, Batch("n", "p", 300, 40, 8)).ok());
+    EXPECT_EQ(n->StateDigest(), (*twin.Get("n"))->StateDigest());
+    // "m": restored evicted from the damaged file (size and footer unchanged), answers what it
+    // keeps, and refuses its batches, saying so.
+    std::shared_ptr<Model> m = *a.reg.Get("m");
+    EXPECT_TRUE(m->evicted());
+    EXPECT_EQ(m->StateDigest(), digest_m);
+    EXPECT_EQ(m->ProducerOffset("p"), 300u);
+    auto refused = Apply(a.reg, Batch("m", "p", 300, 40, 7));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(refused.status().message().find("a restart cannot recover it"), std::string::npos) << refused.status();
+    // A second snapshot, then the newest one's pin removed: unusable, the start falls back.
+    ASSERT_TRUE(TakeSnapshot(dir, a.reg, &a.log).ok());
+  }
+  SnapshotManager snapshots(SnapshotsOf(dir), twin, {}, nullptr);
+  const std::vector<std::string> kept = snapshots.List();
+  ASSERT_EQ(kept.size(), 2u);
+  fs::remove(OnlyFile(PinsDirOf(kept[1])));
+  auto probe_store = EvictionStore::Open(dir.sub("probe_evicted"), {});  // outlives the registry's models
+  ASSERT_TRUE(probe_store.ok()) << probe_store.status();
+  Metrics probe_metrics;
+  DeferredBatchLog probe_log;
+  ModelRegistry probe_reg({}, probe_metrics, probe_log);
+  probe_reg.SetSpill(probe_store->get());  // evicting: the damaged file is adopted, not decoded
+  SnapshotManager loader(SnapshotsOf(dir), probe_reg, {}, nullptr);
+  auto report = loader.LoadNewest();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->path, kept[0]);
+  ASSERT_EQ(report->unusable, std::vector<std::string>{kept[1]});
+  EXPECT_NE(report->skipped[0].find("cannot be opened"), std::string::npos) << report->skipped[0];
+  // Set aside, its pins go with it.
+  ASSERT_TRUE(loader.SetAside(report->unusable).ok());
+  const std::string aside = dir.sub("snapshots/unusable/") + fs::path(kept[1]).filename().string();
+  EXPECT_TRUE(fs::exists(aside));
+  EXPECT_TRUE(fs::exists(PinsDirOf(aside)));
+  EXPECT_FALSE(fs::exists(PinsDirOf(kept[1])));
+  Restarted b(dir);
+  EXPECT_EQ(b.models, 2);
+  EXPECT_EQ((*b.reg.Get("n"))->StateDigest(), (*twin.Get("n"))->StateDigest());
+  EXPECT_TRUE((*b.reg.Get("m"))->evicted());
+}
+
+// The EREF and EVCT objects of an evicted model (snapshot format 3) are framed by both readers at
+// the same place, a reader that takes only model objects refuses the reference by name, and an
+// EVCT or EREF object of an unknown version (the checksum recomputed: not damage) makes the
+// snapshot unusable by name.
+TEST(Eviction, TheReferenceAndEvictedObjectsOfASnapshotAreFramedAndTheirVersionsChecked) {
+  for (const char* edited : {"EVCT", "EREF"}) {
+    TempDir dir(std::string("evct_") + edited);
+    std::string path;
+    {
+      Daemonish d(dir);
+      std::shared_ptr<Model> m = FedModel(d);
+      ASSERT_FALSE(HasFailure());
+      ASSERT_TRUE(d.reg.Create(Config("live")).ok());
+      ASSERT_NE(RefreshModel(*m), nullptr);
+      ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+      auto taken = TakeSnapshot(dir, d.reg, &d.log);
+      ASSERT_TRUE(taken.ok()) << taken.status();
+      path = taken->path;
+    }
+    absl::StatusOr<SnapshotFile> whole = ReadSnapshotFile(path);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_EQ(whole->format_version, 3u);
+    ASSERT_EQ(whole->summary_ranges.size(), 2u);
+    ASSERT_EQ(whole->reference_ranges.size(), 2u);
+    // "live" (created second, listed by name) is a MODL object; "m" a reference, then its EVCT.
+    EXPECT_EQ(whole->summary_ranges[0], (std::pair<uint64_t, uint64_t>{0, 0}));
+    EXPECT_EQ(whole->reference_ranges[0], (std::pair<uint64_t, uint64_t>{0, 0}));
+    EXPECT_EQ(whole->model_ranges[1], (std::pair<uint64_t, uint64_t>{0, 0}));
+    const auto [ref_begin, ref_end] = whole->reference_ranges[1];
+    EXPECT_EQ(ref_begin, whole->model_ranges[0].second);
+    EXPECT_EQ(whole->bytes.substr(ref_begin, 4), "EREF");
+    const auto [begin, end] = whole->summary_ranges[1];
+    EXPECT_EQ(begin, ref_end);
+    EXPECT_EQ(whole->bytes.substr(begin, 4), "EVCT");
+    EXPECT_EQ(end + 4, whole->bytes.size());
+    {
+      auto reader = SnapshotFileReader::Open(path);
+      ASSERT_TRUE(reader.ok());
+      std::string object, summary, reference;
+      uint64_t at = 0;
+      ASSERT_TRUE(*(*reader)->Next(&object, &at, &summary, &reference));
+      EXPECT_TRUE(summary.empty());
+      EXPECT_TRUE(reference.empty());
+      ASSERT_TRUE(*(*reader)->Next(&object, &at, &summary, &reference));
+      EXPECT_TRUE(object.empty());
+      EXPECT_EQ(at, ref_begin);
+      EXPECT_EQ(reference, whole->bytes.substr(ref_begin, ref_end - ref_begin));
+      EXPECT_EQ(summary, whole->bytes.substr(begin, end - begin));
+      EXPECT_FALSE(*(*reader)->Next(&object, &at, &summary, &reference));
+      auto plain = SnapshotFileReader::Open(path);
+      ASSERT_TRUE(plain.ok());
+      ASSERT_TRUE(*(*plain)->Next(&object, &at));
+      absl::StatusOr<bool> refused = (*plain)->Next(&object, &at);
+      ASSERT_FALSE(refused.ok());
+      EXPECT_NE(refused.status().message().find("an evicted model reference (EREF) where this reader takes only"),
+                std::string::npos)
+          << refused.status();
+    }
+
+    std::string bytes = whole->bytes.substr(0, whole->bytes.size() - 4);
+    bytes[(std::string(edited) == "EVCT" ? begin : ref_begin) + 4] = 2;  // version 2
+    const uint32_t crc = crc32c::Mask(crc32c::Value(bytes.data(), bytes.size()));
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+    WriteBytes(path, bytes);
+    Restarted r(dir);
+    EXPECT_EQ(r.models, 0);  // the only snapshot is unusable: the log alone restores (below)
+    EXPECT_EQ(r.reg.List().size(), 2u);
+    absl::StatusOr<SnapshotFile> refused = ReadSnapshotFile(path);
+    ASSERT_FALSE(refused.ok());
+    const std::string expected = std::string(edited) == "EVCT"
+                                     ? "evicted model (EVCT) version 2 is not supported by this build (reads 1..1)"
+                                     : "evicted model reference (EREF) version 2 is not supported by this build "
+                                       "(reads 1..1)";
+    EXPECT_NE(refused.status().message().find(expected), std::string::npos) << refused.status();
+  }
+}
+
+// Snapshot format 2 (an evicted model's MODL object copied, then its EVCT object) still loads: the
+// model comes back evicted, its file written back from the snapshot's bytes, and its next batch
+// loads it back as a twin's state. The file is built from a format 3 snapshot's parts: its header
+// (version 2), the resident model's MODL object, the evicted model's MODL object (its pinned
+// file's) and its EVCT object.
+TEST(Eviction, AFormat2SnapshotStillLoads) {
+  TempDir dir("format2");
+  Metrics twin_metrics;
+  NullBatchLog twin_log;
+  ModelRegistry twin({}, twin_metrics, twin_log);
+  uint64_t digest = 0;
+  std::string path;
+  uint64_t file_size = 0;
+  {
+    Daemonish d(dir);
+    for (const char* name : {"m", "live"}) {
+      for (ModelRegistry* r : {&d.reg, &twin}) {
+        ASSERT_TRUE(r->Create(Config(name)).ok());
+        ASSERT_TRUE(Apply(*r, Batch(name, "p", 0, 300, name[0])).ok());
+      }
+    }
+    std::shared_ptr<Model> m = *d.reg.Get("m");
+    ASSERT_NE(RefreshModel(*m), nullptr);
+    ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+    digest = m->StateDigest();
+    auto taken = TakeSnapshot(dir, d.reg, &d.log);
     ASSERT_TRUE(taken.ok()) << taken.status();
     path = taken->path;
+    file_size = fs::file_size(OnlyFile(PinsDirOf(path)));
   }
-  absl::StatusOr<SnapshotFile> whole = ReadSnapshotFile(path);
-  ASSERT_TRUE(whole.ok()) << whole.status();
-  EXPECT_EQ(whole->format_version, 2u);
-  ASSERT_EQ(whole->summary_ranges.size(), 2u);
-  // "live" (created second, listed by name) has none; "m" has one right after its MODL object.
-  EXPECT_EQ(whole->summary_ranges[0], (std::pair<uint64_t, uint64_t>{0, 0}));
-  const auto [begin, end] = whole->summary_ranges[1];
-  EXPECT_EQ(begin, whole->model_ranges[1].second);
-  EXPECT_EQ(whole->bytes.substr(begin, 4), "EVCT");
-  auto reader = SnapshotFileReader::Open(path);
-  ASSERT_TRUE(reader.ok());
-  std::string object, summary;
-  uint64_t at = 0;
-  ASSERT_TRUE(*(*reader)->Next(&object, &at, &summary));
-  EXPECT_TRUE(summary.empty());
-  ASSERT_TRUE(*(*reader)->Next(&object, &at, &summary));
-  EXPECT_EQ(summary, whole->bytes.substr(begin, end - begin));
+  absl::StatusOr<SnapshotFile> v3 = ReadSnapshotFile(path);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  absl::StatusOr<SnapshotFile> pinned = ReadSnapshotFile(OnlyFile(PinsDirOf(path)));
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  const auto range = [](const SnapshotFile& f, std::pair<uint64_t, uint64_t> r) {
+    return f.bytes.substr(r.first, r.second - r.first);
+  };
+  std::string v2 = v3->bytes.substr(0, 44);
+  v2[12] = 2;                                     // format version 2
+  v2 += range(*v3, v3->model_ranges[0]);          // "live"
+  v2 += range(*pinned, pinned->model_ranges[0]);  // "m": its MODL object copied
+  v2 += range(*v3, v3->summary_ranges[1]);        // and its EVCT object
+  const uint32_t crc = crc32c::Mask(crc32c::Value(v2.data(), v2.size()));
+  for (int i = 0; i < 4; ++i) v2.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  fs::remove_all(PinsDirOf(path));
+  WriteBytes(path, v2);
+  absl::StatusOr<SnapshotFile> parsed = ReadSnapshotFile(path);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->format_version, 2u);
 
-  std::string bytes = whole->bytes.substr(0, whole->bytes.size() - 4);
-  bytes[begin + 4] = 2;  // EVCT version 2
-  const uint32_t crc = crc32c::Mask(crc32c::Value(bytes.data(), bytes.size()));
-  for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
-  {
-    std::ofstream f(path, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
   Restarted r(dir);
-  EXPECT_EQ(r.models, 0);  // the only snapshot is unusable: the log alone restores (below)
-  EXPECT_EQ(r.reg.List().size(), 2u);
-  absl::StatusOr<SnapshotFile> refused = ReadSnapshotFile(path);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(
-      refused.status().message().find("evicted model (EVCT) version 2 is not supported by this build (reads 1..1)"),
-      std::string::npos)
-      << refused.status();
+  EXPECT_EQ(r.models, 2);
+  std::shared_ptr<Model> m = *r.reg.Get("m");
+  EXPECT_TRUE(m->evicted());
+  EXPECT_EQ(m->StateDigest(), digest);
+  EXPECT_EQ(r.store->bytes_written(), file_size);  // its file written back from the snapshot's bytes
+  for (ModelRegistry* reg : {&r.reg, &twin}) ASSERT_TRUE(Apply(*reg, Batch("m", "p", 300, 40, 7)).ok());
+  EXPECT_FALSE(m->evicted());
+  EXPECT_EQ(m->StateDigest(), (*twin.Get("m"))->StateDigest());
+  EXPECT_EQ((*r.reg.Get("live"))->StateDigest(), (*twin.Get("live"))->StateDigest());
 }
 
 TEST(Eviction, ExportAndDeleteOfAnEvictedModel) {
