@@ -112,17 +112,21 @@ RefreshScheduler::RefreshScheduler(ModelRegistry& registry, Options options)
       credit_(options_.refresh_budget * options_.burst_seconds),
       credited_at_(Now()),
       thread_(
-          absl::Seconds(options_.tick_seconds), [this] { Tick(); }, "cme-refresh") {
+          absl::Seconds(options_.tick_seconds), [this] { Tick(); }, "cme-refresh"),
+      evict_thread_(
+          absl::Seconds(kSweepSeconds), [this] { SweepIdleModels(); }, "cme-evict") {
   registry_.metrics().SetViewStaleness(options_.refresh_budget, 0, 0, 0);
 }
 
 void RefreshScheduler::Tick() {
   RefreshDueModels();
-  SweepIdleModels();
   CompleteWaiters();
 }
 
-void RefreshScheduler::Start() { thread_.Start(); }
+void RefreshScheduler::Start() {
+  thread_.Start();
+  if (options_.evict_idle_seconds > 0) evict_thread_.Start();
+}
 
 void RefreshScheduler::Stop() {
   std::vector<Waiter> orphans;
@@ -132,6 +136,7 @@ void RefreshScheduler::Stop() {
     stopping_ = true;
   }
   stop_pass_ = true;  // a pass of refreshes in progress ends after the view being built
+  evict_thread_.Stop();
   thread_.Stop();
   {
     absl::MutexLock lock(&mu_);
@@ -181,13 +186,16 @@ void RefreshScheduler::Wait(std::shared_ptr<Model> model, uint64_t target, Clock
 
 void RefreshScheduler::SweepIdleModels() {
   if (options_.evict_idle_seconds <= 0) return;
-  const Clock::time_point now = Clock::now();
-  if (Seconds(now - last_sweep_) < kSweepSeconds) return;
-  last_sweep_ = now;
   // The freed learners are many mid-sized blocks (the RFF moments, the forecast sums) that
   // glibc keeps in its arenas: give their pages back, so that eviction lowers the resident
   // memory and not only the budget's count (docs/benchmarks.md "Fleets": eviction).
-  if (registry_.EvictIdle(options_.evict_idle_seconds, kSweepBudgetSeconds) > 0) ::malloc_trim(0);
+  evicted_since_trim_ += registry_.EvictIdle(options_.evict_idle_seconds, kSweepBudgetSeconds);
+  const Clock::time_point now = Clock::now();
+  if (evicted_since_trim_ > 0 && Seconds(now - last_trim_) >= kTrimSeconds) {
+    ::malloc_trim(0);
+    last_trim_ = now;
+    evicted_since_trim_ = 0;
+  }
 }
 
 namespace {

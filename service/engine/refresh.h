@@ -67,8 +67,9 @@ class RefreshScheduler {
   struct Options {
     double tick_seconds = 0.05;  // polling period; also the resolution of waits and requests
     // --evict-idle-seconds (0: never): the sweep evicts models idle this long
-    // (ModelRegistry::EvictIdle), at most every kSweepSeconds, spending at most
-    // kSweepBudgetSeconds of this thread per sweep on it.
+    // (ModelRegistry::EvictIdle) on a thread of its own ("cme-evict"), every kSweepSeconds,
+    // for at most kSweepBudgetSeconds a sweep: off the refresh thread, so that a fleet's
+    // evictions keep up with the models its feed finishes (docs/benchmarks.md "Fleets").
     double evict_idle_seconds = 0;
     // --refresh-budget: the share of one core the background refreshes may use, > 0 (values
     // above the cores leave them unbounded).
@@ -81,8 +82,10 @@ class RefreshScheduler {
     std::function<Clock::time_point()> clock = nullptr;
     double charge_per_refresh_for_testing = 0;
   };
-  static constexpr double kSweepSeconds = 1;
-  static constexpr double kSweepBudgetSeconds = 0.25;
+  static constexpr double kSweepSeconds = 0.25;
+  static constexpr double kSweepBudgetSeconds = 1;
+  // malloc_trim after evictions at most this often (it walks the heap's free chunks).
+  static constexpr double kTrimSeconds = 1;
   using Callback = std::function<void(absl::StatusOr<std::shared_ptr<const ModelView>>)>;
 
   // requires: registry outlives the scheduler.
@@ -102,7 +105,7 @@ class RefreshScheduler {
   void Wait(std::shared_ptr<Model> model, uint64_t target, Clock::time_point deadline, Callback done)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // One tick (the refreshes due, the eviction sweep, the waiters) on the caller's thread.
+  // One tick (the refreshes due, the waiters; not the eviction sweep) on the caller's thread.
   // Tests only; requires: Start() was not called.
   void RunOnceForTesting() { Tick(); }
   // The budget's credit in CPU seconds (negative: a debt). Tests only, from the ticking thread.
@@ -124,11 +127,12 @@ class RefreshScheduler {
   // Builds `model`'s view now and charges its CPU time to the budget (the scheduler thread only).
   std::shared_ptr<const ModelView> RefreshCharged(Model& model, bool requested);
   void CompleteWaiters() ABSL_LOCKS_EXCLUDED(mu_);
-  void SweepIdleModels();  // the scheduler thread only
+  void SweepIdleModels();  // the eviction thread only
 
   ModelRegistry& registry_;
   const Options options_;
-  Clock::time_point last_sweep_ = Clock::now();  // the scheduler thread only
+  Clock::time_point last_trim_ = Clock::now();  // the eviction thread only
+  int evicted_since_trim_ = 0;                   // the eviction thread only
   // The budget (the scheduler thread only): credit in CPU seconds, and when it was last credited.
   double credit_;
   Clock::time_point credited_at_;
@@ -146,6 +150,7 @@ class RefreshScheduler {
   // over thousands of due models would otherwise hold up the shutdown for its whole length).
   std::atomic<bool> stop_pass_{false};
   PeriodicThread thread_;  // every tick_seconds, or at once when woken by Request / Wait
+  PeriodicThread evict_thread_;  // every kSweepSeconds: SweepIdleModels
   // Lock order (service/README.md "Locks"): taken before the registry's lock and a model's
   // view lock (CompleteWaiters looks models up under it); never held while a view is built.
   absl::Mutex mu_;
