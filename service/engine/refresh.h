@@ -132,7 +132,7 @@ class RefreshScheduler {
   ModelRegistry& registry_;
   const Options options_;
   Clock::time_point last_trim_ = Clock::now();  // the eviction thread only
-  int evicted_since_trim_ = 0;                   // the eviction thread only
+  int evicted_since_trim_ = 0;                  // the eviction thread only
   // The budget (the scheduler thread only): credit in CPU seconds, and when it was last credited.
   double credit_;
   Clock::time_point credited_at_;
@@ -149,7 +149,7 @@ class RefreshScheduler {
   // Stop was called: a pass of refreshes ends after the view being built (a large budget's pass
   // over thousands of due models would otherwise hold up the shutdown for its whole length).
   std::atomic<bool> stop_pass_{false};
-  PeriodicThread thread_;  // every tick_seconds, or at once when woken by Request / Wait
+  PeriodicThread thread_;        // every tick_seconds, or at once when woken by Request / Wait
   PeriodicThread evict_thread_;  // every kSweepSeconds: SweepIdleModels
   // Lock order (service/README.md "Locks"): taken before the registry's lock and a model's
   // view lock (CompleteWaiters looks models up under it); never held while a view is built.
