@@ -21,32 +21,6 @@ RowMatrixXd Rows(const Eigen::Ref<const RowMatrixXd>& a, const std::vector<Eigen
   return out;
 }
 
-// The general rule: p training points evenly strided in stream order.
-RowMatrixXd StridedLandmarks(const Eigen::Ref<const RowMatrixXd>& x_train, Eigen::Index p) {
-  const Eigen::Index nt = x_train.rows();
-  std::vector<Eigen::Index> picks;
-  for (Eigen::Index i = 0; i < p; ++i) picks.push_back(i * nt / p);
-  return Rows(x_train, picks);
-}
-
-// One value per row (docs/algorithms.md §1.11.2): the training values at p evenly spaced ranks
-// (the smallest and the largest among them), repeated values once. They follow the values'
-// distribution, where strided picks of a trajectory follow time, so fewer cover it.
-RowMatrixXd ScalarLandmarks(const Eigen::Ref<const RowMatrixXd>& x_train, int max_landmarks) {
-  const Eigen::Index nt = x_train.rows();
-  std::vector<double> v(static_cast<size_t>(nt));
-  for (Eigen::Index i = 0; i < nt; ++i) v[static_cast<size_t>(i)] = x_train(i, 0);
-  std::sort(v.begin(), v.end());
-  const Eigen::Index p = std::min<Eigen::Index>(max_landmarks, nt);
-  std::vector<double> picks;
-  for (Eigen::Index i = 0; i < p; ++i) {
-    // Rank round(i (nt - 1) / (p - 1)): 0 and nt - 1 at the ends.
-    const double value = v[static_cast<size_t>(p == 1 ? 0 : (i * (nt - 1) + (p - 1) / 2) / (p - 1))];
-    if (picks.empty() || value != picks.back()) picks.push_back(value);
-  }
-  return Eigen::Map<const RowMatrixXd>(picks.data(), static_cast<Eigen::Index>(picks.size()), 1);
-}
-
 // One value per row (docs/algorithms.md §1.11.2): the same distances as the general rule,
 // |x_i - x_j| computed as (x_i - x_j).norm() computes it, sqrt((x_i - x_j)^2), and the same
 // order statistic, found in O(m log m + 64 m) instead of O(m^2): sort, then bisect on the bit
@@ -93,6 +67,52 @@ MedianDistance ScalarMedianNonzeroDistance(const Eigen::Ref<const RowMatrixXd>& 
 }
 
 }  // namespace
+
+HeldOutSplit BlockSplit(Eigen::Index n, int blocks) {
+  // Contiguous blocks, alternating train/test: pairs from one trajectory are correlated over its
+  // relaxation time, so a shuffled split puts near-copies of the training pairs into the test
+  // half and the score cannot see over-fitting (it leaks).
+  const Eigen::Index b = std::max<Eigen::Index>(2, std::min<Eigen::Index>(blocks, n / 2));
+  HeldOutSplit split;
+  for (Eigen::Index t = 0; t < n; ++t) ((t * b / n) % 2 == 0 ? split.train : split.test).push_back(t);
+  return split;
+}
+
+MedianDistance WarmupMedian(const Eigen::Ref<const RowMatrixXd>& x, const BandwidthSelectionOptions& options) {
+  // Evenly strided points (not the first ones: in-order data would give the region the
+  // trajectory started in).
+  const Eigen::Index n = x.rows();
+  std::vector<Eigen::Index> strided;
+  const Eigen::Index mp = std::min<Eigen::Index>(n, options.median_points);
+  for (Eigen::Index i = 0; i < mp; ++i) strided.push_back(i * n / mp);
+  return MedianNonzeroDistance(Rows(x, strided), options.median_points);
+}
+
+// The general rule: p training points evenly strided in stream order.
+RowMatrixXd StridedLandmarks(const Eigen::Ref<const RowMatrixXd>& x_train, Eigen::Index p) {
+  const Eigen::Index nt = x_train.rows();
+  std::vector<Eigen::Index> picks;
+  for (Eigen::Index i = 0; i < p; ++i) picks.push_back(i * nt / p);
+  return Rows(x_train, picks);
+}
+
+// One value per row (docs/algorithms.md §1.11.2): the training values at p evenly spaced ranks
+// (the smallest and the largest among them), repeated values once. They follow the values'
+// distribution, where strided picks of a trajectory follow time, so fewer cover it.
+RowMatrixXd ScalarLandmarks(const Eigen::Ref<const RowMatrixXd>& x_train, int max_landmarks) {
+  const Eigen::Index nt = x_train.rows();
+  std::vector<double> v(static_cast<size_t>(nt));
+  for (Eigen::Index i = 0; i < nt; ++i) v[static_cast<size_t>(i)] = x_train(i, 0);
+  std::sort(v.begin(), v.end());
+  const Eigen::Index p = std::min<Eigen::Index>(max_landmarks, nt);
+  std::vector<double> picks;
+  for (Eigen::Index i = 0; i < p; ++i) {
+    // Rank round(i (nt - 1) / (p - 1)): 0 and nt - 1 at the ends.
+    const double value = v[static_cast<size_t>(p == 1 ? 0 : (i * (nt - 1) + (p - 1) / 2) / (p - 1))];
+    if (picks.empty() || value != picks.back()) picks.push_back(value);
+  }
+  return Eigen::Map<const RowMatrixXd>(picks.data(), static_cast<Eigen::Index>(picks.size()), 1);
+}
 
 MedianDistance MedianNonzeroDistance(const Eigen::Ref<const RowMatrixXd>& x, int max_points) {
   const Eigen::Index n = std::min<Eigen::Index>(x.rows(), max_points);
@@ -165,19 +185,9 @@ double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::R
 BandwidthSelection SelectBandwidth(const Eigen::Ref<const RowMatrixXd>& x, const Eigen::Ref<const RowMatrixXd>& y,
                                    const BandwidthSelectionOptions& options) {
   BandwidthSelection out;
-  const Eigen::Index n = x.rows();
-  // Held-out split by contiguous blocks, alternating train/test: pairs from one trajectory are
-  // correlated over its relaxation time, so a shuffled split puts near-copies of the training
-  // pairs into the test half and the score cannot see over-fitting (it leaks).
-  const Eigen::Index blocks = std::max<Eigen::Index>(2, std::min<Eigen::Index>(options.blocks, n / 2));
-  std::vector<Eigen::Index> train, test;
-  for (Eigen::Index t = 0; t < n; ++t) ((t * blocks / n) % 2 == 0 ? train : test).push_back(t);
-  // Median and landmarks from evenly strided points (not the first ones: in-order data would
-  // give the region the trajectory started in).
-  std::vector<Eigen::Index> strided;
-  const Eigen::Index mp = std::min<Eigen::Index>(n, options.median_points);
-  for (Eigen::Index i = 0; i < mp; ++i) strided.push_back(i * n / mp);
-  const MedianDistance median = MedianNonzeroDistance(Rows(x, strided), options.median_points);
+  const HeldOutSplit split = BlockSplit(x.rows(), options.blocks);
+  const std::vector<Eigen::Index>&train = split.train, &test = split.test;
+  const MedianDistance median = WarmupMedian(x, options);
   out.median_distance = median.median;
   if (!(median.median > 0) || !std::isfinite(median.median)) {
     // One distinct point (a flat line, a stuck sensor): no length scale to learn. 1 is one unit

@@ -74,6 +74,22 @@ double HeldOutVamp2(const Eigen::Ref<const RowMatrixXd>& x_train, const Eigen::R
                     const Eigen::Ref<const RowMatrixXd>& x_test, const Eigen::Ref<const RowMatrixXd>& y_test,
                     const Eigen::Ref<const RowMatrixXd>& landmarks, double sigma, int rank, double ridge);
 
+// The selection's parts, for tools that score other landmark rules on the same split
+// (tests/bench/bandwidth_scalar_check.cc):
+// the held-out split of n pairs in stream order (contiguous blocks, alternately train and test;
+// blocks is clamped to [2, n / 2]),
+struct HeldOutSplit {
+  std::vector<Eigen::Index> train, test;
+};
+HeldOutSplit BlockSplit(Eigen::Index n, int blocks);
+// the median of the warm-up's nonzero distances over `options.median_points` evenly strided rows,
+MedianDistance WarmupMedian(const Eigen::Ref<const RowMatrixXd>& x, const BandwidthSelectionOptions& options);
+// p training rows evenly strided in stream order (the general rule),
+RowMatrixXd StridedLandmarks(const Eigen::Ref<const RowMatrixXd>& x_train, Eigen::Index p);
+// and, for one value per row, the training values at p evenly spaced ranks, repeated values once
+// (docs/algorithms.md §1.11.2).
+RowMatrixXd ScalarLandmarks(const Eigen::Ref<const RowMatrixXd>& x_train, int max_landmarks);
+
 // x, y: warm-up pairs (n x d each, n >= 20), in stream order, finite. Deterministic.
 // ensures: chosen > 0 and finite. Degenerate warm-ups (docs/algorithms.md §1.11.1): all rows
 // equal -> 1 (one unit of the scaled channels; no candidate is scored); a candidate whose score

@@ -69,13 +69,10 @@ struct Result {
 // training blocks), 200 strided landmarks: a judge independent of the selection's own split.
 std::vector<double> Judge(const RowMatrixXd& x, const RowMatrixXd& y, double med) {
   BandwidthSelectionOptions options;
-  const Eigen::Index n = x.rows();
-  std::vector<Eigen::Index> train, test;
-  for (Eigen::Index t = 0; t < n; ++t) ((t * 10 / n) % 2 == 0 ? train : test).push_back(t);
-  const RowMatrixXd xa = Rows(x, test), ya = Rows(y, test), xb = Rows(x, train), yb = Rows(y, train);
-  std::vector<Eigen::Index> picks;
-  for (Eigen::Index i = 0; i < 200; ++i) picks.push_back(i * xa.rows() / 200);
-  const RowMatrixXd lm = Rows(xa, picks);
+  const HeldOutSplit split = BlockSplit(x.rows(), 10);
+  const RowMatrixXd xa = Rows(x, split.test), ya = Rows(y, split.test);
+  const RowMatrixXd xb = Rows(x, split.train), yb = Rows(y, split.train);
+  const RowMatrixXd lm = StridedLandmarks(xa, 200);
   std::vector<double> out;
   for (double f : options.median_fractions) out.push_back(HeldOutVamp2(xa, ya, xb, yb, lm, f * med, 4, 1e-3));
   return out;
@@ -84,44 +81,28 @@ std::vector<double> Judge(const RowMatrixXd& x, const RowMatrixXd& y, double med
 Result Select(const RowMatrixXd& x, const RowMatrixXd& y, const Rule& rule, double* med_out) {
   auto t0 = std::chrono::steady_clock::now();
   BandwidthSelectionOptions options;
-  const Eigen::Index n = x.rows();
-  const Eigen::Index blocks = std::max<Eigen::Index>(2, std::min<Eigen::Index>(options.blocks, n / 2));
-  std::vector<Eigen::Index> train, test;
-  for (Eigen::Index t = 0; t < n; ++t) ((t * blocks / n) % 2 == 0 ? train : test).push_back(t);
-  std::vector<Eigen::Index> strided;
-  const Eigen::Index mp = std::min<Eigen::Index>(n, options.median_points);
-  for (Eigen::Index i = 0; i < mp; ++i) strided.push_back(i * n / mp);
-  const MedianDistance median = MedianNonzeroDistance(Rows(x, strided), options.median_points);
+  const HeldOutSplit split = BlockSplit(x.rows(), options.blocks);
+  const std::vector<Eigen::Index>&train = split.train, &test = split.test;
+  const MedianDistance median = WarmupMedian(x, options);
   *med_out = median.median;
   Result r;
   if (!(median.median > 0) || !std::isfinite(median.median)) return r;
   const RowMatrixXd x_train = Rows(x, train), y_train = Rows(y, train);
   const RowMatrixXd x_test = Rows(x, test), y_test = Rows(y, test);
   const Eigen::Index nt = static_cast<Eigen::Index>(train.size());
-  std::vector<double> sorted(x_train.data(), x_train.data() + nt);
-  std::sort(sorted.begin(), sorted.end());
-  const double range = sorted.back() - sorted.front();
+  const double range = x_train.maxCoeff() - x_train.minCoeff();
   double best = -1;
   int k = 0;
   for (double f : options.median_fractions) {
     const double sigma = f * median.median;
     RowMatrixXd landmarks;
     if (rule.kind == 0) {
-      const Eigen::Index p = std::min<Eigen::Index>(static_cast<Eigen::Index>(rule.p), nt);
-      std::vector<Eigen::Index> picks;
-      for (Eigen::Index i = 0; i < p; ++i) picks.push_back(i * nt / p);
-      landmarks = Rows(x_train, picks);
+      landmarks = StridedLandmarks(x_train, std::min<Eigen::Index>(static_cast<Eigen::Index>(rule.p), nt));
     } else {
       Eigen::Index p = static_cast<Eigen::Index>(rule.p);
       if (rule.kind == 2)
         p = std::clamp<Eigen::Index>(static_cast<Eigen::Index>(std::ceil(rule.p * range / sigma)) + 1, 8, 200);
-      p = std::min(p, nt);
-      std::vector<double> lm;
-      for (Eigen::Index i = 0; i < p; ++i) {
-        const double v = sorted[p == 1 ? 0 : static_cast<size_t>((i * (nt - 1) + (p - 1) / 2) / (p - 1))];
-        if (lm.empty() || v != lm.back()) lm.push_back(v);
-      }
-      landmarks = Eigen::Map<const RowMatrixXd>(lm.data(), static_cast<Eigen::Index>(lm.size()), 1);
+      landmarks = ScalarLandmarks(x_train, static_cast<int>(p));
     }
     const double score = HeldOutVamp2(x_train, y_train, x_test, y_test, landmarks, sigma, options.rank, options.ridge);
     r.scores.push_back(score);

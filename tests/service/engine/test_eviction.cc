@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <thread>
@@ -115,6 +116,27 @@ struct Daemonish {
   std::unique_ptr<Wal> wal;
 };
 
+// A registry that never evicts nor restarts: the state each test compares with.
+struct Twin {
+  Metrics metrics;
+  NullBatchLog log;
+  ModelRegistry reg{{}, metrics, log};
+};
+
+// Model `name` created in each registry and fed the same 300 pairs of producer "p".
+void CreateAndFeed(std::initializer_list<ModelRegistry*> registries, const char* name) {
+  for (ModelRegistry* r : registries) {
+    ASSERT_TRUE(r->Create(Config(name)).ok());
+    ASSERT_TRUE(Apply(*r, Batch(name, "p", 0, 300, name[0])).ok());
+  }
+}
+
+// A view of everything `m` learned, then `m` evicted (the sweep's two conditions met at once).
+void RefreshAndEvict(Model& m) {
+  ASSERT_NE(RefreshModel(m), nullptr);
+  ASSERT_TRUE(m.EvictIfIdle(1e-9).ok());
+}
+
 // Model "m" of `d`, created and fed 300 pairs of producer "p".
 std::shared_ptr<Model> FedModel(Daemonish& d) {
   EXPECT_TRUE(d.reg.Create(Config("m")).ok());
@@ -125,9 +147,8 @@ std::shared_ptr<Model> FedModel(Daemonish& d) {
 TEST(Eviction, EvictedModelAnswersFromMemoryAndReloadsBitForBit) {
   TempDir dir("reload");
   Daemonish d(dir);
-  Metrics twin_metrics;
-  NullBatchLog twin_log;
-  ModelRegistry twin({}, twin_metrics, twin_log);  // never evicted
+  Twin twin_parts;  // never evicted
+  ModelRegistry& twin = twin_parts.reg;
   ASSERT_TRUE(d.reg.Create(Config("m")).ok());
   ASSERT_TRUE(twin.Create(Config("m")).ok());
   for (ModelRegistry* r : {&d.reg, &twin}) ASSERT_TRUE(Apply(*r, Batch("m", "p", 0, 300, 1)).ok());
@@ -296,8 +317,7 @@ TEST(Eviction, ASnapshotReferencesAnEvictedModelsFileInsteadOfCopyingIt) {
   // link count is 1 + the kept snapshots), and retention removes the oldest one's with it.
   ASSERT_TRUE(d.reg.Create(Config("live")).ok());
   ASSERT_TRUE(Apply(d.reg, Batch("live", "p", 0, 300, 3)).ok());
-  ASSERT_NE(RefreshModel(*m), nullptr);
-  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  ASSERT_NO_FATAL_FAILURE(RefreshAndEvict(*m));
   ASSERT_TRUE(m->evicted());
   const std::string evicted = OnlyFile(dir.sub("evicted"));
   const uint64_t evicted_size = fs::file_size(evicted);
@@ -328,8 +348,7 @@ TEST(Eviction, ASnapshotReferencesAnEvictedModelsFileInsteadOfCopyingIt) {
 
   // A referenced file whose size changed fails the snapshot's verification by the model, installs
   // nothing and leaves no pin; the previous snapshots are untouched.
-  ASSERT_NE(RefreshModel(*m), nullptr);
-  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  ASSERT_NO_FATAL_FAILURE(RefreshAndEvict(*m));
   const std::string again = OnlyFile(dir.sub("evicted"));
   std::string truncated = ReadBytes(again);
   truncated.resize(truncated.size() - 100);
@@ -353,8 +372,7 @@ TEST(Eviction, PinsWithoutTheirSnapshotAreRemovedAtStart) {
   Daemonish d(dir);
   std::shared_ptr<Model> m = FedModel(d);
   ASSERT_FALSE(HasFailure());
-  ASSERT_NE(RefreshModel(*m), nullptr);
-  ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+  ASSERT_NO_FATAL_FAILURE(RefreshAndEvict(*m));
   absl::StatusOr<SnapshotResult> kept = TakeSnapshot(dir, d.reg, &d.log);
   ASSERT_TRUE(kept.ok()) << kept.status();
   const std::string stray = dir.sub("snapshots/snapshot-00000000000000000007.pins");
@@ -409,25 +427,18 @@ struct Restarted {
 // snapshot is loaded back by the replay of that batch. Restarted twice, it is the same file.
 TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
   TempDir dir("restart");
-  Metrics twin_metrics;
-  NullBatchLog twin_log;
-  ModelRegistry twin({}, twin_metrics, twin_log);  // never evicted, never restarted
+  Twin twin_parts;  // never evicted, never restarted
+  ModelRegistry& twin = twin_parts.reg;
   uint64_t digest_m = 0;
   Model::Stats stats_m;
   Model::AlarmList alarms_m;
   std::string image_m;
   {
     Daemonish d(dir);
-    for (const char* name : {"m", "r", "live"}) {
-      for (ModelRegistry* r : {&d.reg, &twin}) {
-        ASSERT_TRUE(r->Create(Config(name)).ok());
-        ASSERT_TRUE(Apply(*r, Batch(name, "p", 0, 300, name[0])).ok());
-      }
-    }
+    for (const char* name : {"m", "r", "live"}) ASSERT_NO_FATAL_FAILURE(CreateAndFeed({&d.reg, &twin}, name));
     for (const char* name : {"m", "r"}) {
       std::shared_ptr<Model> m = *d.reg.Get(name);
-      ASSERT_NE(RefreshModel(*m), nullptr);
-      ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+      ASSERT_NO_FATAL_FAILURE(RefreshAndEvict(*m));
       ASSERT_TRUE(m->evicted());
     }
     std::shared_ptr<Model> m = *d.reg.Get("m");
@@ -546,27 +557,19 @@ TEST(Eviction, RestartBringsModelsEvictedAtTheSnapshotBackEvicted) {
 // start falls back to the previous one.
 TEST(Eviction, ADamagedReferencedFileRefusesItsReloadAndSaysWhatARestartCanDo) {
   TempDir dir("damaged_ref");
-  Metrics twin_metrics;
-  NullBatchLog twin_log;
-  ModelRegistry twin({}, twin_metrics, twin_log);
+  Twin twin_parts;
+  ModelRegistry& twin = twin_parts.reg;
   uint64_t digest_m = 0;
   {
     Daemonish d(dir);
-    for (const char* name : {"m", "n"}) {
-      for (ModelRegistry* r : {&d.reg, &twin}) {
-        ASSERT_TRUE(r->Create(Config(name)).ok());
-        ASSERT_TRUE(Apply(*r, Batch(name, "p", 0, 300, name[0])).ok());
-      }
-    }
+    for (const char* name : {"m", "n"}) ASSERT_NO_FATAL_FAILURE(CreateAndFeed({&d.reg, &twin}, name));
     std::shared_ptr<Model> m = *d.reg.Get("m");
-    ASSERT_NE(RefreshModel(*m), nullptr);
-    ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+    ASSERT_NO_FATAL_FAILURE(RefreshAndEvict(*m));
     digest_m = m->StateDigest();
     ASSERT_TRUE(TakeSnapshot(dir, d.reg, &d.log).ok());
     // "n" is evicted after the snapshot: its file is referenced by none.
     std::shared_ptr<Model> n = *d.reg.Get("n");
-    ASSERT_NE(RefreshModel(*n), nullptr);
-    ASSERT_TRUE(n->EvictIfIdle(1e-9).ok());
+    ASSERT_NO_FATAL_FAILURE(RefreshAndEvict(*n));
     for (const auto& e : fs::directory_iterator(dir.sub("evicted"))) {
       std::string bytes = ReadBytes(e.path().string());
       bytes[bytes.size() / 2] ^= 0x04;
@@ -651,8 +654,7 @@ TEST(Eviction, TheReferenceAndEvictedObjectsOfASnapshotAreFramedAndTheirVersions
       std::shared_ptr<Model> m = FedModel(d);
       ASSERT_FALSE(HasFailure());
       ASSERT_TRUE(d.reg.Create(Config("live")).ok());
-      ASSERT_NE(RefreshModel(*m), nullptr);
-      ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+      ASSERT_NO_FATAL_FAILURE(RefreshAndEvict(*m));
       auto taken = TakeSnapshot(dir, d.reg, &d.log);
       ASSERT_TRUE(taken.ok()) << taken.status();
       path = taken->path;
@@ -722,23 +724,16 @@ TEST(Eviction, TheReferenceAndEvictedObjectsOfASnapshotAreFramedAndTheirVersions
 // file's) and its EVCT object.
 TEST(Eviction, AFormat2SnapshotStillLoads) {
   TempDir dir("format2");
-  Metrics twin_metrics;
-  NullBatchLog twin_log;
-  ModelRegistry twin({}, twin_metrics, twin_log);
+  Twin twin_parts;
+  ModelRegistry& twin = twin_parts.reg;
   uint64_t digest = 0;
   std::string path;
   uint64_t file_size = 0;
   {
     Daemonish d(dir);
-    for (const char* name : {"m", "live"}) {
-      for (ModelRegistry* r : {&d.reg, &twin}) {
-        ASSERT_TRUE(r->Create(Config(name)).ok());
-        ASSERT_TRUE(Apply(*r, Batch(name, "p", 0, 300, name[0])).ok());
-      }
-    }
+    for (const char* name : {"m", "live"}) ASSERT_NO_FATAL_FAILURE(CreateAndFeed({&d.reg, &twin}, name));
     std::shared_ptr<Model> m = *d.reg.Get("m");
-    ASSERT_NE(RefreshModel(*m), nullptr);
-    ASSERT_TRUE(m->EvictIfIdle(1e-9).ok());
+    ASSERT_NO_FATAL_FAILURE(RefreshAndEvict(*m));
     digest = m->StateDigest();
     auto taken = TakeSnapshot(dir, d.reg, &d.log);
     ASSERT_TRUE(taken.ok()) << taken.status();
