@@ -231,11 +231,6 @@ ModelMetrics::ModelMetrics(Metrics& m, std::string model) : m_(m), model_(std::m
   for (const char* reason : kRejectReasons) values_.rejected.emplace(reason, 0.0);
 }
 
-bool ModelMetrics::has_series() const {
-  absl::MutexLock lock(&mu_);
-  return attached_;
-}
-
 void ModelMetrics::Attach() {
   absl::MutexLock lock(&mu_);
   if (removed_ || attached_) return;

@@ -186,8 +186,6 @@ class ModelMetrics {
   void OnReloaded(double seconds);
   void OnEvictedDeleted();
   void Remove() ABSL_LOCKS_EXCLUDED(mu_);
-  // The series exist (every model under "all"; the ranked ones under "top N").
-  bool has_series() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class Metrics;
@@ -224,7 +222,7 @@ class ModelMetrics {
   const std::string model_;
   // A leaf lock (prometheus-cpp's own family locks are taken under it). Guards the values, the
   // flags and every series below: while not attached (or once removed) the series are null.
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   bool removed_ ABSL_GUARDED_BY(mu_) = false;
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
   Values values_ ABSL_GUARDED_BY(mu_);
@@ -278,7 +276,6 @@ class Metrics {
   void ObserveRpc(const std::string& method, double seconds, int grpc_code) ABSL_LOCKS_EXCLUDED(rpc_mu_);
   // --metrics-per-model (PerModelSeries). requires: before the first ForModel.
   void SetPerModel(PerModelSeries per_model) { per_model_ = per_model; }
-  const PerModelSeries& per_model() const { return per_model_; }
   // Under "top N": ranks the models and moves the series to the top N, at most every
   // PerModelSeries::kTopRankSeconds (the refresh scheduler calls it at its reports); Now: at
   // once (tests). Otherwise no-op.
