@@ -98,7 +98,10 @@ void DriftDetector::StartHoldover() {
   hold_pairs_ = 0;
   std::copy(x_mean_.begin(), x_mean_.end(), hold_x_mean_.begin());
   std::copy(mean_.begin(), mean_.end(), hold_mean_.begin());
-  for (size_t u = 0; u < var_.size(); ++u) hold_sd_[u] = RecursiveResidualSd(var_[u], n, options_.baseline_pairs);
+  for (size_t u = 0; u < var_.size(); ++u) {
+    // A component without the variation to standardize (see EnoughVariation) is held unscored.
+    hold_sd_[u] = EnoughVariation(var_[u], n) ? RecursiveResidualSd(var_[u], n, options_.baseline_pairs) : 0.0;
+  }
   std::fill(hold_up_.begin(), hold_up_.end(), 0.0);
   std::fill(hold_down_.begin(), hold_down_.end(), 0.0);
 }
@@ -128,6 +131,11 @@ void DriftDetector::Signs(const double* x, const double* residual, const double*
     for (int j = 0; j < d; ++j) gc[j] = rs * side(x[j], means[j]);
     if (options_.steps) g[nc * d + c] = rs * side(step[c], means[d + c]);
   }
+}
+
+bool DriftDetector::EnoughVariation(double var, int64_t n) const {
+  const double pairs = static_cast<double>(std::min<int64_t>(n, options_.baseline_pairs));
+  return pairs * var >= 4.0 * kMinMinorityPairs;
 }
 
 double DriftDetector::StepCusums(double z, double k, int64_t t, double& up, double& down, int64_t& up_start,
@@ -222,7 +230,8 @@ const DriftDetector::Alarm* DriftDetector::Observe(const double* x, const double
   for (int i = 0; i < p; ++i) {
     const size_t u = static_cast<size_t>(i);
     if (armed) {
-      const double sd = RecursiveResidualSd(var_[u], n, options_.baseline_pairs);
+      // A component without the variation to standardize scores 0 (its CUSUMs decay).
+      const double sd = EnoughVariation(var_[u], n) ? RecursiveResidualSd(var_[u], n, options_.baseline_pairs) : 0.0;
       const double z = sd > 0 ? std::clamp((g_[u] - mean_[u]) / sd, -options_.clip, options_.clip) : 0.0;
       const double s = StepCusums(z, k, t, up_[u], down_[u], up_start_[u], down_start_[u]);
       if (s > threshold_ && s > fired_score) {

@@ -79,6 +79,13 @@ class DriftDetector {
   // C d components at most: their 2 C d CUSUMs share one false-alarm budget, so the threshold
   // grows with log(C d); beyond this the test is not run (docs/algorithms.md §12.9).
   static constexpr int kMaxComponents = 256;
+  // A component scores only once its reference holds about this many pairs on its less frequent
+  // side (docs/algorithms.md §12.9 "Quantized and intermittent streams"): n var >= 4 of them, n
+  // the reference's pairs (at most baseline_pairs), as n var = 4 n p (1 - p) for a sign whose
+  // rarer value has share p. On a mostly-zero counter or a square wave the signs are nearly
+  // constant, and the few pairs of the other sign, standardized by a spread estimated from a
+  // handful of them, hit the clip and alarm.
+  static constexpr double kMinMinorityPairs = 40;
   static int Components(int inputs, int channels, bool steps = false) {
     return channels * inputs + (steps ? channels : 0);
   }
@@ -137,6 +144,9 @@ class DriftDetector {
   // max(up, down) after it.
   static double StepCusums(double z, double k, int64_t t, double& up, double& down, int64_t& up_start,
                            int64_t& down_start);
+  // Whether a component whose reference of n pairs has variance var may be standardized and
+  // scored (kMinMinorityPairs).
+  bool EnoughVariation(double var, int64_t n) const;
   // The live reference is held (Options::holdover_pairs) if it is long enough, else none is.
   void StartHoldover();
   // One pair against the held reference (components in hold_g_): true when it alarmed (alarm_
