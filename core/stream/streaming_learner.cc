@@ -102,6 +102,12 @@ void StreamingLearner::Lanes::Settle() const {
   if (cme) cme->WaitAll();
 }
 
+StreamingLearner::SpectralBases StreamingLearner::SpectralBasesNow() const {
+  lanes_.Settle();  // the last run's events may still start an epoch (TWO CORES)
+  if (!spectral_) return {};
+  return {spectral_->basis_size(), spectral_->previous_basis_size()};
+}
+
 void StreamingLearner::CreateSigmaDependent(double sigma) {
   absl::StatusOr<FeatureMap> features =
       FeatureMap::Rff(options_.estimator_dim(), options_.rff_features, sigma, options_.seed);

@@ -365,6 +365,13 @@ class StreamingLearner {
   const CompressedCme* cme() const { return cme_.get(); }
   // The spectral moments' basis (atoms) as of the last reported run (see spectral_basis_); 0: none.
   int spectral_basis() const { return spectral_basis_; }
+  // The spectral moments' live basis and the frozen epoch's basis (atoms; 0: none) now, for the
+  // daemon's memory budget: waits for the last run's events first (TWO CORES), as Serialize does.
+  struct SpectralBases {
+    int live = 0;
+    int frozen = 0;
+  };
+  SpectralBases SpectralBasesNow() const;
   // The forecast regression (null for discrete models and during the warm-up).
   const ForecastRegression* forecast() const { return forecast_.get(); }
   // The change alarms (options.alarms), else null.

@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
@@ -19,12 +21,46 @@
 namespace cmestream::service {
 
 // Bytes a model built from `config` (normalized) may hold at its configured limits: learner
-// matrices at max_dict, counts, RFF moments, spectral moments (live and serving epoch), latent
+// matrices at max_dict, counts, RFF moments, spectral moments (live and frozen epoch), latent
 // reservoir and moments, predictive-state statistics, the sigma warm-up buffer, and its latest
 // view. EstimateModelBytesAt(config, max_dict).
 double EstimateModelBytes(const v1::ModelConfig& config);
-// The same with the dictionary at `atoms` per side (clamped to [0, max_dict]): what the model
-// holds at that size. Everything else is sized by the config alone.
+// The estimate by part (bytes each; parts a config does not have are 0).
+struct ModelMemoryEstimate {
+  double model = 0;        // the Model object, its producer map and bookkeeping
+  double cme = 0;          // CompressedCme at the capacity
+  double counts = 0;       // transition counts over the atoms (discrete: over the ids)
+  double rff_moments = 0;  // the embedding's random-feature moments
+  double alarms = 0;       // the change alarms' forecast sums
+  double warmup = 0;       // the sigma "auto" warm-up buffer
+  double micro_batch = 0;  // the open CME run and its scratch
+  double forecast = 0;     // the forecast regression's sums
+  double spectral = 0;     // the spectral moments (live and frozen epochs)
+  double lags = 0;         // the lag statistics
+  double latent = 0;       // the latent accumulator and reservoir
+  double predictive = 0;   // the predictive-state accumulator
+  double view = 0;         // the latest view
+  double total() const;
+  // (name, bytes) of every part, in the order above.
+  std::vector<std::pair<const char*, double>> Terms() const;
+};
+// The sizes a model's state is allocated at (what it holds; ModelShape::AtCapacity: the most it
+// may hold at a dictionary capacity).
+struct ModelShape {
+  double capacity = 0;         // the CME's dictionary capacity (CompressedCme::capacity)
+  double atoms = 0;            // atoms per side in it (the view's copies are sized by them)
+  double spectral_live = 0;    // the spectral moments' live basis (StreamingLearner::SpectralBasesNow)
+  double spectral_frozen = 0;  // and their frozen epoch's basis
+  // Every size at `capacity`: the most a model may hold at that capacity (a spectral re-base
+  // takes at most the dictionary's atoms).
+  static ModelShape AtCapacity(double capacity);
+};
+// What a model of `config` holds at `shape`, by part. A discrete model's parts do not depend on
+// the shape. Within the stated tolerances of tests/service/engine/test_memory_budget.cc
+// (EstimateFollowsWhatALearnerHolds: the heap a fed learner and its view hold).
+ModelMemoryEstimate EstimateModelMemory(const v1::ModelConfig& config, const ModelShape& shape);
+// The same with the dictionary at `atoms` per side (clamped to [0, max_dict]) and every
+// dictionary-sized part at that size (ModelShape::AtCapacity): the most the model holds there.
 double EstimateModelBytesAt(const v1::ModelConfig& config, double atoms);
 // The CME's first dictionary capacity (CompressedCme::Reserve): 16, 32, 64, ... capped at max_dict.
 inline constexpr int kInitialDictionaryCapacity = 16;

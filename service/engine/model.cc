@@ -427,21 +427,36 @@ void Model::DetachLedger() {
 double Model::HeldBytesEstimate() const { return HeldBytesAndAtoms(nullptr); }
 
 double Model::HeldBytesAndAtoms(int* atoms) const {
-  int capacity = 0, m = 0;
+  ModelShape shape;
   {
     absl::MutexLock lock(&learner_mu_);
     if (!learner_) {  // evicted: it holds nothing the budget counts
       if (atoms != nullptr) *atoms = 0;
       return 0;
     }
-    if (const CompressedCme* cme = learner_->cme()) {
-      capacity = cme->capacity();
-      m = std::max(cme->dict_x_size(), cme->dict_y_size());
-    }
+    shape = ShapeLocked();
   }
-  if (atoms != nullptr) *atoms = m;
+  if (atoms != nullptr) *atoms = static_cast<int>(shape.atoms);
+  return EstimateModelMemory(config_, shape).total();
+}
+
+ModelShape Model::Shape() const {
+  absl::MutexLock lock(&learner_mu_);
+  return learner_ ? ShapeLocked() : ModelShape{};
+}
+
+ModelShape Model::ShapeLocked() const {
+  ModelShape shape;
   const int max_dict = static_cast<int>(config_.max_dict());
-  return EstimateModelBytesAt(config_, DictionaryCapacity(capacity, max_dict));
+  shape.capacity = DictionaryCapacity(0, max_dict);  // before the warm-up ends: the first capacity
+  if (const CompressedCme* cme = learner_->cme()) {
+    shape.capacity = DictionaryCapacity(cme->capacity(), max_dict);
+    shape.atoms = std::max(cme->dict_x_size(), cme->dict_y_size());
+  }
+  const StreamingLearner::SpectralBases bases = learner_->SpectralBasesNow();
+  shape.spectral_live = bases.live;
+  shape.spectral_frozen = bases.frozen;
+  return shape;
 }
 
 Model::MemoryStatus Model::memory() const {
@@ -452,6 +467,7 @@ Model::MemoryStatus Model::memory() const {
 uint32_t Model::GrantDictionaryCap(int64_t pairs) {
   int atoms = 0, capacity = 0;
   int64_t pending = 0, run = 0;
+  ModelShape shape;
   {
     absl::MutexLock lock(&learner_mu_);
     run = learner_->options().run_pairs();
@@ -460,6 +476,7 @@ uint32_t Model::GrantDictionaryCap(int64_t pairs) {
       capacity = cme->capacity();
     }
     pending = learner_->pending_warmup();
+    shape = ShapeLocked();
   }
   const int max_dict = static_cast<int>(config_.max_dict());
   // Each pair learned admits at most one atom per side: the pairs of this batch, the warm-up
@@ -471,7 +488,13 @@ uint32_t Model::GrantDictionaryCap(int64_t pairs) {
   if (ledger_ == nullptr) return 0;
   int granted = have;
   for (int cap = want; cap > have; cap = DictionaryCapacity(cap / 2, max_dict)) {
-    const double extra = std::ceil(EstimateModelBytesAt(config_, cap)) - charged_;
+    // The batch's committed growth: the CME at the new capacity and its view with the atoms it
+    // may reach; the spectral moments as they are (a re-base, rare, is charged after the batch
+    // by SettleMemory, and takes at most the dictionary this cap bounds).
+    ModelShape grown = shape;
+    grown.capacity = cap;
+    grown.atoms = std::min<double>(cap, static_cast<double>(need));
+    const double extra = std::ceil(EstimateModelMemory(config_, grown).total()) - charged_;
     if (extra <= 0 || ledger_->TryGrow(charged_, extra)) {
       if (extra > 0) charged_ += extra;
       granted = cap;
