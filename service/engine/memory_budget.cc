@@ -183,7 +183,9 @@ bool MemoryLedger::TryGrow(double held, double extra) {
     if (budget_ > 0) {
       const double after = static_cast<double>(now + add);
       if (after > budget_) return false;
-      const double share = budget_ / static_cast<double>(std::max<int64_t>(1, models_.load()));
+      // The share of kTight x budget: past kTight, models grow only into the 90 % that growth
+      // may fill, and the rest stays for the floors of new models (admission).
+      const double share = kTight * budget_ / static_cast<double>(std::max<int64_t>(1, models_.load()));
       if (after > kTight * budget_ && held + static_cast<double>(add) > share) return false;
     }
   } while (!committed_.compare_exchange_weak(now, now + add));

@@ -29,7 +29,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // The ledger's rules in closed form: admission by the budget, growth by the budget and, past
-// kTight (0.9) of it, by the fair share budget / models.
+// kTight (0.9) of it, by the fair share kTight x budget / models.
 TEST(MemoryLedgerTest, AdmitsAndGrowsByTheBudgetAndTheFairShare) {
   MemoryLedger ledger(1000);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(ledger.TryAdmit(100));
@@ -42,9 +42,9 @@ TEST(MemoryLedgerTest, AdmitsAndGrowsByTheBudgetAndTheFairShare) {
   EXPECT_TRUE(ledger.TryGrow(100, 450));
   EXPECT_EQ(ledger.committed(), 850);
   // 850 + 100 = 950 > 900: only a model within its share 1000 / 4 = 250 may grow.
-  EXPECT_FALSE(ledger.TryGrow(550, 100));  // 650 > 250
-  EXPECT_FALSE(ledger.TryGrow(200, 100));  // 300 > 250
-  EXPECT_TRUE(ledger.TryGrow(100, 100));   // 200 <= 250, 950 <= 1000
+  EXPECT_FALSE(ledger.TryGrow(550, 100));  // 650 > 225
+  EXPECT_FALSE(ledger.TryGrow(200, 100));  // 300 > 225
+  EXPECT_TRUE(ledger.TryGrow(100, 100));   // 200 <= 225, 950 <= 1000
   EXPECT_EQ(ledger.committed(), 950);
   EXPECT_FALSE(ledger.TryGrow(100, 60));  // 1010 > 1000, whatever the share
   ledger.Adjust(-150);                    // a batch's unused grant released
@@ -56,6 +56,19 @@ TEST(MemoryLedgerTest, AdmitsAndGrowsByTheBudgetAndTheFairShare) {
   EXPECT_TRUE(unlimited.TryAdmit(1e12));
   EXPECT_TRUE(unlimited.TryGrow(1e12, 1e12));
   EXPECT_EQ(unlimited.committed(), 2e12);
+}
+
+// Models that grew to their shares leave (1 - kTight) of the budget for the floors of new ones:
+// a fleet at its shares still admits (with shares of the whole budget the fifth was refused).
+TEST(MemoryLedgerTest, GrowthToTheSharesLeavesRoomForNewModels) {
+  MemoryLedger ledger(1000);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(ledger.TryAdmit(100));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(ledger.TryGrow(100, 100));  // 800 <= 900
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(ledger.TryGrow(200, 25));   // to 900, each at 225
+  EXPECT_FALSE(ledger.TryGrow(225, 1));                               // 901 > 900 and 226 > 225
+  EXPECT_EQ(ledger.committed(), 900);
+  EXPECT_TRUE(ledger.TryAdmit(100));  // a new model's floor fits the 10 % kept
+  EXPECT_EQ(ledger.models(), 5);
 }
 
 TEST(MemoryLedgerTest, CapacitiesFollowTheCmeRule) {
@@ -159,10 +172,11 @@ PairBatch Pairs(const std::vector<double>& x, const std::vector<double>& y, int 
   return b;
 }
 
-// A tight budget. Alone under a budget of exactly the most it may hold at 64 atoms, a growing
-// model reaches 64 (past kTight, but within its fair share, the whole budget). Beside an empty
-// model under floor + the least it holds at 64, growth to 64 would put the ledger at 100 % of the
-// budget with the model above its fair share (budget / 2), so it stops at 32 (within its share). Either way the
+// A tight budget. Alone under a budget whose kTight part is exactly the most it may hold at 64
+// atoms, a growing model reaches 64 (past kTight, but within its fair share, kTight x budget).
+// Beside an empty model under floor + the least it holds at 64, growth to 64 would put the ledger
+// at 100 % of the budget with the model above its fair share (kTight x budget / 2), so it stops
+// at 32. Either way the
 // model learns every pair (nothing refused) with its dictionary capped (forced projections),
 // the ledger never passes the budget, and the caps it logged make a replay under an unlimited
 // budget learn the same state, bit for bit. With room to spare, no cap is logged.
@@ -239,16 +253,19 @@ TEST(MemoryBudgetFleetTest, ATightBudgetCapsGrowthAndReplayLearnsTheSame) {
   // bases it has: between LeastAt(k) and the most at k (EstimateModelBytesAt).
   const double at32 = std::ceil(EstimateModelBytesAt(c, 32)), at64 = std::ceil(EstimateModelBytesAt(c, 64));
   const double least64 = LeastAt(c, 64), least128 = LeastAt(c, 128);
-  // Alone under at64: every step to 64 fits, none to 128 does.
+  constexpr double kTight = MemoryLedger::kTight;
+  // Alone under at64 / kTight: every step to 64 is within its share (kTight x budget = at64),
+  // none to 128 is.
   ASSERT_GT(least128, at64);
   // Beside an empty model under floor + least64: a step to 64 would put the ledger at >= 100 %
-  // of the budget with the model above its fair share (half of it); one to 32 stays below 90 % or
-  // within the share.
-  ASSERT_GT(least64, (floor + least64) / 2);
-  ASSERT_TRUE(floor + at32 <= MemoryLedger::kTight * (floor + least64) || at32 <= (floor + least64) / 2);
+  // of the budget with the model above its fair share (kTight x half of it); one to 32 stays
+  // below kTight of the budget or within the share.
+  const double pair_budget = floor + least64;
+  ASSERT_GT(least64, kTight * pair_budget / 2);
+  ASSERT_TRUE(floor + at32 <= kTight * pair_budget || at32 <= kTight * pair_budget / 2);
 
   for (const bool neighbour : {false, true}) {
-    const double budget = neighbour ? floor + least64 : at64;
+    const double budget = neighbour ? pair_budget : at64 / kTight;
     const uint32_t cap = neighbour ? 32 : 64;
     SCOPED_TRACE(neighbour ? "beside an empty model" : "alone");
     const TightRun run = RunTight(budget, neighbour);
