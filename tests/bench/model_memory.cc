@@ -140,8 +140,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const StreamingLearner::Options options = cs::LearnerOptionsFor(*config);
-  std::printf("model_memory: %d default models of %d channels, %d pairs each (rff_features %u, max_dict %u)\n",
-              models, channels, pairs, config->rff_features(), config->max_dict());
+  std::printf("model_memory: %d default models of %d channels, %d pairs each (rff_features %u, max_dict %u)\n", models,
+              channels, pairs, config->rff_features(), config->max_dict());
   for (int k = 0; k < models; ++k) {
     const std::vector<double> rows = Series(k, pairs + 1, channels, seed);
     const double h0 = InUse();
@@ -171,15 +171,17 @@ int main(int argc, char** argv) {
       std::printf("model %d: still in its warm-up\n", k);
       continue;
     }
-    std::printf("\nmodel %d: %d atoms (capacity %d), spectral basis %d; learner heap %.2f MiB, CME's own count %.2f MiB\n",
-                k, atoms, capacity, learner->spectral_basis(), MiB(held), cme ? MiB(static_cast<double>(cme->HeapBytes())) : 0.0);
+    std::printf(
+        "\nmodel %d: %d atoms (capacity %d), spectral basis %d; learner heap %.2f MiB, CME's own count %.2f MiB\n", k,
+        atoms, capacity, learner->spectral_basis(), MiB(held), cme ? MiB(static_cast<double>(cme->HeapBytes())) : 0.0);
     std::printf("  snapshot (a refresh's copy) %.2f MiB:", MiB(snap_bytes));
     if (snap->cme) std::printf(" cme %.2f", MiB(CopyBytes(*snap->cme)));
     std::printf(" counts %.2f", MiB(CopyBytes(snap->counts)));
     if (snap->moments) std::printf(" rff-moments %.2f", MiB(CopyBytes(*snap->moments)));
     if (snap->spectral) {
       std::printf(" spectral %.2f (basis %d, frozen moments %d)", MiB(CopyBytes(*snap->spectral)),
-                  static_cast<int>(snap->spectral->basis.rows()), static_cast<int>(snap->spectral->frozen.c00[0].rows()));
+                  static_cast<int>(snap->spectral->basis.rows()),
+                  static_cast<int>(snap->spectral->frozen.c00[0].rows()));
     }
     if (snap->lags) std::printf(" lags %.2f", MiB(CopyBytes(*snap->lags)));
     if (snap->forecast) std::printf(" forecast %.2f", MiB(CopyBytes(*snap->forecast)));
