@@ -381,14 +381,14 @@ TEST(MemoryBudgetTest, EstimateFollowsWhatALearnerHolds) {
       shape.spectral_live = bases.live;
       shape.spectral_frozen = bases.frozen;
       const ModelMemoryEstimate e = EstimateModelMemory(c, shape);
-      // measured (held MiB -> ratio): 1 channel 1.3-1.4 MiB -> 1.05-1.2; 8 channels 4.4-66 MiB
-      // (capacities 128-1000) -> 1.06-1.3
+      // measured (held -> charged / held): 1 channel 1.63-1.90 MiB (capacities 16-32) -> 1.05-1.16;
+      // 8 channels 19.6, 19.9, 54.7 MiB (capacities 512, 512, 1000) -> 1.14, 1.12, 1.08
       EXPECT_GE(e.total(), held);
       EXPECT_LE(e.total(), 1.35 * held);
       // The CME's part against the CME's own count of its matrices (same allocations).
       const double cme = static_cast<double>(learner->cme()->HeapBytes());
       EXPECT_GE(e.cme + e.micro_batch, cme);
-      EXPECT_LE(e.cme + e.micro_batch, 1.3 * cme);
+      EXPECT_LE(e.cme + e.micro_batch, 1.3 * cme);  // measured 1.06-1.24
       if (channels == 8) {
         EXPECT_GE(EstimateModelBytesAt(c, shape.capacity), 2 * held);
       }
