@@ -445,7 +445,7 @@ ModelShape Model::Shape() const {
   return learner_ ? ShapeLocked() : ModelShape{};
 }
 
-ModelShape Model::ShapeLocked() const {
+ModelShape Model::ShapeLocked(StreamingLearner::SpectralBases* read) const {
   ModelShape shape;
   const int max_dict = static_cast<int>(config_.max_dict());
   shape.capacity = DictionaryCapacity(0, max_dict);  // before the warm-up ends: the first capacity
@@ -456,6 +456,7 @@ ModelShape Model::ShapeLocked() const {
   const StreamingLearner::SpectralBases bases = learner_->SpectralBasesNow();
   shape.spectral_live = bases.live;
   shape.spectral_frozen = bases.frozen;
+  if (read != nullptr) *read = bases;
   return shape;
 }
 
@@ -468,6 +469,8 @@ uint32_t Model::GrantDictionaryCap(int64_t pairs) {
   int atoms = 0, capacity = 0;
   int64_t pending = 0, run = 0;
   ModelShape shape;
+  StreamingLearner::SpectralBases bases;
+  bool ready = false;
   {
     absl::MutexLock lock(&learner_mu_);
     run = learner_->options().run_pairs();
@@ -476,7 +479,8 @@ uint32_t Model::GrantDictionaryCap(int64_t pairs) {
       capacity = cme->capacity();
     }
     pending = learner_->pending_warmup();
-    shape = ShapeLocked();
+    ready = learner_->ready();
+    shape = ShapeLocked(&bases);
   }
   const int max_dict = static_cast<int>(config_.max_dict());
   // Each pair learned admits at most one atom per side: the pairs of this batch, the warm-up
@@ -486,21 +490,36 @@ uint32_t Model::GrantDictionaryCap(int64_t pairs) {
   const int have = DictionaryCapacity(std::max(atoms, capacity), max_dict);
   absl::MutexLock lock(&mem_mu_);
   if (ledger_ == nullptr) return 0;
-  int granted = have;
+  // A spectral re-base may come in this batch (its schedule allows one within the pairs the
+  // batch brings; without spectral moments yet, the batch that ends the warm-up starts them).
+  const bool may_rebase = !ready || bases.live == 0 || bases.samples + pairs + pending + run >= bases.rebase_from;
+  // Candidate caps, largest first: want, want / 2, ..., and the capacity it has (growth within it).
+  std::vector<int> caps;
   for (int cap = want; cap > have; cap = DictionaryCapacity(cap / 2, max_dict)) {
-    // The batch's committed growth: the CME at the new capacity and its view with the atoms it
-    // may reach; the spectral moments as they are (a re-base, rare, is charged after the batch
-    // by SettleMemory, and takes at most the dictionary this cap bounds).
+    caps.push_back(cap);
+    if (cap <= kInitialDictionaryCapacity) break;
+  }
+  caps.push_back(have);
+  int granted = have;
+  for (const int cap : caps) {
+    // The batch's committed growth: the CME at capacity `cap`, its atoms and view at what the
+    // batch may reach within it, and, if a re-base may come, the spectral moments re-based to
+    // those atoms (the live basis frozen). Granted for the batch; SettleMemory charges what it
+    // reached. What a denied growth still brings (a re-base within the capacity it has, or the
+    // up to 12 landmarks of a warm-up ended early) is charged after the batch.
     ModelShape grown = shape;
     grown.capacity = cap;
     grown.atoms = std::min<double>(cap, static_cast<double>(need));
+    if (may_rebase) {
+      grown.spectral_frozen = std::max(shape.spectral_frozen, shape.spectral_live);
+      grown.spectral_live = std::max(shape.spectral_live, grown.atoms);
+    }
     const double extra = std::ceil(EstimateModelMemory(config_, grown).total()) - charged_;
     if (extra <= 0 || ledger_->TryGrow(charged_, extra)) {
       if (extra > 0) charged_ += extra;
       granted = cap;
       break;
     }
-    if (cap <= kInitialDictionaryCapacity) break;
   }
   // The whole growth granted: no cap (the record is as without a budget). A cap below what the
   // batch could need binds only if the dictionary reaches it (counted at SettleMemory).

@@ -422,7 +422,9 @@ class Model {
   // HeldBytesEstimate, and the larger side's atoms into `atoms` (if not null).
   double HeldBytesAndAtoms(int* atoms) const ABSL_LOCKS_EXCLUDED(learner_mu_);
   // The sizes the learner's state is allocated at now (memory_budget.h). requires: a learner.
-  ModelShape ShapeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_);
+  // `bases` (if not null): the spectral moments' bases and re-base schedule it read.
+  ModelShape ShapeLocked(StreamingLearner::SpectralBases* bases = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_);
 
   // EvictIfIdle once the sequencer is held.
   absl::StatusOr<bool> EvictLocked(double idle_seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ingest_mu_)
