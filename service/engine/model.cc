@@ -500,13 +500,15 @@ uint32_t Model::GrantDictionaryCap(int64_t pairs) {
     if (cap <= kInitialDictionaryCapacity) break;
   }
   caps.push_back(have);
-  int granted = have;
+  // Nothing granted: the dictionary stays as it is (never below the first capacity, which the
+  // floor charged), so that only a re-base within it is charged after the batch.
+  int granted = std::min(have, std::max(atoms, kInitialDictionaryCapacity));
   for (const int cap : caps) {
     // The batch's committed growth: the CME at capacity `cap`, its atoms and view at what the
     // batch may reach within it, and, if a re-base may come, the spectral moments re-based to
     // those atoms (the live basis frozen). Granted for the batch; SettleMemory charges what it
-    // reached. What a denied growth still brings (a re-base within the capacity it has, or the
-    // up to 12 landmarks of a warm-up ended early) is charged after the batch.
+    // reached. What a denied growth still brings (a re-base to the atoms it has, or the up to 12
+    // landmarks of a warm-up ended early) is charged after the batch.
     ModelShape grown = shape;
     grown.capacity = cap;
     grown.atoms = std::min<double>(cap, static_cast<double>(need));
