@@ -182,9 +182,10 @@ bool MemoryLedger::TryGrow(double held, double extra) {
   do {
     if (budget_ > 0) {
       const double after = static_cast<double>(now + add);
-      if (after > budget_) return false;
-      // The share of kTight x budget: past kTight, models grow only into the 90 % that growth
-      // may fill, and the rest stays for the floors of new models (admission).
+      // Growth (and the grants of batches in flight) never fills the last kReserve of the
+      // budget: it stays for the floors of new models (admission).
+      if (after > (1 - kReserve) * budget_) return false;
+      // Past kTight, a model grows only within its share of kTight x budget.
       const double share = kTight * budget_ / static_cast<double>(std::max<int64_t>(1, models_.load()));
       if (after > kTight * budget_ && held + static_cast<double>(add) > share) return false;
     }

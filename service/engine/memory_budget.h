@@ -74,15 +74,16 @@ double EstimateEmptyModelBytes(const v1::ModelConfig& config);
 // their actual dictionary capacities (EstimateModelBytesAt), never their configured worst case.
 //   - A model is admitted (created, imported, forked) when its floor fits what is left.
 //   - A model's dictionary grows (a capacity step, asked for before each batch: Model) only
-//     while the daemon stays within the budget, and, once the committed bytes pass kTight of
-//     the budget, only up to its fair share of that part, kTight x budget / models: the rest
-//     (1 - kTight) stays for the floors of models created later, so a fleet whose models grew
-//     to their shares still admits new ones. A model that may not grow learns on at its
-//     current capacity (forced projections, as at max_dict); nothing it was sent is refused.
+//     while the committed bytes stay within 1 - kReserve of the budget (the last 5 % stay for
+//     the floors of models created later, whatever the models and the batches in flight
+//     hold), and, once they pass kTight of the budget, only up to its fair share of that
+//     part, kTight x budget / models. A model that may not grow learns on at its current
+//     dictionary (forced projections, as at max_dict); nothing it was sent is refused.
 // Lock-free (atomics): charged from the ingest workers without the registry lock.
 class MemoryLedger {
  public:
   static constexpr double kTight = 0.9;
+  static constexpr double kReserve = 0.05;
   // budget <= 0: unlimited (every admission and growth allowed, still counted).
   explicit MemoryLedger(double budget = 0) : budget_(budget) {}
   // requires: before the ledger is shared between threads.
@@ -97,8 +98,8 @@ class MemoryLedger {
   // A model and the bytes it held go.
   void Remove(double bytes);
   // A model holding `held` bytes grows by `extra` > 0: allowed (and counted) when committed +
-  // extra <= budget and either committed + extra <= kTight x budget or held + extra <= kTight x
-  // budget / models (its fair share).
+  // extra <= (1 - kReserve) x budget and either committed + extra <= kTight x budget or held +
+  // extra <= kTight x budget / models (its fair share).
   bool TryGrow(double held, double extra);
   // Counts `extra` whatever the budget (a replayed batch's logged cap); negative: released.
   void Adjust(double extra);

@@ -142,6 +142,8 @@ int main(int argc, char** argv) {
   const StreamingLearner::Options options = cs::LearnerOptionsFor(*config);
   std::printf("model_memory: %d default models of %d channels, %d pairs each (rff_features %u, max_dict %u)\n", models,
               channels, pairs, config->rff_features(), config->max_dict());
+  std::printf("floor (an empty model's charge) %.2f MiB; the most at max_dict %.2f MiB\n",
+              MiB(cs::EstimateEmptyModelBytes(*config)), MiB(cs::EstimateModelBytes(*config)));
   for (int k = 0; k < models; ++k) {
     const std::vector<double> rows = Series(k, pairs + 1, channels, seed);
     const double h0 = InUse();

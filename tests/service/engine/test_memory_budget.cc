@@ -28,8 +28,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The ledger's rules in closed form: admission by the budget, growth by the budget and, past
-// kTight (0.9) of it, by the fair share kTight x budget / models.
+// The ledger's rules in closed form: admission by the budget, growth by 95 % of it (kReserve)
+// and, past kTight (0.9) of it, by the fair share kTight x budget / models.
 TEST(MemoryLedgerTest, AdmitsAndGrowsByTheBudgetAndTheFairShare) {
   MemoryLedger ledger(1000);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(ledger.TryAdmit(100));
@@ -41,13 +41,16 @@ TEST(MemoryLedgerTest, AdmitsAndGrowsByTheBudgetAndTheFairShare) {
   // Below 900 any model grows: one to 550 (committed 850).
   EXPECT_TRUE(ledger.TryGrow(100, 450));
   EXPECT_EQ(ledger.committed(), 850);
-  // 850 + 100 = 950 > 900: only a model within its share 1000 / 4 = 250 may grow.
+  // 850 + 100 = 950 > 900: only a model within its share 0.9 x 1000 / 4 = 225 may grow.
   EXPECT_FALSE(ledger.TryGrow(550, 100));  // 650 > 225
   EXPECT_FALSE(ledger.TryGrow(200, 100));  // 300 > 225
-  EXPECT_TRUE(ledger.TryGrow(100, 100));   // 200 <= 225, 950 <= 1000
+  EXPECT_TRUE(ledger.TryGrow(100, 100));   // 200 <= 225, 950 <= 950 (the 5 % reserve kept)
   EXPECT_EQ(ledger.committed(), 950);
-  EXPECT_FALSE(ledger.TryGrow(100, 60));  // 1010 > 1000, whatever the share
-  ledger.Adjust(-150);                    // a batch's unused grant released
+  EXPECT_FALSE(ledger.TryGrow(100, 1));  // 951 > 950, whatever the share
+  EXPECT_TRUE(ledger.TryAdmit(50));      // admission may use the reserve
+  EXPECT_EQ(ledger.committed(), 1000);
+  ledger.Remove(50);
+  ledger.Adjust(-150);  // a batch's unused grant released
   EXPECT_EQ(ledger.committed(), 800);
   ledger.Remove(100);
   EXPECT_EQ(ledger.committed(), 700);
@@ -262,7 +265,8 @@ TEST(MemoryBudgetFleetTest, ATightBudgetCapsGrowthAndReplayLearnsTheSame) {
   // below kTight of the budget or within the share.
   const double pair_budget = floor + least64;
   ASSERT_GT(least64, kTight * pair_budget / 2);
-  ASSERT_TRUE(floor + at32 <= kTight * pair_budget || at32 <= kTight * pair_budget / 2);
+  ASSERT_TRUE(floor + at32 <= kTight * pair_budget ||
+              (at32 <= kTight * pair_budget / 2 && floor + at32 <= (1 - MemoryLedger::kReserve) * pair_budget));
 
   for (const bool neighbour : {false, true}) {
     const double budget = neighbour ? pair_budget : at64 / kTight;
