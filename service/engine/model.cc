@@ -445,7 +445,7 @@ ModelShape Model::Shape() const {
   return learner_ ? ShapeLocked() : ModelShape{};
 }
 
-ModelShape Model::ShapeLocked(StreamingLearner::SpectralBases* read) const {
+ModelShape Model::ShapeLocked(StreamingLearner::SpectralBases* bases) const {
   ModelShape shape;
   const int max_dict = static_cast<int>(config_.max_dict());
   shape.capacity = DictionaryCapacity(0, max_dict);  // before the warm-up ends: the first capacity
@@ -453,10 +453,10 @@ ModelShape Model::ShapeLocked(StreamingLearner::SpectralBases* read) const {
     shape.capacity = DictionaryCapacity(cme->capacity(), max_dict);
     shape.atoms = std::max(cme->dict_x_size(), cme->dict_y_size());
   }
-  const StreamingLearner::SpectralBases bases = learner_->SpectralBasesNow();
-  shape.spectral_live = bases.live;
-  shape.spectral_frozen = bases.frozen;
-  if (read != nullptr) *read = bases;
+  const StreamingLearner::SpectralBases now = learner_->SpectralBasesNow();
+  shape.spectral_live = now.live;
+  shape.spectral_frozen = now.frozen;
+  if (bases != nullptr) *bases = now;
   return shape;
 }
 
