@@ -1,6 +1,7 @@
 #include "core/stream/streaming_learner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -100,6 +101,16 @@ void StreamingLearner::Lanes::Settle() const {
   if (scorers) scorers->WaitAll();
   if (events) events->WaitAll();
   if (cme) cme->WaitAll();
+}
+
+StreamingLearner::SpectralBases StreamingLearner::SpectralBasesNow() const {
+  lanes_.Settle();  // the last run's events may still start an epoch (TWO CORES)
+  if (!spectral_) return {};
+  const SpectralMoments& s = *spectral_;
+  // SpectralMoments::ShouldStartEpoch: samples() >= rebase_growth x the pairs before the live epoch.
+  const double before = static_cast<double>(s.samples() - s.epoch_samples());
+  const int64_t from = s.basis_size() == 0 ? 0 : static_cast<int64_t>(std::ceil(s.options().rebase_growth * before));
+  return {s.basis_size(), s.previous_basis_size(), s.samples(), from};
 }
 
 void StreamingLearner::CreateSigmaDependent(double sigma) {

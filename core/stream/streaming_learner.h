@@ -365,6 +365,17 @@ class StreamingLearner {
   const CompressedCme* cme() const { return cme_.get(); }
   // The spectral moments' basis (atoms) as of the last reported run (see spectral_basis_); 0: none.
   int spectral_basis() const { return spectral_basis_; }
+  // The spectral moments' live basis and the frozen epoch's basis (atoms; 0: none) now, and
+  // when the next re-base may come, for the daemon's memory budget: waits for the last run's
+  // events first (TWO CORES), as Serialize does. Without spectral moments (sigma "auto" still
+  // buffering) all 0.
+  struct SpectralBases {
+    int live = 0;
+    int frozen = 0;
+    int64_t samples = 0;      // pairs the spectral moments observed
+    int64_t rebase_from = 0;  // no new epoch before they observed this many (RE-BASE SCHEDULE)
+  };
+  SpectralBases SpectralBasesNow() const;
   // The forecast regression (null for discrete models and during the warm-up).
   const ForecastRegression* forecast() const { return forecast_.get(); }
   // The change alarms (options.alarms), else null.

@@ -44,36 +44,69 @@ double EstimateEmptyModelBytes(const v1::ModelConfig& c) {
   return EstimateModelBytesAt(c, DictionaryCapacity(0, static_cast<int>(c.max_dict())));
 }
 
+double ModelMemoryEstimate::total() const {
+  double sum = 0;
+  for (const auto& [name, bytes] : Terms()) sum += bytes;
+  return sum;
+}
+
+std::vector<std::pair<const char*, double>> ModelMemoryEstimate::Terms() const {
+  return {{"model", model},       {"cme", cme},       {"counts", counts},           {"rff-moments", rff_moments},
+          {"alarms", alarms},     {"warmup", warmup}, {"micro-batch", micro_batch}, {"forecast", forecast},
+          {"spectral", spectral}, {"lags", lags},     {"latent", latent},           {"predictive", predictive},
+          {"view", view}};
+}
+
+ModelShape ModelShape::AtCapacity(double capacity) {
+  ModelShape s;
+  s.capacity = s.atoms = s.spectral_live = s.spectral_frozen = capacity;
+  return s;
+}
+
 double EstimateModelBytesAt(const v1::ModelConfig& c, double atoms) {
+  return EstimateModelMemory(c, ModelShape::AtCapacity(atoms)).total();
+}
+
+ModelMemoryEstimate EstimateModelMemory(const v1::ModelConfig& c, const ModelShape& shape) {
+  ModelMemoryEstimate e;
   const bool discrete = c.num_states() > 0;
   const double p = c.num_states();
   const double d = StateDim(c);
-  double bytes = 64 * 1024;  // the Model object, producer map, view bookkeeping
+  const double max_dict = c.max_dict();
+  const auto clamp = [max_dict](double v) { return std::min(std::max(v, 0.0), max_dict); };
+  e.model = 64 * 1024;  // the Model object, producer map, view bookkeeping
   if (discrete) {
     // Sparse counts: assume a dense worst case up to 16 successors per state on average.
-    bytes += p * std::min(p, 16.0) * 32;
-    if (p <= 2048) bytes += 4 * p * p * kDouble;  // dense embedding / clusters view (P x P)
+    e.counts = p * std::min(p, 16.0) * 32;
+    if (p <= 2048) e.view = 4 * p * p * kDouble;  // dense embedding / clusters view (P x P)
   } else {
-    const double m = std::min<double>(std::max(atoms, 0.0), c.max_dict());
-    // CME: W~ (and its average), both Grams and their inverse factors at max_dict, atoms,
-    // scratch.
-    bytes += (c.averaging() ? 6 : 5) * m * m * kDouble + 2 * m * d * kDouble + 16 * m * kDouble;
-    bytes += m * std::min(m, 64.0) * 32;  // sparse counts over the atoms
+    const double m = clamp(shape.capacity);
+    const double atoms = std::min(clamp(shape.atoms), m);
+    // CME (CompressedCme::HeapBytes): W~ (and its average), both Grams and their inverse
+    // factors, allocated at the capacity; atoms; per-pair scratch.
+    e.cme = (c.averaging() ? 6 : 5) * m * m * kDouble + 2 * m * d * kDouble + 16 * m * kDouble;
+    // Sparse counts over the atoms: at most 16 successors per atom on average (measured: under
+    // 2 at 2,000 pairs of an 8-channel stream).
+    e.counts = atoms * std::min(atoms, 16.0) * 32;
     const double n = c.rff_features();
-    bytes += 3 * n * n * kDouble;                                        // RFF moments S_x, S_y, P_h
-    if (HasAlarms(c)) bytes += (2 * d * d + 4 * d * c.dim()) * kDouble;  // alarm forecast sums, its refit
-    bytes += 2.0 * c.auto_sigma_warmup() * d * kDouble;                  // sigma "auto" warm-up buffer
-    bytes += 4 * m * m * 2 * kDouble;                                    // Koopman view: complex m x m
+    e.rff_moments = 3 * n * n * kDouble;                                   // RFF moments S_x, S_y, P_h
+    if (HasAlarms(c)) e.alarms = (2 * d * d + 4 * d * c.dim()) * kDouble;  // alarm forecast sums, its refit
+    e.warmup = 2.0 * c.auto_sigma_warmup() * d * kDouble;                  // sigma "auto" warm-up buffer
     // Spectral moments (core/spectral/spectral_moments.h): C00, C01, C11 per fold over the
-    // m + 1 features, for the live epoch and the serving previous one: 12 (m+1)^2 doubles.
-    bytes += 12 * (m + 1) * (m + 1) * kDouble;
+    // b + 1 features of the live epoch's basis and of the frozen one (6 (b+1)^2 doubles each),
+    // and the flush scratch (2 x 64 x (b+1)). The basis is re-based rarely (at 5x the pairs of
+    // the previous re-base), to at most the dictionary's atoms (plus 12 landmarks).
+    for (const double b : {clamp(shape.spectral_live), clamp(shape.spectral_frozen)}) {
+      if (b > 0) e.spectral += 6 * (b + 1) * (b + 1) * kDouble;
+    }
+    if (shape.spectral_live > 0) e.spectral += 2 * 64 * (clamp(shape.spectral_live) + 1) * kDouble;
     // Micro-batches (docs/algorithms.md §9.2): the open run's pairs and lag states (4 R + 1
     // rows of d doubles, R = run_pairs() of the default micro_batch) and ObserveBatch's scratch
-    // (8 m x 128 doubles and a 128 x 128 block; counted as 10 m x 128).
+    // (8 m x 128 doubles and 128 x 128 blocks; counted as 10 m x 128 + 128 x 128).
     StreamingLearner::Options learner;  // the daemon's micro_batch is the learner's default
     learner.dim = static_cast<int>(StateDim(c));
     const double run = learner.run_pairs();
-    bytes += (4 * run + 1) * d * kDouble + 10 * m * 128 * kDouble;
+    e.micro_batch = (4 * run + 1) * d * kDouble + (10 * m * 128 + 128 * 128) * kDouble;
     // Forecast regression (core/forecast/forecast_regression.h; dim <= 256): 5 folds plus two
     // refit copies of q x q and q x d sums (q = d + F, F = forecast_features) in the learner. The
     // two more copies a refresh makes while it fits (the snapshot copy and the fit's complements)
@@ -82,31 +115,41 @@ double EstimateModelBytesAt(const v1::ModelConfig& c, double atoms) {
     // the machine); charged to every model they were 2/3 of an empty 1-channel model's floor.
     if (d <= 256) {
       const double q = d + static_cast<double>(c.forecast_features());
-      bytes += 7 * (q * q + q * d) * kDouble;
+      e.forecast = 7 * (q * q + q * d) * kDouble;
     }
+    // The latest view (core/stream/learner_view.h): the CME snapshot and Koopman decomposition
+    // over the atoms (measured 0.5-1.3 atoms^2 doubles), the embedding (its RFF basis and
+    // eigenvectors, under 2 N^2 doubles), the lag view (about the lag statistics' size, below).
+    // Koopman's and the forecast's other fit-time matrices are the refresh's working set, held
+    // by the model being refreshed only (refreshes run one after another), and left to the
+    // memory the budget does not give to models, as the snapshot copy a refresh fits from.
+    e.view = 1.5 * atoms * atoms * kDouble + 2 * n * n * kDouble;
   }
   // Lag statistics (core/validation/lag_statistics.h): per lag and block (16 + the open one),
   // two D x D sums with D = P one-hot ids (discrete, P <= kMaxLagStates) or the Koopman basis
-  // (kLagBasisAtoms + 1) plus the count chain over the basis atoms (continuous).
+  // (k + 1, k = min(kLagBasisAtoms, atoms): the basis is picked from the X atoms) plus the count
+  // chain over the basis atoms (continuous).
   if (HasLagStatistics(c)) {
     const double lags = std::max(1, c.lags_size()), blocks = 17;
-    const double dim = discrete ? p : kLagBasisAtoms + 1.0;
+    const double basis = std::min<double>(kLagBasisAtoms, std::min(std::max(shape.atoms, 0.0), max_dict));
+    const double dim = discrete ? p : basis + 1.0;
     const double per_lag = discrete ? 2 * dim * dim : 2 * (dim * dim + (dim - 1) * (dim - 1));
-    bytes += blocks * lags * per_lag * kDouble;
+    e.lags = blocks * lags * per_lag * kDouble;
+    if (!discrete) e.view += e.lags;  // the lag view's copies of them
   }
   if (c.latent_states() > 0) {
     const double f = discrete ? p : c.rff_features();
-    bytes += 3 * f * f * kDouble + 3.0 * c.reservoir() * d * kDouble;
+    e.latent = 3 * f * f * kDouble + 3.0 * c.reservoir() * d * kDouble;
   }
   if (c.window() > 0) {
     if (discrete) {
-      bytes += std::pow(p, c.window()) * (p * p + p + 1) * kDouble;
+      e.predictive = std::pow(p, c.window()) * (p * p + p + 1) * kDouble;
     } else {
       const double side = d * (2.0 * c.window() + 1);
-      bytes += 3 * side * side * kDouble;
+      e.predictive = 3 * side * side * kDouble;
     }
   }
-  return bytes;
+  return e;
 }
 
 namespace {
@@ -139,8 +182,11 @@ bool MemoryLedger::TryGrow(double held, double extra) {
   do {
     if (budget_ > 0) {
       const double after = static_cast<double>(now + add);
-      if (after > budget_) return false;
-      const double share = budget_ / static_cast<double>(std::max<int64_t>(1, models_.load()));
+      // Growth (and the grants of batches in flight) never fills the last kReserve of the
+      // budget: it stays for the floors of new models (admission).
+      if (after > (1 - kReserve) * budget_) return false;
+      // Past kTight, a model grows only within its share of kTight x budget.
+      const double share = kTight * budget_ / static_cast<double>(std::max<int64_t>(1, models_.load()));
       if (after > kTight * budget_ && held + static_cast<double>(add) > share) return false;
     }
   } while (!committed_.compare_exchange_weak(now, now + add));

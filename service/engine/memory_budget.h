@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cmestream/v1/cmestream.pb.h"
@@ -19,12 +21,46 @@
 namespace cmestream::service {
 
 // Bytes a model built from `config` (normalized) may hold at its configured limits: learner
-// matrices at max_dict, counts, RFF moments, spectral moments (live and serving epoch), latent
+// matrices at max_dict, counts, RFF moments, spectral moments (live and frozen epoch), latent
 // reservoir and moments, predictive-state statistics, the sigma warm-up buffer, and its latest
 // view. EstimateModelBytesAt(config, max_dict).
 double EstimateModelBytes(const v1::ModelConfig& config);
-// The same with the dictionary at `atoms` per side (clamped to [0, max_dict]): what the model
-// holds at that size. Everything else is sized by the config alone.
+// The estimate by part (bytes each; parts a config does not have are 0).
+struct ModelMemoryEstimate {
+  double model = 0;        // the Model object, its producer map and bookkeeping
+  double cme = 0;          // CompressedCme at the capacity
+  double counts = 0;       // transition counts over the atoms (discrete: over the ids)
+  double rff_moments = 0;  // the embedding's random-feature moments
+  double alarms = 0;       // the change alarms' forecast sums
+  double warmup = 0;       // the sigma "auto" warm-up buffer
+  double micro_batch = 0;  // the open CME run and its scratch
+  double forecast = 0;     // the forecast regression's sums
+  double spectral = 0;     // the spectral moments (live and frozen epochs)
+  double lags = 0;         // the lag statistics
+  double latent = 0;       // the latent accumulator and reservoir
+  double predictive = 0;   // the predictive-state accumulator
+  double view = 0;         // the latest view
+  double total() const;
+  // (name, bytes) of every part, in the order above.
+  std::vector<std::pair<const char*, double>> Terms() const;
+};
+// The sizes a model's state is allocated at (what it holds; ModelShape::AtCapacity: the most it
+// may hold at a dictionary capacity).
+struct ModelShape {
+  double capacity = 0;         // the CME's dictionary capacity (CompressedCme::capacity)
+  double atoms = 0;            // atoms per side in it (the view's copies are sized by them)
+  double spectral_live = 0;    // the spectral moments' live basis (StreamingLearner::SpectralBasesNow)
+  double spectral_frozen = 0;  // and their frozen epoch's basis
+  // Every size at `capacity`: the most a model may hold at that capacity (a spectral re-base
+  // takes at most the dictionary's atoms).
+  static ModelShape AtCapacity(double capacity);
+};
+// What a model of `config` holds at `shape`, by part. A discrete model's parts do not depend on
+// the shape. Within the stated tolerances of tests/service/engine/test_memory_budget.cc
+// (EstimateFollowsWhatALearnerHolds: the heap a fed learner and its view hold).
+ModelMemoryEstimate EstimateModelMemory(const v1::ModelConfig& config, const ModelShape& shape);
+// The same with the dictionary at `atoms` per side (clamped to [0, max_dict]) and every
+// dictionary-sized part at that size (ModelShape::AtCapacity): the most the model holds there.
 double EstimateModelBytesAt(const v1::ModelConfig& config, double atoms);
 // The CME's first dictionary capacity (CompressedCme::Reserve): 16, 32, 64, ... capped at max_dict.
 inline constexpr int kInitialDictionaryCapacity = 16;
@@ -38,14 +74,16 @@ double EstimateEmptyModelBytes(const v1::ModelConfig& config);
 // their actual dictionary capacities (EstimateModelBytesAt), never their configured worst case.
 //   - A model is admitted (created, imported, forked) when its floor fits what is left.
 //   - A model's dictionary grows (a capacity step, asked for before each batch: Model) only
-//     while the daemon stays within the budget, and, once the committed bytes pass kTight of
-//     the budget, only up to its fair share, budget / models. A model that may not grow learns
-//     on at its current capacity (forced projections, as at max_dict); nothing it was sent is
-//     refused.
+//     while the committed bytes stay within 1 - kReserve of the budget (the last 5 % stay for
+//     the floors of models created later, whatever the models and the batches in flight
+//     hold), and, once they pass kTight of the budget, only up to its fair share of that
+//     part, kTight x budget / models. A model that may not grow learns on at its current
+//     dictionary (forced projections, as at max_dict); nothing it was sent is refused.
 // Lock-free (atomics): charged from the ingest workers without the registry lock.
 class MemoryLedger {
  public:
   static constexpr double kTight = 0.9;
+  static constexpr double kReserve = 0.05;
   // budget <= 0: unlimited (every admission and growth allowed, still counted).
   explicit MemoryLedger(double budget = 0) : budget_(budget) {}
   // requires: before the ledger is shared between threads.
@@ -60,8 +98,8 @@ class MemoryLedger {
   // A model and the bytes it held go.
   void Remove(double bytes);
   // A model holding `held` bytes grows by `extra` > 0: allowed (and counted) when committed +
-  // extra <= budget and either committed + extra <= kTight x budget or held + extra <= budget /
-  // models (its fair share).
+  // extra <= (1 - kReserve) x budget and either committed + extra <= kTight x budget or held +
+  // extra <= kTight x budget / models (its fair share).
   bool TryGrow(double held, double extra);
   // Counts `extra` whatever the budget (a replayed batch's logged cap); negative: released.
   void Adjust(double extra);

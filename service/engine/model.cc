@@ -427,21 +427,37 @@ void Model::DetachLedger() {
 double Model::HeldBytesEstimate() const { return HeldBytesAndAtoms(nullptr); }
 
 double Model::HeldBytesAndAtoms(int* atoms) const {
-  int capacity = 0, m = 0;
+  ModelShape shape;
   {
     absl::MutexLock lock(&learner_mu_);
     if (!learner_) {  // evicted: it holds nothing the budget counts
       if (atoms != nullptr) *atoms = 0;
       return 0;
     }
-    if (const CompressedCme* cme = learner_->cme()) {
-      capacity = cme->capacity();
-      m = std::max(cme->dict_x_size(), cme->dict_y_size());
-    }
+    shape = ShapeLocked();
   }
-  if (atoms != nullptr) *atoms = m;
+  if (atoms != nullptr) *atoms = static_cast<int>(shape.atoms);
+  return EstimateModelMemory(config_, shape).total();
+}
+
+ModelShape Model::Shape() const {
+  absl::MutexLock lock(&learner_mu_);
+  return learner_ ? ShapeLocked() : ModelShape{};
+}
+
+ModelShape Model::ShapeLocked(StreamingLearner::SpectralBases* bases) const {
+  ModelShape shape;
   const int max_dict = static_cast<int>(config_.max_dict());
-  return EstimateModelBytesAt(config_, DictionaryCapacity(capacity, max_dict));
+  shape.capacity = DictionaryCapacity(0, max_dict);  // before the warm-up ends: the first capacity
+  if (const CompressedCme* cme = learner_->cme()) {
+    shape.capacity = DictionaryCapacity(cme->capacity(), max_dict);
+    shape.atoms = std::max(cme->dict_x_size(), cme->dict_y_size());
+  }
+  const StreamingLearner::SpectralBases now = learner_->SpectralBasesNow();
+  shape.spectral_live = now.live;
+  shape.spectral_frozen = now.frozen;
+  if (bases != nullptr) *bases = now;
+  return shape;
 }
 
 Model::MemoryStatus Model::memory() const {
@@ -452,6 +468,9 @@ Model::MemoryStatus Model::memory() const {
 uint32_t Model::GrantDictionaryCap(int64_t pairs) {
   int atoms = 0, capacity = 0;
   int64_t pending = 0, run = 0;
+  ModelShape shape;
+  StreamingLearner::SpectralBases bases;
+  bool ready = false;
   {
     absl::MutexLock lock(&learner_mu_);
     run = learner_->options().run_pairs();
@@ -460,6 +479,8 @@ uint32_t Model::GrantDictionaryCap(int64_t pairs) {
       capacity = cme->capacity();
     }
     pending = learner_->pending_warmup();
+    ready = learner_->ready();
+    shape = ShapeLocked(&bases);
   }
   const int max_dict = static_cast<int>(config_.max_dict());
   // Each pair learned admits at most one atom per side: the pairs of this batch, the warm-up
@@ -469,15 +490,38 @@ uint32_t Model::GrantDictionaryCap(int64_t pairs) {
   const int have = DictionaryCapacity(std::max(atoms, capacity), max_dict);
   absl::MutexLock lock(&mem_mu_);
   if (ledger_ == nullptr) return 0;
-  int granted = have;
+  // A spectral re-base may come in this batch (its schedule allows one within the pairs the
+  // batch brings; without spectral moments yet, the batch that ends the warm-up starts them).
+  const bool may_rebase = !ready || bases.live == 0 || bases.samples + pairs + pending + run >= bases.rebase_from;
+  // Candidate caps, largest first: want, want / 2, ..., and the capacity it has (growth within it).
+  std::vector<int> caps;
   for (int cap = want; cap > have; cap = DictionaryCapacity(cap / 2, max_dict)) {
-    const double extra = std::ceil(EstimateModelBytesAt(config_, cap)) - charged_;
+    caps.push_back(cap);
+    if (cap <= kInitialDictionaryCapacity) break;
+  }
+  caps.push_back(have);
+  // Nothing granted: the dictionary stays as it is (never below the first capacity, which the
+  // floor charged), so that only a re-base within it is charged after the batch.
+  int granted = std::min(have, std::max(atoms, kInitialDictionaryCapacity));
+  for (const int cap : caps) {
+    // The batch's committed growth: the CME at capacity `cap`, its atoms and view at what the
+    // batch may reach within it, and, if a re-base may come, the spectral moments re-based to
+    // those atoms (the live basis frozen). Granted for the batch; SettleMemory charges what it
+    // reached. What a denied growth still brings (a re-base to the atoms it has, or the up to 12
+    // landmarks of a warm-up ended early) is charged after the batch.
+    ModelShape grown = shape;
+    grown.capacity = cap;
+    grown.atoms = std::min<double>(cap, static_cast<double>(need));
+    if (may_rebase) {
+      grown.spectral_frozen = std::max(shape.spectral_frozen, shape.spectral_live);
+      grown.spectral_live = std::max(shape.spectral_live, grown.atoms);
+    }
+    const double extra = std::ceil(EstimateModelMemory(config_, grown).total()) - charged_;
     if (extra <= 0 || ledger_->TryGrow(charged_, extra)) {
       if (extra > 0) charged_ += extra;
       granted = cap;
       break;
     }
-    if (cap <= kInitialDictionaryCapacity) break;
   }
   // The whole growth granted: no cap (the record is as without a budget). A cap below what the
   // batch could need binds only if the dictionary reaches it (counted at SettleMemory).

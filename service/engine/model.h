@@ -307,15 +307,18 @@ class Model {
   // ledger with the bytes it charged the model (its floor, or what a restored model holds);
   // before each live batch the model asks it for room to grow its dictionary to the capacity
   // the batch could need (GrantDictionaryCap), and after the batch its charge follows the
-  // capacity it reached. The cap in force is logged with the batch (IngestBatch.dictionary_cap,
-  // 0 when the whole growth was granted) and a replay applies the logged cap: the state is a
-  // function of the records alone. Forks and the explicit end of a warm-up learn uncapped (their
+  // sizes it reached (a spectral re-base included: it takes at most the granted dictionary). The cap in force is logged
+  // with the batch (IngestBatch.dictionary_cap, 0 when the whole growth was granted) and a replay applies the logged
+  // cap: the state is a function of the records alone. Forks and the explicit end of a warm-up learn uncapped (their
   // growth is charged after the fact).
   void AttachLedger(MemoryLedger* ledger, double charged) ABSL_LOCKS_EXCLUDED(mem_mu_);
   // At deletion: releases the model's charge; nothing is charged afterwards.
   void DetachLedger() ABSL_LOCKS_EXCLUDED(mem_mu_);
-  // What the model holds now by the estimate at its dictionary's capacity (EstimateModelBytesAt).
+  // What the model holds now by the estimate at its learner's sizes: the CME's capacity and atoms,
+  // the spectral moments' bases (EstimateModelMemory of ShapeLocked).
   double HeldBytesEstimate() const ABSL_LOCKS_EXCLUDED(learner_mu_);
+  // The sizes its learner's state is allocated at now (all 0 while evicted).
+  ModelShape Shape() const ABSL_LOCKS_EXCLUDED(learner_mu_);
   struct MemoryStatus {
     double charged_bytes = 0;     // counted in the ledger for it
     uint32_t dictionary_cap = 0;  // the cap of its last batch (0: none, max_dict)
@@ -418,6 +421,10 @@ class Model {
   void SettleMemory(uint32_t cap) ABSL_LOCKS_EXCLUDED(learner_mu_, mem_mu_);
   // HeldBytesEstimate, and the larger side's atoms into `atoms` (if not null).
   double HeldBytesAndAtoms(int* atoms) const ABSL_LOCKS_EXCLUDED(learner_mu_);
+  // The sizes the learner's state is allocated at now (memory_budget.h). requires: a learner.
+  // `bases` (if not null): the spectral moments' bases and re-base schedule it read.
+  ModelShape ShapeLocked(StreamingLearner::SpectralBases* bases = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(learner_mu_);
 
   // EvictIfIdle once the sequencer is held.
   absl::StatusOr<bool> EvictLocked(double idle_seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ingest_mu_)

@@ -392,7 +392,8 @@ class ModelInfo:
 @dataclasses.dataclass
 class ModelMemory:
     """A model's share of the daemon's memory budget (--max-memory; service/README.md "Memory"):
-    bytes estimated from its dictionary's capacity, not measured.
+    bytes estimated from the sizes its state is allocated at (dictionary capacity and atoms,
+    spectral bases), not measured.
 
     Attributes:
         charged_bytes: counted for this model in the budget.
@@ -400,7 +401,7 @@ class ModelMemory:
         growth_denied: batches whose dictionary reached the cap the budget set (growth denied).
         budget_bytes: the daemon's budget.
         committed_bytes: what all its models are charged.
-        models: models charged (the fair share is budget_bytes / models).
+        models: models charged (the fair share is 0.9 x budget_bytes / models).
     """
     charged_bytes: float
     dictionary_cap: int
