@@ -114,8 +114,8 @@ const char kCreateUsage[] = R"(usage: cmestream model create NAME (--dim D | --s
   --forgetting G       per-sample decay of every streaming statistic, in (0, 1] (default 1 = none)
  state embedding and metastable clusters (docs/algorithms.md sections 2-3):
   --rff N              random Fourier features (continuous; default 64 for one input value, else 256)
-  --forecast-features F  random features of the forecast regression (default min(N, 128); 128 if N
-                       is defaulted)
+  --forecast-features F  random features of the forecast regression (default min(N, 128); if N
+                       is defaulted, 32 for one input value, else 128)
   --rank R             embedding rank r (default 4)
   --clusters K         metastable clusters (default 2)
  soft state aggregation (section 4), off unless --meta is given:

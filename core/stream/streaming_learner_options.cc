@@ -87,6 +87,10 @@ int ForecastFeatureCount(const StreamingLearner::Options& o) {
 
 int DefaultRffFeatures(int estimator_dim) { return estimator_dim == 1 ? 64 : 256; }
 
+int DefaultForecastFeatures(int estimator_dim) {
+  return estimator_dim == 1 ? kScalarForecastFeatures : kForecastFeatures;
+}
+
 std::shared_ptr<const FeatureMap> ForecastFeatures(const StreamingLearner::Options& o, double sigma) {
   absl::StatusOr<FeatureMap> features = FeatureMap::Rff(o.estimator_dim(), ForecastFeatureCount(o), sigma, o.seed);
   // Options::Validate() checked these arguments; a failure here is a programming error.

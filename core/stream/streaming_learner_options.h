@@ -49,6 +49,15 @@ ForecastRegression::Options Forecast(const StreamingLearner::Options& o);
 // not 256), at most ForecastRegression::kMaxFeatures.
 inline constexpr int kForecastFeatures = 128;
 int ForecastFeatureCount(const StreamingLearner::Options& o);
+// The daemon's default forecast_features for an estimator input of `estimator_dim` values when
+// rff_features is defaulted too (docs/user-guide.md "Model fields"): 32 for one value,
+// kForecastFeatures otherwise. The regression costs q^2 / 2 multiply-adds a pair, (K + 2) q^2
+// doubles and O(q^3) a refit (q = estimator_dim + F): at F = 128 its refits and sums were half of
+// a 1-channel fleet's daemon CPU (21 us a pair; 10 us at F = 32), and on NAB's 58 real series the
+// served forecast's live error at F = 32 is within 0.1 % of F = 128's at horizons 1 and 12
+// (docs/benchmarks.md "Forecast features sized to the input").
+inline constexpr int kScalarForecastFeatures = 32;
+int DefaultForecastFeatures(int estimator_dim);
 std::shared_ptr<const FeatureMap> ForecastFeatures(const StreamingLearner::Options& o, double sigma);
 
 // The default number of random Fourier features of the embedding moments (rff_features) for an

@@ -48,19 +48,20 @@ absl::Status NormalizeViewFields(v1::ModelConfig& c) {
   if (!std::isfinite(c.forgetting()) || c.forgetting() < kMinForgetting || c.forgetting() > 1) {
     return Bad(c, "forgetting", c.forgetting(), absl::StrCat("in [", kMinForgetting, ", 1] (1 = no forgetting)"));
   }
-  // Sized to the estimator's input (learner_options::DefaultRffFeatures); the forecast keeps its
-  // 128 features when the embedding's are defaulted, and min(N, 128) when N was given (as before
-  // the field existed: configs stored without it load as they ran).
+  // Sized to the estimator's input (learner_options::DefaultRffFeatures and
+  // DefaultForecastFeatures) when the embedding's features are defaulted; min(N, 128) forecast
+  // features when N was given (as before the field existed: configs stored without it load as
+  // they ran).
+  const uint64_t estimator_dim = c.reduce() > 0 ? c.reduce() : StateDim(c);
+  const int estimator_dim_capped = static_cast<int>(std::min<uint64_t>(estimator_dim, kMaxDim));
   if (!c.has_forecast_features() && !discrete) {
-    c.set_forecast_features(c.has_rff_features()
-                                ? std::min<uint32_t>(c.rff_features(), learner_options::kForecastFeatures)
-                                : learner_options::kForecastFeatures);
+    c.set_forecast_features(
+        c.has_rff_features() ? std::min<uint32_t>(c.rff_features(), learner_options::kForecastFeatures)
+                             : static_cast<uint32_t>(learner_options::DefaultForecastFeatures(estimator_dim_capped)));
   }
   if (!c.has_rff_features()) {
-    const uint64_t estimator_dim = c.reduce() > 0 ? c.reduce() : StateDim(c);
     c.set_rff_features(discrete ? kDefaultRffFeatures
-                                : static_cast<uint32_t>(learner_options::DefaultRffFeatures(
-                                      static_cast<int>(std::min<uint64_t>(estimator_dim, kMaxDim)))));
+                                : static_cast<uint32_t>(learner_options::DefaultRffFeatures(estimator_dim_capped)));
   }
   if (!discrete && (c.rff_features() < 1 || c.rff_features() > kMaxRffFeatures)) {
     return Bad(c, "rff_features", c.rff_features(), absl::StrCat("1..", kMaxRffFeatures));

@@ -167,9 +167,10 @@ BENCHMARK(BM_LearnerDefaults)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// BM_LearnerScalar/rff: the daemon's default model of a 1-channel stream (sigma auto, scaling,
-// alarms, the forecast's 128 features) with `rff` embedding features: 64 is the default for one
-// input value (learner_options::DefaultRffFeatures), 256 the default before it.
+// BM_LearnerScalar/rff/ff: the daemon's default model of a 1-channel stream (sigma auto, scaling,
+// alarms) with `rff` embedding and `ff` forecast features: 64 and 32 are the defaults for one input
+// value (learner_options::DefaultRffFeatures, DefaultForecastFeatures), 64 and 128 the defaults
+// before the forecast's were sized, 256 and 128 before the embedding's were.
 void BM_LearnerScalar(benchmark::State& state) {
   StreamingLearner::Options o;
   o.dim = 1;
@@ -179,10 +180,17 @@ void BM_LearnerScalar(benchmark::State& state) {
   o.seed = 7;
   o.alarms = true;
   o.rff_features = static_cast<int>(state.range(0));
-  o.forecast_features = learner_options::kForecastFeatures;
+  o.forecast_features = static_cast<int>(state.range(1));
   RunLearner(state, o, true);
 }
-BENCHMARK(BM_LearnerScalar)->ArgName("rff")->Arg(64)->Arg(256)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LearnerScalar)
+    ->ArgNames({"rff", "ff"})
+    ->Args({64, 32})
+    ->Args({64, 64})
+    ->Args({64, 128})
+    ->Args({256, 128})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // BM_AlarmMonitor/d/channels/runs: the change alarms alone (what alarms = 1 adds per pair), on
 // the same states; one iteration is one batch of 256 pairs, so its time compares with

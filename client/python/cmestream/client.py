@@ -260,7 +260,8 @@ class Client:
         the default with sigma auto; "none"), refresh_interval_seconds, refresh_every_samples,
         step_decay_samples, step_decay_power, averaging, num_states
         (discrete model, dim 0), forgetting, rff_features (default 64 for one input value, else
-        256), forecast_features, rank, clusters, meta_states,
+        256), forecast_features (default min(rff_features, 128) if that is given, else 32 for one
+        input value and 128 otherwise), rank, clusters, meta_states,
         anchor_threshold, vertex_hunting, latent_states, tensor_restarts, tensor_iterations,
         reservoir, window, ridge_stage1, ridge_stage2, lags, delays and delay_stride (learn on
         windows of the last `delays` raw rows; ingest raw rows with ingest_trajectory), alarms,

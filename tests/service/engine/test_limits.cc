@@ -410,10 +410,11 @@ TEST(StoredConfigTest, AWideModelStoredBeforeReductionLoadsUnreduced) {
   EXPECT_FALSE(fresh->has_scale());  // a reduced model is unscaled unless asked
 }
 
-// Random features sized to the estimator's input (learner_options::DefaultRffFeatures): 64 for
-// one value, 256 otherwise (delays and a second channel count); the forecast keeps 128 when N is
-// defaulted, min(N, 128) when N is given; a config stored before forecast_features existed loads
-// with min(N, 128), what it ran with; a discrete model refuses the field.
+// Random features sized to the estimator's input (learner_options::DefaultRffFeatures and
+// DefaultForecastFeatures): 64 embedding and 32 forecast features for one value, 256 and 128
+// otherwise (delays and a second channel count); min(N, 128) forecast features when N is given; a
+// config stored before forecast_features existed loads with min(N, 128), what it ran with; a
+// discrete model refuses the field.
 TEST(StoredConfigTest, RandomFeaturesAreSizedToTheInputAndOldConfigsLoadAsTheyRan) {
   auto normalized = [](uint32_t dim, uint32_t delays, int rff) {
     v1::ModelConfig c;
@@ -427,11 +428,14 @@ TEST(StoredConfigTest, RandomFeaturesAreSizedToTheInputAndOldConfigsLoadAsTheyRa
   };
   const v1::ModelConfig scalar = normalized(1, 1, 0);
   EXPECT_EQ(scalar.rff_features(), 64u);
-  EXPECT_EQ(scalar.forecast_features(), 128u);
+  EXPECT_EQ(scalar.forecast_features(), 32u);
   EXPECT_EQ(service::LearnerOptionsFor(scalar).rff_features, 64);
-  EXPECT_EQ(service::LearnerOptionsFor(scalar).forecast_features, 128);
+  EXPECT_EQ(service::LearnerOptionsFor(scalar).forecast_features, 32);
   EXPECT_EQ(normalized(2, 1, 0).rff_features(), 256u);
+  EXPECT_EQ(normalized(2, 1, 0).forecast_features(), 128u);
   EXPECT_EQ(normalized(1, 12, 0).rff_features(), 256u);  // a delay window of 12 values
+  EXPECT_EQ(normalized(1, 12, 0).forecast_features(), 128u);
+  EXPECT_EQ(normalized(1, 1, 256).forecast_features(), 128u);  // N given: min(N, 128)
   const v1::ModelConfig given = normalized(1, 1, 16);
   EXPECT_EQ(given.rff_features(), 16u);
   EXPECT_EQ(given.forecast_features(), 16u);

@@ -102,10 +102,10 @@ v1::ModelConfig OneChannel(const std::string& name) {
 TEST(MemoryBudgetFleetTest, AThousandDefaultOneChannelModelsFitWhereTheWorstCaseAdmittedFew) {
   const v1::ModelConfig c = Normalized(OneChannel("m"));
   const double floor = std::ceil(EstimateEmptyModelBytes(c)), worst = EstimateModelBytes(c);
-  // measured: floor 1.77 MiB (RFF moments 0.09 at the scalar default of 64 features, forecast sums
-  // 0.90, lag sums over its 16 atoms 0.14, the micro-batch scratch 0.30), worst 155 MiB
-  EXPECT_GT(floor, 1.2 * (1 << 20));
-  EXPECT_LT(floor, 2.5 * (1 << 20));
+  // measured: floor 0.93 MiB (RFF moments 0.09 at the scalar default of 64 features, forecast sums
+  // 0.06 at its 32, lag sums over its 16 atoms 0.14, the micro-batch scratch 0.30), worst 154 MiB
+  EXPECT_GT(floor, 0.6 * (1 << 20));
+  EXPECT_LT(floor, 1.3 * (1 << 20));
   EXPECT_GT(worst, 40 * floor);
   const double budget = 1000.5 * floor;
   EXPECT_LT(std::floor(budget / worst), 30);  // what the worst-case admission let in
@@ -385,10 +385,12 @@ TEST(MemoryBudgetTest, EstimateFollowsWhatALearnerHolds) {
       shape.spectral_live = bases.live;
       shape.spectral_frozen = bases.frozen;
       const ModelMemoryEstimate e = EstimateModelMemory(c, shape);
-      // measured (held -> charged / held): 1 channel 1.63-1.90 MiB (capacities 16-32) -> 1.05-1.16;
+      // measured (held -> charged / held): 1 channel 1.00, 1.00, 0.76 MiB (capacities 16-32, 32
+      // forecast features) -> 1.37, 1.15, 1.15 (the view and lag parts are counted over the
+      // capacity's atoms, the glibc heap's in-use count moves by tens of kB with what ran before);
       // 8 channels 19.6, 19.9, 54.7 MiB (capacities 512, 512, 1000) -> 1.14, 1.12, 1.08
       EXPECT_GE(e.total(), held);
-      EXPECT_LE(e.total(), 1.35 * held);
+      EXPECT_LE(e.total(), (channels == 1 ? 1.5 : 1.35) * held);
       // The CME's part against the CME's own count of its matrices (same allocations).
       const double cme = static_cast<double>(learner->cme()->HeapBytes());
       EXPECT_GE(e.cme + e.micro_batch, cme);
