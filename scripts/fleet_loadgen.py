@@ -337,6 +337,7 @@ def main() -> int:
         feed_start = time.monotonic()
         cpu_start = cpu()
         stop_probe = threading.Event()
+        refused_names = set()  # creations refused during the feed (--create-with-wave)
 
         def worker():
             lat = []
@@ -351,6 +352,10 @@ def main() -> int:
                     wait = due - time.monotonic()
                     if wait > 0:
                         time.sleep(wait)
+                if args.create_with_wave and k > 0:
+                    with lock:
+                        if name in refused_names:
+                            continue  # its creation was refused: nothing to feed
                 if args.create_with_wave and k == 0:
                     # the model is created just before its first batch (its wave's turn)
                     s = time.monotonic()
@@ -362,6 +367,7 @@ def main() -> int:
                     except grpc.RpcError as e:
                         with lock:
                             refused.append((name, e.code().name, e.details()))
+                            refused_names.add(name)
                         continue
                 rows = data[name][k * args.batch:min((k + 1) * args.batch, args.pairs) + 1]
                 req = pb.IngestBatch(model=name, producer_id="p", offset=k * args.batch, states=rows.ravel(),
@@ -454,6 +460,7 @@ def main() -> int:
             report["create_p99_ms"] = pct(create_lat, 99)
             if refused:
                 report["first_refusal"] = refused[0]
+                live = [n for n in live if n not in refused_names]  # the later phases see what exists
         time.sleep(1.0)
         report["rss_after_feed"] = rss()
         infos, token = [], ""
