@@ -244,6 +244,8 @@ def main() -> int:
                     help="feed the models in waves of this many, one wave after another (0: all round robin)")
     ap.add_argument("--create-with-wave", action="store_true",
                     help="with --wave: create each model just before its first batch, not all up front")
+    ap.add_argument("--create-retry-seconds", type=float, default=60,
+                    help="with --create-with-wave: retry a creation refused for memory this long (0: never)")
     ap.add_argument("--no-probe", action="store_true", help="no GetModel/GetKoopman probe")
     ap.add_argument("--config", action="append", default=[], help="ModelConfig field=value for every model")
     ap.add_argument("--prefix", default="fleet")
@@ -338,6 +340,8 @@ def main() -> int:
         cpu_start = cpu()
         stop_probe = threading.Event()
         refused_names = set()  # creations refused during the feed (--create-with-wave)
+        creating = set()  # creations in progress (retrying), whose later batches wait
+        create_retries = [0]
 
         def worker():
             lat = []
@@ -347,27 +351,49 @@ def main() -> int:
                         break
                     k, name = work[next_item[0]]
                     next_item[0] += 1
+                    if args.create_with_wave and k == 0:
+                        creating.add(name)  # its later batches wait for its creation
                 if args.rate > 0:
                     due = feed_start + k * args.batch / args.rate
                     wait = due - time.monotonic()
                     if wait > 0:
                         time.sleep(wait)
                 if args.create_with_wave and k > 0:
+                    while True:  # its creation may be waiting for room (below)
+                        with lock:
+                            if name not in creating:
+                                break
+                        time.sleep(0.05)
                     with lock:
                         if name in refused_names:
                             continue  # its creation was refused: nothing to feed
                 if args.create_with_wave and k == 0:
-                    # the model is created just before its first batch (its wave's turn)
+                    # the model is created just before its first batch (its wave's turn); a
+                    # creation refused for memory (RESOURCE_EXHAUSTED: the budget is full until
+                    # idle models are evicted) is retried for --create-retry-seconds, as a
+                    # producer should
                     s = time.monotonic()
-                    try:
-                        models.CreateModel(pb.CreateModelRequest(
-                            config=pb.ModelConfig(name=name, dim=args.channels, **extra)))
-                        with lock:
-                            create_lat.append(time.monotonic() - s)
-                    except grpc.RpcError as e:
-                        with lock:
-                            refused.append((name, e.code().name, e.details()))
-                            refused_names.add(name)
+                    while True:
+                        try:
+                            models.CreateModel(pb.CreateModelRequest(
+                                config=pb.ModelConfig(name=name, dim=args.channels, **extra)))
+                            with lock:
+                                create_lat.append(time.monotonic() - s)
+                                creating.discard(name)
+                            break
+                        except grpc.RpcError as e:
+                            if (e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                                    and time.monotonic() - s < args.create_retry_seconds):
+                                with lock:
+                                    create_retries[0] += 1
+                                time.sleep(0.5)
+                                continue
+                            with lock:
+                                refused.append((name, e.code().name, e.details()))
+                                refused_names.add(name)
+                                creating.discard(name)
+                            break
+                    if name in refused_names:
                         continue
                 rows = data[name][k * args.batch:min((k + 1) * args.batch, args.pairs) + 1]
                 req = pb.IngestBatch(model=name, producer_id="p", offset=k * args.batch, states=rows.ravel(),
@@ -457,6 +483,7 @@ def main() -> int:
             report["ingest_calls_per_fsync"] = len(ingest_lat) / max(fsyncs, 1)
         if args.create_with_wave:
             report["created"], report["create_refused"] = len(create_lat), len(refused)
+            report["create_retries"] = create_retries[0]
             report["create_p99_ms"] = pct(create_lat, 99)
             if refused:
                 report["first_refusal"] = refused[0]
@@ -507,7 +534,7 @@ def main() -> int:
     print(f"fleet: {report['created']} models x {args.channels} channels, {args.pairs} pairs each, "
           f"batch {args.batch}, rate {args.rate or 'unpaced'} pairs/s/model, {args.workers} workers")
     print(f"  create: {report['create_seconds']:.1f} s, p99 {report['create_p99_ms']:.1f} ms, "
-          f"refused {report['create_refused']}")
+          f"refused {report['create_refused']}, retries {report.get('create_retries', 0)}")
     print(f"  RSS: start {report['rss_start'] * mib:.1f} MiB, after create {report['rss_after_create'] * mib:.1f} MiB "
           f"({report['rss_per_model_empty'] * mib:.2f} MiB/model), after feed {report['rss_after_feed'] * mib:.1f} MiB "
           f"({report['rss_per_model_fed'] * mib:.2f} MiB/model), peak {report['rss_peak_during_feed'] * mib:.1f} MiB")
