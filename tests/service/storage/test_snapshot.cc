@@ -14,58 +14,12 @@
 #include "service/storage/crc32c.h"
 #include "service/storage/snapshot.h"
 #include "service/storage/spool_file.h"
+#include "tests/service/storage/snapshot_test_support.h"
 
 namespace cmestream::service {
 namespace {
 
-// A trajectory batch of n states of a noisy 2-D rotation, deterministic in `seed`.
-v1::IngestBatch Batch(int n, uint64_t seed, const std::string& model) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> noise(0, 0.05);
-  v1::IngestBatch b;
-  b.set_model(model);
-  double x0 = 1, x1 = 0;
-  for (int t = 0; t < n; ++t) {
-    b.add_states(x0);
-    b.add_states(x1);
-    const double a = 0.3;
-    const double y0 = std::cos(a) * x0 - std::sin(a) * x1 + noise(rng),
-                 y1 = std::sin(a) * x0 + std::cos(a) * x1 + noise(rng);
-    x0 = y0;
-    x1 = y1;
-  }
-  return b;
-}
-
-void Apply(Model& m, const v1::IngestBatch& b) {
-  BatchCheck check = ValidateBatch(b, 2, 0);
-  ASSERT_TRUE(check.status.ok()) << check.status;
-  ASSERT_TRUE(m.Ingest(check.batch, "p", 0, 0).ok());
-}
-
-v1::ModelConfig Config(const std::string& name) {
-  v1::ModelConfig c;
-  c.set_name(name);
-  c.set_dim(2);
-  c.set_latent_states(2);
-  c.set_window(2);
-  c.set_rff_features(32);
-  c.set_auto_sigma_warmup(100);
-  return c;
-}
-
-class SnapshotTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("cmestream-snap-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::filesystem::path dir_;
-  NullBatchLog log_;
-  Metrics metrics_a_, metrics_b_;
-  ConfigDefaults defaults_;
-};
+class SnapshotTest : public SnapshotTestBase {};
 
 TEST_F(SnapshotTest, RestoredModelContinuesBitIdentically) {
   ModelRegistry a(defaults_, metrics_a_, log_);
