@@ -122,8 +122,8 @@ Metrics::Metrics()
                                  "The daemon's memory budget for its models (--max-memory)")
                          .Add({})),
       memory_committed_(GaugeFamily(*registry_, "cmestream_memory_committed_bytes",
-                                    "Bytes the models are charged in the memory budget, estimated from their "
-                                    "dictionaries' capacities (floor of an empty model plus granted growth)")
+                                    "Bytes the models are charged in the memory budget: what their state is "
+                                    "allocated at, part by part (floor of an empty model plus granted growth)")
                             .Add({})),
       growth_denied_(CounterFamily(*registry_, "cmestream_dictionary_growth_denied_total",
                                    "Batches whose dictionary reached the cap the memory budget set: admissions "

@@ -33,6 +33,7 @@
 #include "core/stream/streaming_learner.h"
 #include "service/engine/memory_budget.h"
 #include "service/engine/model_config.h"
+#include "tests/service/engine/real_shaped_series.h"
 
 namespace cs = cmestream::service;
 using cmestream::StreamBatch;
@@ -45,36 +46,6 @@ double InUse() {
   return static_cast<double>(m.uordblks + m.hblkhd);
 }
 double MiB(double b) { return b / (1024.0 * 1024.0); }
-
-// Rows x channels: the load generator's recipe (cycles + noise + level shifts, scaled, offset).
-std::vector<double> Series(int index, int rows, int channels, uint64_t seed) {
-  std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(index));
-  std::uniform_real_distribution<double> u(0, 1);
-  std::normal_distribution<double> g(0, 1);
-  const double periods[2] = {20 + 180 * u(rng), 20 + 180 * u(rng)};
-  const double phases[2] = {2 * M_PI * u(rng), 2 * M_PI * u(rng)};
-  std::vector<double> w(2 * channels);
-  for (double& v : w) v = channels > 1 ? g(rng) : 0;
-  if (channels == 1) w = {1.0, 0.4};
-  const double noise = 0.05 + 0.25 * u(rng);
-  std::vector<double> out(static_cast<size_t>(rows) * channels);
-  for (int t = 0; t < rows; ++t) {
-    const double c0 = std::sin(2 * M_PI * t / periods[0] + phases[0]);
-    const double c1 = std::sin(2 * M_PI * t / periods[1] + phases[1]);
-    for (int j = 0; j < channels; ++j) out[t * channels + j] = c0 * w[j] + c1 * w[channels + j] + noise * g(rng);
-  }
-  const int shifts = static_cast<int>(rng() % 3);
-  for (int s = 0; s < shifts; ++s) {
-    const int at = rows / 4 + static_cast<int>(rng() % static_cast<uint64_t>(rows - rows / 4));
-    for (int j = 0; j < channels; ++j) {
-      const double jump = 2.0 * g(rng);
-      for (int t = at; t < rows; ++t) out[t * channels + j] += jump;
-    }
-  }
-  const double scale = 0.5 + 19.5 * u(rng), offset = -100 + 200 * u(rng);
-  for (double& v : out) v = v * scale + offset;
-  return out;
-}
 
 // The outermost tagged objects in `bytes` (learner fields between them are counted as "other"):
 // a known tag, a version in [1, 64] and a length that fits mark an object, skipped whole.
@@ -145,7 +116,7 @@ int main(int argc, char** argv) {
   std::printf("floor (an empty model's charge) %.2f MiB; the most at max_dict %.2f MiB\n",
               MiB(cs::EstimateEmptyModelBytes(*config)), MiB(cs::EstimateModelBytes(*config)));
   for (int k = 0; k < models; ++k) {
-    const std::vector<double> rows = Series(k, pairs + 1, channels, seed);
+    const std::vector<double> rows = cmestream::test_support::RealShapedSeries(k, pairs + 1, channels, seed);
     const double h0 = InUse();
     auto learner = std::make_unique<StreamingLearner>(options);
     for (int off = 0; off < pairs; off += 200) {

@@ -22,6 +22,7 @@
 #include "service/engine/model_config.h"
 #include "service/engine/registry.h"
 #include "service/observability/metrics.h"
+#include "tests/service/engine/real_shaped_series.h"
 
 namespace cmestream::service {
 namespace {
@@ -321,33 +322,6 @@ double HeapInUse() {
   return static_cast<double>(m.uordblks + m.hblkhd);
 }
 
-std::vector<double> RealShaped(int index, int rows, int channels) {
-  std::mt19937_64 rng(1000003 + static_cast<uint64_t>(index));
-  std::uniform_real_distribution<double> u(0, 1);
-  std::normal_distribution<double> g(0, 1);
-  const double periods[2] = {20 + 180 * u(rng), 20 + 180 * u(rng)};
-  const double phases[2] = {2 * M_PI * u(rng), 2 * M_PI * u(rng)};
-  std::vector<double> w(2 * channels);
-  for (double& v : w) v = g(rng);
-  const double noise = 0.05 + 0.25 * u(rng);
-  std::vector<double> out(static_cast<size_t>(rows) * channels);
-  for (int t = 0; t < rows; ++t) {
-    const double c0 = std::sin(2 * M_PI * t / periods[0] + phases[0]);
-    const double c1 = std::sin(2 * M_PI * t / periods[1] + phases[1]);
-    for (int j = 0; j < channels; ++j) out[t * channels + j] = c0 * w[j] + c1 * w[channels + j] + noise * g(rng);
-  }
-  for (int s = static_cast<int>(rng() % 3); s > 0; --s) {
-    const int at = rows / 4 + static_cast<int>(rng() % static_cast<uint64_t>(rows - rows / 4));
-    for (int j = 0; j < channels; ++j) {
-      const double jump = 2.0 * g(rng);
-      for (int t = at; t < rows; ++t) out[t * channels + j] += jump;
-    }
-  }
-  const double scale = 0.5 + 19.5 * u(rng), offset = -100 + 200 * u(rng);
-  for (double& v : out) v = v * scale + offset;
-  return out;
-}
-
 TEST(MemoryBudgetTest, EstimateFollowsWhatALearnerHolds) {
   constexpr int kFed = 2000;
   for (const int channels : {1, 8}) {
@@ -357,7 +331,7 @@ TEST(MemoryBudgetTest, EstimateFollowsWhatALearnerHolds) {
     const v1::ModelConfig c = Normalized(raw);
     for (int k = 0; k < 3; ++k) {
       SCOPED_TRACE(std::to_string(channels) + " channels, series " + std::to_string(k));
-      const std::vector<double> rows = RealShaped(k, kFed + 1, channels);
+      const std::vector<double> rows = test_support::RealShapedSeries(k, kFed + 1, channels, 1);
       const double before = HeapInUse();
       auto learner = std::make_unique<StreamingLearner>(LearnerOptionsFor(c));
       for (int off = 0; off < kFed; off += 200) {
